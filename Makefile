@@ -1,0 +1,22 @@
+# DigenRL developer entry points. `make setup` then `make demo`; `make test` runs the suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+# CPU build by default (on this project's machines torch==2.13.0 is on disk). GPU users:
+#   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+# or install their own torch into .venv first and pass TORCH_SPEC="" to keep it.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup demo test
+
+setup:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install $(TORCH_SPEC); fi
+	$(BIN)/pip install -e '.[test]'
+
+demo:
+	$(BIN)/digenrl train
+
+test:
+	$(BIN)/python -m pytest tests
