@@ -1,0 +1,156 @@
+"""``digenrl`` command line: train | pretrain | eval | sample | simulate | reward-serve | profile.
+
+Configuration errors (unknown key, bad value, missing file) print one clear message naming the key or file and
+exit with code 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_CONFIG = 2
+
+
+def _fail(msg: str) -> int:
+    print(f"digenrl: error: {msg}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def _load(args) -> "object":
+    from digenrl.config import load_config
+
+    return load_config(args.config, args.overrides)
+
+
+def cmd_train(args) -> int:
+    cfg = _load(args)
+    if cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray:
+        from digenrl.train.loop import run_training
+
+        summary = run_training(cfg)
+    else:
+        from digenrl.runtime.driver import run_disaggregated
+
+        summary = run_disaggregated(cfg)
+    print(f"eval reward {summary['eval_reward_initial']:.3f} -> {summary['eval_reward_final']:.3f} "
+          f"in {summary['steps']} steps, {summary['wall_s']:.1f} s ({summary['samples_per_s']:.1f} samples/s); "
+          f"outputs in {cfg.run_dir}")
+    return 0
+
+
+def cmd_pretrain(args) -> int:
+    if args.what == "classifier":
+        from digenrl.rewards.digits import ASSET, train_classifier
+
+        train_classifier(seed=args.seed, out=args.out or ASSET)
+    else:
+        from digenrl.models.pretrain import pretrain_base
+        from digenrl.models.tiny_dit import DEFAULT_BASE
+
+        kwargs = {"iters": args.iters} if args.iters else {}
+        pretrain_base(seed=args.seed, out=args.out or DEFAULT_BASE, **kwargs)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    import json
+
+    from digenrl.train.context import build_context
+    from digenrl.train.evaluate import evaluate
+
+    cfg = _load(args)
+    ctx = build_context(cfg)
+    prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
+    r, _ = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
+    print(json.dumps({"eval_reward": r, "prompts": len(prompts), "model": cfg.model.kind, "path": cfg.model.path}))
+    return 0
+
+
+def cmd_sample(args) -> int:
+    from digenrl.observe.plots import sample_grid
+    from digenrl.train.context import build_context
+    from digenrl.train.evaluate import evaluate
+
+    cfg = _load(args)
+    ctx = build_context(cfg)
+    prompts = ctx.task.eval_prompts(args.num)
+    _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed, num_steps=cfg.sampler.eval_num_steps)
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        return _fail(f"--out: directory {str(out.parent)!r} does not exist")
+    sample_grid(batch.images, [p.text for p in batch.prompts], out, scores=batch.rewards.tolist())
+    print(f"wrote {out} (mean reward {float(batch.rewards.mean()):.3f})")
+    return 0
+
+
+def _forward(target: str, argv: list[str]) -> int:
+    import importlib
+
+    module, fn = target.split(":")
+    return int(getattr(importlib.import_module(module), fn)(argv) or 0)
+
+
+FORWARDED = {
+    "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
+    "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
+    "profile": ("digenrl.runtime.profile:main", "measure a cost profile of this machine for `simulate --profile`"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="digenrl", description="Disaggregated RL post-training for flow-matching generators.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp):
+        sp.add_argument("--config", "-c", default=None, help="YAML config (default: the built-in CPU demo)")
+        sp.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.lr=1e-4 run_dir=runs/x")
+        return sp
+
+    t = with_config(sub.add_parser("train", help="RL-train a policy (default: the built-in digits demo on CPU)"))
+    t.add_argument("--ray", action="store_true", help="use the Ray runtime even for colocated single-worker runs")
+    t.set_defaults(fn=cmd_train)
+    pt = sub.add_parser("pretrain", help="make the demo's classifier or base generator (reproducible from --seed)")
+    pt.add_argument("what", choices=["classifier", "base"])
+    pt.add_argument("--seed", type=int, default=0)
+    pt.add_argument("--iters", type=int, default=None)
+    pt.add_argument("--out", default=None, help="output safetensors (default: the packaged asset)")
+    pt.set_defaults(fn=cmd_pretrain)
+    with_config(sub.add_parser("eval", help="ODE-sample the eval prompts and report the mean reward")).set_defaults(fn=cmd_eval)
+    s = with_config(sub.add_parser("sample", help="write a grid of samples of the eval prompts"))
+    s.add_argument("--out", default="samples.png")
+    s.add_argument("--num", type=int, default=16)
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=cmd_sample)
+    for name, (_, help_) in FORWARDED.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in FORWARDED:
+        return _forward(FORWARDED[argv[0]][0], argv[1:])
+    args = build_parser().parse_args(argv)
+    from digenrl.config import ConfigError
+
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        return _fail(str(e))
+    except (FileNotFoundError, ValueError) as e:
+        if getattr(e, "digenrl_config", True) and _is_user_error(e):
+            return _fail(str(e))
+        raise
+
+
+def _is_user_error(e: Exception) -> bool:
+    """Errors raised while building from the config name their key (``model.path: ...``)."""
+    msg = str(e)
+    head = msg.split(":", 1)[0]
+    return "." in head or head in ("reward", "model", "task", "runtime", "train") or isinstance(e, FileNotFoundError)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

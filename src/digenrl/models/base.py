@@ -1,0 +1,100 @@
+"""The policy adapter interface every generator family implements.
+
+A *policy* wraps a velocity model (the trainable transformer), how prompts become conditions, and how final
+latents become images. Conditions are ``Cond`` dicts of batch-first tensors, so the sampler and the chunked
+trainer can index, repeat and concatenate them without knowing the family.
+
+Classifier-free guidance (CFG)::
+
+    v = v_uncond + w * (v_cond - v_uncond)
+
+computed in one packed forward over [uncond; cond] (``guided_velocity``). Families with a guidance embedding
+(FLUX.1-dev) take ``w`` inside the model instead and report ``uses_guidance_embedding = True``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+Cond = dict[str, torch.Tensor]
+
+
+def index_cond(cond: Cond, idx: torch.Tensor | Sequence[int]) -> Cond:
+    idx_t = torch.as_tensor(idx, dtype=torch.long)
+    return {k: v[idx_t.to(v.device)] for k, v in cond.items()}
+
+
+def repeat_cond(cond: Cond, n: int) -> Cond:
+    """Repeat every row ``n`` times consecutively (row i -> rows i*n .. i*n+n-1)."""
+    return {k: v.repeat_interleave(n, dim=0) for k, v in cond.items()}
+
+
+def cat_cond(conds: Sequence[Cond]) -> Cond:
+    keys = conds[0].keys()
+    return {k: torch.cat([c[k] for c in conds], dim=0) for k in keys}
+
+
+class Policy(torch.nn.Module):
+    """Base class of policy adapters.
+
+    Subclasses set ``latent_shape`` (per-sample, e.g. (C, H, W) or (C, F, H, W)) and implement:
+
+    * ``encode_prompts(prompts) -> Cond``: conditions for a list of ``rollout.records.Prompt``;
+    * ``null_cond(n) -> Cond``: the unconditional condition (CFG), ``n`` rows;
+    * ``forward(x, sigma, cond, guidance=None) -> velocity``: x [B, *latent_shape], sigma [B];
+    * ``decode(latents) -> images`` in [0, 1], [B, C, H, W] or [B, C, F, H, W];
+    * ``sigmas(num_steps) -> Tensor`` of num_steps + 1 sigmas (the family's shift), ending at 0.
+    """
+
+    latent_shape: tuple[int, ...] = ()
+    uses_guidance_embedding: bool = False
+
+    def encode_prompts(self, prompts: Sequence) -> Cond:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def null_cond(self, n: int) -> Cond:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def combine_guidance(self, v_uncond: torch.Tensor, v_cond: torch.Tensor, cfg_scale: float) -> torch.Tensor:
+        """CFG combination (families may rescale it, e.g. Qwen-Image's norm-preserving true CFG)."""
+        return v_uncond + cfg_scale * (v_cond - v_uncond)
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors a weight publish moves (all trainable parameters; LoRA adapters only under LoRA)."""
+        return {n: p.detach() for n, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters())
+        missing = [k for k in state if k not in params]
+        if missing:
+            raise KeyError(f"published weights contain unknown parameters: {missing[:5]}")
+        with torch.no_grad():
+            for k, v in state.items():
+                params[k].copy_(v)
+
+
+def guided_velocity(
+    policy: Policy,
+    x: torch.Tensor,
+    sigma: torch.Tensor,
+    cond: Cond,
+    cfg_scale: float = 1.0,
+) -> torch.Tensor:
+    """Velocity after CFG (see module docstring). ``cfg_scale == 1`` is a single conditional forward."""
+    if policy.uses_guidance_embedding:
+        return policy(x, sigma, cond, guidance=cfg_scale)
+    if cfg_scale == 1.0:
+        return policy(x, sigma, cond)
+    n = x.shape[0]
+    both = cat_cond([policy.null_cond(n), cond])
+    v = policy(torch.cat([x, x]), torch.cat([sigma, sigma]), both)
+    v_uncond, v_cond = v[:n], v[n:]
+    return policy.combine_guidance(v_uncond, v_cond, cfg_scale)

@@ -1,0 +1,273 @@
+"""The shared part of the diffusers policy adapters (SD3, FLUX.1, Wan2.1, Qwen-Image, HunyuanVideo).
+
+A ``DiffusersPolicy`` holds the family pipeline object (for its text encoders, tokenizers and helper
+functions) and registers two submodules: ``transformer`` (trainable; LoRA or full fine-tuning) and ``vae``
+(frozen, float32). Text encoders are *not* submodules: they run only through ``encode_prompts`` (results go
+to the prompt cache) and ``drop_text_encoders()`` frees them.
+
+Velocity: every family's transformer predicts v = eps - x0 in the sigma convention of DESIGN.md 1.1 (the
+diffusers flow-matching Euler step is x' = x + (sigma' - sigma) v), so ``forward`` returns the transformer
+output as it is. The timestep a transformer receives is t = 1000 * sigma (SD3, Wan, HunyuanVideo) or
+t / 1000 (FLUX, Qwen-Image, whose models rescale internally), exactly as the family pipelines pass it.
+
+Family subclasses define ``spec`` and implement ``_encode_texts``, ``_transformer_call``, ``decode`` and
+``_latent_layout``; options come from ``model.options`` (pixel ``height`` / ``width`` / ``frames``,
+``max_sequence_length``, ``negative_prompt``, ``load_text_encoders``, ``reference_copy``).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from digenrl.models.base import Cond, Policy
+from digenrl.models.prompt_cache import PromptCache, PromptCacheMiss, encoder_identity
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str  # policy kind, e.g. "sd3"
+    pipeline_class: str  # diffusers pipeline class name
+    text_components: tuple[str, ...]  # text encoders and tokenizers in model_index.json
+    extra_components: tuple[str, ...] = ()  # optional pipeline components never used (image encoders...)
+    default_options: tuple[tuple[str, Any], ...] = ()
+
+
+class DiffusersPolicy(Policy):
+    spec: FamilySpec
+
+    def __init__(self, pipe, model_cfg, *, cache_dir: str | None = None, encoder_id: str | None = None):
+        super().__init__()
+        self.options: dict[str, Any] = {**dict(self.spec.default_options), **dict(model_cfg.options)}
+        self._pipe = pipe
+        self.transformer = pipe.transformer
+        self.vae = pipe.vae
+        self.vae.requires_grad_(False)
+        self.vae.eval()
+        self.scheduler_config = dict(pipe.scheduler.config)
+        self.scheduler_config["_class_name"] = type(pipe.scheduler).__name__
+        self.model_path = model_cfg.path
+        if encoder_id is None:
+            encoder_id = self._encoder_id_from_pipe()
+        self.prompt_cache = PromptCache(cache_dir, encoder_id)
+        self._null: Cond | None = None
+        self._reference_snapshot: dict[str, torch.Tensor] | None = None
+        self.latent_shape = self._latent_layout()
+        if model_cfg.lora.enabled:
+            from digenrl.models.lora import apply_lora
+
+            apply_lora(self.transformer, model_cfg.lora, self.spec.name)
+        else:
+            self.transformer.requires_grad_(True)
+            if self.options.get("reference_copy", True):
+                from digenrl.models.lora import snapshot_weights
+
+                self._reference_snapshot = snapshot_weights(self.transformer)
+
+    # -- construction helpers ----------------------------------------------------------------------------
+    @classmethod
+    def pipeline_class(cls):
+        import diffusers
+
+        return getattr(diffusers, cls.spec.pipeline_class)
+
+    def encoding_options(self) -> dict[str, Any]:
+        """Options that change the text embeddings (part of the prompt-cache encoder id)."""
+        return {"max_sequence_length": self.options.get("max_sequence_length")}
+
+    def _encoder_id_from_pipe(self) -> str:
+        if not self.has_text_encoders:
+            raise ValueError(f"{self.spec.name}: no text encoders loaded and no prompt cache encoder id given")
+        root = Path(self.model_path).expanduser() if self.model_path else None
+        files: list[Path] = []
+        if root is not None:
+            for comp in self.spec.text_components:
+                sub = root / comp
+                files += [p for p in sub.glob("*.json") if p.is_file()] if sub.is_dir() else []
+        else:  # in-memory pipeline (benchmarks, tests): identity from the component configs
+            import hashlib
+
+            blob = repr([getattr(getattr(self._pipe, c, None), "config", None) for c in self.spec.text_components])
+            return f"{self.spec.name}-mem-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+        return encoder_identity(self.spec.name, files, self.encoding_options())
+
+    # -- text ------------------------------------------------------------------------------------------
+    @property
+    def has_text_encoders(self) -> bool:
+        return any(
+            getattr(self._pipe, c, None) is not None for c in self.spec.text_components if c.startswith("text_encoder")
+        )
+
+    def drop_text_encoders(self) -> None:
+        """Free the text encoders and tokenizers; later prompts must come from the prompt cache."""
+        for c in self.spec.text_components:
+            if getattr(self._pipe, c, None) is not None:
+                setattr(self._pipe, c, None)
+        gc.collect()
+
+    def cache_prompts(self, texts: Sequence[str], *, drop_encoders: bool = False, batch_size: int = 16) -> int:
+        """Encode every uncached prompt of ``texts`` (and the negative prompt) into the cache; return how many."""
+        todo = self.prompt_cache.missing(list(texts) + [self.negative_prompt])
+        if todo and not self.has_text_encoders:
+            raise PromptCacheMiss(self._miss_message(todo))
+        for i in range(0, len(todo), batch_size):
+            chunk = todo[i : i + batch_size]
+            with torch.no_grad():
+                self.prompt_cache.put(chunk, self._encode_texts(chunk))
+        if drop_encoders:
+            self.drop_text_encoders()
+        return len(todo)
+
+    def _miss_message(self, todo: Sequence[str]) -> str:
+        where = self.prompt_cache.dir or "memory"
+        return (
+            f"{len(todo)} prompt(s) (e.g. {todo[0]!r}) are not in the prompt cache ({where}) and the {self.spec.name} "
+            f"text encoders are not loaded; build the cache with `digenrl cache-prompts` or load the text encoders"
+        )
+
+    @property
+    def negative_prompt(self) -> str:
+        return str(self.options.get("negative_prompt", ""))
+
+    def _cond_for_texts(self, texts: Sequence[str]) -> Cond:
+        todo = self.prompt_cache.missing(texts)
+        if todo:
+            if not self.has_text_encoders:
+                raise PromptCacheMiss(self._miss_message(todo))
+            with torch.no_grad():
+                self.prompt_cache.put(todo, self._encode_texts(todo))
+        return {k: v.to(self.device) for k, v in self.prompt_cache.get(texts).items()}
+
+    def encode_prompts(self, prompts: Sequence) -> Cond:
+        return self._cond_for_texts([p.text if hasattr(p, "text") else str(p) for p in prompts])
+
+    def null_cond(self, n: int) -> Cond:
+        if self._null is None:
+            self._null = self._cond_for_texts([self.negative_prompt])
+        return {k: v.expand(n, *v.shape[1:]) for k, v in self._null.items()}
+
+    # -- model -------------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.transformer.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.transformer.dtype
+
+    def forward(self, x: torch.Tensor, sigma: torch.Tensor, cond: Cond, guidance: float | None = None) -> torch.Tensor:
+        """Velocity for latents ``x`` [B, *latent_shape] at per-sample ``sigma`` [B]."""
+        sigma = torch.as_tensor(sigma, dtype=torch.float32, device=x.device).expand(x.shape[0])
+        cond = {k: v.to(x.device) for k, v in cond.items()}
+        out = self._transformer_call(x.to(self.dtype), sigma, cond, guidance)
+        return out.to(x.dtype)
+
+    def reference(self):
+        """Context manager: inside it, ``forward`` computes the frozen reference policy (KL term)."""
+        from digenrl.models.lora import reference_context
+
+        snap = self._reference_snapshot
+        if snap and next(iter(snap.values())).device != self.device:  # the policy was moved after build
+            snap = self._reference_snapshot = {k: v.to(self.device) for k, v in snap.items()}
+        return reference_context(self.transformer, snap)
+
+    def make_reference(self) -> "ReferenceView":
+        """A policy-like view whose forward runs under ``reference()`` (used as ``ref_policy``; no weight copy
+        under LoRA). ``train.context.make_reference`` picks it up."""
+        return ReferenceView(self)
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach() for n, p in self.named_parameters() if p.requires_grad}
+
+    def export_lora(self, out_dir) -> Path:
+        from digenrl.models.lora import export_lora
+
+        return export_lora(self, out_dir)
+
+    # -- family hooks -------------------------------------------------------------------------------------
+    def _latent_layout(self) -> tuple[int, ...]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _encode_texts(self, texts: Sequence[str]) -> Cond:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _transformer_call(self, x, sigma, cond, guidance):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _opt_int(self, key: str) -> int:
+        value = self.options.get(key)
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"model.options.{key}: expected a positive integer, got {value!r}")
+        return value
+
+
+class ReferenceView:
+    """The frozen reference policy of a ``DiffusersPolicy`` sharing its modules (no extra weights under LoRA)."""
+
+    def __init__(self, policy: DiffusersPolicy):
+        self.policy = policy
+        self.latent_shape = policy.latent_shape
+        self.uses_guidance_embedding = policy.uses_guidance_embedding
+
+    def encode_prompts(self, prompts: Sequence) -> Cond:
+        return self.policy.encode_prompts(prompts)
+
+    def null_cond(self, n: int) -> Cond:
+        return self.policy.null_cond(n)
+
+    def combine_guidance(self, v_uncond, v_cond, cfg_scale):
+        return self.policy.combine_guidance(v_uncond, v_cond, cfg_scale)
+
+    def parameters(self):
+        return self.policy.parameters()
+
+    def __call__(self, x, sigma, cond, guidance=None):
+        with self.policy.reference():
+            return self.policy(x, sigma, cond, guidance=guidance)
+
+
+def build_family_policy(policy_cls: type[DiffusersPolicy], model_cfg) -> DiffusersPolicy:
+    """Load ``model_cfg.path`` offline and wrap it in ``policy_cls`` (with the prompt cache)."""
+    from digenrl.models.diffusers_files import ModelFilesError, check_model_dir, load_pipeline, present_components
+
+    spec = policy_cls.spec
+    check_model_dir(model_cfg.path, spec.name, ("transformer", "vae", "scheduler"))
+    text = list(spec.text_components)
+    present = present_components(model_cfg.path, text)
+    want_text = model_cfg.options.get("load_text_encoders", "auto")
+    cache_dir = model_cfg.prompt_cache_dir
+    encoder_id = None
+    if want_text is True and len(present) < len(text):
+        check_model_dir(model_cfg.path, spec.name, text)  # names the missing text components
+    if want_text is False or len(present) < len(text):
+        ids = PromptCache.read_encoder_ids(cache_dir) if cache_dir else []
+        if not ids:
+            where = (
+                f"model.prompt_cache_dir {cache_dir!r} holds no prompt cache manifest"
+                if cache_dir
+                else "model.prompt_cache_dir is not set"
+            )
+            missing = [f"{c}/ (subfolder)" for c in text if c not in present]
+            if missing:
+                raise ModelFilesError(
+                    f"model directory {model_cfg.path!r} (model.kind={spec.name!r}) has no text encoders "
+                    f"(missing: {', '.join(missing)}) and {where}; build one with `digenrl cache-prompts`"
+                )
+            raise ValueError(f"model.options.load_text_encoders is false and {where}")
+        if len(ids) > 1:
+            raise ValueError(f"model.prompt_cache_dir: {cache_dir!r} holds several encoder ids {ids}; use one per dir")
+        encoder_id, skip = ids[0], text
+    else:
+        skip = []
+    pipe = load_pipeline(policy_cls.pipeline_class(), model_cfg.path, model_cfg.dtype, skip + list(spec.extra_components))
+    for comp in ("transformer", "vae", *spec.text_components):
+        module = getattr(pipe, comp, None)
+        if isinstance(module, torch.nn.Module):
+            module.to(model_cfg.device)
+            if comp != "transformer":
+                module.requires_grad_(False)
+    return policy_cls(pipe, model_cfg, cache_dir=cache_dir, encoder_id=encoder_id)

@@ -1,0 +1,168 @@
+"""Local diffusers model directories: checking the layout, loading the pipeline offline, family sigmas.
+
+A diffusers model directory has the standard layout::
+
+    model_index.json            # pipeline class and component classes
+    transformer/config.json + *.safetensors
+    vae/config.json + *.safetensors
+    scheduler/scheduler_config.json
+    text_encoder*/ tokenizer*/  # optional when a precomputed prompt cache is used
+
+Nothing is fetched from the network: every load passes ``local_files_only=True``. A missing directory or
+component is a ``ModelFilesError`` naming the directory and each missing file or subfolder.
+
+Sigma schedules follow the family pipeline's ``FlowMatchEulerDiscreteScheduler.set_timesteps`` call (through
+``digenrl.algo.sigmas.flow_match_sigmas``): a static ``shift``, or the resolution-dependent ``mu`` when the
+scheduler config has ``use_dynamic_shifting``; ``grid="linear"`` for pipelines that pass
+``sigmas = linspace(1, 1/N, N)`` themselves (FLUX, Qwen-Image, HunyuanVideo). ``shift_terminal`` (Qwen-Image)
+stretches the schedule so its last non-zero sigma equals ``shift_terminal``::
+
+    sigma' = 1 - (1 - sigma) / ((1 - sigma_last) / (1 - shift_terminal))
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from digenrl.algo.sigmas import flow_match_sigmas, resolution_shift_mu
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelFilesError(ValueError):
+    """A model directory is missing or incomplete; the message names the path and what is missing."""
+
+
+def _component_problems(root: Path, name: str, kind: str) -> list[str]:
+    sub = root / name
+    if not sub.is_dir():
+        return [f"{name}/ (subfolder)"]
+    if kind == "scheduler":
+        return [] if (sub / "scheduler_config.json").is_file() else [f"{name}/scheduler_config.json"]
+    if kind == "tokenizer":
+        names = {p.name for p in sub.iterdir()}
+        ok = any(n in names for n in ("tokenizer.json", "vocab.json", "spiece.model", "tokenizer.model"))
+        return [] if ok else [f"{name}/tokenizer.json (or vocab.json / spiece.model)"]
+    problems = [] if (sub / "config.json").is_file() else [f"{name}/config.json"]
+    if not any(p.name.endswith(_WEIGHT_SUFFIXES) for p in sub.iterdir()):
+        problems.append(f"{name}/*.safetensors (weights)")
+    return problems
+
+
+def _kind_of(name: str) -> str:
+    if name == "scheduler":
+        return "scheduler"
+    if name.startswith("tokenizer"):
+        return "tokenizer"
+    return "model"
+
+
+def check_model_dir(path: str | None, kind: str, required: Sequence[str]) -> dict[str, Any]:
+    """Validate ``path`` for policy ``kind``; return its ``model_index.json``. Raises ``ModelFilesError``."""
+    if not path:
+        raise ModelFilesError(f"model.path: a local diffusers directory is required for model.kind={kind!r}")
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ModelFilesError(f"model.path: diffusers directory {str(root)!r} does not exist")
+    index_file = root / "model_index.json"
+    problems: list[str] = []
+    index: dict[str, Any] = {}
+    if not index_file.is_file():
+        problems.append("model_index.json")
+    else:
+        try:
+            index = json.loads(index_file.read_text())
+        except json.JSONDecodeError as e:
+            raise ModelFilesError(f"{str(index_file)!r} is not valid JSON: {e}") from None
+    for name in required:
+        problems += _component_problems(root, name, _kind_of(name))
+    if problems:
+        raise ModelFilesError(
+            f"model directory {str(root)!r} (model.kind={kind!r}) is incomplete; missing: {', '.join(problems)}"
+        )
+    return index
+
+
+def present_components(path: str, names: Sequence[str]) -> list[str]:
+    """The subset of ``names`` that exist as complete components in ``path``."""
+    root = Path(path).expanduser()
+    return [n for n in names if not _component_problems(root, n, _kind_of(n))]
+
+
+def load_pipeline(pipeline_cls, path: str, dtype: str, skip: Sequence[str]):
+    """``pipeline_cls.from_pretrained`` offline, with the components in ``skip`` set to ``None``.
+
+    The VAE is kept in float32 (decoding precision, as the Flow-GRPO scripts do).
+    """
+    torch_dtype = DTYPES[dtype]
+    pipe = pipeline_cls.from_pretrained(
+        str(Path(path).expanduser()), local_files_only=True, dtype=torch_dtype, **{c: None for c in skip}
+    )
+    pipe.set_progress_bar_config(disable=True)
+    if getattr(pipe, "vae", None) is not None and torch_dtype != torch.float32:
+        pipe.vae.to(torch.float32)
+    return pipe
+
+
+def _stretch_to_terminal(sigmas: torch.Tensor, terminal: float) -> torch.Tensor:
+    one_minus = 1 - sigmas
+    scale = one_minus[-1] / (1 - terminal)
+    return 1 - one_minus / scale
+
+
+_UNSUPPORTED = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas")
+
+
+def family_sigmas(
+    scheduler_config: dict[str, Any],
+    num_steps: int,
+    *,
+    grid: str,
+    image_seq_len: int | None = None,
+    default_max_shift: float = 1.15,
+) -> torch.Tensor:
+    """``num_steps + 1`` sigmas (1 -> 0) as the family pipeline would set them (see the module docstring).
+
+    A ``UniPCMultistepScheduler`` config with flow sigmas (the Wan2.1 default) is mapped to the Euler
+    flow-matching schedule with ``shift = flow_shift``: the sampler is always the (SDE-)Euler step.
+    """
+    cfg = dict(scheduler_config)
+    cls = cfg.get("_class_name", "FlowMatchEulerDiscreteScheduler")
+    if cls == "UniPCMultistepScheduler":
+        if not cfg.get("use_flow_sigmas", False):
+            raise ValueError("scheduler: UniPCMultistepScheduler without use_flow_sigmas is not a flow-matching schedule")
+        cfg = {"shift": float(cfg.get("flow_shift", 1.0)), "num_train_timesteps": cfg.get("num_train_timesteps", 1000)}
+    elif cls != "FlowMatchEulerDiscreteScheduler":
+        raise ValueError(f"scheduler: unsupported scheduler class {cls!r}; expected FlowMatchEulerDiscreteScheduler")
+    for flag in _UNSUPPORTED:
+        if cfg.get(flag):
+            raise ValueError(f"scheduler: {flag}=true is not supported by the flow-matching sampler")
+    mu = None
+    if cfg.get("use_dynamic_shifting", False):
+        if cfg.get("time_shift_type", "exponential") != "exponential":
+            raise ValueError(f"scheduler: time_shift_type={cfg['time_shift_type']!r} is not supported")
+        if image_seq_len is None:
+            raise ValueError("scheduler: use_dynamic_shifting needs the image token count")
+        mu = resolution_shift_mu(
+            image_seq_len,
+            base_seq_len=cfg.get("base_image_seq_len", 256),
+            max_seq_len=cfg.get("max_image_seq_len", 4096),
+            base_shift=cfg.get("base_shift", 0.5) if cfg.get("base_shift") is not None else 0.5,
+            max_shift=cfg.get("max_shift", default_max_shift) if cfg.get("max_shift") is not None else default_max_shift,
+        )
+    sig = flow_match_sigmas(
+        num_steps,
+        shift=float(cfg.get("shift", 1.0)),
+        mu=mu,
+        num_train_timesteps=int(cfg.get("num_train_timesteps", 1000)),
+        grid=grid,
+    )
+    terminal = cfg.get("shift_terminal")
+    if terminal and float(sig[-2]) < 1.0:  # (a 1-step schedule has nothing to stretch; diffusers gives NaN)
+        sig = torch.cat([_stretch_to_terminal(sig[:-1], float(terminal)), sig[-1:]])
+    return sig

@@ -1,0 +1,96 @@
+"""FLUX.1 (``FluxTransformer2DModel``) behind the Policy interface.
+
+* Latent per sample: the *packed* sequence ``[(h / 2) * (w / 2), 4 C]`` (2 x 2 latent patches flattened,
+  h = 2 * (H // (2 f)), C = 16), exactly what ``FluxPipeline`` keeps between steps; ``decode`` unpacks it.
+  Position ids (``img_ids`` from the latent grid, ``txt_ids`` = 0) are rebuilt in every forward.
+* Condition: ``prompt_embeds`` [L, 4096] (T5, L = ``max_sequence_length``; pipeline default 512, Flow-GRPO
+  uses 128) and ``pooled_prompt_embeds`` [768] (CLIP), from the pipeline's ``encode_prompt``.
+* Guidance: FLUX.1-dev is guidance-distilled: ``uses_guidance_embedding`` is true and the guidance scale is
+  fed to the model (``guidance`` tensor), no unconditional pass. Models without a guidance embedding
+  (FLUX.1-schnell) use classifier-free guidance with the negative prompt (the pipeline's "true CFG").
+* Schedule: ``sigmas = linspace(1, 1/N, N)`` shifted with the resolution-dependent mu of the packed token
+  count (``use_dynamic_shifting``), as ``FluxPipeline`` passes them.
+* Timestep: the transformer receives t / 1000 = sigma (it rescales internally).
+* Decode: unpack, ``vae.decode(x / scaling_factor + shift_factor)``, [-1, 1] -> [0, 1].
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from digenrl.models.base import Cond
+from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
+from digenrl.models.diffusers_files import family_sigmas
+
+
+class FluxPolicy(DiffusersPolicy):
+    spec = FamilySpec(
+        name="flux",
+        pipeline_class="FluxPipeline",
+        text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
+        extra_components=("image_encoder", "feature_extractor"),
+        default_options=(("height", 512), ("width", 512), ("max_sequence_length", 512)),
+    )
+
+    def __init__(self, pipe, model_cfg, **kw):
+        super().__init__(pipe, model_cfg, **kw)
+        self.uses_guidance_embedding = bool(self.transformer.config.guidance_embeds)
+
+    def _latent_layout(self) -> tuple[int, ...]:
+        h, w = self._opt_int("height"), self._opt_int("width")
+        f = self._pipe.vae_scale_factor
+        if h % (2 * f) or w % (2 * f):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for flux")
+        self.grid_hw = (h // (2 * f), w // (2 * f))  # packed token grid
+        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
+
+    def _encode_texts(self, texts: Sequence[str]) -> Cond:
+        pe, pooled, _ = self._pipe.encode_prompt(
+            prompt=list(texts),
+            prompt_2=None,
+            device=self.device,
+            max_sequence_length=int(self.options["max_sequence_length"]),
+        )
+        return {"prompt_embeds": pe, "pooled_prompt_embeds": pooled}
+
+    def _transformer_call(self, x, sigma, cond, guidance):
+        b, dev = x.shape[0], x.device
+        pe = cond["prompt_embeds"].to(self.dtype)
+        img_ids = self._pipe._prepare_latent_image_ids(b, *self.grid_hw, dev, self.dtype)
+        txt_ids = torch.zeros(pe.shape[1], 3, device=dev, dtype=self.dtype)
+        g = None
+        if self.uses_guidance_embedding:
+            g = torch.full((b,), float(1.0 if guidance is None else guidance), device=dev, dtype=torch.float32)
+        return self.transformer(
+            hidden_states=x,
+            timestep=(sigma * 1000.0) / 1000.0,
+            guidance=g,
+            pooled_projections=cond["pooled_prompt_embeds"].to(self.dtype),
+            encoder_hidden_states=pe,
+            txt_ids=txt_ids,
+            img_ids=img_ids,
+            return_dict=False,
+        )[0]
+
+    def unpack(self, latents: torch.Tensor) -> torch.Tensor:
+        """[B, (h/2)(w/2), 4C] -> [B, C, h, w] (inverse of the pipeline's 2 x 2 packing)."""
+        b, _, c4 = latents.shape
+        gh, gw = self.grid_hw
+        z = latents.view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return z.reshape(b, c4 // 4, gh * 2, gw * 2)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        cfg = self.vae.config
+        z = self.unpack(latents.to(self.vae.device, torch.float32))
+        img = self.vae.decode(z / cfg.scaling_factor + (cfg.shift_factor or 0.0), return_dict=False)[0]
+        return (img / 2 + 0.5).clamp(0, 1)
+
+
+def build_policy(model_cfg) -> FluxPolicy:
+    return build_family_policy(FluxPolicy, model_cfg)

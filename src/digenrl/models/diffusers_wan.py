@@ -1,0 +1,80 @@
+"""Wan2.1 text-to-video (``WanTransformer3DModel``) behind the Policy interface.
+
+* Latent per sample: 5-D video latents ``[C, 1 + (F - 1) / 4, H / 8, W / 8]`` (C = 16; the VAE compresses
+  time 4x and space 8x), the layout the transformer takes.
+* Condition: ``prompt_embeds`` [512, 4096] (UMT5 hidden states of the real tokens, zero-padded to
+  ``max_sequence_length`` = 512 as ``WanPipeline`` does; the zeros are part of the model input).
+* Guidance: classifier-free guidance with the negative prompt (default "") as the unconditional condition.
+* Schedule: the Euler flow-matching schedule with the scheduler's static shift. Wan2.1 checkpoints ship a
+  ``UniPCMultistepScheduler`` with ``flow_shift`` (3.0 at 480p, 5.0 at 720p); we sample with the (SDE-)Euler
+  step at ``shift = flow_shift``, like Flow-GRPO's Wan recipe. With a ``FlowMatchEulerDiscreteScheduler``
+  config the ODE path equals ``WanPipeline`` with that scheduler.
+* Timestep: t = 1000 * sigma.
+* Decode: ``x * latents_std + latents_mean`` per channel, ``vae.decode``, [-1, 1] -> [0, 1]; images are
+  ``[B, 3, F, H, W]``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from digenrl.models.base import Cond
+from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
+from digenrl.models.diffusers_files import family_sigmas
+
+
+class WanPolicy(DiffusersPolicy):
+    spec = FamilySpec(
+        name="wan",
+        pipeline_class="WanPipeline",
+        text_components=("text_encoder", "tokenizer"),
+        extra_components=("transformer_2",),
+        default_options=(("height", 240), ("width", 416), ("frames", 33), ("max_sequence_length", 512)),
+    )
+
+    def _latent_layout(self) -> tuple[int, ...]:
+        h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
+        fs, ft = self._pipe.vae_scale_factor_spatial, self._pipe.vae_scale_factor_temporal
+        _, ph, pw = self.transformer.config.patch_size
+        if h % (fs * ph) or w % (fs * pw):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {fs * ph}x{fs * pw} for wan")
+        if (frames - 1) % ft:
+            raise ValueError(f"model.options.frames: {frames} - 1 must be a multiple of {ft} for wan")
+        return (self.transformer.config.in_channels, (frames - 1) // ft + 1, h // fs, w // fs)
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        return family_sigmas(self.scheduler_config, num_steps, grid="scheduler")
+
+    def _encode_texts(self, texts: Sequence[str]) -> Cond:
+        pe, _ = self._pipe.encode_prompt(
+            prompt=list(texts),
+            negative_prompt=None,
+            do_classifier_free_guidance=False,
+            max_sequence_length=int(self.options["max_sequence_length"]),
+            device=self.device,
+        )
+        return {"prompt_embeds": pe}
+
+    def _transformer_call(self, x, sigma, cond, guidance):
+        return self.transformer(
+            hidden_states=x,
+            timestep=sigma * 1000.0,
+            encoder_hidden_states=cond["prompt_embeds"].to(self.dtype),
+            return_dict=False,
+        )[0]
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        cfg = self.vae.config
+        z = latents.to(self.vae.device, torch.float32)
+        shape = (1, cfg.z_dim, 1, 1, 1)
+        mean = torch.tensor(cfg.latents_mean, device=z.device).view(shape)
+        std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
+        video = self.vae.decode(z * std + mean, return_dict=False)[0]
+        return (video / 2 + 0.5).clamp(0, 1)
+
+
+def build_policy(model_cfg) -> WanPolicy:
+    return build_family_policy(WanPolicy, model_cfg)

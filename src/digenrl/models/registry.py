@@ -1,0 +1,33 @@
+"""Name -> policy builder. Families register a builder taking the ``ModelConfig``; heavy imports stay inside."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from digenrl.models.base import Policy
+
+_BUILDERS: dict[str, str] = {
+    # kind: "module:function" (imported lazily so optional dependencies load only when used)
+    "tiny_dit": "digenrl.models.tiny_dit:build_tiny_dit_policy",
+    "sd3": "digenrl.models.diffusers_sd3:build_policy",
+    "flux": "digenrl.models.diffusers_flux:build_policy",
+    "wan": "digenrl.models.diffusers_wan:build_policy",
+    "qwen_image": "digenrl.models.diffusers_qwen_image:build_policy",
+    "hunyuan_video": "digenrl.models.diffusers_hunyuan_video:build_policy",
+}
+
+
+def policy_kinds() -> list[str]:
+    return sorted(_BUILDERS)
+
+
+def build_policy(model_cfg) -> Policy:
+    """Build the policy for ``model_cfg.kind`` (see ``digenrl.config.ModelConfig``)."""
+    import importlib
+
+    target = _BUILDERS.get(model_cfg.kind)
+    if target is None:
+        raise ValueError(f"model.kind: unknown policy kind {model_cfg.kind!r}; expected one of {policy_kinds()}")
+    module, fn = target.split(":")
+    builder: Callable = getattr(importlib.import_module(module), fn)
+    return builder(model_cfg)

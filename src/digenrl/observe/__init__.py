@@ -1,0 +1,1 @@
+"""Metrics, traces, Gantt charts and plots."""

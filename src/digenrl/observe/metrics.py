@@ -1,0 +1,44 @@
+"""Per-step metrics: ``metrics.jsonl`` always, TensorBoard and wandb when enabled (imported lazily)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb: bool = False, wandb_project: str = "digenrl", config: dict | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("w")
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+        if wandb:
+            import wandb as wb
+
+            self._wandb = wb.init(project=wandb_project, config=config, dir=str(run_dir))
+        self.rows: list[dict[str, Any]] = []
+
+    def log(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self._fh.write(json.dumps(row) + "\n")
+        self._fh.flush()
+        step = int(row.get("step", len(self.rows)))
+        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()

@@ -1,0 +1,68 @@
+"""Pictures people look at: the reward curve and sample grids with their prompts written underneath."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL demo") -> None:
+    """Train reward (mean +- std over the step's samples) and eval reward (ODE) against step."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
+    steps = [r["step"] for r in rows if "reward_mean" in r]
+    mean = [r["reward_mean"] for r in rows if "reward_mean" in r]
+    std = [r["reward_std"] for r in rows if "reward_mean" in r]
+    if steps:
+        ax.plot(steps, mean, color="tab:blue", label="train reward (SDE samples)")
+        ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="tab:blue", alpha=0.15)
+    ev = [(r["step"], r["eval_reward"]) for r in rows if r.get("eval_reward") is not None]
+    if ev:
+        ax.plot([e[0] for e in ev], [e[1] for e in ev], "o-", color="tab:orange", label="eval reward (ODE, fixed prompts)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def sample_grid(images: torch.Tensor, captions: Sequence[str], out: str | Path, *, title: str = "", scores: Sequence[float] | None = None, cols: int = 4) -> None:
+    """Grid of images ([N, C, H, W] in [0, 1]; video: first frame) with each caption (and score) underneath."""
+    plt = _plt()
+    imgs = images.detach().float().cpu()
+    if imgs.ndim == 5:
+        imgs = imgs[:, :, 0]
+    n = imgs.shape[0]
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.2, rows * 1.55), dpi=120, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if i >= n:
+            continue
+        img = imgs[i]
+        if img.shape[0] == 1:
+            ax.imshow(img[0].numpy(), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+        else:
+            ax.imshow(img[:3].permute(1, 2, 0).clamp(0, 1).numpy())
+        label = captions[i] if scores is None else f"{captions[i]}\nr={scores[i]:.2f}"
+        ax.set_title(label, fontsize=7, y=-0.38)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)

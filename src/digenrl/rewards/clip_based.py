@@ -1,0 +1,158 @@
+"""CLIP-based rewards from local weights: CLIPScore, PickScore and the LAION aesthetic predictor.
+
+All three embed images with a ``transformers.CLIPModel`` loaded offline (``local_files_only``) from a local
+directory (``model_path``) and preprocess with its ``CLIPProcessor`` (8-bit RGB, resize, centre crop,
+normalise). With unit-normalised embeddings e_img, e_txt:
+
+* ``clipscore`` (Hessel et al. 2021): r = w * max(cos(e_img, e_txt), 0), w = ``scale`` (2.5 in the paper).
+* ``pickscore`` (Kirstain et al. 2023; weights ``yuvalkirstain/PickScore_v1`` on a CLIP-H processor):
+  r = ``scale`` * exp(logit_scale) * cos(e_img, e_txt). Flow-GRPO divides by 26 (``scale = 1/26``).
+* ``aesthetic`` (LAION improved aesthetic predictor v2, CLIP ViT-L/14): an MLP head on e_img,
+  768 -> 1024 -> 128 -> 64 -> 16 -> 1 (dropout between the first layers, no activations), loaded from a
+  local ``.safetensors`` or ``.pt`` state dict (``head_path``; keys ``layers.{0,2,4,6,7}.{weight,bias}``,
+  optionally prefixed). r = head(e_img).
+
+Videos ``[B, C, F, H, W]`` score the mean over frames. Every missing file is a clear error naming the path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+
+def _check_dir(path: str | None, what: str) -> Path:
+    if not path:
+        raise ValueError(f"reward {what}: option model_path (a local CLIP directory) is required")
+    p = Path(path).expanduser()
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(f"reward {what}: no CLIP model at {str(p)!r} (config.json missing)")
+    return p
+
+
+def _features(out) -> torch.Tensor:
+    return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+
+class ClipEmbedder:
+    """CLIP image / text embeddings (unit-normalised) from a local model directory."""
+
+    def __init__(self, model_path: str, what: str, device: str = "cpu", processor_path: str | None = None):
+        from transformers import CLIPModel, CLIPProcessor
+
+        path = _check_dir(model_path, what)
+        self.device = torch.device(device)
+        self.model = CLIPModel.from_pretrained(str(path), local_files_only=True).eval().to(self.device)
+        self.processor = CLIPProcessor.from_pretrained(str(processor_path or path), local_files_only=True)
+
+    @torch.no_grad()
+    def images(self, images: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Embeddings of every frame, [B * F, D], and F (1 for images)."""
+        x = images.detach().float().clamp(0, 1)
+        frames = 1
+        if x.ndim == 5:
+            frames = x.shape[2]
+            x = x.permute(0, 2, 1, 3, 4).reshape(-1, *x.shape[1:2], *x.shape[3:])
+        if x.shape[1] == 1:
+            x = x.expand(-1, 3, -1, -1)
+        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+        pix = self.processor(images=list(arr), return_tensors="pt")["pixel_values"].to(self.device)
+        emb = _features(self.model.get_image_features(pixel_values=pix)).float()
+        return torch.nn.functional.normalize(emb, dim=-1), frames
+
+    @torch.no_grad()
+    def texts(self, texts: Sequence[str]) -> torch.Tensor:
+        tok = self.processor(text=list(texts), padding=True, truncation=True, return_tensors="pt")
+        tok = {k: v.to(self.device) for k, v in tok.items() if k in ("input_ids", "attention_mask")}
+        emb = _features(self.model.get_text_features(**tok)).float()
+        return torch.nn.functional.normalize(emb, dim=-1)
+
+
+def _per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
+    return values.view(-1, frames).mean(dim=1).cpu()
+
+
+class ClipScore:
+    name = "clipscore"
+
+    def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str = "cpu"):
+        self.clip, self.scale = ClipEmbedder(model_path, self.name, device), float(scale)
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
+        img, frames = self.clip.images(images)
+        txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
+        return _per_sample(self.scale * (img * txt).sum(-1).clamp_min(0), frames)
+
+
+class PickScore:
+    name = "pickscore"
+
+    def __init__(self, model_path: str | None = None, processor_path: str | None = None, scale: float = 1.0,
+                 device: str = "cpu"):  # fmt: skip
+        self.clip, self.scale = ClipEmbedder(model_path, self.name, device, processor_path), float(scale)
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
+        img, frames = self.clip.images(images)
+        txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
+        logit_scale = self.clip.model.logit_scale.exp().float().item()
+        return _per_sample(self.scale * logit_scale * (img * txt).sum(-1), frames)
+
+
+def aesthetic_head(dim: int) -> torch.nn.Sequential:
+    """The LAION aesthetic MLP (layer indices match the published state dict)."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Linear(dim, 1024), nn.Dropout(0.2), nn.Linear(1024, 128), nn.Dropout(0.2),
+        nn.Linear(128, 64), nn.Dropout(0.1), nn.Linear(64, 16), nn.Linear(16, 1),
+    )  # fmt: skip
+
+
+def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
+    if not path:
+        raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"reward aesthetic: head weights {str(p)!r} do not exist")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(p))
+    else:
+        state = torch.load(str(p), map_location="cpu", weights_only=True)
+    out = {}
+    for k, v in state.items():
+        idx = k.find("layers.")
+        if idx < 0:
+            raise ValueError(f"reward aesthetic: unexpected key {k!r} in {str(p)!r} (expected layers.N.weight)")
+        out[k[idx + len("layers.") :]] = v
+    return out
+
+
+class AestheticScore:
+    name = "aesthetic"
+
+    def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str = "cpu"):
+        self.clip = ClipEmbedder(model_path, self.name, device)
+        state = load_head_state(head_path)
+        self.head = aesthetic_head(state["0.weight"].shape[1])
+        self.head.load_state_dict(state)
+        self.head.eval().to(self.clip.device)
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
+        img, frames = self.clip.images(images)
+        return _per_sample(self.head(img).squeeze(-1), frames)
+
+
+def build_clipscore(**options) -> ClipScore:
+    return ClipScore(**options)
+
+
+def build_pickscore(**options) -> PickScore:
+    return PickScore(**options)
+
+
+def build_aesthetic(**options) -> AestheticScore:
+    return AestheticScore(**options)

@@ -1,0 +1,64 @@
+"""JPEG compressibility / incompressibility rewards (DDPO, Black et al. 2023, "Training Diffusion Models with
+Reinforcement Learning", section 6.1 and its reference code ``ddpo_pytorch/rewards.py``).
+
+Each image is quantised to 8-bit RGB and JPEG-encoded with PIL at quality 95; its size in kilobytes is
+``bytes / 1000``. Then::
+
+    jpeg_compressibility   r = -size_kb
+    jpeg_incompressibility r = +size_kb
+
+Videos ``[B, C, F, H, W]`` score the mean over frames. Grayscale images are replicated to RGB.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Sequence
+
+import numpy as np
+import torch
+
+QUALITY = 95
+
+
+def _to_uint8_frames(images: torch.Tensor) -> list[list[np.ndarray]]:
+    x = images.detach().float().cpu().clamp(0, 1)
+    if x.ndim == 4:
+        x = x.unsqueeze(2)  # [B, C, 1, H, W]
+    if x.ndim != 5:
+        raise ValueError(f"jpeg reward: expected images [B, C, H, W] or videos [B, C, F, H, W], got {tuple(x.shape)}")
+    if x.shape[1] == 1:
+        x = x.expand(-1, 3, -1, -1, -1)
+    arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()  # [B, F, H, W, C]
+    return [[frame for frame in sample] for sample in arr]
+
+
+def jpeg_size_kb(images: torch.Tensor, quality: int = QUALITY) -> torch.Tensor:
+    """JPEG size in kB (bytes / 1000) of every sample (mean over frames for videos)."""
+    from PIL import Image
+
+    sizes = []
+    for frames in _to_uint8_frames(images):
+        per_frame = []
+        for frame in frames:
+            buf = io.BytesIO()
+            Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
+            per_frame.append(buf.tell() / 1000.0)
+        sizes.append(sum(per_frame) / len(per_frame))
+    return torch.tensor(sizes, dtype=torch.float32)
+
+
+class JpegReward:
+    def __init__(self, sign: float, name: str, quality: int = QUALITY):
+        self.sign, self.name, self.quality = sign, name, int(quality)
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
+        return self.sign * jpeg_size_kb(images, self.quality)
+
+
+def build_jpeg_compressibility(quality: int = QUALITY) -> JpegReward:
+    return JpegReward(-1.0, "jpeg_compressibility", quality)
+
+
+def build_jpeg_incompressibility(quality: int = QUALITY) -> JpegReward:
+    return JpegReward(1.0, "jpeg_incompressibility", quality)

@@ -1,0 +1,1 @@
+"""Sampling trajectories with log-probs, and the trajectory records."""

@@ -1,0 +1,80 @@
+"""Sampling a batch of trajectories with the SDE sampler, recording what training needs.
+
+For denoising step i (sigma_i -> sigma_{i+1}) the velocity comes from the policy (after CFG), and the step is
+``sde_step_with_logprob`` with ``noise_level`` on SDE steps and 0 (Euler ODE) elsewhere. For every trained
+step the input latent, output latent and behaviour log-prob are kept (see ``TrajectoryBatch``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from digenrl.algo.sde import sde_step_with_logprob
+from digenrl.algo.timesteps import TimestepPlan
+from digenrl.models.base import Policy, guided_velocity
+from digenrl.rollout.noise import trajectory_noise, trajectory_seed
+from digenrl.rollout.records import Prompt, TrajectoryBatch
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    num_steps: int = 10
+    noise_level: float = 0.7
+    kind: str = "flow_grpo"
+    cfg_scale: float = 1.0
+
+
+@torch.no_grad()
+def sample_trajectories(
+    policy: Policy,
+    prompts: Sequence[Prompt],
+    gen_indices: Sequence[int],
+    *,
+    step: int,
+    run_seed: int,
+    version: int,
+    settings: SamplerSettings,
+    plan: TimestepPlan,
+    decode: bool = True,
+) -> TrajectoryBatch:
+    """Generate one trajectory per (prompt, generation index) pair."""
+    if len(prompts) != len(gen_indices):
+        raise ValueError("prompts and gen_indices must have the same length")
+    device = next(policy.parameters()).device
+    n, T = len(prompts), settings.num_steps
+    sigmas = policy.sigmas(T).float()
+    seeds = [trajectory_seed(run_seed, step, p.uid, g) for p, g in zip(prompts, gen_indices)]
+    noises = [trajectory_noise(s, tuple(policy.latent_shape), T) for s in seeds]
+    x = torch.stack([nz[0] for nz in noises]).to(device)
+    eps = torch.stack([nz[1] for nz in noises], dim=1).to(device)  # [T, N, ...]
+    cond = policy.encode_prompts(list(prompts))
+    sde_steps, trained = set(plan.sde_steps), list(plan.trained)
+    lat_in, lat_out, logps = [], [], []
+    for i in range(T):
+        sig = sigmas[i].expand(n).to(device)
+        v = guided_velocity(policy, x, sig, cond, settings.cfg_scale)
+        level = settings.noise_level if i in sde_steps else 0.0
+        out = sde_step_with_logprob(x, v, sigmas[i], sigmas[i + 1], noise_level=level, kind=settings.kind, noise=eps[i])
+        if i in trained:
+            lat_in.append(x)
+            lat_out.append(out.prev_sample)
+            logps.append(out.log_prob)
+        x = out.prev_sample
+    shape = (n, 0, *policy.latent_shape)
+    return TrajectoryBatch(
+        prompts=list(prompts),
+        gen_index=torch.as_tensor(list(gen_indices), dtype=torch.long),
+        step=torch.full((n,), step, dtype=torch.long),
+        version=torch.full((n,), version, dtype=torch.long),
+        seed=torch.as_tensor(seeds, dtype=torch.long),
+        sigmas=sigmas.cpu(),
+        trained_steps=torch.as_tensor(trained, dtype=torch.long),
+        latents=torch.stack(lat_in, 1).cpu() if lat_in else torch.empty(shape),
+        next_latents=torch.stack(lat_out, 1).cpu() if lat_out else torch.empty(shape),
+        log_probs=torch.stack(logps, 1).float().cpu() if logps else torch.empty(n, 0),
+        final=x.cpu(),
+        images=policy.decode(x).float().cpu() if decode else None,
+    )

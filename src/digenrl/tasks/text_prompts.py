@@ -1,0 +1,81 @@
+"""A task reading prompts from a file: plain text (one prompt per line) or JSONL (``{"prompt": ...}`` per line).
+
+Formats, chosen by the suffix: ``.jsonl`` / ``.json`` -> JSONL, anything else -> plain text. Blank lines are
+skipped in both; in JSONL every other line must be a JSON object with a non-empty string ``prompt`` (its other
+keys go to ``Prompt.meta``, e.g. GenEval metadata for a reward). A prompt's ``uid`` is its 0-based index among
+the file's prompts (stable across steps and processes). Malformed input raises ``PromptFileError`` naming the
+file and the 1-based line.
+
+``train_prompts(step, n, seed)`` draws ``n`` distinct prompts with a generator seeded by (seed, step) only, so
+every executor and mode sees the same prompts at step k. ``eval_prompts(n)`` is the first ``n`` prompts of
+the eval file (the train file if none is given).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from digenrl.algo.timesteps import stable_seed
+from digenrl.rollout.records import Prompt
+
+
+class PromptFileError(ValueError):
+    """A prompt file is missing, empty or malformed; the message names the file (and line)."""
+
+
+def read_prompt_file(path: str | Path) -> list[Prompt]:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise PromptFileError(f"prompt file {str(p)!r} does not exist")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise PromptFileError(f"prompt file {str(p)!r} is not UTF-8 text: {e}") from None
+    jsonl = p.suffix.lower() in (".jsonl", ".json")
+    prompts: list[Prompt] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if not jsonl:
+            prompts.append(Prompt(uid=len(prompts), text=line.strip()))
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PromptFileError(f"{p}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise PromptFileError(f"{p}:{lineno}: expected a JSON object like {{\"prompt\": ...}}, got {type(obj).__name__}")
+        text = obj.get("prompt")
+        if not isinstance(text, str) or not text.strip():
+            raise PromptFileError(f"{p}:{lineno}: missing or empty string field \"prompt\"")
+        meta = {k: v for k, v in obj.items() if k != "prompt"}
+        prompts.append(Prompt(uid=len(prompts), text=text.strip(), meta=meta))
+    if not prompts:
+        raise PromptFileError(f"prompt file {str(p)!r} holds no prompts")
+    return prompts
+
+
+class TextPromptTask:
+    name = "text"
+
+    def __init__(self, prompts_file: str | Path, eval_prompts_file: str | Path | None = None):
+        self.train = read_prompt_file(prompts_file)
+        self.eval = read_prompt_file(eval_prompts_file) if eval_prompts_file else self.train
+        self.prompts_file = str(prompts_file)
+
+    def train_prompts(self, step: int, n: int, seed: int = 0) -> list[Prompt]:
+        if n > len(self.train):
+            raise ValueError(
+                f"train.prompts_per_step={n} exceeds the {len(self.train)} prompts of {self.prompts_file!r}"
+            )
+        rng = random.Random(stable_seed(int(seed), int(step), "text-prompts"))
+        return [self.train[i] for i in rng.sample(range(len(self.train)), n)]
+
+    def eval_prompts(self, n: int) -> list[Prompt]:
+        return self.eval[: min(n, len(self.eval))]
+
+    def all_texts(self) -> list[str]:
+        """Every train and eval prompt text (what a prompt-embedding cache must hold)."""
+        return list(dict.fromkeys([p.text for p in self.train] + [p.text for p in self.eval]))

@@ -1,0 +1,115 @@
+"""Everything a training run holds, built once from the config: policy, reference, reward, task, optimizer,
+gradient transaction, EMA, and the sampler / loss settings derived from the config."""
+
+from __future__ import annotations
+
+import copy
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from digenrl.algo.timesteps import TimestepPlan, select_timesteps
+from digenrl.config import Config
+from digenrl.models.base import Policy
+from digenrl.rewards.base import WeightedSum
+from digenrl.rollout.sampler import SamplerSettings
+from digenrl.tasks.base import Task
+from digenrl.train.chunk_loss import LossSettings
+from digenrl.train.ema import ParamEMA
+from digenrl.train.transaction import GradientTransaction
+
+
+@dataclass
+class RunContext:
+    cfg: Config
+    policy: Policy
+    ref_policy: Policy | None
+    reward: WeightedSum
+    task: Task
+    optimizer: torch.optim.Optimizer
+    transaction: GradientTransaction
+    ema: ParamEMA | None
+    sampler: SamplerSettings
+    loss: LossSettings
+
+    def plan(self, step: int) -> TimestepPlan:
+        return timestep_plan(self.cfg, step)
+
+    def eval_weights(self):
+        """Context in which ``policy`` holds the weights to evaluate/save (EMA if enabled)."""
+        return self.ema.swapped() if self.ema is not None else nullcontext()
+
+
+def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
+    t = cfg.train
+    return select_timesteps(
+        cfg.sampler.num_steps,
+        strategy=t.timestep_strategy,
+        fraction=t.timestep_fraction,
+        window_size=t.window_size,
+        window_range=t.window_range,
+        seed=cfg.seed,
+        step=step,
+        sde_kind=cfg.sampler.kind,
+    )
+
+
+def sampler_settings(cfg: Config) -> SamplerSettings:
+    s = cfg.sampler
+    return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale)
+
+
+def loss_settings(cfg: Config) -> LossSettings:
+    s, t = cfg.sampler, cfg.train
+    return LossSettings(
+        clip_range=t.clip_range,
+        beta_kl=t.beta_kl,
+        cfg_scale=s.cfg_scale if t.cfg_in_training else 1.0,
+        noise_level=s.noise_level,
+        kind=s.kind,
+    )
+
+
+def make_reference(policy: Policy) -> Policy:
+    """The frozen reference for the KL term: the policy's own (e.g. adapters disabled) or a frozen copy."""
+    if hasattr(policy, "make_reference"):
+        return policy.make_reference()
+    ref = copy.deepcopy(policy)
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref.eval()
+
+
+def make_optimizer(policy: Policy, cfg: Config) -> torch.optim.Optimizer:
+    params = [p for p in policy.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model: the policy has no trainable parameters")
+    t = cfg.train
+    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
+
+
+def build_context(cfg: Config, *, policy: Policy | None = None, reward: WeightedSum | None = None, task: Task | None = None) -> RunContext:
+    from digenrl.models.registry import build_policy
+    from digenrl.rewards.registry import build_weighted
+    from digenrl.tasks.base import build_task
+
+    torch.manual_seed(cfg.seed)
+    policy = policy if policy is not None else build_policy(cfg.model)
+    reward = reward if reward is not None else build_weighted(cfg.reward)
+    task = task if task is not None else build_task(cfg.task)
+    optimizer = make_optimizer(policy, cfg)
+    transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm)
+    ema = ParamEMA(policy, cfg.train.ema_decay) if cfg.train.ema_decay is not None else None
+    return RunContext(
+        cfg=cfg,
+        policy=policy,
+        ref_policy=make_reference(policy) if cfg.train.beta_kl > 0 else None,
+        reward=reward,
+        task=task,
+        optimizer=optimizer,
+        transaction=transaction,
+        ema=ema,
+        sampler=sampler_settings(cfg),
+        loss=loss_settings(cfg),
+    )

@@ -1,0 +1,29 @@
+"""Evaluation: ODE sampling (noise_level 0) of a fixed prompt set with fixed seeds; mean reward."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from digenrl.algo.timesteps import TimestepPlan
+from digenrl.models.base import Policy
+from digenrl.rewards.base import WeightedSum
+from digenrl.rollout.records import TrajectoryBatch
+from digenrl.rollout.sampler import SamplerSettings
+from digenrl.train.step_work import generate
+
+EVAL_SEED_OFFSET = 1_000_003  # eval noise is independent of any training step's noise
+
+
+@torch.no_grad()
+def evaluate(policy: Policy, prompts, reward: WeightedSum, settings: SamplerSettings, *, run_seed: int, num_steps: int | None = None) -> tuple[float, TrajectoryBatch]:
+    ode = replace(settings, noise_level=0.0, num_steps=num_steps or settings.num_steps)
+    was_training = policy.training
+    policy.eval()
+    batch = generate(
+        policy, prompts, [0] * len(prompts), step=-1, run_seed=run_seed + EVAL_SEED_OFFSET, version=-1,
+        settings=ode, plan=TimestepPlan((), ()), reward=reward,
+    )
+    policy.train(was_training)
+    return float(batch.rewards.mean()), batch

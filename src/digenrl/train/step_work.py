@@ -1,0 +1,92 @@
+"""The three pieces of one step's work, shared by the reference loop and the disaggregated runtime:
+generating trajectories, scoring + advantages of a complete group, and training a group's chunks."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from digenrl.algo.advantage import AdvantageStats, group_advantages
+from digenrl.algo.timesteps import TimestepPlan
+from digenrl.models.base import Policy
+from digenrl.rewards.base import WeightedSum
+from digenrl.rollout.records import Prompt, TrajectoryBatch
+from digenrl.rollout.sampler import SamplerSettings, sample_trajectories
+from digenrl.train.chunk_loss import CellStats, LossSettings, train_cells
+from digenrl.train.chunks import make_chunks
+
+
+def generate(
+    policy: Policy,
+    prompts: Sequence[Prompt],
+    gens: Sequence[int],
+    *,
+    step: int,
+    run_seed: int,
+    version: int,
+    settings: SamplerSettings,
+    plan: TimestepPlan,
+    reward: WeightedSum | None = None,
+    max_batch: int = 64,
+) -> TrajectoryBatch:
+    """Generate (and, if ``reward`` is given, score) one trajectory per (prompt, generation) pair."""
+    parts = []
+    for i in range(0, len(prompts), max_batch):
+        tb = sample_trajectories(
+            policy, prompts[i : i + max_batch], gens[i : i + max_batch], step=step, run_seed=run_seed, version=version, settings=settings, plan=plan
+        )
+        if reward is not None:
+            tb.rewards, tb.reward_parts = reward.score(tb.images, tb.prompts)
+        parts.append(tb)
+    return TrajectoryBatch.cat(parts)
+
+
+def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, global_std: float | None = None) -> AdvantageStats:
+    """Advantages for the complete groups in ``batch`` (grouped by prompt uid)."""
+    if batch.rewards is None:
+        raise ValueError("advantages need rewards")
+    adv, stats = group_advantages(batch.rewards, batch.uids, std_mode=std_mode, adv_clip_max=adv_clip_max, global_std=global_std)
+    batch.advantages = adv
+    return stats
+
+
+def train_group(
+    policy: Policy,
+    group: TrajectoryBatch,
+    *,
+    settings: LossSettings,
+    loss_scale: float,
+    chunk_generations: int,
+    chunk_timesteps: int,
+    ref_policy: Policy | None = None,
+    record=None,
+) -> CellStats:
+    """Train every cell of one prompt group, chunk by chunk. ``record(cells)`` marks them in the transaction."""
+    uid = group.prompts[0].uid
+    gens = group.gen_index.tolist()
+    total = CellStats()
+    for chunk in make_chunks(gens, group.latents.shape[1], chunk_generations, chunk_timesteps):
+        if record is not None:
+            record([(uid, g, t) for g, t in chunk])
+        total = total.add(train_cells(policy, group, chunk, settings=settings, loss_scale=loss_scale, ref_policy=ref_policy))
+    return total
+
+
+def split_groups(batch: TrajectoryBatch) -> list[TrajectoryBatch]:
+    """The prompt groups of a batch, in order of first appearance."""
+    uids = batch.uids.tolist()
+    order = list(dict.fromkeys(uids))
+    return [batch.select([i for i, u in enumerate(uids) if u == g]) for g in order]
+
+
+def expected_cells(prompts: Sequence[Prompt], num_generations: int, num_trained: int) -> set[tuple[int, int, int]]:
+    return {(p.uid, g, t) for p in prompts for g in range(num_generations) for t in range(num_trained)}
+
+
+def reward_stats(batch: TrajectoryBatch) -> dict[str, float]:
+    r = batch.rewards if batch.rewards is not None else torch.zeros(len(batch))
+    out = {"reward_mean": float(r.mean()), "reward_std": float(r.std(unbiased=False))}
+    for k, v in (batch.reward_parts or {}).items():
+        out[f"reward/{k}"] = float(v.mean())
+    return out

@@ -1,0 +1,94 @@
+"""The per-step gradient transaction.
+
+Between ``begin(step, expected_cells)`` and ``commit()`` gradients only accumulate (each trained cell is
+``record``-ed, and a cell trained twice is refused: invariant I2). ``commit`` refuses an incomplete step,
+sums the gradients over the trainer ranks (one all-reduce per parameter, the only gradient sync of the step),
+clips, takes one optimizer step, clears the gradients and bumps the policy version. ``abort`` drops
+everything, so no partial step is ever committed.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Iterable
+
+import torch
+
+
+class TransactionError(RuntimeError):
+    pass
+
+
+class GradientTransaction:
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        *,
+        max_grad_norm: float | None = None,
+        version: int = 0,
+        process_group=None,
+    ):
+        self.params = [p for p in params if p.requires_grad]
+        self.optimizer = optimizer
+        self.max_grad_norm = max_grad_norm
+        self.version = version
+        self.process_group = process_group
+        self.step: int | None = None
+        self._expected: set[Hashable] | None = None
+        self._done: set[Hashable] = set()
+
+    @property
+    def open(self) -> bool:
+        return self.step is not None
+
+    def begin(self, step: int, expected_cells: Iterable[Hashable] | None = None) -> None:
+        if self.open:
+            raise TransactionError(f"transaction for step {self.step} is still open")
+        self.step = step
+        self._expected = None if expected_cells is None else set(expected_cells)
+        self._done = set()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def record(self, cells: Iterable[Hashable]) -> None:
+        if not self.open:
+            raise TransactionError("record() outside a transaction")
+        for c in cells:
+            if c in self._done:
+                raise TransactionError(f"step {self.step}: cell {c} trained twice")
+            if self._expected is not None and c not in self._expected:
+                raise TransactionError(f"step {self.step}: cell {c} is not part of this step")
+            self._done.add(c)
+
+    def missing(self) -> set[Hashable]:
+        return set() if self._expected is None else self._expected - self._done
+
+    def commit(self, *, check_complete: bool = True) -> dict[str, float]:
+        """One optimizer step for the whole step; returns {"grad_norm": ...}."""
+        if not self.open:
+            raise TransactionError("commit() outside a transaction")
+        if check_complete and self.missing():
+            raise TransactionError(f"step {self.step}: refusing to commit, {len(self.missing())} cells untrained")
+        self._all_reduce()
+        norm = float("nan")
+        if self.max_grad_norm is not None:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        self.step = None
+        return {"grad_norm": norm}
+
+    def abort(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step = None
+        self._done = set()
+
+    def _all_reduce(self) -> None:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(self.process_group) == 1:
+            return
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.process_group)
