@@ -1,0 +1,20 @@
+"""The GPU throughput benchmark stays runnable: --tiny on CPU through the real sampler and trainer paths."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "gpu_throughput.py"
+
+
+def test_gpu_throughput_tiny(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_throughput", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "bench.json"
+    assert mod.main(["--tiny", "--repeats", "1", "--steps", "2", "--prompts", "1", "--generations", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["modes"]) == {"sample", "decode", "train", "step"}
+    assert all(m["images_per_s"] > 0 for m in report["modes"].values())
+    assert report["meta"]["trainable_params"] < report["meta"]["transformer_params"]  # LoRA-only trainables
+    assert report["meta"]["trained_steps"] == 2

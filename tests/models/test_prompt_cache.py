@@ -1,0 +1,132 @@
+"""Prompt-embedding cache (text encoders run once, then dropped) and refusal of incomplete model directories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import weakref
+
+import pytest
+import torch
+
+import tiny_diffusers as td
+from digenrl.config import ModelConfig
+from digenrl.models.diffusers_files import ModelFilesError
+from digenrl.models.prompt_cache import PromptCache, PromptCacheMiss
+from digenrl.models.registry import build_policy
+from digenrl.rollout.records import Prompt
+
+TEXTS = ["a red cat", "a big dog", "the small green photo"]
+OPTS = {"height": 16, "width": 16, "max_sequence_length": 8}
+
+
+@pytest.fixture(scope="module")
+def flux_dir(tmp_path_factory):
+    return td.save_flux(tmp_path_factory.mktemp("flux") / "model")
+
+
+def policy(path, cache, **options):
+    return build_policy(ModelConfig(kind="flux", path=str(path), prompt_cache_dir=str(cache) if cache else None,
+                                    options={**OPTS, **options}))  # fmt: skip
+
+
+def test_cache_matches_pipeline_encoder_and_encoders_can_be_dropped(flux_dir, tmp_path):
+    from diffusers import FluxPipeline
+
+    pol = policy(flux_dir, tmp_path / "cache")
+    assert pol.has_text_encoders
+    te_ref = weakref.ref(pol._pipe.text_encoder_2)
+    n_params = sum(p.numel() for p in pol.parameters())
+    assert pol.cache_prompts(TEXTS, drop_encoders=True) == len(TEXTS) + 1  # + the negative prompt
+    assert not pol.has_text_encoders and pol._pipe.text_encoder is None and pol._pipe.tokenizer_2 is None
+    assert te_ref() is None  # the T5 encoder is freed, not just detached
+    assert sum(p.numel() for p in pol.parameters()) == n_params  # encoders were never trainable submodules
+
+    cond = pol.encode_prompts([Prompt(i, t) for i, t in enumerate(TEXTS)])
+    pipe = FluxPipeline.from_pretrained(str(flux_dir), local_files_only=True)
+    pe, pooled, _ = pipe.encode_prompt(prompt=TEXTS, prompt_2=None, max_sequence_length=8)
+    torch.testing.assert_close(cond["prompt_embeds"], pe)
+    torch.testing.assert_close(cond["pooled_prompt_embeds"], pooled)
+
+    with pytest.raises(PromptCacheMiss, match="not in the prompt cache"):
+        pol.encode_prompts([Prompt(9, "a blue dog")])
+    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == len(TEXTS) + 1
+
+
+def test_precomputed_cache_without_text_encoders(flux_dir, tmp_path):
+    pol = policy(flux_dir, tmp_path / "cache")
+    pol.cache_prompts(TEXTS)
+    expected = pol.encode_prompts([Prompt(0, TEXTS[1])])
+
+    bare = tmp_path / "bare"  # a model directory that ships no text encoders at all
+    shutil.copytree(flux_dir, bare)
+    for comp in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"):
+        shutil.rmtree(bare / comp)
+    worker = policy(bare, tmp_path / "cache")
+    assert not worker.has_text_encoders
+    got = worker.encode_prompts([Prompt(0, TEXTS[1])])
+    for k in expected:
+        torch.testing.assert_close(got[k], expected[k])
+    assert worker.null_cond(3)["prompt_embeds"].shape[0] == 3
+
+    with pytest.raises(ValueError, match="no prompt cache manifest"):
+        policy(bare, tmp_path / "empty-cache")
+    with pytest.raises(ModelFilesError, match="text_encoder/"):
+        policy(bare, None)
+
+
+def test_encoder_options_change_the_key(flux_dir, tmp_path):
+    a = policy(flux_dir, tmp_path / "c")
+    b = policy(flux_dir, tmp_path / "c", max_sequence_length=6)
+    assert a.prompt_cache.encoder_id != b.prompt_cache.encoder_id
+    a.cache_prompts(TEXTS[:1])
+    assert b.prompt_cache.missing(TEXTS[:1]) == TEXTS[:1]  # no stale rows from another encoding
+    assert b.encode_prompts([Prompt(0, TEXTS[0])])["prompt_embeds"].shape[1] == 6
+    assert set(PromptCache.read_encoder_ids(tmp_path / "c")) == {a.prompt_cache.encoder_id, b.prompt_cache.encoder_id}
+
+
+def test_missing_or_incomplete_model_dirs_are_refused(tmp_path):
+    sd3 = td.save_sd3(tmp_path / "sd3")
+    with pytest.raises(ModelFilesError, match="does not exist"):
+        build_policy(ModelConfig(kind="sd3", path=str(tmp_path / "nope")))
+    with pytest.raises(ModelFilesError, match="model.path"):
+        build_policy(ModelConfig(kind="wan", path=None))
+    for weights in (sd3 / "vae").glob("*.safetensors"):
+        weights.unlink()
+    shutil.rmtree(sd3 / "scheduler")
+    with pytest.raises(ModelFilesError) as err:
+        build_policy(ModelConfig(kind="sd3", path=str(sd3)))
+    msg = str(err.value)
+    assert str(sd3) in msg and "vae/*.safetensors" in msg and "scheduler/ (subfolder)" in msg
+    (sd3 / "model_index.json").write_text("{not json")
+    with pytest.raises(ModelFilesError, match="model_index.json"):
+        build_policy(ModelConfig(kind="sd3", path=str(sd3)))
+
+
+def test_cache_rows_round_trip(tmp_path):
+    cache = PromptCache(tmp_path, "fam-1")
+    cond = {"e": torch.randn(2, 3, 4), "m": torch.tensor([[1, 1, 0], [1, 0, 0]])}
+    cache.put(["x", "y"], cond)
+    fresh = PromptCache(tmp_path, "fam-1")  # new process: reads from disk
+    out = fresh.get(["y", "x", "y"])
+    torch.testing.assert_close(out["e"], cond["e"][[1, 0, 1]])
+    torch.testing.assert_close(out["m"], cond["m"][[1, 0, 1]])
+    assert json.loads((tmp_path / "manifest.json").read_text())["encoder_ids"] == ["fam-1"]
+    with pytest.raises(PromptCacheMiss, match="'z'"):
+        fresh.get(["z"])
+
+
+def test_cache_prompts_cli(flux_dir, tmp_path, capsys):
+    from digenrl.models.prompt_cache import main
+
+    prompts = tmp_path / "train.jsonl"
+    prompts.write_text('{"prompt": "a red cat"}\n{"prompt": "a big dog"}\n')
+    args = ["model.kind=flux", f"model.path={flux_dir}", f"model.prompt_cache_dir={tmp_path / 'c'}",
+            f"model.options={{height: 16, width: 16, max_sequence_length: 8}}", "task.name=text",
+            f"task.prompts_file={prompts}"]  # fmt: skip
+    assert main(args) == 0
+    assert "cached 3 new prompt embeddings" in capsys.readouterr().out  # 2 prompts + the negative prompt
+    assert main(["model.nope=1"]) == 2
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n{"text": 1}\n')
+    assert main(args[:-1] + [f"task.prompts_file={tmp_path / 'bad.jsonl'}"]) == 2
+    assert "bad.jsonl:2" in capsys.readouterr().out
