@@ -1,0 +1,83 @@
+"""Spans and the Chrome trace writer (open the JSON in https://ui.perfetto.dev or chrome://tracing).
+
+A ``Span`` is one interval of one worker doing one kind of thing. ``sim`` produces them in virtual seconds,
+``runtime`` in wall seconds; both write the same trace and the same Gantt chart (``observe.gantt``).
+
+Trace layout: one process per pool (``Span.pool``, e.g. "generator" / "trainer"), one thread (row) per
+worker, one complete event ("ph": "X") per span, times in microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+KINDS = ("generate", "tag", "train", "commit", "publish", "switch", "idle")
+
+
+@dataclass(frozen=True)
+class Span:
+    worker: str
+    kind: str      # one of KINDS (others are allowed and drawn in grey)
+    start: float   # seconds
+    end: float     # seconds, >= start
+    label: str = ""
+    pool: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.end >= self.start:
+            raise ValueError(f"span {self.worker}/{self.kind}: end {self.end} < start {self.start}")
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+def worker_order(spans: Iterable[Span], workers: Sequence[str] | None = None) -> list[str]:
+    """Rows: ``workers`` if given, else workers in order of first appearance."""
+    if workers is not None:
+        return list(workers)
+    seen: dict[str, None] = {}
+    for s in spans:
+        seen.setdefault(s.worker, None)
+    return list(seen)
+
+
+def chrome_trace(spans: Sequence[Span], workers: Sequence[str] | None = None) -> dict:
+    """The trace as a JSON-serialisable dict."""
+    rows = worker_order(spans, workers)
+    pools: dict[str, int] = {}
+    pool_of = {}
+    for s in spans:
+        pool_of.setdefault(s.worker, s.pool or "workers")
+    for w in rows:
+        pools.setdefault(pool_of.get(w, "workers"), len(pools))
+    tid = {w: i for i, w in enumerate(rows)}
+    events: list[dict] = []
+    for name, pid in pools.items():
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+    for w in rows:
+        pid = pools[pool_of.get(w, "workers")]
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid[w], "args": {"name": w}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid[w],
+                       "args": {"sort_index": tid[w]}})
+    for s in spans:
+        if s.worker not in tid:
+            continue
+        events.append({"ph": "X", "name": s.kind, "cat": s.kind, "pid": pools[pool_of[s.worker]],
+                       "tid": tid[s.worker], "ts": s.start * 1e6, "dur": s.duration * 1e6,
+                       "args": {"label": s.label}})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_chrome_trace(spans: Sequence[Span], path: str | Path, workers: Sequence[str] | None = None) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(chrome_trace(spans, workers)))
+    return path
+
+
+def spans_to_dicts(spans: Iterable[Span]) -> list[dict]:
+    return [asdict(s) for s in spans]

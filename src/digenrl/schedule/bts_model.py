@@ -1,0 +1,268 @@
+"""What BTS reasons about: a snapshot of the current step, its exact no-TAG prediction, and the compressed
+state the search memoizes on (DESIGN.md section 2.4).
+
+Within step k (TSP modes, the only ones with TAG) the scheduler's policy is two greedy list schedules:
+
+1. rollout: each generator, when free, takes the next pending fragment (dispatch order); a fragment's end is
+   ``free + Generate(size)``; a group's rewards are in at the max end over its fragments;
+2. training: chunks enter the FIFO ready queue when their group completes (groups in completion order) and
+   the earliest-free trainer rank takes the head: ``start = max(free, release)``, ``end = start + Train(c)``.
+
+The commit of the step ends at ``max(chunk ends) + Commit``. ``predict_commit`` evaluates this exactly (same
+float operations as the simulator), assuming no further TAG decision ("SkipBubble from now on"); it is the
+safety check that makes BTS never worse than no TAG with exact costs.
+
+The search works on ``State``: the same situation relative to *now* in integer ticks of ``quantum`` seconds,
+with groups renumbered from the first incomplete one, and only counts where identities do not matter:
+
+    State = (nxt, left, gens, ranks, ready)
+      nxt   pending fragments start at this index (relative to the first incomplete group x F)
+      left  groups from the first incomplete one to the end of the step
+      gens  sorted (end tick, group) of generators busy with this step's fragments
+      ranks sorted (end tick, TAG group or -1, last action was Generate) of all trainer ranks (idle: end 0)
+      ready remaining chunk counts per ready group, in queue order
+
+Equal situations (up to a shift of time and group numbering, and up to the quantum) give equal States.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from .cost import Durations
+from .layout import tsp_chunks
+from .plan import StepPlan
+
+State = tuple  # (nxt, left, gens, ranks, ready), see module docstring
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The scheduler's view of the current step at a bubble (absolute times, seconds).
+
+    pending: (group, size) of the step's undispatched fragments in dispatch order.
+    generators: per generator, (free time, group of its in-flight fragment of this step, or -1).
+    ranks: per trainer rank in plan order, (free time, group of its in-flight TAG fragment or -1, last action
+      was a Generate). idle: indices of ranks that are idle now (free, no work).
+    ready: remaining chunk counts per group in ready-queue order (a group's chunks enter the queue together,
+      in tiling order, and leave from the head, so its ready chunks are the last ``n`` of its tiling).
+    incomplete: groups whose rewards are not all in.
+    """
+
+    now: float
+    step: int
+    pending: tuple[tuple[int, int], ...]
+    generators: tuple[tuple[float, int], ...]
+    ranks: tuple[tuple[float, int, bool], ...]
+    idle: tuple[int, ...]
+    ready: tuple[int, ...]
+    incomplete: tuple[int, ...]
+
+
+def tag_targets(snap: Snapshot, k: int) -> list[int]:
+    """The idle ranks that receive the k TAG fragments: ranks already in generation mode first (no switch)."""
+    order = sorted(snap.idle, key=lambda r: (not snap.ranks[r][2], r))
+    return order[:k]
+
+
+class StepModel:
+    """Static structure of a step (fragment and chunk sizes) priced by ``Durations``."""
+
+    def __init__(self, plan: StepPlan, dur: Durations):
+        self.plan, self.dur = plan, dur
+        g, f = plan.generations, plan.fragment_size
+        self.frag_sizes = tuple(min(f, g - lo) for lo in range(0, g, f))  # per position in a group
+        self.F = len(self.frag_sizes)
+        self.P = plan.prompts
+        self.chunk_sizes = tuple(c.size for c in tsp_chunks(plan, 0, 0))
+        self.C = len(self.chunk_sizes)
+        self.n_gen, self.n_rank = len(plan.generators), len(plan.trainers)
+
+    # ---- exact prediction (absolute float seconds) ---------------------------------------------------
+    def predict_commit(self, snap: Snapshot, k: int) -> float:
+        """End of the step's commit if ``k`` pending fragments go to idle ranks now and no TAG follows."""
+        dur, now = self.dur, snap.now
+        done: dict[int, float] = {}
+        rank_free = [r[0] for r in snap.ranks]
+        for r, (end, grp, _) in enumerate(snap.ranks):
+            if grp >= 0:
+                done[grp] = max(done.get(grp, end), end)
+        for r, (grp, size) in zip(tag_targets(snap, k), snap.pending[:k]):
+            end = now + dur.generate(size, True, not snap.ranks[r][2])
+            rank_free[r] = end
+            done[grp] = max(done.get(grp, end), end)
+        gens = []
+        for end, grp in snap.generators:
+            gens.append(end)
+            if grp >= 0:
+                done[grp] = max(done.get(grp, end), end)
+        heapq.heapify(gens)
+        for grp, size in snap.pending[k:]:
+            end = gens[0] + dur.generate(size, False, False)
+            heapq.heapreplace(gens, end)
+            done[grp] = max(done.get(grp, end), end)
+        sizes, C = self.chunk_sizes, self.C
+        jobs = [(now, c) for rem in snap.ready for c in sizes[C - rem:]]
+        for grp in sorted(snap.incomplete, key=lambda g: (done[g], g)):
+            jobs.extend((done[grp], c) for c in self.chunk_sizes)
+        heapq.heapify(rank_free)
+        for release, cells in jobs:
+            start = max(rank_free[0], release)
+            heapq.heapreplace(rank_free, start + dur.train(cells))
+        return max(rank_free) + dur.commit()
+
+
+class TickModel:
+    """The step structure in integer ticks, and the abstract dynamics the search explores."""
+
+    def __init__(self, model: StepModel, quantum: float):
+        if not quantum > 0:
+            raise ValueError(f"quantum: must be > 0 (got {quantum!r})")
+        self.q, self.m = quantum, model
+        d = model.dur
+        self.gen = tuple(self.ticks(d.generate(s, False, False)) for s in model.frag_sizes)
+        self.tag = tuple(self.ticks(d.generate(s, True, False)) for s in model.frag_sizes)
+        self.switch = {s: self.ticks(d.generate(s, True, True)) for s in model.frag_sizes}
+        self.chunk = tuple(self.ticks(d.train(c)) for c in model.chunk_sizes)
+        self.commit = self.ticks(d.commit())
+        self.F, self.C, self.P = model.F, model.C, model.P
+        self.n_gen, self.n_rank = model.n_gen, model.n_rank
+
+    def ticks(self, seconds: float) -> int:
+        return max(1, int(round(seconds / self.q)))
+
+    def rel(self, t: float, now: float) -> int:
+        return max(0, int(round((t - now) / self.q)))
+
+    # ---- compression -------------------------------------------------------------------------------
+    def compress(self, snap: Snapshot) -> State:
+        """Snapshot -> State (relative, quantized, renumbered). Groups before the first incomplete one are done."""
+        F, now = self.F, snap.now
+        first = min([g for g, _ in snap.pending[:1]] + list(snap.incomplete) + [self.P])
+        pend_abs = self.P * F - len(snap.pending)  # pending fragments are a suffix of the dispatch order
+        gens = tuple(sorted((self.rel(e, now), g - first if g >= 0 else -1)
+                            for e, g in snap.generators if e > now or g >= 0))
+        idle = set(snap.idle)
+        ranks = tuple(sorted(
+            (0 if r in idle else max(1, self.rel(e, now)), g - first if g >= 0 else -1, int(lg))
+            for r, (e, g, lg) in enumerate(snap.ranks)))
+        return (pend_abs - first * F, self.P - first, gens, ranks, tuple(snap.ready))
+
+    # ---- abstract dynamics -------------------------------------------------------------------------
+    def leaf(self, st: State) -> int:
+        """Ticks until the commit ends if no TAG is inserted from this state on (two list schedules)."""
+        nxt, left, gens, ranks, ready = st
+        F, C = self.F, self.C
+        done: dict[int, int] = {}
+        for e, g in gens:
+            if g >= 0:
+                done[g] = max(done.get(g, 0), e)
+        for e, g, _ in ranks:
+            if g >= 0:
+                done[g] = max(done.get(g, 0), e)
+        free = [e for e, _ in gens] + [0] * (self.n_gen - len(gens))
+        heapq.heapify(free)
+        for i in range(nxt, left * F):
+            e = free[0] + self.gen[i % F]
+            heapq.heapreplace(free, e)
+            g = i // F
+            if done.get(g, 0) < e:
+                done[g] = e
+        jobs = [(0, c) for rem in ready for c in self.chunk[C - rem:]]
+        for g in sorted(done, key=lambda g: (done[g], g)):
+            jobs.extend((done[g], c) for c in self.chunk)
+        rf = [e for e, _, _ in ranks]
+        heapq.heapify(rf)
+        for rel, c in jobs:
+            s = rf[0] if rf[0] > rel else rel
+            heapq.heapreplace(rf, s + c)
+        return max(rf) + self.commit
+
+    def idle_count(self, st: State) -> int:
+        return sum(1 for e, g, _ in st[3] if e == 0 and g < 0)
+
+    def pending_count(self, st: State) -> int:
+        return st[1] * self.F - st[0]
+
+    def advance(self, st: State, k: int) -> tuple[int, State | None]:
+        """Insert k TAG fragments now, run to the next bubble. Returns (ticks elapsed, bubble state) or
+        (ticks to the commit end, None) when the step ends without another bubble."""
+        nxt, left, gens0, ranks0, ready0 = st
+        F, C, total, gen, chunk = self.F, self.C, left * self.F, self.gen, self.chunk
+        out: dict[int, int] = {}
+        for i in range(nxt, total):
+            out[i // F] = out.get(i // F, 0) + 1
+        gens = [list(x) for x in gens0]
+        for _, g in gens0:
+            if g >= 0:
+                out[g] = out.get(g, 0) + 1
+        ranks = [list(x) for x in ranks0]
+        for _, g, _ in ranks0:
+            if g >= 0:
+                out[g] = out.get(g, 0) + 1
+        ready = list(ready0)
+        for _ in range(self.n_gen - len(gens)):  # idle generators take pending work first
+            if nxt < total:
+                gens.append([gen[nxt % F], nxt // F])
+                nxt += 1
+        idle = sorted((i for i, r in enumerate(ranks) if r[0] == 0 and r[1] < 0), key=lambda i: -ranks[i][2])
+        for i in idle[:k]:
+            if nxt >= total:
+                break
+            pos = nxt % F
+            ranks[i] = [self.tag[pos] if ranks[i][2] else self.switch[self.m.frag_sizes[pos]], nxt // F, 1]
+            nxt += 1
+        t = 0
+        while True:
+            t_next = None
+            for x in gens:
+                if t_next is None or x[0] < t_next:
+                    t_next = x[0]
+            for x in ranks:
+                if x[0] > t and (t_next is None or x[0] < t_next):
+                    t_next = x[0]
+            if t_next is None:  # nothing in flight: the step's work is done
+                return max([t] + [x[0] for x in ranks]) + self.commit, None
+            t = t_next
+            keep = []
+            for x in gens:
+                if x[0] == t:
+                    g = x[1]
+                    if g >= 0:
+                        out[g] -= 1
+                        if out[g] == 0:
+                            ready.append(C)
+                    if nxt < total:
+                        keep.append([t + gen[nxt % F], nxt // F])
+                        nxt += 1
+                else:
+                    keep.append(x)
+            gens = keep
+            freed = []
+            for x in ranks:
+                if x[0] == t:
+                    freed.append(x)
+                    if x[1] >= 0:
+                        g = x[1]
+                        out[g] -= 1
+                        if out[g] == 0:
+                            ready.append(C)
+                        x[1] = -1
+            for x in ranks:
+                if x[0] <= t and ready:
+                    rem = ready[0]
+                    x[0], x[2] = t + chunk[C - rem], 0
+                    if rem == 1:
+                        ready.pop(0)
+                    else:
+                        ready[0] = rem - 1
+            if nxt < total and any(x[0] == t for x in freed):
+                return t, self._rebase(t, nxt, left, gens, ranks, ready, out)
+
+    def _rebase(self, t, nxt, left, gens, ranks, ready, out) -> State:
+        F = self.F
+        first = min([g for g, n in out.items() if n > 0] + [left])
+        gens_t = tuple(sorted((e - t, g - first if g >= 0 else -1) for e, g in gens))
+        ranks_t = tuple(sorted((max(0, e - t), g - first if g >= 0 else -1, lg) for e, g, lg in ranks))
+        return (nxt - first * F, left - first, gens_t, ranks_t, tuple(ready))

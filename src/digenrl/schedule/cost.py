@@ -1,0 +1,126 @@
+"""The cost-model interface: per-operation seconds as a function of batch size and pool.
+
+Both executors and BTS price an action with ``Durations`` (one formula, so that with exact costs BTS predicts
+the simulated times to the last bit). A cost model only has to answer ``time(op, batch, pool)``:
+
+=============  ==================================================  =================================
+op             meaning                                             batch
+=============  ==================================================  =================================
+denoise        one denoising step of the transformer (incl. CFG)   generations
+vae_decode     decode final latents to pixels                      generations
+reward         score decoded samples                               generations
+transfer       move trajectories (latents, log-probs) to trainers  generations
+train_chunk    forward + backward of one packed chunk              cells (generation x timestep)
+allreduce      gradient synchronisation at the commit              1
+optimizer      optimizer step                                      1
+publish        push the new weights to the generator pool          1
+tag_switch     trainer rank builds its inference copy (TAG)        1
+=============  ==================================================  =================================
+
+``pool`` is ``"generator"`` or ``"trainer"`` (heterogeneous clusters: the pools can be different GPUs; TAG
+and colocated generation run the generation ops on the trainer pool).
+
+Action durations (seconds)::
+
+    Generate(n gens) = T * denoise(n) + vae_decode(n) + reward(n) + transfer(n) [disaggregated]
+                       + tag_switch(1) [if action.switch]
+    Train(c cells)   = train_chunk(c)
+    Commit           = allreduce(1) + optimizer(1)
+    Publish          = publish(1)            (0 in colocated mode: nothing to send)
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from .actions import Action, Commit, Generate, Publish, Train
+from .plan import StepPlan
+
+GENERATOR = "generator"
+TRAINER = "trainer"
+POOLS = (GENERATOR, TRAINER)
+
+
+class Op(str, Enum):
+    DENOISE = "denoise"
+    VAE_DECODE = "vae_decode"
+    REWARD = "reward"
+    TRANSFER = "transfer"
+    TRAIN_CHUNK = "train_chunk"
+    ALLREDUCE = "allreduce"
+    OPTIMIZER = "optimizer"
+    PUBLISH = "publish"
+    TAG_SWITCH = "tag_switch"
+
+
+OPS: tuple[str, ...] = tuple(o.value for o in Op)
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Seconds of one operation over ``batch`` items on a GPU of ``pool``."""
+
+    def time(self, op: str, batch: int, pool: str) -> float: ...
+
+
+class Durations:
+    """Prices actions of one plan with one cost model (memoized by shape, never by identity)."""
+
+    def __init__(self, plan: StepPlan, cost: CostModel):
+        self.plan = plan
+        self.cost = cost
+        self._cache: dict[tuple, float] = {}
+
+    def generate(self, size: int, on_trainer: bool, switch: bool) -> float:
+        key = ("g", size, on_trainer, switch)
+        d = self._cache.get(key)
+        if d is None:
+            pool = TRAINER if on_trainer else GENERATOR
+            c, p = self.cost, self.plan
+            d = (p.sampling_steps * c.time(Op.DENOISE.value, size, pool)
+                 + c.time(Op.VAE_DECODE.value, size, pool) + c.time(Op.REWARD.value, size, pool))
+            if p.mode.disaggregated:
+                d += c.time(Op.TRANSFER.value, size, pool)
+            if switch:
+                d += c.time(Op.TAG_SWITCH.value, 1, TRAINER)
+            self._cache[key] = d = _check(d, "Generate")
+        return d
+
+    def train(self, cells: int) -> float:
+        key = ("t", cells)
+        d = self._cache.get(key)
+        if d is None:
+            self._cache[key] = d = _check(self.cost.time(Op.TRAIN_CHUNK.value, cells, TRAINER), "Train")
+        return d
+
+    def commit(self) -> float:
+        d = self._cache.get(("c",))
+        if d is None:
+            d = self.cost.time(Op.ALLREDUCE.value, 1, TRAINER) + self.cost.time(Op.OPTIMIZER.value, 1, TRAINER)
+            self._cache[("c",)] = d = _check(d, "Commit")
+        return d
+
+    def publish(self) -> float:
+        d = self._cache.get(("p",))
+        if d is None:
+            d = self.cost.time(Op.PUBLISH.value, 1, TRAINER) if self.plan.mode.disaggregated else 0.0
+            self._cache[("p",)] = d = _check(d, "Publish")
+        return d
+
+    def of(self, action: Action) -> float:
+        if isinstance(action, Generate):
+            return self.generate(action.fragment.size, self.plan.is_trainer(action.worker), action.switch)
+        if isinstance(action, Train):
+            return self.train(action.chunk.size)
+        if isinstance(action, Commit):
+            return self.commit()
+        if isinstance(action, Publish):
+            return self.publish()
+        raise TypeError(f"not an action: {action!r}")
+
+
+def _check(d: float, what: str) -> float:
+    if not (d >= 0.0) or d == float("inf"):
+        raise ValueError(f"cost model gave an invalid duration for {what}: {d!r}")
+    return float(d)

@@ -1,0 +1,94 @@
+"""Work identifiers and how a step's work is cut into them.
+
+A **Fragment** is (step, group, generation indices): rollout work on one prompt group. A **Chunk** is
+(step, group, cells) with cells = (generation, trained-timestep index) pairs: training work, one packed
+forward+backward. Both are plain frozen dataclasses (hashable, picklable), so a runtime can ship them.
+
+Tilings (each cell of the G x S grid of a group appears in exactly one chunk, so the per-step loss, with each
+cell scaled by 1 / (B * S) by the trainer, is the same whatever the tiling):
+
+* classic layout (non-TSP modes): one chunk = "one trained timestep x the rank's data-parallel shard of the
+  group's generations", one chunk per timestep. The shard follows the unit of work that is available at once:
+  with a full-batch barrier (``naive``, ``colocated``) the step's B trajectories b = group * G + generation
+  are split into N_t contiguous shards (b -> rank floor(b * N_t / B), a sequential distributed sampler), so a
+  rank's chunks are as large as its local batch allows; in ``gap`` groups arrive one by one, so each group is
+  sharded over all ranks (b -> rank b mod N_t). A rank without a generation in the group has no chunk for it
+  (it idles while that group trains: this is what TSP removes).
+* TSP layout: the grid is tiled timestep-major by blocks of ``chunk_generations x chunk_timesteps`` (edge
+  tiles are smaller): for each block of timesteps, for each block of generations, one chunk. Chunks go to any
+  free trainer rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .plan import StepPlan
+
+
+@dataclass(frozen=True, order=True)
+class Fragment:
+    step: int
+    group: int
+    generations: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.generations)
+
+
+@dataclass(frozen=True, order=True)
+class Chunk:
+    step: int
+    group: int
+    cells: tuple[tuple[int, int], ...]  # (generation index, trained-timestep index)
+
+    @property
+    def size(self) -> int:
+        return len(self.cells)
+
+
+def group_fragments(plan: StepPlan, step: int, group: int) -> list[Fragment]:
+    """Consecutive blocks of ``fragment_size`` generations of one group, in generation order."""
+    g, f = plan.generations, plan.fragment_size
+    return [Fragment(step, group, tuple(range(lo, min(lo + f, g)))) for lo in range(0, g, f)]
+
+
+def step_fragments(plan: StepPlan, step: int) -> list[Fragment]:
+    """The dispatch order of a step: group by group (GAP: replicas cooperate on the earliest groups)."""
+    return [fr for grp in range(plan.prompts) for fr in group_fragments(plan, step, grp)]
+
+
+def tsp_chunks(plan: StepPlan, step: int, group: int) -> list[Chunk]:
+    """Timestep-major tiling of the G x S grid by ``chunk_generations x chunk_timesteps`` blocks."""
+    g, s = plan.generations, plan.trained_timesteps
+    cg, cs = min(plan.chunk_generations, g), min(plan.chunk_timesteps, s)
+    out = []
+    for t0 in range(0, s, cs):
+        for g0 in range(0, g, cg):
+            cells = tuple((i, j) for j in range(t0, min(t0 + cs, s)) for i in range(g0, min(g0 + cg, g)))
+            out.append(Chunk(step, group, cells))
+    return out
+
+
+def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...]:
+    """Generations of ``group`` in the data-parallel shard of trainer rank ``rank_index``."""
+    n, g, b = len(plan.trainers), plan.generations, plan.batch
+    if plan.mode.pipelined:
+        return tuple(i for i in range(g) if (group * g + i) % n == rank_index)
+    return tuple(i for i in range(g) if (group * g + i) * n // b == rank_index)
+
+
+def classic_chunks(plan: StepPlan, step: int, group: int) -> dict[int, list[Chunk]]:
+    """rank index -> that rank's chunks of the group: one per trained timestep over its shard."""
+    out: dict[int, list[Chunk]] = {}
+    for r in range(len(plan.trainers)):
+        shard = classic_shard(plan, group, r)
+        if shard:
+            out[r] = [Chunk(step, group, tuple((i, j) for i in shard)) for j in range(plan.trained_timesteps)]
+    return out
+
+
+def group_cells(plan: StepPlan) -> set[tuple[int, int]]:
+    """All cells of one group's grid (for checks)."""
+    return {(i, j) for i in range(plan.generations) for j in range(plan.trained_timesteps)}

@@ -1,0 +1,26 @@
+"""Per-step statistics the scheduler keeps (times are the executor's event times)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class StepStats:
+    step: int
+    first_dispatch: float | None = None   # first Generate of the step
+    rewards_in: float | None = None       # last FragmentGenerated of the step
+    committed: float | None = None        # Committed event
+    published: float | None = None        # Published event (version step + 1)
+    fragments: int = 0
+    tag_fragments: int = 0
+    tag_generations: int = 0
+    stale_fragments: int = 0
+    stale_generations: int = 0
+    chunks: int = 0
+    bubbles: int = 0                      # BTS decisions taken during the step
+    generations: int = 0                  # B
+
+    @property
+    def stale_fraction(self) -> float:
+        return self.stale_generations / self.generations if self.generations else 0.0

@@ -1,0 +1,184 @@
+"""``digenrl simulate``: compare the execution modes of one workload in virtual time.
+
+Prints a table (or ``--json`` rows) per mode: step time, speedup over ``naive`` and over ``colocated``,
+generator and trainer idle shares, TAG fragments per step and stale share; optionally writes a Chrome trace
+and a Gantt chart of one mode. Without ``--gen-gpus`` every disaggregated mode gets its own best
+generator/trainer split (reported). Bad input exits with code 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+from ..schedule import MODES, Mode
+from .executor import SimResult
+from .planner import ModeRun, Setup, SetupError, run_mode
+from .presets import WORKLOADS, PresetError, model_preset, testbed_preset
+from .profile import ProfileError, load_profile
+
+ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
+            "stale_fraction")
+
+
+class CliError(ValueError):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="digenrl simulate", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="flux | wan | hunyuan | qwen-image")
+    ap.add_argument("--testbed", required=True, help="A | B | C | A+C")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs used (default: the whole testbed)")
+    ap.add_argument("--gen-gpus", type=int, default=None, help="generator GPUs (default: searched per mode)")
+    ap.add_argument("--sampling-steps", type=int, default=None, help="T (default 20)")
+    ap.add_argument("--timestep-fraction", type=float, default=None, help="trained share of T (default 0.6)")
+    ap.add_argument("--prompts", type=int, default=None, help="P prompts per step (model default)")
+    ap.add_argument("--generations", type=int, default=None, help="G generations per prompt (model default)")
+    ap.add_argument("--modes", nargs="+", default=list(MODES), help=f"subset of: {' '.join(MODES)}")
+    ap.add_argument("--steps", type=int, default=20, help="optimizer steps simulated (default 20)")
+    ap.add_argument("--max-stale-fraction", type=float, default=0.5, help="TCSS cap for 'full' (default 0.5)")
+    ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma of op-time noise (default 0)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", default=None, help="measured cost profile JSON (replaces the roofline)")
+    ap.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    ap.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of --trace-mode here")
+    ap.add_argument("--gantt", default=None, help="write a Gantt PNG of --trace-mode here")
+    ap.add_argument("--trace-mode", default=None, help="mode drawn by --trace/--gantt (default: last of --modes)")
+    ap.add_argument("--gantt-steps", type=int, default=3, help="steps shown in the Gantt chart (default 3)")
+    return ap
+
+
+def _setup(args) -> Setup:
+    model = model_preset(args.model)
+    testbed = testbed_preset(args.testbed)
+    for m in args.modes:
+        if m not in MODES:
+            raise CliError(f"--modes: unknown mode {m!r} (choose from {', '.join(MODES)})")
+    if args.trace_mode is not None and args.trace_mode not in args.modes:
+        raise CliError(f"--trace-mode: {args.trace_mode!r} is not among --modes")
+    gpus = testbed.total if args.gpus is None else args.gpus
+    if gpus < 2 or gpus > testbed.total:
+        raise CliError(f"--gpus: {gpus} is outside 2..{testbed.total} for testbed {testbed.name}")
+    if args.gen_gpus is not None and not 1 <= args.gen_gpus < gpus:
+        raise CliError(f"--gen-gpus: {args.gen_gpus} must be at least 1 and less than --gpus ({gpus})")
+    w = WORKLOADS[args.model]
+    changes = {}
+    for opt, field, lo in (("sampling_steps", "sampling_steps", 1), ("prompts", "prompts", 1),
+                           ("generations", "generations", 1)):
+        v = getattr(args, opt)
+        if v is not None:
+            if v < lo:
+                raise CliError(f"--{opt.replace('_', '-')}: must be >= {lo} (got {v})")
+            changes[field] = v
+    if args.timestep_fraction is not None:
+        if not 0.0 < args.timestep_fraction <= 1.0:
+            raise CliError(f"--timestep-fraction: must lie in (0, 1] (got {args.timestep_fraction})")
+        changes["timestep_fraction"] = args.timestep_fraction
+    if args.steps < 1:
+        raise CliError(f"--steps: must be >= 1 (got {args.steps})")
+    if not 0.0 <= args.max_stale_fraction <= 1.0:
+        raise CliError(f"--max-stale-fraction: must lie in [0, 1] (got {args.max_stale_fraction})")
+    if args.jitter < 0:
+        raise CliError(f"--jitter: must be >= 0 (got {args.jitter})")
+    if args.gantt_steps < 1:
+        raise CliError(f"--gantt-steps: must be >= 1 (got {args.gantt_steps})")
+    profile = load_profile(args.profile) if args.profile else None
+    return Setup(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile)
+
+
+def run_modes(setup: Setup, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
+              record_mode: str | None = None) -> dict[str, ModeRun]:
+    """Every requested mode plus the two baselines (``naive``, ``colocated``) needed for the speedups."""
+    runs: dict[str, ModeRun] = {}
+    for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
+        runs[m] = run_mode(setup, m, gen_gpus if m != "colocated" else None, jitter, seed,
+                           record=(m == record_mode))
+    return runs
+
+
+def rows_of(runs: dict[str, ModeRun], modes: list[str]) -> list[dict]:
+    naive, coloc = runs["naive"].result.step_time, runs["colocated"].result.step_time
+    rows = []
+    for m in modes:
+        r = runs[m]
+        res: SimResult = r.result
+        rows.append({
+            "mode": m, "step_time_s": res.step_time,
+            "speedup_vs_naive": naive / res.step_time, "speedup_vs_colocated": coloc / res.step_time,
+            "gen_idle": res.gen_idle, "trainer_idle": res.trainer_idle, "stale_fraction": res.stale_fraction,
+            "tag_fragments_per_step": res.tag_fragments_per_step,
+            "gen_gpus": r.n_gen, "trainer_gpus": r.n_train, "fragment_size": r.plan.fragment_size,
+            "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps] if Mode(m).tsp else None,
+            "note": r.note,
+        })
+    return rows
+
+
+def print_table(rows: list[dict], title: str) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is a dependency
+        for r in rows:
+            print(r)
+        return
+    t = Table(title=title)
+    for col in ("mode", "split g+t", "step time (s)", "vs naive", "vs colocated", "gen idle", "trainer idle",
+                "TAG frags/step", "stale"):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for r in rows:
+        split = (f"{r['gen_gpus']}+{r['trainer_gpus']}" if r["mode"] != "colocated"
+                 else f"{r['trainer_gpus']} coloc" + (f" ({r['note']})" if r["note"] else ""))
+        t.add_row(r["mode"], split, f"{r['step_time_s']:.1f}", f"{r['speedup_vs_naive']:.2f}x",
+                  f"{r['speedup_vs_colocated']:.2f}x", f"{r['gen_idle']:.0%}", f"{r['trainer_idle']:.0%}",
+                  f"{r['tag_fragments_per_step']:.1f}", f"{r['stale_fraction']:.0%}")
+    Console(width=max(120, Console().width)).print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        setup = _setup(args)
+        record_mode = None
+        if args.trace or args.gantt:
+            record_mode = args.trace_mode or args.modes[-1]
+        runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode)
+    except (CliError, PresetError, SetupError, ProfileError) as e:
+        print(f"digenrl simulate: error: {e}", file=sys.stderr)
+        return 2
+    rows = rows_of(runs, args.modes)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        w = setup.workload
+        print_table(rows, f"{setup.model.name} on testbed {setup.testbed.name} ({setup.gpus} GPUs): "
+                          f"{w.prompts}x{w.generations} per step, T={w.sampling_steps}, "
+                          f"S={w.trained_timesteps}, {setup.steps} steps")
+    if record_mode is not None:
+        _write_views(runs[record_mode], args, setup)
+    return 0
+
+
+def _write_views(run: ModeRun, args, setup: Setup) -> None:
+    from ..observe.gantt import plot_gantt
+    from ..observe.trace import write_chrome_trace
+
+    res = run.result
+    workers = res.workers
+    if args.trace:
+        write_chrome_trace(res.spans, args.trace, workers)
+    if args.gantt:
+        k = min(args.gantt_steps, len(res.stats)) - 1
+        end = res.stats[k].published or res.makespan
+        spans = [s for s in res.spans if s.start < end]
+        spans = [replace(s, end=min(s.end, end)) for s in spans]
+        plot_gantt(spans, args.gantt, f"{setup.model.name}, {run.mode.value}, testbed {setup.testbed.name}, "
+                                      f"{run.n_gen}+{run.n_train} GPUs (first {k + 1} steps)", workers)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""Measured cost profiles: JSON points per operation, interpolated piecewise-linearly.
+
+Schema (``digenrl profile`` writes it; ``digenrl simulate --profile`` reads it)::
+
+    {
+      "format": "digenrl-profile",          # required
+      "version": 1,                         # required
+      "source": "free text (machine, model, date)",   # optional
+      "generators": 8, "trainers": 8,       # optional: pool sizes the profile was measured with
+      "ops": {                              # required: op -> list of [batch, seconds] points
+        "denoise":          [[1, 0.42], [2, 0.80], [4, 1.55]],
+        "trainer/denoise":  [[1, 0.40]],    # optional pool-specific override: "<pool>/<op>"
+        "vae_decode": [[1, 0.9]], "reward": [[1, 0.05]], "transfer": [[1, 0.002]],
+        "train_chunk": [[1, 1.3], [8, 9.1]], "allreduce": [[1, 2.0]], "optimizer": [[1, 0.05]],
+        "publish": [[1, 1.1]], "tag_switch": [[1, 0.9]]
+      }
+    }
+
+Ops are those of ``digenrl.schedule.cost`` (batch = generations, cells, or 1). Every op must be present
+(generic or for both pools). Lookup: ``"<pool>/<op>"`` if present, else ``"<op>"``. Evaluation at batch b:
+one point (b0, s0) -> s0 * b / b0 (proportional); several points -> linear interpolation between the two
+neighbouring points, linear extrapolation from the two first / last points outside, clamped at 0.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..schedule.cost import OPS, POOLS, CostModel
+
+FORMAT = "digenrl-profile"
+VERSION = 1
+
+
+class ProfileError(ValueError):
+    """A malformed profile; the message names the file / key and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    batches: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+    def __call__(self, b: float) -> float:
+        xs, ys = self.batches, self.seconds
+        if len(xs) == 1:
+            return max(0.0, ys[0] * b / xs[0])
+        i = bisect.bisect_left(xs, b)
+        i = min(max(i, 1), len(xs) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return max(0.0, y0 + (y1 - y0) * (b - x0) / (x1 - x0))
+
+
+class ProfileCost:
+    """A ``CostModel`` backed by measured points."""
+
+    def __init__(self, curves: dict[str, Curve], source: str = ""):
+        self.curves = curves
+        self.source = source
+        missing = [f"{op}" for op in OPS
+                   if op not in curves and not all(f"{p}/{op}" in curves for p in POOLS)]
+        if missing:
+            raise ProfileError(f"ops: missing {', '.join(missing)} (need each op, or '<pool>/<op>' for both "
+                               f"pools {', '.join(POOLS)})")
+
+    def time(self, op: str, batch: int, pool: str) -> float:
+        c = self.curves.get(f"{pool}/{op}") or self.curves.get(op)
+        if c is None:
+            raise KeyError(f"profile has no curve for op {op!r} on pool {pool!r}")
+        return c(batch)
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "profile") -> "ProfileCost":
+        if not isinstance(data, dict):
+            raise ProfileError(f"{where}: top level must be an object")
+        if data.get("format") != FORMAT:
+            raise ProfileError(f"{where}: 'format' must be {FORMAT!r} (got {data.get('format')!r})")
+        if data.get("version") != VERSION:
+            raise ProfileError(f"{where}: unsupported 'version' {data.get('version')!r} (expected {VERSION})")
+        ops = data.get("ops")
+        if not isinstance(ops, dict) or not ops:
+            raise ProfileError(f"{where}: 'ops' must be a non-empty object of op -> [[batch, seconds], ...]")
+        curves = {}
+        for key, pts in ops.items():
+            base = key.split("/", 1)[-1]
+            if base not in OPS or ("/" in key and key.split("/", 1)[0] not in POOLS):
+                raise ProfileError(f"{where}: ops.{key}: unknown op (ops: {', '.join(OPS)}; "
+                                   f"pool prefixes: {', '.join(POOLS)})")
+            curves[key] = _curve(pts, f"{where}: ops.{key}")
+        return cls(curves, str(data.get("source", "")))
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "source": self.source,
+                "ops": {k: [[b, s] for b, s in zip(c.batches, c.seconds)] for k, c in self.curves.items()}}
+
+
+def _curve(pts, where: str) -> Curve:
+    if not isinstance(pts, list) or not pts:
+        raise ProfileError(f"{where}: must be a non-empty list of [batch, seconds]")
+    rows = []
+    for p in pts:
+        if (not isinstance(p, (list, tuple)) or len(p) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)):
+            raise ProfileError(f"{where}: bad point {p!r} (expected [batch, seconds])")
+        b, s = float(p[0]), float(p[1])
+        if not b > 0 or not s >= 0:
+            raise ProfileError(f"{where}: point {p!r} needs batch > 0 and seconds >= 0")
+        rows.append((b, s))
+    rows.sort()
+    if len({b for b, _ in rows}) != len(rows):
+        raise ProfileError(f"{where}: duplicate batch sizes")
+    return Curve(tuple(b for b, _ in rows), tuple(s for _, s in rows))
+
+
+def load_profile(path: str | Path) -> ProfileCost:
+    p = Path(path)
+    if not p.is_file():
+        raise ProfileError(f"--profile: file {str(p)!r} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ProfileError(f"--profile: {str(p)!r} is not valid JSON ({e})") from None
+    return ProfileCost.from_dict(data, where=str(p))
+
+
+def tabulate(cost: CostModel, batches: Iterable[int] = (1, 2, 4, 8, 16), source: str = "") -> ProfileCost:
+    """Sample any cost model into a profile (per pool), e.g. to save a roofline as a starting profile."""
+    bs = sorted(set(batches))
+    curves = {}
+    for pool in POOLS:
+        for op in OPS:
+            pts = [1] if op in ("allreduce", "optimizer", "publish", "tag_switch") else bs
+            curves[f"{pool}/{op}"] = Curve(tuple(float(b) for b in pts),
+                                           tuple(cost.time(op, b, pool) for b in pts))
+    return ProfileCost(curves, source)
+
+
+def save_profile(profile: ProfileCost, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(profile.to_dict(), indent=1))
+    return path

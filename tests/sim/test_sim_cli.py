@@ -1,0 +1,94 @@
+"""``digenrl simulate`` (sim.cli.main): JSON rows, files, and refusal of bad input with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from digenrl.sim.cli import ROW_KEYS, main
+from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
+from digenrl.sim.profile import save_profile, tabulate
+from digenrl.sim.roofline import RooflineCost
+
+SMALL = ["--model", "flux", "--testbed", "B", "--gpus", "8", "--steps", "2", "--prompts", "4",
+         "--generations", "8", "--sampling-steps", "10"]
+
+
+def run_json(capsys, *extra):
+    assert main(SMALL + ["--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_rows_have_the_required_keys_and_consistent_speedups(capsys):
+    rows = run_json(capsys, "--gen-gpus", "3", "--modes", "colocated", "naive", "gap_tsp", "full")
+    assert [r["mode"] for r in rows] == ["colocated", "naive", "gap_tsp", "full"]
+    for r in rows:
+        assert set(ROW_KEYS) <= set(r)
+        assert 0.0 <= r["gen_idle"] <= 1.0 and 0.0 <= r["trainer_idle"] <= 1.0
+    by = {r["mode"]: r for r in rows}
+    assert by["naive"]["speedup_vs_naive"] == pytest.approx(1.0)
+    assert by["colocated"]["speedup_vs_colocated"] == pytest.approx(1.0)
+    for r in rows:
+        assert r["speedup_vs_naive"] == pytest.approx(by["naive"]["step_time_s"] / r["step_time_s"])
+        assert r["speedup_vs_colocated"] == pytest.approx(by["colocated"]["step_time_s"] / r["step_time_s"])
+    assert by["gap_tsp"]["gen_gpus"] == 3 and by["gap_tsp"]["trainer_gpus"] == 5
+    assert by["naive"]["stale_fraction"] == 0.0 and 0.0 < by["full"]["stale_fraction"] <= 0.5
+
+
+def test_split_is_searched_when_not_given(capsys):
+    (row,) = run_json(capsys, "--modes", "gap_tsp")
+    assert 1 <= row["gen_gpus"] <= 7 and row["gen_gpus"] + row["trainer_gpus"] == 8
+
+
+def test_trace_and_gantt_files(tmp_path, capsys):
+    trace, gantt = tmp_path / "t.json", tmp_path / "g.png"
+    assert main(SMALL + ["--gen-gpus", "3", "--modes", "naive", "gap_tsp_tag", "--trace", str(trace),
+                         "--gantt", str(gantt)]) == 0
+    data = json.loads(trace.read_text())
+    names = {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
+    assert names == {f"gen{i}" for i in range(3)} | {f"trn{i}" for i in range(5)}
+    kinds = {e["name"] for e in data["traceEvents"] if e["ph"] == "X"}
+    assert {"generate", "train", "commit", "publish"} <= kinds
+    assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "gap_tsp_tag" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--model", "sdxl", "--testbed", "A"], "--model"),
+    (["--model", "flux", "--testbed", "Z"], "--testbed"),
+    (["--model", "flux", "--testbed", "A", "--gpus", "8", "--gen-gpus", "8"], "--gen-gpus"),
+    (["--model", "flux", "--testbed", "A", "--gpus", "64"], "--gpus"),
+    (["--model", "flux", "--testbed", "A", "--modes", "gap", "turbo"], "--modes"),
+    (["--model", "flux", "--testbed", "A", "--timestep-fraction", "0"], "--timestep-fraction"),
+    (["--model", "flux", "--testbed", "A", "--profile", "/nonexistent/profile.json"], "--profile"),
+    (["--model", "qwen-image", "--testbed", "A", "--gpus", "8", "--gen-gpus", "4", "--modes", "gap"],
+     "--gen-gpus"),
+])
+def test_bad_input_exits_2_naming_the_option_and_writes_nothing(tmp_path, capsys, args, option):
+    trace, gantt = tmp_path / "t.json", tmp_path / "g.png"
+    rc = main(args + ["--steps", "1", "--trace", str(trace), "--gantt", str(gantt)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert option in err
+    assert not trace.exists() and not gantt.exists()
+
+
+def test_argparse_errors_also_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--model", "flux"])
+    assert e.value.code == 2
+    assert "--testbed" in capsys.readouterr().err
+
+
+def test_measured_profile_replaces_the_roofline(tmp_path, capsys):
+    roof = RooflineCost(MODELS["flux"], WORKLOADS["flux"], TESTBEDS["B"], 3, 5)
+    path = save_profile(tabulate(roof, (1, 2, 4, 8, 16, 32, 64), "roofline B 3+5"), tmp_path / "p.json")
+    a = run_json(capsys, "--gen-gpus", "3", "--modes", "naive", "gap_tsp")
+    b = run_json(capsys, "--gen-gpus", "3", "--modes", "naive", "gap_tsp", "--profile", str(path))
+    # same underlying numbers at the sampled batches -> the same step times for these plans
+    assert b[0]["step_time_s"] == pytest.approx(a[0]["step_time_s"], rel=0.05)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "ops": {"denoise": [[1, 0.1]]}}))
+    assert main(SMALL + ["--profile", str(bad)]) == 2
+    assert "missing" in capsys.readouterr().err
