@@ -67,7 +67,7 @@ class TrainConfig(_Strict):
     std_mode: Literal["group", "global"] = "group"
     beta_kl: float = Field(0.0, ge=0.0)
     timestep_strategy: Literal["fraction", "uniform", "window"] = "fraction"
-    timestep_fraction: float = Field(1.0, gt=0.0, le=1.0)
+    timestep_fraction: float = Field(0.5, gt=0.0, le=1.0)
     window_size: int = Field(2, ge=1)
     window_range: tuple[int, int] | None = None
     chunk_generations: int = Field(8, ge=1)  # TSP chunk shape: generations x timesteps per forward/backward
@@ -77,8 +77,8 @@ class TrainConfig(_Strict):
 
 
 class EvalConfig(_Strict):
-    every: int = Field(10, ge=0)  # 0 = only before and after training
-    num_prompts: int = Field(32, ge=1)
+    every: int = Field(20, ge=0)  # 0 = only before and after training
+    num_prompts: int = Field(64, ge=1)
     grid_prompts: int = Field(8, ge=1)
 
 
@@ -92,6 +92,11 @@ class RuntimeConfig(_Strict):
     generator_resources: dict[str, float] = {}
     trainer_resources: dict[str, float] = {}
     threads_per_worker: int = Field(1, ge=1)
+    # --- added by the runtime (issue #4) ---
+    publish: Literal["object_store", "broadcast"] = "object_store"  # weight path trainer rank 0 -> generators
+    checkpoint_every: int = Field(0, ge=0)  # atomic checkpoint every N committed steps (0: only at the end)
+    profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start
+    inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
 
 
 class LogConfig(_Strict):
@@ -104,7 +109,7 @@ class LogConfig(_Strict):
 class Config(_Strict):
     run_dir: str = "runs/demo"
     seed: int = 0
-    steps: int = Field(60, ge=0)
+    steps: int = Field(200, ge=0)
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
     reward: dict[str, dict[str, Any]] = {"digits": {"weight": 1.0}}

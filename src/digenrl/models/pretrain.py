@@ -20,10 +20,10 @@ from digenrl.models.tiny_dit import DEFAULT_BASE, TinyDiTConfig, TinyDiTPolicy
 
 def pretrain_base(
     seed: int = 0,
-    iters: int = 1500,
-    batch: int = 128,
+    iters: int = 3000,
+    batch: int = 96,
     lr: float = 1e-3,
-    caption_noise: float = 0.35,
+    caption_noise: float = 0.3,
     cond_dropout: float = 0.1,
     out: str | Path = DEFAULT_BASE,
     cfg: TinyDiTConfig | None = None,

@@ -18,15 +18,16 @@ def _plt():
 
 
 def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL demo") -> None:
-    """Train reward (mean +- std over the step's samples) and eval reward (ODE) against step."""
+    """Train reward (step mean and its moving average) and eval reward (ODE) against step."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
     steps = [r["step"] for r in rows if "reward_mean" in r]
     mean = [r["reward_mean"] for r in rows if "reward_mean" in r]
-    std = [r["reward_std"] for r in rows if "reward_mean" in r]
     if steps:
-        ax.plot(steps, mean, color="tab:blue", label="train reward (SDE samples)")
-        ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="tab:blue", alpha=0.15)
+        ax.plot(steps, mean, color="tab:blue", alpha=0.35, lw=0.8, label="train reward per step (SDE samples)")
+        k = max(1, len(mean) // 20)  # moving average over ~5% of the run
+        smooth = [sum(mean[max(0, i - k + 1) : i + 1]) / len(mean[max(0, i - k + 1) : i + 1]) for i in range(len(mean))]
+        ax.plot(steps, smooth, color="tab:blue", lw=1.8, label=f"train reward, moving mean of {k}")
     ev = [(r["step"], r["eval_reward"]) for r in rows if r.get("eval_reward") is not None]
     if ev:
         ax.plot([e[0] for e in ev], [e[1] for e in ev], "o-", color="tab:orange", label="eval reward (ODE, fixed prompts)")
@@ -49,7 +50,7 @@ def sample_grid(images: torch.Tensor, captions: Sequence[str], out: str | Path, 
         imgs = imgs[:, :, 0]
     n = imgs.shape[0]
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.2, rows * 1.55), dpi=120, squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.2, rows * 1.75 + 0.4), dpi=120, squeeze=False)
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i >= n:
@@ -60,7 +61,7 @@ def sample_grid(images: torch.Tensor, captions: Sequence[str], out: str | Path, 
         else:
             ax.imshow(img[:3].permute(1, 2, 0).clamp(0, 1).numpy())
         label = captions[i] if scores is None else f"{captions[i]}\nr={scores[i]:.2f}"
-        ax.set_title(label, fontsize=7, y=-0.38)
+        ax.set_title(label, fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -54,6 +54,9 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:
     """Train with ``cfg`` in the colocated reference loop and write every run output; returns the summary."""
     from tqdm import tqdm
 
+    import torch
+
+    torch.set_num_threads(cfg.runtime.threads_per_worker)
     ctx = ctx or build_context(cfg)
     run_dir = prepare_run_dir(cfg)
     writer = MetricsWriter(run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb, wandb_project=cfg.log.wandb_project, config=cfg.model_dump(mode="json"))
