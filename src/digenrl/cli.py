@@ -41,10 +41,14 @@ def cmd_train(args) -> int:
 
 
 def cmd_pretrain(args) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # the committed assets were made single-threaded: same seed -> same bytes
     if args.what == "classifier":
         from digenrl.rewards.digits import ASSET, train_classifier
 
-        train_classifier(seed=args.seed, out=args.out or ASSET)
+        kwargs = {"epochs": args.iters} if args.iters else {}
+        train_classifier(seed=args.seed, out=args.out or ASSET, **kwargs)
     else:
         from digenrl.models.pretrain import pretrain_base
         from digenrl.models.tiny_dit import DEFAULT_BASE
@@ -115,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     pt = sub.add_parser("pretrain", help="make the demo's classifier or base generator (reproducible from --seed)")
     pt.add_argument("what", choices=["classifier", "base"])
     pt.add_argument("--seed", type=int, default=0)
-    pt.add_argument("--iters", type=int, default=None)
+    pt.add_argument("--iters", type=int, default=None, help="optimizer iterations (base) or epochs (classifier)")
     pt.add_argument("--out", default=None, help="output safetensors (default: the packaged asset)")
     pt.set_defaults(fn=cmd_pretrain)
     with_config(sub.add_parser("eval", help="ODE-sample the eval prompts and report the mean reward")).set_defaults(fn=cmd_eval)
