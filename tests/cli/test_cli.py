@@ -59,3 +59,16 @@ def test_yaml_config_and_override(tmp_path):
     f.write_text("train:\n  lr: 0.001\nsteps: 5\n")
     cfg = load_config(f, ["train.lr=2e-4"])
     assert cfg.train.lr == 2e-4 and cfg.steps == 5
+
+
+def test_tensorboard_logging(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", "log.tensorboard=true", *SHORT]) == 0
+    events = list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    assert "reward_mean" in acc.Tags()["scalars"]
+    assert len(acc.Scalars("reward_mean")) == 2
