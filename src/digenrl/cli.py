@@ -24,12 +24,23 @@ def _load(args) -> "object":
     return load_config(args.config, args.overrides)
 
 
+def _context(cfg):
+    """Build policy, reward and task from the config; anything that fails here is bad input (exit 2)."""
+    from digenrl.config import ConfigError
+    from digenrl.train.context import build_context
+
+    try:
+        return build_context(cfg)
+    except (ValueError, KeyError, FileNotFoundError, NotADirectoryError) as e:
+        raise ConfigError(str(e).strip("'\"")) from e
+
+
 def cmd_train(args) -> int:
     cfg = _load(args)
     if cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray:
         from digenrl.train.loop import run_training
 
-        summary = run_training(cfg)
+        summary = run_training(cfg, ctx=_context(cfg))
     else:
         from digenrl.runtime.driver import run_disaggregated
 
@@ -61,11 +72,10 @@ def cmd_pretrain(args) -> int:
 def cmd_eval(args) -> int:
     import json
 
-    from digenrl.train.context import build_context
     from digenrl.train.evaluate import evaluate
 
     cfg = _load(args)
-    ctx = build_context(cfg)
+    ctx = _context(cfg)
     prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
     r, _ = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
     print(json.dumps({"eval_reward": r, "prompts": len(prompts), "model": cfg.model.kind, "path": cfg.model.path}))
@@ -74,16 +84,15 @@ def cmd_eval(args) -> int:
 
 def cmd_sample(args) -> int:
     from digenrl.observe.plots import sample_grid
-    from digenrl.train.context import build_context
     from digenrl.train.evaluate import evaluate
 
     cfg = _load(args)
-    ctx = build_context(cfg)
-    prompts = ctx.task.eval_prompts(args.num)
-    _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed, num_steps=cfg.sampler.eval_num_steps)
     out = Path(args.out)
     if not out.parent.is_dir():
         return _fail(f"--out: directory {str(out.parent)!r} does not exist")
+    ctx = _context(cfg)
+    prompts = ctx.task.eval_prompts(args.num)
+    _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed, num_steps=cfg.sampler.eval_num_steps)
     sample_grid(batch.images, [p.text for p in batch.prompts], out, scores=batch.rewards.tolist())
     print(f"wrote {out} (mean reward {float(batch.rewards.mean()):.3f})")
     return 0
@@ -144,17 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except ConfigError as e:
         return _fail(str(e))
-    except (FileNotFoundError, ValueError) as e:
-        if getattr(e, "digenrl_config", True) and _is_user_error(e):
-            return _fail(str(e))
-        raise
-
-
-def _is_user_error(e: Exception) -> bool:
-    """Errors raised while building from the config name their key (``model.path: ...``)."""
-    msg = str(e)
-    head = msg.split(":", 1)[0]
-    return "." in head or head in ("reward", "model", "task", "runtime", "train") or isinstance(e, FileNotFoundError)
 
 
 if __name__ == "__main__":

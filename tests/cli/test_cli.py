@@ -72,3 +72,18 @@ def test_tensorboard_logging(tmp_path):
     acc.Reload()
     assert "reward_mean" in acc.Tags()["scalars"]
     assert len(acc.Scalars("reward_mean")) == 2
+
+
+@pytest.mark.parametrize("command", ["eval", "sample"])
+def test_eval_and_sample_refuse_bad_model_path(tmp_path, command):
+    proc = subprocess.run([sys.executable, "-m", "digenrl.cli", command, f"model.path={tmp_path}/missing.safetensors"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "model.path" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sample_and_eval_run(tmp_path):
+    out = tmp_path / "grid.png"
+    assert main(["sample", "--out", str(out), "--num", "4", "sampler.num_steps=4"]) == 0
+    assert out.stat().st_size > 0
+    assert main(["eval", "eval.num_prompts=4", "sampler.num_steps=4"]) == 0
