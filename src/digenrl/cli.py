@@ -54,7 +54,9 @@ def cmd_train(args) -> int:
 def cmd_pretrain(args) -> int:
     import torch
 
-    torch.set_num_threads(1)  # the committed assets were made single-threaded: same seed -> same bytes
+    torch.set_num_threads(1)  # the committed assets were made single-threaded: same seed -> same tensors
+    if args.out and not Path(args.out).parent.is_dir():
+        return _fail(f"--out: directory {str(Path(args.out).parent)!r} does not exist")
     if args.what == "classifier":
         from digenrl.rewards.digits import ASSET, train_classifier
 
