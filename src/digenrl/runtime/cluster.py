@@ -1,0 +1,202 @@
+"""Ray session, actor placement and the worker pools.
+
+* ``ray_session``: joins ``runtime.address`` if set, else starts a light local Ray (``num_cpus`` = what the
+  pools ask for, no dashboard, quiet logs); an already initialised Ray (tests, notebooks) is reused and left
+  running.
+* Placement: every worker asks for ``runtime.threads_per_worker`` CPUs (one GPU when ``model.device`` is CUDA)
+  plus its pool's resource labels (``runtime.generator_resources`` / ``runtime.trainer_resources``; "CPU" and
+  "GPU" keys override the counts). Heterogeneous pools are just different labels, e.g.
+  ``generator_resources={"L40S": 1}`` on nodes started with ``ray start --resources='{"L40S": 8}'``. A label the
+  cluster does not have is refused up front (``ConfigError`` naming the key) instead of hanging.
+* ``start_pools``: creates the actors, waits until they are built (a failure names the worker), forms the
+  torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node) and publishes version 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from digenrl.config import Config, ConfigError
+
+from .errors import WorkerFailure
+from .publish import DistSetup
+from .setup import RuntimeSetup
+
+
+def pool_demand(cfg: Config, pool: str) -> dict[str, float]:
+    """Ray resources one worker of ``pool`` ("generator" / "trainer") asks for."""
+    rt = cfg.runtime
+    res = dict(rt.generator_resources if pool == "generator" else rt.trainer_resources)
+    demand = {"CPU": float(res.pop("CPU", rt.threads_per_worker)),
+              "GPU": float(res.pop("GPU", 1.0 if cfg.model.device.startswith("cuda") else 0.0))}
+    demand.update({k: float(v) for k, v in res.items()})
+    return demand
+
+
+def actor_options(demand: dict[str, float]) -> dict:
+    custom = {k: v for k, v in demand.items() if k not in ("CPU", "GPU")}
+    return {"num_cpus": demand["CPU"], "num_gpus": demand["GPU"], "resources": custom or None}
+
+
+def total_demand(setup: RuntimeSetup) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pool, n in (("generator", len(setup.generator_ids)), ("trainer", len(setup.trainer_ids))):
+        for k, v in pool_demand(setup.cfg, pool).items():
+            out[k] = out.get(k, 0.0) + n * v
+    return out
+
+
+def check_resources(setup: RuntimeSetup, available: dict[str, float]) -> None:
+    """Refuse pools the cluster cannot place (they would wait forever)."""
+    need = total_demand(setup)
+    for k, v in need.items():
+        if v > 0 and available.get(k, 0.0) + 1e-9 < v:
+            rt = setup.cfg.runtime
+            key = ("runtime.generator_resources" if k in rt.generator_resources else
+                   "runtime.trainer_resources" if k in rt.trainer_resources else
+                   "model.device" if k == "GPU" else "runtime.threads_per_worker")
+            raise ConfigError(f"{key}: the pools need {v:g} x {k!r} in total but the Ray cluster has "
+                              f"{available.get(k, 0.0):g} (resources: {dict(sorted(available.items()))})")
+
+
+@contextmanager
+def ray_session(setup: RuntimeSetup):
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    rt = setup.cfg.runtime
+    quiet = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
+    if rt.address:
+        ray.init(address=rt.address, **quiet)
+    else:
+        need = total_demand(setup)
+        ray.init(num_cpus=max(1, int(round(need["CPU"] + 0.4999))), num_gpus=int(need["GPU"]) or None, **quiet)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@dataclass
+class Pools:
+    """Actor handles by worker id, in plan order; trainer rank i = ``trainer_ids[i]``."""
+
+    generators: dict[str, object]
+    trainers: dict[str, object]
+    publish: str = "object_store"
+    extra: dict = field(default_factory=dict)
+
+    def actor(self, worker: str):
+        return self.generators.get(worker) or self.trainers[worker]
+
+    @property
+    def rank0(self):
+        return next(iter(self.trainers.values()))
+
+    def publish_refs(self, version: int) -> tuple[list, object]:
+        """Start publishing ``version`` from rank 0: (refs that resolve when it is published, state ref).
+
+        Object store: rank 0 puts the state; it is published once it is in the store (each generator
+        fetches it when it first generates with that version; the state ref is returned for that).
+        Broadcast: rank 0 and every generator join the broadcast; the state ref is None.
+        """
+        if not self.generators:
+            return [], None
+        if self.publish == "broadcast":
+            refs = [self.rank0.publish_broadcast.remote(version)]
+            return refs + [g.receive_broadcast.remote(version) for g in self.generators.values()], None
+        state_ref, info_ref = self.rank0.publish.options(num_returns=2).remote(version)
+        return [info_ref], state_ref
+
+    def kill(self) -> None:
+        import ray
+
+        for a in list(self.generators.values()) + list(self.trainers.values()):
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # already dead
+                pass
+
+
+def start_pools(setup: RuntimeSetup) -> Pools:
+    import ray
+
+    from .generator import GeneratorWorker
+    from .trainer import TrainerWorker
+
+    cfg = setup.cfg
+    check_resources(setup, ray.cluster_resources())
+    conf = cfg.model_dump(mode="json")
+    gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
+    trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
+    pools = Pools({w: gen_cls.remote(w, conf, setup.failure) for w in setup.generator_ids},
+                  {w: trn_cls.remote(w, conf, i, setup.failure) for i, w in enumerate(setup.trainer_ids)},
+                  cfg.runtime.publish if setup.generator_ids else "object_store")
+    try:
+        get_named({w: pools.actor(w).ping.remote() for w in setup.generator_ids + setup.trainer_ids}, "startup")
+        _form_groups(setup, pools)
+        _publish_initial(setup, pools)
+    except BaseException:
+        pools.kill()
+        raise
+    return pools
+
+
+def _publish_initial(setup: RuntimeSetup, pools: Pools) -> None:
+    """Every generator starts from rank 0's version 0 (whatever its own build produced)."""
+    refs, state = pools.publish_refs(0)
+    names = [setup.trainer_ids[0]] + (list(setup.generator_ids) if state is None else [])
+    get_named(dict(zip(names, refs)), "publish of version 0")
+    if state is not None:
+        get_named({w: g.load_weights.remote(0, [state]) for w, g in pools.generators.items()},
+                   "publish of version 0")
+
+
+def _form_groups(setup: RuntimeSetup, pools: Pools) -> None:
+    import ray
+
+    n_t, n_g = len(setup.trainer_ids), len(setup.generator_ids)
+    broadcast = pools.publish == "broadcast"
+    if n_t == 1 and not broadcast:
+        return
+    ip, port = ray.get(pools.rank0.node_endpoint.remote())
+    backend = "nccl" if setup.cfg.model.device.startswith("cuda") else "gloo"
+    world = n_t + (n_g if broadcast else 0)
+    trainer_ranks = tuple(range(n_t))
+    publish_ranks = (0,) + tuple(range(n_t, n_t + n_g)) if broadcast else ()
+    refs = {}
+    for i, w in enumerate(setup.trainer_ids):
+        refs[w] = pools.trainers[w].setup_dist.remote(
+            DistSetup(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks))
+    if broadcast:
+        for j, w in enumerate(setup.generator_ids):
+            refs[w] = pools.generators[w].setup_dist.remote(
+                DistSetup(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks))
+    get_named(refs, "process-group setup")
+
+
+def get_named(refs: dict, what: str) -> list:
+    """ray.get each ref; a failure raises ``WorkerFailure`` naming the worker."""
+    import ray
+
+    out = []
+    for w, r in refs.items():
+        try:
+            out.append(ray.get(r))
+        except Exception as e:  # RayActorError / RayTaskError
+            raise WorkerFailure(w, None, what, error_cause(e)) from e
+    return out
+
+
+def error_cause(e: BaseException) -> str:
+    """The root error message of a Ray error (without the remote traceback)."""
+    cause = getattr(e, "cause", None) or e
+    text = str(cause).strip().splitlines()
+    msg = text[-1] if text else ""
+    if "Some common causes" in msg:  # Ray's actor-death text: keep the facts, drop the advice
+        msg = msg.split("Some common causes")[0].strip()
+    return f"{type(cause).__name__}: {msg}"

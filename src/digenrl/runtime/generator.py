@@ -1,0 +1,91 @@
+"""``GeneratorWorker``: one rollout replica of the generator pool (a Ray actor, one call at a time).
+
+Calls (the driver never sends a second ``generate`` before the first returned):
+
+* ``generate(fragment, version, weights)`` -> (trajectories, ``FragmentInfo``), two object refs. If the worker
+  does not hold ``version`` yet it first swaps it in, from ``weights`` (``[ref]`` of the published state,
+  object-store path) or from the version a broadcast staged; weights therefore change only between
+  fragments, and every trajectory records the one version that produced it. Then it samples, decodes and
+  scores. The trajectories keep their version and behaviour log-probs (TCSS needs both).
+* ``load_weights(version, [ref])``: swap a version in now (version 0 before the run).
+* ``receive_broadcast(version)``: join rank 0's broadcast of ``version`` and stage it (broadcast path).
+
+The actor deliberately has no concurrency groups: a threaded Ray actor keeps its main thread busy while a
+task runs (a whole CPU core per generator; measured with Ray 2.60), which would halve a CPU pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .messages import TimedResult
+from .publish import WeightInbox, broadcast_receive, init_groups
+from .worker_base import WorkerBase
+
+
+class GeneratorWorker(WorkerBase):
+    pool = "generator"
+
+    def __init__(self, name: str, config: dict, failure=None):
+        super().__init__(name, config, failure)
+        import torch
+
+        from digenrl.models.registry import build_policy
+        from digenrl.rewards.registry import build_weighted
+        from digenrl.tasks.base import build_task
+        from digenrl.train.context import sampler_settings
+
+        torch.manual_seed(self.cfg.seed)
+        self.policy = build_policy(self.cfg.model)  # keeps its trainable flags: they name what a publish moves
+        self.reward = build_weighted(self.cfg.reward)
+        self.task = build_task(self.cfg.task)
+        self.sampler = sampler_settings(self.cfg)
+        self.version = -1  # nothing loaded yet: version 0 is published before the run starts
+        self.inbox = WeightInbox()
+        self._publish_group = None
+
+    def setup_dist(self, setup) -> bool:
+        _, self._publish_group = init_groups(setup)
+        return True
+
+    def _swap_in(self, version: int, weights: list | None) -> None:
+        if version == self.version:
+            return
+        if version < self.version:
+            raise RuntimeError(f"{self.name}: version {version} is older than the held version {self.version}")
+        if weights:
+            import ray
+
+            state = ray.get(weights[0])
+        else:
+            state = self.inbox.take(version)
+        if state is None:
+            raise RuntimeError(f"{self.name}: version {version} was never published to it (holds {self.version}, "
+                               f"staged {self.inbox.versions()})")
+        self.policy.load_trainable_state_dict(state)
+        self.version = version
+
+    def load_weights(self, version: int, weights: list) -> TimedResult:
+        t0 = time.time()
+        self._swap_in(version, weights)
+        return TimedResult(self.name, "receive", t0, time.time(), version)
+
+    def generate(self, fragment, version: int, weights: list | None = None):
+        self.check_failure(fragment.step)
+        self._swap_in(version, weights)
+        held = self.version
+        batch, info = self.generate_fragment(self.policy, fragment, held)
+        if self.version != held:  # cannot happen: only this actor's own calls swap weights
+            raise RuntimeError(f"{self.name}: weights changed while generating {fragment}")
+        return batch, info
+
+    def receive_broadcast(self, version: int) -> TimedResult:
+        t0 = time.time()
+        self.inbox.put(version, broadcast_receive(self.policy, self._publish_group))
+        return TimedResult(self.name, "receive", t0, time.time(), version)
+
+    def measure_generate(self, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
+        """Seconds per phase of generating a fragment of each size (for the BTS cost model)."""
+        from .profile import time_generation
+
+        return time_generation(self, self.policy, sizes, repeats)

@@ -1,0 +1,57 @@
+"""Small results the workers return to the driver (metadata only: tensors stay in the object store).
+
+Times are wall-clock seconds (``time.time()``) measured on the worker around the work itself; the driver
+turns them into run-relative span times. Scheduler events use the driver's own clock (when it saw the result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from digenrl.schedule import Chunk, Fragment
+from digenrl.train.chunk_loss import CellStats
+
+
+@dataclass(frozen=True)
+class FragmentInfo:
+    """A generated and rewarded fragment. The trajectories themselves are the call's other return value."""
+
+    fragment: Fragment
+    worker: str
+    version: int                       # the one policy version that produced every trajectory of it
+    uid: int                           # prompt uid of the group
+    rewards: tuple[float, ...]         # per generation, in ``fragment.generations`` order
+    reward_parts: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    chunk: Chunk
+    rank: str
+    cells: tuple[tuple[int, int, int], ...]  # (uid, generation, trained position) recorded in the transaction
+    stats: CellStats
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    step: int
+    rank: str
+    version: int                       # weights version after the commit (= step + 1)
+    grad_norm: float
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(frozen=True)
+class TimedResult:
+    """Any other timed call (publish, weight receipt, eval, checkpoint)."""
+
+    worker: str
+    what: str
+    start: float
+    end: float
+    value: object = None

@@ -1,0 +1,99 @@
+"""Versioned weight publishing: trainer rank 0 -> every generator, after each commit.
+
+Versions: the initial weights are version 0; the commit of step k makes version k + 1 and rank 0 publishes
+it. What moves is ``policy.trainable_state_dict()`` (all trainable tensors; LoRA adapters only under LoRA).
+Two paths (``runtime.publish``):
+
+* ``object_store`` (default): rank 0 returns a CPU copy of the state as the call's result, so it lands in
+  the Ray object store; the version is published once it is there. The driver passes the ref with the first
+  ``Generate`` of that version to each generator, which fetches it (Ray moves it between nodes) and swaps it
+  in before sampling. A generator busy with a (TCSS) fragment is never interrupted or waited for.
+* ``broadcast``: rank 0 and the generators share a torch.distributed group (NCCL on GPUs, gloo on CPU); rank
+  0 broadcasts each tensor (sorted by name), each generator receives into fresh buffers and stages them in
+  its ``WeightInbox``. The world is then trainers (ranks 0..N_t-1) + generators (N_t..N_t+N_g-1), with one
+  subgroup for the trainers' gradient all-reduce and one for the publish. A generator joins the broadcast
+  when it is free, so in ``full`` mode a publish can wait for the generators' in-flight fragments.
+
+Receiving never touches the live weights: a version is swapped in only at the start of a fragment that asks
+for it, so weights change only between fragments and every trajectory is produced by the one version it
+records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def state_copy(policy) -> dict:
+    """The trainable state as CPU tensors (the object-store payload of a publish)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in policy.trainable_state_dict().items()}
+
+
+class WeightInbox:
+    """Staged weight versions of one generator (broadcast path), handed over between fragments."""
+
+    def __init__(self) -> None:
+        self._staged: dict[int, dict] = {}
+
+    def put(self, version: int, state: dict) -> None:
+        self._staged[version] = state
+
+    def versions(self) -> list[int]:
+        return sorted(self._staged)
+
+    def take(self, version: int) -> dict | None:
+        """The state of ``version`` (and forget it and every older one); None if it was never received."""
+        state = self._staged.get(version)
+        for v in [v for v in self._staged if v <= version]:
+            del self._staged[v]
+        return state
+
+
+@dataclass(frozen=True)
+class DistSetup:
+    """How one worker joins torch.distributed (the driver builds one per worker)."""
+
+    init_method: str              # tcp://ip:port of the rendezvous (hosted on trainer rank 0's node)
+    backend: str                  # "gloo" | "nccl"
+    world: int
+    rank: int
+    trainer_ranks: tuple[int, ...]
+    publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
+
+
+def init_groups(setup: DistSetup, timeout_s: float = 300.0):
+    """Join the world; returns (trainer group or None, publish group or None). Collective over the world."""
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
+                            rank=setup.rank, timeout=datetime.timedelta(seconds=timeout_s))
+    trainer_group = publish_group = None
+    if setup.publish_ranks:  # every process must create every group, in the same order
+        trainer_group = dist.new_group(list(setup.trainer_ranks))
+        publish_group = dist.new_group(list(setup.publish_ranks))
+    return trainer_group, publish_group
+
+
+def broadcast_send(policy, group) -> None:
+    """Rank 0 side of a broadcast publish."""
+    import torch.distributed as dist
+
+    state = policy.trainable_state_dict()
+    for name in sorted(state):
+        dist.broadcast(state[name].detach().contiguous(), src=0, group=group)
+
+
+def broadcast_receive(policy, group) -> dict:
+    """Generator side: receive a full trainable state into fresh buffers (the live weights are untouched)."""
+    import torch
+    import torch.distributed as dist
+
+    like = policy.trainable_state_dict()
+    out = {}
+    for name in sorted(like):
+        buf = torch.empty_like(like[name], memory_format=torch.contiguous_format)
+        dist.broadcast(buf, src=0, group=group)
+        out[name] = buf
+    return out

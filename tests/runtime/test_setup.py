@@ -1,0 +1,113 @@
+"""The runtime's config checks, plan, placement checks and weight staging (no Ray needed)."""
+
+from __future__ import annotations
+
+import pytest
+from runtime_helpers import make_cfg
+
+from digenrl.config import ConfigError
+
+
+@pytest.mark.parametrize("mode", ["gap", "gap_tsp", "gap_tsp_tag", "full"])
+def test_global_std_refused_in_pipelined_modes(tiny_model, tmp_path, mode):
+    from digenrl.runtime.setup import runtime_plan
+
+    cfg = make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", "train.std_mode=global")
+    with pytest.raises(ConfigError, match=r"^train\.std_mode"):
+        runtime_plan(cfg)
+
+
+@pytest.mark.parametrize("mode", ["naive", "colocated"])
+def test_global_std_allowed_in_barrier_modes(tiny_model, tmp_path, mode):
+    from digenrl.runtime.setup import runtime_plan
+
+    setup = runtime_plan(make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", "train.std_mode=global"))
+    assert setup.plan.mode.value == mode
+
+
+def test_plan_from_config(tiny_model, tmp_path):
+    from digenrl.runtime.setup import runtime_plan
+
+    setup = runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=full", "runtime.generators=2",
+                                  "runtime.trainers=3", "runtime.fragment_size=9", "train.timestep_fraction=0.5"))
+    p = setup.plan
+    assert p.generators == ("gen0", "gen1") and p.trainers == ("trn0", "trn1", "trn2")
+    assert (p.prompts, p.generations, p.fragment_size, p.trained_timesteps, p.sampling_steps) == (2, 4, 4, 2, 4)
+    assert p.stale_cap == 4
+    col = runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.trainers=2")).plan
+    assert col.generators == () and col.trainers == ("col0", "col1")
+    with pytest.raises(ConfigError, match=r"^runtime\.generators"):
+        runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.generators=2"))
+
+
+@pytest.mark.parametrize("spec", ["gen9@1", "gen0@x", "gen0@1:boom", "gen0"])
+def test_bad_failure_hook(tiny_model, tmp_path, spec):
+    from digenrl.runtime.setup import runtime_plan
+
+    with pytest.raises(ConfigError, match=r"^runtime\.inject_failure"):
+        runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=gap", f"runtime.inject_failure={spec}"))
+
+
+def test_missing_resource_label_is_refused(tiny_model, tmp_path):
+    from digenrl.runtime.cluster import actor_options, check_resources, pool_demand
+    from digenrl.runtime.setup import runtime_plan
+
+    cfg = make_cfg(tiny_model, tmp_path, "runtime.mode=gap", "runtime.generators=2",
+                   "runtime.generator_resources={L40S: 1}", "runtime.trainer_resources={H100: 1, CPU: 2}")
+    setup = runtime_plan(cfg)
+    assert pool_demand(cfg, "trainer") == {"CPU": 2.0, "GPU": 0.0, "H100": 1.0}
+    assert actor_options(pool_demand(cfg, "generator")) == {"num_cpus": 1.0, "num_gpus": 0.0,
+                                                            "resources": {"L40S": 1.0}}
+    check_resources(setup, {"CPU": 4.0, "L40S": 2.0, "H100": 1.0})  # fits
+    with pytest.raises(ConfigError, match=r"^runtime\.generator_resources: .*'L40S'"):
+        check_resources(setup, {"CPU": 4.0, "L40S": 1.0, "H100": 1.0})
+    with pytest.raises(ConfigError, match=r"^runtime\.trainer_resources: .*'H100'"):
+        check_resources(setup, {"CPU": 4.0, "L40S": 2.0})
+    with pytest.raises(ConfigError, match=r"^runtime\.trainer_resources: .*4 x 'CPU'"):
+        check_resources(setup, {"CPU": 3.0, "L40S": 2.0, "H100": 1.0})
+
+
+def test_bad_profile_path_is_a_config_error(tiny_model, tmp_path):
+    from digenrl.runtime.setup import runtime_plan
+
+    with pytest.raises(ConfigError, match=r"^runtime\.profile"):
+        runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", f"runtime.profile={tmp_path}/no.json"))
+
+
+def test_weight_inbox_hands_over_whole_versions():
+    from digenrl.runtime.publish import WeightInbox
+
+    box = WeightInbox()
+    box.put(1, {"w": 1})
+    box.put(2, {"w": 2})
+    assert box.take(3) is None and box.versions() == []  # never received: refused, older ones dropped
+    box.put(4, {"w": 4})
+    assert box.take(4) == {"w": 4} and box.versions() == []
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    from digenrl.runtime.outputs import write_atomic
+
+    p = tmp_path / "checkpoint.safetensors"
+    write_atomic(p, b"old")
+    write_atomic(p, b"new")
+    assert p.read_bytes() == b"new" and not (tmp_path / "checkpoint.safetensors.tmp").exists()
+
+
+def test_cli_refuses_before_writing(tiny_model, tmp_path):
+    from digenrl.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", f"model.path={tiny_model}", "runtime.mode=gap",
+                 "train.std_mode=global"]) == 2
+    assert not run.exists()
+
+
+def test_run_refuses_unplaceable_pools_before_writing(ray_local, tiny_model, tmp_path):
+    from digenrl.runtime.driver import run_disaggregated
+
+    run = tmp_path / "run"
+    cfg = make_cfg(tiny_model, run, "runtime.mode=gap", "runtime.generator_resources={A100: 1}")
+    with pytest.raises(ConfigError, match=r"^runtime\.generator_resources: .*'A100'"):
+        run_disaggregated(cfg)
+    assert not run.exists()
