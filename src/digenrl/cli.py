@@ -43,8 +43,13 @@ def cmd_train(args) -> int:
         summary = run_training(cfg, ctx=_context(cfg))
     else:
         from digenrl.runtime.driver import run_disaggregated
+        from digenrl.runtime.errors import WorkerFailure
 
-        summary = run_disaggregated(cfg)
+        try:
+            summary = run_disaggregated(cfg)
+        except WorkerFailure as e:  # names the worker and the step; the last checkpoint stays valid
+            print(f"digenrl: run failed: {e}", file=sys.stderr)
+            return 1
     print(f"eval reward {summary['eval_reward_initial']:.3f} -> {summary['eval_reward_final']:.3f} "
           f"in {summary['steps']} steps, {summary['wall_s']:.1f} s ({summary['samples_per_s']:.1f} samples/s); "
           f"outputs in {cfg.run_dir}")

@@ -19,3 +19,17 @@ def test_preset_loads(name, kind):
     assert cfg.model.lora.enabled and cfg.task.name == "text"
     assert set(cfg.reward) <= set(reward_names())
     assert cfg.sampler.eval_num_steps > cfg.sampler.num_steps
+
+
+def test_presets_pass_the_runtime_checks():
+    """Every preset is a valid Ray-runtime run (pipelined modes refuse e.g. std_mode=global)."""
+    import glob
+
+    from digenrl.config import load_config
+    from digenrl.runtime.setup import runtime_plan
+
+    files = sorted(glob.glob(str(Path(__file__).resolve().parents[2] / "configs" / "*.yaml")))
+    assert len(files) >= 4
+    for f in files:
+        setup = runtime_plan(load_config(f))
+        assert setup.plan.prompts >= 1, f

@@ -70,3 +70,15 @@ def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, h
     got = load_file(str(ckpt))
     for k, v in ctx.policy.state_dict().items():
         assert float((got[k] - v).norm() / v.norm().clamp_min(1e-12)) < 1e-5, k
+
+
+def test_cli_worker_failure_exits_1_with_message(ray_local, tiny_model, tmp_path, capsys):
+    from digenrl.cli import main
+
+    run = tmp_path / "run"
+    rc = main(["train", f"model.path={tiny_model}", f"run_dir={run}", "runtime.mode=gap", "steps=3",
+               "train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4", "eval.every=0",
+               "eval.num_prompts=2", "log.progress=false", "runtime.inject_failure=gen0@1"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "run failed" in err and "gen0" in err and "step 1" in err
