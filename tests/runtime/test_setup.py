@@ -29,11 +29,12 @@ def test_plan_from_config(tiny_model, tmp_path):
     from digenrl.runtime.setup import runtime_plan
 
     setup = runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=full", "runtime.generators=2",
-                                  "runtime.trainers=3", "runtime.fragment_size=9", "train.timestep_fraction=0.5"))
+                                  "runtime.trainers=3", "runtime.fragment_size=9", "train.timestep_fraction=0.5",
+                                  "runtime.max_stale_fraction=0.5"))
     p = setup.plan
     assert p.generators == ("gen0", "gen1") and p.trainers == ("trn0", "trn1", "trn2")
     assert (p.prompts, p.generations, p.fragment_size, p.trained_timesteps, p.sampling_steps) == (2, 4, 4, 2, 4)
-    assert p.stale_cap == 4
+    assert p.stale_cap == 4  # floor(0.5 * B), B = 2 x 4
     col = runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.trainers=2")).plan
     assert col.generators == () and col.trainers == ("col0", "col1")
     with pytest.raises(ConfigError, match=r"^runtime\.generators"):
