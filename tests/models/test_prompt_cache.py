@@ -122,7 +122,7 @@ def test_cache_prompts_cli(flux_dir, tmp_path, capsys):
     prompts = tmp_path / "train.jsonl"
     prompts.write_text('{"prompt": "a red cat"}\n{"prompt": "a big dog"}\n')
     args = ["model.kind=flux", f"model.path={flux_dir}", f"model.prompt_cache_dir={tmp_path / 'c'}",
-            f"model.options={{height: 16, width: 16, max_sequence_length: 8}}", "task.name=text",
+            "model.options={height: 16, width: 16, max_sequence_length: 8}", "task.name=text",
             f"task.prompts_file={prompts}"]  # fmt: skip
     assert main(args) == 0
     assert "cached 3 new prompt embeddings" in capsys.readouterr().out  # 2 prompts + the negative prompt

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from runtime_helpers import SMALL, make_cfg
 

@@ -113,7 +113,6 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
             torch._foreach_mul_(bufs, 1.0)
 
     optimizer = _median_time(adam_like, repeats)
-    del bufs
 
     def publish():
         from .publish import state_copy
