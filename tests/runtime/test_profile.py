@@ -31,4 +31,8 @@ def test_profile_command_feeds_the_simulator(ray_local, tiny_model, tmp_path):
     cfg = load_config(None, [f"model.path={tiny_model}", *SMALL, "runtime.mode=gap_tsp_tag"])
     res = simulate(runtime_plan(cfg).plan, prof)
     assert res.makespan > 0
+    # the same loop from the command line: simulate the config's own plan with the measured profile
+    sim_args = ["simulate", "--config", "default", "--profile", str(out), "--json", "--modes", "gap_tsp_tag",
+                *[x for kv in [f"model.path={tiny_model}", *SMALL] for x in ("--set", kv)]]
+    assert main(sim_args) == 0
     assert main(["profile", "--out", str(tmp_path / "nodir" / "p.json")]) == 2

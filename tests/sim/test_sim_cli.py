@@ -75,10 +75,12 @@ def test_bad_input_exits_2_naming_the_option_and_writes_nothing(tmp_path, capsys
 
 
 def test_argparse_errors_also_exit_2(capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["--model", "flux"])
-    assert e.value.code == 2
+    assert main(["--model", "flux"]) == 2  # --testbed missing (checked by us: --config is the alternative)
     assert "--testbed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--model", "flux", "--testbed", "A", "--gpus", "many"])
+    assert e.value.code == 2
+    assert "--gpus" in capsys.readouterr().err
 
 
 def test_measured_profile_replaces_the_roofline(tmp_path, capsys):

@@ -29,8 +29,12 @@ class CliError(ValueError):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="digenrl simulate", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="flux | wan | hunyuan | qwen-image")
-    ap.add_argument("--testbed", required=True, help="A | B | C | A+C")
+    ap.add_argument("--model", default=None, help="flux | wan | hunyuan | qwen-image (roofline path)")
+    ap.add_argument("--testbed", default=None, help="A | B | C | A+C (roofline path)")
+    ap.add_argument("--config", default=None,
+                    help="simulate this run config's own plan (use 'default' for the built-in demo); needs --profile")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override for --config (repeatable), e.g. --set runtime.trainers=2")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs used (default: the whole testbed)")
     ap.add_argument("--gen-gpus", type=int, default=None, help="generator GPUs (default: searched per mode)")
     ap.add_argument("--sampling-steps", type=int, default=None, help="T (default 20)")
@@ -141,7 +145,11 @@ def print_table(rows: list[dict], title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    if args.config is not None:
+        return _main_config(args)
     try:
+        if args.model is None or args.testbed is None:
+            raise CliError("--model and --testbed are required (or --config with --profile)")
         setup = _setup(args)
         record_mode = None
         if args.trace or args.gantt:
@@ -160,6 +168,44 @@ def main(argv: list[str] | None = None) -> int:
                           f"S={w.trained_timesteps}, {setup.steps} steps")
     if record_mode is not None:
         _write_views(runs[record_mode], args, setup)
+    return 0
+
+
+def _main_config(args) -> int:
+    """``--config``: the run's own plan per mode, priced with the measured ``--profile``."""
+    from ..config import ConfigError
+    from .from_config import config_rows, run_config_modes
+
+    record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
+    try:
+        if args.profile is None:
+            raise CliError("--profile: required with --config (measure one with `digenrl profile`)")
+        if args.model or args.testbed:
+            raise CliError("--config: give either --config or --model/--testbed, not both")
+        bad = [m for m in args.modes if m not in MODES]
+        if bad:
+            raise CliError(f"--modes: unknown mode(s) {bad}; expected a subset of {list(MODES)}")
+        cost = load_profile(args.profile)
+        config = None if args.config == "default" else args.config
+        runs = run_config_modes(config, args.sets, cost, args.modes, jitter=args.jitter, seed=args.seed,
+                                record_mode=record_mode)
+    except (CliError, ConfigError, ProfileError) as e:
+        print(f"digenrl simulate: error: {e}", file=sys.stderr)
+        return 2
+    rows = config_rows(runs, args.modes)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print_table(rows, f"{args.config} with profile {args.profile}")
+    if record_mode is not None:
+        from ..observe.gantt import plot_gantt
+        from ..observe.trace import write_chrome_trace
+
+        res = runs[record_mode].result
+        if args.trace:
+            write_chrome_trace(res.spans, args.trace, res.workers)
+        if args.gantt:
+            plot_gantt(res.spans, args.gantt, f"{args.config}, {record_mode} (measured profile)", res.workers)
     return 0
 
 

@@ -1,0 +1,60 @@
+"""Simulating a DigenRL run's own plan: ``digenrl simulate --config FILE [--set key=value ...] --profile P``.
+
+The roofline path of ``digenrl simulate`` plans a model preset on a GPU testbed. This path instead takes the
+run configuration a user trains with, builds exactly the ``StepPlan`` the Ray runtime would execute for each
+mode (``digenrl.runtime.setup.runtime_plan``: pools, P x G, fragment size, trained timesteps, chunk shape,
+stale cap) and prices it with a measured profile (``digenrl profile``). ``colocated`` runs on all
+``runtime.generators + runtime.trainers`` workers. The step time is makespan / steps, as in the roofline path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .executor import SimResult, simulate
+from .profile import ProfileCost
+
+
+@dataclass
+class ConfigRun:
+    mode: str
+    plan: object
+    result: SimResult
+
+
+def _mode_overrides(cfg, mode: str) -> list[str]:
+    if mode == "colocated":
+        workers = cfg.runtime.generators + cfg.runtime.trainers
+        return ["runtime.mode=colocated", f"runtime.trainers={workers}", "runtime.generators=1"]
+    return [f"runtime.mode={mode}"]
+
+
+def run_config_modes(config: str | None, sets: list[str], cost: ProfileCost, modes: list[str], *,
+                     jitter: float = 0.0, seed: int = 0, record_mode: str | None = None) -> dict[str, ConfigRun]:
+    """Every requested mode plus ``naive`` and ``colocated`` (the speedup baselines). Raises ConfigError."""
+    from ..config import load_config
+    from ..runtime.setup import runtime_plan
+
+    base = load_config(config, sets)
+    runs = {}
+    for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
+        plan = runtime_plan(load_config(config, sets + _mode_overrides(base, m))).plan
+        runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)))
+    return runs
+
+
+def config_rows(runs: dict[str, ConfigRun], modes: list[str]) -> list[dict]:
+    naive, coloc = runs["naive"].result.step_time, runs["colocated"].result.step_time
+    rows = []
+    for m in modes:
+        r, res = runs[m], runs[m].result
+        rows.append({
+            "mode": m, "step_time_s": res.step_time,
+            "speedup_vs_naive": naive / res.step_time, "speedup_vs_colocated": coloc / res.step_time,
+            "gen_idle": res.gen_idle, "trainer_idle": res.trainer_idle, "stale_fraction": res.stale_fraction,
+            "tag_fragments_per_step": res.tag_fragments_per_step,
+            "gen_gpus": len(r.plan.generators), "trainer_gpus": len(r.plan.trainers),
+            "fragment_size": r.plan.fragment_size,
+            "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps], "note": "",
+        })
+    return rows
