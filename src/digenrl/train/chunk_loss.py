@@ -88,7 +88,7 @@ def train_cells(
         if ref_policy is None:
             raise ValueError("train.beta_kl > 0 needs a reference policy")
         with torch.no_grad():
-            v_ref = guided_velocity(ref_policy, x, sigma, ref_policy.encode_prompts([group.prompts[r] for r in rows.tolist()]), settings.cfg_scale)
+            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale)  # text encoders are frozen
             ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
         kl = gaussian_kl(out.mean, ref.mean, out.std)
     total = loss + settings.beta_kl * kl
