@@ -55,14 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _setup(args) -> Setup:
-    model = model_preset(args.model)
-    testbed = testbed_preset(args.testbed)
+def _check_modes(args) -> None:
     for m in args.modes:
         if m not in MODES:
             raise CliError(f"--modes: unknown mode {m!r} (choose from {', '.join(MODES)})")
     if args.trace_mode is not None and args.trace_mode not in args.modes:
         raise CliError(f"--trace-mode: {args.trace_mode!r} is not among --modes")
+
+
+def _setup(args) -> Setup:
+    model = model_preset(args.model)
+    testbed = testbed_preset(args.testbed)
+    _check_modes(args)
     gpus = testbed.total if args.gpus is None else args.gpus
     if gpus < 2 or gpus > testbed.total:
         raise CliError(f"--gpus: {gpus} is outside 2..{testbed.total} for testbed {testbed.name}")
@@ -103,7 +107,9 @@ def run_modes(setup: Setup, modes: list[str], gen_gpus: int | None, jitter: floa
     return runs
 
 
-def rows_of(runs: dict[str, ModeRun], modes: list[str]) -> list[dict]:
+def rows_of(runs: dict, modes: list[str]) -> list[dict]:
+    """One row per mode; a run has ``result``, ``plan``, ``n_gen``, ``n_train`` and ``note`` (``ModeRun`` or
+    ``from_config.ConfigRun``)."""
     naive, coloc = runs["naive"].result.step_time, runs["colocated"].result.step_time
     rows = []
     for m in modes:
@@ -158,23 +164,28 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, PresetError, SetupError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
-    rows = rows_of(runs, args.modes)
+    w = setup.workload
+    _emit(rows_of(runs, args.modes), args, f"{setup.model.name} on testbed {setup.testbed.name} ({setup.gpus} GPUs): "
+                                          f"{w.prompts}x{w.generations} per step, T={w.sampling_steps}, "
+                                          f"S={w.trained_timesteps}, {setup.steps} steps")
+    if record_mode is not None:
+        run = runs[record_mode]
+        _write_views(run.result, args, f"{setup.model.name}, {run.mode.value}, testbed {setup.testbed.name}, "
+                                       f"{run.n_gen}+{run.n_train} GPUs")
+    return 0
+
+
+def _emit(rows: list[dict], args, title: str) -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        w = setup.workload
-        print_table(rows, f"{setup.model.name} on testbed {setup.testbed.name} ({setup.gpus} GPUs): "
-                          f"{w.prompts}x{w.generations} per step, T={w.sampling_steps}, "
-                          f"S={w.trained_timesteps}, {setup.steps} steps")
-    if record_mode is not None:
-        _write_views(runs[record_mode], args, setup)
-    return 0
+        print_table(rows, title)
 
 
 def _main_config(args) -> int:
     """``--config``: the run's own plan per mode, priced with the measured ``--profile``."""
     from ..config import ConfigError
-    from .from_config import config_rows, run_config_modes
+    from .from_config import run_config_modes
 
     record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     try:
@@ -182,9 +193,7 @@ def _main_config(args) -> int:
             raise CliError("--profile: required with --config (measure one with `digenrl profile`)")
         if args.model or args.testbed:
             raise CliError("--config: give either --config or --model/--testbed, not both")
-        bad = [m for m in args.modes if m not in MODES]
-        if bad:
-            raise CliError(f"--modes: unknown mode(s) {bad}; expected a subset of {list(MODES)}")
+        _check_modes(args)
         cost = load_profile(args.profile)
         config = None if args.config == "default" else args.config
         runs = run_config_modes(config, args.sets, cost, args.modes, jitter=args.jitter, seed=args.seed,
@@ -192,28 +201,17 @@ def _main_config(args) -> int:
     except (CliError, ConfigError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
-    rows = config_rows(runs, args.modes)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    else:
-        print_table(rows, f"{args.config} with profile {args.profile}")
+    _emit(rows_of(runs, args.modes), args, f"{args.config} with profile {args.profile}")
     if record_mode is not None:
-        from ..observe.gantt import plot_gantt
-        from ..observe.trace import write_chrome_trace
-
-        res = runs[record_mode].result
-        if args.trace:
-            write_chrome_trace(res.spans, args.trace, res.workers)
-        if args.gantt:
-            plot_gantt(res.spans, args.gantt, f"{args.config}, {record_mode} (measured profile)", res.workers)
+        _write_views(runs[record_mode].result, args, f"{args.config}, {record_mode} (measured profile)")
     return 0
 
 
-def _write_views(run: ModeRun, args, setup: Setup) -> None:
+def _write_views(res: SimResult, args, title: str) -> None:
+    """--trace (whole run) and --gantt (first --gantt-steps steps) of one simulated mode."""
     from ..observe.gantt import plot_gantt
     from ..observe.trace import write_chrome_trace
 
-    res = run.result
     workers = res.workers
     if args.trace:
         write_chrome_trace(res.spans, args.trace, workers)
@@ -222,8 +220,7 @@ def _write_views(run: ModeRun, args, setup: Setup) -> None:
         end = res.stats[k].published or res.makespan
         spans = [s for s in res.spans if s.start < end]
         spans = [replace(s, end=min(s.end, end)) for s in spans]
-        plot_gantt(spans, args.gantt, f"{setup.model.name}, {run.mode.value}, testbed {setup.testbed.name}, "
-                                      f"{run.n_gen}+{run.n_train} GPUs (first {k + 1} steps)", workers)
+        plot_gantt(spans, args.gantt, f"{title} (first {k + 1} steps)", workers)
 
 
 if __name__ == "__main__":  # pragma: no cover

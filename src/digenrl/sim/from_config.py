@@ -17,9 +17,20 @@ from .profile import ProfileCost
 
 @dataclass
 class ConfigRun:
+    """One simulated mode of a config; the fields ``sim.cli.rows_of`` reads, like ``planner.ModeRun``."""
+
     mode: str
     plan: object
     result: SimResult
+    note: str = ""
+
+    @property
+    def n_gen(self) -> int:
+        return len(self.plan.generators)
+
+    @property
+    def n_train(self) -> int:
+        return len(self.plan.trainers)
 
 
 def _mode_overrides(cfg, mode: str) -> list[str]:
@@ -41,20 +52,3 @@ def run_config_modes(config: str | None, sets: list[str], cost: ProfileCost, mod
         plan = runtime_plan(load_config(config, sets + _mode_overrides(base, m))).plan
         runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)))
     return runs
-
-
-def config_rows(runs: dict[str, ConfigRun], modes: list[str]) -> list[dict]:
-    naive, coloc = runs["naive"].result.step_time, runs["colocated"].result.step_time
-    rows = []
-    for m in modes:
-        r, res = runs[m], runs[m].result
-        rows.append({
-            "mode": m, "step_time_s": res.step_time,
-            "speedup_vs_naive": naive / res.step_time, "speedup_vs_colocated": coloc / res.step_time,
-            "gen_idle": res.gen_idle, "trainer_idle": res.trainer_idle, "stale_fraction": res.stale_fraction,
-            "tag_fragments_per_step": res.tag_fragments_per_step,
-            "gen_gpus": len(r.plan.generators), "trainer_gpus": len(r.plan.trainers),
-            "fragment_size": r.plan.fragment_size,
-            "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps], "note": "",
-        })
-    return rows
