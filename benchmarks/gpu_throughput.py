@@ -87,7 +87,8 @@ def run(args) -> dict:
     from digenrl.algo.timesteps import select_timesteps
     from digenrl.rollout.records import Prompt
     from digenrl.rollout.sampler import SamplerSettings, sample_trajectories
-    from digenrl.train import LossSettings, make_chunks, train_cells
+    from digenrl.schedule.layout import tile_grid
+    from digenrl.train import LossSettings, train_cells
 
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = "float32" if device.type == "cpu" else args.dtype
@@ -113,7 +114,7 @@ def run(args) -> dict:
         group = batch.select(list(range(n)))
         group.gen_index = torch.arange(n)  # one "group" of all rows: cells address rows directly
         scale = 1.0 / (n * len(plan.trained))
-        for chunk in make_chunks(list(range(n)), len(plan.trained), args.chunk_gens, args.chunk_steps):
+        for chunk in tile_grid(list(range(n)), len(plan.trained), args.chunk_gens, args.chunk_steps):
             train_cells(policy, group, chunk, settings=loss_settings, loss_scale=scale)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()

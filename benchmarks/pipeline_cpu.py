@@ -11,7 +11,7 @@ does not depend on them. For every mode:
 * ``efficiency`` = (busy seconds of all workers / number of workers) / elapsed, over the same window;
 * ``sim_step_time_s``: the simulator's prediction of the same steady-state step time for the same plan, from a
   cost profile measured right before the run on live workers of the same pool layout
-  (``runtime.profile.calibrate``; the run's BTS uses the same profile); ``sim_error`` = sim / measured - 1.
+  (``runtime.calibrate.calibrate``; the run's BTS uses the same profile); ``sim_error`` = sim / measured - 1.
 
 ``--learn STEPS`` also runs the demo config (packaged base weights) in ``full`` mode (stale cap 0.25) and
 reports the eval reward (written next to ``--out`` as ``<name>_learn.json``).
@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-MODES = ("colocated", "naive", "gap", "gap_tsp", "gap_tsp_tag", "full")
+from digenrl.schedule import MODES
+
 MODEL = dict(dim=192, depth=6, heads=6)
 WORKLOAD = ["train.prompts_per_step=8", "train.generations=8", "sampler.num_steps=10",
             "train.timestep_fraction=0.4", "runtime.fragment_size=4", "train.chunk_generations=8",
@@ -61,15 +62,15 @@ def measure_profile(base: list[str], work: Path, pools_of: str) -> Path:
     """Measure every fragment / chunk size the modes use, on live workers of ``pools_of``'s pools."""
     from digenrl.config import load_config
     from digenrl.runtime.cluster import start_pools
-    from digenrl.runtime.profile import calibrate, plan_sizes
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.runtime.calibrate import calibrate, plan_sizes
+    from digenrl.control.run_plan import plan_run
 
     sizes = [set(), set()]
     for m in MODES:
-        fs, cs = plan_sizes(runtime_plan(load_config(None, base + mode_overrides(m))).plan)
+        fs, cs = plan_sizes(plan_run(load_config(None, base + mode_overrides(m))).plan)
         sizes[0].update(fs)
         sizes[1].update(cs)
-    setup = runtime_plan(load_config(None, base + mode_overrides(pools_of)))
+    setup = plan_run(load_config(None, base + mode_overrides(pools_of)))
     pools = start_pools(setup)
     try:
         data = calibrate(setup, pools, repeats=5, gen_sizes=sorted(sizes[0]), cell_sizes=sorted(sizes[1]),
@@ -85,8 +86,8 @@ def run_modes(modes, steps: int, rounds: int, work: Path, log) -> list[dict]:
     from digenrl.config import load_config
     from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
     from digenrl.runtime.driver import run_disaggregated
-    from digenrl.runtime.setup import runtime_plan
-    from digenrl.sim.profile import load_profile
+    from digenrl.control.run_plan import plan_run
+    from digenrl.control.profile import load_profile
 
     torch.manual_seed(0)
     model = work / "model.safetensors"
@@ -101,7 +102,7 @@ def run_modes(modes, steps: int, rounds: int, work: Path, log) -> list[dict]:
             cfg = load_config(None, base + mode_overrides(m) + [f"run_dir={work / f'{m}_{r}'}",
                                                                 f"runtime.profile={profile}"])
             s = run_disaggregated(cfg)
-            sim = sim_steady_step(runtime_plan(cfg).plan, load_profile(profile))
+            sim = sim_steady_step(plan_run(cfg).plan, load_profile(profile))
             row = {"mode": m, "step_time_s": s["steady_step_time_s"], "efficiency": s["steady_efficiency"],
                    "sim_step_time_s": sim, "sim_error": sim / s["steady_step_time_s"] - 1.0,
                    "tag_fragments_per_step": s["tag_fragments_per_step"], "stale_fraction": s["stale_fraction"],

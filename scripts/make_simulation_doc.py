@@ -21,12 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from digenrl.observe.gantt import plot_gantt  # noqa: E402
+from digenrl.schedule import MODES as ALL_MODES  # noqa: E402
 from digenrl.sim.cli import rows_of, run_modes  # noqa: E402
-from digenrl.sim.planner import Setup, run_mode  # noqa: E402
+from digenrl.sim.planner import Scenario, run_mode  # noqa: E402
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS  # noqa: E402
 from digenrl.sim.roofline import InfeasibleError, RooflineCost  # noqa: E402
 
-MODES = ["colocated", "naive", "gap", "gap_tsp", "gap_tsp_tag", "full"]
+MODES = list(ALL_MODES)
 ABLATION = [("hunyuan", "A"), ("hunyuan", "B"), ("hunyuan", "C"), ("wan", "B"), ("wan", "C")]
 COLOC = [("hunyuan", tb) for tb in "ABC"] + [("wan", "B"), ("wan", "C")] + [("flux", tb) for tb in "ABC"]
 HETERO = ["hunyuan", "wan", "flux"]
@@ -38,9 +39,9 @@ PUBLISHED_COLOC = {"hunyuan": ((1.04, 1.37), (1.13, 1.49)), "wan": ((1.13, 1.34)
 PUBLISHED_HETERO = (1.46, 1.85)
 
 
-def setup(model: str, tb: str, steps: int, T: int = 20) -> Setup:
+def setup(model: str, tb: str, steps: int, T: int = 20) -> Scenario:
     w = replace(WORKLOADS[model], sampling_steps=T)
-    return Setup(MODELS[model], TESTBEDS[tb], w, TESTBEDS[tb].total, steps=steps)
+    return Scenario(MODELS[model], TESTBEDS[tb], w, TESTBEDS[tb].total, steps=steps)
 
 
 def run_all(steps: int) -> dict:
@@ -173,7 +174,7 @@ def render(res: dict, figs: list[tuple[str, str]], out: Path) -> None:
         "model cards; sources in `src/digenrl/sim/presets.py`); nothing was fitted to the published speedups, "
         "which are shown only for comparison. Reproduce a row with e.g. `digenrl simulate --model hunyuan "
         f"--testbed A --steps {res['steps']}`.\n")
-    add("## Setup\n")
+    add("## Scenario\n")
     add("* **Workloads** (Flow-GRPO / DanceGRPO-style): images (FLUX.1-dev, Qwen-Image) 16 prompts x 16 "
         "generations at 512x512; videos (HunyuanVideo, Wan2.1) 8 prompts x 12 generations of 33 frames at "
         "480p. T = 20 sampling steps unless stated (ablation: 20/30/40), timestep fraction 0.6 (S = int(0.6 T) "

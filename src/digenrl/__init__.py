@@ -1,6 +1,6 @@
 """DigenRL: disaggregated, bubble-free RL post-training for diffusion / flow-matching generators.
 
-See DESIGN.md (shared) for the terms used throughout: step, trajectory, fragment, chunk, gradient
+See docs/architecture.md for the terms used throughout: step, trajectory, fragment, chunk, gradient
 transaction, GAP / TSP / TAG / BTS / TCSS.
 """
 

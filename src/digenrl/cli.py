@@ -116,7 +116,7 @@ FORWARDED = {
     "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
     "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
     "cache-prompts": ("digenrl.models.prompt_cache:main", "encode the task's prompts into model.prompt_cache_dir"),
-    "profile": ("digenrl.runtime.profile:main", "measure a cost profile of this machine for `simulate --profile`"),
+    "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for `simulate --profile`"),
 }
 
 

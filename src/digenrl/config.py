@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-MODES = ("colocated", "naive", "gap", "gap_tsp", "gap_tsp_tag", "full")
+from digenrl.schedule.plan import Mode
 
 
 class ConfigError(ValueError):
@@ -83,7 +83,9 @@ class EvalConfig(_Strict):
 
 
 class RuntimeConfig(_Strict):
-    mode: Literal["colocated", "naive", "gap", "gap_tsp", "gap_tsp_tag", "full"] = "colocated"
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True)
+
+    mode: Mode = Mode.COLOCATED  # validated against the scheduler's modes; stored as its string value
     generators: int = Field(1, ge=1)
     trainers: int = Field(1, ge=1)
     fragment_size: int = Field(4, ge=1)  # generations per fragment (GAP)
@@ -92,7 +94,6 @@ class RuntimeConfig(_Strict):
     generator_resources: dict[str, float] = {}
     trainer_resources: dict[str, float] = {}
     threads_per_worker: int = Field(1, ge=1)
-    # --- added by the runtime (issue #4) ---
     publish: Literal["object_store", "broadcast"] = "object_store"  # weight path trainer rank 0 -> generators
     checkpoint_every: int = Field(0, ge=0)  # atomic checkpoint every N committed steps (0: only at the end)
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start

@@ -26,10 +26,10 @@ def test_presets_pass_the_runtime_checks():
     import glob
 
     from digenrl.config import load_config
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
     files = sorted(glob.glob(str(Path(__file__).resolve().parents[2] / "configs" / "*.yaml")))
     assert len(files) >= 4
     for f in files:
-        setup = runtime_plan(load_config(f))
+        setup = plan_run(load_config(f))
         assert setup.plan.prompts >= 1, f

@@ -9,10 +9,10 @@ from runtime_helpers import SMALL
 
 def test_profile_command_feeds_the_simulator(ray_local, tiny_model, tmp_path):
     from digenrl.cli import main
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
     from digenrl.schedule import OPS
     from digenrl.sim.executor import simulate
-    from digenrl.sim.profile import load_profile
+    from digenrl.control.profile import load_profile
 
     out = tmp_path / "profile.json"
     args = ["profile", f"model.path={tiny_model}", *SMALL, "runtime.mode=gap_tsp_tag", "--out", str(out),
@@ -29,7 +29,7 @@ def test_profile_command_feeds_the_simulator(ray_local, tiny_model, tmp_path):
     from digenrl.config import load_config
 
     cfg = load_config(None, [f"model.path={tiny_model}", *SMALL, "runtime.mode=gap_tsp_tag"])
-    res = simulate(runtime_plan(cfg).plan, prof)
+    res = simulate(plan_run(cfg).plan, prof)
     assert res.makespan > 0
     # the same loop from the command line: simulate the config's own plan with the measured profile
     sim_args = ["simulate", "--config", "default", "--profile", str(out), "--json", "--modes", "gap_tsp_tag",

@@ -10,52 +10,52 @@ from digenrl.config import ConfigError
 
 @pytest.mark.parametrize("mode", ["gap", "gap_tsp", "gap_tsp_tag", "full"])
 def test_global_std_refused_in_pipelined_modes(tiny_model, tmp_path, mode):
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
     cfg = make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", "train.std_mode=global")
     with pytest.raises(ConfigError, match=r"^train\.std_mode"):
-        runtime_plan(cfg)
+        plan_run(cfg)
 
 
 @pytest.mark.parametrize("mode", ["naive", "colocated"])
 def test_global_std_allowed_in_barrier_modes(tiny_model, tmp_path, mode):
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
-    setup = runtime_plan(make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", "train.std_mode=global"))
+    setup = plan_run(make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", "train.std_mode=global"))
     assert setup.plan.mode.value == mode
 
 
 def test_plan_from_config(tiny_model, tmp_path):
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
-    setup = runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=full", "runtime.generators=2",
+    setup = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=full", "runtime.generators=2",
                                   "runtime.trainers=3", "runtime.fragment_size=9", "train.timestep_fraction=0.5",
                                   "runtime.max_stale_fraction=0.5"))
     p = setup.plan
     assert p.generators == ("gen0", "gen1") and p.trainers == ("trn0", "trn1", "trn2")
     assert (p.prompts, p.generations, p.fragment_size, p.trained_timesteps, p.sampling_steps) == (2, 4, 4, 2, 4)
     assert p.stale_cap == 4  # floor(0.5 * B), B = 2 x 4
-    col = runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.trainers=2")).plan
+    col = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.trainers=2")).plan
     assert col.generators == () and col.trainers == ("col0", "col1")
     with pytest.raises(ConfigError, match=r"^runtime\.generators"):
-        runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.generators=2"))
+        plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.generators=2"))
 
 
 @pytest.mark.parametrize("spec", ["gen9@1", "gen0@x", "gen0@1:boom", "gen0"])
 def test_bad_failure_hook(tiny_model, tmp_path, spec):
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
     with pytest.raises(ConfigError, match=r"^runtime\.inject_failure"):
-        runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=gap", f"runtime.inject_failure={spec}"))
+        plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap", f"runtime.inject_failure={spec}"))
 
 
 def test_missing_resource_label_is_refused(tiny_model, tmp_path):
     from digenrl.runtime.cluster import actor_options, check_resources, pool_demand
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
     cfg = make_cfg(tiny_model, tmp_path, "runtime.mode=gap", "runtime.generators=2",
                    "runtime.generator_resources={L40S: 1}", "runtime.trainer_resources={H100: 1, CPU: 2}")
-    setup = runtime_plan(cfg)
+    setup = plan_run(cfg)
     assert pool_demand(cfg, "trainer") == {"CPU": 2.0, "GPU": 0.0, "H100": 1.0}
     assert actor_options(pool_demand(cfg, "generator")) == {"num_cpus": 1.0, "num_gpus": 0.0,
                                                             "resources": {"L40S": 1.0}}
@@ -69,10 +69,10 @@ def test_missing_resource_label_is_refused(tiny_model, tmp_path):
 
 
 def test_bad_profile_path_is_a_config_error(tiny_model, tmp_path):
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
     with pytest.raises(ConfigError, match=r"^runtime\.profile"):
-        runtime_plan(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", f"runtime.profile={tmp_path}/no.json"))
+        plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", f"runtime.profile={tmp_path}/no.json"))
 
 
 def test_weight_inbox_hands_over_whole_versions():
@@ -87,7 +87,7 @@ def test_weight_inbox_hands_over_whole_versions():
 
 
 def test_atomic_write_replaces_whole_file(tmp_path):
-    from digenrl.runtime.outputs import write_atomic
+    from digenrl.observe.run_outputs import write_atomic
 
     p = tmp_path / "checkpoint.safetensors"
     write_atomic(p, b"old")

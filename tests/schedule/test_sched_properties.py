@@ -1,4 +1,4 @@
-"""Property-based checks of the invariants (DESIGN.md section 4) over random plans, pools, costs, jitter."""
+"""Property-based checks of the invariants (docs/architecture.md, "Invariants") over random plans, pools, costs, jitter."""
 
 from __future__ import annotations
 

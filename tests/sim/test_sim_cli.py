@@ -8,7 +8,7 @@ import pytest
 
 from digenrl.sim.cli import ROW_KEYS, main
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
-from digenrl.sim.profile import save_profile, tabulate
+from digenrl.control.profile import save_profile, tabulate
 from digenrl.sim.roofline import RooflineCost
 
 SMALL = ["--model", "flux", "--testbed", "B", "--gpus", "8", "--steps", "2", "--prompts", "4",

@@ -29,11 +29,11 @@ def _rows(capsys, argv):
 
 def test_rows_follow_the_runtime_plan(tmp_path, capsys):
     from digenrl.config import load_config
-    from digenrl.runtime.setup import runtime_plan
+    from digenrl.control.run_plan import plan_run
 
     rows = _rows(capsys, ["--config", "default", "--profile", str(_profile(tmp_path)), "--json", *SETS])
     assert set(rows) == {"colocated", "naive", "gap", "gap_tsp", "gap_tsp_tag", "full"}
-    plan = runtime_plan(load_config(None, ["steps=4", "runtime.trainers=2", "runtime.mode=gap_tsp"])).plan
+    plan = plan_run(load_config(None, ["steps=4", "runtime.trainers=2", "runtime.mode=gap_tsp"])).plan
     r = rows["gap_tsp"]
     assert (r["gen_gpus"], r["trainer_gpus"], r["fragment_size"]) == (1, 2, plan.fragment_size)
     assert r["chunk"] == [plan.chunk_generations, plan.chunk_timesteps]

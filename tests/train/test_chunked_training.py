@@ -9,7 +9,7 @@ from digenrl.algo.timesteps import select_timesteps
 from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings
-from digenrl.train.chunks import make_chunks
+from digenrl.schedule.layout import tile_grid
 from digenrl.train.step_work import assign_advantages, generate, split_groups, train_group
 from digenrl.train.transaction import GradientTransaction, TransactionError
 
@@ -53,8 +53,8 @@ def test_chunked_gradient_equals_per_timestep_reference(tiny_policy, shape):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-7)
 
 
-def test_make_chunks_tiles_grid_exactly_once():
-    chunks = make_chunks([0, 1, 2, 3, 4], 3, 2, 2)
+def test_tile_grid_tiles_grid_exactly_once():
+    chunks = tile_grid([0, 1, 2, 3, 4], 3, 2, 2)
     cells = [c for ch in chunks for c in ch]
     assert sorted(cells) == sorted((g, t) for g in range(5) for t in range(3))
     assert chunks[0] == ((0, 0), (1, 0), (0, 1), (1, 1))  # timestep-major

@@ -1,21 +1,9 @@
-"""Pure math of Flow-GRPO / DanceGRPO: SDE steps with log-probs, sigma schedules, advantages, losses."""
+"""Pure math of Flow-GRPO / DanceGRPO, one module per concept (import them directly):
 
-from digenrl.algo.advantage import AdvantageStats, group_advantages
-from digenrl.algo.loss import PolicyLossStats, clipped_policy_loss, gaussian_kl
-from digenrl.algo.sde import SDEStepOutput, sde_step_with_logprob
-from digenrl.algo.sigmas import flow_match_sigmas, resolution_shift_mu
-from digenrl.algo.timesteps import TimestepPlan, select_timesteps
+* ``sde``: SDE steps with log-probs (``sde_step_with_logprob``); ``sigmas``: sigma schedules;
+* ``advantage``: group-relative advantages; ``loss``: the clipped policy loss and the KL to the reference;
+* ``timesteps``: which denoising steps are SDE steps and which are trained (no torch: the planning path
+  of the simulator uses it).
 
-__all__ = [
-    "AdvantageStats",
-    "group_advantages",
-    "PolicyLossStats",
-    "clipped_policy_loss",
-    "gaussian_kl",
-    "SDEStepOutput",
-    "sde_step_with_logprob",
-    "flow_match_sigmas",
-    "resolution_shift_mu",
-    "TimestepPlan",
-    "select_timesteps",
-]
+The package itself imports nothing, so that importing ``digenrl.algo.timesteps`` stays free of torch.
+"""

@@ -1,6 +1,6 @@
 """One stochastic (or ODE) step of a flow-matching sampler, with the log-probability of the transition.
 
-Convention (DESIGN.md 1.1): sigma = 1 is pure noise, sigma = 0 is data; x_sigma = (1 - sigma) x_0 + sigma eps,
+Convention (docs/architecture.md, "The math"): sigma = 1 is pure noise, sigma = 0 is data; x_sigma = (1 - sigma) x_0 + sigma eps,
 and the model predicts the velocity v = eps - x_0, so the Euler ODE step is x' = x + v * dt with
 dt = sigma' - sigma < 0.
 
@@ -77,7 +77,7 @@ def sde_step_with_logprob(
         noise_level: ``a`` (flow_grpo, cps) or ``eta`` (dance). 0 means the ODE step.
         prev_sample: if given, the log-prob of this transition is computed instead of sampling.
         generator / noise: the source of the step noise when sampling (``noise`` wins). Per-trajectory
-            noise (DESIGN invariant I5) is passed as ``noise``.
+            noise (invariant I5, docs/architecture.md) is passed as ``noise``.
     """
     if kind not in SDE_KINDS:
         raise ValueError(f"unknown sde kind {kind!r}; expected one of {SDE_KINDS}")

@@ -1,4 +1,4 @@
-"""Policy adapters: the built-in tiny DiT and (issue #5) diffusers transformer families, behind one interface."""
+"""Policy adapters: the built-in tiny DiT and the diffusers transformer families, behind one interface."""
 
 from digenrl.models.base import Cond, Policy, cat_cond, guided_velocity, index_cond, repeat_cond
 

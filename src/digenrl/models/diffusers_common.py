@@ -5,7 +5,7 @@ functions) and registers two submodules: ``transformer`` (trainable; LoRA or ful
 (frozen, float32). Text encoders are *not* submodules: they run only through ``encode_prompts`` (results go
 to the prompt cache) and ``drop_text_encoders()`` frees them.
 
-Velocity: every family's transformer predicts v = eps - x0 in the sigma convention of DESIGN.md 1.1 (the
+Velocity: every family's transformer predicts v = eps - x0 in the sigma convention of docs/architecture.md (the
 diffusers flow-matching Euler step is x' = x + (sigma' - sigma) v), so ``forward`` returns the transformer
 output as it is. The timestep a transformer receives is t = 1000 * sigma (SD3, Wan, HunyuanVideo) or
 t / 1000 (FLUX, Qwen-Image, whose models rescale internally), exactly as the family pipelines pass it.
@@ -179,9 +179,6 @@ class DiffusersPolicy(Policy):
         """A policy-like view whose forward runs under ``reference()`` (used as ``ref_policy``; no weight copy
         under LoRA). ``train.context.make_reference`` picks it up."""
         return ReferenceView(self)
-
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach() for n, p in self.named_parameters() if p.requires_grad}
 
     def export_lora(self, out_dir) -> Path:
         from digenrl.models.lora import export_lora

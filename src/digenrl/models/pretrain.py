@@ -1,6 +1,6 @@
 """Flow-matching pre-training of the demo base generator (``digenrl pretrain base``).
 
-Rectified-flow objective with the sigma convention of DESIGN.md::
+Rectified-flow objective with the sigma convention of docs/architecture.md::
 
     x_sigma = (1 - sigma) x_0 + sigma eps,   target v = eps - x_0,   L = E || v_theta(x_sigma, sigma, c) - v ||^2
 

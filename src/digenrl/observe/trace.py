@@ -10,7 +10,7 @@ worker, one complete event ("ph": "X") per span, times in microseconds.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -77,7 +77,3 @@ def write_chrome_trace(spans: Sequence[Span], path: str | Path, workers: Sequenc
     path = Path(path)
     path.write_text(json.dumps(chrome_trace(spans, workers)))
     return path
-
-
-def spans_to_dicts(spans: Iterable[Span]) -> list[dict]:
-    return [asdict(s) for s in spans]

@@ -1,4 +1,4 @@
-"""Per-trajectory noise (DESIGN invariant I5).
+"""Per-trajectory noise (invariant I5, docs/architecture.md).
 
 The initial noise x_T and every SDE step's noise of a trajectory are drawn from a private generator seeded by
 ``stable_seed(run_seed, step, prompt_uid, generation_index)``, always in the same order (x_T first, then one

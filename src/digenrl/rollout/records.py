@@ -2,7 +2,7 @@
 
 A ``TrajectoryBatch`` holds N trajectories (any mix of prompt groups) with their tensors stacked along dim 0:
 the latents entering and leaving every *trained* step, the behaviour log-probs of those transitions, and the
-metadata DESIGN.md section 1 asks for (prompt uid, generation index, seed, policy version, reward, advantage).
+metadata a step needs (docs/architecture.md) (prompt uid, generation index, seed, policy version, reward, advantage).
 """
 
 from __future__ import annotations

@@ -1,19 +1,22 @@
-"""The disaggregated runtime: the scheduler's actions executed by Ray actors in wall-clock time (DESIGN.md 3).
+"""The Ray runtime: the scheduler's actions executed by Ray actors in wall-clock time (a peer of ``digenrl.sim``).
 
 Protocol (one run, ``driver.run_disaggregated``):
 
-1. ``setup.runtime_plan(cfg)`` validates the config for the runtime and builds the ``StepPlan`` (the same
-   pure plan the simulator runs); ``cluster.ray_session`` starts or joins Ray; ``cluster.start_pools`` creates
-   the actors (``GeneratorWorker`` x N_g, ``TrainerWorker`` x N_t, placed by Ray resources) and forms the
-   trainers' torch.distributed group (gradient sync only at the commit).
+1. ``digenrl.control.run_plan.plan_run(cfg)`` validates the config and builds the ``StepPlan`` (the same pure
+   plan the simulator runs); ``cluster.ray_session`` starts or joins Ray and checks that the pools can be
+   placed; ``cluster.start_pools`` creates the actors (``GeneratorWorker`` x N_g, ``TrainerWorker`` x N_t,
+   placed by Ray resources) and forms the trainers' torch.distributed group (gradient sync only at the commit).
 2. Version 0 is published to the generators; in TAG modes the workers measure a cost profile for BTS
-   (``profile.calibrate``) unless ``runtime.profile`` names one.
-3. The driver runs ``schedule.Scheduler``; ``executor.ActionExecutor`` turns each action into actor calls,
-   moving only object refs (fragments stay in the object store; trainers fetch the fragments of the groups
-   they train and compute the group's advantages themselves), and turns completions into events stamped with
-   wall time since the run start.
-4. ``records.RunRecorder`` collects the per-step metrics, versions per trajectory, spans (``trace.json`` /
-   ``gantt.png``) and the scheduler's action/event log, which ``schedule.audit`` checks against I2-I4.
+   (``calibrate.calibrate``, with the workers' ``timing``) unless ``runtime.profile`` names one.
+3. The driver runs the shared control loop (``digenrl.control.loop.run_loop``) with ``executor.RayExecutor``,
+   which turns each action into actor calls, moving only object refs (fragments stay in the object store;
+   trainers fetch the fragments of the groups they train and compute the group's advantages themselves), and
+   reports completions stamped with wall time since the run start.
+4. ``control.timeline`` records spans (``trace.json`` / ``gantt.png``) and the action/event log, which
+   ``schedule.audit`` checks against I2-I4; ``step_metrics`` writes the per-step metrics and the version of
+   every trajectory.
+
+Worker interfaces: ``workers.GeneratorAPI`` / ``workers.TrainerAPI`` declare what the controller may call.
 
 Failure: any worker error or death stops the run with ``WorkerFailure`` naming the worker and the step; the
 trainers' open transactions are aborted (no partial step is committed) and checkpoints are only ever replaced

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from digenrl.config import Config, ConfigError
 
 from .errors import WorkerFailure
-from .publish import DistSetup
-from .setup import RuntimeSetup
+from .publish import GroupSpec
+from digenrl.control.run_plan import RunPlan
 
 
 def pool_demand(cfg: Config, pool: str) -> dict[str, float]:
@@ -40,20 +40,20 @@ def actor_options(demand: dict[str, float]) -> dict:
     return {"num_cpus": demand["CPU"], "num_gpus": demand["GPU"], "resources": custom or None}
 
 
-def total_demand(setup: RuntimeSetup) -> dict[str, float]:
+def total_demand(run: RunPlan) -> dict[str, float]:
     out: dict[str, float] = {}
-    for pool, n in (("generator", len(setup.generator_ids)), ("trainer", len(setup.trainer_ids))):
-        for k, v in pool_demand(setup.cfg, pool).items():
+    for pool, n in (("generator", len(run.generator_ids)), ("trainer", len(run.trainer_ids))):
+        for k, v in pool_demand(run.cfg, pool).items():
             out[k] = out.get(k, 0.0) + n * v
     return out
 
 
-def check_resources(setup: RuntimeSetup, available: dict[str, float]) -> None:
+def check_resources(run: RunPlan, available: dict[str, float]) -> None:
     """Refuse pools the cluster cannot place (they would wait forever)."""
-    need = total_demand(setup)
+    need = total_demand(run)
     for k, v in need.items():
         if v > 0 and available.get(k, 0.0) + 1e-9 < v:
-            rt = setup.cfg.runtime
+            rt = run.cfg.runtime
             key = ("runtime.generator_resources" if k in rt.generator_resources else
                    "runtime.trainer_resources" if k in rt.trainer_resources else
                    "model.device" if k == "GPU" else "runtime.threads_per_worker")
@@ -62,33 +62,35 @@ def check_resources(setup: RuntimeSetup, available: dict[str, float]) -> None:
 
 
 @contextmanager
-def ray_session(setup: RuntimeSetup):
+def ray_session(run: RunPlan):
+    """Ray for a run (started, joined or reused), after checking that it can place the run's pools."""
     import ray
 
     if ray.is_initialized():
+        check_resources(run, ray.cluster_resources())
         yield ray
         return
-    rt = setup.cfg.runtime
+    rt = run.cfg.runtime
     quiet = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
     if rt.address:
         ray.init(address=rt.address, **quiet)
     else:
-        need = total_demand(setup)
+        need = total_demand(run)
         ray.init(num_cpus=max(1, int(round(need["CPU"] + 0.4999))), num_gpus=int(need["GPU"]) or None, **quiet)
     try:
+        check_resources(run, ray.cluster_resources())
         yield ray
     finally:
         ray.shutdown()
 
 
 @dataclass
-class Pools:
+class ActorPools:
     """Actor handles by worker id, in plan order; trainer rank i = ``trainer_ids[i]``."""
 
-    generators: dict[str, object]
-    trainers: dict[str, object]
+    generators: dict[str, object]   # id -> Ray handle of a ``workers.GeneratorAPI`` actor
+    trainers: dict[str, object]     # id -> Ray handle of a ``workers.TrainerAPI`` actor
     publish: str = "object_store"
-    extra: dict = field(default_factory=dict)
 
     def actor(self, worker: str):
         return self.generators.get(worker) or self.trainers[worker]
@@ -122,61 +124,60 @@ class Pools:
                 pass
 
 
-def start_pools(setup: RuntimeSetup) -> Pools:
+def start_pools(run: RunPlan) -> ActorPools:
     import ray
 
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
-    cfg = setup.cfg
-    check_resources(setup, ray.cluster_resources())
+    cfg = run.cfg
     conf = cfg.model_dump(mode="json")
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
-    pools = Pools({w: gen_cls.remote(w, conf, setup.failure) for w in setup.generator_ids},
-                  {w: trn_cls.remote(w, conf, i, setup.failure) for i, w in enumerate(setup.trainer_ids)},
-                  cfg.runtime.publish if setup.generator_ids else "object_store")
+    pools = ActorPools({w: gen_cls.remote(w, conf, run.failure) for w in run.generator_ids},
+                  {w: trn_cls.remote(w, conf, i, run.failure) for i, w in enumerate(run.trainer_ids)},
+                  cfg.runtime.publish if run.generator_ids else "object_store")
     try:
-        get_named({w: pools.actor(w).ping.remote() for w in setup.generator_ids + setup.trainer_ids}, "startup")
-        _form_groups(setup, pools)
-        _publish_initial(setup, pools)
+        get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup")
+        _form_groups(run, pools)
+        _publish_initial(run, pools)
     except BaseException:
         pools.kill()
         raise
     return pools
 
 
-def _publish_initial(setup: RuntimeSetup, pools: Pools) -> None:
+def _publish_initial(run: RunPlan, pools: ActorPools) -> None:
     """Every generator starts from rank 0's version 0 (whatever its own build produced)."""
     refs, state = pools.publish_refs(0)
-    names = [setup.trainer_ids[0]] + (list(setup.generator_ids) if state is None else [])
+    names = [run.trainer_ids[0]] + (list(run.generator_ids) if state is None else [])
     get_named(dict(zip(names, refs)), "publish of version 0")
     if state is not None:
         get_named({w: g.load_weights.remote(0, [state]) for w, g in pools.generators.items()},
                    "publish of version 0")
 
 
-def _form_groups(setup: RuntimeSetup, pools: Pools) -> None:
+def _form_groups(run: RunPlan, pools: ActorPools) -> None:
     import ray
 
-    n_t, n_g = len(setup.trainer_ids), len(setup.generator_ids)
+    n_t, n_g = len(run.trainer_ids), len(run.generator_ids)
     broadcast = pools.publish == "broadcast"
     if n_t == 1 and not broadcast:
         return
     ip, port = ray.get(pools.rank0.node_endpoint.remote())
-    backend = "nccl" if setup.cfg.model.device.startswith("cuda") else "gloo"
+    backend = "nccl" if run.cfg.model.device.startswith("cuda") else "gloo"
     world = n_t + (n_g if broadcast else 0)
     trainer_ranks = tuple(range(n_t))
     publish_ranks = (0,) + tuple(range(n_t, n_t + n_g)) if broadcast else ()
     refs = {}
-    for i, w in enumerate(setup.trainer_ids):
+    for i, w in enumerate(run.trainer_ids):
         refs[w] = pools.trainers[w].setup_dist.remote(
-            DistSetup(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks))
+            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks))
     if broadcast:
-        for j, w in enumerate(setup.generator_ids):
+        for j, w in enumerate(run.generator_ids):
             refs[w] = pools.generators[w].setup_dist.remote(
-                DistSetup(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks))
-    get_named(refs, "process-group setup")
+                GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks))
+    get_named(refs, "process-group run")
 
 
 def get_named(refs: dict, what: str) -> list:

@@ -21,9 +21,10 @@ import time
 from .messages import TimedResult
 from .publish import WeightInbox, broadcast_receive, init_groups
 from .worker_base import WorkerBase
+from .workers import GeneratorAPI
 
 
-class GeneratorWorker(WorkerBase):
+class GeneratorWorker(WorkerBase, GeneratorAPI):
     pool = "generator"
 
     def __init__(self, name: str, config: dict, failure=None):
@@ -44,8 +45,8 @@ class GeneratorWorker(WorkerBase):
         self.inbox = WeightInbox()
         self._publish_group = None
 
-    def setup_dist(self, setup) -> bool:
-        _, self._publish_group = init_groups(setup)
+    def setup_dist(self, spec) -> bool:
+        _, self._publish_group = init_groups(spec)
         return True
 
     def _swap_in(self, version: int, weights: list | None) -> None:
@@ -86,6 +87,6 @@ class GeneratorWorker(WorkerBase):
 
     def measure_generate(self, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
         """Seconds per phase of generating a fragment of each size (for the BTS cost model)."""
-        from .profile import time_generation
+        from .timing import time_generation
 
         return time_generation(self, self.policy, sizes, repeats)

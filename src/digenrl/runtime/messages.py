@@ -1,6 +1,6 @@
 """Small results the workers return to the driver (metadata only: tensors stay in the object store).
 
-Times are wall-clock seconds (``time.time()``) measured on the worker around the work itself; the driver
+Every result names its ``worker`` and carries ``start`` / ``end``. Times are wall-clock seconds (``time.time()``) measured on the worker around the work itself; the driver
 turns them into run-relative span times. Scheduler events use the driver's own clock (when it saw the result).
 """
 
@@ -29,7 +29,7 @@ class FragmentInfo:
 @dataclass(frozen=True)
 class ChunkResult:
     chunk: Chunk
-    rank: str
+    worker: str                        # the trainer rank
     cells: tuple[tuple[int, int, int], ...]  # (uid, generation, trained position) recorded in the transaction
     stats: CellStats
     start: float = 0.0
@@ -39,7 +39,7 @@ class ChunkResult:
 @dataclass(frozen=True)
 class CommitResult:
     step: int
-    rank: str
+    worker: str                        # the trainer rank
     version: int                       # weights version after the commit (= step + 1)
     grad_norm: float
     start: float = 0.0

@@ -50,7 +50,7 @@ class WeightInbox:
 
 
 @dataclass(frozen=True)
-class DistSetup:
+class GroupSpec:
     """How one worker joins torch.distributed (the driver builds one per worker)."""
 
     init_method: str              # tcp://ip:port of the rendezvous (hosted on trainer rank 0's node)
@@ -61,7 +61,7 @@ class DistSetup:
     publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
 
 
-def init_groups(setup: DistSetup, timeout_s: float = 300.0):
+def init_groups(setup: GroupSpec, timeout_s: float = 300.0):
     """Join the world; returns (trainer group or None, publish group or None). Collective over the world."""
     import datetime
 

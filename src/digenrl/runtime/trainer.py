@@ -26,9 +26,10 @@ import time
 from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, state_copy
 from .worker_base import WorkerBase
+from .workers import TrainerAPI
 
 
-class TrainerWorker(WorkerBase):
+class TrainerWorker(WorkerBase, TrainerAPI):
     pool = "trainer"
 
     def __init__(self, name: str, config: dict, rank: int, failure=None):
@@ -49,13 +50,13 @@ class TrainerWorker(WorkerBase):
     def policy(self):
         return self.ctx.policy
 
-    def setup_dist(self, setup) -> bool:
+    def setup_dist(self, spec) -> bool:
         """Join the process group(s); then every rank starts from rank 0's weights (as DDP does)."""
         import torch.distributed as dist
 
-        trainer_group, self._publish_group = init_groups(setup)
+        trainer_group, self._publish_group = init_groups(spec)
         self.tx.process_group = trainer_group
-        self._world = len(setup.trainer_ranks)
+        self._world = len(spec.trainer_ranks)
         if self._world > 1:
             for p in self.policy.parameters():
                 dist.broadcast(p.data, src=0, group=trainer_group)
@@ -161,19 +162,16 @@ class TrainerWorker(WorkerBase):
 
     def checkpoint_bytes(self, meta: dict) -> TimedResult:
         """The checkpoint file's bytes (the driver writes them atomically where the run lives)."""
-        import tempfile
-        from pathlib import Path
-
-        from digenrl.observe.run_outputs import save_checkpoint
+        from digenrl.observe.run_outputs import checkpoint_bytes
 
         t0 = time.time()
-        with tempfile.TemporaryDirectory() as d, self.ctx.eval_weights():
-            data = save_checkpoint(self.policy, Path(d), meta).read_bytes()
+        with self.ctx.eval_weights():
+            data = checkpoint_bytes(self.policy, meta)
         return TimedResult(self.name, "checkpoint", t0, time.time(), data)
 
     def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
         """Seconds of generation (per fragment size), training (per chunk size), commit and publish."""
-        from .profile import time_generation, time_training
+        from .timing import time_generation, time_training
 
         gen = time_generation(self, self.policy, gen_sizes, repeats) if gen_sizes else {}
         return {"generate": gen, **time_training(self, cell_sizes, repeats)}

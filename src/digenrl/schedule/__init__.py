@@ -1,7 +1,7 @@
 """The scheduler: a pure state machine from events to actions (no torch, no ray, no clock).
 
 Both executors drive exactly this API: ``digenrl.sim`` in virtual time, ``digenrl.runtime`` with Ray actors
-and wall-clock time. Terms as in DESIGN.md (sections 2-4).
+and wall-clock time. Terms as in docs/architecture.md.
 
 Usage::
 

@@ -1,4 +1,4 @@
-"""Check a finished run against the invariants of DESIGN.md section 4 from its action log and events alone.
+"""Check a finished run against the invariants of docs/architecture.md from its action log and events alone.
 
 Independent of the scheduler's internals: it replays what was emitted ((start time, action) pairs) and what
 was reported (events with end times), so it can audit a simulated run or a real runtime trace.

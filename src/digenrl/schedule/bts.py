@@ -1,4 +1,4 @@
-"""BTS: recursive bubble-triggered TAG search (DESIGN.md section 2.4).
+"""BTS: recursive bubble-triggered TAG search (docs/architecture.md, "BTS").
 
 Called by the scheduler only when a trainer rank is about to idle (no ready chunk, empty TAG queue) while
 fragments of the current step are still pending. Branches: ``SkipBubble`` (k = 0) or ``InsertTAG(k)``: the

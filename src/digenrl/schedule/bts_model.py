@@ -1,5 +1,5 @@
 """What BTS reasons about: a snapshot of the current step, its exact no-TAG prediction, and the compressed
-state the search memoizes on (DESIGN.md section 2.4).
+state the search memoizes on (docs/architecture.md, "BTS").
 
 Within step k (TSP modes, the only ones with TAG) the scheduler's policy is two greedy list schedules:
 

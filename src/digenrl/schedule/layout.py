@@ -22,6 +22,7 @@ cell scaled by 1 / (B * S) by the trainer, is the same whatever the tiling):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Hashable, Sequence
 
 from .plan import StepPlan
 
@@ -59,16 +60,30 @@ def step_fragments(plan: StepPlan, step: int) -> list[Fragment]:
     return [fr for grp in range(plan.prompts) for fr in group_fragments(plan, step, grp)]
 
 
-def tsp_chunks(plan: StepPlan, step: int, group: int) -> list[Chunk]:
-    """Timestep-major tiling of the G x S grid by ``chunk_generations x chunk_timesteps`` blocks."""
-    g, s = plan.generations, plan.trained_timesteps
-    cg, cs = min(plan.chunk_generations, g), min(plan.chunk_timesteps, s)
+Cell = tuple[int, int]  # (generation index, trained-timestep position)
+
+
+def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
+              chunk_timesteps: int) -> list[tuple[Cell, ...]]:
+    """The one tiling of a group's (generation x trained timestep) grid into chunks, timestep-major: for each
+    block of ``chunk_timesteps`` timesteps, for each block of ``chunk_generations`` of ``gens``, one chunk
+    (edge tiles are smaller). Every cell lands in exactly one chunk. The scheduler's TSP chunks and the
+    single-process loop's chunks both come from here."""
+    if chunk_generations < 1 or chunk_timesteps < 1:
+        raise ValueError("chunk shape must be at least 1 x 1")
     out = []
-    for t0 in range(0, s, cs):
-        for g0 in range(0, g, cg):
-            cells = tuple((i, j) for j in range(t0, min(t0 + cs, s)) for i in range(g0, min(g0 + cg, g)))
-            out.append(Chunk(step, group, cells))
+    for t0 in range(0, num_trained, chunk_timesteps):
+        ts = range(t0, min(t0 + chunk_timesteps, num_trained))
+        for g0 in range(0, len(gens), chunk_generations):
+            out.append(tuple((g, t) for t in ts for g in gens[g0:g0 + chunk_generations]))
     return out
+
+
+def tsp_chunks(plan: StepPlan, step: int, group: int) -> list[Chunk]:
+    """The TSP chunks of one group: ``tile_grid`` of its G x S grid by ``chunk_generations x chunk_timesteps``."""
+    g, s = plan.generations, plan.trained_timesteps
+    return [Chunk(step, group, cells)
+            for cells in tile_grid(range(g), s, min(plan.chunk_generations, g), min(plan.chunk_timesteps, s))]
 
 
 def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...]:
@@ -89,6 +104,12 @@ def classic_chunks(plan: StepPlan, step: int, group: int) -> dict[int, list[Chun
     return out
 
 
-def group_cells(plan: StepPlan) -> set[tuple[int, int]]:
+def grid_cells(groups: Sequence[Hashable], generations: int, trained: int) -> set[tuple[Hashable, int, int]]:
+    """A step's training grid, the one definition: (group key, generation, trained-timestep position) for
+    every cell of every group (group key: the group's index or its prompt uid)."""
+    return {(k, i, j) for k in groups for i in range(generations) for j in range(trained)}
+
+
+def group_cells(plan: StepPlan) -> set[Cell]:
     """All cells of one group's grid (for checks)."""
-    return {(i, j) for i in range(plan.generations) for j in range(plan.trained_timesteps)}
+    return {(i, j) for _, i, j in grid_cells((0,), plan.generations, plan.trained_timesteps)}

@@ -1,4 +1,4 @@
-"""The step plan: what one run of the scheduler has to do, and the six execution modes (DESIGN.md section 2).
+"""The step plan: what one run of the scheduler has to do, and the six execution modes.
 
 A plan is pure data. Every step k has P prompt groups x G generations = B trajectories; every trajectory has
 S trained timesteps out of T sampling steps, so a group's training work is the G x S grid of *cells*.
@@ -12,7 +12,7 @@ from enum import Enum
 
 
 class Mode(str, Enum):
-    """Execution modes, each adding one mechanism to the previous one (DESIGN.md section 2)."""
+    """Execution modes, each adding one mechanism to the previous one."""
 
     COLOCATED = "colocated"
     NAIVE = "naive"

@@ -13,11 +13,11 @@ import json
 import sys
 from dataclasses import replace
 
+from ..control.profile import ProfileError, load_profile
+from ..control.timeline import RunResult
 from ..schedule import MODES, Mode
-from .executor import SimResult
-from .planner import ModeRun, Setup, SetupError, run_mode
+from .planner import ModeRun, Scenario, ScenarioError, run_mode
 from .presets import WORKLOADS, PresetError, model_preset, testbed_preset
-from .profile import ProfileError, load_profile
 
 ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
             "stale_fraction")
@@ -63,7 +63,7 @@ def _check_modes(args) -> None:
         raise CliError(f"--trace-mode: {args.trace_mode!r} is not among --modes")
 
 
-def _setup(args) -> Setup:
+def _setup(args) -> Scenario:
     model = model_preset(args.model)
     testbed = testbed_preset(args.testbed)
     _check_modes(args)
@@ -94,10 +94,10 @@ def _setup(args) -> Setup:
     if args.gantt_steps < 1:
         raise CliError(f"--gantt-steps: must be >= 1 (got {args.gantt_steps})")
     profile = load_profile(args.profile) if args.profile else None
-    return Setup(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile)
+    return Scenario(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile)
 
 
-def run_modes(setup: Setup, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
+def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
               record_mode: str | None = None) -> dict[str, ModeRun]:
     """Every requested mode plus the two baselines (``naive``, ``colocated``) needed for the speedups."""
     runs: dict[str, ModeRun] = {}
@@ -114,7 +114,7 @@ def rows_of(runs: dict, modes: list[str]) -> list[dict]:
     rows = []
     for m in modes:
         r = runs[m]
-        res: SimResult = r.result
+        res: RunResult = r.result
         rows.append({
             "mode": m, "step_time_s": res.step_time,
             "speedup_vs_naive": naive / res.step_time, "speedup_vs_colocated": coloc / res.step_time,
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.trace or args.gantt:
             record_mode = args.trace_mode or args.modes[-1]
         runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode)
-    except (CliError, PresetError, SetupError, ProfileError) as e:
+    except (CliError, PresetError, ScenarioError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
     w = setup.workload
@@ -207,20 +207,12 @@ def _main_config(args) -> int:
     return 0
 
 
-def _write_views(res: SimResult, args, title: str) -> None:
+def _write_views(res: RunResult, args, title: str) -> None:
     """--trace (whole run) and --gantt (first --gantt-steps steps) of one simulated mode."""
-    from ..observe.gantt import plot_gantt
-    from ..observe.trace import write_chrome_trace
-
-    workers = res.workers
     if args.trace:
-        write_chrome_trace(res.spans, args.trace, workers)
+        res.write_trace(args.trace)
     if args.gantt:
-        k = min(args.gantt_steps, len(res.stats)) - 1
-        end = res.stats[k].published or res.makespan
-        spans = [s for s in res.spans if s.start < end]
-        spans = [replace(s, end=min(s.end, end)) for s in spans]
-        plot_gantt(spans, args.gantt, f"{title} (first {k + 1} steps)", workers)
+        res.write_gantt(args.gantt, title, steps=args.gantt_steps)
 
 
 if __name__ == "__main__":  # pragma: no cover

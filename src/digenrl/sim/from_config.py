@@ -2,8 +2,8 @@
 
 The roofline path of ``digenrl simulate`` plans a model preset on a GPU testbed. This path instead takes the
 run configuration a user trains with, builds exactly the ``StepPlan`` the Ray runtime would execute for each
-mode (``digenrl.runtime.setup.runtime_plan``: pools, P x G, fragment size, trained timesteps, chunk shape,
-stale cap) and prices it with a measured profile (``digenrl profile``). ``colocated`` runs on all
+mode (``digenrl.control.run_plan.plan_run``: pools, P x G, fragment size, trained timesteps, chunk shape, stale
+cap) and prices it with a measured profile (``digenrl profile``). ``colocated`` runs on all
 ``runtime.generators + runtime.trainers`` workers. The step time is makespan / steps, as in the roofline path.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .executor import SimResult, simulate
-from .profile import ProfileCost
+from ..control.profile import ProfileCost
+from ..control.timeline import RunResult
+from .executor import simulate
 
 
 @dataclass
@@ -21,7 +22,7 @@ class ConfigRun:
 
     mode: str
     plan: object
-    result: SimResult
+    result: RunResult
     note: str = ""
 
     @property
@@ -44,11 +45,11 @@ def run_config_modes(config: str | None, sets: list[str], cost: ProfileCost, mod
                      jitter: float = 0.0, seed: int = 0, record_mode: str | None = None) -> dict[str, ConfigRun]:
     """Every requested mode plus ``naive`` and ``colocated`` (the speedup baselines). Raises ConfigError."""
     from ..config import load_config
-    from ..runtime.setup import runtime_plan
+    from ..control.run_plan import plan_run
 
     base = load_config(config, sets)
     runs = {}
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
-        plan = runtime_plan(load_config(config, sets + _mode_overrides(base, m))).plan
+        plan = plan_run(load_config(config, sets + _mode_overrides(base, m))).plan
         runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)))
     return runs

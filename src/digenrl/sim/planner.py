@@ -18,18 +18,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..control.run_plan import worker_ids
+from ..control.timeline import RunResult
 from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fragments, tsp_chunks
-from .executor import SimResult, simulate
+from .executor import simulate
 from .presets import GPU, ModelPreset, Testbed, Workload
 from .roofline import InfeasibleError, RooflineCost
 
 
-class SetupError(ValueError):
+class ScenarioError(ValueError):
     """Bad simulation input; the message names the option and the value."""
 
 
 @dataclass(frozen=True)
-class Setup:
+class Scenario:
     model: ModelPreset
     testbed: Testbed
     workload: Workload
@@ -40,14 +42,14 @@ class Setup:
 
     def __post_init__(self) -> None:
         if self.gpus < 2 or self.gpus > self.testbed.total:
-            raise SetupError(f"--gpus: {self.gpus} is outside 2..{self.testbed.total} for testbed "
+            raise ScenarioError(f"--gpus: {self.gpus} is outside 2..{self.testbed.total} for testbed "
                              f"{self.testbed.name}")
         if self.steps < 1:
-            raise SetupError(f"--steps: must be >= 1 (got {self.steps})")
+            raise ScenarioError(f"--steps: must be >= 1 (got {self.steps})")
 
 
 @dataclass(frozen=True)
-class Pools:
+class Split:
     """A generator/trainer split and the GPU kind of each pool."""
 
     n_gen: int
@@ -66,49 +68,45 @@ class Pools:
 @dataclass
 class ModeRun:
     mode: Mode
-    pools: Pools
+    split: Split
     plan: StepPlan
-    result: SimResult
+    result: RunResult
     note: str = ""
 
     @property
     def n_gen(self) -> int:
-        return self.pools.n_gen
+        return self.split.n_gen
 
     @property
     def n_train(self) -> int:
-        return self.pools.n_train
+        return self.split.n_train
 
 
-def _ids(prefix: str, n: int) -> tuple[str, ...]:
-    return tuple(f"{prefix}{i}" for i in range(n))
-
-
-def pool_options(setup: Setup) -> list[Pools]:
+def split_options(setup: Scenario) -> list[Split]:
     """Every split of ``setup.gpus`` GPUs into two non-empty pools, each pool on one GPU kind."""
     n, out = setup.gpus, []
     for gen_gpu, gen_max, train_gpu, train_max in setup.testbed.assignments():
         hi = n - 1 if not setup.testbed.heterogeneous else min(gen_max, n - 1)
         lo = 1 if not setup.testbed.heterogeneous else max(1, n - train_max)
-        out.extend(Pools(g, n - g, gen_gpu, train_gpu) for g in range(lo, hi + 1))
+        out.extend(Split(g, n - g, gen_gpu, train_gpu) for g in range(lo, hi + 1))
     return out
 
 
-def colocated_options(setup: Setup) -> list[Pools]:
+def colocated_options(setup: Scenario) -> list[Split]:
     """Colocation needs one pace: a homogeneous part, or all GPUs in lock-step at the weaker kind's pace."""
     tb, n = setup.testbed, setup.gpus
     if not tb.heterogeneous:
-        return [Pools(0, n, tb.gpu, tb.gpu)]
+        return [Split(0, n, tb.gpu, tb.gpu)]
     weak = tb.weakest()
-    return [Pools(0, min(n, tb.count), tb.gpu, tb.gpu), Pools(0, min(n, tb.count2), tb.gpu2, tb.gpu2),
-            Pools(0, n, weak, weak)]
+    return [Split(0, min(n, tb.count), tb.gpu, tb.gpu), Split(0, min(n, tb.count2), tb.gpu2, tb.gpu2),
+            Split(0, n, weak, weak)]
 
 
-def make_cost(setup: Setup, pools: Pools, colocated: bool = False):
+def make_cost(setup: Scenario, split: Split, colocated: bool = False):
     if setup.profile is not None:
         return setup.profile
-    return RooflineCost(setup.model, setup.workload, setup.testbed, pools.n_gen, pools.n_train, colocated,
-                        gen_gpu=pools.gen_gpu, train_gpu=pools.train_gpu)
+    return RooflineCost(setup.model, setup.workload, setup.testbed, split.n_gen, split.n_train, colocated,
+                        gen_gpu=split.gen_gpu, train_gpu=split.train_gpu)
 
 
 def _limits(cost, w: Workload) -> tuple[int, int]:
@@ -142,10 +140,10 @@ def choose_chunk_shape(w: Workload, n_train: int, train_time, max_cells: int) ->
     return shape
 
 
-def make_plan(setup: Setup, mode: Mode, n_gen: int, n_train: int, cost) -> StepPlan:
+def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost) -> StepPlan:
     w = setup.workload
     colocated = mode is Mode.COLOCATED
-    gens, trainers = (() if colocated else _ids("gen", n_gen)), _ids("trn" if not colocated else "gpu", n_train)
+    gens, trainers = worker_ids(mode, n_gen, n_train)
     probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.sampling_steps, 1, 1,
                      gens, trainers, mode, setup.steps, setup.max_stale_fraction)
     dur = Durations(probe, cost)
@@ -167,38 +165,38 @@ def analytic_bound(plan: StepPlan, cost) -> float:
     return max(gen / len(plan.generators), train / len(plan.trainers)) + d.commit() + d.publish()
 
 
-def _build(setup: Setup, mode: Mode, pools: Pools):
-    cost = make_cost(setup, pools, mode is Mode.COLOCATED)
-    return cost, make_plan(setup, mode, pools.n_gen, pools.n_train, cost)
+def _build(setup: Scenario, mode: Mode, split: Split):
+    cost = make_cost(setup, split, mode is Mode.COLOCATED)
+    return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost)
 
 
-def choose_pools(setup: Setup, mode: Mode, options: list[Pools], bts: BTSConfig | None = None,
-                 probe_steps: int = 3, keep: int = 5) -> Pools:
+def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConfig | None = None,
+                 probe_steps: int = 3, keep: int = 5) -> Split:
     """Simulate the ``keep`` options with the best analytic bound for a few steps; return the fastest."""
     cands = []
-    for pools in options:
+    for split in options:
         try:
-            cost, plan = _build(setup, mode, pools)
+            cost, plan = _build(setup, mode, split)
         except InfeasibleError:
             continue
-        cands.append((analytic_bound(plan, cost), len(cands), pools))
+        cands.append((analytic_bound(plan, cost), len(cands), split))
     if not cands:
-        raise SetupError(f"--gpus: no generator/trainer split of {setup.gpus} GPUs fits "
+        raise ScenarioError(f"--gpus: no generator/trainer split of {setup.gpus} GPUs fits "
                          f"{setup.model.name} on testbed {setup.testbed.name}")
     cands.sort(key=lambda c: c[:2])
     if len(cands) == 1:
         return cands[0][2]
     short = replace(setup, steps=min(setup.steps, probe_steps))
     best = None
-    for _, _, pools in cands[:keep]:
-        cost, plan = _build(short, mode, pools)
+    for _, _, split in cands[:keep]:
+        cost, plan = _build(short, mode, split)
         t = simulate(plan, cost, bts=bts, record=False).step_time
         if best is None or t < best[0]:
-            best = (t, pools)
+            best = (t, split)
     return best[1]
 
 
-def run_mode(setup: Setup, mode: Mode | str, gen_gpus: int | None = None, jitter: float = 0.0, seed: int = 0,
+def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jitter: float = 0.0, seed: int = 0,
              bts: BTSConfig | None = None, record: bool = False) -> ModeRun:
     """Simulate one mode; without ``gen_gpus`` the split (and, heterogeneous, the pool kinds) is searched."""
     mode = Mode(mode)
@@ -206,20 +204,20 @@ def run_mode(setup: Setup, mode: Mode | str, gen_gpus: int | None = None, jitter
     if mode is Mode.COLOCATED:
         options = colocated_options(setup)
     else:
-        options = pool_options(setup)
+        options = split_options(setup)
         if gen_gpus is not None:
             options = [p for p in options if p.n_gen == gen_gpus]
             if not options:
-                raise SetupError(f"--gen-gpus: {gen_gpus} generators cannot be placed with --gpus {setup.gpus} "
+                raise ScenarioError(f"--gen-gpus: {gen_gpus} generators cannot be placed with --gpus {setup.gpus} "
                                  f"on testbed {setup.testbed.name}")
     try:
-        pools = options[0] if len(options) == 1 else choose_pools(setup, mode, options, bts)
-        cost, plan = _build(setup, mode, pools)
+        split = options[0] if len(options) == 1 else choose_split(setup, mode, options, bts)
+        cost, plan = _build(setup, mode, split)
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
-        raise SetupError(f"{opt}: {e}") from None
+        raise ScenarioError(f"{opt}: {e}") from None
     res = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
-    return ModeRun(mode, pools, plan, res, note=pools.label(het))
+    return ModeRun(mode, split, plan, res, note=split.label(het))
 
 
-__all__ = ["ModeRun", "Pools", "Setup", "SetupError", "choose_pools", "make_plan", "pool_options", "run_mode"]
+__all__ = ["ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]

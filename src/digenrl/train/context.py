@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
-from digenrl.algo.timesteps import TimestepPlan, select_timesteps
+from digenrl.algo.timesteps import TimestepPlan
 from digenrl.config import Config
+from digenrl.control.run_plan import timestep_plan
 from digenrl.models.base import Policy
 from digenrl.rewards.base import WeightedSum
 from digenrl.rollout.sampler import SamplerSettings
@@ -39,20 +40,6 @@ class RunContext:
     def eval_weights(self):
         """Context in which ``policy`` holds the weights to evaluate/save (EMA if enabled)."""
         return self.ema.swapped() if self.ema is not None else nullcontext()
-
-
-def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
-    t = cfg.train
-    return select_timesteps(
-        cfg.sampler.num_steps,
-        strategy=t.timestep_strategy,
-        fraction=t.timestep_fraction,
-        window_size=t.window_size,
-        window_range=t.window_range,
-        seed=cfg.seed,
-        step=step,
-        sde_kind=cfg.sampler.kind,
-    )
 
 
 def sampler_settings(cfg: Config) -> SamplerSettings:

@@ -5,6 +5,9 @@
         rewards  <- reward(decode(x_0));  advantages <- group-normalised rewards
         for each group, for each chunk of its (generation x timestep) grid: accumulate grad of the loss
         commit (one optimizer step) -> policy_{k+1};  EMA;  eval every N steps
+
+It shares nothing with the scheduler or the executors (it is their oracle), only the run outputs
+(``observe.run_outputs.RunOutputs``).
 """
 
 from __future__ import annotations
@@ -12,8 +15,7 @@ from __future__ import annotations
 import time
 
 from digenrl.config import Config
-from digenrl.observe.metrics import MetricsWriter
-from digenrl.observe.run_outputs import finish_run, prepare_run_dir, save_checkpoint, write_grid
+from digenrl.observe.run_outputs import RunOutputs, checkpoint_bytes
 from digenrl.train.context import RunContext, build_context
 from digenrl.train.evaluate import evaluate
 from digenrl.train.step_work import assign_advantages, expected_cells, generate, reward_stats, split_groups, train_group
@@ -58,37 +60,29 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:
 
     torch.set_num_threads(cfg.runtime.threads_per_worker)
     ctx = ctx or build_context(cfg)
-    run_dir = prepare_run_dir(cfg)
-    writer = MetricsWriter(run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb, wandb_project=cfg.log.wandb_project, config=cfg.model_dump(mode="json"))
+    out = RunOutputs(cfg)
     eval_prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
 
     def run_eval():
         with ctx.eval_weights():
             return evaluate(ctx.policy, eval_prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
 
-    eval0, before = run_eval()
-    write_grid(run_dir, "samples_before.png", before, cfg.eval.grid_prompts, f"before RL (eval reward {eval0:.3f})")
-    writer.log({"step": 0, "eval_reward": eval0})
-    t_start, samples, eval_r = time.perf_counter(), 0, eval0
-    bar = tqdm(range(cfg.steps), desc="train", disable=not cfg.log.progress)
-    for step in bar:
-        row = {"step": step + 1, **colocated_step(ctx, step)}
-        samples += cfg.train.prompts_per_step * cfg.train.generations
-        if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.steps:
-            eval_r, _ = run_eval()
-            row["eval_reward"] = eval_r
-        writer.log(row)
-        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", eval=f"{eval_r:.3f}", sps=f"{row['samples_per_s']:.0f}")
-    wall = time.perf_counter() - t_start
-    eval1, after = run_eval() if cfg.steps else (eval0, before)
-    writer.log({"step": cfg.steps, "eval_reward": eval1, "final": True})
-    writer.close()
-    write_grid(run_dir, "samples_after.png", after, cfg.eval.grid_prompts, f"after {cfg.steps} RL steps (eval reward {eval1:.3f})")
-    with ctx.eval_weights():
-        save_checkpoint(ctx.policy, run_dir, {"steps": str(cfg.steps), "version": str(ctx.transaction.version)})
-    summary = {
-        "eval_reward_initial": eval0, "eval_reward_final": eval1, "steps": cfg.steps, "wall_s": wall,
-        "samples_per_s": samples / wall if wall > 0 else 0.0, "mode": cfg.runtime.mode, "version": ctx.transaction.version,
-    }
-    finish_run(run_dir, writer.rows, summary, title=f"{cfg.task.name}: eval {eval0:.3f} -> {eval1:.3f}")
-    return summary
+    try:
+        out.before(*run_eval())
+        t_start, eval_r = time.perf_counter(), out.eval0
+        bar = tqdm(range(cfg.steps), desc="train", disable=not cfg.log.progress)
+        for step in bar:
+            row = {"step": step + 1, **colocated_step(ctx, step)}
+            if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.steps:
+                eval_r, _ = run_eval()
+                row["eval_reward"] = eval_r
+            out.log(row)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", eval=f"{eval_r:.3f}", sps=f"{row['samples_per_s']:.0f}")
+        wall = time.perf_counter() - t_start
+        out.after(*run_eval())
+        version = ctx.transaction.version
+        with ctx.eval_weights():
+            out.write_checkpoint(checkpoint_bytes(ctx.policy, {"steps": str(cfg.steps), "version": str(version)}))
+        return out.finish(wall_s=wall, version=version)
+    finally:
+        out.close()

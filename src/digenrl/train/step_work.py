@@ -13,8 +13,8 @@ from digenrl.models.base import Policy
 from digenrl.rewards.base import WeightedSum
 from digenrl.rollout.records import Prompt, TrajectoryBatch
 from digenrl.rollout.sampler import SamplerSettings, sample_trajectories
+from digenrl.schedule.layout import grid_cells, tile_grid
 from digenrl.train.chunk_loss import CellStats, LossSettings, train_cells
-from digenrl.train.chunks import make_chunks
 
 
 def generate(
@@ -66,7 +66,7 @@ def train_group(
     uid = group.prompts[0].uid
     gens = group.gen_index.tolist()
     total = CellStats()
-    for chunk in make_chunks(gens, group.latents.shape[1], chunk_generations, chunk_timesteps):
+    for chunk in tile_grid(gens, group.latents.shape[1], chunk_generations, chunk_timesteps):
         if record is not None:
             record([(uid, g, t) for g, t in chunk])
         total = total.add(train_cells(policy, group, chunk, settings=settings, loss_scale=loss_scale, ref_policy=ref_policy))
@@ -81,7 +81,8 @@ def split_groups(batch: TrajectoryBatch) -> list[TrajectoryBatch]:
 
 
 def expected_cells(prompts: Sequence[Prompt], num_generations: int, num_trained: int) -> set[tuple[int, int, int]]:
-    return {(p.uid, g, t) for p in prompts for g in range(num_generations) for t in range(num_trained)}
+    """The step's cells keyed by prompt uid, as the gradient transaction records them."""
+    return grid_cells([p.uid for p in prompts], num_generations, num_trained)
 
 
 def reward_stats(batch: TrajectoryBatch) -> dict[str, float]:

@@ -1,4 +1,7 @@
-"""From a validated ``Config`` to what the runtime needs: the step plan and the worker ids.
+"""From a validated ``Config`` to the run plan both executors run: the ``StepPlan`` and the worker ids.
+
+Pure (no torch, no ray): the Ray runtime executes this plan, and ``digenrl simulate --config`` prices exactly
+the same plan without loading torch.
 
 Rules checked here (``ConfigError`` naming the key, before anything is written or started):
 
@@ -14,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from digenrl.algo.timesteps import TimestepPlan, select_timesteps
 from digenrl.config import Config, ConfigError
-from digenrl.schedule import Mode, StepPlan
+from digenrl.schedule import CostModel, Mode, StepPlan
 
 
 @dataclass(frozen=True)
@@ -28,12 +32,14 @@ class FailureHook:
 
 
 @dataclass(frozen=True)
-class RuntimeSetup:
+class RunPlan:
+    """What a run of ``cfg`` executes: the scheduler's plan, S, the failure hook and a given cost profile."""
+
     cfg: Config
     plan: StepPlan
     trained_timesteps: int  # S
     failure: FailureHook | None = None
-    profile: object | None = None  # ProfileCost from runtime.profile (else measured at start in TAG modes)
+    profile: CostModel | None = None  # ``runtime.profile`` loaded (else measured at start in TAG modes)
 
     @property
     def generator_ids(self) -> tuple[str, ...]:
@@ -44,30 +50,39 @@ class RuntimeSetup:
         return self.plan.trainers
 
 
-def worker_ids(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(generator ids, trainer ids). Colocated workers are named ``col<i>`` and listed as trainers."""
-    rt = cfg.runtime
-    if rt.mode == "colocated":
-        return (), tuple(f"col{i}" for i in range(rt.trainers))
-    return tuple(f"gen{i}" for i in range(rt.generators)), tuple(f"trn{i}" for i in range(rt.trainers))
+def worker_ids(mode: Mode | str, generators: int, trainers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(generator ids, trainer ids): ``gen<i>`` / ``trn<i>``; colocated workers are ``col<i>``, listed as
+    trainers (they generate and train). The one naming of workers, for the runtime and the simulator."""
+    if Mode(mode) is Mode.COLOCATED:
+        return (), tuple(f"col{i}" for i in range(trainers))
+    return tuple(f"gen{i}" for i in range(generators)), tuple(f"trn{i}" for i in range(trainers))
 
 
-def runtime_plan(cfg: Config) -> RuntimeSetup:
-    from digenrl.train.context import timestep_plan
+def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
+    """SDE and trained denoising steps of ``step`` (``algo.timesteps.select_timesteps`` with the config's keys)."""
+    t = cfg.train
+    return select_timesteps(cfg.sampler.num_steps, strategy=t.timestep_strategy, fraction=t.timestep_fraction,
+                            window_size=t.window_size, window_range=t.window_range, seed=cfg.seed, step=step,
+                            sde_kind=cfg.sampler.kind)
 
+
+def plan_run(cfg: Config) -> RunPlan:
     rt, t = cfg.runtime, cfg.train
     mode = Mode(rt.mode)
     if t.std_mode == "global" and mode.pipelined:
         raise ConfigError(f"train.std_mode: 'global' needs the whole step's rewards before any training, which "
-                          f"the pipelined mode {rt.mode!r} does not wait for; use train.std_mode=group or "
+                          f"the pipelined mode {mode.value!r} does not wait for; use train.std_mode=group or "
                           f"runtime.mode=naive/colocated")
     if mode is Mode.COLOCATED and rt.generators != 1:
         raise ConfigError("runtime.generators: colocated mode runs runtime.trainers workers that both generate "
                           "and train; leave runtime.generators at 1")
-    S = len(timestep_plan(cfg, 0).trained)
+    try:
+        S = len(timestep_plan(cfg, 0).trained)
+    except ValueError as e:
+        raise ConfigError(f"train.timestep_strategy: {e}") from None
     if S < 1:
         raise ConfigError("train.timestep_fraction: no trained timestep (nothing to train)")
-    gens, trainers = worker_ids(cfg)
+    gens, trainers = worker_ids(mode, rt.generators, rt.trainers)
     plan = StepPlan(
         prompts=t.prompts_per_step, generations=t.generations,
         fragment_size=min(rt.fragment_size, t.generations), trained_timesteps=S,
@@ -77,13 +92,13 @@ def runtime_plan(cfg: Config) -> RuntimeSetup:
     )
     profile = None
     if rt.profile is not None:
-        from digenrl.sim.profile import ProfileError, load_profile
+        from .profile import ProfileError, load_profile
 
         try:
             profile = load_profile(rt.profile)
         except ProfileError as e:
             raise ConfigError(f"runtime.profile: {e}") from None
-    return RuntimeSetup(cfg, plan, S, parse_failure(rt.inject_failure, gens + trainers), profile)
+    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, gens + trainers), profile)
 
 
 def parse_failure(spec: str | None, workers: tuple[str, ...]) -> FailureHook | None:

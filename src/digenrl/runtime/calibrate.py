@@ -1,0 +1,112 @@
+"""Driver-side calibration: a measured cost profile of the live workers of a run.
+
+Every op of ``schedule.cost`` is timed inside the actors of the configured pools (``timing``), so threads,
+placement and the Ray call overhead are those of a run; one generator and the trainer ranks measure at the
+same time, as they work in a pipelined step (``calibrate(concurrent=False)`` measures them one after the
+other). Each op gets one actor-call round trip added (``transfer``, ``train_chunk``, ``optimizer``,
+``publish``); ``tag_switch`` = 0 (no inference copy to build without FSDP).
+
+The dict written is the ``digenrl-profile`` schema of ``digenrl.control.profile`` (``simulate --profile``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+from digenrl.schedule.cost import GENERATOR, TRAINER
+
+
+def build_profile(gen: dict, trn_gen: dict, meas: dict, T: int, overhead_s: float, source: str,
+                  pools: tuple[int, int]) -> dict:
+    """The ``digenrl-profile`` JSON dict from the measurements (see the module docstring)."""
+
+    def pts(d: dict, key: str, add: float = 0.0, div: float = 1.0) -> list:
+        return [[int(n), max(0.0, v[key] / div + add)] for n, v in sorted(d.items())]
+
+    ops = {}
+    for pool, g in ((GENERATOR, gen or trn_gen), (TRAINER, trn_gen or gen)):
+        ops[f"{pool}/denoise"] = pts(g, "sample", div=T)
+        ops[f"{pool}/vae_decode"] = pts(g, "decode")
+        ops[f"{pool}/reward"] = pts(g, "reward")
+        ops[f"{pool}/transfer"] = pts(g, "transfer", add=overhead_s)
+    ops["train_chunk"] = [[int(c), s + overhead_s] for c, s in sorted(meas["train"].items())]
+    ops["allreduce"] = [[1, meas["allreduce"]]]
+    ops["optimizer"] = [[1, meas["optimizer"] + overhead_s]]
+    ops["publish"] = [[1, meas["publish"] + overhead_s]]
+    ops["tag_switch"] = [[1, 0.0]]
+    return {"format": "digenrl-profile", "version": 1, "source": source, "generators": pools[0],
+            "trainers": pools[1], "ops": ops}
+
+
+def sizes_upto(n: int) -> list[int]:
+    out, k = [], 1
+    while k < n:
+        out.append(k)
+        k *= 2
+    return out + [n]
+
+
+def plan_sizes(plan) -> tuple[list[int], list[int]]:
+    """Fragment sizes and chunk sizes (cells) a run of ``plan`` uses."""
+    from digenrl.schedule import classic_chunks, group_fragments, tsp_chunks
+
+    frags = {f.size for f in group_fragments(plan, 0, 0)}
+    chunks = {c.size for c in tsp_chunks(plan, 0, 0)} if plan.mode.tsp else {
+        c.size for g in range(plan.prompts) for cs in classic_chunks(plan, 0, g).values() for c in cs}
+    return sorted(frags), sorted(chunks)
+
+
+def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
+              cell_sizes: list[int] | None = None, trainer_generation: bool | None = None,
+              concurrent: bool = True) -> dict:
+    """Measure the ops on the live workers.
+
+    ``concurrent``: one generator and every trainer rank measure at the same time, as the pools work in a
+    pipelined step (on a shared CPU node they slow each other down; on separate GPUs it changes nothing);
+    else the generator first, then the trainer ranks (together: their all-reduce is a collective).
+    """
+    import ray
+
+    from .cluster import get_named
+
+    plan = run.plan
+    fs, cs = plan_sizes(plan)
+    gen_sizes, cell_sizes = gen_sizes or fs, cell_sizes or cs
+    rank0 = next(iter(pools.trainers))
+    ray.get(pools.rank0.ping.remote())
+    pings = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        ray.get(pools.rank0.ping.remote())
+        pings.append(time.perf_counter() - t0)
+    overhead = statistics.median(pings)
+    if trainer_generation is None:
+        trainer_generation = plan.mode.tag or not plan.mode.disaggregated
+    gen_refs = {w: a.measure_generate.remote(gen_sizes, repeats) for w, a in list(pools.generators.items())[:1]}
+    if not concurrent:
+        get_named(gen_refs, "profiling")
+    trn_refs = {w: t.measure.remote(gen_sizes if trainer_generation else [], cell_sizes, repeats)
+                for w, t in pools.trainers.items()}
+    gen = get_named(gen_refs, "profiling")[0] if gen_refs else {}
+    meas = get_named(trn_refs, "profiling")[0]
+    source = (f"digenrl runtime profile: {run.cfg.model.kind}, {rank0} + {len(pools.generators)} generators, "
+              f"{run.cfg.runtime.threads_per_worker} threads/worker, {time.strftime('%Y-%m-%d %H:%M')}")
+    return build_profile(gen, meas["generate"], meas, plan.sampling_steps, overhead, source,
+                         (len(pools.generators), len(pools.trainers)))
+
+
+def cost_model(run, pools, run_dir: Path | None = None):
+    """The scheduler's cost model: ``runtime.profile`` if given; measured now in TAG modes; else None."""
+    from digenrl.control.profile import ProfileCost
+
+    if run.profile is not None:
+        return run.profile
+    if not run.plan.mode.tag:
+        return None
+    data = calibrate(run, pools)
+    if run_dir is not None:
+        (Path(run_dir) / "profile.json").write_text(json.dumps(data, indent=1))
+    return ProfileCost.from_dict(data, where="measured profile")

@@ -1,0 +1,46 @@
+"""``digenrl profile [--config X] [key=value ...] --out profile.json``: measure this machine's costs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="digenrl profile", description="measure this machine's costs for "
+                                 "`digenrl simulate --profile` (one generator and the trainer ranks of the config)")
+    ap.add_argument("--config", "-c", default=None, help="YAML config (default: the built-in CPU demo)")
+    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides (runtime.* sets the pools)")
+    ap.add_argument("--out", required=True, help="profile JSON to write (digenrl simulate --profile)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per point (median; default 3)")
+    args = ap.parse_intermixed_args(argv)
+    from digenrl.config import ConfigError, load_config
+    from digenrl.control.run_plan import plan_run
+
+    from .calibrate import calibrate, sizes_upto
+    from .cluster import ray_session, start_pools
+
+    out = Path(args.out)
+    try:
+        if args.repeats < 1:
+            raise ConfigError(f"--repeats: must be >= 1 (got {args.repeats})")
+        if not out.parent.is_dir():
+            raise ConfigError(f"--out: directory {str(out.parent)!r} does not exist")
+        cfg = load_config(args.config, args.overrides)
+        run = plan_run(cfg)
+    except ConfigError as e:
+        print(f"digenrl profile: error: {e}", file=sys.stderr)
+        return 2
+    G, S = run.plan.generations, run.trained_timesteps
+    with ray_session(run):
+        pools = start_pools(run)
+        try:
+            data = calibrate(run, pools, args.repeats, sizes_upto(G), sizes_upto(G * S),
+                             trainer_generation=True)
+        finally:
+            pools.kill()
+    out.write_text(json.dumps(data, indent=1))
+    print(f"wrote {out} ({len(data['ops'])} op curves; use: digenrl simulate --profile {out} ...)")
+    return 0

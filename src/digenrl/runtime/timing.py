@@ -1,0 +1,109 @@
+"""Worker-side timing of the operations of ``schedule.cost`` with the code the workers run (median of
+``repeats`` after one warm-up), called inside the actors by ``calibrate``:
+
+* generation (per fragment size n): sampling, VAE decode, reward, and serialising the trajectories;
+* training (per chunk size in cells): forward + backward of ``train_cells`` (gradients are zeroed after);
+  ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (~6 passes over the trainable
+  tensors, AdamW's work), ``publish`` (copy + serialise + load of the trainable state).
+"""
+
+from __future__ import annotations
+
+import pickle
+import statistics
+import time
+
+
+def _median_time(fn, repeats: int) -> float:
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    fn()  # warm-up
+    ts = []
+    for _ in range(max(1, repeats)):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _probe_prompt(worker):
+    return worker.task.train_prompts(0, 1, worker.cfg.seed)[0]
+
+
+def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
+    """size -> {sample, decode, reward, transfer} seconds for one fragment of that many generations."""
+    import torch
+
+    from digenrl.control.run_plan import timestep_plan
+    from digenrl.rollout.sampler import sample_trajectories
+
+    prompt, plan = _probe_prompt(worker), timestep_plan(worker.cfg, 0)
+    out = {}
+    for n in sizes:
+        gens = list(range(n))
+
+        def sample():
+            return sample_trajectories(policy, [prompt] * n, gens, step=0, run_seed=worker.cfg.seed, version=0,
+                                       settings=worker.sampler, plan=plan, decode=False)
+
+        tb = sample()
+        with torch.no_grad():
+            images = policy.decode(tb.final.to(next(policy.parameters()).device)).float().cpu()
+        out[n] = {
+            "sample": _median_time(sample, repeats),
+            "decode": _median_time(lambda: policy.decode(tb.final.to(images.device)), repeats),
+            "reward": _median_time(lambda: worker.reward.score(images, tb.prompts), repeats),
+            "transfer": _median_time(lambda: pickle.loads(pickle.dumps(tb, protocol=5)), repeats),
+        }
+    return out
+
+
+def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
+    """{"train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s} on a trainer rank (no state change)."""
+    import torch
+    import torch.distributed as dist
+
+    from digenrl.control.run_plan import timestep_plan
+    from digenrl.train.chunk_loss import train_cells
+    from digenrl.train.step_work import assign_advantages, generate
+
+    if worker.tx.open:
+        raise RuntimeError(f"{worker.name}: cannot measure while a transaction is open")
+    cfg, policy = worker.cfg, worker.policy
+    G = cfg.train.generations
+    group = generate(policy, [_probe_prompt(worker)] * G, list(range(G)), step=0, run_seed=cfg.seed, version=0,
+                     settings=worker.sampler, plan=timestep_plan(cfg, 0), reward=worker.reward)
+    group.rewards = torch.linspace(0.0, 1.0, G)  # any spread: only the time matters
+    assign_advantages(group, std_mode="group", adv_clip_max=cfg.train.adv_clip_max)
+    S = group.latents.shape[1]
+    grid = [(g, j) for j in range(S) for g in range(G)]  # timestep-major, like the TSP tiling
+    train = {}
+    for c in cell_sizes:
+        cells = grid[: min(c, len(grid))]
+        train[c] = _median_time(lambda: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
+                                                    ref_policy=worker.ctx.ref_policy), repeats)
+    worker.ctx.optimizer.zero_grad(set_to_none=True)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    bufs = [torch.zeros_like(p) for p in params]
+    allreduce = 0.0
+    if dist.is_initialized() and worker._world > 1:
+        group_pg = worker.tx.process_group
+        allreduce = _median_time(lambda: [dist.all_reduce(b, group=group_pg) for b in bufs], repeats)
+
+    def adam_like():
+        for _ in range(6):
+            torch._foreach_mul_(bufs, 1.0)
+
+    optimizer = _median_time(adam_like, repeats)
+
+    def publish():
+        from .publish import state_copy
+
+        state = pickle.loads(pickle.dumps(state_copy(policy), protocol=5))
+        policy.load_trainable_state_dict(state)
+
+    return {"train": train, "allreduce": allreduce, "optimizer": optimizer,
+            "publish": _median_time(publish, repeats)}

@@ -1,0 +1,71 @@
+"""Declared worker interfaces: what the controller may call on a generator and on a trainer rank.
+
+The controller holds Ray actor handles; ``handle.method.remote(*args)`` runs ``method`` of the protocol below
+on the actor and returns an object ref of its result. ``GeneratorWorker`` and ``TrainerWorker`` implement
+these protocols (a test checks every method and its parameters), and the executor, the driver, the cluster
+setup and the calibration call nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from digenrl.schedule import Chunk, Fragment
+
+from .messages import ChunkResult, CommitResult, FragmentInfo, TimedResult
+from .publish import GroupSpec
+
+
+class WorkerAPI(Protocol):
+    def ping(self) -> str:
+        """The worker's id (liveness)."""
+
+    def node_endpoint(self) -> tuple[str, int]:
+        """(node IP, a free TCP port there): a torch.distributed rendezvous hosted by this worker's node."""
+
+    def setup_dist(self, spec: GroupSpec) -> bool:
+        """Join the torch.distributed world and groups of ``spec``."""
+
+
+class GeneratorAPI(WorkerAPI, Protocol):
+    def generate(self, fragment: Fragment, version: int, weights: list | None = None) -> tuple[object, FragmentInfo]:
+        """(trajectories, info) of ``fragment`` sampled, decoded and scored with ``version`` (swapped in first
+        from ``weights`` = [published state ref], or from a staged broadcast)."""
+
+    def load_weights(self, version: int, weights: list) -> TimedResult:
+        """Swap ``version`` in now (version 0 before the run)."""
+
+    def receive_broadcast(self, version: int) -> TimedResult:
+        """Join rank 0's broadcast of ``version`` and stage it."""
+
+    def measure_generate(self, sizes: list[int], repeats: int) -> dict:
+        """Seconds per phase of generating a fragment of each size (calibration)."""
+
+
+class TrainerAPI(WorkerAPI, Protocol):
+    def train(self, chunk: Chunk, refs: list, global_std: float | None = None) -> ChunkResult:
+        """Forward+backward of ``chunk`` into its step's gradient transaction (``refs``: its group's fragments)."""
+
+    def generate(self, fragment: Fragment, version: int) -> tuple[object, FragmentInfo]:
+        """TAG / colocated generation with the rank's own weights, which must be ``version``."""
+
+    def commit(self, step: int) -> CommitResult:
+        """All-reduce + optimizer step of ``step`` (a collective of every rank)."""
+
+    def abort(self) -> int | None:
+        """Drop the open transaction; returns its step."""
+
+    def publish(self, version: int) -> tuple[dict, TimedResult]:
+        """Rank 0: the object-store payload of ``version``."""
+
+    def publish_broadcast(self, version: int) -> TimedResult:
+        """Rank 0: broadcast ``version`` to the generators."""
+
+    def evaluate(self, grid: int) -> TimedResult:
+        """value = (eval reward, the first ``grid`` eval samples) with the (EMA) weights."""
+
+    def checkpoint_bytes(self, meta: dict) -> TimedResult:
+        """value = the bytes of the checkpoint of the (EMA) weights."""
+
+    def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
+        """Seconds of generation, training, commit and publish (calibration)."""

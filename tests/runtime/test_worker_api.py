@@ -1,0 +1,41 @@
+"""The declared worker interfaces: the worker classes implement them, and the controller calls nothing else."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+from digenrl.runtime.generator import GeneratorWorker
+from digenrl.runtime.trainer import TrainerWorker
+from digenrl.runtime.workers import GeneratorAPI, TrainerAPI
+
+RUNTIME = Path(__file__).resolve().parents[2] / "src" / "digenrl" / "runtime"
+CONTROLLER = ("executor.py", "driver.py", "cluster.py", "calibrate.py", "calibrate_cli.py")
+
+
+def _declared(proto) -> dict:
+    return {n: f for c in proto.__mro__ if c.__name__.endswith("API") for n, f in vars(c).items()
+            if callable(f) and not n.startswith("_")}
+
+
+def test_workers_implement_their_protocols():
+    for cls, proto in ((GeneratorWorker, GeneratorAPI), (TrainerWorker, TrainerAPI)):
+        declared = _declared(proto)
+        assert {"ping", "setup_dist"} <= set(declared)
+        for name, fn in declared.items():
+            impl = next((vars(c)[name] for c in cls.__mro__ if name in vars(c) and not c.__name__.endswith("API")),
+                        None)
+            assert impl is not None, f"{cls.__name__}.{name} is declared by {proto.__name__} but not implemented"
+            want = list(inspect.signature(fn).parameters)
+            got = list(inspect.signature(impl).parameters)
+            assert got == want, f"{cls.__name__}.{name}{got} != {proto.__name__}.{name}{want}"
+
+
+def test_the_controller_calls_only_declared_methods():
+    declared = set(_declared(GeneratorAPI)) | set(_declared(TrainerAPI))
+    called = set()
+    for name in CONTROLLER:
+        called |= set(re.findall(r"\.(\w+)\.(?:remote|options)\(", (RUNTIME / name).read_text()))
+    assert called, "found no actor calls: the pattern is stale"
+    assert called <= declared, sorted(called - declared)
