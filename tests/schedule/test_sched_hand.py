@@ -105,3 +105,40 @@ def test_tag_modes_need_a_cost_model_and_plans_are_validated():
 def test_zero_steps_is_done_at_once():
     s = Scheduler(tiny("gap", steps=0))
     assert s.start(0.0) == [] and s.done
+
+
+def test_minibatches_commit_each_and_publish_once():
+    # gap, M = 2: group 0 (minibatch 0) done at 2 s, trained 2-2.5 s, commit 0 at 2.5-2.8 s (no publish);
+    # group 1 (minibatch 1) done at 4 s, trained 4-4.5 s with the weights after commit 0, commit 1 to 4.8 s,
+    # publish to 5.0 s: the same step time as M = 1 here, with two optimizer steps and one publish.
+    res = simulate(tiny("gap", minibatches=2), HAND)
+    assert res.makespan == pytest.approx(2 * 5.0)
+    commits = [(t, a) for t, a in res.actions if a.__class__.__name__ == "Commit"]
+    assert [(a.step, a.round, a.final) for _, a in commits] == [(0, 0, False), (0, 1, True), (1, 0, False),
+                                                                (1, 1, True)]
+    assert [t for t, _ in commits][:2] == pytest.approx([2.5, 4.5])
+    assert sum(isinstance(a, Publish) for _, a in res.actions) == 2
+    # the chunk of minibatch 1 is trained after commit 0 ended, in round 1
+    trains = [(t, a.chunk) for t, a in res.actions if isinstance(a, Train) and a.chunk.step == 0]
+    assert all(c.round == (1 if c.group == 1 else 0) for _, c in trains)
+    assert min(t for t, c in trains if c.round == 1) >= 2.8 - 1e-9
+
+
+def test_epochs_repeat_every_minibatch():
+    plan = tiny("gap_tsp", minibatches=2, epochs=2)
+    res = simulate(plan, HAND)
+    rounds = sorted({(a.chunk.step, a.chunk.round, a.chunk.group) for _, a in res.actions if isinstance(a, Train)})
+    assert rounds == [(k, r, r % 2) for k in range(2) for r in range(4)]
+    assert all(s.commits == 4 for s in res.stats)
+
+
+def test_no_tag_after_a_minibatch_commit():
+    # 1 slow generator, 2 trainer ranks: TAG fills the bubbles of round 0 only; after commit 0 the trainers'
+    # weights are no longer the published version, so the rest of the step waits for the generator.
+    plan = tiny("gap_tsp_tag", prompts=4, generations=2, n_gen=1, minibatches=2, steps=1)
+    sched = Scheduler(plan, cost=HAND)
+    res = simulate(plan, HAND)
+    first_commit = next(t for t, a in res.actions if a.__class__.__name__ == "Commit")
+    tags = [t for t, a in res.actions if isinstance(a, Generate) and a.tag]
+    assert tags and max(tags) < first_commit
+    assert sched is not None

@@ -31,12 +31,15 @@ def costs(draw):
 
 
 @st.composite
-def plans(draw, modes=MODES, max_workers=4, max_prompts=4):
+def plans(draw, modes=MODES, max_workers=4, max_prompts=4, minibatches=True):
     mode = draw(st.sampled_from(modes))
     g = draw(st.integers(1, 6))
     t = draw(st.integers(1, 5))
     s = draw(st.integers(1, t))
-    return make_plan(mode, prompts=draw(st.integers(1, max_prompts)), generations=g,
+    prompts = draw(st.integers(1, max_prompts))
+    m = draw(st.sampled_from([1, 1, 2, prompts])) if minibatches else 1
+    return make_plan(mode, prompts=prompts, generations=g, minibatches=min(m, prompts),
+                     epochs=draw(st.sampled_from([1, 1, 2])) if minibatches else 1,
                      fragment_size=draw(st.integers(1, g)), S=s, T=t, cg=draw(st.integers(1, g)),
                      cs=draw(st.integers(1, s)), n_gen=draw(st.integers(1, max_workers)),
                      n_train=draw(st.integers(1, max_workers)), steps=draw(st.integers(1, 3)),
@@ -54,6 +57,7 @@ def test_invariants_hold_in_every_mode(plan, cost, jitter, seed):
     assert problems == [], problems[:5]
     # every step terminates, and the run's accounting matches the plan
     assert all(s.committed is not None and s.published is not None for s in res.stats)
+    assert all(s.commits == plan.rounds for s in res.stats)  # one optimizer step per minibatch and epoch
     assert sum(s.fragments for s in res.stats) == plan.steps * plan.prompts * plan.fragments_per_group
     assert all(s.stale_generations <= plan.stale_cap for s in res.stats)
     if plan.mode is not Mode.FULL:

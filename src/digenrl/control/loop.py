@@ -67,7 +67,7 @@ def event_of(action: Action, t: float) -> Event:
     if isinstance(action, Train):
         return ChunkTrained(t, action.chunk, action.rank)
     if isinstance(action, Commit):
-        return Committed(t, action.step)
+        return Committed(t, action.step, action.round)
     if isinstance(action, Publish):
         return Published(t, action.version)
     raise TypeError(f"unknown action {action!r}")

@@ -7,7 +7,9 @@ Checked: every fragment of every step generated exactly once and the fragments o
 generations; each worker runs one action at a time; generators use the newest published version and TAG uses
 the trainers' current version (I3); staleness <= 1, only ``full`` is stale, stale share <= cap (I4); each
 (generation, trained timestep) cell of a step trained exactly once, after its group's rewards are in, after
-the previous commit, before its own commit (I2, I3); commits and publishes in order, one per step.
+the previous commit, before its own commit (I2, I3); commits and publishes in order, one publish per step.
+With minibatches (``plan.rounds`` > 1 commits per step) a cell is trained once per epoch, in the round of its
+group's minibatch, with the weights after the previous round's commit; TAG only before the step's first commit.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable)
     for e in events:
         if isinstance(e, ChunkTrained):
             chunk_end[(e.chunk, e.rank)] = e.time
-    commit_end = {e.step: e.time for e in events if isinstance(e, Committed)}
+    commit_end = {(e.step, e.round): e.time for e in events if isinstance(e, Committed)}
+    R = plan.rounds
     publish_end = {e.version: e.time for e in events if isinstance(e, Published)}
-    commit_start: dict[int, float] = {}
+    commit_start: dict[tuple[int, int], float] = {}
     busy: dict[str, list[tuple[float, float]]] = defaultdict(list)
     gens_of: dict[tuple[int, int], list[int]] = defaultdict(list)
     versions: dict[tuple[int, int, int], int] = {}
-    cells: dict[tuple[int, int, int, int], int] = defaultdict(int)
+    cells: dict[tuple[int, int, int, int, int], int] = defaultdict(int)  # (step, round, group, gen, timestep)
     stale: dict[int, int] = defaultdict(int)
     seen_frag: set = set()
 
@@ -50,8 +53,13 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable)
     def published_at(t: float) -> int:
         return max([0] + [v for v, te in publish_end.items() if te <= t + eps])
 
-    def committed_at(t: float) -> int:
+    def commits_at(t: float) -> int:
+        """Optimizer steps done by ``t`` (rounds of every step)."""
         return sum(1 for te in commit_end.values() if te <= t + eps)
+
+    def committed_at(t: float) -> int:
+        """The trainers' version at ``t``: steps whose last round committed."""
+        return commits_at(t) // R
 
     for t, a in log:
         if isinstance(a, Generate):
@@ -76,8 +84,9 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable)
             if a.tag:
                 if not plan.is_trainer(a.worker):
                     bad.append(f"TAG fragment {f} on non-trainer {a.worker}")
-                if a.version != committed_at(t) or a.version != f.step:
-                    bad.append(f"I3: TAG fragment {f} uses version {a.version}, trainers hold {committed_at(t)}")
+                if a.version != f.step or commits_at(t) != f.step * R:
+                    bad.append(f"I3: TAG fragment {f} uses version {a.version}, trainers hold {committed_at(t)} "
+                               f"after {commits_at(t)} commits")
             elif plan.mode.disaggregated:
                 if plan.is_trainer(a.worker):
                     bad.append(f"non-TAG fragment {f} on trainer {a.worker}")
@@ -92,45 +101,54 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable)
                 bad.append(f"chunk {c} on {a.rank} never reported trained")
                 continue
             busy[a.rank].append((t, end))
-            if committed_at(t) != c.step:
-                bad.append(f"chunk {c} trained with weights of version {committed_at(t)}")
+            if commits_at(t) != c.step * R + c.round:
+                bad.append(f"chunk {c} trained after {commits_at(t)} commits (round {c.round} of step {c.step})")
+            if c.group not in plan.round_groups(c.round):
+                bad.append(f"chunk {c}: group {c.group} is not in the minibatch of round {c.round}")
             group_gens = sorted(gens_of[(c.step, c.group)])
             if group_gens != list(range(plan.generations)) or group_done[(c.step, c.group)] > t + eps:
                 bad.append(f"I3: chunk {c} trained at {t} before its group's rewards were in")
             for i, j in c.cells:
-                cells[(c.step, c.group, i, j)] += 1
+                cells[(c.step, c.round, c.group, i, j)] += 1
                 if versions.get((c.step, c.group, i), -9) not in (c.step, c.step - 1):
                     bad.append(f"I4: cell {(i, j)} of {c.step}/{c.group} from version "
                                f"{versions.get((c.step, c.group, i))}")
         elif isinstance(a, Commit):
-            if a.step in commit_start:
-                bad.append(f"step {a.step} committed twice")
-            commit_start[a.step] = t
+            key = (a.step, a.round)
+            if key in commit_start:
+                bad.append(f"round {a.round} of step {a.step} committed twice")
+            if a.final != (a.round == R - 1):
+                bad.append(f"commit of round {a.round} of step {a.step} has final={a.final}")
+            commit_start[key] = t
             for r in a.ranks:
-                busy[r].append((t, commit_end.get(a.step, t)))
+                busy[r].append((t, commit_end.get(key, t)))
         elif isinstance(a, Publish):
             for r in a.ranks:
                 busy[r].append((t, publish_end.get(a.version, t)))
+    order = [(k, r) for k in range(plan.steps) for r in range(R)]
+    for prev, key in zip([None] + order, order):
+        if key not in commit_start or key not in commit_end:
+            bad.append(f"round {key[1]} of step {key[0]} never committed")
+        elif prev in commit_end and commit_start[key] < commit_end[prev] - eps:
+            bad.append(f"round {key[1]} of step {key[0]} committed before round {prev[1]} of step {prev[0]}")
     for k in range(plan.steps):
-        if k not in commit_start or k not in commit_end:
-            bad.append(f"step {k} never committed")
-            continue
         if k + 1 not in publish_end:
             bad.append(f"version {k + 1} never published")
-        if k > 0 and k - 1 in commit_end and commit_start[k] < commit_end[k - 1] - eps:
-            bad.append(f"step {k} committed before step {k - 1}")
         for g in range(plan.prompts):
             if sorted(gens_of[(k, g)]) != list(range(plan.generations)):
                 bad.append(f"step {k} group {g}: generations {sorted(gens_of[(k, g)])} not generated once each")
-            for i in range(plan.generations):
-                for j in range(plan.trained_timesteps):
-                    n = cells.get((k, g, i, j), 0)
-                    if n != 1:
-                        bad.append(f"I2: cell ({i},{j}) of step {k} group {g} trained {n} times")
+            for r in range(R):
+                want = 1 if g in plan.round_groups(r) else 0
+                for i in range(plan.generations):
+                    for j in range(plan.trained_timesteps):
+                        n = cells.get((k, r, g, i, j), 0)
+                        if n != want:
+                            bad.append(f"I2: cell ({i},{j}) of step {k} group {g} trained {n} times in round {r}")
         if stale[k] > plan.stale_cap:
             bad.append(f"I4: step {k} has {stale[k]} stale trajectories > cap {plan.stale_cap}")
     for (c, r), te in chunk_end.items():
-        if c.step in commit_start and te > commit_start[c.step] + eps:
+        key = (c.step, c.round)
+        if key in commit_start and te > commit_start[key] + eps:
             bad.append(f"I2: chunk {c} ended after its commit started")
     for w, iv in busy.items():
         iv.sort()

@@ -43,6 +43,7 @@ class Chunk:
     step: int
     group: int
     cells: tuple[tuple[int, int], ...]  # (generation index, trained-timestep index)
+    round: int = 0                      # the step's training round (minibatch x epoch) it belongs to
 
     @property
     def size(self) -> int:
@@ -79,10 +80,10 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
     return out
 
 
-def tsp_chunks(plan: StepPlan, step: int, group: int) -> list[Chunk]:
+def tsp_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> list[Chunk]:
     """The TSP chunks of one group: ``tile_grid`` of its G x S grid by ``chunk_generations x chunk_timesteps``."""
     g, s = plan.generations, plan.trained_timesteps
-    return [Chunk(step, group, cells)
+    return [Chunk(step, group, cells, round)
             for cells in tile_grid(range(g), s, min(plan.chunk_generations, g), min(plan.chunk_timesteps, s))]
 
 
@@ -94,13 +95,14 @@ def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...
     return tuple(i for i in range(g) if (group * g + i) * n // b == rank_index)
 
 
-def classic_chunks(plan: StepPlan, step: int, group: int) -> dict[int, list[Chunk]]:
+def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dict[int, list[Chunk]]:
     """rank index -> that rank's chunks of the group: one per trained timestep over its shard."""
     out: dict[int, list[Chunk]] = {}
     for r in range(len(plan.trainers)):
         shard = classic_shard(plan, group, r)
         if shard:
-            out[r] = [Chunk(step, group, tuple((i, j) for i in shard)) for j in range(plan.trained_timesteps)]
+            out[r] = [Chunk(step, group, tuple((i, j) for i in shard), round)
+                      for j in range(plan.trained_timesteps)]
     return out
 
 
