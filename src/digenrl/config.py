@@ -53,6 +53,8 @@ class SamplerConfig(_Strict):
     noise_level: float = Field(0.7, ge=0.0)
     kind: Literal["flow_grpo", "dance", "cps"] = "flow_grpo"
     cfg_scale: float = Field(1.0, ge=0.0)
+    eval_cfg_scale: float | None = Field(None, ge=0.0)  # Flow-GRPO's sample.eval_guidance_scale; None = cfg_scale
+    same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
 
 
 class TrainConfig(_Strict):
@@ -62,10 +64,20 @@ class TrainConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float | None = 1.0
+    adam_epsilon: float = Field(1e-8, gt=0.0)  # Flow-GRPO train.adam_epsilon
     clip_range: float = Field(0.2, gt=0.0)
+    clip_range_low: float | None = Field(None, gt=0.0)  # asymmetric clip r >= 1 - low (Flow-GRPO clip_range_lt)
+    clip_range_high: float | None = Field(None, gt=0.0)  # r <= 1 + high (clip_range_gt); None = clip_range
     adv_clip_max: float = Field(5.0, gt=0.0)
     std_mode: Literal["group", "global"] = "group"
+    adv_baseline: Literal["group", "batch"] = "group"  # batch = Flow-GRPO per_prompt_stat_tracking=False
+    adv_std_unbiased: bool = False  # True: DanceGRPO's torch std (n - 1)
+    adv_eps: float = Field(1e-4, gt=0.0)  # Flow-GRPO 1e-4, DanceGRPO 1e-8
+    filter_zero_advantage: bool = True  # Flow-GRPO drops samples with advantage 0 (no loss, no KL, not counted)
     beta_kl: float = Field(0.0, ge=0.0)
+    kl_form: Literal["flow_grpo", "exact"] = "flow_grpo"  # exact = Flow-GRPO's KL / (-dt)
+    minibatches_per_step: int = Field(1, ge=1)  # M optimizer steps per step, groups split by index (DESIGN 1.2)
+    inner_epochs: int = Field(1, ge=1)  # passes over the step's minibatches (Flow-GRPO num_inner_epochs)
     timestep_strategy: Literal["fraction", "uniform", "window"] = "fraction"
     timestep_fraction: float = Field(0.5, gt=0.0, le=1.0)
     window_size: int = Field(2, ge=1)
@@ -73,6 +85,8 @@ class TrainConfig(_Strict):
     chunk_generations: int = Field(8, ge=1)  # TSP chunk shape: generations x timesteps per forward/backward
     chunk_timesteps: int = Field(2, ge=1)
     ema_decay: float | None = None  # e.g. 0.9; EMA weights are used for eval
+    ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
+    ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
 
 
@@ -124,6 +138,10 @@ class Config(_Strict):
     def _check(self) -> "Config":
         if not self.reward:
             raise ValueError("reward: at least one reward is required")
+        t, rt = self.train, self.runtime
+        if t.minibatches_per_step > t.prompts_per_step:
+            raise ValueError(f"train.minibatches_per_step {t.minibatches_per_step} exceeds train.prompts_per_step "
+                             f"{t.prompts_per_step}: a minibatch is a set of whole prompt groups")
         return self
 
 

@@ -2,11 +2,17 @@
 
 For reward r_i of generation i in prompt group g::
 
-    A_i = clip((r_i - mean_g) / (std + eps), -adv_clip_max, adv_clip_max)
+    A_i = clip((r_i - baseline) / (std + eps), -adv_clip_max, adv_clip_max)
 
-where ``std`` is the population standard deviation of the group (``std_mode="group"``, Flow-GRPO's default
-per-prompt stat tracking) or of the whole step's rewards (``std_mode="global"``). A group whose rewards are all
-equal (std below ``zero_std_tol``) carries no learning signal: it is counted in ``zero_std_ratio``.
+* ``baseline``: the group mean (``baseline="group"``, Flow-GRPO's per-prompt stat tracking, DanceGRPO's
+  ``use_group``) or the mean of the whole step (``baseline="batch"``: Flow-GRPO with
+  ``per_prompt_stat_tracking=False``, DanceGRPO without ``use_group``);
+* ``std``: of the group (``std_mode="group"``) or of the whole step's rewards (``std_mode="global"``, Flow-GRPO's
+  ``sample.global_std``); the population std (numpy's, Flow-GRPO) or the unbiased one (``unbiased=True``:
+  torch's default, DanceGRPO, which also uses ``eps = 1e-8``; Flow-GRPO uses ``eps = 1e-4``).
+
+A group whose rewards are all equal (std below ``zero_std_tol``) carries no learning signal: it is counted in
+``zero_std_ratio``.
 """
 
 from __future__ import annotations
@@ -31,30 +37,36 @@ def group_advantages(
     adv_clip_max: float = 5.0,
     zero_std_tol: float = 1e-6,
     global_std: float | None = None,
+    baseline: str = "group",
+    unbiased: bool = False,
+    global_mean: float | None = None,
 ) -> tuple[torch.Tensor, AdvantageStats]:
     """Advantages for ``rewards`` [N] whose prompt group is ``group_ids`` [N] (any integer labels).
 
-    ``global_std`` lets a pipelined trainer that sees one group at a time pass the step-wide std (only
-    meaningful with ``std_mode="global"``).
+    ``global_std`` / ``global_mean`` let a pipelined trainer that sees one group at a time pass the step-wide
+    statistics (only used with ``std_mode="global"`` / ``baseline="batch"``).
     """
     if std_mode not in ("group", "global"):
         raise ValueError(f"std_mode must be 'group' or 'global', got {std_mode!r}")
+    if baseline not in ("group", "batch"):
+        raise ValueError(f"baseline must be 'group' or 'batch', got {baseline!r}")
     rewards = rewards.to(torch.float64)
     adv = torch.empty_like(rewards)
     groups = torch.unique(group_ids)
     zero = 0
     stds = []
-    if std_mode == "global":
-        gstd = float(rewards.std(unbiased=False)) if global_std is None else float(global_std)
+    gstd = float(rewards.std(unbiased=unbiased)) if global_std is None else float(global_std)
+    gmean = float(rewards.mean()) if global_mean is None else float(global_mean)
     for g in groups:
         m = group_ids == g
         r = rewards[m]
-        s = float(r.std(unbiased=False))
+        s = float(r.std(unbiased=unbiased)) if len(r) > 1 else 0.0
         stds.append(s)
         if s < zero_std_tol:
             zero += 1
         denom = s if std_mode == "group" else gstd
-        adv[m] = (r - r.mean()) / (denom + eps)
+        base = r.mean() if baseline == "group" else gmean
+        adv[m] = (r - base) / (denom + eps)
     adv = adv.clamp(-adv_clip_max, adv_clip_max)
     stats = AdvantageStats(
         zero_std_ratio=zero / max(len(groups), 1),

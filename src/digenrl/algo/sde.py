@@ -22,9 +22,15 @@ Kinds
     x0   = x - sigma v,  eps_hat = x + (1 - sigma) v
     mean = (1 - sigma') x0 + sqrt(sigma'^2 - std^2) eps_hat
 
-In every kind ``x' = mean + std * noise`` and ``log p(x' | x)`` is the Gaussian log-density
-``-(x' - mean)^2 / (2 std^2) - log std - log sqrt(2 pi)`` averaged over all non-batch dimensions.
+In every kind ``x' = mean + std * noise``. For ``flow_grpo`` and ``dance`` ``log p(x' | x)`` is the Gaussian
+log-density ``-(x' - mean)^2 / (2 std^2) - log std - log sqrt(2 pi)``; for ``cps`` it is Flow-GRPO's
+constant-free surrogate ``-(x' - mean)^2`` (its ``sde_type="cps"`` branch drops every constant and the 1/(2 std^2)
+factor, so its clip ranges are in those units). Both are averaged over all non-batch dimensions.
 ``noise_level = 0`` gives the deterministic Euler ODE step ``x + v dt`` (std = 0, log_prob = 0).
+
+The output also carries ``std_dev_t`` (Flow-GRPO's fourth return value): the diffusion coefficient ``s_t``
+(``flow_grpo``), ``eta`` (``dance``) or the transition std itself (``cps``). Flow-GRPO's KL to the reference
+divides by ``2 std_dev_t^2`` (DESIGN 1.1), not by the transition variance.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ class SDEStepOutput:
     prev_sample: torch.Tensor
     log_prob: torch.Tensor
     mean: torch.Tensor
-    std: torch.Tensor  # broadcastable to the sample, shape [B, 1, ...]
+    std: torch.Tensor  # transition std, broadcastable to the sample, shape [B, 1, ...]
+    std_dev_t: torch.Tensor  # Flow-GRPO's std_dev_t (s_t; eta for dance; std for cps), shape [B, 1, ...]
 
 
 def _as_batch(value: torch.Tensor | float, ref: torch.Tensor) -> torch.Tensor:
@@ -91,8 +98,10 @@ def sde_step_with_logprob(
     if noise_level == 0.0:
         mean = x + v * dt
         std = torch.zeros_like(s)
+        s_t = std
     elif kind == "cps":
         std = s_next * math.sin(noise_level * math.pi / 2)
+        s_t = std
         x0 = x - s * v
         eps_hat = x + (1 - s) * v
         mean = (1 - s_next) * x0 + torch.sqrt((s_next**2 - std**2).clamp_min(0.0)) * eps_hat
@@ -113,10 +122,14 @@ def sde_step_with_logprob(
         prev = prev_sample.to(compute_dtype)
 
     deterministic = (std == 0).reshape(-1)
-    safe_std = torch.where(std > 0, std, torch.ones_like(std))
-    log_prob = (
-        -((prev.detach() - mean) ** 2) / (2 * safe_std**2) - torch.log(safe_std) - 0.5 * math.log(2 * math.pi)
-    )
+    if kind == "cps":
+        log_prob = -((prev.detach() - mean) ** 2)
+    else:
+        safe_std = torch.where(std > 0, std, torch.ones_like(std))
+        log_prob = (
+            -((prev.detach() - mean) ** 2) / (2 * safe_std**2) - torch.log(safe_std) - 0.5 * math.log(2 * math.pi)
+        )
     log_prob = log_prob.mean(dim=tuple(range(1, log_prob.ndim)))
-    log_prob = torch.where(deterministic, torch.zeros_like(log_prob), log_prob)
-    return SDEStepOutput(prev_sample=prev.to(sample.dtype), log_prob=log_prob, mean=mean, std=std)
+    if noise_level == 0.0 or kind != "cps":
+        log_prob = torch.where(deterministic, torch.zeros_like(log_prob), log_prob)
+    return SDEStepOutput(prev_sample=prev.to(sample.dtype), log_prob=log_prob, mean=mean, std=std, std_dev_t=s_t)

@@ -2,14 +2,17 @@
 
 Strategies (``T`` sampling steps, indices 0..T-1, 0 = the noisiest):
 
-* ``fraction``: every step is an SDE step; the first ``S = max(1, round(f * T))`` steps are trained
-  (Flow-GRPO's ``timestep_fraction``: the high-noise steps carry the exploration).
-* ``uniform``: every step is an SDE step; ``S`` evenly spaced steps are trained.
-* ``window`` (Flow-GRPO-Fast): SDE only inside a window of ``window_size`` consecutive steps whose start is
-  drawn from ``window_range`` for each step of training (seeded by (run seed, step)); ODE elsewhere; only the
-  window steps are trained.
+* ``fraction``: every step is an SDE step; the first ``S = int(T * f)`` steps are trained (Flow-GRPO's
+  ``num_train_timesteps = int(num_steps * timestep_fraction)``: Python's ``int``, so 0.99 of 10 is 9 and the last
+  step, sigma' = 0, is left out as in every Flow-GRPO / DanceGRPO recipe).
+* ``uniform``: every step is an SDE step; ``S = int(T * f)`` evenly spaced steps are trained.
+* ``window`` (Flow-GRPO-Fast): SDE only inside a window of ``window_size`` consecutive steps, ODE elsewhere;
+  only the window steps are trained. ``window_range = (lo, hi)`` is Flow-GRPO's ``sde_window_range``: the range
+  the whole window lies in, ``start = randint(lo, hi - window_size)`` (both ends inclusive) and the window is
+  ``start .. start + window_size - 1``. The start is drawn for each step of training, seeded by (run seed, step).
+  Default range: ``(0, T - 1)`` (every step but the last, Flow-GRPO's no-window branch ``(0, len - 1)``).
 
-The final step of ``cps`` has zero std (sigma' = 0), so it is excluded from the trained set.
+The final step of ``cps`` has zero std (sigma' = 0), so it is never trained.
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ def stable_seed(*parts: int | str) -> int:
     return int.from_bytes(h, "little") & ((1 << 63) - 1)
 
 
+def trained_count(num_steps: int, fraction: float) -> int:
+    """Flow-GRPO's ``int(num_steps * timestep_fraction)`` (truncation, not rounding)."""
+    n = int(num_steps * fraction)
+    if n < 1:
+        raise ValueError(f"train.timestep_fraction {fraction} of {num_steps} steps trains no step "
+                         f"(int({num_steps} * {fraction}) = 0)")
+    return n
+
+
 def select_timesteps(
     num_steps: int,
     *,
@@ -47,21 +59,22 @@ def select_timesteps(
     if strategy in ("fraction", "uniform"):
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"timestep fraction must be in (0, 1], got {fraction}")
-        n = min(max(1, round(fraction * num_steps)), last_ok)
+        n = min(trained_count(num_steps, fraction), last_ok)
         if strategy == "fraction":
             trained = tuple(range(n))
         else:
             trained = tuple(sorted({round(i * (last_ok - 1) / max(n - 1, 1)) for i in range(n)}))
         return TimestepPlan(sde_steps=tuple(range(num_steps)), trained=trained)
     if strategy == "window":
-        lo, hi = window_range if window_range is not None else (0, last_ok - window_size)
-        if window_size < 1 or lo < 0 or hi < lo or hi + window_size > last_ok:
+        lo, hi = window_range if window_range is not None else (0, num_steps - 1)
+        if window_size < 1 or lo < 0 or hi - window_size < lo or hi > last_ok:
             raise ValueError(
-                f"sde window size {window_size} with range {(lo, hi)} does not fit {num_steps} steps"
+                f"train.window_size {window_size} does not fit train.window_range {(lo, hi)} of {num_steps} steps "
+                f"(need 0 <= lo <= hi - window_size and hi <= {last_ok})"
             )
         import random
 
-        start = random.Random(stable_seed(seed, step, "window")).randint(lo, hi)
+        start = random.Random(stable_seed(seed, step, "window")).randint(lo, hi - window_size)
         steps = tuple(range(start, start + window_size))
         return TimestepPlan(sde_steps=steps, trained=steps)
     raise ValueError(f"unknown timestep strategy {strategy!r}; expected fraction, uniform or window")

@@ -5,8 +5,9 @@ the same plan without loading torch.
 
 Rules checked here (``ConfigError`` naming the key, before anything is written or started):
 
-* ``train.std_mode = global`` needs every reward of the step before any advantage: only the barrier modes
-  (``colocated``, ``naive``) support it; pipelined modes refuse it.
+* ``train.std_mode = global`` and ``train.adv_baseline = batch`` need every reward of the step before any
+  advantage: only the barrier modes (``colocated``, ``naive``) support them; pipelined modes refuse them.
+* ``train.minibatches_per_step`` x ``train.inner_epochs`` commits per step (the plan's rounds).
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
   stay 1 (it is not used).
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
@@ -73,6 +74,10 @@ def plan_run(cfg: Config) -> RunPlan:
         raise ConfigError(f"train.std_mode: 'global' needs the whole step's rewards before any training, which "
                           f"the pipelined mode {mode.value!r} does not wait for; use train.std_mode=group or "
                           f"runtime.mode=naive/colocated")
+    if t.adv_baseline == "batch" and mode.pipelined:
+        raise ConfigError(f"train.adv_baseline: 'batch' needs the whole step's rewards before any training, which "
+                          f"the pipelined mode {mode.value!r} does not wait for; use train.adv_baseline=group or "
+                          f"runtime.mode=naive/colocated")
     if mode is Mode.COLOCATED and rt.generators != 1:
         raise ConfigError("runtime.generators: colocated mode runs runtime.trainers workers that both generate "
                           "and train; leave runtime.generators at 1")
@@ -88,7 +93,7 @@ def plan_run(cfg: Config) -> RunPlan:
         fragment_size=min(rt.fragment_size, t.generations), trained_timesteps=S,
         sampling_steps=cfg.sampler.num_steps, chunk_generations=t.chunk_generations,
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
-        max_stale_fraction=rt.max_stale_fraction,
+        max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
     )
     profile = None
     if rt.profile is not None:

@@ -87,10 +87,16 @@ def guided_velocity(
     sigma: torch.Tensor,
     cond: Cond,
     cfg_scale: float = 1.0,
+    *,
+    guidance: float | None = None,
 ) -> torch.Tensor:
-    """Velocity after CFG (see module docstring). ``cfg_scale == 1`` is a single conditional forward."""
+    """Velocity after CFG (see module docstring). ``cfg_scale == 1`` is a single conditional forward.
+
+    A family with a guidance embedding (FLUX.1-dev) gets ``guidance`` (default ``cfg_scale``) inside the model:
+    Flow-GRPO feeds the sampling guidance scale there in sampling and in training alike.
+    """
     if policy.uses_guidance_embedding:
-        return policy(x, sigma, cond, guidance=cfg_scale)
+        return policy(x, sigma, cond, guidance=cfg_scale if guidance is None else guidance)
     if cfg_scale == 1.0:
         return policy(x, sigma, cond)
     n = x.shape[0]

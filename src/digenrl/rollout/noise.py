@@ -23,3 +23,9 @@ def trajectory_noise(seed: int, shape: tuple[int, ...], num_steps: int) -> tuple
     x_t = torch.randn(shape, generator=g)
     eps = torch.randn((num_steps, *shape), generator=g)
     return x_t, eps
+
+
+def group_initial_noise(run_seed: int, step: int, uid: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """x_T shared by every generation of a prompt group (``sampler.same_latent``), from (run seed, step, uid)."""
+    g = torch.Generator().manual_seed(stable_seed(int(run_seed), int(step), int(uid), "same_latent"))
+    return torch.randn(shape, generator=g)

@@ -3,6 +3,12 @@
 For denoising step i (sigma_i -> sigma_{i+1}) the velocity comes from the policy (after CFG), and the step is
 ``sde_step_with_logprob`` with ``noise_level`` on SDE steps and 0 (Euler ODE) elsewhere. For every trained
 step the input latent, output latent and behaviour log-prob are kept (see ``TrajectoryBatch``).
+
+Sampling runs with the policy in eval mode (dropout off), as Flow-GRPO samples: the behaviour log-probs are
+those of the deterministic policy, so on-policy the first minibatch's ratio is exactly 1. The mode the policy
+was in is restored after. With ``same_latent`` every generation of a prompt group starts from the same initial
+noise (Flow-GRPO's ``sample.same_latent``, DanceGRPO's ``init_same_noise``), drawn from the group's seed
+(run seed, step, prompt uid); the SDE noise stays per trajectory.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import torch
 from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.algo.timesteps import TimestepPlan
 from digenrl.models.base import Policy, guided_velocity
-from digenrl.rollout.noise import trajectory_noise, trajectory_seed
+from digenrl.rollout.noise import group_initial_noise, trajectory_noise, trajectory_seed
 from digenrl.rollout.records import Prompt, TrajectoryBatch
 
 
@@ -25,6 +31,8 @@ class SamplerSettings:
     noise_level: float = 0.7
     kind: str = "flow_grpo"
     cfg_scale: float = 1.0
+    eval_cfg_scale: float | None = None  # ODE evaluation's guidance scale (None: cfg_scale)
+    same_latent: bool = False
 
 
 @torch.no_grad()
@@ -48,21 +56,20 @@ def sample_trajectories(
     sigmas = policy.sigmas(T).float()
     seeds = [trajectory_seed(run_seed, step, p.uid, g) for p, g in zip(prompts, gen_indices)]
     noises = [trajectory_noise(s, tuple(policy.latent_shape), T) for s in seeds]
-    x = torch.stack([nz[0] for nz in noises]).to(device)
+    if settings.same_latent:
+        x = torch.stack([group_initial_noise(run_seed, step, p.uid, tuple(policy.latent_shape)) for p in prompts]).to(device)
+    else:
+        x = torch.stack([nz[0] for nz in noises]).to(device)
     eps = torch.stack([nz[1] for nz in noises], dim=1).to(device)  # [T, N, ...]
     cond = policy.encode_prompts(list(prompts))
     sde_steps, trained = set(plan.sde_steps), list(plan.trained)
     lat_in, lat_out, logps = [], [], []
-    for i in range(T):
-        sig = sigmas[i].expand(n).to(device)
-        v = guided_velocity(policy, x, sig, cond, settings.cfg_scale)
-        level = settings.noise_level if i in sde_steps else 0.0
-        out = sde_step_with_logprob(x, v, sigmas[i], sigmas[i + 1], noise_level=level, kind=settings.kind, noise=eps[i])
-        if i in trained:
-            lat_in.append(x)
-            lat_out.append(out.prev_sample)
-            logps.append(out.log_prob)
-        x = out.prev_sample
+    was_training = policy.training
+    policy.eval()
+    try:
+        x, images = _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode)
+    finally:
+        policy.train(was_training)
     shape = (n, 0, *policy.latent_shape)
     return TrajectoryBatch(
         prompts=list(prompts),
@@ -76,5 +83,20 @@ def sample_trajectories(
         next_latents=torch.stack(lat_out, 1).cpu() if lat_out else torch.empty(shape),
         log_probs=torch.stack(logps, 1).float().cpu() if logps else torch.empty(n, 0),
         final=x.cpu(),
-        images=policy.decode(x).float().cpu() if decode else None,
+        images=images,
     )
+
+
+def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode):
+    n, device = x.shape[0], x.device
+    for i in range(settings.num_steps):
+        sig = sigmas[i].expand(n).to(device)
+        v = guided_velocity(policy, x, sig, cond, settings.cfg_scale)
+        level = settings.noise_level if i in sde_steps else 0.0
+        out = sde_step_with_logprob(x, v, sigmas[i], sigmas[i + 1], noise_level=level, kind=settings.kind, noise=eps[i])
+        if i in trained:
+            lat_in.append(x)
+            lat_out.append(out.prev_sample)
+            logps.append(out.log_prob)
+        x = out.prev_sample
+    return x, (policy.decode(x).float().cpu() if decode else None)

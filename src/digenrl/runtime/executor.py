@@ -7,9 +7,10 @@ fragments, and the trainer fetches them. ``Commit`` and ``Publish`` are barriers
 complete when the last one is done. Calls that complete together are reported in the control loop's tie
 order. Any failed call raises ``WorkerFailure`` naming the worker and the step.
 
-Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the step's chunk
-cells is exactly the step's grid, each cell once (each rank's transaction already refuses duplicates and
-foreign cells; only the driver sees all ranks).
+Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the round's chunk
+cells is exactly the grid of the round's groups, each cell once (each rank's transaction already refuses
+duplicates and foreign cells; only the driver sees all ranks). It also passes the commit the rest of the loss
+scale, 1 / (trajectories of the round's groups that count in the mean), from what the trainers reported.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ class _StepRefs:
     """What the executor keeps about one step until its commit."""
 
     fragments: dict = field(default_factory=dict)   # group -> {fragment: trajectories ref}
-    cells: list = field(default_factory=list)       # cells the trainers recorded
+    cells: list = field(default_factory=list)       # cells the trainers recorded in the current round
     uids: dict = field(default_factory=dict)        # group -> prompt uid
-    rewards: list = field(default_factory=list)     # every reward of the step (std_mode=global)
+    kept: dict = field(default_factory=dict)        # group -> trajectories that count in the loss mean
+    rewards: list = field(default_factory=list)     # every reward of the step (step-wide advantage statistics)
 
 
 class Clock:
@@ -117,11 +119,14 @@ class RayExecutor:
             c = a.chunk
             frags = self._step(c.step).fragments[c.group]
             refs = [frags[f] for f in sorted(frags)]
-            ref = self.pools.trainers[a.rank].train.remote(c, refs, self._global_std(c.step))
+            ref = self.pools.trainers[a.rank].train.remote(c, refs, self._step_stats(c.step))
             self._track(_Call(a, None, c.step, now), {ref: a.rank})
         elif isinstance(a, Commit):
-            self._check_cells(a.step)
-            refs = {self.pools.trainers[r].commit.remote(a.step): r for r in a.ranks}
+            self._check_cells(a.step, a.round)
+            st = self._step(a.step)
+            kept = sum(st.kept.get(g, 0) for g in self.plan.round_groups(a.round))
+            refs = {self.pools.trainers[r].commit.remote(a.step, a.round, a.final, 1.0 / max(kept, 1)): r
+                    for r in a.ranks}
             self._track(_Call(a, None, a.step, now), refs)
         elif isinstance(a, Publish):
             refs, state = self.pools.publish_refs(a.version)
@@ -180,28 +185,36 @@ class RayExecutor:
             st.uids[a.fragment.group] = info.uid
             st.rewards.extend(info.rewards)
         elif isinstance(a, Train):
-            self._step(a.chunk.step).cells.extend(call.results[0].cells)
+            st, res = self._step(a.chunk.step), call.results[0]
+            st.cells.extend(res.cells)
+            st.kept[a.chunk.group] = res.kept
         elif isinstance(a, Commit):
-            for k in [k for k in self._steps if k <= a.step]:
-                del self._steps[k]
+            if a.final:
+                for k in [k for k in self._steps if k <= a.step]:
+                    del self._steps[k]
+            else:
+                self._step(a.step).cells = []
         return Completion(a, call.start, now, work, side=call.side, step=call.step, results=call.results)
 
     # ---- checks --------------------------------------------------------------------------------------
-    def _global_std(self, step: int) -> float | None:
-        if self.run.cfg.train.std_mode != "global":
+    def _step_stats(self, step: int) -> dict | None:
+        """Step-wide reward statistics for the advantages of the barrier modes (``std_mode=global``,
+        ``adv_baseline=batch``), computed as ``algo.advantage.group_advantages`` computes them over a batch."""
+        t = self.run.cfg.train
+        if t.std_mode != "global" and t.adv_baseline != "batch":
             return None
         import torch
 
         r = torch.tensor(self._step(step).rewards, dtype=torch.float64)
         if len(r) != self.plan.batch:
-            raise RuntimeError(f"step {step}: std_mode=global needs all {self.plan.batch} rewards, have {len(r)}")
-        return float(r.std(unbiased=False))
+            raise RuntimeError(f"step {step}: step-wide advantages need all {self.plan.batch} rewards, have {len(r)}")
+        return {"global_std": float(r.std(unbiased=t.adv_std_unbiased)), "global_mean": float(r.mean())}
 
-    def _check_cells(self, step: int) -> None:
+    def _check_cells(self, step: int, round: int) -> None:
         st = self._step(step)
         p = self.plan
-        want = grid_cells([st.uids.get(g) for g in range(p.prompts)], p.generations, p.trained_timesteps)
+        want = grid_cells([st.uids.get(g) for g in p.round_groups(round)], p.generations, p.trained_timesteps)
         if len(st.cells) != len(set(st.cells)) or set(st.cells) != want:
             raise WorkerFailure("driver", step, "the commit check (I2)",
                                 f"{len(st.cells)} recorded cells ({len(set(st.cells))} distinct) for a grid of "
-                                f"{len(want)}")
+                                f"{len(want)} in round {round}")

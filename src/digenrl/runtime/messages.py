@@ -34,6 +34,7 @@ class ChunkResult:
     stats: CellStats
     start: float = 0.0
     end: float = 0.0
+    kept: int = 0                      # trajectories of the chunk's group that count in the loss mean
 
 
 @dataclass(frozen=True)

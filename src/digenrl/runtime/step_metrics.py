@@ -51,7 +51,7 @@ class StepRecord:
     train: _Window = field(default_factory=_Window)
     stats: CellStats = field(default_factory=CellStats)
     tag_fragments: int = 0
-    grad_norm: float = float("nan")
+    grad_norms: list = field(default_factory=list)   # one per commit (round) of the step
     commit_s: float = 0.0
     publish_s: float = 0.0
     published: float | None = None
@@ -88,8 +88,8 @@ class StepMetrics:
             st.stats = st.stats.add(c.results[0].stats)
         elif isinstance(a, Commit):
             st = self.steps[a.step]
-            st.grad_norm = next(r.grad_norm for r in c.results if r.worker == self.plan.trainers[0])
-            st.commit_s = c.end - c.start
+            st.grad_norms.append(next(r.grad_norm for r in c.results if r.worker == self.plan.trainers[0]))
+            st.commit_s += c.end - c.start
         elif isinstance(a, Publish):
             st = self.steps[a.version - 1]
             st.publish_s, st.published = c.end - c.start, c.end
@@ -118,7 +118,7 @@ class StepMetrics:
         row.update({f"reward/{n}": float(torch.tensor(v).mean()) for n, v in st.parts.items()})
         row.update(st.stats.means())
         row.update({
-            "grad_norm": st.grad_norm, "zero_std_ratio": adv_stats.zero_std_ratio,
+            "grad_norm": sum(st.grad_norms) / max(1, len(st.grad_norms)), "zero_std_ratio": adv_stats.zero_std_ratio,
             "timing_s/gen": st.gen.span, "timing_s/train": st.train.span,
             "timing_s/commit": st.commit_s, "timing_s/publish": st.publish_s,
             "busy_s/gen": st.gen.busy, "busy_s/train": st.train.busy,

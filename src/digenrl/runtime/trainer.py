@@ -6,15 +6,19 @@ only gradient sync.
 
 Calls:
 
-* ``train(chunk, [fragment refs of its group], global_std)``: fetch the group's fragments (cached per group),
-  compute its advantages (deterministic: every rank gets the same), record the chunk's cells in the step's
-  transaction (a cell trained twice or foreign to the step is refused: I2) and accumulate the gradient of
-  ``train_cells`` with loss scale 1 / (B * S). The transaction opens at the rank's first chunk of the step.
+* ``train(chunk, [fragment refs of its group], step_stats)``: fetch the group's fragments (cached per group),
+  compute its advantages (deterministic: every rank gets the same; ``step_stats``: the step-wide reward mean /
+  std of the barrier modes), record the chunk's cells in the round's transaction (a cell trained twice or
+  foreign to the round is refused: I2) and accumulate the gradient of ``train_cells`` with loss scale 1 / S.
+  The transaction opens at the rank's first chunk of the round (a step has ``rounds`` = epochs x minibatches);
+  the chunk result reports how many trajectories of its group count in the mean (``kept``).
 * ``generate(fragment, version)``: TAG (or colocated generation) with the rank's own weights, which must be
   ``version`` (= the committed version: on-policy, I3). Sampling runs under no_grad: it never touches the
   accumulated gradients or the optimizer.
-* ``commit(step)``: all-reduce (SUM) + clip + optimizer step on every rank at once (a collective), EMA on
-  rank 0; ``abort()`` drops an open transaction (no partial step is ever committed).
+* ``commit(step, round, final, grad_scale)``: all-reduce (SUM), gradients times ``grad_scale`` (1 / the kept
+  trajectories of the round's minibatch: the deferred rest of the loss scale), clip, optimizer step on every
+  rank at once (a collective), EMA on rank 0; only the ``final`` round bumps the version.
+  ``abort()`` drops an open transaction (no partial round is ever committed).
 * ``publish(version)``: rank 0's half of a weight publish (``publish`` module).
 * ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0.
 """
@@ -22,6 +26,8 @@ Calls:
 from __future__ import annotations
 
 import time
+
+from digenrl.control.run_plan import plan_run
 
 from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, state_copy
@@ -43,6 +49,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self.task, self.reward, self.sampler = self.ctx.task, self.ctx.reward, self.ctx.sampler
         self.tx = self.ctx.transaction
         self._groups: dict[tuple[int, int], object] = {}
+        self._round = 0  # rounds committed in the current step (the weights changed since its version)
+        self._plan = plan_run(self.cfg).plan
         self._publish_group = None
         self._world = 1
 
@@ -63,66 +71,71 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         return True
 
     # ---- training ------------------------------------------------------------------------------------
-    def _group(self, step: int, group: int, refs: list, global_std: float | None):
+    def _group(self, step: int, group: int, refs: list, step_stats: dict | None):
         key = (step, group)
         g = self._groups.get(key)
         if g is None:
             import ray
 
             from digenrl.rollout.records import TrajectoryBatch
-            from digenrl.train.step_work import assign_advantages
+            from digenrl.train.step_work import advantage_options, assign_advantages
 
             g = TrajectoryBatch.cat(ray.get(list(refs)))
             bad = sorted({int(v) for v in g.version.tolist()} - {step, step - 1})
             if bad or sorted(g.gen_index.tolist()) != list(range(self.cfg.train.generations)):
                 raise RuntimeError(f"{self.name}: group {group} of step {step} has generations "
                                    f"{g.gen_index.tolist()} and versions {g.version.tolist()} (I4: staleness <= 1)")
-            t = self.cfg.train
-            assign_advantages(g, std_mode=t.std_mode, adv_clip_max=t.adv_clip_max, global_std=global_std)
+            assign_advantages(g, **advantage_options(self.cfg.train), **(step_stats or {}))
             self._groups[key] = g
         return g
 
-    def train(self, chunk, refs: list, global_std: float | None = None) -> ChunkResult:
+    def train(self, chunk, refs: list, step_stats: dict | None = None) -> ChunkResult:
+        from digenrl.schedule.layout import grid_cells
         from digenrl.train.chunk_loss import train_cells
-        from digenrl.train.step_work import expected_cells
+        from digenrl.train.step_work import kept_count
 
         self.check_failure(chunk.step)
         t0 = time.time()
-        if self.tx.version != chunk.step:
-            raise RuntimeError(f"{self.name}: chunk of step {chunk.step} but the weights are version "
-                               f"{self.tx.version}")
+        if self.tx.version != chunk.step or self._round != chunk.round:
+            raise RuntimeError(f"{self.name}: chunk of step {chunk.step} round {chunk.round} but the weights are "
+                               f"version {self.tx.version} after {self._round} rounds")
         t = self.cfg.train
+        S = len(self.ctx.plan(chunk.step).trained)
         if not self.tx.open:
-            S = len(self.ctx.plan(chunk.step).trained)
-            self.tx.begin(chunk.step, expected_cells(self.prompts(chunk.step), t.generations, S))
-        group = self._group(chunk.step, chunk.group, refs, global_std)
+            prompts = self.prompts(chunk.step)
+            uids = [prompts[g].uid for g in self._plan.round_groups(chunk.round)]
+            self.tx.begin(chunk.step, grid_cells(uids, t.generations, S))
+        group = self._group(chunk.step, chunk.group, refs, step_stats)
         uid = group.prompts[0].uid
         cells = tuple((uid, g, j) for g, j in chunk.cells)
         self.tx.record(cells)
-        B, S = t.prompts_per_step * t.generations, group.latents.shape[1]
-        stats = train_cells(self.policy, group, chunk.cells, settings=self.ctx.loss, loss_scale=1.0 / (B * S),
+        stats = train_cells(self.policy, group, chunk.cells, settings=self.ctx.loss, loss_scale=1.0 / S,
                             ref_policy=self.ctx.ref_policy)
-        return ChunkResult(chunk, self.name, cells, stats, t0, time.time())
+        return ChunkResult(chunk, self.name, cells, stats, t0, time.time(),
+                           kept_count(group.advantages, t.filter_zero_advantage))
 
     def generate(self, fragment, version: int):
         self.check_failure(fragment.step)
-        if version != self.tx.version:
+        if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate {fragment} with version {version} but its weights "
-                               f"are version {self.tx.version} (TAG is on-policy only)")
+                               f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
         return self.generate_fragment(self.policy, fragment, version)
 
-    def commit(self, step: int) -> CommitResult:
+    def commit(self, step: int, round: int = 0, final: bool = True, grad_scale: float = 1.0) -> CommitResult:
         self.check_failure(step)
         t0 = time.time()
-        if not self.tx.open:  # a rank without a chunk this step still joins the all-reduce
+        if not self.tx.open:  # a rank without a chunk this round still joins the all-reduce
             self.tx.begin(step, None)
-        if self.tx.step != step:
-            raise RuntimeError(f"{self.name}: commit of step {step} but the open transaction is step {self.tx.step}")
-        out = self.tx.commit(check_complete=self._world == 1)
+        if self.tx.step != step or self._round != round:
+            raise RuntimeError(f"{self.name}: commit of step {step} round {round} but the open transaction is step "
+                               f"{self.tx.step} round {self._round}")
+        out = self.tx.commit(check_complete=self._world == 1, grad_scale=grad_scale, final=final)
         if self.ctx.ema is not None:
             self.ctx.ema.update()
-        for key in [k for k in self._groups if k[0] <= step]:
-            del self._groups[key]
+        self._round = 0 if final else round + 1
+        if final:
+            for key in [k for k in self._groups if k[0] <= step]:
+                del self._groups[key]
         return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.time())
 
     def abort(self) -> int | None:

@@ -43,14 +43,16 @@ class GeneratorAPI(WorkerAPI, Protocol):
 
 
 class TrainerAPI(WorkerAPI, Protocol):
-    def train(self, chunk: Chunk, refs: list, global_std: float | None = None) -> ChunkResult:
-        """Forward+backward of ``chunk`` into its step's gradient transaction (``refs``: its group's fragments)."""
+    def train(self, chunk: Chunk, refs: list, step_stats: dict | None = None) -> ChunkResult:
+        """Forward+backward of ``chunk`` into its round's gradient transaction (``refs``: its group's fragments;
+        ``step_stats``: ``global_std`` / ``global_mean`` of the step's rewards in the barrier modes)."""
 
     def generate(self, fragment: Fragment, version: int) -> tuple[object, FragmentInfo]:
         """TAG / colocated generation with the rank's own weights, which must be ``version``."""
 
-    def commit(self, step: int) -> CommitResult:
-        """All-reduce + optimizer step of ``step`` (a collective of every rank)."""
+    def commit(self, step: int, round: int = 0, final: bool = True, grad_scale: float = 1.0) -> CommitResult:
+        """All-reduce, gradients x ``grad_scale``, optimizer step of round ``round`` of ``step`` (a collective of
+        every rank); ``final`` bumps the version."""
 
     def abort(self) -> int | None:
         """Drop the open transaction; returns its step."""

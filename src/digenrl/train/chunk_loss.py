@@ -4,22 +4,28 @@ For the cells (i, t) of a chunk, packed into one batch (samples and timesteps fl
 repeated)::
 
     v        = CFG(v_theta(x_{i,t}, sigma_t, c_i))
-    logp     = log N(x_{i,t+1}; mean_theta(x_{i,t}, v), std_t^2)          (``sde_step_with_logprob``)
-    L_cell   = max(-A_i r, -A_i clip(r, 1 - eps, 1 + eps)) + beta * KL_t,  r = exp(logp - logp_old)
+    logp     = log p(x_{i,t+1} | x_{i,t}) under theta                      (``sde_step_with_logprob``)
+    L_cell   = max(-A_i r, -A_i clip(r, 1 - eps_low, 1 + eps_high)) + beta * KL_t,  r = exp(logp - logp_old)
     backward( loss_scale * sum_cells L_cell )
 
-With ``loss_scale = 1 / (B * S)`` for a step of B trajectories and S trained timesteps the accumulated gradient
-is the gradient of the mean cell loss, whatever the chunking: the per-timestep reference of Flow-GRPO.
+With ``loss_scale = 1 / (B_m * S)`` for a minibatch of B_m trajectories and S trained timesteps the accumulated
+gradient is the gradient of the mean cell loss, whatever the chunking: the per-timestep reference of Flow-GRPO.
+KL_t is in Flow-GRPO's units by default (``algo.loss.reference_kl``).
+
+Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training, so it adds neither
+policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
+are skipped here (they still count as done in the transaction) and the caller divides by the number of kept
+trajectories, B_m = kept ones (``step_work.kept_count``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import torch
 
-from digenrl.algo.loss import clipped_policy_loss, gaussian_kl
+from digenrl.algo.loss import clipped_policy_loss, reference_kl
 from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
@@ -32,24 +38,33 @@ class LossSettings:
     cfg_scale: float = 1.0
     noise_level: float = 0.7
     kind: str = "flow_grpo"
+    kl_form: str = "flow_grpo"  # "exact": the transition's Gaussian KL (Flow-GRPO's divided by -dt)
+    clip_low: float | None = None  # asymmetric clip: r in [1 - clip_low, 1 + clip_high]; None = clip_range
+    clip_high: float | None = None
+    guidance: float | None = None  # guidance-embedding scale (FLUX.1-dev): the sampling one; None = cfg_scale
+    filter_zero_advantage: bool = False
 
 
 @dataclass
 class CellStats:
-    """Sums over trained cells (divide by ``cells`` for means)."""
+    """Sums over cells (divide by ``trained`` for means; ``cells`` also counts filtered ones)."""
 
     cells: int = 0
     loss: float = 0.0
     approx_kl: float = 0.0
     clipfrac: float = 0.0
     kl: float = 0.0
+    clipfrac_gt_one: float = 0.0
+    clipfrac_lt_one: float = 0.0
+    trained: int = 0
 
     def add(self, other: "CellStats") -> "CellStats":
-        return CellStats(*(getattr(self, f) + getattr(other, f) for f in ("cells", "loss", "approx_kl", "clipfrac", "kl")))
+        return CellStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
     def means(self) -> dict[str, float]:
-        n = max(self.cells, 1)
-        return {"loss": self.loss / n, "approx_kl": self.approx_kl / n, "clipfrac": self.clipfrac / n, "kl": self.kl / n}
+        n = max(self.trained, 1)
+        keys = ("loss", "approx_kl", "clipfrac", "kl", "clipfrac_gt_one", "clipfrac_lt_one")
+        return {k: getattr(self, k) / n for k in keys}
 
 
 def train_cells(
@@ -70,6 +85,12 @@ def train_cells(
     except KeyError as e:
         raise ValueError(f"cell generation {e} is not in this group") from None
     tpos = torch.tensor([t for _, t in cells], dtype=torch.long)
+    n_all = len(cells)
+    if settings.filter_zero_advantage:
+        keep = group.advantages[rows] != 0
+        rows, tpos = rows[keep], tpos[keep]
+        if len(rows) == 0:
+            return CellStats(cells=n_all)
     device = next(policy.parameters()).device
     x = group.latents[rows, tpos].to(device)
     x_next = group.next_latents[rows, tpos].to(device)
@@ -80,24 +101,28 @@ def train_cells(
     sigma_next = group.sigmas[step_idx + 1].to(device)
     cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
 
-    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale)
+    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance)
     out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
-    loss, stats = clipped_policy_loss(out.log_prob, old_logp, adv, settings.clip_range)
+    loss, stats = clipped_policy_loss(out.log_prob, old_logp, adv, settings.clip_range,
+                                      clip_low=settings.clip_low, clip_high=settings.clip_high)
     kl = torch.zeros_like(loss)
     if settings.beta_kl > 0:
         if ref_policy is None:
             raise ValueError("train.beta_kl > 0 needs a reference policy")
         with torch.no_grad():
-            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale)  # text encoders are frozen
+            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance)
             ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
-        kl = gaussian_kl(out.mean, ref.mean, out.std)
+        kl = reference_kl(out, ref.mean, settings.kl_form)
     total = loss + settings.beta_kl * kl
     (total.sum() * loss_scale).backward()
-    n = len(cells)
+    n = len(rows)
     return CellStats(
-        cells=n,
+        cells=n_all,
         loss=float(total.detach().sum()),
         approx_kl=float(stats.approx_kl) * n,
         clipfrac=float(stats.clipfrac) * n,
         kl=float(kl.detach().sum()),
+        clipfrac_gt_one=float(stats.clipfrac_gt_one) * n,
+        clipfrac_lt_one=float(stats.clipfrac_lt_one) * n,
+        trained=n,
     )

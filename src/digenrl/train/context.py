@@ -44,7 +44,8 @@ class RunContext:
 
 def sampler_settings(cfg: Config) -> SamplerSettings:
     s = cfg.sampler
-    return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale)
+    return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
+                           eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent)
 
 
 def loss_settings(cfg: Config) -> LossSettings:
@@ -55,6 +56,11 @@ def loss_settings(cfg: Config) -> LossSettings:
         cfg_scale=s.cfg_scale if t.cfg_in_training else 1.0,
         noise_level=s.noise_level,
         kind=s.kind,
+        kl_form=t.kl_form,
+        clip_low=t.clip_range_low,
+        clip_high=t.clip_range_high,
+        guidance=s.cfg_scale,  # a guidance embedding always gets the sampling scale (Flow-GRPO's FLUX scripts)
+        filter_zero_advantage=t.filter_zero_advantage,
     )
 
 
@@ -73,7 +79,7 @@ def make_optimizer(policy: Policy, cfg: Config) -> torch.optim.Optimizer:
     if not params:
         raise ValueError("model: the policy has no trainable parameters")
     t = cfg.train
-    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
+    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, eps=t.adam_epsilon)
 
 
 def build_context(cfg: Config, *, policy: Policy | None = None, reward: WeightedSum | None = None, task: Task | None = None) -> RunContext:
@@ -87,7 +93,8 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     task = task if task is not None else build_task(cfg.task)
     optimizer = make_optimizer(policy, cfg)
     transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm)
-    ema = ParamEMA(policy, cfg.train.ema_decay) if cfg.train.ema_decay is not None else None
+    t = cfg.train
+    ema = ParamEMA(policy, t.ema_decay, every=t.ema_every, warmup=t.ema_warmup) if t.ema_decay is not None else None
     return RunContext(
         cfg=cfg,
         policy=policy,

@@ -1,4 +1,4 @@
-"""Evaluation: ODE sampling (noise_level 0) of a fixed prompt set with fixed seeds; mean reward."""
+"""Evaluation: ODE sampling (noise_level 0, guidance ``eval_cfg_scale``) of a fixed prompt set with fixed seeds; mean reward."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ EVAL_SEED_OFFSET = 1_000_003  # eval noise is independent of any training step's
 
 @torch.no_grad()
 def evaluate(policy: Policy, prompts, reward: WeightedSum, settings: SamplerSettings, *, run_seed: int, num_steps: int | None = None) -> tuple[float, TrajectoryBatch]:
-    ode = replace(settings, noise_level=0.0, num_steps=num_steps or settings.num_steps)
+    cfg = settings.cfg_scale if settings.eval_cfg_scale is None else settings.eval_cfg_scale
+    ode = replace(settings, noise_level=0.0, num_steps=num_steps or settings.num_steps, cfg_scale=cfg, same_latent=False)
     was_training = policy.training
     policy.eval()
     batch = generate(

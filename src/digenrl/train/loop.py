@@ -3,8 +3,10 @@
     for each step k:
         prompts  <- task(k);  trajectories <- sample(policy_k, prompts x G)      (SDE, log-probs recorded)
         rewards  <- reward(decode(x_0));  advantages <- group-normalised rewards
-        for each group, for each chunk of its (generation x timestep) grid: accumulate grad of the loss
-        commit (one optimizer step) -> policy_{k+1};  EMA;  eval every N steps
+        for each inner epoch, for each minibatch m = 1..M (groups split by index, docs/architecture.md):
+            for each group of m, for each chunk of its (generation x timestep) grid: accumulate grad of the loss
+            commit m (one optimizer step; logp_old stays the behaviour log-prob, so from m = 2 on r != 1);  EMA
+        publish: policy_{k+1} after the last commit;  eval every N steps
 
 It shares nothing with the scheduler or the executors (it is their oracle), only the run outputs
 (``observe.run_outputs.RunOutputs``).
@@ -16,9 +18,13 @@ import time
 
 from digenrl.config import Config
 from digenrl.observe.run_outputs import RunOutputs, checkpoint_bytes
+from digenrl.rollout.records import TrajectoryBatch
+from digenrl.schedule.plan import minibatch_of
+from digenrl.train.chunk_loss import CellStats
 from digenrl.train.context import RunContext, build_context
 from digenrl.train.evaluate import evaluate
-from digenrl.train.step_work import assign_advantages, expected_cells, generate, reward_stats, split_groups, train_group
+from digenrl.train.step_work import (advantage_options, assign_advantages, generate, kept_count, reward_stats,
+                                     split_groups, train_group)
 
 
 def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
@@ -31,25 +37,51 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     gens = [g for _ in prompts for g in range(t.generations)]
     batch = generate(ctx.policy, rep, gens, step=step, run_seed=cfg.seed, version=ctx.transaction.version, settings=ctx.sampler, plan=plan, reward=ctx.reward)
     timings["timing_s/gen"] = time.perf_counter() - t0
-    adv = assign_advantages(batch, std_mode=t.std_mode, adv_clip_max=t.adv_clip_max)
+    adv = assign_advantages(batch, **advantage_options(t))
 
     t1 = time.perf_counter()
-    ctx.transaction.begin(step, expected_cells(prompts, t.generations, len(plan.trained)))
-    scale = 1.0 / (len(batch) * len(plan.trained))
-    stats = None
-    for group in split_groups(batch):
-        s = train_group(ctx.policy, group, settings=ctx.loss, loss_scale=scale, chunk_generations=t.chunk_generations,
-                        chunk_timesteps=t.chunk_timesteps, ref_policy=ctx.ref_policy, record=ctx.transaction.record)
-        stats = s if stats is None else stats.add(s)
+    results = train_minibatches(ctx, step, split_groups(batch), len(plan.trained))
+    stats = CellStats()
+    for st, _ in results:
+        stats = stats.add(st)
     timings["timing_s/train"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    commit = ctx.transaction.commit()
-    if ctx.ema is not None:
-        ctx.ema.update()
-    timings["timing_s/commit"] = time.perf_counter() - t2
+    norms = [c["grad_norm"] for _, c in results]
+    commit = {"grad_norm": sum(norms) / len(norms)}
+    timings["timing_s/commit"] = sum(c["commit_s"] for _, c in results)
     step_s = time.perf_counter() - t0
     return {**reward_stats(batch), **stats.means(), **commit, "zero_std_ratio": adv.zero_std_ratio,
+            "kept_fraction": kept_count(batch.advantages, t.filter_zero_advantage) / len(batch),
             **timings, "step_s": step_s, "samples_per_s": len(batch) / step_s}
+
+
+def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch], num_trained: int) -> list[tuple[CellStats, dict]]:
+    """Train a step's complete groups (in the step's prompt order) as ``inner_epochs`` x M minibatches.
+
+    Minibatch m holds the groups with ``minibatch_of(index) == m``; each ends in its own commit with loss scale
+    1 / (kept trajectories of m x S) (kept = all, or those with a non-zero advantage); the version is bumped by
+    the very last commit only. Returns (cell stats, commit info) per commit, in order.
+    """
+    t = ctx.cfg.train
+    M, P = t.minibatches_per_step, len(groups)
+    members = [[g for k, g in enumerate(groups) if minibatch_of(k, P, M) == m] for m in range(M)]
+    out = []
+    for epoch in range(t.inner_epochs):
+        for m, mb in enumerate(members):
+            kept = sum(kept_count(g.advantages, t.filter_zero_advantage) for g in mb)
+            cells = {(g.prompts[0].uid, gen, j) for g in mb for gen in g.gen_index.tolist() for j in range(num_trained)}
+            ctx.transaction.begin(step, cells)
+            stats = CellStats()
+            for g in mb:
+                stats = stats.add(train_group(ctx.policy, g, settings=ctx.loss, loss_scale=1.0 / (max(kept, 1) * num_trained),
+                                              chunk_generations=t.chunk_generations, chunk_timesteps=t.chunk_timesteps,
+                                              ref_policy=ctx.ref_policy, record=ctx.transaction.record))
+            tc = time.perf_counter()
+            commit = ctx.transaction.commit(final=epoch == t.inner_epochs - 1 and m == M - 1)
+            if ctx.ema is not None:
+                ctx.ema.update()
+            commit["commit_s"] = time.perf_counter() - tc
+            out.append((stats, commit))
+    return out
 
 
 def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:

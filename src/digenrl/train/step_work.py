@@ -42,13 +42,29 @@ def generate(
     return TrajectoryBatch.cat(parts)
 
 
-def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, global_std: float | None = None) -> AdvantageStats:
+def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, global_std: float | None = None,
+                      baseline: str = "group", unbiased: bool = False, eps: float = 1e-4,
+                      global_mean: float | None = None) -> AdvantageStats:
     """Advantages for the complete groups in ``batch`` (grouped by prompt uid)."""
     if batch.rewards is None:
         raise ValueError("advantages need rewards")
-    adv, stats = group_advantages(batch.rewards, batch.uids, std_mode=std_mode, adv_clip_max=adv_clip_max, global_std=global_std)
+    adv, stats = group_advantages(batch.rewards, batch.uids, std_mode=std_mode, adv_clip_max=adv_clip_max,
+                                  global_std=global_std, baseline=baseline, unbiased=unbiased, eps=eps,
+                                  global_mean=global_mean)
     batch.advantages = adv
     return stats
+
+
+def advantage_options(train_cfg) -> dict:
+    """The ``assign_advantages`` keyword arguments of a ``TrainConfig``."""
+    t = train_cfg
+    return {"std_mode": t.std_mode, "adv_clip_max": t.adv_clip_max, "baseline": t.adv_baseline,
+            "unbiased": t.adv_std_unbiased, "eps": t.adv_eps}
+
+
+def kept_count(advantages: torch.Tensor, filter_zero_advantage: bool) -> int:
+    """Trajectories that count in a minibatch's mean: all, or (Flow-GRPO) those with a non-zero advantage."""
+    return int((advantages != 0).sum()) if filter_zero_advantage else len(advantages)
 
 
 def train_group(

@@ -1,10 +1,13 @@
-"""The per-step gradient transaction.
+"""The per-minibatch gradient transaction.
 
 Between ``begin(step, expected_cells)`` and ``commit()`` gradients only accumulate (each trained cell is
-``record``-ed, and a cell trained twice is refused: invariant I2). ``commit`` refuses an incomplete step,
-sums the gradients over the trainer ranks (one all-reduce per parameter, the only gradient sync of the step),
-clips, takes one optimizer step, clears the gradients and bumps the policy version. ``abort`` drops
-everything, so no partial step is ever committed.
+``record``-ed, and a cell trained twice is refused: invariant I2). ``commit`` refuses an incomplete minibatch,
+sums the gradients over the trainer ranks (one all-reduce per parameter, the only gradient sync), multiplies
+them by ``grad_scale`` (a deferred loss scale, e.g. B / kept trajectories when zero-advantage samples are
+filtered), clips, takes one optimizer step and clears the gradients. A step trained as M minibatches
+(DESIGN 1.2) opens and commits M transactions; only the last one (``final=True``, the default) bumps the policy
+version, so the weights are published as version k+1 after the M-th optimizer step. ``abort`` drops
+everything, so no partial minibatch is ever committed.
 """
 
 from __future__ import annotations
@@ -62,19 +65,27 @@ class GradientTransaction:
     def missing(self) -> set[Hashable]:
         return set() if self._expected is None else self._expected - self._done
 
-    def commit(self, *, check_complete: bool = True) -> dict[str, float]:
-        """One optimizer step for the whole step; returns {"grad_norm": ...}."""
+    def commit(self, *, check_complete: bool = True, grad_scale: float = 1.0, final: bool = True) -> dict[str, float]:
+        """One optimizer step for the open minibatch; returns {"grad_norm": ...}.
+
+        ``final=False`` keeps the version (a minibatch other than the step's last).
+        """
         if not self.open:
             raise TransactionError("commit() outside a transaction")
         if check_complete and self.missing():
             raise TransactionError(f"step {self.step}: refusing to commit, {len(self.missing())} cells untrained")
         self._all_reduce()
+        if grad_scale != 1.0:
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.mul_(grad_scale)
         norm = float("nan")
         if self.max_grad_norm is not None:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.version += 1
+        if final:
+            self.version += 1
         self.step = None
         return {"grad_norm": norm}
 
