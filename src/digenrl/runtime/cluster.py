@@ -68,13 +68,20 @@ def ray_session(setup: RuntimeSetup):
     if ray.is_initialized():
         yield ray
         return
+    import signal
+
     rt = setup.cfg.runtime
     quiet = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
+    sigterm = signal.getsignal(signal.SIGTERM)
     if rt.address:
-        ray.init(address=rt.address, **quiet)
+        from .auth import join_cluster
+
+        join_cluster(rt.address, **quiet)
     else:
         need = total_demand(setup)
         ray.init(num_cpus=max(1, int(round(need["CPU"] + 0.4999))), num_gpus=int(need["GPU"]) or None, **quiet)
+    if callable(sigterm):  # ray.init replaces the SIGTERM handler; keep the caller's (the CLI's clean stop)
+        signal.signal(signal.SIGTERM, sigterm)
     try:
         yield ray
     finally:

@@ -13,9 +13,11 @@ import time
 
 from digenrl.config import Config
 from digenrl.observe.metrics import MetricsWriter
-from digenrl.observe.run_outputs import finish_run, prepare_run_dir, save_checkpoint, write_grid
+from digenrl.observe.run_outputs import RunStart, finish_run, kept_metrics, prepare_run_dir, save_checkpoint, write_grid
+from digenrl.train import checkpoint as ckpt
 from digenrl.train.context import RunContext, build_context
 from digenrl.train.evaluate import evaluate
+from digenrl.train.interrupt import StopRequest
 from digenrl.train.step_work import assign_advantages, expected_cells, generate, reward_stats, split_groups, train_group
 
 
@@ -50,27 +52,42 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
             **timings, "step_s": step_s, "samples_per_s": len(batch) / step_s}
 
 
-def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:
-    """Train with ``cfg`` in the colocated reference loop and write every run output; returns the summary."""
+def run_training(cfg: Config, *, ctx: RunContext | None = None, start: RunStart | None = None,
+                 stop: StopRequest | None = None) -> dict:
+    """Train with ``cfg`` in the colocated reference loop and write every run output; returns the summary.
+
+    ``start``: how to use ``run_dir`` (``plan_run_dir``; default a fresh run), possibly resuming a checkpoint.
+    ``stop``: polled after each step; a requested stop checkpoints and raises ``Interrupted``.
+    """
     from tqdm import tqdm
 
     import torch
 
     torch.set_num_threads(cfg.runtime.threads_per_worker)
     ctx = ctx or build_context(cfg)
-    run_dir = prepare_run_dir(cfg)
-    writer = MetricsWriter(run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb, wandb_project=cfg.log.wandb_project, config=cfg.model_dump(mode="json"))
+    first, counters = ckpt.resume(ctx, start)
+    run_dir = prepare_run_dir(cfg, start)
+    writer = MetricsWriter(run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb, wandb_project=cfg.log.wandb_project,
+                           config=cfg.model_dump(mode="json"), rows=kept_metrics(run_dir, first) if first else None)
     eval_prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
 
     def run_eval():
         with ctx.eval_weights():
             return evaluate(ctx.policy, eval_prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
 
-    eval0, before = run_eval()
-    write_grid(run_dir, "samples_before.png", before, cfg.eval.grid_prompts, f"before RL (eval reward {eval0:.3f})")
-    writer.log({"step": 0, "eval_reward": eval0})
-    t_start, samples, eval_r = time.perf_counter(), 0, eval0
-    bar = tqdm(range(cfg.steps), desc="train", disable=not cfg.log.progress)
+    if first:  # resumed: the initial eval and its grid are in run_dir already
+        eval0, before = counters["eval0"], None
+    else:
+        eval0, before = run_eval()
+        write_grid(run_dir, "samples_before.png", before, cfg.eval.grid_prompts, f"before RL (eval reward {eval0:.3f})")
+        writer.log({"step": 0, "eval_reward": eval0})
+    t_start, samples, eval_r = time.perf_counter() - counters.get("wall_s", 0.0), counters.get("samples", 0), counters.get("eval_reward", eval0)
+
+    def save(done: int):
+        c = {"eval0": eval0, "eval_reward": eval_r, "wall_s": time.perf_counter() - t_start, "samples": samples}
+        return ckpt.save_train_state(ctx, run_dir, step=done, keep=cfg.runtime.keep_checkpoints, counters=c)
+
+    bar = tqdm(range(first, cfg.steps), desc="train", disable=not cfg.log.progress, initial=first, total=cfg.steps)
     for step in bar:
         row = {"step": step + 1, **colocated_step(ctx, step)}
         samples += cfg.train.prompts_per_step * cfg.train.generations
@@ -79,6 +96,13 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:
             row["eval_reward"] = eval_r
         writer.log(row)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", eval=f"{eval_r:.3f}", sps=f"{row['samples_per_s']:.0f}")
+        stopping = stop is not None and stop.requested
+        last = step + 1 == cfg.steps  # a finished run can be extended: --resume RUN_DIR steps=<more>
+        if stopping or ckpt.due(step + 1, cfg.runtime.checkpoint_every) or (last and cfg.runtime.checkpoint_every):
+            path = save(step + 1)
+            if stopping:
+                writer.close()
+                stop.check(step + 1, path)
     wall = time.perf_counter() - t_start
     eval1, after = run_eval() if cfg.steps else (eval0, before)
     writer.log({"step": cfg.steps, "eval_reward": eval1, "final": True})
