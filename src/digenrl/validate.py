@@ -193,7 +193,7 @@ def check_rewards(spec: dict[str, dict[str, Any]]) -> None:
 
     for name, opts in spec.items():
         if name not in registry.reward_names():
-            raise ConfigError(f"reward.{cut(name, 60)}: unknown reward; expected one of {registry.reward_names()}")
+            raise ConfigError(f"reward.{cut_text(name, 60)}: unknown reward; expected one of {registry.reward_names()}")
         if not isinstance(opts, dict):
             raise ConfigError(f"reward.{name}: expected a table of options like {{weight: 1.0}}, got {cut(opts)}")
         weight = opts.get("weight", 1.0)
