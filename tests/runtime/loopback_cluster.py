@@ -84,15 +84,15 @@ class LoopbackCluster:
                                            start_new_session=True))
         return ports
 
-    def start_head(self) -> str:
+    def start_head(self, resources: str = "{}") -> str:
         gcs, client = free_ports(2)
-        self._start(["--head", f"--port={gcs}", f"--ray-client-server-port={client}", "--include-dashboard=false",
+        self._start([f"--resources={resources}", "--head", f"--port={gcs}", f"--ray-client-server-port={client}", "--include-dashboard=false",
                      f"--temp-dir={self.tmp / 'ray'}"])
         self.address = f"127.0.0.1:{gcs}"
         return self.address
 
-    def add_node(self) -> None:
-        self._start([f"--address={self.address}"])
+    def add_node(self, resources: str = "{}") -> None:
+        self._start([f"--resources={resources}", f"--address={self.address}"])
 
     def wait_nodes(self, n: int, timeout_s: float = 120.0) -> None:
         """Block until ``n`` nodes are alive (checked from a client process with the token)."""

@@ -48,8 +48,8 @@ class StopRequest:
             print(f"\ndigenrl: second {name}: exiting now", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         self.signal_name = name
-        what = "abandoning the current step" if self.abandon else "finishing the current step"
-        print(f"\ndigenrl: {name}: {what}, then checkpoint and stop ({name} again to exit at once)",
+        what = "abandoning the current step" if self.abandon else "finishing the current step, then checkpoint"
+        print(f"\ndigenrl: {name}: {what} and stop ({name} again to exit at once)",
               file=sys.stderr, flush=True)
         if self.abandon:
             raise Interrupted(name)
