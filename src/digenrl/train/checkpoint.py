@@ -245,7 +245,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 def write_checkpoint(run_dir: str | Path, step: int, data: bytes, *, keep: int) -> Path:
     """Write packed state ``data`` atomically as the checkpoint of ``step``; keep the newest ``keep``."""
     d = checkpoint_dir(run_dir)
-    d.mkdir(exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True)
     remove_orphans(d)
     path = atomic_write_bytes(d / f"step_{step:08d}.safetensors", data)
     old = list_checkpoints(run_dir)
