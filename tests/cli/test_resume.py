@@ -140,3 +140,12 @@ def test_resume_auto_starts_fresh_then_continues(tmp_path):
     assert main([*args, "steps=2"]) == 0
     assert main([*args, "steps=4"]) == 0                                    # continues from step 2
     assert [r["step"] for r in step_rows(run) if "reward_mean" in r] == [1, 2, 3, 4]
+
+
+def test_resume_auto_never_replaces_a_finished_run_without_checkpoints(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", f"run_dir={run}", "resume=auto", *TINY, "runtime.checkpoint_every=0", "steps=1"]
+    assert main(args) == 0
+    summary = (run / "summary.json").read_text()
+    assert main(args) == 2 and "finished run" in capsys.readouterr().err
+    assert (run / "summary.json").read_text() == summary

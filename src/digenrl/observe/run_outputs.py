@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from digenrl.config import Config, ConfigError, dump_config
 from digenrl.observe.plots import reward_curve, sample_grid
+from digenrl.safe_files import remove_orphans
 
 # every file or folder a run (either executor) writes into run_dir
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "reward_curve.png", "samples_before.png", "samples_after.png",
@@ -64,7 +65,10 @@ def plan_run_dir(cfg: Config, *, resume: bool = False, overwrite: bool = False) 
         if resume:
             raise ConfigError(f"--resume: {str(d)!r} holds no resumable checkpoint (checkpoints/step_*.safetensors)"
                               + ("" if prev else "; it holds no run at all"))
-        if prev:  # resume=auto, killed before its first checkpoint: start over only the same run
+        if prev:  # resume=auto, killed before its first checkpoint: start over only the same, unfinished run
+            if (d / "summary.json").is_file():
+                raise ConfigError(f"resume=auto: {str(d)!r} holds a finished run without a resumable checkpoint; "
+                                  "use --overwrite to replace it or choose another run_dir")
             saved = d / "config.yaml"
             if saved.is_file():
                 import yaml
@@ -118,6 +122,7 @@ def prepare_run_dir(cfg: Config, start: RunStart | None = None) -> Path:
     elif start is not None and start.kind == "resume":
         clear_previous_run(run_dir, REDONE_ON_RESUME)
     run_dir.mkdir(parents=True, exist_ok=True)
+    remove_orphans(run_dir)  # temp files of a writer that was killed
     dump_config(cfg, run_dir / "config.yaml")
     return run_dir
 
