@@ -28,7 +28,9 @@ def _context(cfg):
     """Build policy, reward and task from the config; anything that fails here is bad input (exit 2)."""
     from digenrl.config import ConfigError
     from digenrl.train.context import build_context
+    from digenrl.validate import validate_inputs
 
+    validate_inputs(cfg)
     try:
         return build_context(cfg)
     except (ValueError, KeyError, FileNotFoundError, NotADirectoryError) as e:

@@ -41,7 +41,13 @@ def cut(value: Any, n: int = 120) -> str:
 
 
 def validate_run(cfg: Config) -> None:
+    """Everything ``digenrl train`` needs (``validate_inputs`` + ``run_dir``)."""
     check_run_dir(cfg.run_dir)
+    validate_inputs(cfg)
+
+
+def validate_inputs(cfg: Config) -> None:
+    """Model, task, prompts, prompt cache and rewards (what ``eval`` and ``sample`` need too)."""
     check_model(cfg)
     texts = check_task(cfg)
     check_prompt_cache(cfg, texts)

@@ -131,3 +131,12 @@ def test_unwritable_run_dir(tmp_path, capsys):
         assert "run_dir" in capsys.readouterr().err and not (ro / "run").exists()
     finally:
         ro.chmod(0o700)
+
+
+@pytest.mark.parametrize("command", ["eval", "sample"])
+def test_eval_and_sample_refuse_a_truncated_model(files, tmp_path, capsys, command):
+    cut = _truncate(files / "tiny.safetensors", tmp_path / "cut.safetensors")
+    before = snapshot(tmp_path)
+    extra = ["--out", str(tmp_path / "grid.png")] if command == "sample" else []
+    assert main([command, *extra, f"model.path={cut}"]) == 2
+    assert "truncated" in capsys.readouterr().err and snapshot(tmp_path) == before

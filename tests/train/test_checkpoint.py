@@ -112,3 +112,24 @@ def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path)
         assert torch.equal(a, b), n
     meta = json.loads(__import__("safetensors").safe_open(str(path), "pt").metadata()[ckpt.META_KEY])
     assert meta["config_hash"] == ckpt.config_hash(cfg)
+
+
+def test_bytes_and_file_give_the_same_state(tmp_path):
+    from digenrl.train.context import build_context
+
+    ctx = build_context(load_config(None, [f"run_dir={tmp_path}"]))
+    data = ckpt.pack_train_state(ctx, step=0, counters={"x": 1})
+    path = ckpt.write_checkpoint(tmp_path, 0, data, keep=1)
+    a, b = ckpt.unpack(data), ckpt.read_train_state(path)
+    assert (a.step, a.version, a.counters, a.config) == (b.step, b.version, b.counters, b.config)
+    assert all(torch.equal(a.model[k], b.model[k]) for k in a.model) and list(a.model) == list(b.model)
+    with pytest.raises(ValueError, match="not a resumable checkpoint"):
+        ckpt.read_train_state(_plain(tmp_path))
+
+
+def _plain(tmp_path):
+    from safetensors.torch import save_file
+
+    p = tmp_path / "plain.safetensors"
+    save_file({"w": torch.zeros(2)}, str(p))
+    return p

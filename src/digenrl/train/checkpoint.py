@@ -166,13 +166,25 @@ def read_train_state(path: str | Path) -> TrainState:
 
     p = Path(path)
     header = safetensors_header(p)
-    raw = (header.get("__metadata__") or {}).get(META_KEY)
+    return _parse(header.get("__metadata__") or {}, load_file(str(p)), str(p))
+
+
+def unpack(data: bytes) -> TrainState:
+    """``TrainState`` from checkpoint bytes (a controller reads the file and sends the bytes to remote ranks)."""
+    from safetensors.torch import load
+
+    n = int.from_bytes(data[:8], "little")  # safetensors: u64 header length, JSON header (see safe_files)
+    metadata = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
+    return _parse(metadata, load(data), "<bytes>")
+
+
+def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> TrainState:
+    raw = metadata.get(META_KEY)
     if raw is None:
-        raise ValueError(f"{str(p)!r} is not a resumable checkpoint (no {META_KEY} metadata)")
+        raise ValueError(f"{where!r} is not a resumable checkpoint (no {META_KEY} metadata)")
     meta = json.loads(raw)
     if meta.get("format") != FORMAT:
-        raise ValueError(f"{str(p)!r}: checkpoint format {meta.get('format')} (this version reads {FORMAT})")
-    tensors = load_file(str(p))
+        raise ValueError(f"{where!r}: checkpoint format {meta.get('format')} (this version reads {FORMAT})")
     model = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
     ema = {k[len("ema/"):]: v for k, v in tensors.items() if k.startswith("ema/")} if meta["has_ema"] else None
     rng = {k[len("rng/"):]: v for k, v in tensors.items() if k.startswith("rng/")}
