@@ -28,32 +28,93 @@ def _context(cfg):
     """Build policy, reward and task from the config; anything that fails here is bad input (exit 2)."""
     from digenrl.config import ConfigError
     from digenrl.train.context import build_context
+    from digenrl.validate import validate_inputs
 
+    validate_inputs(cfg)
     try:
         return build_context(cfg)
     except (ValueError, KeyError, FileNotFoundError, NotADirectoryError) as e:
         raise ConfigError(str(e).strip("'\"")) from e
 
 
+def _load_train(args):
+    """The train config; ``--resume RUN_DIR`` reads RUN_DIR/config.yaml (unless --config) and keeps run_dir."""
+    from digenrl.config import ConfigError, load_config
+
+    if not args.resume:
+        return load_config(args.config, args.overrides)
+    run_dir = Path(args.resume)
+    saved = run_dir / "config.yaml"
+    if args.config is None and not saved.is_file():
+        raise ConfigError(f"--resume: {str(run_dir)!r} holds no run (no config.yaml)")
+    return load_config(args.config or saved, [*args.overrides, f"run_dir={run_dir}"])
+
+
 def cmd_train(args) -> int:
-    cfg = _load(args)
-    if cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray:
-        from digenrl.train.loop import run_training
+    from digenrl.observe.run_outputs import plan_run_dir
+    from digenrl.train.interrupt import Interrupted, StopRequest
+    from digenrl.validate import validate_run
 
-        summary = run_training(cfg, ctx=_context(cfg))
-    else:
-        from digenrl.runtime.driver import run_disaggregated
-        from digenrl.runtime.errors import WorkerFailure
+    cfg = _load_train(args)
+    validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
+    start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)
+    colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
+    stop = StopRequest(abandon=not colocated)
+    try:
+        with stop.installed():
+            if colocated:
+                from digenrl.train.loop import run_training
 
-        try:
-            summary = run_disaggregated(cfg)
-        except WorkerFailure as e:  # names the worker and the step; the last checkpoint stays valid
-            print(f"digenrl: run failed: {e}", file=sys.stderr)
-            return 1
+                summary = run_training(cfg, ctx=_context(cfg), start=start, stop=stop)
+            else:
+                summary = _train_ray(cfg, start)
+    except Interrupted as e:
+        return _interrupted(cfg, e)
+    except _RayFailure as e:
+        print(f"digenrl: run failed: {e}", file=sys.stderr)
+        return 1
     print(f"eval reward {summary['eval_reward_initial']:.3f} -> {summary['eval_reward_final']:.3f} "
           f"in {summary['steps']} steps, {summary['wall_s']:.1f} s ({summary['samples_per_s']:.1f} samples/s); "
           f"outputs in {cfg.run_dir}")
     return 0
+
+
+class _RayFailure(Exception):
+    pass
+
+
+def _train_ray(cfg, start) -> dict:
+    from digenrl.config import ConfigError
+    from digenrl.observe.run_outputs import clear_previous_run
+    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.errors import WorkerFailure
+
+    if start.kind == "resume":  # the controller does not restore trainer state yet
+        raise ConfigError(f"--resume: runtime.mode={cfg.runtime.mode} cannot resume a checkpoint yet; "
+                          "resume with runtime.mode=colocated")
+    if start.kind == "overwrite":
+        clear_previous_run(start.run_dir)
+    try:
+        return run_disaggregated(cfg)
+    except WorkerFailure as e:  # names the worker and the step; the last checkpoint stays valid
+        raise _RayFailure(str(e)) from e
+
+
+def _interrupted(cfg, e) -> int:
+    """Record a stop on a signal and say in one line how to go on."""
+    from digenrl.train.checkpoint import latest_checkpoint
+    from digenrl.train.interrupt import EXIT_INTERRUPTED, write_failure
+
+    run_dir = Path(cfg.run_dir)
+    ckpt = e.checkpoint or latest_checkpoint(run_dir)
+    cmd = f"digenrl train --resume {run_dir}"
+    write_failure(run_dir, e, ckpt, cmd if ckpt else None)
+    if ckpt is not None:
+        print(f"digenrl: stopped by {e.signal_name}; resume with: {cmd}", file=sys.stderr)
+    else:
+        print(f"digenrl: stopped by {e.signal_name} before any resumable checkpoint; start over with: "
+              f"digenrl train --overwrite run_dir={run_dir} ...", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def cmd_pretrain(args) -> int:
@@ -131,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = with_config(sub.add_parser("train", help="RL-train a policy (default: the built-in digits demo on CPU)"))
     t.add_argument("--ray", action="store_true", help="use the Ray runtime even for colocated single-worker runs")
+    t.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue the run in RUN_DIR from its newest checkpoint (its config.yaml + overrides)")
+    t.add_argument("--overwrite", action="store_true", help="replace a previous run in run_dir (deletes its outputs)")
     t.set_defaults(fn=cmd_train)
     pt = sub.add_parser("pretrain", help="make the demo's classifier or base generator (reproducible from --seed)")
     pt.add_argument("what", choices=["classifier", "base"])

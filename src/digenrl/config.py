@@ -109,7 +109,8 @@ class RuntimeConfig(_Strict):
     trainer_resources: dict[str, float] = {}
     threads_per_worker: int = Field(1, ge=1)
     publish: Literal["object_store", "broadcast"] = "object_store"  # weight path trainer rank 0 -> generators
-    checkpoint_every: int = Field(0, ge=0)  # atomic checkpoint every N committed steps (0: only at the end)
+    checkpoint_every: int = Field(20, ge=0)  # resumable checkpoint every N committed steps (0: only at the end / on a signal)
+    keep_checkpoints: int = Field(2, ge=1)  # resumable checkpoints kept in run_dir/checkpoints/ (newest first)
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start
     inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
 
@@ -123,6 +124,7 @@ class LogConfig(_Strict):
 
 class Config(_Strict):
     run_dir: str = "runs/demo"
+    resume: Literal["never", "auto"] = "never"  # auto: continue from run_dir's newest checkpoint if it has one
     seed: int = 0
     steps: int = Field(200, ge=0)
     model: ModelConfig = ModelConfig()

@@ -87,12 +87,12 @@ def test_weight_inbox_hands_over_whole_versions():
 
 
 def test_atomic_write_replaces_whole_file(tmp_path):
-    from digenrl.observe.run_outputs import write_atomic
+    from digenrl.safe_files import atomic_write_bytes
 
     p = tmp_path / "checkpoint.safetensors"
-    write_atomic(p, b"old")
-    write_atomic(p, b"new")
-    assert p.read_bytes() == b"new" and not (tmp_path / "checkpoint.safetensors.tmp").exists()
+    atomic_write_bytes(p, b"old")
+    atomic_write_bytes(p, b"new")
+    assert p.read_bytes() == b"new" and [f.name for f in tmp_path.iterdir()] == ["checkpoint.safetensors"]
 
 
 def test_cli_refuses_before_writing(tiny_model, tmp_path):

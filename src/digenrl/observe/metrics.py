@@ -1,4 +1,8 @@
-"""Per-step metrics: ``metrics.jsonl`` always, TensorBoard and wandb when enabled (imported lazily)."""
+"""Per-step metrics: ``metrics.jsonl`` always, TensorBoard and wandb when enabled (imported lazily).
+
+``rows`` (a resumed run): the rows kept from before the checkpoint; the file is rewritten to hold exactly
+them before new rows are appended (they are not sent to TensorBoard / wandb again).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,14 @@ from typing import Any
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb: bool = False, wandb_project: str = "digenrl", config: dict | None = None):
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb: bool = False, wandb_project: str = "digenrl", config: dict | None = None, rows: list[dict[str, Any]] | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("w")
+        if rows is not None:  # atomically, so a kill now cannot lose the kept rows
+            from digenrl.safe_files import atomic_write_bytes
+
+            atomic_write_bytes(self.path, "".join(json.dumps(r) + "\n" for r in rows).encode())
+        self._fh = self.path.open("a" if rows is not None else "w")
         self._tb = None
         self._wandb = None
         if tensorboard:
@@ -22,7 +30,7 @@ class MetricsWriter:
             import wandb as wb
 
             self._wandb = wb.init(project=wandb_project, config=config, dir=str(run_dir))
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = list(rows or [])
 
     def log(self, row: dict[str, Any]) -> None:
         self.rows.append(row)

@@ -1,39 +1,137 @@
-"""What a run leaves in ``run_dir``, the same for the single-process loop and the Ray runtime.
+"""What a run leaves in ``run_dir``, the same for the single-process loop and the Ray runtime: resolved config,
+metrics.jsonl, reward curve, before/after sample grids, a safetensors checkpoint (the final weights), resumable
+checkpoints (``checkpoints/``, ``train.checkpoint``) and summary.json.
 
-``RunOutputs`` is the one lifecycle: ``config.yaml`` (resolved config) and ``metrics.jsonl`` when it is created
-(only after the config validated, so a refused config writes nothing); ``before`` (eval before RL: step-0 row
-and ``samples_before.png``); ``log`` (one row per step); ``after`` (final eval row and ``samples_after.png``);
-``write_checkpoint`` (``checkpoint.safetensors``, written atomically: temp file, fsync, rename); ``finish``
+``RunOutputs`` is the one lifecycle: ``config.yaml`` and ``metrics.jsonl`` when it is created (only after the
+config validated, so a refused config writes nothing); ``before`` (eval before RL: step-0 row and
+``samples_before.png``; skipped by a resumed run); ``log`` (one row per step); ``after`` (final eval row and
+``samples_after.png``); ``write_checkpoint`` (``checkpoint.safetensors``, written atomically); ``finish``
 (``summary.json`` and ``reward_curve.png``); ``failure`` (``failure.json``).
+
+One run per directory: ``plan_run_dir`` (no writes) refuses a ``run_dir`` that holds a previous run unless the
+run resumes it (``--resume`` / ``resume=auto``) or replaces it (``--overwrite``: the previous run's outputs are
+deleted first, so the directory never mixes two runs). Resuming keeps the metrics rows up to the checkpoint's
+step and drops everything written after it (the rest of metrics.jsonl, summary.json, failure.json...).
+``prepare_run_dir`` is called only after the config validated, so a refused config writes nothing.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from digenrl.config import Config, dump_config
+from digenrl.config import Config, ConfigError, dump_config
 from digenrl.observe.plots import reward_curve, sample_grid
+from digenrl.safe_files import remove_orphans
+
+# every file or folder a run (either executor) writes into run_dir
+RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "reward_curve.png", "samples_before.png", "samples_after.png",
+               "checkpoint.safetensors", "summary.json", "trace.json", "gantt.png", "trajectories.jsonl",
+               "profile.json", "failure.json", "tensorboard", "checkpoints")
+# what a resumed run writes again from scratch (the rest is kept: config is rewritten, metrics truncated)
+REDONE_ON_RESUME = ("summary.json", "failure.json", "samples_after.png", "reward_curve.png", "trace.json",
+                    "gantt.png", "trajectories.jsonl", "checkpoint.safetensors")
 
 
-def prepare_run_dir(cfg: Config) -> Path:
+@dataclass(frozen=True)
+class RunStart:
+    """How a run uses its ``run_dir``: a fresh one, replacing a previous run, or resuming from ``checkpoint``."""
+
+    run_dir: Path
+    kind: Literal["fresh", "overwrite", "resume"]
+    checkpoint: Path | None = None
+    step: int = 0  # committed steps of the checkpoint
+
+
+def previous_run(run_dir: str | Path) -> list[str]:
+    """The run outputs present in ``run_dir`` (empty: no previous run there)."""
+    d = Path(run_dir)
+    return [n for n in RUN_OUTPUTS if (d / n).exists()] if d.is_dir() else []
+
+
+def plan_run_dir(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunStart:
+    """Decide (without writing) how this run uses ``cfg.run_dir``; ``ConfigError`` if it may not."""
+    from digenrl.train.checkpoint import check_resume_config, latest_checkpoint, read_train_state
+
+    d = Path(cfg.run_dir)
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other")
+    prev = previous_run(d)
+    if resume or (cfg.resume == "auto" and not overwrite):
+        ckpt = latest_checkpoint(d)
+        if ckpt is not None:
+            try:
+                state_cfg, step = _checkpoint_config(ckpt)
+            except ValueError as e:
+                raise ConfigError(f"resume: {e}") from None
+            check_resume_config(state_cfg, cfg)
+            return RunStart(d, "resume", ckpt, step)
+        if resume:
+            raise ConfigError(f"--resume: {str(d)!r} holds no resumable checkpoint (checkpoints/step_*.safetensors)"
+                              + ("" if prev else "; it holds no run at all"))
+        if prev:  # resume=auto, killed before its first checkpoint: start over only the same, unfinished run
+            if (d / "summary.json").is_file():
+                raise ConfigError(f"resume=auto: {str(d)!r} holds a finished run without a resumable checkpoint; "
+                                  "use --overwrite to replace it or choose another run_dir")
+            saved = d / "config.yaml"
+            if saved.is_file():
+                import yaml
+
+                check_resume_config(yaml.safe_load(saved.read_text()) or {}, cfg)
+            return RunStart(d, "overwrite")
+    if prev and not overwrite:
+        raise ConfigError(f"run_dir: {str(d)!r} already holds a run ({', '.join(prev[:4])}...); continue it with "
+                          f"`digenrl train --resume {d}`, replace it with --overwrite, or choose another run_dir")
+    return RunStart(d, "overwrite" if prev else "fresh")
+
+
+def _checkpoint_config(path: Path) -> tuple[dict, int]:
+    from digenrl.safe_files import safetensors_header
+    from digenrl.train.checkpoint import META_KEY
+
+    meta = json.loads(safetensors_header(path)["__metadata__"][META_KEY])
+    return meta["config"], int(meta["step"])
+
+
+def clear_previous_run(run_dir: str | Path, names=RUN_OUTPUTS) -> None:
+    d = Path(run_dir)
+    for n in names:
+        p = d / n
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+
+
+def kept_metrics(run_dir: str | Path, step: int) -> list[dict]:
+    """The metrics rows of a run up to committed ``step`` (what a resume from that checkpoint keeps)."""
+    f = Path(run_dir) / "metrics.jsonl"
+    rows = []
+    if f.is_file():
+        for line in f.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line torn by a kill
+                continue
+            if int(row.get("step", 0)) <= step and not row.get("final"):
+                rows.append(row)
+    return rows
+
+
+def prepare_run_dir(cfg: Config, start: RunStart | None = None) -> Path:
+    """Create ``run_dir`` for ``start`` (default: a fresh run) and write the resolved config."""
     run_dir = Path(cfg.run_dir)
+    if start is not None and start.kind == "overwrite":
+        clear_previous_run(run_dir)
+    elif start is not None and start.kind == "resume":
+        clear_previous_run(run_dir, REDONE_ON_RESUME)
     run_dir.mkdir(parents=True, exist_ok=True)
+    remove_orphans(run_dir)  # temp files of a writer that was killed
     dump_config(cfg, run_dir / "config.yaml")
     return run_dir
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never a torn one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
 
 
 def write_grid(run_dir: Path, name: str, batch, n: int, title: str) -> None:
@@ -43,16 +141,20 @@ def write_grid(run_dir: Path, name: str, batch, n: int, title: str) -> None:
 
 
 def save_checkpoint(policy, run_dir: Path, meta: dict[str, str]) -> Path:
-    """``run_dir/checkpoint.safetensors`` of ``policy`` (its own format if it has ``save``)."""
+    """The final weights as ``run_dir/checkpoint.safetensors`` (the policy's own format if it has ``save``),
+    written atomically (``digenrl.safe_files``)."""
     from safetensors.torch import save_file
 
-    path = run_dir / "checkpoint.safetensors"
-    if hasattr(policy, "save"):
-        policy.save(path, meta)
-    else:
-        state = {k: v.detach().contiguous().cpu() for k, v in policy.trainable_state_dict().items()}
-        save_file(state, str(path), metadata=meta)
-    return path
+    from digenrl.safe_files import atomic_write_with
+
+    def write(tmp: Path) -> None:
+        if hasattr(policy, "save"):
+            policy.save(tmp, meta)
+        else:
+            state = {k: v.detach().contiguous().cpu() for k, v in policy.trainable_state_dict().items()}
+            save_file(state, str(tmp), metadata=meta)
+
+    return atomic_write_with(run_dir / "checkpoint.safetensors", write)
 
 
 def checkpoint_bytes(policy, meta: dict[str, str]) -> bytes:
@@ -65,19 +167,26 @@ def checkpoint_bytes(policy, meta: dict[str, str]) -> bytes:
 
 def finish_run(run_dir: Path, rows: list[dict], summary: dict[str, Any], title: str) -> None:
     reward_curve(rows, run_dir / "reward_curve.png", title=title)
-    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+    from digenrl.safe_files import atomic_write_bytes
+
+    atomic_write_bytes(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+    (run_dir / "failure.json").unlink(missing_ok=True)  # a finished run has no failure
 
 
 class RunOutputs:
     """The outputs of one training run (see the module docstring for the order of the calls)."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, start: RunStart | None = None):
+        """``start``: how the run uses ``run_dir`` (``plan_run_dir``; default a fresh run). A resumed run keeps
+        the metrics rows up to its checkpoint's step."""
         from digenrl.observe.metrics import MetricsWriter
 
         self.cfg = cfg
-        self.run_dir = prepare_run_dir(cfg)
+        self.run_dir = prepare_run_dir(cfg, start)
+        resumed = start is not None and start.kind == "resume"
         self.writer = MetricsWriter(self.run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
-                                    wandb_project=cfg.log.wandb_project, config=cfg.model_dump(mode="json"))
+                                    wandb_project=cfg.log.wandb_project, config=cfg.model_dump(mode="json"),
+                                    rows=kept_metrics(self.run_dir, start.step) if resumed else None)
         self.eval0 = self.eval1 = float("nan")
 
     def before(self, reward: float, batch) -> None:
@@ -98,7 +207,9 @@ class RunOutputs:
                    f"after {self.cfg.steps} RL steps (eval reward {reward:.3f})")
 
     def write_checkpoint(self, data: bytes) -> Path:
-        return write_atomic(self.run_dir / "checkpoint.safetensors", data)
+        from digenrl.safe_files import atomic_write_bytes
+
+        return atomic_write_bytes(self.run_dir / "checkpoint.safetensors", data)
 
     def finish(self, *, wall_s: float, version: int, **extra) -> dict:
         """``summary.json`` (eval before/after, steps, wall time, throughput, mode, version, ``extra``) and
@@ -113,7 +224,9 @@ class RunOutputs:
         return summary
 
     def failure(self, record: dict) -> None:
-        write_atomic(self.run_dir / "failure.json", json.dumps(record, indent=2).encode())
+        from digenrl.safe_files import atomic_write_bytes
+
+        atomic_write_bytes(self.run_dir / "failure.json", json.dumps(record, indent=2).encode())
 
     def close(self) -> None:
         self.writer.close()

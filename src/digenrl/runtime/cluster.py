@@ -70,13 +70,20 @@ def ray_session(run: RunPlan):
         check_resources(run, ray.cluster_resources())
         yield ray
         return
+    import signal
+
     rt = run.cfg.runtime
     quiet = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
+    sigterm = signal.getsignal(signal.SIGTERM)
     if rt.address:
-        ray.init(address=rt.address, **quiet)
+        from .auth import join_cluster
+
+        join_cluster(rt.address, **quiet)
     else:
         need = total_demand(run)
         ray.init(num_cpus=max(1, int(round(need["CPU"] + 0.4999))), num_gpus=int(need["GPU"]) or None, **quiet)
+    if callable(sigterm):  # ray.init replaces the SIGTERM handler; keep the caller's (the CLI's clean stop)
+        signal.signal(signal.SIGTERM, sigterm)
     try:
         check_resources(run, ray.cluster_resources())
         yield ray

@@ -17,12 +17,14 @@ from __future__ import annotations
 import time
 
 from digenrl.config import Config
-from digenrl.observe.run_outputs import RunOutputs, checkpoint_bytes
+from digenrl.observe.run_outputs import RunOutputs, RunStart, checkpoint_bytes
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.schedule.plan import minibatch_of
+from digenrl.train import checkpoint as ckpt
 from digenrl.train.chunk_loss import CellStats
 from digenrl.train.context import RunContext, build_context
 from digenrl.train.evaluate import evaluate
+from digenrl.train.interrupt import StopRequest
 from digenrl.train.step_work import (advantage_options, assign_advantages, generate, kept_count, reward_stats,
                                      split_groups, train_group)
 
@@ -84,15 +86,21 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
     return out
 
 
-def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:
-    """Train with ``cfg`` in the colocated reference loop and write every run output; returns the summary."""
+def run_training(cfg: Config, *, ctx: RunContext | None = None, start: RunStart | None = None,
+                 stop: StopRequest | None = None) -> dict:
+    """Train with ``cfg`` in the colocated reference loop and write every run output; returns the summary.
+
+    ``start``: how to use ``run_dir`` (``plan_run_dir``; default a fresh run), possibly resuming a checkpoint.
+    ``stop``: polled after each step; a requested stop checkpoints and raises ``Interrupted``.
+    """
     from tqdm import tqdm
 
     import torch
 
     torch.set_num_threads(cfg.runtime.threads_per_worker)
     ctx = ctx or build_context(cfg)
-    out = RunOutputs(cfg)
+    first, counters = ckpt.resume(ctx, start)
+    out = RunOutputs(cfg, start)
     eval_prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
 
     def run_eval():
@@ -100,9 +108,17 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:
             return evaluate(ctx.policy, eval_prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
 
     try:
-        out.before(*run_eval())
-        t_start, eval_r = time.perf_counter(), out.eval0
-        bar = tqdm(range(cfg.steps), desc="train", disable=not cfg.log.progress)
+        if first:  # resumed: the initial eval and its grid are in run_dir already
+            out.eval0 = counters["eval0"]
+        else:
+            out.before(*run_eval())
+        t_start, eval_r = time.perf_counter() - counters.get("wall_s", 0.0), counters.get("eval_reward", out.eval0)
+
+        def save(done: int):
+            c = {"eval0": out.eval0, "eval_reward": eval_r, "wall_s": time.perf_counter() - t_start}
+            return ckpt.save_train_state(ctx, out.run_dir, step=done, keep=cfg.runtime.keep_checkpoints, counters=c)
+
+        bar = tqdm(range(first, cfg.steps), desc="train", disable=not cfg.log.progress, initial=first, total=cfg.steps)
         for step in bar:
             row = {"step": step + 1, **colocated_step(ctx, step)}
             if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.steps:
@@ -110,6 +126,12 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None) -> dict:
                 row["eval_reward"] = eval_r
             out.log(row)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", eval=f"{eval_r:.3f}", sps=f"{row['samples_per_s']:.0f}")
+            stopping = stop is not None and stop.requested
+            last = step + 1 == cfg.steps  # a finished run can be extended: --resume RUN_DIR steps=<more>
+            if stopping or ckpt.due(step + 1, cfg.runtime.checkpoint_every) or (last and cfg.runtime.checkpoint_every):
+                path = save(step + 1)
+                if stopping:
+                    stop.check(step + 1, path)
         wall = time.perf_counter() - t_start
         out.after(*run_eval())
         version = ctx.transaction.version

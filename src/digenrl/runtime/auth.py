@@ -1,0 +1,106 @@
+"""Joining an existing Ray cluster (``runtime.address``), token authentication included.
+
+Since Ray 2.5x ``ray start --head`` turns on token authentication whenever a token is available on the head
+(``~/.ray/auth_token``, written by any earlier local ``ray.init()``, or ``RAY_AUTH_TOKEN``). A driver that
+joins with an explicit address must then opt in itself (Ray never sends a token to an explicit address on its
+own): ``RAY_AUTH_MODE=token`` plus the cluster's token, as ``RAY_AUTH_TOKEN``, a file named by
+``RAY_AUTH_TOKEN_PATH``, or ``~/.ray/auth_token`` (``ray get-auth-token`` on the head prints it). Without
+them Ray retries with InvalidAuthToken warnings and ends in a generic connection error; ``join_cluster``
+turns every failure to join into one ``ConfigError`` line naming ``runtime.address`` and these settings.
+"""
+
+from __future__ import annotations
+
+import os
+
+from digenrl.config import ConfigError
+
+AUTH_HELP = ("if the cluster uses token authentication (the default of `ray start --head` when a token "
+             "exists), set RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+             "~/.ray/auth_token; `ray get-auth-token` on the head prints it)")
+
+
+def join_cluster(address: str, **init_kwargs) -> None:
+    """``ray.init(address=...)``; any failure to join becomes one ``ConfigError`` naming the setting.
+
+    Ray's C++ client logs a warning per retry (~20 lines over ~20 s when the token is missing); they are
+    held back while joining and shown only if the join succeeds. Without ``RAY_AUTH_MODE=token`` one direct
+    probe of the GCS first tells a missing token apart in about a second.
+    """
+    import ray
+
+    token_mode = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    with _held_stderr() as held:
+        if not token_mode and "://" not in address and address != "auto" and _needs_token(address):
+            raise ConfigError(_message(address, "authentication failed: the cluster requires a token", token_mode))
+        try:
+            ray.init(address=address, **init_kwargs)
+        except Exception as e:  # ConnectionError, AuthenticationError, ValueError (bad address), ...
+            ray.shutdown()
+            what = "authentication failed" if _is_auth(e) else f"{type(e).__name__}: {_first_line(e)}"
+            raise ConfigError(_message(address, what, token_mode)) from None
+        held.release()
+
+
+def _message(address: str, what: str, token_mode: bool) -> str:
+    hint = (AUTH_HELP if not token_mode else
+            "RAY_AUTH_MODE=token is set: check that the token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+            "~/.ray/auth_token) is the cluster's (`ray get-auth-token` on the head prints it)")
+    return f"runtime.address: cannot join the Ray cluster at {address!r} ({what}); {hint}"
+
+
+def _is_auth(e: BaseException) -> bool:
+    chain = []
+    while e is not None and len(chain) < 8:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return any(type(x).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(x) for x in chain)
+
+
+def _needs_token(address: str) -> bool:
+    """One connection attempt to the GCS at ``address`` without a token: refused for lack of one?"""
+    try:
+        from ray._raylet import GcsClient  # Ray's own client (no public one-shot probe exists)
+
+        GcsClient(address=address)
+    except Exception as e:
+        return _is_auth(e)
+    return False
+
+
+def _first_line(e: BaseException, n: int = 200) -> str:
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= n else line[: n - 3] + "..."
+
+
+class _held_stderr:
+    """Redirect file descriptor 2 (C++ logs included) to a temp file; ``release()`` replays it."""
+
+    def __enter__(self):
+        import sys
+        import tempfile
+
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self._keep = False
+        return self
+
+    def release(self) -> None:
+        self._keep = True
+
+    def __exit__(self, *exc):
+        import sys
+
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        if self._keep:
+            self._file.seek(0)
+            data = self._file.read()
+            if data:
+                sys.stderr.write(data.decode(errors="replace"))
+        self._file.close()
+        return False

@@ -1,0 +1,290 @@
+"""Resumable checkpoints: everything a run carries from one committed step to the next.
+
+A step is a transaction and every trajectory's noise is a function of (seed, step, prompt, generation) (I5),
+so the state after commit k is exactly:
+
+* the trainable weights (LoRA adapters only under LoRA; the frozen base comes from ``model.path``),
+* the optimizer state (AdamW moments and step counts, param groups),
+* the EMA shadow (``train.ema_decay``), the step / policy-version counters,
+* torch's global RNG state (CPU and CUDA; nothing in the step math draws from it today, but dropout would),
+* run counters (wall time, samples, eval rewards) so the summary of a resumed run covers the whole run,
+* the config, and the hash of its math-relevant part (``math_config``).
+
+Restoring it and running steps k+1.. reproduces the uninterrupted run bitwise on CPU (I6). Nothing else is
+carried across steps: prompts, timestep plans and noise are functions of (seed, step); advantages are
+normalised inside a step's groups (``std_mode=global`` inside the step's batch).
+
+Layout: ``run_dir/checkpoints/step_<k:08d>.safetensors`` (one file per checkpoint, written atomically by
+``digenrl.safe_files``; the newest ``runtime.keep_checkpoints`` are kept). Tensors are named ``model/<param>``,
+``ema/<param>``, ``optim/<i>/<key>`` (i = index of the parameter in the optimizer) and ``rng/...``; the rest is
+JSON in the ``digenrl_train_state`` metadata entry. ``run_dir/checkpoint.safetensors`` stays the final trained
+(EMA) weights that ``eval`` / ``sample`` load.
+
+For the Ray runtime: trainer rank 0 calls ``pack_train_state`` (bytes), the controller writes them with
+``write_checkpoint`` where the run lives; on resume the controller finds ``latest_checkpoint`` and every
+trainer rank calls ``restore_train_state(ctx, read_train_state(path))`` (EMA only where ``ctx.ema`` is set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from digenrl.config import Config, ConfigError
+from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
+
+CHECKPOINT_DIR = "checkpoints"
+META_KEY = "digenrl_train_state"
+FORMAT = 1
+_NAME = re.compile(r"^step_(\d{8})\.safetensors$")
+
+# Keys that may change on resume: where and how the work runs, logging and eval, the run length. Everything
+# else (model, task, reward, sampler, train, seed, the policy class of the mode) is the math of a step.
+FREE_KEYS = ("run_dir", "steps", "resume", "log", "eval", "model.device", "model.prompt_cache_dir",
+             "train.chunk_generations", "train.chunk_timesteps", "runtime")
+# ...except these runtime keys, which change what a step computes
+MATH_RUNTIME_KEYS = ("runtime.max_stale_fraction",)
+
+
+@dataclass
+class TrainState:
+    """One resumable checkpoint in memory (see the module docstring)."""
+
+    step: int  # committed steps
+    version: int  # policy version after them
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]  # torch optimizer state_dict
+    ema: dict[str, torch.Tensor] | None
+    rng: dict[str, torch.Tensor]
+    config: dict[str, Any]
+    counters: dict[str, Any] = field(default_factory=dict)
+    ema_updates: int = 0  # optimizer steps the EMA has seen (its warm-up and update interval depend on it)
+
+
+# ---- config compatibility -------------------------------------------------------------------------------
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def math_config(cfg: Config | dict) -> dict[str, Any]:
+    """The dotted keys of ``cfg`` that define what a step computes (``FREE_KEYS`` removed)."""
+    tree = cfg.model_dump(mode="json") if isinstance(cfg, Config) else cfg
+    flat = _flatten(tree)
+    out = {}
+    for k, v in flat.items():
+        free = any(k == f or k.startswith(f + ".") for f in FREE_KEYS) and k not in MATH_RUNTIME_KEYS
+        if not free:
+            out[k] = v
+    mode = tree.get("runtime", {}).get("mode", "colocated")
+    out["runtime.mode"] = "tcss" if mode == "full" else "on_policy"  # the on-policy modes compute the same (I1)
+    if mode != "full":
+        out.pop("runtime.max_stale_fraction", None)
+    return out
+
+
+def config_hash(cfg: Config | dict) -> str:
+    return hashlib.sha256(json.dumps(math_config(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _cut(v: Any, n: int = 80) -> str:
+    s = json.dumps(v, default=str)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def check_resume_config(saved: dict, cfg: Config) -> None:
+    """Refuse (``ConfigError`` naming the keys) a config whose step math differs from the checkpoint's."""
+    old, new = math_config(saved), math_config(cfg)
+    diff = sorted(k for k in old.keys() | new.keys() if old.get(k, "<unset>") != new.get(k, "<unset>"))
+    if diff:
+        parts = [f"{k} (checkpoint {_cut(old.get(k, '<unset>'))}, now {_cut(new.get(k, '<unset>'))})" for k in diff[:5]]
+        more = f" and {len(diff) - 5} more" if len(diff) > 5 else ""
+        raise ConfigError("resume: the config changes the math of a step: " + "; ".join(parts) + more
+                          + ". Resume with the run's own config (run_dir/config.yaml)")
+
+
+# ---- packing ---------------------------------------------------------------------------------------------
+def capture(ctx, *, step: int, counters: dict[str, Any] | None = None) -> TrainState:
+    """The ``TrainState`` of a ``RunContext`` (between steps: no open transaction)."""
+    if ctx.transaction.open:
+        raise RuntimeError(f"checkpoint inside the open transaction of step {ctx.transaction.step}")
+    rng = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            rng[f"torch_cuda_{i}"] = s
+    return TrainState(
+        step=step, version=ctx.transaction.version, model=dict(ctx.policy.trainable_state_dict()),
+        optimizer=ctx.optimizer.state_dict(), ema=dict(ctx.ema.shadow) if ctx.ema is not None else None,
+        rng=rng, config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
+        ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0)
+
+
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu").contiguous().clone()
+
+
+def pack(state: TrainState) -> bytes:
+    """Serialise a ``TrainState`` to safetensors bytes."""
+    from safetensors.torch import save
+
+    tensors = {f"model/{k}": _cpu(v) for k, v in state.model.items()}
+    for k, v in (state.ema or {}).items():
+        tensors[f"ema/{k}"] = _cpu(v)
+    tensors.update({f"rng/{k}": _cpu(v) for k, v in state.rng.items()})
+    opt_plain: dict[str, dict[str, Any]] = {}
+    for idx, entry in state.optimizer["state"].items():
+        for key, val in entry.items():
+            if isinstance(val, torch.Tensor):
+                tensors[f"optim/{idx}/{key}"] = _cpu(val)
+            else:
+                opt_plain.setdefault(str(idx), {})[key] = val
+    meta = {"format": FORMAT, "step": state.step, "version": state.version, "config": state.config,
+            "config_hash": config_hash(state.config), "counters": state.counters,
+            "param_groups": state.optimizer["param_groups"], "optim_plain": opt_plain,
+            "has_ema": state.ema is not None, "ema_updates": state.ema_updates, "model_keys": list(state.model)}
+    return save(tensors, metadata={META_KEY: json.dumps(meta, default=float)})
+
+
+def pack_train_state(ctx, *, step: int, counters: dict[str, Any] | None = None) -> bytes:
+    """``pack(capture(ctx, ...))``: what a trainer rank hands to the controller."""
+    return pack(capture(ctx, step=step, counters=counters))
+
+
+def read_train_state(path: str | Path) -> TrainState:
+    """Load a checkpoint file (``ValueError`` naming it if it is not a complete train-state checkpoint)."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    header = safetensors_header(p)
+    return _parse(header.get("__metadata__") or {}, load_file(str(p)), str(p))
+
+
+def unpack(data: bytes) -> TrainState:
+    """``TrainState`` from checkpoint bytes (a controller reads the file and sends the bytes to remote ranks)."""
+    from safetensors.torch import load
+
+    n = int.from_bytes(data[:8], "little")  # safetensors: u64 header length, JSON header (see safe_files)
+    metadata = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
+    return _parse(metadata, load(data), "<bytes>")
+
+
+def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> TrainState:
+    raw = metadata.get(META_KEY)
+    if raw is None:
+        raise ValueError(f"{where!r} is not a resumable checkpoint (no {META_KEY} metadata)")
+    meta = json.loads(raw)
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{where!r}: checkpoint format {meta.get('format')} (this version reads {FORMAT})")
+    model = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+    ema = {k[len("ema/"):]: v for k, v in tensors.items() if k.startswith("ema/")} if meta["has_ema"] else None
+    rng = {k[len("rng/"):]: v for k, v in tensors.items() if k.startswith("rng/")}
+    opt_state: dict[int, dict[str, Any]] = {}
+    for k, v in tensors.items():
+        if k.startswith("optim/"):
+            _, idx, key = k.split("/", 2)
+            opt_state.setdefault(int(idx), {})[key] = v
+    for idx, entry in meta["optim_plain"].items():
+        opt_state.setdefault(int(idx), {}).update(entry)
+    optimizer = {"state": dict(sorted(opt_state.items())), "param_groups": meta["param_groups"]}
+    return TrainState(step=meta["step"], version=meta["version"], model={k: model[k] for k in meta["model_keys"]},
+                      optimizer=optimizer, ema=ema, rng=rng, config=meta["config"], counters=meta["counters"],
+                      ema_updates=int(meta.get("ema_updates", 0)))
+
+
+def _like(saved: Any, live: Any) -> Any:
+    """JSON turned tuples into lists; give hyperparameters back the live group's types."""
+    return tuple(saved) if isinstance(live, tuple) and isinstance(saved, list) else saved
+
+
+def restore_train_state(ctx, state: TrainState) -> None:
+    """Load ``state`` into a freshly built ``RunContext`` (weights, optimizer, EMA, version, RNG)."""
+    live = dict(ctx.policy.trainable_state_dict())
+    if list(live) != list(state.model):
+        extra, missing = sorted(set(state.model) - set(live)), sorted(set(live) - set(state.model))
+        raise ValueError(f"checkpoint of step {state.step} does not match the model's trainable parameters "
+                         f"(unknown: {extra[:3]}, missing: {missing[:3]}); was model.lora changed?")
+    ctx.policy.load_trainable_state_dict(state.model)
+    groups = []
+    for saved, cur in zip(state.optimizer["param_groups"], ctx.optimizer.state_dict()["param_groups"]):
+        groups.append({k: _like(v, cur.get(k)) for k, v in saved.items()})
+    ctx.optimizer.load_state_dict({"state": state.optimizer["state"], "param_groups": groups})
+    if ctx.ema is not None:
+        if state.ema is None:
+            raise ValueError("checkpoint has no EMA but train.ema_decay is set")
+        with torch.no_grad():
+            for k, v in state.ema.items():
+                ctx.ema.shadow[k].copy_(v)
+        ctx.ema.num_updates = state.ema_updates
+    ctx.transaction.version = state.version
+    torch.set_rng_state(state.rng["torch_cpu"])
+    cuda = [state.rng[k] for k in sorted(state.rng) if k.startswith("torch_cuda_")]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+
+
+# ---- files -----------------------------------------------------------------------------------------------
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of the checkpoint files in ``run_dir``, oldest first (complete or not)."""
+    d = checkpoint_dir(run_dir)
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))] if d.is_dir() else []
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint whose header and sizes check out (a damaged newer one is skipped)."""
+    for _, p in reversed(list_checkpoints(run_dir)):
+        try:
+            header = safetensors_header(p)
+        except ValueError:
+            continue
+        if META_KEY in (header.get("__metadata__") or {}):
+            return p
+    return None
+
+
+def write_checkpoint(run_dir: str | Path, step: int, data: bytes, *, keep: int) -> Path:
+    """Write packed state ``data`` atomically as the checkpoint of ``step``; keep the newest ``keep``."""
+    d = checkpoint_dir(run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    remove_orphans(d)
+    path = atomic_write_bytes(d / f"step_{step:08d}.safetensors", data)
+    old = list_checkpoints(run_dir)
+    for _, p in old[: max(0, len(old) - max(1, keep))]:
+        p.unlink(missing_ok=True)
+    return path
+
+
+def save_train_state(ctx, run_dir: str | Path, *, step: int, keep: int, counters: dict[str, Any] | None = None) -> Path:
+    """Checkpoint a single-process run (``pack_train_state`` + ``write_checkpoint``)."""
+    return write_checkpoint(run_dir, step, pack_train_state(ctx, step=step, counters=counters), keep=keep)
+
+
+def due(step: int, every: int) -> bool:
+    """Is a periodic checkpoint due after ``step`` commits (``runtime.checkpoint_every``; 0 = never)?"""
+    return every > 0 and step % every == 0
+
+
+def resume(ctx, start) -> tuple[int, dict[str, Any]]:
+    """(first step to run, run counters) for a ``RunStart``; restores ``ctx`` when it resumes a checkpoint."""
+    if start is None or start.kind != "resume":
+        return 0, {}
+    state = read_train_state(start.checkpoint)
+    check_resume_config(state.config, ctx.cfg)
+    restore_train_state(ctx, state)
+    return state.step, state.counters

@@ -1,0 +1,229 @@
+"""Up-front checks of a run's inputs, before the run directory is created or Ray starts.
+
+``validate_run(cfg)`` raises ``ConfigError`` (the CLI: exit 2, one message naming the key / file / value,
+nothing written) for what would otherwise fail later as a traceback, possibly inside a Ray actor after the run
+directory was written:
+
+* ``run_dir``: a file, or under a file, or not writable;
+* the model: tiny_dit weights must be a readable safetensors file with its config metadata; a diffusers
+  directory must have the family layout (``model_index.json``, transformer / vae / scheduler) with readable
+  JSON configs and safetensors files whose headers parse and whose tensors lie inside the file (truncation);
+* the task / model pairing (digits prompts need tiny_dit; text prompts need a diffusers family);
+* prompt files (``task.prompts_file`` / ``eval_prompts_file``) and ``train.prompts_per_step`` against them;
+* prompt-cache coverage when the model runs without text encoders (every prompt and the negative prompt);
+* reward names against the registry and their options (the registry's ``validate_reward_options`` if it has
+  one, else the factory's signature).
+
+Only headers and small JSON files are read; nothing is loaded into a model. Long values are cut (``cut``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from digenrl.config import Config, ConfigError
+
+DIFFUSERS_KINDS = ("sd3", "flux", "wan", "qwen_image", "hunyuan_video")
+
+
+def cut_text(s: str, n: int = 120) -> str:
+    """``s`` cut to about ``n`` characters (a 50 MB prompt line must not reach the terminal)."""
+    return s if len(s) <= n else f"{s[: max(8, n - 24)]}... ({len(s)} chars)"
+
+
+def cut(value: Any, n: int = 120) -> str:
+    """``repr(value)`` cut to about ``n`` characters."""
+    return cut_text(repr(value), n)
+
+
+def validate_run(cfg: Config) -> None:
+    """Everything ``digenrl train`` needs (``validate_inputs`` + ``run_dir``)."""
+    check_run_dir(cfg.run_dir)
+    validate_inputs(cfg)
+
+
+def validate_inputs(cfg: Config) -> None:
+    """Model, task, prompts, prompt cache and rewards (what ``eval`` and ``sample`` need too)."""
+    check_model(cfg)
+    texts = check_task(cfg)
+    check_prompt_cache(cfg, texts)
+    check_rewards(cfg.reward)
+
+
+# ---- run_dir -----------------------------------------------------------------------------------------------
+def check_run_dir(run_dir: str) -> None:
+    p = Path(run_dir).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"run_dir: {cut(str(p))} exists and is not a directory")
+    anc = p
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"run_dir: {cut(str(p))} cannot be created: {cut(str(anc))} is not a directory")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise ConfigError(f"run_dir: {cut(str(p))} is not writable (no write permission on {cut(str(anc))})")
+
+
+# ---- model -------------------------------------------------------------------------------------------------
+def _header(path: Path, key: str) -> dict:
+    from digenrl.safe_files import safetensors_header
+
+    try:
+        return safetensors_header(path)
+    except ValueError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+
+def check_model(cfg: Config) -> None:
+    from digenrl.models.registry import policy_kinds
+
+    m = cfg.model
+    if m.kind not in policy_kinds():
+        raise ConfigError(f"model.kind: unknown policy kind {cut(m.kind)}; expected one of {policy_kinds()}")
+    if m.kind == "tiny_dit":
+        from digenrl.models.tiny_dit import DEFAULT_BASE
+
+        path = Path(m.path).expanduser() if m.path else DEFAULT_BASE
+        if not path.is_file():
+            raise ConfigError(f"model.path: tiny_dit checkpoint {cut(str(path))} does not exist")
+        meta = _header(path, "model.path").get("__metadata__") or {}
+        if "tiny_dit_config" not in meta:
+            raise ConfigError(f"model.path: {cut(str(path))} is not a tiny_dit checkpoint (no tiny_dit_config metadata)")
+        return
+    from digenrl.models.diffusers_files import ModelFilesError, check_model_dir, present_components
+
+    try:
+        check_model_dir(m.path, m.kind, ("transformer", "vae", "scheduler"))
+    except ModelFilesError as e:
+        raise ConfigError(str(e)) from None
+    root = Path(m.path).expanduser()
+    spec = family_spec(m.kind)
+    comps = ["transformer", "vae", "scheduler"] + present_components(m.path, spec.text_components)
+    for comp in comps:
+        for f in sorted((root / comp).glob("*.json")):
+            try:
+                json.loads(f.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ConfigError(f"model.path: {cut(str(f))} is not valid JSON ({e})") from None
+        for f in sorted((root / comp).glob("*.safetensors")):
+            _header(f, "model.path")
+
+
+def family_spec(kind: str):
+    """The ``FamilySpec`` of a diffusers policy kind (imports the adapter module, not diffusers)."""
+    import importlib
+
+    from digenrl.models.registry import _BUILDERS
+
+    module = importlib.import_module(_BUILDERS[kind].split(":")[0])
+    for obj in vars(module).values():
+        spec = getattr(obj, "spec", None)
+        if inspect.isclass(obj) and getattr(spec, "name", None) == kind:
+            return spec
+    raise ConfigError(f"model.kind: {kind!r} has no family spec")  # pragma: no cover - registry bug
+
+
+# ---- task / prompts ----------------------------------------------------------------------------------------
+def check_task(cfg: Config) -> list[str]:
+    """Check the task, its prompt files and its pairing with the model; return every prompt text."""
+    t, kind = cfg.task, cfg.model.kind
+    if t.name == "digits":
+        if kind != "tiny_dit":
+            raise ConfigError(f"task.name: the digits task needs model.kind=tiny_dit (got model.kind={kind!r}); "
+                              f"use task.name=text with task.prompts_file for a diffusers model")
+        return []
+    if t.name != "text":
+        raise ConfigError(f"task.name: unknown task {cut(t.name)}; expected 'digits' or 'text'")
+    if kind == "tiny_dit":
+        raise ConfigError("task.name: the text task needs a diffusers model.kind "
+                          f"({', '.join(DIFFUSERS_KINDS)}); tiny_dit only draws digits (task.name=digits)")
+    if not t.prompts_file:
+        raise ConfigError("task.prompts_file: required when task.name is 'text'")
+    from digenrl.tasks.text_prompts import PromptFileError, read_prompt_file
+
+    texts: list[str] = []
+    for key, f in (("task.prompts_file", t.prompts_file), ("task.eval_prompts_file", t.eval_prompts_file)):
+        if not f:
+            continue
+        try:
+            prompts = read_prompt_file(f)
+        except PromptFileError as e:
+            raise ConfigError(f"{key}: {cut_text(str(e), 300)}") from None
+        if key == "task.prompts_file" and cfg.train.prompts_per_step > len(prompts):
+            raise ConfigError(f"train.prompts_per_step={cfg.train.prompts_per_step} exceeds the {len(prompts)} "
+                              f"prompts of task.prompts_file {cut(str(f))}")
+        texts += [p.text for p in prompts]
+    return list(dict.fromkeys(texts))
+
+
+def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
+    """Without text encoders every prompt (and the negative prompt) must be in ``model.prompt_cache_dir``."""
+    m = cfg.model
+    if m.kind not in DIFFUSERS_KINDS:
+        return
+    from digenrl.models.diffusers_files import present_components
+    from digenrl.models.prompt_cache import PromptCache, prompt_key
+
+    spec = family_spec(m.kind)
+    want = m.options.get("load_text_encoders", "auto")
+    has_encoders = len(present_components(m.path, spec.text_components)) == len(spec.text_components)
+    if want is not False and has_encoders:
+        return  # prompts are encoded at run time
+    if not m.prompt_cache_dir:
+        raise ConfigError(f"model.prompt_cache_dir: required: {cut(m.path)} is used without text encoders; "
+                          "build a cache with `digenrl cache-prompts`")
+    try:
+        ids = PromptCache.read_encoder_ids(m.prompt_cache_dir)
+    except ValueError as e:
+        raise ConfigError(f"model.prompt_cache_dir: {e}") from None
+    if len(ids) != 1:
+        raise ConfigError(f"model.prompt_cache_dir: {cut(m.prompt_cache_dir)} holds "
+                          f"{'no prompt cache manifest' if not ids else f'{len(ids)} encoder ids'}; "
+                          "build one (one encoder per directory) with `digenrl cache-prompts`")
+    root = Path(m.prompt_cache_dir).expanduser()
+    negative = str(m.options.get("negative_prompt", ""))
+    missing = [t for t in texts + [negative] if not (root / f"{prompt_key(ids[0], t)}.safetensors").is_file()]
+    if missing:
+        raise ConfigError(f"model.prompt_cache_dir: {len(missing)} prompt(s) are not in the cache "
+                          f"{cut(m.prompt_cache_dir)}, e.g. {cut(missing[0], 80)}; run `digenrl cache-prompts` "
+                          "with the same config")
+
+
+# ---- rewards -----------------------------------------------------------------------------------------------
+def check_rewards(spec: dict[str, dict[str, Any]]) -> None:
+    from digenrl.rewards import registry
+
+    for name, opts in spec.items():
+        if name not in registry.reward_names():
+            raise ConfigError(f"reward.{cut_text(name, 60)}: unknown reward; expected one of {registry.reward_names()}")
+        if not isinstance(opts, dict):
+            raise ConfigError(f"reward.{name}: expected a table of options like {{weight: 1.0}}, got {cut(opts)}")
+        weight = opts.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise ConfigError(f"reward.{name}.weight: expected a number, got {cut(weight)}")
+        options = {k: v for k, v in opts.items() if k != "weight"}
+        typed = getattr(registry, "validate_reward_options", None)  # typed options, where the registry has them
+        try:
+            if typed is not None:
+                typed(name, options)
+            else:
+                _check_signature(registry, name, options)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"reward.{name}: {cut_text(str(e), 300)}") from None
+
+
+def _check_signature(registry, name: str, options: dict[str, Any]) -> None:
+    import importlib
+
+    module, fn = registry._FACTORIES[name].split(":")
+    params = inspect.signature(getattr(importlib.import_module(module), fn)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return  # the factory checks its own options
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(cut(u, 40) for u in unknown)}; "
+                         f"expected weight{''.join(', ' + p for p in params)}")

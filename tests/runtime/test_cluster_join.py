@@ -1,0 +1,75 @@
+"""Joining a `ray start` cluster (head + a second node on loopback, token authentication on) through
+``runtime.address``: a short pipelined run places its generator and trainer on different nodes and finishes;
+without the token the run is refused in one line naming the setting, before the run directory exists; a
+SIGTERM to a Ray run stops it cleanly and leaves no process behind. Only processes these tests started are
+stopped (never `ray stop`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from loopback_cluster import LoopbackCluster
+from runtime_helpers import SMALL
+
+pytestmark = pytest.mark.slow
+CLI = [sys.executable, "-m", "digenrl.cli", "train"]
+FAULT = str(Path(__file__).resolve().parents[1] / "cli" / "fault_run.py")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = LoopbackCluster(num_cpus=1)
+    try:
+        c.start_head(resources='{"gen_slot": 1}')
+        c.add_node(resources='{"trn_slot": 1}')
+        c.wait_nodes(2)
+        yield c
+    finally:
+        c.stop()
+        assert c.leftovers() == []
+
+
+def test_pipelined_run_on_a_two_node_token_cluster(cluster, tiny_model, tmp_path):
+    run = tmp_path / "run"
+    args = [f"model.path={tiny_model}", f"run_dir={run}", *SMALL, "steps=2", "runtime.mode=gap_tsp",
+            f"runtime.address={cluster.address}", "runtime.generator_resources={gen_slot: 1}",
+            "runtime.trainer_resources={trn_slot: 1}"]
+    proc = subprocess.run([*CLI, *args], env=cluster.client_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["audit_violations"] == []
+
+    other = tmp_path / "no_token"
+    proc = subprocess.run([*CLI, *args, f"run_dir={other}"], env=cluster.client_env(with_token=False),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]  # no retry warnings, no traceback
+    line = proc.stderr.strip()
+    assert line.startswith("digenrl: error: runtime.address:") and "authentication failed" in line
+    assert "RAY_AUTH_MODE=token" in line and "Traceback" not in proc.stderr
+    assert not other.exists()
+
+
+def test_sigterm_stops_a_ray_run_cleanly(tiny_model, tmp_path):
+    """A local Ray run (private temp dir) gets SIGTERM while publishing version 2: it abandons the step,
+    records the stop, exits 75, and no process of its Ray instance is left."""
+    import psutil
+
+    raytmp = Path(tempfile.mkdtemp(prefix="dgr-t-", dir="/tmp"))
+    run = tmp_path / "run"
+    env = {**os.environ, "RAY_TMPDIR": str(raytmp)}
+    proc = subprocess.run([sys.executable, FAULT, "TERM@publish2", "train", f"model.path={tiny_model}",
+                           f"run_dir={run}", *SMALL, "steps=4", "runtime.mode=gap_tsp"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 75, proc.stderr[-3000:]
+    assert "stopped by SIGTERM" in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
+    assert json.loads((run / "failure.json").read_text())["signal"] == "SIGTERM"
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(raytmp) in " ".join(p.info["cmdline"] or [])]
+    assert left == []
+    assert any(raytmp.rglob("session_*")), "the run did not use the private Ray temp dir: the check proves nothing"

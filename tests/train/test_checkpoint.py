@@ -1,0 +1,135 @@
+"""Resumable checkpoints: what they hold (LoRA: adapters + optimizer only), atomic files and pruning,
+damaged files skipped, and which config changes a resume refuses (the ones that change a step's math)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from digenrl.config import ConfigError, load_config
+from digenrl.train import checkpoint as ckpt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+import tiny_diffusers as td  # noqa: E402
+
+
+def test_math_keys_are_refused_free_keys_allowed():
+    base = load_config(None, [])
+    saved = base.model_dump(mode="json")
+    for ok in ["steps=500", "run_dir=elsewhere", "eval.every=3", "log.progress=false", "runtime.mode=gap_tsp",
+               "runtime.generators=3", "runtime.checkpoint_every=7", "model.device=cuda:1", "train.chunk_timesteps=1"]:
+        ckpt.check_resume_config(saved, load_config(None, [ok]))
+    for bad, key in [("train.lr=0.1", "train.lr"), ("seed=3", "seed"), ("sampler.noise_level=0.5", "sampler.noise_level"),
+                     ("runtime.mode=full", "runtime.mode"), ("reward={digits: {weight: 2}}", "reward.digits.weight"),
+                     ("train.generations=4", "train.generations"), ("model.path=x.safetensors", "model.path")]:
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            ckpt.check_resume_config(saved, load_config(None, [bad]))
+
+
+def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
+    from digenrl.train.context import build_context
+
+    cfg = load_config(None, [f"run_dir={tmp_path}", "train.ema_decay=0.5"])
+    ctx = build_context(cfg)
+    for step in (1, 2, 3):
+        ckpt.save_train_state(ctx, tmp_path, step=step, keep=2, counters={"wall_s": step})
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step_00000002.safetensors", "step_00000003.safetensors"]
+    newest = tmp_path / "checkpoints" / names[-1]
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 3])                      # a damaged newest file (e.g. a bad disk)
+    assert ckpt.latest_checkpoint(tmp_path).name == names[0]
+    (tmp_path / "checkpoints" / ".tmp-step_00000004.safetensors-99").write_bytes(b"torn")  # a killed writer's
+    ckpt.save_train_state(ctx, tmp_path, step=4, keep=2)
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    assert ckpt.latest_checkpoint(tmp_path).name == "step_00000004.safetensors"
+
+    def failing(tmp):
+        tmp.write_bytes(b"half")
+        raise OSError("disk full")
+
+    from digenrl.safe_files import atomic_write_with
+
+    with pytest.raises(OSError):
+        atomic_write_with(tmp_path / "checkpoints" / "step_00000005.safetensors", failing)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1] == "step_00000004.safetensors"
+
+
+def test_roundtrip_restores_weights_optimizer_ema_version(tmp_path):
+    from digenrl.train.context import build_context
+    from digenrl.train.loop import colocated_step
+
+    over = [f"run_dir={tmp_path}", "train.ema_decay=0.9", "train.prompts_per_step=2", "train.generations=4",
+            "sampler.num_steps=4"]
+    cfg = load_config(None, over)
+    ctx = build_context(cfg)
+    colocated_step(ctx, 0)
+    path = ckpt.save_train_state(ctx, tmp_path, step=1, keep=1)
+    fresh = build_context(cfg)
+    assert ckpt.resume(fresh, type("S", (), {"kind": "resume", "checkpoint": path})()) == (1, {})
+    assert fresh.transaction.version == ctx.transaction.version == 1
+    for (n, a), (_, b) in zip(ctx.policy.named_parameters(), fresh.policy.named_parameters()):
+        assert torch.equal(a, b), n
+    sa, sb = ctx.optimizer.state_dict(), fresh.optimizer.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    for i in sa["state"]:
+        for k in sa["state"][i]:
+            assert torch.equal(sa["state"][i][k], sb["state"][i][k]), (i, k)
+    for k in ctx.ema.shadow:
+        assert torch.equal(ctx.ema.shadow[k], fresh.ema.shadow[k]), k
+
+
+def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path):
+    from digenrl.train.context import build_context
+    from digenrl.train.loop import colocated_step
+
+    model = td.save_sd3(tmp_path / "sd3")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red cat\na big dog\n")
+    td.random_cache(tmp_path / "cache", "sd3-test", ["a red cat", "a big dog", ""], td.SD3_COND)
+    cfg = load_config(None, [
+        f"run_dir={tmp_path}/run", "model.kind=sd3", f"model.path={model}", f"model.prompt_cache_dir={tmp_path}/cache",
+        "model.options={height: 16, width: 16}", "model.lora.enabled=true", "model.lora.rank=2", "task.name=text",
+        f"task.prompts_file={prompts}", "reward={jpeg_incompressibility: {weight: 1}}", "sampler.num_steps=3",
+        "train.prompts_per_step=2", "train.generations=2", "train.chunk_generations=2"])  # fmt: skip
+    ctx = build_context(cfg)
+    colocated_step(ctx, 0)
+    path = ckpt.save_train_state(ctx, tmp_path / "run", step=1, keep=1)
+    state = ckpt.read_train_state(path)
+    trainable = [n for n, p in ctx.policy.named_parameters() if p.requires_grad]
+    assert list(state.model) == trainable and all("lora" in n for n in trainable)
+    assert len(state.optimizer["state"]) == len(trainable)
+    frozen = sum(p.numel() for p in ctx.policy.parameters() if not p.requires_grad)
+    stored = sum(t.numel() for t in state.model.values())
+    assert stored < frozen / 5                                          # no copy of the frozen base
+    fresh = build_context(cfg)
+    ckpt.restore_train_state(fresh, state)
+    for (n, a), (_, b) in zip(ctx.policy.named_parameters(), fresh.policy.named_parameters()):
+        assert torch.equal(a, b), n
+    meta = json.loads(__import__("safetensors").safe_open(str(path), "pt").metadata()[ckpt.META_KEY])
+    assert meta["config_hash"] == ckpt.config_hash(cfg)
+
+
+def test_bytes_and_file_give_the_same_state(tmp_path):
+    from digenrl.train.context import build_context
+
+    ctx = build_context(load_config(None, [f"run_dir={tmp_path}"]))
+    data = ckpt.pack_train_state(ctx, step=0, counters={"x": 1})
+    path = ckpt.write_checkpoint(tmp_path, 0, data, keep=1)
+    a, b = ckpt.unpack(data), ckpt.read_train_state(path)
+    assert (a.step, a.version, a.counters, a.config) == (b.step, b.version, b.counters, b.config)
+    assert all(torch.equal(a.model[k], b.model[k]) for k in a.model) and list(a.model) == list(b.model)
+    with pytest.raises(ValueError, match="not a resumable checkpoint"):
+        ckpt.read_train_state(_plain(tmp_path))
+
+
+def _plain(tmp_path):
+    from safetensors.torch import save_file
+
+    p = tmp_path / "plain.safetensors"
+    save_file({"w": torch.zeros(2)}, str(p))
+    return p
