@@ -5,7 +5,6 @@ a second signal exits at once; a run directory holding a run is never silently r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
