@@ -38,6 +38,7 @@ class ModelConfig(_Strict):
     device: str = "cpu"
     lora: LoraConfig = LoraConfig()
     prompt_cache_dir: str | None = None
+    checkpoint: str | None = None  # trained weights (a run's checkpoint.safetensors) loaded over model.path's
     options: dict[str, Any] = {}  # family-specific extras (e.g. height/width/frames)
 
 

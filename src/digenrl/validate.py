@@ -84,6 +84,10 @@ def check_model(cfg: Config) -> None:
     m = cfg.model
     if m.kind not in policy_kinds():
         raise ConfigError(f"model.kind: unknown policy kind {cut(m.kind)}; expected one of {policy_kinds()}")
+    if m.checkpoint:
+        if not Path(m.checkpoint).expanduser().is_file():
+            raise ConfigError(f"model.checkpoint: {cut(m.checkpoint)} does not exist")
+        _header(Path(m.checkpoint).expanduser(), "model.checkpoint")
     if m.kind == "tiny_dit":
         from digenrl.models.tiny_dit import DEFAULT_BASE
 

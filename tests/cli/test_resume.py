@@ -5,7 +5,6 @@ a second signal exits at once; a run directory holding a run is never silently r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +128,8 @@ def test_resume_refuses_a_math_change_and_an_empty_dir(tmp_path, capsys):
     assert "train.lr" in capsys.readouterr().err
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
     assert "no run" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "steps=1"]) == 2
+    assert "steps: 1 is below the 2 steps" in capsys.readouterr().err
     assert not (tmp_path / "nothing").exists()
     # steps and logging may change: the run goes on from its last checkpoint
     assert main(["train", "--resume", str(run), "steps=3", "log.progress=false"]) == 0

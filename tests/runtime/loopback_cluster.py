@@ -85,8 +85,9 @@ class LoopbackCluster:
         return ports
 
     def start_head(self, resources: str = "{}") -> str:
-        gcs, client = free_ports(2)
-        self._start([f"--resources={resources}", "--head", f"--port={gcs}", f"--ray-client-server-port={client}", "--include-dashboard=false",
+        gcs, client, dash = free_ports(3)  # (the head runs a dashboard process even without the UI: own port)
+        self._start([f"--resources={resources}", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
+                     f"--dashboard-port={dash}", "--include-dashboard=false",
                      f"--temp-dir={self.tmp / 'ray'}"])
         self.address = f"127.0.0.1:{gcs}"
         return self.address

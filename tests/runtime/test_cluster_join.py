@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,14 +60,29 @@ def test_pipelined_run_on_a_two_node_token_cluster(cluster, tiny_model, tmp_path
 def test_sigterm_stops_a_ray_run_cleanly(tiny_model, tmp_path):
     """A local Ray run (private temp dir) gets SIGTERM while publishing version 2: it abandons the step,
     records the stop, exits 75, and no process of its Ray instance is left."""
-    import psutil
-
-    raytmp = Path(tempfile.mkdtemp(prefix="dgr-t-", dir="/tmp"))
+    raytmp = Path(tempfile.mkdtemp(prefix="dgr-t-", dir="/tmp"))  # short: Ray's socket paths are limited
     run = tmp_path / "run"
     env = {**os.environ, "RAY_TMPDIR": str(raytmp)}
-    proc = subprocess.run([sys.executable, FAULT, "TERM@publish2", "train", f"model.path={tiny_model}",
-                           f"run_dir={run}", *SMALL, "steps=4", "runtime.mode=gap_tsp"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    try:
+        proc = subprocess.run([sys.executable, FAULT, "TERM@publish2", "train", f"model.path={tiny_model}",
+                               f"run_dir={run}", *SMALL, "steps=4", "runtime.mode=gap_tsp"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        _check_clean_stop(proc, run, raytmp)
+    finally:  # whatever happened, end what this test started (by its private temp dir) and remove it
+        import psutil
+
+        for p in psutil.process_iter(["cmdline"]):
+            if str(raytmp) in " ".join(p.info["cmdline"] or []):
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+        shutil.rmtree(raytmp, ignore_errors=True)
+
+
+def _check_clean_stop(proc, run: Path, raytmp: Path) -> None:
+    import psutil
+
     assert proc.returncode == 75, proc.stderr[-3000:]
     assert "stopped by SIGTERM" in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
     assert json.loads((run / "failure.json").read_text())["signal"] == "SIGTERM"

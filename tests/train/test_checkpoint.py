@@ -23,6 +23,9 @@ def test_math_keys_are_refused_free_keys_allowed():
     for ok in ["steps=500", "run_dir=elsewhere", "eval.every=3", "log.progress=false", "runtime.mode=gap_tsp",
                "runtime.generators=3", "runtime.checkpoint_every=7", "model.device=cuda:1", "train.chunk_timesteps=1"]:
         ckpt.check_resume_config(saved, load_config(None, [ok]))
+    older = {k: v for k, v in saved.items() if k != "resume"}    # written before a key existed: its default
+    older["train"] = {k: v for k, v in saved["train"].items() if k != "ema_decay"}
+    ckpt.check_resume_config(older, base)
     for bad, key in [("train.lr=0.1", "train.lr"), ("seed=3", "seed"), ("sampler.noise_level=0.5", "sampler.noise_level"),
                      ("runtime.mode=full", "runtime.mode"), ("reward={digits: {weight: 2}}", "reward.digits.weight"),
                      ("train.generations=4", "train.generations"), ("model.path=x.safetensors", "model.path")]:
@@ -83,19 +86,27 @@ def test_roundtrip_restores_weights_optimizer_ema_version(tmp_path):
         assert torch.equal(ctx.ema.shadow[k], fresh.ema.shadow[k]), k
 
 
-def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path):
+@pytest.fixture(scope="module")
+def sd3_lora(tmp_path_factory) -> list[str]:
+    """Overrides of a tiny SD3 LoRA run (random model, prompt cache, no text encoders)."""
+    root = tmp_path_factory.mktemp("sd3")
+    model = td.save_sd3(root / "sd3")
+    prompts = root / "p.txt"
+    prompts.write_text("a red cat\na big dog\n")
+    td.random_cache(root / "cache", "sd3-test", ["a red cat", "a big dog", ""], td.SD3_COND)
+    return [
+        "model.kind=sd3", f"model.path={model}", f"model.prompt_cache_dir={root}/cache",
+        "model.options={height: 16, width: 16}", "model.lora.enabled=true", "model.lora.rank=2", "task.name=text",
+        f"task.prompts_file={prompts}", "reward={jpeg_incompressibility: {weight: 1}}", "sampler.num_steps=3",
+        "train.prompts_per_step=2", "train.generations=2", "train.chunk_generations=2", "eval.num_prompts=2",
+        "eval.grid_prompts=2", "eval.every=0", "log.progress=false", "train.lr=0.01"]  # fmt: skip
+
+
+def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path, sd3_lora):
     from digenrl.train.context import build_context
     from digenrl.train.loop import colocated_step
 
-    model = td.save_sd3(tmp_path / "sd3")
-    prompts = tmp_path / "p.txt"
-    prompts.write_text("a red cat\na big dog\n")
-    td.random_cache(tmp_path / "cache", "sd3-test", ["a red cat", "a big dog", ""], td.SD3_COND)
-    cfg = load_config(None, [
-        f"run_dir={tmp_path}/run", "model.kind=sd3", f"model.path={model}", f"model.prompt_cache_dir={tmp_path}/cache",
-        "model.options={height: 16, width: 16}", "model.lora.enabled=true", "model.lora.rank=2", "task.name=text",
-        f"task.prompts_file={prompts}", "reward={jpeg_incompressibility: {weight: 1}}", "sampler.num_steps=3",
-        "train.prompts_per_step=2", "train.generations=2", "train.chunk_generations=2"])  # fmt: skip
+    cfg = load_config(None, [f"run_dir={tmp_path}/run", *sd3_lora])
     ctx = build_context(cfg)
     colocated_step(ctx, 0)
     path = ckpt.save_train_state(ctx, tmp_path / "run", step=1, keep=1)
@@ -133,3 +144,27 @@ def _plain(tmp_path):
     p = tmp_path / "plain.safetensors"
     save_file({"w": torch.zeros(2)}, str(p))
     return p
+
+
+def test_a_diffusers_run_checkpoint_loads_back_through_model_checkpoint(tmp_path, sd3_lora, capsys):
+    from digenrl.cli import main
+    from digenrl.models.registry import build_policy
+    from digenrl.train.context import build_context
+    from digenrl.train.loop import run_training
+
+    cfg = load_config(None, [f"run_dir={tmp_path}/run", "steps=1", *sd3_lora])
+    ctx = build_context(cfg)
+    run_training(cfg, ctx=ctx)
+    trained = {n: p.detach().clone() for n, p in ctx.policy.named_parameters() if p.requires_grad}
+    base = build_context(cfg).policy
+    assert any(not torch.equal(p, trained[n]) for n, p in base.named_parameters() if p.requires_grad)
+    cfg2 = load_config(None, [*sd3_lora, f"model.checkpoint={tmp_path}/run/checkpoint.safetensors"])
+    loaded = build_policy(cfg2.model)
+    for n, p in loaded.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p, trained[n]), n
+    assert main(["eval", *sd3_lora, f"model.checkpoint={tmp_path}/run/checkpoint.safetensors"]) == 0
+    # without the run's LoRA settings the adapters have nowhere to go: refused, naming the key
+    assert main(["eval", *[o for o in sd3_lora if "lora" not in o],
+                 f"model.checkpoint={tmp_path}/run/checkpoint.safetensors"]) == 2
+    assert "model.checkpoint" in capsys.readouterr().err

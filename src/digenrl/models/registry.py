@@ -30,4 +30,21 @@ def build_policy(model_cfg) -> Policy:
         raise ValueError(f"model.kind: unknown policy kind {model_cfg.kind!r}; expected one of {policy_kinds()}")
     module, fn = target.split(":")
     builder: Callable = getattr(importlib.import_module(module), fn)
-    return builder(model_cfg)
+    policy = builder(model_cfg)
+    if getattr(model_cfg, "checkpoint", None):
+        load_weights(policy, model_cfg.checkpoint)
+    return policy
+
+
+def load_weights(policy: Policy, path: str) -> None:
+    """Load a run's ``checkpoint.safetensors`` (its trainable tensors: all weights, or the LoRA adapters under
+    LoRA, which then need the run's ``model.lora`` settings) into a freshly built policy."""
+    from safetensors.torch import load_file
+
+    state = load_file(path)
+    params = dict(policy.named_parameters())
+    unknown = [k for k in state if k not in params]
+    if unknown:
+        raise ValueError(f"model.checkpoint: {path!r} holds {len(unknown)} tensors this model does not have "
+                         f"(e.g. {unknown[0]!r}); build the model as the run did (model.kind, model.lora)")
+    policy.load_trainable_state_dict(state)

@@ -68,6 +68,8 @@ def plan_run_dir(cfg: Config, *, resume: bool = False, overwrite: bool = False) 
             except ValueError as e:
                 raise ConfigError(f"resume: {e}") from None
             check_resume_config(state_cfg, cfg)
+            if step > cfg.steps:
+                raise ConfigError(f"steps: {cfg.steps} is below the {step} steps of the checkpoint {str(ckpt)!r}")
             return RunStart(d, "resume", ckpt, step)
         if resume:
             raise ConfigError(f"--resume: {str(d)!r} holds no resumable checkpoint (checkpoints/step_*.safetensors)"

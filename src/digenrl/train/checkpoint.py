@@ -106,6 +106,10 @@ def _cut(v: Any, n: int = 80) -> str:
 
 def check_resume_config(saved: dict, cfg: Config) -> None:
     """Refuse (``ConfigError`` naming the keys) a config whose step math differs from the checkpoint's."""
+    try:  # keys added to the config since the checkpoint was written take their defaults (today's behaviour)
+        saved = Config.model_validate(saved).model_dump(mode="json")
+    except ValueError:
+        pass  # a key was removed since: compare what is there
     old, new = math_config(saved), math_config(cfg)
     diff = sorted(k for k in old.keys() | new.keys() if old.get(k, "<unset>") != new.get(k, "<unset>"))
     if diff:
