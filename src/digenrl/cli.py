@@ -19,9 +19,15 @@ def _fail(msg: str) -> int:
 
 
 def _load(args) -> "object":
-    from digenrl.config import load_config
+    from digenrl.config import ConfigError, load_config
+    from digenrl.rewards.registry import RewardConfigError, validate_reward_spec
 
-    return load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides)
+    try:  # reward names and typed options, before anything is built or written
+        validate_reward_spec(cfg.reward)
+    except RewardConfigError as e:
+        raise ConfigError(str(e)) from None
+    return cfg
 
 
 def _context(cfg):
