@@ -128,10 +128,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, fmt: Literal["auto", "l
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ckpt, out / "model.safetensors")
         return {"format": "tiny_dit", "path": str(out / "model.safetensors")}
-    from digenrl.models.registry import _BUILDERS
+    from digenrl.models.registry import family_policy_class
 
-    if cfg.model.kind not in _BUILDERS:
-        raise ArtifactError(f"{run_dir}: unknown model.kind {cfg.model.kind!r}")
+    try:
+        family = family_policy_class(cfg.model.kind)
+    except ValueError as e:
+        raise ArtifactError(f"{run_dir}: {e}") from None
+    if family is None:
+        raise ArtifactError(f"{run_dir}: model.kind {cfg.model.kind!r} has no diffusers export")
     if fmt == "auto":
         fmt = "lora" if cfg.model.lora.enabled else "full"
     if fmt == "lora" and not cfg.model.lora.enabled:
@@ -139,25 +143,13 @@ def export_run(run_dir: str | Path, out_dir: str | Path, fmt: Literal["auto", "l
     transformer = load_trained_transformer(cfg, ckpt)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "lora":
-        pipeline_cls = _pipeline_class(cfg.model.kind)
-        save_lora_dir(transformer, pipeline_cls, out)
+        save_lora_dir(transformer, family.pipeline_class(), out)
         return {"format": "lora", "path": str(out / LORA_FILE), "base": cfg.model.path}
     if cfg.model.lora.enabled:  # merge W' = W + scale * B A, then drop the adapter modules
         transformer.fuse_lora(lora_scale=1.0)
         transformer.unload_lora()
     transformer.save_pretrained(str(out), safe_serialization=True)
     return {"format": "full", "path": str(out), "base": cfg.model.path}
-
-
-def _pipeline_class(kind: str):
-    import importlib
-
-    from digenrl.models.registry import _BUILDERS
-
-    module = importlib.import_module(_BUILDERS[kind].split(":")[0])
-    policy_cls = next(v for v in vars(module).values() if isinstance(v, type) and getattr(v, "spec", None)
-                      and getattr(v.spec, "name", None) == kind)  # fmt: skip
-    return policy_cls.pipeline_class()
 
 
 def apply_checkpoint(policy, path: str | Path) -> str:

@@ -250,9 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.model.prompt_cache_dir:
         print("error: model.prompt_cache_dir must be set to build a prompt cache")
         return 2
-    from digenrl.models.diffusers_common import DiffusersPolicy, TextEncoderOnly
+    from digenrl.models.diffusers_common import TextEncoderOnly
     from digenrl.models.diffusers_files import ModelFilesError
-    from digenrl.models.registry import _BUILDERS
+    from digenrl.models.registry import family_policy_class
     from digenrl.tasks.text_prompts import read_prompt_file
 
     texts: list[str] = []
@@ -262,18 +262,10 @@ def main(argv: list[str] | None = None) -> int:
                 texts += [p.text for p in read_prompt_file(f)]
         if not texts:
             raise ValueError("task.prompts_file: no prompt file to cache")
-        target = _BUILDERS.get(cfg.model.kind)
-        if target is None:
-            raise ValueError(f"model.kind: unknown policy kind {cfg.model.kind!r}")
-        import importlib
-
-        module = importlib.import_module(target.split(":")[0])
-        family = [v for v in vars(module).values()
-                  if isinstance(v, type) and issubclass(v, DiffusersPolicy) and v is not DiffusersPolicy
-                  and v.spec.name == cfg.model.kind]  # fmt: skip
-        if not family:
+        family = family_policy_class(cfg.model.kind)
+        if family is None:
             raise ValueError(f"model.kind: {cfg.model.kind!r} has no text encoders to cache (diffusers families only)")
-        encoders = TextEncoderOnly(family[0], cfg.model)  # text encoders only: no transformer, VAE or LoRA
+        encoders = TextEncoderOnly(family, cfg.model)  # text encoders only: no transformer, VAE or LoRA
     except (ValueError, ModelFilesError) as e:
         print(f"error: {e}")
         return 2

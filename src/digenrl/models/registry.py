@@ -31,3 +31,20 @@ def build_policy(model_cfg) -> Policy:
     module, fn = target.split(":")
     builder: Callable = getattr(importlib.import_module(module), fn)
     return builder(model_cfg)
+
+
+def family_policy_class(kind: str):
+    """The ``DiffusersPolicy`` subclass of a diffusers family ``kind`` (None for other kinds, e.g. tiny_dit)."""
+    import importlib
+
+    from digenrl.models.diffusers_common import DiffusersPolicy
+
+    target = _BUILDERS.get(kind)
+    if target is None:
+        raise ValueError(f"model.kind: unknown policy kind {kind!r}; expected one of {policy_kinds()}")
+    module = importlib.import_module(target.split(":")[0])
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, DiffusersPolicy) and value is not DiffusersPolicy:
+            if value.spec.name == kind:
+                return value
+    return None
