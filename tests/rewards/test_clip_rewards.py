@@ -55,6 +55,8 @@ def test_clipscore_and_pickscore_match_direct_clip(clip_dir):
     cos = (img * txt).sum(-1)
     clip = build_reward("clipscore", model_path=str(clip_dir))(x, PROMPTS)
     torch.testing.assert_close(clip, 2.5 * cos.clamp_min(0), atol=1e-5, rtol=1e-4)
+    fg = build_reward("clipscore", model_path=str(clip_dir), variant="flow_grpo")(x, PROMPTS)
+    torch.testing.assert_close(fg, scale * cos / 30, atol=1e-5, rtol=1e-4)  # flow_grpo clip_scorer.py
     pick = build_reward("pickscore", model_path=str(clip_dir), scale=0.5)(x, PROMPTS)
     torch.testing.assert_close(pick, 0.5 * scale * cos, atol=1e-5, rtol=1e-4)
     video = torch.stack([x, x.flip(-1)], dim=2)  # [B, C, F, H, W]

@@ -5,6 +5,8 @@ directory (``model_path``) and preprocess with its ``CLIPProcessor`` (8-bit RGB,
 normalise). With unit-normalised embeddings e_img, e_txt:
 
 * ``clipscore`` (Hessel et al. 2021): r = w * max(cos(e_img, e_txt), 0), w = ``scale`` (2.5 in the paper).
+  ``variant: flow_grpo`` gives Flow-GRPO's ``clip_scorer.py`` instead: r = exp(logit_scale) * cos / 30
+  (no clamp; ``scale`` unused).
 * ``pickscore`` (Kirstain et al. 2023; weights ``yuvalkirstain/PickScore_v1`` on a CLIP-H processor):
   r = ``scale`` * exp(logit_scale) * cos(e_img, e_txt). Flow-GRPO divides by 26 (``scale = 1/26``).
 * ``aesthetic`` (LAION improved aesthetic predictor v2, CLIP ViT-L/14): an MLP head on e_img,
@@ -18,7 +20,7 @@ Videos ``[B, C, F, H, W]`` score the mean over frames. Every missing file is a c
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 
@@ -77,13 +79,17 @@ def _per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
 class ClipScore:
     name = "clipscore"
 
-    def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str = "cpu"):
-        self.clip, self.scale = ClipEmbedder(model_path, self.name, device), float(scale)
+    def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str = "cpu",
+                 variant: Literal["hessel", "flow_grpo"] = "hessel"):  # fmt: skip
+        self.clip, self.scale, self.variant = ClipEmbedder(model_path, self.name, device), float(scale), variant
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
         img, frames = self.clip.images(images)
         txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
-        return _per_sample(self.scale * (img * txt).sum(-1).clamp_min(0), frames)
+        cos = (img * txt).sum(-1)
+        if self.variant == "flow_grpo":
+            return _per_sample(self.clip.model.logit_scale.exp().float().item() * cos / 30.0, frames)
+        return _per_sample(self.scale * cos.clamp_min(0), frames)
 
 
 class PickScore:
