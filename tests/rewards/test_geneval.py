@@ -74,6 +74,11 @@ def test_rules_on_synthetic_detections(dets, meta, correct, strict, score):
     assert res.score == pytest.approx(score)
 
 
+def test_colour_clause_without_colour_labels_is_an_error():
+    with pytest.raises(ValueError, match="needs colour labels"):
+        run([det("car", 20, 20)], COLOR)
+
+
 def test_counting_score_can_go_negative_like_the_reference():
     meta = {"tag": "counting", "include": [{"class": "apple", "count": 1}]}
     assert run([det("apple", x, 10) for x in (10, 50, 90)], meta).score == pytest.approx(1 - 2 / 1)

@@ -108,6 +108,13 @@ def relative_position(a: Detection, b: Detection, threshold: float = 0.1) -> set
     return rels
 
 
+def _colour_hits(found: Sequence[Detection], colour: str) -> int:
+    if any(d.color is None for d in found):
+        raise ValueError(f"geneval: a colour clause ({colour} {found[0].cls}) needs colour labels, but the detector "
+                         "gave none (its detections need a 'color' from a colour classifier)")  # fmt: skip
+    return sum(d.color == colour for d in found)
+
+
 def _position_ok(objs, targets, rel, threshold) -> bool:
     return all(rel in relative_position(o, t, threshold) for o in objs for t in targets)
 
@@ -143,7 +150,7 @@ def evaluate(objects: dict[str, list[Detection]], meta: dict, position_threshold
         if not ok:
             reasons.append(f"expected {cls}>={n}, found {len(found)}")
         if ok and "color" in req:
-            hits = sum(d.color == req["color"] for d in found)
+            hits = _colour_hits(found, req["color"])
             if hits < n:
                 ok = False
                 reasons.append(f"expected {req['color']} {cls}>={n}, found {hits}")
@@ -173,7 +180,7 @@ def _strict_score(objects: dict[str, list[Detection]], meta: dict, position_thre
         if not ok and ("color" in req or "position" in req):
             terms.append(0.0)
         if ok and "color" in req:
-            hits = sum(d.color == req["color"] for d in found)
+            hits = _colour_hits(found, req["color"])
             terms.append(1 - abs(n - hits) / n)
             ok = hits == n
         if ok and "position" in req:
