@@ -60,9 +60,15 @@ class ClipEmbedder:
         if x.shape[1] == 1:
             x = x.expand(-1, 3, -1, -1)
         arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-        pix = self.processor(images=list(arr), return_tensors="pt")["pixel_values"].to(self.device)
+        return self.arrays(list(arr)), frames
+
+    @torch.no_grad()
+    def arrays(self, images: Sequence) -> torch.Tensor:
+        """Unit embeddings [N, D] of HxWx3 uint8 RGB arrays (any sizes: the processor resizes and crops)."""
+        pix = self.processor(images=list(images), return_tensors="pt", input_data_format="channels_last")
+        pix = pix["pixel_values"].to(self.device)
         emb = _features(self.model.get_image_features(pixel_values=pix)).float()
-        return torch.nn.functional.normalize(emb, dim=-1), frames
+        return torch.nn.functional.normalize(emb, dim=-1)
 
     @torch.no_grad()
     def texts(self, texts: Sequence[str]) -> torch.Tensor:

@@ -12,6 +12,8 @@ install from PyPI on CPU, so the model stays the user's):
 * ``detector_url``: a detection service. ``POST`` JSON ``{"images": [<base64 PNG>, ...]}``, answer
   ``{"detections": [[{"class": str, "score": float, "box": [x1, y1, x2, y2], "color": str | null}, ...], ...]}``
   (one list per image, boxes in pixels). Retries transient failures like the reward client.
+* ``detector_path``: a local transformers object-detection model (DETR, RT-DETR, YOLOS... on COCO classes),
+  with ``color_model_path`` a local CLIP for GenEval's zero-shot colour labels (``rewards.geneval_detectors``).
 * ``detector_factory``: ``"module:function"`` called once with ``detector_options`` (e.g. a local model path:
   ``{"model_path": "/models/mask2former"}``); it returns a callable mapping a list of HxWx3 uint8 RGB arrays to
   lists of ``Detection`` (or of the dicts above).
@@ -84,15 +86,20 @@ class GenEvalReward:
     name = "geneval"
 
     def __init__(self, detector_url: str | None = None, detector_factory: str | None = None,
-                 detector_options: dict[str, Any] | None = None,
+                 detector_options: dict[str, Any] | None = None, detector_path: str | None = None,
+                 color_model_path: str | None = None, device: str = "cpu",
                  reward: Literal["score", "strict", "correct"] = "score", threshold: float = 0.3,
                  counting_threshold: float = 0.9, max_objects: int = 16, max_overlap: float = 1.0,
                  position_threshold: float = 0.1, timeout: float = 120.0):  # fmt: skip
-        if (detector_url is None) == (detector_factory is None):
-            raise ValueError("reward geneval: set exactly one of detector_url (a detection service) or "
-                             "detector_factory ('module:function' building a local detector)")  # fmt: skip
+        if sum(x is not None for x in (detector_url, detector_factory, detector_path)) != 1:
+            raise ValueError("reward geneval: set exactly one of detector_url (a detection service), detector_path "
+                             "(a local transformers detection model) or detector_factory ('module:function')")  # fmt: skip
         if detector_url is not None:
             self.detector: Callable = RemoteDetector(detector_url, timeout)
+        elif detector_path is not None:
+            from digenrl.rewards.geneval_detectors import TransformersDetector
+
+            self.detector = TransformersDetector(detector_path, color_model_path, device)
         else:
             from digenrl.rewards.registry import load_target
 
