@@ -25,7 +25,7 @@ def _load(args) -> "object":
     cfg = load_config(args.config, args.overrides)
     try:  # reward names and typed options, before anything is built or written
         validate_reward_spec(cfg.reward)
-    except RewardConfigError as e:
+    except (RewardConfigError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     return cfg
 

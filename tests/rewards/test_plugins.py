@@ -70,10 +70,19 @@ def test_entry_point_plugin(plugin_path, tmp_path, monkeypatch):
         ({"nope": {}}, "unknown reward 'nope'"),
         ({"x": {"factory": "no_such_module_xyz:f"}}, "reward.x.factory: cannot import module 'no_such_module_xyz'"),
         ({"x": {"factory": "brightness_plugin:missing"}}, "has no attribute 'missing'"),
+        # each reward's own checks, before anything is loaded
+        ({"clipscore": {"model_path": "/no/such/clip"}}, "reward.clipscore: reward clipscore: no CLIP model at '/no/such/clip'"),
+        ({"pickscore": {}}, "option model_path (a local CLIP directory) is required"),
+        ({"aesthetic": {"model_path": str(PLUGINS)}}, "no CLIP model"),
+        ({"vlm_judge": {"base_url": "http://x/v1", "model": "m", "prompt_template": "no slot"}}, "placeholder {prompt}"),
+        ({"vlm_judge": {"base_url": "x/v1", "model": "m"}}, "base_url must start with http"),
+        ({"geneval": {"detector_url": "http://x", "detector_path": "/m"}}, "exactly one of"),
+        ({"geneval": {"detector_path": "/no/such/detr"}}, "detector_path '/no/such/detr' holds no model"),
+        ({"remote": {"url": "ftp://x"}}, "url must start with http"),
     ],
 )
 def test_bad_reward_options_are_named(plugin_path, spec, needle):
-    with pytest.raises(RewardConfigError) as err:
+    with pytest.raises((RewardConfigError, FileNotFoundError)) as err:  # the latter for missing weight files
         validate_reward_spec(spec)
     assert needle in str(err.value)
 
@@ -85,6 +94,12 @@ def test_cli_refuses_unknown_option_with_exit_2_and_writes_nothing(tmp_path, cap
     assert main(["train", "--config", str(cfg)]) == 2
     assert "reward.digits.foo: unknown option" in capsys.readouterr().err
     assert not run.exists()
+
+
+def test_cli_refuses_missing_reward_weights_before_writing(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", "reward={digits: {weight: 1}, clipscore: {model_path: /no/such/clip}}"]) == 2
+    assert "reward.clipscore" in capsys.readouterr().err and not run.exists()
 
 
 def test_cli_eval_with_plugin_from_config(plugin_path, tmp_path, capsys):

@@ -99,3 +99,11 @@ def build_remote_reward(url: str, timeout: float = 120.0, retry_window: float = 
                         retries: int | None = None) -> RemoteReward:  # fmt: skip
     """Options of ``reward.remote`` (see ``RemoteReward``); ``url`` is required, e.g. http://127.0.0.1:8900."""
     return RemoteReward(url, timeout, retry_window, backoff, backoff_max, wire_dtype, name, token, token_env, retries)
+
+
+def _check_remote(url: str, **_) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"reward remote: url must start with http:// or https://, got {url[:80]!r}")
+
+
+build_remote_reward.check = _check_remote  # type: ignore[attr-defined]

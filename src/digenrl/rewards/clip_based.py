@@ -82,8 +82,17 @@ def _per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
     return values.view(-1, frames).mean(dim=1).cpu()
 
 
+def _check_file(path: str | None, what: str, option: str) -> None:
+    if path is not None and not Path(path).expanduser().is_file():
+        raise FileNotFoundError(f"reward {what}: {option} {str(path)!r} does not exist")
+
+
 class ClipScore:
     name = "clipscore"
+
+    @staticmethod
+    def check(model_path: str | None = None, **_) -> None:
+        _check_dir(model_path, "clipscore")
 
     def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str = "cpu",
                  variant: Literal["hessel", "flow_grpo"] = "hessel"):  # fmt: skip
@@ -100,6 +109,12 @@ class ClipScore:
 
 class PickScore:
     name = "pickscore"
+
+    @staticmethod
+    def check(model_path: str | None = None, processor_path: str | None = None, **_) -> None:
+        _check_dir(model_path, "pickscore")
+        if processor_path is not None and not Path(processor_path).expanduser().is_dir():
+            raise FileNotFoundError(f"reward pickscore: processor_path {processor_path!r} is not a directory")
 
     def __init__(self, model_path: str | None = None, processor_path: str | None = None, scale: float = 1.0,
                  device: str = "cpu"):  # fmt: skip
@@ -144,6 +159,13 @@ def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
 
 class AestheticScore:
     name = "aesthetic"
+
+    @staticmethod
+    def check(model_path: str | None = None, head_path: str | None = None, **_) -> None:
+        _check_dir(model_path, "aesthetic")
+        if not head_path:
+            raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
+        _check_file(head_path, "aesthetic", "head_path")
 
     def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str = "cpu"):
         self.clip = ClipEmbedder(model_path, self.name, device)

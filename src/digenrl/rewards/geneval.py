@@ -85,6 +85,24 @@ class RemoteDetector:
 class GenEvalReward:
     name = "geneval"
 
+    @staticmethod
+    def check(detector_url: str | None = None, detector_factory: str | None = None,
+              detector_path: str | None = None, color_model_path: str | None = None, **_) -> None:  # fmt: skip
+        from pathlib import Path
+
+        if sum(x is not None for x in (detector_url, detector_factory, detector_path)) != 1:
+            raise ValueError("reward geneval: set exactly one of detector_url (a detection service), detector_path "
+                             "(a local transformers detection model) or detector_factory ('module:function')")  # fmt: skip
+        if detector_url is not None and not detector_url.startswith(("http://", "https://")):
+            raise ValueError(f"reward geneval: detector_url must start with http:// or https://, got {detector_url[:80]!r}")
+        for option, path in (("detector_path", detector_path), ("color_model_path", color_model_path)):
+            if path is not None and not (Path(path).expanduser() / "config.json").is_file():
+                raise FileNotFoundError(f"reward geneval: {option} {path!r} holds no model (config.json missing)")
+        if detector_factory is not None:
+            from digenrl.rewards.registry import load_target
+
+            load_target(detector_factory, "reward.geneval.detector_factory")
+
     def __init__(self, detector_url: str | None = None, detector_factory: str | None = None,
                  detector_options: dict[str, Any] | None = None, detector_path: str | None = None,
                  color_model_path: str | None = None, device: str = "cpu",

@@ -65,6 +65,13 @@ class OcrReward:
 
     name = "ocr"
 
+    @staticmethod
+    def check(**_) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("rapidocr_onnxruntime") is None:
+            raise ValueError("reward ocr: the recogniser is not installed; pip install rapidocr-onnxruntime")
+
     def __init__(self, target: Literal["quoted", "prompt"] = "quoted", text_score: float = 0.5,
                  frame_stride: int = 1, threads: int = 1, use_cls: bool = False, det_limit_side_len: int = 736,
                  det_limit_type: Literal["min", "max"] = "min"):  # fmt: skip

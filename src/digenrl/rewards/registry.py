@@ -14,7 +14,9 @@ factory). ``weight`` (default 1.0) and ``factory`` are reserved; every other key
 factory, validated against its signature before anything is built: the annotation of each keyword parameter
 is its type (checked by pydantic), a parameter without default is required, and a key the factory does not
 take is refused naming it (unless the factory takes ``**kwargs``). A factory may instead declare
-``options_model``, a pydantic model that validates its options.
+``options_model``, a pydantic model that validates its options. A factory may also have ``check(**options)``,
+which checks what can be checked without loading anything (files exist, URLs and patterns are well formed,
+optional packages are installed) and raises ``ValueError`` / ``OSError``.
 
 A factory returns a ``RewardFn`` (``rewards.base``). ``validate_reward_spec`` runs only the checks (it
 imports the factory's module but builds nothing), so the CLI can refuse bad input before writing anything.
@@ -158,7 +160,17 @@ def _check_options(name: str, factory: Callable[..., Any], options: dict[str, An
         raise RewardConfigError("; ".join(lines)) from None
     dumped = dict(validated)
     extras = validated.model_extra or {}
-    return {k: (dumped[k] if k in dumped else extras[k]) for k in options}
+    checked = {k: (dumped[k] if k in dumped else extras[k]) for k in options}
+    check = getattr(factory, "check", None)
+    if callable(check):
+        try:
+            check(**checked)
+        except (ValueError, OSError, TypeError) as e:
+            msg = f"reward.{name}: {str(e).strip(chr(39) + chr(34))}"
+            if isinstance(e, FileNotFoundError):  # keeps its type: a missing weights file
+                raise FileNotFoundError(msg) from None
+            raise RewardConfigError(msg) from None
+    return checked
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -186,7 +198,8 @@ def parse_reward_spec(spec: dict[str, dict[str, Any]]) -> list[RewardSpec]:
 
 
 def validate_reward_spec(spec: dict[str, dict[str, Any]]) -> None:
-    """Raise ``RewardConfigError`` naming the first bad reward name / option (nothing is built)."""
+    """Raise ``RewardConfigError`` (``FileNotFoundError`` for missing weights) naming the first bad reward
+    name / option; nothing is built."""
     parse_reward_spec(spec)
 
 

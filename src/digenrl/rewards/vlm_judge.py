@@ -51,6 +51,20 @@ class VlmJudgeError(RuntimeError):
 class VlmJudge:
     name = "vlm_judge"
 
+    @staticmethod
+    def check(base_url: str, model: str, prompt_template: str = DEFAULT_TEMPLATE, score_pattern: str = DEFAULT_PATTERN,
+              **_) -> None:  # fmt: skip
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"reward vlm_judge: base_url must start with http:// or https://, got {base_url[:80]!r}")
+        if "{prompt}" not in prompt_template:
+            raise ValueError("reward vlm_judge: prompt_template must contain the placeholder {prompt}")
+        try:
+            groups = re.compile(score_pattern).groups
+        except re.error as e:
+            raise ValueError(f"reward vlm_judge: score_pattern is not a valid regex: {e}") from None
+        if groups < 1:
+            raise ValueError("reward vlm_judge: score_pattern needs a group capturing the number")
+
     def __init__(self, base_url: str, model: str, prompt_template: str = DEFAULT_TEMPLATE,
                  score_pattern: str = DEFAULT_PATTERN, score_scale: float = 5.0,
                  on_parse_failure: float | Literal["error"] = 0.0, concurrency: int = 8, timeout: float = 120.0,
