@@ -1,4 +1,4 @@
-"""``digenrl`` command line: train | pretrain | eval | sample | simulate | reward-serve | profile.
+"""``digenrl`` command line: train | pretrain | eval | sample | simulate | reward-serve | profile | export.
 
 Configuration errors (unknown key, bad value, missing file) print one clear message naming the key or file and
 exit with code 2 before anything is written.
@@ -19,9 +19,15 @@ def _fail(msg: str) -> int:
 
 
 def _load(args) -> "object":
-    from digenrl.config import load_config
+    from digenrl.config import ConfigError, load_config
+    from digenrl.rewards.registry import RewardConfigError, validate_reward_spec
 
-    return load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides)
+    try:  # reward names and typed options, before anything is built or written
+        validate_reward_spec(cfg.reward)
+    except (RewardConfigError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+    return cfg
 
 
 def _context(cfg):
@@ -137,16 +143,35 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def _trained_context(args, cfg):
+    """The run context with ``--checkpoint`` (a run dir, checkpoint, exported LoRA or transformer) loaded."""
+    from digenrl.config import ConfigError
+    from digenrl.models.export import ArtifactError, apply_checkpoint
+
+    ctx = _context(cfg)
+    loaded = None
+    if args.checkpoint:
+        try:
+            loaded = apply_checkpoint(ctx.policy, args.checkpoint)
+        except ArtifactError as e:
+            raise ConfigError(str(e)) from None
+    elif args.config and (Path(args.config).parent / "checkpoint.safetensors").is_file():
+        print(f"digenrl: note: scoring the base model {cfg.model.path or '(built-in)'}; pass --checkpoint "
+              f"{Path(args.config).parent} to score the run's trained weights", file=sys.stderr)  # fmt: skip
+    return ctx, loaded
+
+
 def cmd_eval(args) -> int:
     import json
 
     from digenrl.train.evaluate import evaluate
 
     cfg = _load(args)
-    ctx = _context(cfg)
+    ctx, loaded = _trained_context(args, cfg)
     prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
     r, _ = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
-    print(json.dumps({"eval_reward": r, "prompts": len(prompts), "model": cfg.model.kind, "path": cfg.model.path}))
+    print(json.dumps({"eval_reward": r, "prompts": len(prompts), "model": cfg.model.kind, "path": cfg.model.path,
+                      "checkpoint": loaded}))  # fmt: skip
     return 0
 
 
@@ -158,7 +183,7 @@ def cmd_sample(args) -> int:
     out = Path(args.out)
     if not out.parent.is_dir():
         return _fail(f"--out: directory {str(out.parent)!r} does not exist")
-    ctx = _context(cfg)
+    ctx, _ = _trained_context(args, cfg)
     prompts = ctx.task.eval_prompts(args.num)
     _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed, num_steps=cfg.sampler.eval_num_steps)
     sample_grid(batch.images, [p.text for p in batch.prompts], out, scores=batch.rewards.tolist())
@@ -177,6 +202,7 @@ FORWARDED = {
     "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
     "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
     "cache-prompts": ("digenrl.models.prompt_cache:main", "encode the task's prompts into model.prompt_cache_dir"),
+    "export": ("digenrl.models.export:main", "export a run's trained weights as a diffusers LoRA or transformer"),
     "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for `simulate --profile`"),
 }
 
@@ -202,8 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--iters", type=int, default=None, help="optimizer iterations (base) or epochs (classifier)")
     pt.add_argument("--out", default=None, help="output safetensors (default: the packaged asset)")
     pt.set_defaults(fn=cmd_pretrain)
-    with_config(sub.add_parser("eval", help="ODE-sample the eval prompts and report the mean reward")).set_defaults(fn=cmd_eval)
+    ckpt_help = "trained weights on top of the config's base model: a run dir, checkpoint, exported LoRA or transformer"
+    e = with_config(sub.add_parser("eval", help="ODE-sample the eval prompts and report the mean reward"))
+    e.add_argument("--checkpoint", default=None, help=ckpt_help)
+    e.set_defaults(fn=cmd_eval)
     s = with_config(sub.add_parser("sample", help="write a grid of samples of the eval prompts"))
+    s.add_argument("--checkpoint", default=None, help=ckpt_help)
     s.add_argument("--out", default="samples.png")
     s.add_argument("--num", type=int, default=16)
     s.add_argument("--seed", type=int, default=0)

@@ -11,8 +11,7 @@ directory was written:
 * the task / model pairing (digits prompts need tiny_dit; text prompts need a diffusers family);
 * prompt files (``task.prompts_file`` / ``eval_prompts_file``) and ``train.prompts_per_step`` against them;
 * prompt-cache coverage when the model runs without text encoders (every prompt and the negative prompt);
-* reward names against the registry and their options (the registry's ``validate_reward_options`` if it has
-  one, else the factory's signature).
+* reward names and typed options (``rewards.registry.validate_reward_spec``).
 
 Only headers and small JSON files are read; nothing is loaded into a model. Long values are cut (``cut``).
 """
@@ -43,13 +42,13 @@ def cut(value: Any, n: int = 120) -> str:
 def validate_run(cfg: Config) -> None:
     """Everything ``digenrl train`` needs (``validate_inputs`` + ``run_dir``)."""
     check_run_dir(cfg.run_dir)
-    validate_inputs(cfg)
+    validate_inputs(cfg, training=True)
 
 
-def validate_inputs(cfg: Config) -> None:
+def validate_inputs(cfg: Config, *, training: bool = False) -> None:
     """Model, task, prompts, prompt cache and rewards (what ``eval`` and ``sample`` need too)."""
     check_model(cfg)
-    texts = check_task(cfg)
+    texts = check_task(cfg, training)
     check_prompt_cache(cfg, texts)
     check_rewards(cfg.reward)
 
@@ -132,8 +131,9 @@ def family_spec(kind: str):
 
 
 # ---- task / prompts ----------------------------------------------------------------------------------------
-def check_task(cfg: Config) -> list[str]:
-    """Check the task, its prompt files and its pairing with the model; return every prompt text."""
+def check_task(cfg: Config, training: bool = False) -> list[str]:
+    """Check the task, its prompt files and its pairing with the model (``training``: also that a step's
+    prompts fit the prompt file); return every prompt text."""
     t, kind = cfg.task, cfg.model.kind
     if t.name == "digits":
         if kind != "tiny_dit":
@@ -157,7 +157,7 @@ def check_task(cfg: Config) -> list[str]:
             prompts = read_prompt_file(f)
         except PromptFileError as e:
             raise ConfigError(f"{key}: {cut_text(str(e), 300)}") from None
-        if key == "task.prompts_file" and cfg.train.prompts_per_step > len(prompts):
+        if training and key == "task.prompts_file" and cfg.train.prompts_per_step > len(prompts):
             raise ConfigError(f"train.prompts_per_step={cfg.train.prompts_per_step} exceeds the {len(prompts)} "
                               f"prompts of task.prompts_file {cut(str(f))}")
         texts += [p.text for p in prompts]
@@ -170,7 +170,7 @@ def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
     if m.kind not in DIFFUSERS_KINDS:
         return
     from digenrl.models.diffusers_files import present_components
-    from digenrl.models.prompt_cache import PromptCache, prompt_key
+    from digenrl.models.prompt_cache import PromptCache
 
     spec = family_spec(m.kind)
     want = m.options.get("load_text_encoders", "auto")
@@ -188,9 +188,8 @@ def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
         raise ConfigError(f"model.prompt_cache_dir: {cut(m.prompt_cache_dir)} holds "
                           f"{'no prompt cache manifest' if not ids else f'{len(ids)} encoder ids'}; "
                           "build one (one encoder per directory) with `digenrl cache-prompts`")
-    root = Path(m.prompt_cache_dir).expanduser()
     negative = str(m.options.get("negative_prompt", ""))
-    missing = [t for t in texts + [negative] if not (root / f"{prompt_key(ids[0], t)}.safetensors").is_file()]
+    missing = PromptCache(m.prompt_cache_dir, ids[0]).uncovered(texts + [negative])
     if missing:
         raise ConfigError(f"model.prompt_cache_dir: {len(missing)} prompt(s) are not in the cache "
                           f"{cut(m.prompt_cache_dir)}, e.g. {cut(missing[0], 80)}; run `digenrl cache-prompts` "
@@ -199,35 +198,11 @@ def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
 
 # ---- rewards -----------------------------------------------------------------------------------------------
 def check_rewards(spec: dict[str, dict[str, Any]]) -> None:
-    from digenrl.rewards import registry
+    """Reward names (built-in, entry point or ``module:factory``) and typed options: the registry's own check."""
+    from digenrl.rewards.registry import RewardConfigError, validate_reward_spec
 
-    for name, opts in spec.items():
-        if name not in registry.reward_names():
-            raise ConfigError(f"reward.{cut_text(name, 60)}: unknown reward; expected one of {registry.reward_names()}")
-        if not isinstance(opts, dict):
-            raise ConfigError(f"reward.{name}: expected a table of options like {{weight: 1.0}}, got {cut(opts)}")
-        weight = opts.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise ConfigError(f"reward.{name}.weight: expected a number, got {cut(weight)}")
-        options = {k: v for k, v in opts.items() if k != "weight"}
-        typed = getattr(registry, "validate_reward_options", None)  # typed options, where the registry has them
-        try:
-            if typed is not None:
-                typed(name, options)
-            else:
-                _check_signature(registry, name, options)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"reward.{name}: {cut_text(str(e), 300)}") from None
+    try:
+        validate_reward_spec(spec)
+    except (RewardConfigError, FileNotFoundError) as e:
+        raise ConfigError(cut_text(str(e), 300)) from None
 
-
-def _check_signature(registry, name: str, options: dict[str, Any]) -> None:
-    import importlib
-
-    module, fn = registry._FACTORIES[name].split(":")
-    params = inspect.signature(getattr(importlib.import_module(module), fn)).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return  # the factory checks its own options
-    unknown = sorted(set(options) - set(params))
-    if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(cut(u, 40) for u in unknown)}; "
-                         f"expected weight{''.join(', ' + p for p in params)}")

@@ -50,7 +50,7 @@ def test_cache_matches_pipeline_encoder_and_encoders_can_be_dropped(flux_dir, tm
 
     with pytest.raises(PromptCacheMiss, match="not in the prompt cache"):
         pol.encode_prompts([Prompt(9, "a blue dog")])
-    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == len(TEXTS) + 1
+    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 1  # one shard for the whole prompt set
 
 
 def test_precomputed_cache_without_text_encoders(flux_dir, tmp_path):
@@ -116,8 +116,16 @@ def test_cache_rows_round_trip(tmp_path):
         fresh.get(["z"])
 
 
-def test_cache_prompts_cli(flux_dir, tmp_path, capsys):
+def test_cache_prompts_cli(flux_dir, tmp_path, capsys, monkeypatch):
+    import diffusers
+
     from digenrl.models.prompt_cache import main
+
+    def refuse(*a, **k):
+        raise AssertionError("cache-prompts must not load the transformer or the VAE")
+
+    monkeypatch.setattr(diffusers.FluxTransformer2DModel, "from_pretrained", refuse)
+    monkeypatch.setattr(diffusers.AutoencoderKL, "from_pretrained", refuse)
 
     prompts = tmp_path / "train.jsonl"
     prompts.write_text('{"prompt": "a red cat"}\n{"prompt": "a big dog"}\n')
@@ -125,8 +133,49 @@ def test_cache_prompts_cli(flux_dir, tmp_path, capsys):
             "model.options={height: 16, width: 16, max_sequence_length: 8}", "task.name=text",
             f"task.prompts_file={prompts}"]  # fmt: skip
     assert main(args) == 0
-    assert "cached 3 new prompt embeddings" in capsys.readouterr().out  # 2 prompts + the negative prompt
+    out = capsys.readouterr().out
+    assert "cached 3 new prompt embeddings" in out  # 2 prompts + the negative prompt
+    assert "transformer" not in out.split("loaded:")[1] and "text_encoder_2" in out
+    monkeypatch.undo()
+    pol = policy(flux_dir, tmp_path / "c", load_text_encoders=False)  # a run reads what cache-prompts wrote
+    assert pol.encode_prompts([Prompt(0, "a big dog")])["prompt_embeds"].shape == (1, 8, 16)
     assert main(["model.nope=1"]) == 2
     (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n{"text": 1}\n')
     assert main(args[:-1] + [f"task.prompts_file={tmp_path / 'bad.jsonl'}"]) == 2
     assert "bad.jsonl:2" in capsys.readouterr().out
+
+
+def test_sharded_cache_lru_and_other_writers(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    texts = [f"prompt {i}" for i in range(50)]
+    cond = {"e": torch.randn(50, 3, generator=g), "m": torch.arange(50)}
+    writer = PromptCache(tmp_path, "fam-1", shard_rows=16)
+    with writer.bulk():
+        writer.put(texts[:20], {k: v[:20] for k, v in cond.items()})
+        writer.put(texts[20:], {k: v[20:] for k, v in cond.items()})
+    shards = sorted(tmp_path.glob("shard-*.safetensors"))
+    assert len(shards) == 2  # 20 rows (>= 16) flushed as one shard, the other 30 at the end of bulk()
+
+    reader = PromptCache(tmp_path, "fam-1", max_rows=8)  # a new process: only the headers are read
+    assert len(reader) == 50 and len(reader._mem) == 0
+    out = reader.get(texts[::-1])
+    torch.testing.assert_close(out["e"], cond["e"].flip(0))
+    torch.testing.assert_close(out["m"], cond["m"].flip(0))
+    assert len(reader._mem) == 8 and list(reader._mem) == texts[7::-1]  # LRU: the 8 most recent rows
+    reader.get_row(texts[7])
+    assert list(reader._mem)[-1] == texts[7]
+
+    other = PromptCache(tmp_path, "fam-2")  # another encoder id in the same directory never sees these rows
+    assert other.missing(texts[:2]) == texts[:2]
+    writer.put(["late"], {"e": torch.ones(1, 3), "m": torch.tensor([7])})  # outside bulk(): written at once
+    torch.testing.assert_close(reader.get(["late"])["m"], torch.tensor([7]))  # picked up on a miss
+
+
+def test_reads_the_per_prompt_files_of_the_earlier_layout(tmp_path):
+    from safetensors.torch import save_file
+
+    from digenrl.models.prompt_cache import prompt_key
+
+    row = {"e": torch.randn(3)}
+    save_file(row, str(tmp_path / f"{prompt_key('fam-1', 'old prompt')}.safetensors"))
+    torch.testing.assert_close(PromptCache(tmp_path, "fam-1").get(["old prompt"])["e"], row["e"][None])

@@ -31,7 +31,11 @@ def clip_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("clip") / "clip"
     CLIPModel(CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=8)).save_pretrained(path)
     ip = CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
-    CLIPProcessor(image_processor=ip, tokenizer=word_tokenizer(16)).save_pretrained(path)
+    from tokenizers import processors
+
+    tok = word_tokenizer(16)  # end every text with </s> (eos_token_id=1), where CLIP pools the text
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    CLIPProcessor(image_processor=ip, tokenizer=tok).save_pretrained(path)
     return path
 
 
@@ -52,9 +56,12 @@ def direct_embeddings(path, images, texts):
 def test_clipscore_and_pickscore_match_direct_clip(clip_dir):
     x = torch.rand(2, 3, 24, 24, generator=torch.Generator().manual_seed(1))
     img, txt, scale = direct_embeddings(clip_dir, x, [p.text for p in PROMPTS])
+    assert not torch.allclose(txt[0], txt[1])  # the two prompts embed differently
     cos = (img * txt).sum(-1)
     clip = build_reward("clipscore", model_path=str(clip_dir))(x, PROMPTS)
     torch.testing.assert_close(clip, 2.5 * cos.clamp_min(0), atol=1e-5, rtol=1e-4)
+    fg = build_reward("clipscore", model_path=str(clip_dir), variant="flow_grpo")(x, PROMPTS)
+    torch.testing.assert_close(fg, scale * cos / 30, atol=1e-5, rtol=1e-4)  # flow_grpo clip_scorer.py
     pick = build_reward("pickscore", model_path=str(clip_dir), scale=0.5)(x, PROMPTS)
     torch.testing.assert_close(pick, 0.5 * scale * cos, atol=1e-5, rtol=1e-4)
     video = torch.stack([x, x.flip(-1)], dim=2)  # [B, C, F, H, W]

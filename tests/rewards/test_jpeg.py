@@ -31,9 +31,11 @@ def test_compressibility_is_minus_jpeg_kilobytes():
     x = images()
     prompts = [Prompt(i, "p") for i in range(3)]
     comp = build_reward("jpeg_compressibility")(x, prompts)
+    ddpo = build_reward("jpeg_compressibility", scale="ddpo")(x, prompts)
     incomp = build_reward("jpeg_incompressibility")(x, prompts)
     expected = torch.tensor([direct_kb(im) for im in x])
-    torch.testing.assert_close(comp, -expected)
+    torch.testing.assert_close(comp, -expected / 500)  # flow_grpo/rewards.py: -kB / 500
+    torch.testing.assert_close(ddpo, -expected)  # DDPO: -kB
     torch.testing.assert_close(incomp, expected)
     assert comp[0] > comp[1]  # a flat image compresses better than noise
 
@@ -43,7 +45,7 @@ def test_weighted_sum_through_registry_and_video_mean():
     prompts = [Prompt(i, "p") for i in range(3)]
     ws = build_weighted({"jpeg_compressibility": {"weight": 2.0}, "jpeg_incompressibility": {"weight": 0.5}})
     total, parts = ws.score(x, prompts)
-    torch.testing.assert_close(total, -1.5 * parts["jpeg_incompressibility"])
+    torch.testing.assert_close(total, (0.5 - 2.0 / 500) * parts["jpeg_incompressibility"])
     video = torch.stack([x[0], x[1]], dim=1).unsqueeze(0)  # [1, C, F=2, H, W]
     r = build_reward("jpeg_incompressibility")(video, prompts[:1])
     torch.testing.assert_close(r, torch.tensor([(direct_kb(x[0]) + direct_kb(x[1])) / 2]))

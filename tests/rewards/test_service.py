@@ -135,4 +135,4 @@ def test_reward_serve_main_subprocess():
         proc.terminate()
         assert proc.wait(timeout=10) == 0
     bad = subprocess.run([sys.executable, "-c", code, "--reward", "nope"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown reward 'nope'" in bad.stdout
+    assert bad.returncode == 2 and "reward.nope: unknown reward" in bad.stdout

@@ -12,7 +12,8 @@ t / 1000 (FLUX, Qwen-Image, whose models rescale internally), exactly as the fam
 
 Family subclasses define ``spec`` and implement ``_encode_texts``, ``_transformer_call``, ``decode`` and
 ``_latent_layout``; options come from ``model.options`` (pixel ``height`` / ``width`` / ``frames``,
-``max_sequence_length``, ``negative_prompt``, ``load_text_encoders``, ``reference_copy``).
+``max_sequence_length``, ``negative_prompt``, ``load_text_encoders``, ``reference_copy``, ``prompt_cache_rows``: rows
+kept in memory by the prompt cache's LRU layer, default 4096).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class DiffusersPolicy(Policy):
         self.model_path = model_cfg.path
         if encoder_id is None:
             encoder_id = self._encoder_id_from_pipe()
-        self.prompt_cache = PromptCache(cache_dir, encoder_id)
+        self.prompt_cache = PromptCache(cache_dir, encoder_id, max_rows=int(self.options.get("prompt_cache_rows", 4096)))
         self._null: Cond | None = None
         self._reference_snapshot: dict[str, torch.Tensor] | None = None
         self.latent_shape = self._latent_layout()
@@ -114,10 +115,11 @@ class DiffusersPolicy(Policy):
         todo = self.prompt_cache.missing(list(texts) + [self.negative_prompt])
         if todo and not self.has_text_encoders:
             raise PromptCacheMiss(self._miss_message(todo))
-        for i in range(0, len(todo), batch_size):
-            chunk = todo[i : i + batch_size]
-            with torch.no_grad():
-                self.prompt_cache.put(chunk, self._encode_texts(chunk))
+        with self.prompt_cache.bulk():
+            for i in range(0, len(todo), batch_size):
+                chunk = todo[i : i + batch_size]
+                with torch.no_grad():
+                    self.prompt_cache.put(chunk, self._encode_texts(chunk))
         if drop_encoders:
             self.drop_text_encoders()
         return len(todo)
@@ -268,3 +270,43 @@ def build_family_policy(policy_cls: type[DiffusersPolicy], model_cfg) -> Diffuse
             if comp != "transformer":
                 module.requires_grad_(False)
     return policy_cls(pipe, model_cfg, cache_dir=cache_dir, encoder_id=encoder_id)
+
+
+class TextEncoderOnly:
+    """The text encoders of a family and nothing else (no transformer, no VAE): what ``digenrl cache-prompts``
+    loads to fill the prompt cache. Encodes exactly as the family policy does (its ``_encode_texts``)."""
+
+    def __init__(self, policy_cls: type[DiffusersPolicy], model_cfg):
+        import json as _json
+
+        from digenrl.models.diffusers_files import check_model_dir, load_pipeline
+
+        self.spec = spec = policy_cls.spec
+        index = check_model_dir(model_cfg.path, spec.name, spec.text_components)
+        keep = set(spec.text_components) | {"scheduler"}
+        skip = [c for c, v in index.items() if not c.startswith("_") and isinstance(v, list) and c not in keep]
+        self._pipe = load_pipeline(policy_cls.pipeline_class(), model_cfg.path, model_cfg.dtype, skip)
+        self.options: dict[str, Any] = {**dict(spec.default_options), **dict(model_cfg.options)}
+        self.model_path = model_cfg.path
+        self.device = torch.device(model_cfg.device)
+        for comp in spec.text_components:
+            module = getattr(self._pipe, comp, None)
+            if isinstance(module, torch.nn.Module):
+                module.to(self.device).requires_grad_(False)
+        self._encode_texts = policy_cls._encode_texts.__get__(self)
+        self.encoding_options = policy_cls.encoding_options.__get__(self)
+        self.has_text_encoders = True
+        encoder_id = policy_cls._encoder_id_from_pipe(self)
+        self.prompt_cache = PromptCache(model_cfg.prompt_cache_dir, encoder_id)
+        self.loaded = sorted(c for c in _json.loads((Path(model_cfg.path).expanduser() / "model_index.json").read_text())
+                             if getattr(self._pipe, c, None) is not None)  # fmt: skip
+
+    def cache_prompts(self, texts: Sequence[str], batch_size: int = 16) -> int:
+        negative = str(self.options.get("negative_prompt", ""))
+        todo = self.prompt_cache.missing(list(texts) + [negative])
+        with self.prompt_cache.bulk():
+            for i in range(0, len(todo), batch_size):
+                chunk = todo[i : i + batch_size]
+                with torch.no_grad():
+                    self.prompt_cache.put(chunk, self._encode_texts(chunk))
+        return len(todo)

@@ -128,15 +128,19 @@ def lora_state_dict(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def export_lora(policy, out_dir: str | Path) -> Path:
-    """Write the trained LoRA as ``pytorch_lora_weights.safetensors`` loadable by the family pipeline's
-    ``load_lora_weights`` (``pipeline_cls.save_lora_weights`` with the adapter config as metadata, so the
-    alpha / rank scale survives the round trip)."""
+    """Write the trained LoRA of ``policy`` as ``pytorch_lora_weights.safetensors`` (see ``save_lora_dir``)."""
+    return save_lora_dir(policy.transformer, policy.pipeline_class(), out_dir)
+
+
+def save_lora_dir(transformer: torch.nn.Module, pipeline_cls, out_dir: str | Path) -> Path:
+    """Write the adapter of ``transformer`` loadable by ``pipeline_cls.load_lora_weights``
+    (``pipeline_cls.save_lora_weights`` with the adapter config as metadata, so the alpha / rank scale
+    survives the round trip)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    transformer = policy.transformer
     state = lora_state_dict(transformer)
     metadata = transformer.peft_config[ADAPTER].to_dict()
-    policy.pipeline_class().save_lora_weights(
+    pipeline_cls.save_lora_weights(
         str(out),
         transformer_lora_layers=state,
         transformer_lora_adapter_metadata=metadata,

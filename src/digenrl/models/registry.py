@@ -48,3 +48,20 @@ def load_weights(policy: Policy, path: str) -> None:
         raise ValueError(f"model.checkpoint: {path!r} holds {len(unknown)} tensors this model does not have "
                          f"(e.g. {unknown[0]!r}); build the model as the run did (model.kind, model.lora)")
     policy.load_trainable_state_dict(state)
+
+
+def family_policy_class(kind: str):
+    """The ``DiffusersPolicy`` subclass of a diffusers family ``kind`` (None for other kinds, e.g. tiny_dit)."""
+    import importlib
+
+    from digenrl.models.diffusers_common import DiffusersPolicy
+
+    target = _BUILDERS.get(kind)
+    if target is None:
+        raise ValueError(f"model.kind: unknown policy kind {kind!r}; expected one of {policy_kinds()}")
+    module = importlib.import_module(target.split(":")[0])
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, DiffusersPolicy) and value is not DiffusersPolicy:
+            if value.spec.name == kind:
+                return value
+    return None

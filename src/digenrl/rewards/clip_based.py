@@ -5,6 +5,8 @@ directory (``model_path``) and preprocess with its ``CLIPProcessor`` (8-bit RGB,
 normalise). With unit-normalised embeddings e_img, e_txt:
 
 * ``clipscore`` (Hessel et al. 2021): r = w * max(cos(e_img, e_txt), 0), w = ``scale`` (2.5 in the paper).
+  ``variant: flow_grpo`` gives Flow-GRPO's ``clip_scorer.py`` instead: r = exp(logit_scale) * cos / 30
+  (no clamp; ``scale`` unused).
 * ``pickscore`` (Kirstain et al. 2023; weights ``yuvalkirstain/PickScore_v1`` on a CLIP-H processor):
   r = ``scale`` * exp(logit_scale) * cos(e_img, e_txt). Flow-GRPO divides by 26 (``scale = 1/26``).
 * ``aesthetic`` (LAION improved aesthetic predictor v2, CLIP ViT-L/14): an MLP head on e_img,
@@ -18,7 +20,7 @@ Videos ``[B, C, F, H, W]`` score the mean over frames. Every missing file is a c
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 
@@ -58,9 +60,15 @@ class ClipEmbedder:
         if x.shape[1] == 1:
             x = x.expand(-1, 3, -1, -1)
         arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-        pix = self.processor(images=list(arr), return_tensors="pt")["pixel_values"].to(self.device)
+        return self.arrays(list(arr)), frames
+
+    @torch.no_grad()
+    def arrays(self, images: Sequence) -> torch.Tensor:
+        """Unit embeddings [N, D] of HxWx3 uint8 RGB arrays (any sizes: the processor resizes and crops)."""
+        pix = self.processor(images=list(images), return_tensors="pt", input_data_format="channels_last")
+        pix = pix["pixel_values"].to(self.device)
         emb = _features(self.model.get_image_features(pixel_values=pix)).float()
-        return torch.nn.functional.normalize(emb, dim=-1), frames
+        return torch.nn.functional.normalize(emb, dim=-1)
 
     @torch.no_grad()
     def texts(self, texts: Sequence[str]) -> torch.Tensor:
@@ -74,20 +82,39 @@ def _per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
     return values.view(-1, frames).mean(dim=1).cpu()
 
 
+def _check_file(path: str | None, what: str, option: str) -> None:
+    if path is not None and not Path(path).expanduser().is_file():
+        raise FileNotFoundError(f"reward {what}: {option} {str(path)!r} does not exist")
+
+
 class ClipScore:
     name = "clipscore"
 
-    def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str = "cpu"):
-        self.clip, self.scale = ClipEmbedder(model_path, self.name, device), float(scale)
+    @staticmethod
+    def check(model_path: str | None = None, **_) -> None:
+        _check_dir(model_path, "clipscore")
+
+    def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str = "cpu",
+                 variant: Literal["hessel", "flow_grpo"] = "hessel"):  # fmt: skip
+        self.clip, self.scale, self.variant = ClipEmbedder(model_path, self.name, device), float(scale), variant
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
         img, frames = self.clip.images(images)
         txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
-        return _per_sample(self.scale * (img * txt).sum(-1).clamp_min(0), frames)
+        cos = (img * txt).sum(-1)
+        if self.variant == "flow_grpo":
+            return _per_sample(self.clip.model.logit_scale.exp().float().item() * cos / 30.0, frames)
+        return _per_sample(self.scale * cos.clamp_min(0), frames)
 
 
 class PickScore:
     name = "pickscore"
+
+    @staticmethod
+    def check(model_path: str | None = None, processor_path: str | None = None, **_) -> None:
+        _check_dir(model_path, "pickscore")
+        if processor_path is not None and not Path(processor_path).expanduser().is_dir():
+            raise FileNotFoundError(f"reward pickscore: processor_path {processor_path!r} is not a directory")
 
     def __init__(self, model_path: str | None = None, processor_path: str | None = None, scale: float = 1.0,
                  device: str = "cpu"):  # fmt: skip
@@ -132,6 +159,13 @@ def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
 
 class AestheticScore:
     name = "aesthetic"
+
+    @staticmethod
+    def check(model_path: str | None = None, head_path: str | None = None, **_) -> None:
+        _check_dir(model_path, "aesthetic")
+        if not head_path:
+            raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
+        _check_file(head_path, "aesthetic", "head_path")
 
     def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str = "cpu"):
         self.clip = ClipEmbedder(model_path, self.name, device)

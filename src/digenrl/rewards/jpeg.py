@@ -2,10 +2,13 @@
 Reinforcement Learning", section 6.1 and its reference code ``ddpo_pytorch/rewards.py``).
 
 Each image is quantised to 8-bit RGB and JPEG-encoded with PIL at quality 95; its size in kilobytes is
-``bytes / 1000``. Then::
+``bytes / 1000``. Then, by default as Flow-GRPO (``flow_grpo/rewards.py``)::
 
-    jpeg_compressibility   r = -size_kb
-    jpeg_incompressibility r = +size_kb
+    jpeg_compressibility   r = -size_kb / 500      (scale="flow_grpo", the default)
+                           r = -size_kb            (scale="ddpo": DDPO's reference code)
+    jpeg_incompressibility r = +size_kb            (both projects)
+
+Flow-GRPO's recipes are tuned with the /500 factor (a 512x512 image of ~50 kB scores -0.1).
 
 Videos ``[B, C, F, H, W]`` score the mean over frames. Grayscale images are replicated to RGB.
 """
@@ -13,12 +16,13 @@ Videos ``[B, C, F, H, W]`` score the mean over frames. Grayscale images are repl
 from __future__ import annotations
 
 import io
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
 
 QUALITY = 95
+COMPRESSIBILITY_SCALES = {"flow_grpo": 1.0 / 500.0, "ddpo": 1.0}
 
 
 def _to_uint8_frames(images: torch.Tensor) -> list[list[np.ndarray]]:
@@ -56,8 +60,8 @@ class JpegReward:
         return self.sign * jpeg_size_kb(images, self.quality)
 
 
-def build_jpeg_compressibility(quality: int = QUALITY) -> JpegReward:
-    return JpegReward(-1.0, "jpeg_compressibility", quality)
+def build_jpeg_compressibility(quality: int = QUALITY, scale: Literal["flow_grpo", "ddpo"] = "flow_grpo") -> JpegReward:
+    return JpegReward(-COMPRESSIBILITY_SCALES[scale], "jpeg_compressibility", quality)
 
 
 def build_jpeg_incompressibility(quality: int = QUALITY) -> JpegReward:

@@ -1,47 +1,214 @@
-"""Reward registry: ``name -> "module:factory"``, built lazily so optional weights/imports load only when used.
+"""Reward registry and plug-ins: find a reward's factory, validate its typed options, build the weighted sum.
 
-A factory takes keyword options (from the config's ``reward.<name>`` table) and returns a ``RewardFn``.
+The config's ``reward`` table maps a name to options::
+
+    reward:
+      ocr: {weight: 1.0}                                    # a built-in name
+      my_reward: {weight: 0.5, threshold: 0.3}              # an entry point of group "digenrl.rewards"
+      "my_pkg.rewards:build_judge": {weight: 1.0}           # a "module:factory" path as the name
+      judge_b: {factory: "my_pkg.rewards:build_judge", weight: 1.0, temperature: 0.0}
+
+A name is resolved, in this order, as: the ``factory`` option (``"module:attr"``); a name containing ``:``;
+a built-in (``BUILTIN``); an installed entry point of group ``digenrl.rewards`` (``ep.load()`` gives the
+factory). ``weight`` (default 1.0) and ``factory`` are reserved; every other key is an option of the
+factory, validated against its signature before anything is built: the annotation of each keyword parameter
+is its type (checked by pydantic), a parameter without default is required, and a key the factory does not
+take is refused naming it (unless the factory takes ``**kwargs``). A factory may instead declare
+``options_model``, a pydantic model that validates its options. A factory may also have ``check(**options)``,
+which checks what can be checked without loading anything (files exist, URLs and patterns are well formed,
+optional packages are installed) and raises ``ValueError`` / ``OSError``.
+
+A factory returns a ``RewardFn`` (``rewards.base``). ``validate_reward_spec`` runs only the checks (it
+imports the factory's module but builds nothing), so the CLI can refuse bad input before writing anything.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import importlib.metadata
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from digenrl.rewards.base import RewardFn, WeightedSum
 
-_FACTORIES: dict[str, str] = {
+ENTRY_POINT_GROUP = "digenrl.rewards"
+RESERVED = ("weight", "factory")
+
+BUILTIN: dict[str, str] = {
     "digits": "digenrl.rewards.digits:build_digits_reward",
     "jpeg_compressibility": "digenrl.rewards.jpeg:build_jpeg_compressibility",
     "jpeg_incompressibility": "digenrl.rewards.jpeg:build_jpeg_incompressibility",
-    "clipscore": "digenrl.rewards.clip_based:build_clipscore",
-    "pickscore": "digenrl.rewards.clip_based:build_pickscore",
-    "aesthetic": "digenrl.rewards.clip_based:build_aesthetic",
+    "clipscore": "digenrl.rewards.clip_based:ClipScore",
+    "pickscore": "digenrl.rewards.clip_based:PickScore",
+    "aesthetic": "digenrl.rewards.clip_based:AestheticScore",
+    "ocr": "digenrl.rewards.ocr:OcrReward",
+    "vlm_judge": "digenrl.rewards.vlm_judge:VlmJudge",
+    "geneval": "digenrl.rewards.geneval:GenEvalReward",
     "remote": "digenrl.rewards.client:build_remote_reward",
 }
 
 
-def register(name: str, target: str) -> None:
-    _FACTORIES[name] = target
+class RewardConfigError(ValueError):
+    """A reward name or option that cannot be used; the message names ``reward.<name>[.<option>]``."""
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """One validated entry of the ``reward`` table."""
+
+    name: str
+    weight: float
+    factory: Callable[..., RewardFn]
+    options: dict[str, Any]
+    origin: str  # "builtin:<target>", "entry_point:<value>" or "path:<module:attr>"
 
 
 def reward_names() -> list[str]:
-    return sorted(_FACTORIES)
+    """Built-in names and installed entry points."""
+    return sorted(set(BUILTIN) | {ep.name for ep in _entry_points()})
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def load_target(target: str, where: str) -> Callable[..., Any]:
+    """``"pkg.module:attr[.attr]"`` -> the object; errors name ``where`` and the target."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise RewardConfigError(f"{where}: factory {target!r} must look like 'package.module:function'")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as e:
+        raise RewardConfigError(f"{where}: cannot import module {module!r} of factory {target!r}: {e}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise RewardConfigError(f"{where}: module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise RewardConfigError(f"{where}: factory {target!r} is not callable")
+    return obj
+
+
+def resolve_factory(name: str, factory: str | None = None) -> tuple[Callable[..., RewardFn], str]:
+    """The factory of reward ``name`` and where it came from (see the module docstring for the order)."""
+    where = f"reward.{name}"
+    if factory is not None:
+        if not isinstance(factory, str):
+            raise RewardConfigError(f"{where}.factory: expected a 'module:function' string, got {factory!r}")
+        return load_target(factory, f"{where}.factory"), f"path:{factory}"
+    if ":" in name:
+        return load_target(name, where), f"path:{name}"
+    if name in BUILTIN:
+        return load_target(BUILTIN[name], where), f"builtin:{BUILTIN[name]}"
+    matches = [ep for ep in _entry_points() if ep.name == name]
+    if matches:
+        try:
+            return matches[0].load(), f"entry_point:{matches[0].value}"
+        except Exception as e:  # a broken plug-in is bad input, not a crash
+            raise RewardConfigError(f"{where}: entry point {matches[0].value!r} failed to load: {e!r}") from None
+    raise RewardConfigError(
+        f"reward.{str(name)[:60]}: unknown reward; expected one of {reward_names()}, an entry point of group "
+        f"{ENTRY_POINT_GROUP!r}, or a 'module:function' factory"
+    )
+
+
+def options_model(factory: Callable[..., Any]) -> type[BaseModel]:
+    """A pydantic model of ``factory``'s keyword options (``factory.options_model`` if it declares one)."""
+    declared = getattr(factory, "options_model", None)
+    if isinstance(declared, type) and issubclass(declared, BaseModel):
+        return declared
+    fn = factory.__init__ if isinstance(factory, type) else factory
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable annotations: accept any value for those parameters
+        hints = {}
+    sig = inspect.signature(factory)
+    fields: dict[str, Any] = {}
+    extra = "forbid"
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            extra = "allow"
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+            continue
+        default = ... if p.default is p.empty else p.default
+        fields[p.name] = (hints.get(p.name, Any), default)
+    cfg = ConfigDict(extra=extra, arbitrary_types_allowed=True, protected_namespaces=())
+    return create_model(f"{getattr(factory, '__name__', 'reward')}_options", __config__=cfg, **fields)
+
+
+def _check_options(name: str, factory: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    model = options_model(factory)
+    try:
+        validated = model.model_validate(options)
+    except ValidationError as e:
+        known = sorted(model.model_fields)
+        lines = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                lines.append(f"reward.{name}.{key}: unknown option (options of {name!r}: {known + list(RESERVED)})")
+            elif err["type"] == "missing":
+                lines.append(f"reward.{name}.{key}: required option is missing")
+            else:
+                lines.append(f"reward.{name}.{key}: {err['msg']} (got {_short(err.get('input'))})")
+        raise RewardConfigError("; ".join(lines)) from None
+    dumped = dict(validated)
+    extras = validated.model_extra or {}
+    checked = {k: (dumped[k] if k in dumped else extras[k]) for k in options}
+    check = getattr(factory, "check", None)
+    if callable(check):
+        try:
+            check(**checked)
+        except (ValueError, OSError, TypeError) as e:
+            msg = f"reward.{name}: {str(e).strip(chr(39) + chr(34))}"
+            if isinstance(e, FileNotFoundError):  # keeps its type: a missing weights file
+                raise FileNotFoundError(msg) from None
+            raise RewardConfigError(msg) from None
+    return checked
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_reward_spec(spec: dict[str, dict[str, Any]]) -> list[RewardSpec]:
+    """Validate the whole ``reward`` table (names, weights, typed options) without building anything."""
+    if not isinstance(spec, dict) or not spec:
+        raise RewardConfigError("reward: at least one reward is required (a table name -> options)")
+    out = []
+    for name, opts in spec.items():
+        if opts is None:
+            opts = {}
+        if not isinstance(opts, dict):
+            raise RewardConfigError(f"reward.{name}: expected a table of options, got {_short(opts)}")
+        opts = dict(opts)
+        weight = opts.pop("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise RewardConfigError(f"reward.{name}.weight: expected a number, got {_short(weight)}")
+        factory, origin = resolve_factory(str(name), opts.pop("factory", None))
+        out.append(RewardSpec(str(name), float(weight), factory, _check_options(str(name), factory, opts), origin))
+    return out
+
+
+def validate_reward_spec(spec: dict[str, dict[str, Any]]) -> None:
+    """Raise ``RewardConfigError`` (``FileNotFoundError`` for missing weights) naming the first bad reward
+    name / option; nothing is built."""
+    parse_reward_spec(spec)
 
 
 def build_reward(name: str, **options: Any) -> RewardFn:
-    target = _FACTORIES.get(name)
-    if target is None:
-        raise ValueError(f"reward: unknown reward {name!r}; expected one of {reward_names()}")
-    module, fn = target.split(":")
-    return getattr(importlib.import_module(module), fn)(**options)
+    (rs,) = parse_reward_spec({name: options})
+    return rs.factory(**rs.options)
 
 
 def build_weighted(spec: dict[str, dict[str, Any]]) -> WeightedSum:
-    """``spec`` = {name: {"weight": w, **options}} -> WeightedSum."""
-    parts = {}
-    for name, opts in spec.items():
-        opts = dict(opts)
-        weight = float(opts.pop("weight", 1.0))
-        parts[name] = (weight, build_reward(name, **opts))
-    return WeightedSum(parts)
+    """``spec`` = {name: {"weight": w, **options}} -> WeightedSum (validated first, then built)."""
+    specs = parse_reward_spec(spec)
+    return WeightedSum({rs.name: (rs.weight, rs.factory(**rs.options)) for rs in specs})

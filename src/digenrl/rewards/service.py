@@ -8,24 +8,43 @@ Batching: handler threads put requests in a queue; one scoring thread takes the 
 and keeps adding queued requests with the same image shape until the batch holds ``max_batch`` samples or
 ``max_wait`` seconds have passed since it opened; it scores the concatenated batch in one call and hands
 each request its slice. A request larger than ``max_batch`` is scored alone. The sizes of the last batches
-are reported by ``/health`` (``batch_sizes``).
+are reported by ``/health`` (``batch_sizes``). The response carries the total and the per-reward breakdown
+(``parts``) of a weighted sum, so several rewards (each a model on this process's device) share one service.
+
+Isolation: if a batch of several requests fails, each request is scored again alone, so one bad request fails
+only itself. A reward that rejects its input (``ValueError``, ``KeyError``, ``TypeError``, e.g. a prompt
+without the metadata the reward needs) answers 422; any other failure 500 (which clients retry).
+
+Hardening: the body is capped (``max_body_bytes``; larger -> drained without keeping it, then 413), every socket read has a
+timeout (``read_timeout``; a stalled or short body -> 408), and every malformed request (bad or missing
+Content-Length, invalid JSON, a field off the wire format) is answered 400 with a short message -- the
+connection is never dropped without a response. With ``token`` set, ``POST /score`` requires
+``Authorization: Bearer <token>`` (401 otherwise); ``digenrl reward-serve`` refuses to bind beyond loopback
+without a token unless ``--allow-unauthenticated`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hmac
+import ipaddress
 import json
+import os
 import queue
 import signal
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
 import torch
+
+DEFAULT_MAX_BODY = 256 * 2**20
+INPUT_ERRORS = (ValueError, KeyError, TypeError)
 
 from digenrl.rewards import wire
 from digenrl.rollout.records import Prompt
@@ -106,9 +125,14 @@ class RequestBatcher:
         try:
             images = torch.cat([j.images for j in batch])
             total, parts = score_with_parts(self.fn, images, [p for j in batch for p in j.prompts])
-        except Exception as e:  # the error goes back to every request of the batch
-            for j in batch:
-                j.future.set_exception(e)
+            if total.shape[0] != size:
+                raise RuntimeError(f"reward returned {total.shape[0]} scores for {size} samples")
+        except Exception as e:
+            if len(batch) == 1:
+                batch[0].future.set_exception(e)
+            else:  # isolate: score each request alone, so a bad one fails only itself
+                for j in batch:
+                    self._score([j], j.images.shape[0])
             return
         start = 0
         for j in batch:
@@ -120,41 +144,112 @@ class RequestBatcher:
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
 
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout  # StreamRequestHandler applies it to every socket read
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def _reply(self, code: int, obj: dict[str, Any]) -> None:
+    def _reply(self, code: int, obj: dict[str, Any], close: bool = False) -> None:
         body = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
         if self.path.rstrip("/") != "/health":
-            self._reply(404, {"error": f"unknown path {self.path!r}; use POST /score or GET /health"})
+            self._reply(404, {"error": f"unknown path {self.path[:100]!r}; use POST /score or GET /health"})
             return
         b = self.server.batcher
         self._reply(200, {"status": "ok", "reward": self.server.reward_name, "batch_sizes": list(b.batch_sizes)})
 
+    def _read_body(self) -> bytes | None:
+        """The request body, or None after answering the error (400 / 408 / 411 / 413)."""
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            self._reply(411, {"error": "bad request: Content-Length is required"}, close=True)
+            return None
+        try:
+            length = int(raw)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._reply(400, {"error": f"bad request: Content-Length {raw[:40]!r} is not a byte count"}, close=True)
+            return None
+        if length > self.server.max_body_bytes:
+            self._discard(length)  # read and drop it (no memory), so the client sees the answer, not a reset
+            self._reply(413, {"error": f"bad request: body of {length} bytes exceeds the limit of "
+                                       f"{self.server.max_body_bytes} (send uint8 images or smaller batches)"},
+                        close=True)  # fmt: skip
+            return None
+        chunks, left = [], length
+        try:
+            while left > 0:
+                chunk = self.rfile.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except (TimeoutError, OSError):
+            self._reply(408, {"error": f"bad request: body not received within {self.server.read_timeout:g}s"},
+                        close=True)  # fmt: skip
+            return None
+        if left:
+            self._reply(400, {"error": f"bad request: body ended {left} bytes short of Content-Length"}, close=True)
+            return None
+        return b"".join(chunks)
+
+    def _discard(self, length: int) -> None:
+        try:
+            while length > 0:
+                chunk = self.rfile.read(min(length, 1 << 20))
+                if not chunk:
+                    return
+                length -= len(chunk)
+        except (TimeoutError, OSError):
+            return
+
+    def _authorised(self) -> bool:
+        token = self.server.token
+        if not token:
+            return True
+        got = self.headers.get("Authorization", "")
+        return hmac.compare_digest(got.encode(), f"Bearer {token}".encode())
+
     def do_POST(self) -> None:  # noqa: N802
         if self.path.rstrip("/") != "/score":
-            self._reply(404, {"error": f"unknown path {self.path!r}; use POST /score"})
+            self._reply(404, {"error": f"unknown path {self.path[:100]!r}; use POST /score"}, close=True)
+            return
+        if not self._authorised():
+            self._reply(401, {"error": "unauthorised: missing or wrong bearer token"}, close=True)
+            return
+        body = self._read_body()
+        if body is None:
             return
         try:
-            length = int(self.headers.get("Content-Length", "0"))
-            req = json.loads(self.rfile.read(length))
-            images = wire.decode_images(req["images"])
-            prompts = wire.decode_prompts(req["prompts"])
-            fut = self.server.batcher.submit(images, prompts)
-        except (ValueError, KeyError, TypeError) as e:
-            self._reply(400, {"error": f"bad request: {e!r}"})
+            images, prompts = wire.decode_request(json.loads(body))
+        except Exception as e:  # anything raised while decoding is the request's fault
+            msg = str(e) if isinstance(e, wire.WireError) else f"invalid JSON or payload ({type(e).__name__})"
+            self._reply(400, {"error": f"bad request: {msg[:300]}"})
             return
+        fut = self.server.batcher.submit(images, prompts)
         try:
             total, parts = fut.result(timeout=self.server.request_timeout)
+        except FutureTimeout:
+            self._reply(503, {"error": f"reward {self.server.reward_name} did not answer within "
+                                       f"{self.server.request_timeout:g}s"})  # fmt: skip
+            return
+        except INPUT_ERRORS as e:
+            self._reply(422, {"error": f"reward {self.server.reward_name} rejected the request: {str(e)[:300]}"})
+            return
         except Exception as e:
-            self._reply(500, {"error": f"reward {self.server.reward_name} failed: {e!r}"})
+            self._reply(500, {"error": f"reward {self.server.reward_name} failed: {repr(e)[:300]}"})
             return
         self._reply(200, {"scores": total.tolist(), "parts": {k: v.tolist() for k, v in parts.items()}})
 
@@ -164,17 +259,26 @@ class _Server(ThreadingHTTPServer):
     batcher: RequestBatcher
     reward_name: str
     request_timeout: float
+    read_timeout: float
+    max_body_bytes: int
+    token: str | None
 
 
 class RewardServer:
     """An in-process reward service (``start()`` / ``stop()``); ``port=0`` picks a free port."""
 
     def __init__(self, fn, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32, max_wait: float = 0.01,
-                 request_timeout: float = 600.0):  # fmt: skip
+                 request_timeout: float = 600.0, read_timeout: float = 30.0, max_body_bytes: int = DEFAULT_MAX_BODY,
+                 token: str | None = None):  # fmt: skip
+        if read_timeout <= 0 or request_timeout <= 0 or max_body_bytes < 1:
+            raise ValueError("reward service: need read_timeout > 0, request_timeout > 0, max_body_bytes >= 1")
         self.httpd = _Server((host, port), _Handler)
         self.httpd.batcher = RequestBatcher(fn, max_batch, max_wait)
         self.httpd.reward_name = getattr(fn, "name", type(fn).__name__)
         self.httpd.request_timeout = request_timeout
+        self.httpd.read_timeout = float(read_timeout)
+        self.httpd.max_body_bytes = int(max_body_bytes)
+        self.httpd.token = token or None
         self._thread: threading.Thread | None = None
 
     @property
@@ -215,6 +319,15 @@ def _parse_options(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """``digenrl reward-serve``: serve a reward over HTTP until interrupted. Returns the exit code."""
     from digenrl.rewards.registry import build_weighted, reward_names
@@ -228,7 +341,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8900)
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
+    ap.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY / 2**20, help="request body cap (larger bodies are drained and answered 413)")
+    ap.add_argument("--read-timeout", type=float, default=30.0, help="seconds per socket read (408 when exceeded)")
+    ap.add_argument("--token", default=None,
+                    help="shared token required as 'Authorization: Bearer ...' (default: $DIGENRL_REWARD_TOKEN)")
+    ap.add_argument("--allow-unauthenticated", action="store_true",
+                    help="serve beyond loopback without a token (not recommended)")
     args = ap.parse_args(argv)
+    token = args.token or os.environ.get("DIGENRL_REWARD_TOKEN") or None
+    if not token and not args.allow_unauthenticated and not _is_loopback(args.host):
+        print(f"error: --host {args.host} serves beyond loopback: set --token (or DIGENRL_REWARD_TOKEN) and the "
+              "same token in reward.remote.token, or pass --allow-unauthenticated", flush=True)  # fmt: skip
+        return 2
     try:
         if args.config:
             from digenrl.config import load_config
@@ -237,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             spec = {args.reward: _parse_options(args.option)}
         fn = build_weighted(spec)
-        server = RewardServer(fn, args.host, args.port, args.max_batch, args.max_wait_ms / 1000.0)
+        server = RewardServer(fn, args.host, args.port, args.max_batch, args.max_wait_ms / 1000.0,
+                              read_timeout=args.read_timeout, max_body_bytes=int(args.max_body_mb * 2**20),
+                              token=token)  # fmt: skip
     except (ValueError, OSError) as e:
         print(f"error: {e}", flush=True)
         return 2

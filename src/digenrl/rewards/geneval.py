@@ -1,0 +1,155 @@
+"""GenEval-style object reward (registered as ``geneval``): the user's detector + GenEval's rules.
+
+Each prompt carries GenEval metadata in ``Prompt.meta`` (a JSONL prompt file with ``tag`` / ``include`` /
+``exclude`` keys; see ``rewards.geneval_rules``). A detector turns the batch into detections (class,
+confidence, box, colour label); the rules of ``geneval_rules`` give per image ``score`` (Flow-GRPO's partial
+credit, the default reward), ``strict`` (exact counts) and ``correct`` (the GenEval benchmark verdict).
+``reward`` selects which one is the reward; all three are reported as parts.
+
+Detectors (GenEval itself uses Mask2Former from mmdetection plus CLIP ViT-L/14 for colours; they do not
+install from PyPI on CPU, so the model stays the user's):
+
+* ``detector_url``: a detection service. ``POST`` JSON ``{"images": [<base64 PNG>, ...]}``, answer
+  ``{"detections": [[{"class": str, "score": float, "box": [x1, y1, x2, y2], "color": str | null}, ...], ...]}``
+  (one list per image, boxes in pixels). Retries transient failures like the reward client.
+* ``detector_path``: a local transformers object-detection model (DETR, RT-DETR, YOLOS... on COCO classes),
+  with ``color_model_path`` a local CLIP for GenEval's zero-shot colour labels (``rewards.geneval_detectors``).
+* ``detector_factory``: ``"module:function"`` called once with ``detector_options`` (e.g. a local model path:
+  ``{"model_path": "/models/mask2former"}``); it returns a callable mapping a list of HxWx3 uint8 RGB arrays to
+  lists of ``Detection`` (or of the dicts above).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+import torch
+
+from digenrl.rewards.geneval_rules import Detection, check_metadata, evaluate, filter_detections
+
+
+def _as_detection(d: Any, where: str) -> Detection:
+    if isinstance(d, Detection):
+        return d
+    try:
+        box = tuple(float(v) for v in d["box"])
+        if len(box) != 4:
+            raise ValueError("box needs 4 numbers")
+        return Detection(str(d["class"]), float(d["score"]), box, d.get("color"))  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"geneval: {where}: malformed detection {str(d)[:100]} ({e})") from None
+
+
+class RemoteDetector:
+    """The detection service protocol of the module docstring."""
+
+    def __init__(self, url: str, timeout: float = 120.0, retries: int = 5, backoff: float = 1.0):
+        self.url, self.timeout, self.retries, self.backoff = url, timeout, retries, backoff
+
+    def __call__(self, images: list[np.ndarray]) -> list[list[dict]]:
+        from PIL import Image
+
+        pngs = []
+        for img in images:
+            buf = io.BytesIO()
+            Image.fromarray(img).save(buf, format="PNG")
+            pngs.append(base64.b64encode(buf.getvalue()).decode("ascii"))
+        body = json.dumps({"images": pngs}).encode()
+        last = None
+        for k in range(self.retries + 1):
+            if k:
+                time.sleep(self.backoff * 2 ** (k - 1))
+            try:
+                req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    out = json.loads(resp.read())["detections"]
+                if not isinstance(out, list) or len(out) != len(images):
+                    raise ValueError(f"geneval: detector {self.url} returned {len(out)} lists for {len(images)} images")
+                return out
+            except urllib.error.HTTPError as e:
+                if 400 <= e.code < 500 and e.code != 429:
+                    raise RuntimeError(f"geneval: detector {self.url} refused the request ({e.code})") from None
+                last = f"HTTP {e.code}"
+            except (urllib.error.URLError, OSError) as e:
+                last = repr(getattr(e, "reason", e))
+        raise RuntimeError(f"geneval: detector {self.url} unavailable after {self.retries + 1} attempts ({last})")
+
+
+class GenEvalReward:
+    name = "geneval"
+
+    @staticmethod
+    def check(detector_url: str | None = None, detector_factory: str | None = None,
+              detector_path: str | None = None, color_model_path: str | None = None, **_) -> None:  # fmt: skip
+        from pathlib import Path
+
+        if sum(x is not None for x in (detector_url, detector_factory, detector_path)) != 1:
+            raise ValueError("reward geneval: set exactly one of detector_url (a detection service), detector_path "
+                             "(a local transformers detection model) or detector_factory ('module:function')")  # fmt: skip
+        if detector_url is not None and not detector_url.startswith(("http://", "https://")):
+            raise ValueError(f"reward geneval: detector_url must start with http:// or https://, got {detector_url[:80]!r}")
+        for option, path in (("detector_path", detector_path), ("color_model_path", color_model_path)):
+            if path is not None and not (Path(path).expanduser() / "config.json").is_file():
+                raise FileNotFoundError(f"reward geneval: {option} {path!r} holds no model (config.json missing)")
+        if detector_factory is not None:
+            from digenrl.rewards.registry import load_target
+
+            load_target(detector_factory, "reward.geneval.detector_factory")
+
+    def __init__(self, detector_url: str | None = None, detector_factory: str | None = None,
+                 detector_options: dict[str, Any] | None = None, detector_path: str | None = None,
+                 color_model_path: str | None = None, device: str = "cpu",
+                 reward: Literal["score", "strict", "correct"] = "score", threshold: float = 0.3,
+                 counting_threshold: float = 0.9, max_objects: int = 16, max_overlap: float = 1.0,
+                 position_threshold: float = 0.1, timeout: float = 120.0):  # fmt: skip
+        if sum(x is not None for x in (detector_url, detector_factory, detector_path)) != 1:
+            raise ValueError("reward geneval: set exactly one of detector_url (a detection service), detector_path "
+                             "(a local transformers detection model) or detector_factory ('module:function')")  # fmt: skip
+        if detector_url is not None:
+            self.detector: Callable = RemoteDetector(detector_url, timeout)
+        elif detector_path is not None:
+            from digenrl.rewards.geneval_detectors import TransformersDetector
+
+            self.detector = TransformersDetector(detector_path, color_model_path, device)
+        else:
+            from digenrl.rewards.registry import load_target
+
+            self.detector = load_target(detector_factory, "reward.geneval.detector_factory")(**(detector_options or {}))
+        self.reward = reward
+        self.filter_kw = dict(threshold=threshold, counting_threshold=counting_threshold, max_objects=max_objects,
+                              max_overlap=max_overlap)  # fmt: skip
+        self.position_threshold = position_threshold
+
+    def score(self, images: torch.Tensor, prompts: Sequence) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        for p in prompts:
+            try:
+                check_metadata(p.meta)
+            except ValueError as e:
+                raise ValueError(f"{e} (prompt {p.text[:60]!r})") from None
+        x = images.detach().float().cpu().clamp(0, 1)
+        if x.ndim != 4 or x.shape[0] != len(prompts):
+            raise ValueError(f"reward geneval: expected images [B, C, H, W] for {len(prompts)} prompts, got {tuple(images.shape)}")
+        if x.shape[1] == 1:
+            x = x.expand(-1, 3, -1, -1)
+        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        raw = self.detector(list(arr))
+        out: dict[str, list[float]] = {"score": [], "strict": [], "correct": []}
+        for i, (dets, p) in enumerate(zip(raw, prompts)):
+            objects = filter_detections([_as_detection(d, f"image {i}") for d in dets], str(p.meta.get("tag", "")),
+                                        **self.filter_kw)  # fmt: skip
+            res = evaluate(objects, p.meta, self.position_threshold)
+            out["score"].append(res.score)
+            out["strict"].append(float(res.strict))
+            out["correct"].append(float(res.correct))
+        parts = {k: torch.tensor(v, dtype=torch.float32) for k, v in out.items()}
+        return parts[self.reward], parts
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
+        return self.score(images, prompts)[0]
