@@ -73,7 +73,7 @@ def cmd_train(args) -> int:
 
                 summary = run_training(cfg, ctx=_context(cfg), start=start, stop=stop)
             else:
-                summary = _train_ray(cfg, start)
+                summary = _train_ray(cfg, start, stop)
     except Interrupted as e:
         return _interrupted(cfg, e)
     except _RayFailure as e:
@@ -89,20 +89,13 @@ class _RayFailure(Exception):
     pass
 
 
-def _train_ray(cfg, start) -> dict:
-    from digenrl.config import ConfigError
-    from digenrl.observe.run_outputs import clear_previous_run
+def _train_ray(cfg, start, stop) -> dict:
     from digenrl.runtime.driver import run_disaggregated
     from digenrl.runtime.errors import WorkerFailure
 
-    if start.kind == "resume":  # the controller does not restore trainer state yet
-        raise ConfigError(f"--resume: runtime.mode={cfg.runtime.mode} cannot resume a checkpoint yet; "
-                          "resume with runtime.mode=colocated")
-    if start.kind == "overwrite":
-        clear_previous_run(start.run_dir)
     try:
-        return run_disaggregated(cfg)
-    except WorkerFailure as e:  # names the worker and the step; the last checkpoint stays valid
+        return run_disaggregated(cfg, start, stop)
+    except WorkerFailure as e:  # names the worker and the step (restarts exhausted); the checkpoints stay valid
         raise _RayFailure(str(e)) from e
 
 
@@ -201,7 +194,7 @@ def _forward(target: str, argv: list[str]) -> int:
 FORWARDED = {
     "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
     "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
-    "cache-prompts": ("digenrl.models.prompt_cache:main", "encode the task's prompts into model.prompt_cache_dir"),
+    "cache-prompts": ("digenrl.models.cache_prompts_cli:main", "encode the task's prompts into model.prompt_cache_dir"),
     "export": ("digenrl.models.export:main", "export a run's trained weights as a diffusers LoRA or transformer"),
     "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for `simulate --profile`"),
 }

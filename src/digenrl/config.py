@@ -111,7 +111,10 @@ class RuntimeConfig(_Strict):
     threads_per_worker: int = Field(1, ge=1)
     publish: Literal["object_store", "broadcast"] = "object_store"  # weight path trainer rank 0 -> generators
     checkpoint_every: int = Field(20, ge=0)  # resumable checkpoint every N committed steps (0: only at the end / on a signal)
-    keep_checkpoints: int = Field(2, ge=1)  # resumable checkpoints kept in run_dir/checkpoints/ (newest first)
+    keep_checkpoints: int = Field(2, ge=1)
+    max_restarts: int = Field(3, ge=0)  # Ray modes: worker failures recovered (restart + replay) before giving up
+    watchdog_s: float | None = Field(None, gt=0.0)  # a call silent this long is a failure; None: derived from the
+    # cost model where the run has one (TAG modes, runtime.profile): 60 s + 20 x the action's modelled time  # resumable checkpoints kept in run_dir/checkpoints/ (newest first)
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start
     inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
 

@@ -104,25 +104,25 @@ class Observer(Protocol):
     def after_wait(self) -> None: ...
 
 
-def run_loop(sched: Scheduler, executor: Executor, timeline, observer: Observer | None = None) -> float:
-    """Run ``sched`` to the end on ``executor``; returns the time of the last event (the makespan).
-
-    Side calls the observer started (evals, checkpoints) are drained after the last event.
+def run_loop(sched: Scheduler, executor: Executor, timeline, observer: Observer | None = None,
+             t0: float = 0.0) -> float:
+    """Run ``sched`` to the end on ``executor``, starting at executor time ``t0``; returns the time of the last
+    event (the makespan). Side calls the observer started (evals, checkpoints) are drained after the last event.
     """
-    executor.launch(timeline.launched(sched.start(0.0), 0.0))
-    end = 0.0
+    executor.launch(timeline.launched(sched.start(t0), t0))
+    end = t0
     while not sched.done:
         if executor.idle:
             raise LoopError(f"deadlock: no work in flight at t={end} but the run is not done "
                             f"(train step {sched.train_step}, published {sched.published})")
         for c in executor.wait():                      # completions -> events -> actions
             timeline.record(c)
+            if observer is not None:                   # (side calls it starts go before the next actions)
+                observer.on_completion(c)
             ev = c.event
             if ev is not None:
                 end = ev.time
                 executor.launch(timeline.launched(sched.on_event(ev), ev.time))
-            if observer is not None:
-                observer.on_completion(c)
         if observer is not None:
             observer.after_wait()
     while not executor.idle:                           # evals / checkpoints still in flight

@@ -11,7 +11,7 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
   stay 1 (it is not used).
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
-* ``runtime.inject_failure`` must look like ``<worker>@<step>`` or ``<worker>@<step>:exit`` with a known worker.
+* ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker.
 """
 
 from __future__ import annotations
@@ -25,11 +25,16 @@ from digenrl.schedule import CostModel, Mode, StepPlan
 
 @dataclass(frozen=True)
 class FailureHook:
-    """Test hook: ``worker`` fails when it is handed work of ``step`` (raise, or exit the process)."""
+    """Test hook: ``worker`` fails when it is first handed work of ``step``: ``raise`` an error, ``exit`` the
+    process (the actor dies) or ``stall`` (the process stops itself with SIGSTOP and never answers)."""
 
     worker: str
     step: int
-    exit: bool = False
+    kind: str = "raise"
+
+    @property
+    def exit(self) -> bool:
+        return self.kind == "exit"
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ def parse_failure(spec: str | None, workers: tuple[str, ...]) -> FailureHook | N
         return None
     head, _, kind = spec.partition(":")
     worker, _, step = head.partition("@")
-    if worker not in workers or not step.isdigit() or kind not in ("", "exit", "raise"):
-        raise ConfigError(f"runtime.inject_failure: expected '<worker>@<step>[:exit]' with a worker among "
+    if worker not in workers or not step.isdigit() or kind not in ("", "exit", "raise", "stall"):
+        raise ConfigError(f"runtime.inject_failure: expected '<worker>@<step>[:exit|:stall]' with a worker among "
                           f"{', '.join(workers)} (got {spec!r})")
-    return FailureHook(worker, int(step), kind == "exit")
+    return FailureHook(worker, int(step), kind or "raise")

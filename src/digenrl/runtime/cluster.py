@@ -131,7 +131,10 @@ class ActorPools:
                 pass
 
 
-def start_pools(run: RunPlan) -> ActorPools:
+def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> ActorPools:
+    """Create the actors, form the groups and publish the first version to the generators: version 0 of rank
+    0's build, or the version of ``state`` (a resumable checkpoint every trainer rank loads). ``failure``:
+    the test hook handed to the workers (``runtime.inject_failure``)."""
     import ray
 
     from .generator import GeneratorWorker
@@ -141,27 +144,31 @@ def start_pools(run: RunPlan) -> ActorPools:
     conf = cfg.model_dump(mode="json")
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
-    pools = ActorPools({w: gen_cls.remote(w, conf, run.failure) for w in run.generator_ids},
-                  {w: trn_cls.remote(w, conf, i, run.failure) for i, w in enumerate(run.trainer_ids)},
-                  cfg.runtime.publish if run.generator_ids else "object_store")
+    pools = ActorPools({w: gen_cls.remote(w, conf, failure) for w in run.generator_ids},
+                       {w: trn_cls.remote(w, conf, i, failure) for i, w in enumerate(run.trainer_ids)},
+                       cfg.runtime.publish if run.generator_ids else "object_store")
     try:
         get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup")
         _form_groups(run, pools)
-        _publish_initial(run, pools)
+        version = 0
+        if state is not None:
+            ref = ray.put(state)
+            version = get_named({w: t.restore_state.remote(ref) for w, t in pools.trainers.items()}, "restore")[0]
+        _publish_initial(run, pools, version)
     except BaseException:
         pools.kill()
         raise
     return pools
 
 
-def _publish_initial(run: RunPlan, pools: ActorPools) -> None:
-    """Every generator starts from rank 0's version 0 (whatever its own build produced)."""
-    refs, state = pools.publish_refs(0)
+def _publish_initial(run: RunPlan, pools: ActorPools, version: int) -> None:
+    """Every generator starts from rank 0's ``version`` (whatever its own build produced)."""
+    refs, state = pools.publish_refs(version)
     names = [run.trainer_ids[0]] + (list(run.generator_ids) if state is None else [])
-    get_named(dict(zip(names, refs)), "publish of version 0")
+    get_named(dict(zip(names, refs)), f"publish of version {version}")
     if state is not None:
-        get_named({w: g.load_weights.remote(0, [state]) for w, g in pools.generators.items()},
-                   "publish of version 0")
+        get_named({w: g.load_weights.remote(version, [state]) for w, g in pools.generators.items()},
+                  f"publish of version {version}")
 
 
 def _form_groups(run: RunPlan, pools: ActorPools) -> None:

@@ -2,13 +2,20 @@
 
 The controller runs ``digenrl.control.loop.run_loop`` (the simulator's control loop) with the ``RayExecutor``;
 it moves object refs, never tensors. After each commit it may ask trainer rank 0 for an eval (``eval.every``)
-or a checkpoint (``runtime.checkpoint_every``; always at the end), written atomically. On a worker failure
-the open transactions are aborted and ``WorkerFailure`` (worker, step) is raised: nothing of the failed step
-is committed, and the last checkpoint on disk is the last one written after a commit.
+or a resumable checkpoint (``runtime.checkpoint_every``, ``train.checkpoint``), written atomically.
+
+Recovery (invariant I6): when a worker raises, dies or stalls (no answer within the watchdog budget), the
+attempt is abandoned: every open transaction is dropped, every actor is killed, fresh pools are started from
+the newest resumable checkpoint (or from the initial weights) and the scheduler replays from that step. By I5
+the replay generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
+``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step (the
+checkpoints stay valid). A first SIGINT/SIGTERM abandons the step, checkpoints the last committed state and
+raises ``Interrupted``. Restarts are reported in ``summary.json`` (``recoveries``: cause, replayed-from step,
+restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
 
 Besides the reference loop's outputs a run writes ``trace.json`` / ``gantt.png`` (``control.timeline``),
 ``trajectories.jsonl`` (``step_metrics``), ``profile.json`` (the measured costs BTS used, TAG modes) and, when
-a worker failed, ``failure.json``.
+it failed, ``failure.json``.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from digenrl.config import Config
 from digenrl.control.loop import Completion, run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
-from digenrl.observe.run_outputs import RunOutputs
-from digenrl.schedule import Commit, Scheduler
+from digenrl.observe.run_outputs import RunOutputs, RunStart
+from digenrl.schedule import Commit, Durations, Scheduler, StepStats
+from digenrl.train import checkpoint as ckpt
 
 from .cluster import ActorPools, get_named, ray_session, start_pools
 from .errors import WorkerFailure
@@ -26,49 +34,207 @@ from .executor import Clock, RayExecutor
 from .step_metrics import StepMetrics
 
 
-def run_disaggregated(cfg: Config) -> dict:
-    """Train with the Ray runtime (``runtime.mode``); writes every run output into ``cfg.run_dir``."""
+def run_disaggregated(cfg: Config, start: RunStart | None = None, stop=None) -> dict:
+    """Train with the Ray runtime (``runtime.mode``); writes every run output into ``cfg.run_dir``.
+
+    ``start``: fresh, overwrite or resume (``observe.run_outputs.plan_run_dir``); ``stop``: the CLI's
+    ``StopRequest`` (its signal handler raises ``Interrupted`` in this thread)."""
     run = plan_run(cfg)  # config errors before anything is written or started
     with ray_session(run):  # placement errors too
-        out, pools = RunOutputs(cfg), None
+        out = RunOutputs(cfg, start)
         try:
-            pools = start_pools(run)
-            return _run(run, pools, out)
-        except WorkerFailure as e:
-            if pools is not None:
-                _abort(pools)
-            out.failure({"worker": e.worker, "step": e.step, "action": e.action, "error": str(e)})
-            raise
+            return _Controller(run, out, start).train()
         finally:
-            if pools is not None:
-                pools.kill()
             out.close()
 
 
-def _run(run: RunPlan, pools: ActorPools, out: RunOutputs) -> dict:
-    from .calibrate import cost_model
+class _Controller:
+    def __init__(self, run: RunPlan, out: RunOutputs, start: RunStart | None):
+        self.run, self.cfg, self.plan, self.out = run, run.cfg, run.plan, out
+        self.clock, self.timeline = Clock(), Timeline(run.plan)
+        self.metrics = StepMetrics(run.plan, out.run_dir)
+        self.stats = [StepStats(k, generations=run.plan.batch) for k in range(run.plan.steps)]
+        self.recoveries: list[dict] = []
+        self.first, self.state, self.counters = 0, None, {}
+        if start is not None and start.kind == "resume":
+            self.first, self.state = start.step, start.checkpoint.read_bytes()
+            self.counters = ckpt.unpack(self.state).counters
+            out.eval0 = self.counters.get("eval0", float("nan"))
+        self.wall0 = self.counters.get("wall_s", 0.0)
+        self.pools: ActorPools | None = None
+        self.sched: Scheduler | None = None
+        self._attempt_start, self._log_start = 0.0, 0  # clock time and log index where the attempt began
 
-    cfg, plan = run.cfg, run.plan
-    sched = Scheduler(plan, cost=cost_model(run, pools, out.run_dir))
-    out.before(*_eval(pools, plan, cfg.eval.grid_prompts))
-    clock = Clock()
-    ex, timeline, metrics = RayExecutor(run, pools, clock), Timeline(plan), StepMetrics(plan, out.run_dir)
-    try:
-        wall = run_loop(sched, ex, timeline, _BetweenSteps(cfg, pools, ex, out, metrics, timeline))
-    finally:
-        metrics.close()
-    out.after(*_eval(pools, plan, cfg.eval.grid_prompts))
-    meta = {"steps": str(cfg.steps), "version": str(sched.published)}
-    out.write_checkpoint(get_named({plan.trainers[0]: pools.rank0.checkpoint_bytes.remote(meta)},
-                                   "checkpoint")[0].value)
-    from digenrl.schedule.audit import audit
+    # ---- attempts ------------------------------------------------------------------------------------
+    def train(self) -> dict:
+        from digenrl.train.interrupt import Interrupted
 
-    result = timeline.result(sched, wall)
-    result.write_trace(out.run_dir / "trace.json")
-    result.write_gantt(out.run_dir / "gantt.png", f"{cfg.runtime.mode}: {result.pools_label()}, {plan.steps} steps "
-                                                  f"(measured)")
-    return out.finish(wall_s=wall, version=sched.published, **result.timing(),
-                      audit_violations=audit(plan, timeline.log, timeline.events)[:20], bts=result.bts)
+        failure = self.run.failure  # the test hook fails the first attempt only
+        try:
+            while True:
+                self.pools = start_pools(self.run, self.state, failure)
+                self._restarted()
+                try:
+                    return self._attempt()
+                except WorkerFailure as e:
+                    self._recover(e)
+                    failure = None
+                finally:
+                    self.pools.kill()
+        except Interrupted as e:
+            e.step, e.checkpoint = self._checkpoint_on_stop()
+            raise
+        except WorkerFailure as e:
+            self.out.failure({"worker": e.worker, "step": e.step, "action": e.action, "error": str(e),
+                              "restarts": len(self.recoveries), "resume": f"digenrl train --resume {self.cfg.run_dir}"})
+            raise
+        finally:
+            self.metrics.close()
+
+    def _attempt(self) -> dict:
+        from .calibrate import cost_model
+
+        cfg, plan, pools = self.cfg, self.plan, self.pools
+        if self.first == 0 and not self.recoveries:
+            self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts))
+            self.clock.reset()
+        cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
+        self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
+        self.sched = Scheduler(plan, cost=cost, first_step=self.first)
+        ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost))
+        self.metrics.replay_from(self.first, len(self.recoveries), self._attempt_start)
+        end = run_loop(self.sched, ex, self.timeline, _BetweenSteps(self, ex), t0=self._attempt_start)
+        self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts))
+        meta = {"steps": str(cfg.steps), "version": str(self.sched.published)}
+        self.out.write_checkpoint(get_named({plan.trainers[0]: pools.rank0.checkpoint_bytes.remote(meta)},
+                                            "checkpoint")[0].value)
+        return self._finish(end)
+
+    def _finish(self, end: float) -> dict:
+        from digenrl.schedule.audit import audit
+
+        cfg, plan = self.cfg, self.plan
+        if cfg.runtime.checkpoint_every and self.sched.published > self._last_checkpoint():
+            self._save_state(self.sched.published)  # a finished run can be extended with --resume steps=<more>
+        self._merge_stats()
+        result = self.timeline.result(self.sched, end)
+        result.stats = self.stats
+        result.write_trace(self.out.run_dir / "trace.json")
+        result.write_gantt(self.out.run_dir / "gantt.png", f"{cfg.runtime.mode}: {result.pools_label()}, "
+                                                           f"{plan.steps} steps (measured)")
+        log, events = self._last_attempt_log()
+        return self.out.finish(wall_s=self.wall0 + end, version=self.sched.published, **result.timing(),
+                               audit_violations=audit(plan, log, events, self.first)[:20], bts=result.bts,
+                               restarts=len(self.recoveries), recoveries=self.recoveries)
+
+    def _recover(self, e: WorkerFailure) -> None:
+        """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""
+        detected = self.clock.now()
+        self._merge_stats()
+        _abort(self.pools)
+        if len(self.recoveries) >= self.cfg.runtime.max_restarts:
+            raise e
+        path = ckpt.latest_checkpoint(self.out.run_dir)
+        self.first, self.state = (0, None) if path is None else (ckpt.read_train_state(path).step, path.read_bytes())
+        published = self.stats[self.first - 1].published if self.first else None
+        self.recoveries.append({"worker": e.worker, "step": e.step, "action": e.action, "cause": e.cause,
+                                "detected_s": detected, "replay_from_step": self.first,
+                                "lost_from_s": published if published is not None else self._attempt_start})
+
+    def _restarted(self) -> None:
+        """Fresh pools are up after a failure: time the restart and the lost work, draw it in the trace."""
+        if not self.recoveries or "restart_s" in self.recoveries[-1]:
+            return
+        rec, ready = self.recoveries[-1], self.clock.now()
+        rec["restart_s"], rec["lost_s"] = ready - rec["detected_s"], ready - rec["lost_from_s"]
+        for w in self.plan.generators + self.plan.trainers:
+            self.timeline.span(w, "recovery", rec["detected_s"], ready, f"restart after {rec['worker']} failed")
+
+    def _merge_stats(self) -> None:
+        """Keep the scheduler's statistics of every step the current attempt published."""
+        for k in range(self.sched.train_step if self.sched else 0):
+            st = self.sched.stats[k]
+            if st.published is not None and st.committed is not None:
+                self.stats[k] = st
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+    def _save_state(self, step: int, data: bytes | None = None) -> None:
+        if data is None:
+            data = get_named({self.plan.trainers[0]: self.pools.rank0.pack_state.remote(step, self._counters())},
+                             "checkpoint")[0].value
+        ckpt.write_checkpoint(self.out.run_dir, step, data, keep=self.cfg.runtime.keep_checkpoints)
+
+    def _counters(self) -> dict:
+        return {"eval0": self.out.eval0, "wall_s": self.wall0 + self.clock.now()}
+
+    def _last_checkpoint(self) -> int:
+        path = ckpt.latest_checkpoint(self.out.run_dir)
+        return -1 if path is None else int(path.stem.split("_")[-1])
+
+    def _checkpoint_on_stop(self):
+        """After a signal: drop the open step and checkpoint the last committed state (if at a step boundary)."""
+        if self.pools is None or self.sched is None:
+            return None, ckpt.latest_checkpoint(self.out.run_dir)
+        _abort(self.pools)
+        step = self.sched.train_step
+        try:
+            if step > self._last_checkpoint():
+                self._save_state(step)
+        except WorkerFailure:  # mid-step (a minibatch committed) or a dead rank 0: the newest checkpoint stays
+            pass
+        finally:
+            self.pools.kill()
+        path = ckpt.latest_checkpoint(self.out.run_dir)
+        return (None if path is None else int(path.stem.split("_")[-1])), path
+
+    def _last_attempt_log(self):
+        log = self.timeline.log[self._log_start:]
+        first_t = log[0][0] if log else 0.0
+        return log, [ev for ev in self.timeline.events if ev.time >= first_t - 1e-9]
+
+
+class _BetweenSteps:
+    """The control loop's observer in a Ray run: step metrics, and evals / checkpoints between steps, on
+    trainer rank 0 and off the schedule."""
+
+    def __init__(self, ctl: _Controller, ex: RayExecutor):
+        self.ctl, self.ex = ctl, ex
+        self._evals: dict[int, float | None] = {}   # version -> eval reward (None: requested, not back yet)
+        self._rows: list[dict] = []
+
+    def on_completion(self, c: Completion) -> None:
+        ctl = self.ctl
+        ctl.metrics.record(c)
+        if c.side == "eval":
+            self._evals[c.step] = c.results[0].value[0]
+        elif c.side == "checkpoint":
+            ctl._save_state(c.step, c.results[0].value)
+        elif isinstance(c.action, Commit) and c.action.final:
+            self._after_commit(c.action.step + 1)
+
+    def _after_commit(self, version: int) -> None:
+        ctl = self.ctl
+        cfg, pools, rank0 = ctl.cfg, ctl.pools, ctl.plan.trainers[0]
+        if version <= ctl.metrics.logged:  # a replayed step: its eval is in the metrics already
+            return
+        if cfg.eval.every and version % cfg.eval.every == 0 and version < cfg.steps:
+            self._evals[version] = None
+            self.ex.side(rank0, pools.rank0.evaluate.remote(0), "eval", version)
+        if ckpt.due(version, cfg.runtime.checkpoint_every) and version < cfg.steps:
+            self.ex.side(rank0, pools.rank0.pack_state.remote(version, ctl._counters()), "checkpoint", version)
+
+    def after_wait(self) -> None:
+        """Write rows in step order; a row whose eval is still running waits for it."""
+        ctl = self.ctl
+        self._rows.extend(ctl.metrics.rows_ready(ctl.timeline.spans))
+        while self._rows:
+            step = self._rows[0]["step"]
+            if step in self._evals:
+                if self._evals[step] is None:
+                    return
+                self._rows[0]["eval_reward"] = self._evals.pop(step)
+            self._rows[0]["restarts"] = len(ctl.recoveries)
+            ctl.out.log(self._rows.pop(0))
 
 
 def _eval(pools: ActorPools, plan, grid: int):
@@ -76,45 +242,16 @@ def _eval(pools: ActorPools, plan, grid: int):
     return get_named({plan.trainers[0]: pools.rank0.evaluate.remote(grid)}, "eval")[0].value
 
 
-class _BetweenSteps:
-    """The control loop's observer in a Ray run: step metrics, and evals / checkpoints between steps, on
-    trainer rank 0 and off the schedule."""
-
-    def __init__(self, cfg: Config, pools: ActorPools, ex: RayExecutor, out: RunOutputs, metrics: StepMetrics,
-                 timeline: Timeline):
-        self.cfg, self.pools, self.ex, self.out, self.metrics, self.timeline = cfg, pools, ex, out, metrics, timeline
-        self._evals: dict[int, float | None] = {}   # version -> eval reward (None: requested, not back yet)
-        self._rows: list[dict] = []
-
-    def on_completion(self, c: Completion) -> None:
-        self.metrics.record(c)
-        if c.side == "eval":
-            self._evals[c.step] = c.results[0].value[0]
-        elif c.side == "checkpoint":
-            self.out.write_checkpoint(c.results[0].value)
-        elif isinstance(c.action, Commit):
-            self._after_commit(c.action.step + 1)
-
-    def _after_commit(self, version: int) -> None:
-        cfg, rank0 = self.cfg, next(iter(self.pools.trainers))
-        if cfg.eval.every and version % cfg.eval.every == 0 and version < cfg.steps:
-            self._evals[version] = None
-            self.ex.side(rank0, self.pools.rank0.evaluate.remote(0), "eval", version)
-        every = cfg.runtime.checkpoint_every
-        if every and version % every == 0 and version < cfg.steps:
-            ref = self.pools.rank0.checkpoint_bytes.remote({"steps": str(version), "version": str(version)})
-            self.ex.side(rank0, ref, "checkpoint", version)
-
-    def after_wait(self) -> None:
-        """Write rows in step order; a row whose eval is still running waits for it."""
-        self._rows.extend(self.metrics.rows_ready(self.timeline.spans))
-        while self._rows:
-            step = self._rows[0]["step"]
-            if step in self._evals:
-                if self._evals[step] is None:
-                    return
-                self._rows[0]["eval_reward"] = self._evals.pop(step)
-            self.out.log(self._rows.pop(0))
+def _watchdog(run: RunPlan, cost):
+    """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
+    model, 60 s + 20 x the action's modelled duration; else no deadline."""
+    fixed = run.cfg.runtime.watchdog_s
+    if fixed is not None:
+        return lambda action: fixed
+    if cost is None:
+        return lambda action: None
+    dur = Durations(run.plan, cost)
+    return lambda action: None if action is None else 60.0 + 20.0 * dur.of(action)
 
 
 def _abort(pools: ActorPools, timeout_s: float = 30.0) -> None:

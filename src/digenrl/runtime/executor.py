@@ -5,7 +5,8 @@ its trajectories in the object store (ref kept per (step, group)) and carries th
 when the generator does not hold that version yet; a ``Train`` hands the trainer the refs of its group's
 fragments, and the trainer fetches them. ``Commit`` and ``Publish`` are barriers over several calls; they
 complete when the last one is done. Calls that complete together are reported in the control loop's tie
-order. Any failed call raises ``WorkerFailure`` naming the worker and the step.
+order. Any failed call raises ``WorkerFailure`` naming the worker and the step, and so does a call that has
+not answered within its watchdog budget (``budget(action)`` seconds; a stalled worker).
 
 Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the round's chunk
 cells is exactly the grid of the round's groups, each cell once (each rank's transaction already refuses
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from digenrl.control.loop import Completion, Interval, SideCall, tie_order
 from digenrl.control.run_plan import RunPlan
@@ -49,6 +50,7 @@ class _Call:
     start: float                              # driver time (run-relative) when launched
     workers: dict = field(default_factory=dict)   # ref -> worker id
     results: list = field(default_factory=list)
+    deadline: float | None = None             # driver time by which it must have answered (watchdog)
 
     @property
     def what(self) -> str:
@@ -83,14 +85,18 @@ class Clock:
 
 
 class RayExecutor:
-    def __init__(self, run: RunPlan, pools: ActorPools, clock: Clock):
-        self.run, self.pools, self.clock = run, pools, clock
+    """``version``: the weights every worker holds at the start (the first step of a resumed or recovered run);
+    ``budget``: the watchdog's seconds for an action, or None for no deadline (side calls: ``budget(None)``)."""
+
+    def __init__(self, run: RunPlan, pools: ActorPools, clock: Clock, version: int = 0,
+                 budget: Callable[[Action | None], float | None] = lambda a: None):
+        self.run, self.pools, self.clock, self.budget = run, pools, clock, budget
         self.plan = run.plan
         self._calls: dict = {}                 # ref -> _Call
         self._ready: list[_Call] = []          # calls complete without any ref (publish to no generator)
         self._steps: dict[int, _StepRefs] = {}
         self._weights: dict[int, object] = {}          # version -> published state ref (object store)
-        self._held = {w: 0 for w in run.generator_ids}  # version each generator holds (or is sent)
+        self._held = {w: version for w in run.generator_ids}  # version each generator holds (or is sent)
 
     @property
     def idle(self) -> bool:
@@ -143,13 +149,15 @@ class RayExecutor:
 
     def _track(self, call: _Call, refs: dict) -> None:
         call.workers = dict(refs)
+        b = self.budget(call.action)
+        call.deadline = None if b is None else call.start + b
         if not refs:
             self._ready.append(call)
         for r in refs:
             self._calls[r] = call
 
     # ---- completions ---------------------------------------------------------------------------------
-    def wait(self, timeout: float | None = None) -> list[Completion]:
+    def wait(self) -> list[Completion]:
         """Block until at least one call completed; every call complete now, in the loop's tie order."""
         import ray
 
@@ -157,7 +165,11 @@ class RayExecutor:
             if not self._calls:
                 raise RuntimeError("executor: waiting with nothing in flight (the schedule is stuck)")
             refs = list(self._calls)
+            due = min((c.deadline for c in self._calls.values() if c.deadline is not None), default=None)
+            timeout = None if due is None else max(0.0, due - self.clock.now())
             ready, rest = ray.wait(refs, num_returns=1, timeout=timeout)
+            if not ready and due is not None and self.clock.now() >= due:
+                self._stalled()
             if rest and ready:
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             for ref in ready:
@@ -172,6 +184,14 @@ class RayExecutor:
         done = [self._complete(call, now) for call in self._ready]
         self._ready = []
         return tie_order(done)
+
+    def _stalled(self) -> None:
+        now = self.clock.now()
+        for ref, call in self._calls.items():
+            if call.deadline is not None and now >= call.deadline:
+                raise WorkerFailure(call.workers[ref], call.step, call.what,
+                                    f"no answer within {call.deadline - call.start:.0f} s (runtime.watchdog_s): "
+                                    f"the worker is stalled")
 
     def _complete(self, call: _Call, now: float) -> Completion:
         a, rel = call.action, self.clock.rel

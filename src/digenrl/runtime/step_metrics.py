@@ -63,6 +63,21 @@ class StepMetrics:
         self.steps = defaultdict(StepRecord)
         self._traj = (run_dir / "trajectories.jsonl").open("w") if run_dir is not None else None
         self._next_row = 0
+        self.attempt = 0
+        self._t0 = 0.0  # when the current attempt started (the step before its first has no publish time here)
+
+    @property
+    def logged(self) -> int:
+        """Steps whose rows were handed out (a resumed run starts past the kept ones)."""
+        return self._next_row
+
+    def replay_from(self, step: int, attempt: int, t0: float) -> None:
+        """A (re)started attempt runs from ``step`` at time ``t0``: forget what a failed attempt recorded from
+        there on."""
+        self.attempt, self._t0 = attempt, t0
+        for k in [k for k in self.steps if k >= step]:
+            del self.steps[k]
+        self._next_row = max(self._next_row, step)
 
     def record(self, c: Completion) -> None:
         a = c.action
@@ -78,7 +93,8 @@ class StepMetrics:
                 if self._traj is not None:
                     self._traj.write(json.dumps({"step": f.step, "uid": info.uid, "generation": i,
                                                  "version": info.version, "worker": a.worker, "tag": a.tag,
-                                                 "fragment": list(f.generations), "reward": r}) + "\n")
+                                                 "fragment": list(f.generations), "reward": r,
+                                                 "attempt": self.attempt}) + "\n")
             for k, v in info.reward_parts.items():
                 st.parts[k].extend(v)
         elif isinstance(a, Train):
@@ -111,7 +127,8 @@ class StepMetrics:
         keys = sorted(st.rewards)
         r = torch.tensor([st.rewards[key] for key in keys], dtype=torch.float32)
         _, adv_stats = group_advantages(r, torch.tensor([g for g, _ in keys]), adv_clip_max=1e9)
-        prev = self.steps[k - 1].published if k > 0 else 0.0
+        prev = self.steps[k - 1].published if k > 0 and k - 1 in self.steps else None
+        prev = self._t0 if prev is None else prev
         step_s = st.published - prev
         stale = sum(1 for v in st.versions if v == k - 1)
         row = {"step": k + 1, "reward_mean": float(r.mean()), "reward_std": float(r.std(unbiased=False))}

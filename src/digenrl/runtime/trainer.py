@@ -20,7 +20,8 @@ Calls:
   rank at once (a collective), EMA on rank 0; only the ``final`` round bumps the version.
   ``abort()`` drops an open transaction (no partial round is ever committed).
 * ``publish(version)``: rank 0's half of a weight publish (``publish`` module).
-* ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0.
+* ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0;
+  ``pack_state`` / ``restore_state``: the resumable state at a step boundary (``train.checkpoint``).
 """
 
 from __future__ import annotations
@@ -181,6 +182,26 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         with self.ctx.eval_weights():
             data = checkpoint_bytes(self.policy, meta)
         return TimedResult(self.name, "checkpoint", t0, time.time(), data)
+
+    def pack_state(self, step: int, counters: dict) -> TimedResult:
+        """value = the resumable state (``train.checkpoint``) after ``step`` committed steps, at a step boundary."""
+        from digenrl.train.checkpoint import pack_train_state
+
+        t0 = time.time()
+        if self._round or self.tx.open or self.tx.version != step:
+            raise RuntimeError(f"{self.name}: no step boundary to checkpoint (version {self.tx.version}, "
+                               f"{self._round} rounds of the next step committed, transaction open: {self.tx.open})")
+        return TimedResult(self.name, "checkpoint", t0, time.time(),
+                           pack_train_state(self.ctx, step=step, counters=counters))
+
+    def restore_state(self, data: bytes) -> int:
+        """Load a resumable state (weights, optimizer, EMA on rank 0, version); returns its version."""
+        from digenrl.train.checkpoint import restore_train_state, unpack
+
+        restore_train_state(self.ctx, unpack(data))
+        self._round = 0
+        self._groups.clear()
+        return self.tx.version
 
     def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
         """Seconds of generation (per fragment size), training (per chunk size), commit and publish."""

@@ -64,8 +64,13 @@ class WorkerBase:
     def check_failure(self, step: int) -> None:
         f = self.failure
         if f is not None and f.worker == self.name and f.step == step:
-            if f.exit:
+            self.failure = None  # once per process
+            if f.kind == "exit":
                 os._exit(1)  # simulate a crashed process (the actor dies)
+            if f.kind == "stall":
+                import signal
+
+                os.kill(os.getpid(), signal.SIGSTOP)  # a hung process: alive, never answers
             raise InjectedFailure(f"injected failure of {self.name} at step {step} (runtime.inject_failure)")
 
     def generate_fragment(self, policy, fragment, version: int):

@@ -69,5 +69,11 @@ class TrainerAPI(WorkerAPI, Protocol):
     def checkpoint_bytes(self, meta: dict) -> TimedResult:
         """value = the bytes of the checkpoint of the (EMA) weights."""
 
+    def pack_state(self, step: int, counters: dict) -> TimedResult:
+        """value = the resumable state after ``step`` committed steps (rank 0, at a step boundary)."""
+
+    def restore_state(self, data: bytes) -> int:
+        """Load a resumable state; returns its version."""
+
     def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
         """Seconds of generation, training, commit and publish (calibration)."""

@@ -22,8 +22,9 @@ from .actions import Train
 from .plan import StepPlan
 
 
-def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable) -> list[str]:
-    """Violations found (empty list: the run is consistent)."""
+def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable, first_step: int = 0) -> list[str]:
+    """Violations found (empty list: the run is consistent). ``first_step``: the run started with that many
+    steps committed and published (a resumed or recovered run)."""
     bad: list[str] = []
     eps = 1e-9
     events = list(events)
@@ -51,11 +52,11 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable)
             group_done[key] = max(group_done.get(key, end), end)
 
     def published_at(t: float) -> int:
-        return max([0] + [v for v, te in publish_end.items() if te <= t + eps])
+        return max([first_step] + [v for v, te in publish_end.items() if te <= t + eps])
 
     def commits_at(t: float) -> int:
         """Optimizer steps done by ``t`` (rounds of every step)."""
-        return sum(1 for te in commit_end.values() if te <= t + eps)
+        return first_step * R + sum(1 for te in commit_end.values() if te <= t + eps)
 
     def committed_at(t: float) -> int:
         """The trainers' version at ``t``: steps whose last round committed."""
@@ -125,13 +126,13 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable)
         elif isinstance(a, Publish):
             for r in a.ranks:
                 busy[r].append((t, publish_end.get(a.version, t)))
-    order = [(k, r) for k in range(plan.steps) for r in range(R)]
+    order = [(k, r) for k in range(first_step, plan.steps) for r in range(R)]
     for prev, key in zip([None] + order, order):
         if key not in commit_start or key not in commit_end:
             bad.append(f"round {key[1]} of step {key[0]} never committed")
         elif prev in commit_end and commit_start[key] < commit_end[prev] - eps:
             bad.append(f"round {key[1]} of step {key[0]} committed before round {prev[1]} of step {prev[0]}")
-    for k in range(plan.steps):
+    for k in range(first_step, plan.steps):
         if k + 1 not in publish_end:
             bad.append(f"version {k + 1} never published")
         for g in range(plan.prompts):

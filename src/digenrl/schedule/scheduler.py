@@ -13,7 +13,7 @@ from .bts import BTS, BTSConfig, BTSStats
 from .bts_model import Snapshot, tag_targets
 from .cost import CostModel, Durations
 from .layout import Chunk, Fragment, classic_chunks, step_fragments, tsp_chunks
-from .plan import Mode, StepPlan
+from .plan import StepPlan
 from .stats import StepStats
 
 
@@ -38,16 +38,20 @@ class Scheduler:
     """Drives one run of ``plan``. ``cost`` is required in TAG modes (BTS predicts with it)."""
 
     def __init__(self, plan: StepPlan, cost: CostModel | None = None, bts_config: BTSConfig | None = None,
-                 bts_clock: Callable[[], float] = time.perf_counter):
+                 bts_clock: Callable[[], float] = time.perf_counter, first_step: int = 0):
+        """``first_step``: steps before it are committed and published already (a resumed or recovered run:
+        the weights are version ``first_step``)."""
         if plan.mode.tag and cost is None:
             raise ValueError(f"cost: mode {plan.mode.value!r} needs a cost model (BTS predicts with it)")
         self.plan = plan
         self._dur = Durations(plan, cost) if cost is not None else None
         self.bts: BTS | None = BTS(plan, cost, bts_config, bts_clock) if plan.mode.tag else None
         self.stats = [StepStats(k, generations=plan.batch) for k in range(plan.steps)]
-        self.train_step = 0          # the step whose chunks the trainers work on (= committed steps)
+        if not 0 <= first_step <= plan.steps:
+            raise ValueError(f"first_step: {first_step} is outside 0..{plan.steps}")
+        self.train_step = first_step  # the step whose chunks the trainers work on (= committed steps)
         self.round = 0               # its training round (minibatch x epoch; one commit each)
-        self.published = 0           # the newest version the generators hold
+        self.published = first_step  # the newest version the generators hold
         self._now = float("-inf")
         self._started = False
         self._steps: dict[int, StepWork] = {}   # per step, until it is published
@@ -75,7 +79,7 @@ class Scheduler:
         if self._started:
             raise SchedulerError("start: the scheduler was already started")
         self._started, self._now = True, t
-        self._start_round(0, 0)
+        self._start_round(self.train_step, 0)
         return self._fill(t, set(self.plan.trainers))
 
     def on_event(self, event: Event) -> list[Action]:
