@@ -224,12 +224,15 @@ class RooflineCost:
             "gen_s_per_sample": w.sampling_steps * self._denoise(1, gen_pool) + self._vae_decode(1, gen_pool)
             + self._reward(1, gen_pool),
             "train_s_per_cell": self._train_chunk(1, TRAINER),
+            "train_s_per_cell_at_8": self._train_chunk(8, TRAINER) / 8 if self.max_cells >= 8 else float("nan"),
+            "train_eff_1cell": self.effs[TRAINER](self.model.forwards_per_step * self.seq) / self.eff.plateau,
             "max_cells": self.max_cells,
             "inference_copy_fits": float(self.inference_copy_fits),
             "commit_s": self._allreduce(1, TRAINER) + self._optimizer(1, TRAINER),
             "publish_s": self._publish(1, TRAINER),
             "publish_gb": self.publish_bytes() / GB,
             "tag_switch_s": self._tag_switch(1, TRAINER),
+            "fsdp_gather_s": self.gather_s,
             "plateau_gen": self.effs[gen_pool].plateau,
             "plateau_train": self.effs[TRAINER].plateau,
         }
