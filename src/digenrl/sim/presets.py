@@ -19,15 +19,26 @@ class GPU:
     bf16_tflops: float   # dense BF16 tensor-core peak, TFLOP/s
     hbm_gbs: float       # memory bandwidth, GB/s
     memory_gb: float
+    pcie_gbs: float = 32.0   # host link, GB/s per direction (PCIe Gen4 x16: 32, Gen5 x16: 64)
 
 
-# NVIDIA L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), 48 GB GDDR6, 864 GB/s.
-L40S = GPU("L40S-48GB", 362.05, 864.0, 48.0)
-# NVIDIA H100 SXM5 datasheet: BF16 tensor 989 TFLOPS dense (1,979 with sparsity), 80 GB HBM3, 3.35 TB/s.
-H100 = GPU("H100-SXM-80GB", 989.0, 3350.0, 80.0)
+# NVIDIA L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), 48 GB GDDR6, 864 GB/s,
+# PCIe Gen4 x16 (64 GB/s bidirectional).
+L40S = GPU("L40S-48GB", 362.05, 864.0, 48.0, 32.0)
+# NVIDIA H100 SXM5 datasheet: BF16 tensor 989 TFLOPS dense (1,979 with sparsity), 80 GB HBM3, 3.35 TB/s,
+# PCIe Gen5 x16 (128 GB/s bidirectional).
+H100 = GPU("H100-SXM-80GB", 989.0, 3350.0, 80.0, 64.0)
 # NVIDIA H20 (export-compliant Hopper; OEM spec sheet as widely reported): FP16/BF16 148 TFLOPS dense
-# (296 with sparsity), 96 GB HBM3, 4.0 TB/s.
-H20 = GPU("H20-96GB", 148.0, 4000.0, 96.0)
+# (296 with sparsity), 96 GB HBM3, 4.0 TB/s, PCIe Gen5 x16.
+H20 = GPU("H20-96GB", 148.0, 4000.0, 96.0, 64.0)
+# GPUs that appear only in the public measurements the efficiencies are fitted to (sim/efficiency.py):
+# NVIDIA A100 SXM4 80GB datasheet: BF16 tensor 312 TFLOPS dense, 2,039 GB/s, PCIe Gen4.
+A100 = GPU("A100-SXM-80GB", 312.0, 2039.0, 80.0, 32.0)
+# NVIDIA H200 SXM datasheet: BF16 tensor 989 TFLOPS dense (same SMs as H100 SXM), 141 GB HBM3e, 4.8 TB/s.
+H200 = GPU("H200-SXM-141GB", 989.0, 4800.0, 141.0, 64.0)
+# NVIDIA L20 (Ada AD102, export-compliant; OEM spec sheet as widely reported): FP16/BF16 tensor 119.5 TFLOPS
+# dense, 48 GB GDDR6, 864 GB/s, PCIe Gen4. Same SM architecture and kernels as the L40S.
+L20 = GPU("L20-48GB", 119.5, 864.0, 48.0, 32.0)
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,7 @@ class Testbed:
             return self.gpu
         a, b = self.gpu, self.gpu2
         return GPU(f"min({a.name},{b.name})", min(a.bf16_tflops, b.bf16_tflops), min(a.hbm_gbs, b.hbm_gbs),
-                   min(a.memory_gb, b.memory_gb))
+                   min(a.memory_gb, b.memory_gb), min(a.pcie_gbs, b.pcie_gbs))
 
 
 TESTBEDS: dict[str, Testbed] = {
@@ -85,14 +96,13 @@ TESTBEDS: dict[str, Testbed] = {
 
 @dataclass(frozen=True)
 class ModelPreset:
-    """A flow-matching transformer. ``joint_text``: text tokens share the self-attention sequence (MM-DiT);
-    otherwise text enters by cross-attention. ``forwards_per_step``: 2 with true CFG (cond + uncond), 1 for
-    guidance-distilled models."""
+    """A flow-matching transformer. ``arch``: its key in ``sim.flops.ARCHS`` (per-stream parameter counts and
+    attention layers from the diffusers config). ``joint_text``: text tokens share the self-attention sequence
+    (MM-DiT); otherwise text enters by cross-attention. ``forwards_per_step``: 2 with true CFG (cond +
+    uncond), 1 for guidance-distilled models."""
 
     name: str
-    params_b: float
-    layers: int
-    hidden: int
+    arch: str
     text_tokens: int
     joint_text: bool
     forwards_per_step: int
@@ -101,42 +111,88 @@ class ModelPreset:
     temporal_down: int = 1         # VAE temporal compression (video: 4, first frame kept)
     patch: int = 2                 # spatial patchify of latents
     latent_channels: int = 16
-    vae_gflop_per_mpx: float = 7000.0   # decoder FLOPs per output megapixel (per frame for video)
-    reward_tflop: float = 0.5           # reward model FLOPs per sample (TFLOP)
+    vae_flop_per_px: float = 9.59e6     # VAE decoder FLOPs per output pixel (per pixel-frame for video)
+    reward_tflop: float = 0.38          # reward model FLOPs per sample (TFLOP)
     text_dim: int = 4096                # width of the cached prompt embeddings shipped with a trajectory
     source: str = ""
 
+    @property
+    def archi(self):
+        from .flops import ARCHS
 
-# VAE decoder cost: an SD-style 2D decoder (4 up-blocks, 128-512 channels, 3x3 convs) costs ~0.9 TMAC, i.e.
-# ~1.8 TFLOP per 512x512 output (0.262 Mpx), i.e. ~6900 GFLOP per output megapixel.
-# Causal 3D VAEs use 3x3x3 kernels (~3x per pixel-frame); the Wan report says Wan-VAE decodes ~2.5x faster
-# than HunyuanVideo's VAE at the same resolution, so we take 3x (HunyuanVideo) and 1.2x (Wan) of the 2D cost.
-# Rewards: images scored by a CLIP ViT-H/14 reward (PickScore / HPS-v2 class, ~1B params x 257 tokens x 2
-# = ~0.5 TFLOP); videos by a ~2B VLM reward (VideoAlign class) over sampled frames, ~2 x 2e9 x 2000 tokens
-# = ~8 TFLOP.
+        return ARCHS[self.arch]
+
+    @property
+    def params_b(self) -> float:
+        return self.archi.params / 1e9
+
+    @property
+    def layers(self) -> int:
+        return sum(n for n, kind in self.archi.attn if kind in ("joint", "img"))
+
+    @property
+    def hidden(self) -> int:
+        return self.archi.d_attn
+
+
+# VAE decoders: FLOPs counted with torch.utils.flop_counter on the diffusers decoders (meta device; checked
+# by tests/sim/test_sim_flops.py): FLUX/SD3 AutoencoderKL (16 latent channels) 2.515 TFLOP per 512x512 image
+# = 9.59 MFLOP per pixel; Wan2.1 AutoencoderKLWan 112.75 TFLOP for 33 x 480 x 832 = 8.56 MFLOP per pixel-frame
+# (10.85 MFLOP per pixel for a single 512x512 frame, as Qwen-Image uses it); HunyuanVideo
+# AutoencoderKLHunyuanVideo 237.3 TFLOP for 33 x 480 x 848 = 17.67 MFLOP per pixel-frame (untiled).
+# Rewards: images scored by PickScore (CLIP ViT-H/14: 0.38 TFLOP per image+prompt, counted the same way on
+# the transformers CLIPModel); videos by a ~2B VLM reward (VideoAlign class, Qwen2-VL-2B) over sampled frames,
+# ~2 x 2e9 params x 2000 tokens = ~8 TFLOP (an estimate: no counted model).
 MODELS: dict[str, ModelPreset] = {
-    # FLUX.1-dev model card: "12 billion parameter rectified flow transformer"; flux reference config:
-    # 19 double + 38 single blocks, hidden 3072; T5 prompt up to 512 tokens; guidance-distilled (1 forward).
-    "flux": ModelPreset("FLUX.1-dev", 12.0, 57, 3072, 512, True, 1, False,
-                        vae_gflop_per_mpx=6900.0, reward_tflop=0.5,
-                        source="black-forest-labs/FLUX.1-dev model card; flux util.py configs"),
-    # Wan2.1-T2V-14B model card: 14B, dim 5120, 40 layers, 40 heads, FFN 13824; umT5 text (512 tokens) by
-    # cross-attention; Wan-VAE 4x8x8 compression, 16 channels, patch (1, 2, 2); sampled with CFG (2 fwd).
-    "wan": ModelPreset("Wan2.1-T2V-14B", 14.0, 40, 5120, 512, False, 2, True, temporal_down=4,
-                       vae_gflop_per_mpx=6900.0 * 1.2, reward_tflop=8.0,
+    # FLUX.1-dev: T5 prompt up to 512 tokens (diffusers default max_sequence_length); guidance-distilled.
+    "flux": ModelPreset("FLUX.1-dev", "flux", 512, True, 1, False, vae_flop_per_px=9.59e6,
+                        reward_tflop=0.38, source="black-forest-labs/FLUX.1-dev model card and config.json"),
+    # Wan2.1-T2V-14B: umT5 text (512 tokens) by cross-attention; Wan-VAE 4x8x8, patch (1, 2, 2); CFG (2 fwd).
+    "wan": ModelPreset("Wan2.1-T2V-14B", "wan", 512, False, 2, True, temporal_down=4,
+                       vae_flop_per_px=8.56e6, reward_tflop=8.0,
                        source="Wan-AI/Wan2.1-T2V-14B model card and config.json"),
-    # HunyuanVideo model card: 13B parameters; 20 dual-stream + 40 single-stream blocks, hidden 3072;
-    # causal 3D VAE 4x8x8, 16 channels, patch (1, 2, 2); LLM text features (256 tokens, joint attention);
+    # HunyuanVideo: LLM text features (256 tokens, joint attention); causal 3D VAE 4x8x8, patch (1, 2, 2);
     # guidance-distilled ("embedded guidance"), 1 forward per step.
-    "hunyuan": ModelPreset("HunyuanVideo-13B", 13.0, 60, 3072, 256, True, 1, True, temporal_down=4,
-                           vae_gflop_per_mpx=6900.0 * 3.0, reward_tflop=8.0,
-                           source="tencent/HunyuanVideo model card and paper (Table: 13B config)"),
-    # Qwen-Image model card: 20B MMDiT, 60 layers, hidden 3072; VAE 8x spatial, 16 channels (Wan-2.1 VAE
-    # based), patch 2; Qwen2.5-VL text features (joint attention, ~256 tokens); true CFG (2 forwards).
-    "qwen-image": ModelPreset("Qwen-Image-20B", 20.0, 60, 3072, 256, True, 2, False,
-                              vae_gflop_per_mpx=6900.0, reward_tflop=0.5, text_dim=3584,
-                              source="Qwen/Qwen-Image model card and technical report"),
+    "hunyuan": ModelPreset("HunyuanVideo-13B", "hunyuan", 256, True, 1, True, temporal_down=4,
+                           vae_flop_per_px=17.67e6, reward_tflop=8.0,
+                           source="tencent/HunyuanVideo model card and config.json"),
+    # Qwen-Image: Qwen2.5-VL text features (joint attention, ~256 tokens); Wan-2.1 VAE (8x spatial), patch 2;
+    # true CFG (2 forwards).
+    "qwen-image": ModelPreset("Qwen-Image-20B", "qwen-image", 256, True, 2, False, vae_flop_per_px=10.85e6,
+                              reward_tflop=0.38, text_dim=3584,
+                              source="Qwen/Qwen-Image model card and config.json"),
 }
+
+
+@dataclass(frozen=True)
+class Training:
+    """How the trainer pool trains and publishes (what the runtime does, per config).
+
+    ``lora_rank`` 0: full fine-tuning; r > 0: LoRA adapters of rank r on every token-stream linear layer of the
+    blocks (the base stays frozen in bf16). ``sharded``: FSDP full sharding over the trainer pool (bf16
+    params, fp32 master and Adam moments sharded; gradients kept unsharded under ``no_sync`` until the commit's
+    reduce-scatter); otherwise every rank keeps a replica and the commit all-reduces the gradients (the
+    runtime's trainer). ``publish``: ``object_store`` (the runtime's default: rank 0 copies the trainable state
+    to host, puts it in the Ray object store, every generator node fetches it and each generator loads it) or
+    ``broadcast`` (pipelined link-rate broadcast). ``recompute``: activation checkpointing (one extra forward
+    per cell, only the layer inputs are kept)."""
+
+    lora_rank: int = 0
+    sharded: bool = True
+    publish: str = "object_store"
+    recompute: bool = True
+
+    def __post_init__(self) -> None:
+        if self.lora_rank < 0:
+            raise PresetError(f"training.lora_rank: must be >= 0 (got {self.lora_rank})")
+        if self.publish not in ("object_store", "broadcast"):
+            raise PresetError(f"training.publish: {self.publish!r} is not object_store or broadcast")
+
+
+FULL_SHARDED = Training()
+# The shipped GPU presets (configs/flux1_dev.yaml, configs/wan21_14b.yaml): LoRA on the runtime's replicated
+# trainer, published through the object store.
+LORA_REPLICATED = Training(lora_rank=64, sharded=False)
 
 
 @dataclass(frozen=True)
@@ -150,6 +206,7 @@ class Workload:
     frames: int
     sampling_steps: int = 20
     timestep_fraction: float = 0.6   # Flow-GRPO's timestep_fraction
+    training: Training = FULL_SHARDED
 
     @property
     def trained_timesteps(self) -> int:

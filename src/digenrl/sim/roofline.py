@@ -1,59 +1,54 @@
 """Analytic GPU roofline cost model (implements ``digenrl.schedule.CostModel``).
 
-Per transformer forward of one sample with ``seq`` tokens (latent tokens, plus text tokens for MM-DiTs)::
-
-    F_fwd = 2 * params * seq + 4 * layers * seq^2 * hidden        (linear layers + QK^T and AV)
-          [+ 4 * layers * seq * text_tokens * hidden  for cross-attention models]
-
+Forward FLOPs of one sample, ``F``: per-stream parameter counts and attention layers of the diffusers
+transformer (``sim.flops``): ``F = 2 (P_img n_img + P_txt n_txt + P_joint (n_img + n_txt) + P_sample) + attn``.
 An op's time is ``max(compute, memory, overlapped communication) + overhead`` with
-``compute = FLOPs / (peak * eff(tokens))``, ``eff(x) = plateau * x / (x + half_tokens)`` (achievable share of
-the dense peak grows with the tokens in one forward), ``memory = weight bytes / HBM bandwidth``.
+``compute = FLOPs / (peak * eff(tokens))`` and ``eff`` fitted per GPU kind to public measurements
+(``sim.efficiency``), ``memory = weight bytes / HBM bandwidth``.
 
-Training (trainer pool of N ranks): full-parameter fine-tuning, ZeRO-3/FSDP full sharding, activation
-checkpointing, gradients accumulated unsharded under ``no_sync`` until the commit:
+Training follows ``workload.training`` (``presets.Training``): LoRA or full, sharded (FSDP) or replicated,
+activation recomputation, publish path. A chunk of c cells is one packed forward+backward::
 
-* a chunk of c cells is one packed forward+backward: FLOPs = 4 * F_fwd * c * forwards_per_step (forward,
-  recomputed forward, backward = 2 forwards); two parameter all-gathers of 2*params*(N-1)/N bytes (forward,
-  backward) overlap with compute;
-* commit = reduce-scatter of the bf16 gradients (2*params*(N-1)/N bytes) + Adam over the local shard
-  (~28 bytes per parameter read+written: fp32 master, m, v, bf16 grad and param) at HBM bandwidth;
-* publish = every generator receives 2*params bytes at its link rate (pipelined broadcast) and loads them;
-* TAG / colocated generation on a trainer rank: if an inference copy fits next to the training state, the
-  switch gathers it once (2*params*(N-1)/N bytes) and generation runs like a generator; otherwise every
-  forward gathers the shards on the fly (FSDP forward, overlapped with compute) and the switch is free.
+    FLOPs = c * forwards_per_step * (F + F [input grads] + F_linear [weight grads, full only]
+                                     + F [recomputed forward, with recompute])
 
-Memory per trainer rank: 14*params/N (bf16 param, fp32 master, Adam m and v shards) + 2*params (unsharded
-bf16 gradient accumulation: FSDP ``no_sync`` keeps full gradients) + reserve + c * A_cell with
-A_cell = (2*layers + 34) * seq * hidden * forwards_per_step bytes (checkpointed layer inputs + one layer's
-working set, 34 * seq * hidden bytes per layer for 16-bit activations with flash attention; Korthikanti et
-al. 2022). Generators hold a bf16 replica (2*params) + reserve (prompt embeddings are cached, so no text
-encoder is resident).
+(LoRA's own weight gradients are r/h of the linear FLOPs and left out.) Sharded: two parameter all-gathers of
+2P (N-1)/N bytes per chunk (forward, backward) overlap with compute.
+
+* commit: gradient sync (sharded: reduce-scatter of 2P (N-1)/N bytes; replicated: ring all-reduce of
+  2 (N-1)/N x gradient bytes) + Adam over the rank's trainable parameters (28 bytes each at HBM bandwidth);
+* publish, ``object_store`` (the runtime's default): rank 0 copies the trainable state to host (PCIe), puts it
+  in the Ray object store (host copy at ``HOST_COPY_GBS``), every generator node fetches it once (the
+  object transfer leaves the source node one node after another at the per-GPU link rate), each generator
+  loads it over PCIe; ``broadcast``: pipelined link-rate broadcast + load at HBM bandwidth;
+* TAG switch on a trainer rank: replicated trainer: 0 (the training copy generates); sharded trainer with room
+  for an inference copy: the collective all-gather of the group (2P (N-1)/N bytes); without room: every
+  generation forward gathers the shards (FSDP forward, overlapped with compute) and the switch is free;
+* colocated (no generator pool): the per-step switch of ``sim.colocation`` (gather + bucketed hand-off,
+  optimizer offload over PCIe when memory requires it) is charged on each rank's first generation of a step.
+
+Memory: ``sim.colocation.rank_memory`` + reserve + chunk activations ``c * A_cell``, with
+``A_cell = (2 layers + 34) seq hidden fps`` bytes with recomputation (layer inputs + one layer's working set,
+Korthikanti et al. 2022) and ``34 layers seq hidden fps`` without. Generators hold a bf16 replica + reserve.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 from ..schedule.cost import GENERATOR, TRAINER
+from .colocation import GB, colocated_switch, rank_memory
+from .efficiency import Efficiency, efficiency_for
 from .presets import GPU, ModelPreset, Testbed, Workload, tokens_per_sample
 
-GB = 1e9
+HOST_COPY_GBS = 10.0     # host memcpy into the object store's shared memory (assumed, single stream)
+GPUS_PER_NODE = 8
+
+__all__ = ["Efficiency", "InfeasibleError", "RooflineCost"]
 
 
 class InfeasibleError(ValueError):
     """The model does not fit the pool's GPUs under this split."""
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    plateau: float = 0.6          # large-batch transformer passes reach ~40-60 % of dense peak end to end
-    half_tokens: float = 512.0    # tokens per forward where half the plateau is reached
-    conv_fraction: float = 0.35   # VAE convolutions and reward models
-    overhead_s: float = 0.003     # per forward: kernel launches, host sync
-    reserve_gb: float = 3.0       # CUDA context, allocator fragmentation, VAE / reward weights
-
-    def __call__(self, tokens: float) -> float:
-        return self.plateau * tokens / (tokens + self.half_tokens)
 
 
 class RooflineCost:
@@ -61,7 +56,7 @@ class RooflineCost:
 
     ``colocated``: there is no generator pool; the ``n_train`` ranks generate and train. ``gen_gpu`` /
     ``train_gpu`` choose the GPU kind of each pool (default: the testbed's first kind for generators, its
-    second kind, if any, for trainers).
+    second kind, if any, for trainers). ``eff`` overrides the fitted efficiency of both pools.
     """
 
     def __init__(self, model: ModelPreset, workload: Workload, testbed: Testbed, n_gen: int, n_train: int,
@@ -69,28 +64,40 @@ class RooflineCost:
                  train_gpu: GPU | None = None):
         self.model, self.workload, self.testbed = model, workload, testbed
         self.n_gen, self.n_train, self.colocated = n_gen, n_train, colocated
-        self.eff = eff or Efficiency()
+        self.training = workload.training
         train_gpu = train_gpu or testbed.gpu2 or testbed.gpu
         self.gpu = {GENERATOR: gen_gpu or testbed.gpu, TRAINER: train_gpu}
         if colocated:
             self.gpu[GENERATOR] = train_gpu
-        m, w = model, workload
-        self.params = m.params_b * 1e9
-        self.latent_tokens, self.latent_frames = tokens_per_sample(m, w)
-        self.seq = self.latent_tokens + (m.text_tokens if m.joint_text else 0)
-        attn = 4.0 * m.layers * self.seq ** 2 * m.hidden
-        cross = 0.0 if m.joint_text else 4.0 * m.layers * self.latent_tokens * m.text_tokens * m.hidden
-        self.fwd_flops = 2.0 * self.params * self.seq + attn + cross
+        self.effs = {p: eff or efficiency_for(g) for p, g in self.gpu.items()}
+        self.eff = self.effs[TRAINER]
+        m, arch = model, model.archi
+        self.params = float(arch.params)
+        self.lora = self.training.lora_rank > 0
+        self.trainable = float(arch.lora_params(self.training.lora_rank)) if self.lora else self.params
+        self.latent_tokens, self.latent_frames = tokens_per_sample(m, workload)
+        n_txt = m.text_tokens
+        self.seq = self.latent_tokens + (n_txt if m.joint_text else 0)
+        self.fwd_flops = arch.forward_flops(self.latent_tokens, n_txt)
+        self.fwd_linear = arch.linear_flops(self.latent_tokens, n_txt)
         self.net = testbed.net_bytes_s
         n = max(1, n_train)
-        self.gather_s = 2.0 * self.params * (n - 1) / n / self.net
-        self.act_cell = (2 * m.layers + 34) * self.seq * m.hidden * m.forwards_per_step
-        self.act_infer = 34 * self.seq * m.hidden * m.forwards_per_step
+        self.sharded = self.training.sharded
+        self.gather_s = 2.0 * self.params * (n - 1) / n / self.net if self.sharded else 0.0
+        layers, hidden, fps = m.layers, m.hidden, m.forwards_per_step
+        self.act_cell = ((2 * layers + 34) if self.training.recompute else 34 * layers) * self.seq * hidden * fps
+        self.act_infer = 34 * self.seq * hidden * fps
+        self.mem = rank_memory(self.params, self.trainable, n, self.lora, self.sharded, self.eff.reserve_gb)
+        self.switch = None
+        if colocated:
+            g = self.gpu[TRAINER]
+            self.switch = colocated_switch(self.mem, self.params, n, self.sharded, g.memory_gb * GB,
+                                           self.act_infer, self.net, g.hbm_gbs * GB, g.pcie_gbs * GB)
         self._check_memory()
 
     # ---- memory ------------------------------------------------------------------------------------
     def trainer_state_bytes(self) -> float:
-        return 14.0 * self.params / max(1, self.n_train) + 2.0 * self.params + self.eff.reserve_gb * GB
+        return self.mem.training
 
     @property
     def max_cells(self) -> int:
@@ -100,15 +107,19 @@ class RooflineCost:
 
     @property
     def inference_copy_fits(self) -> bool:
+        """Sharded trainer: room for a bf16 inference copy + one generation next to the training state."""
+        if not self.sharded:
+            return True
         free = self.gpu[TRAINER].memory_gb * GB - self.trainer_state_bytes()
         return free >= 2.0 * self.params + self.act_infer
 
     @property
     def max_fragment(self) -> int:
-        """Largest generator batch (generations) that fits next to a bf16 replica."""
+        """Largest generator batch (generations) that fits: next to a bf16 replica on a generator, next to the
+        (possibly offloaded) training state on a colocated rank."""
         if self.colocated:
-            return 10 ** 6
-        free = self.gpu[GENERATOR].memory_gb * GB - 2.0 * self.params - self.eff.reserve_gb * GB
+            return max(1, int(self.switch.free_for_generation // self.act_infer)) if self.switch else 0
+        free = self.gpu[GENERATOR].memory_gb * GB - 2.0 * self.params - self.effs[GENERATOR].reserve_gb * GB
         return int(free // self.act_infer)
 
     def _check_memory(self) -> None:
@@ -117,6 +128,9 @@ class RooflineCost:
             need = (self.trainer_state_bytes() + self.act_cell) / GB
             raise InfeasibleError(f"{self.model.name} training needs {need:.0f} GB per rank with "
                                   f"{self.n_train} {t.name} trainer ranks (capacity {t.memory_gb:.0f} GB)")
+        if self.colocated and self.switch is None:
+            raise InfeasibleError(f"{self.model.name} cannot generate next to its training state on "
+                                  f"{t.name} even with the optimizer offloaded")
         if not self.colocated and self.max_fragment < 1:
             g = self.gpu[GENERATOR]
             raise InfeasibleError(f"{self.model.name} bf16 replica does not fit a {g.name} generator")
@@ -128,27 +142,26 @@ class RooflineCost:
             raise KeyError(f"roofline: unknown op {op!r}")
         return fn(max(1, batch), pool)
 
-    def _compute(self, flops: float, tokens: float, gpu: GPU) -> float:
-        return flops / (gpu.bf16_tflops * 1e12 * self.eff(tokens))
+    def _compute(self, flops: float, tokens: float, pool: str) -> float:
+        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool](tokens))
 
     def _denoise(self, n: int, pool: str) -> float:
         gpu, m = self.gpu[pool], self.model
         fwd = n * m.forwards_per_step
-        t = max(self._compute(fwd * self.fwd_flops, fwd * self.seq, gpu),
-                2.0 * self.params / (gpu.hbm_gbs * GB))
-        if pool == TRAINER and not self.inference_copy_fits:
+        t = max(self._compute(fwd * self.fwd_flops, fwd * self.seq, pool), 2.0 * self.params / (gpu.hbm_gbs * GB))
+        if pool == TRAINER and not self.colocated and not self.inference_copy_fits:
             t = max(t, self.gather_s)  # FSDP forward: shards gathered on the fly, overlapped
-        return t + self.eff.overhead_s
+        return t + self.effs[pool].overhead_s
 
     def _vae_decode(self, n: int, pool: str) -> float:
         w = self.workload
-        mpx = w.width * w.height / 1e6 * (w.frames if self.model.video else 1)
-        flops = n * self.model.vae_gflop_per_mpx * 1e9 * mpx
-        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.eff.conv_fraction) + self.eff.overhead_s
+        px = w.width * w.height * (w.frames if self.model.video else 1)
+        flops = n * self.model.vae_flop_per_px * px
+        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
 
     def _reward(self, n: int, pool: str) -> float:
         flops = n * self.model.reward_tflop * 1e12
-        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.eff.conv_fraction) + self.eff.overhead_s
+        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
 
     def trajectory_bytes(self) -> float:
         """Latents of every sampling step, per-step log-probs, cached prompt embeddings (bf16)."""
@@ -159,38 +172,72 @@ class RooflineCost:
     def _transfer(self, n: int, pool: str) -> float:
         return n * self.trajectory_bytes() / self.net + 1e-3
 
+    def train_flops_per_cell(self) -> float:
+        per = 2.0 * self.fwd_flops + (0.0 if self.lora else self.fwd_linear)
+        per += self.fwd_flops if self.training.recompute else 0.0
+        return per * self.model.forwards_per_step
+
     def _train_chunk(self, c: int, pool: str) -> float:
-        m = self.model
-        fwd = c * m.forwards_per_step
-        comp = self._compute(4.0 * fwd * self.fwd_flops, fwd * self.seq, self.gpu[TRAINER])
+        fwd = c * self.model.forwards_per_step
+        comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
         return max(comp, 2.0 * self.gather_s) + 3 * self.eff.overhead_s
+
+    def grad_bytes(self) -> float:
+        return (4.0 if self.lora else 2.0) * self.trainable
 
     def _allreduce(self, _: int, pool: str) -> float:
         n = max(1, self.n_train)
-        return 2.0 * self.params * (n - 1) / n / self.net + 1e-3
+        factor = 1.0 if self.sharded and not self.lora else 2.0   # reduce-scatter vs ring all-reduce
+        return factor * self.grad_bytes() * (n - 1) / n / self.net + 1e-3
 
     def _optimizer(self, _: int, pool: str) -> float:
-        return 28.0 * self.params / max(1, self.n_train) / (self.gpu[TRAINER].hbm_gbs * GB) + 1e-3
+        local = self.trainable / max(1, self.n_train) if self.sharded and not self.lora else self.trainable
+        return 28.0 * local / (self.gpu[TRAINER].hbm_gbs * GB) + 1e-3
+
+    def publish_bytes(self) -> float:
+        return 2.0 * self.trainable
 
     def _publish(self, _: int, pool: str) -> float:
-        return 2.0 * self.params / self.net + 2.0 * self.params / (self.gpu[GENERATOR].hbm_gbs * GB) + 0.01
+        b, g, t = self.publish_bytes(), self.gpu[GENERATOR], self.gpu[TRAINER]
+        if self.training.publish == "broadcast":
+            return b / self.net + b / (g.hbm_gbs * GB) + 0.01
+        nodes = max(1, math.ceil(self.n_gen / GPUS_PER_NODE))
+        return b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.net + b / (g.pcie_gbs * GB) + 0.01
 
     def _tag_switch(self, _: int, pool: str) -> float:
-        return self.gather_s if self.inference_copy_fits else 0.0
+        if self.colocated:
+            return self.switch.seconds
+        if not self.sharded or not self.inference_copy_fits:
+            return 0.0
+        return self.gather_s
 
     # ---- reporting ---------------------------------------------------------------------------------
     def describe(self) -> dict[str, float]:
         """Key derived numbers (for docs and sanity checks)."""
         w = self.workload
         gen_pool = TRAINER if self.colocated else GENERATOR
-        return {
+        out = {
             "seq_tokens": self.seq,
             "fwd_tflop": self.fwd_flops / 1e12,
+            "naive_fwd_tflop": (2.0 * self.params * self.seq + self.model.archi.attention_flops(
+                self.latent_tokens, self.model.text_tokens)) / 1e12,
             "gen_s_per_sample": w.sampling_steps * self._denoise(1, gen_pool) + self._vae_decode(1, gen_pool)
             + self._reward(1, gen_pool),
             "train_s_per_cell": self._train_chunk(1, TRAINER),
+            "train_s_per_cell_at_8": self._train_chunk(8, TRAINER) / 8 if self.max_cells >= 8 else float("nan"),
+            "train_eff_1cell": self.effs[TRAINER](self.model.forwards_per_step * self.seq) / self.eff.plateau,
             "max_cells": self.max_cells,
             "inference_copy_fits": float(self.inference_copy_fits),
             "commit_s": self._allreduce(1, TRAINER) + self._optimizer(1, TRAINER),
             "publish_s": self._publish(1, TRAINER),
+            "publish_gb": self.publish_bytes() / GB,
+            "tag_switch_s": self._tag_switch(1, TRAINER),
+            "fsdp_gather_s": self.gather_s,
+            "plateau_gen": self.effs[gen_pool].plateau,
+            "plateau_train": self.effs[TRAINER].plateau,
         }
+        if self.switch is not None:
+            out.update({"coloc_gather_s": self.switch.gather_s, "coloc_handoff_s": self.switch.handoff_s,
+                        "coloc_offload_s": self.switch.offload_s, "coloc_offload": float(self.switch.offload),
+                        "coloc_max_batch": float(self.max_fragment)})
+        return out

@@ -1,0 +1,51 @@
+"""scripts/make_simulation_doc.py: everything goes where --out says, and the page's numbers come from its
+results file (re-rendered from a copy of the committed results, with one value changed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "figures" / "simulation_results.json"
+
+
+def _script():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("make_simulation_doc", ROOT / "scripts" / "make_simulation_doc.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="no committed results file")
+def test_out_writes_page_figures_and_nothing_else(tmp_path):
+    pytest.importorskip("matplotlib")
+    before = {p: p.stat().st_mtime_ns for p in (ROOT / "docs").rglob("*") if p.is_file()}
+    (tmp_path / "figures").mkdir()
+    res = json.loads(RESULTS.read_text())
+    # change one run's numbers: the page must show the new ones
+    run = next(c for c in res["runs"] if (c["model"], c["testbed"], c["T"]) == ("hunyuan", "A", 20))
+    full = next(r for r in run["rows"] if r["mode"] == "full")
+    full["speedup_vs_colocated"] = 7.77
+    full["speedup_vs_naive"] = 8.88
+    (tmp_path / "figures" / "simulation_results.json").write_text(json.dumps(res))
+    for name, _ in res.get("gantts", []):
+        shutil.copy(ROOT / "docs" / "figures" / name, tmp_path / "figures" / name)
+    out = tmp_path / "sim.md"
+    assert _script().main(["--reuse", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "7.77x" in page and "8.88x" in page
+    assert (tmp_path / "figures" / "ablation.png").exists() and (tmp_path / "figures" / "vs_colocated.png").exists()
+    after = {p: p.stat().st_mtime_ns for p in (ROOT / "docs").rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_reuse_without_results_is_an_error(tmp_path, capsys):
+    assert _script().main(["--reuse", "--out", str(tmp_path / "x.md")]) == 2
+    assert "no results file" in capsys.readouterr().err and not (tmp_path / "x.md").exists()
