@@ -54,6 +54,8 @@ class SamplerConfig(_Strict):
     kind: Literal["flow_grpo", "dance", "cps"] = "flow_grpo"
     cfg_scale: float = Field(1.0, ge=0.0)
     eval_cfg_scale: float | None = Field(None, ge=0.0)  # Flow-GRPO's sample.eval_guidance_scale; None = cfg_scale
+    static_shift: float | None = Field(None, gt=0.0)  # DanceGRPO --shift: its schedule instead of the family's
+    integer_timesteps: bool = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's timesteps)
     same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
 
 
@@ -88,6 +90,7 @@ class TrainConfig(_Strict):
     ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
     ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
+    cfg_detach_uncond: bool = False  # no gradient through the unconditional CFG branch in training
 
 
 class EvalConfig(_Strict):

@@ -43,6 +43,8 @@ class LossSettings:
     clip_high: float | None = None
     guidance: float | None = None  # guidance-embedding scale (FLUX.1-dev): the sampling one; None = cfg_scale
     filter_zero_advantage: bool = False
+    detach_uncond: bool = False  # no gradient through the unconditional CFG branch
+    integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
 
 
 @dataclass
@@ -101,7 +103,8 @@ def train_cells(
     sigma_next = group.sigmas[step_idx + 1].to(device)
     cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
 
-    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance)
+    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
     out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
     loss, stats = clipped_policy_loss(out.log_prob, old_logp, adv, settings.clip_range,
                                       clip_low=settings.clip_low, clip_high=settings.clip_high)
@@ -110,7 +113,8 @@ def train_cells(
         if ref_policy is None:
             raise ValueError("train.beta_kl > 0 needs a reference policy")
         with torch.no_grad():
-            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance)
+            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                                    integer_timesteps=settings.integer_timesteps)
             ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
         kl = reference_kl(out, ref.mean, settings.kl_form)
     total = loss + settings.beta_kl * kl

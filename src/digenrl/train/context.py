@@ -58,7 +58,8 @@ def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
 def sampler_settings(cfg: Config) -> SamplerSettings:
     s = cfg.sampler
     return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
-                           eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent)
+                           eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
+                           integer_timesteps=s.integer_timesteps)
 
 
 def loss_settings(cfg: Config) -> LossSettings:
@@ -74,6 +75,8 @@ def loss_settings(cfg: Config) -> LossSettings:
         clip_high=t.clip_range_high,
         guidance=s.cfg_scale,  # a guidance embedding always gets the sampling scale (Flow-GRPO's FLUX scripts)
         filter_zero_advantage=t.filter_zero_advantage,
+        detach_uncond=t.cfg_detach_uncond,
+        integer_timesteps=s.integer_timesteps,
     )
 
 
