@@ -151,6 +151,12 @@ class Config(_Strict):
                              f"single-process loop (runtime.mode=colocated, one generator, one trainer) for now; "
                              f"set train.minibatches_per_step=1 and train.inner_epochs=1 for runtime.mode="
                              f"{rt.mode!r}")
+        if rt.mode != "colocated" or rt.generators > 1 or rt.trainers > 1:
+            bad = [f"train.{k}={getattr(t, k)!r}" for k, default in
+                   (("adv_baseline", "group"), ("adv_std_unbiased", False), ("adv_eps", 1e-4)) if getattr(t, k) != default]
+            if bad:
+                raise ValueError(f"{', '.join(bad)}: the Ray runtime computes Flow-GRPO's default group advantages only "
+                                 f"for now; use runtime.mode=colocated with one generator and one trainer")
         return self
 
 

@@ -58,3 +58,11 @@ def test_minibatches_refused_outside_the_single_process_loop():
     with pytest.raises(ConfigError, match="train.minibatches_per_step 9 exceeds"):
         load_config(None, ["train.minibatches_per_step=9", "train.prompts_per_step=8"])
     assert load_config(None, ["train.minibatches_per_step=2"]).train.minibatches_per_step == 2
+
+
+def test_advantage_options_refused_by_the_runtime_for_now():
+    with pytest.raises(ConfigError, match="train.adv_baseline='batch'"):
+        load_config(None, ["train.adv_baseline=batch", "runtime.mode=naive"])
+    with pytest.raises(ConfigError, match="train.adv_std_unbiased=True"):
+        load_config(None, ["train.adv_std_unbiased=true", "runtime.generators=2"])
+    assert load_config(None, ["train.adv_baseline=batch", "train.adv_eps=1e-8"]).train.adv_eps == 1e-8
