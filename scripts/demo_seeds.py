@@ -1,6 +1,8 @@
 """Run the demo (``digenrl train``, default config) for several seeds and record the eval rewards.
 
     python scripts/demo_seeds.py [--seeds 0 1 2] [--out benchmarks/results/demo_seeds.json] [key=value ...]
+    python scripts/demo_seeds.py --merge a.json b.json [--out ...]    # seeds run separately, one results file
+    python scripts/demo_seeds.py --table [--out ...]                  # the README table from the results file
 
 Each seed runs in its own process (``digenrl train seed=N run_dir=runs/demo_seedN``), one after another, with
 the wall time and the machine's load average around it (the figures are only comparable on an idle machine).
@@ -52,10 +54,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/demo_seeds.json"))
     ap.add_argument("--runs", default=str(ROOT / "runs"))
     ap.add_argument("--table", action="store_true", help="print the README table of an existing results file")
+    ap.add_argument("--merge", nargs="+", help="combine results files of seeds run separately (e.g. concurrently)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     if args.table:
         print(table(json.loads(Path(args.out).read_text())))
+        return 0
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        out = {**parts[0], "runs": sorted((r for p in parts for r in p["runs"]), key=lambda r: r["seed"]),
+               "note": "seeds run as separate processes at the same time; wall times include the sharing"}
+        Path(args.out).write_text(json.dumps(out, indent=1))
+        print(table(out))
         return 0
     runs = []
     for s in args.seeds:
