@@ -75,6 +75,7 @@ class TrainConfig(_Strict):
     adv_baseline: Literal["group", "batch"] = "group"  # batch = Flow-GRPO per_prompt_stat_tracking=False
     adv_std_unbiased: bool = False  # True: DanceGRPO's torch std (n - 1)
     adv_eps: float = Field(1e-4, gt=0.0)  # Flow-GRPO 1e-4, DanceGRPO 1e-8
+    best_of_n: int | None = Field(None, ge=2)  # DanceGRPO --bestofn: train the n/2 best and n/2 worst of each group
     filter_zero_advantage: bool = True  # Flow-GRPO drops samples with advantage 0 (no loss, no KL, not counted)
     beta_kl: float = Field(0.0, ge=0.0)
     kl_form: Literal["flow_grpo", "exact"] = "flow_grpo"  # exact = Flow-GRPO's KL / (-dt)
@@ -144,6 +145,8 @@ class Config(_Strict):
         if t.minibatches_per_step > t.prompts_per_step:
             raise ValueError(f"train.minibatches_per_step {t.minibatches_per_step} exceeds train.prompts_per_step "
                              f"{t.prompts_per_step}: a minibatch is a set of whole prompt groups")
+        if t.best_of_n is not None and (t.best_of_n % 2 or t.best_of_n > t.generations):
+            raise ValueError(f"train.best_of_n {t.best_of_n} must be even and at most train.generations {t.generations}")
         if (t.minibatches_per_step > 1 or t.inner_epochs > 1) and (
                 rt.mode != "colocated" or rt.generators > 1 or rt.trainers > 1):
             raise ValueError(f"train.minibatches_per_step={t.minibatches_per_step} / train.inner_epochs="
@@ -153,7 +156,8 @@ class Config(_Strict):
                              f"{rt.mode!r}")
         if rt.mode != "colocated" or rt.generators > 1 or rt.trainers > 1:
             bad = [f"train.{k}={getattr(t, k)!r}" for k, default in
-                   (("adv_baseline", "group"), ("adv_std_unbiased", False), ("adv_eps", 1e-4)) if getattr(t, k) != default]
+                   (("adv_baseline", "group"), ("adv_std_unbiased", False), ("adv_eps", 1e-4), ("best_of_n", None))
+                   if getattr(t, k) != default]
             if bad:
                 raise ValueError(f"{', '.join(bad)}: the Ray runtime computes Flow-GRPO's default group advantages only "
                                  f"for now; use runtime.mode=colocated with one generator and one trainer")

@@ -69,6 +69,16 @@ def minibatch_of(group_index: int, num_groups: int, num_minibatches: int) -> int
     return group_index * num_minibatches // num_groups
 
 
+def best_of_n(group: TrajectoryBatch, n: int) -> TrajectoryBatch:
+    """DanceGRPO's best-of-n: of a scored group (advantages computed on the whole group), keep the n/2
+    generations with the highest and the n/2 with the lowest advantage; train only those."""
+    if n % 2 or not 2 <= n <= len(group):
+        raise ValueError(f"train.best_of_n must be even and in [2, {len(group)}], got {n}")
+    order = torch.argsort(group.advantages, stable=True).tolist()
+    keep = sorted(order[: n // 2] + order[-(n // 2):])
+    return group.select(keep)
+
+
 def kept_count(advantages: torch.Tensor, filter_zero_advantage: bool) -> int:
     """Trajectories that count in a minibatch's mean: all, or (Flow-GRPO) those with a non-zero advantage."""
     return int((advantages != 0).sum()) if filter_zero_advantage else len(advantages)
