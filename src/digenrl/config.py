@@ -75,6 +75,7 @@ class TrainConfig(_Strict):
     adv_baseline: Literal["group", "batch"] = "group"  # batch = Flow-GRPO per_prompt_stat_tracking=False
     adv_std_unbiased: bool = False  # True: DanceGRPO's torch std (n - 1)
     adv_eps: float = Field(1e-4, gt=0.0)  # Flow-GRPO 1e-4, DanceGRPO 1e-8
+    adv_per_reward: bool = False  # DanceGRPO vq/mq: normalise each reward part in its group, loss sum_k w_k L(A_k)
     best_of_n: int | None = Field(None, ge=2)  # DanceGRPO --bestofn: train the n/2 best and n/2 worst of each group
     filter_zero_advantage: bool = True  # Flow-GRPO drops samples with advantage 0 (no loss, no KL, not counted)
     beta_kl: float = Field(0.0, ge=0.0)
@@ -156,7 +157,8 @@ class Config(_Strict):
                              f"{rt.mode!r}")
         if rt.mode != "colocated" or rt.generators > 1 or rt.trainers > 1:
             bad = [f"train.{k}={getattr(t, k)!r}" for k, default in
-                   (("adv_baseline", "group"), ("adv_std_unbiased", False), ("adv_eps", 1e-4), ("best_of_n", None))
+                   (("adv_baseline", "group"), ("adv_std_unbiased", False), ("adv_eps", 1e-4), ("best_of_n", None),
+                    ("adv_per_reward", False))
                    if getattr(t, k) != default]
             if bad:
                 raise ValueError(f"{', '.join(bad)}: the Ray runtime computes Flow-GRPO's default group advantages only "

@@ -77,6 +77,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         filter_zero_advantage=t.filter_zero_advantage,
         detach_uncond=t.cfg_detach_uncond,
         integer_timesteps=s.integer_timesteps,
+        adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
     )
 
 

@@ -39,7 +39,7 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     t1 = time.perf_counter()
     groups = split_groups(batch)
     if t.best_of_n is not None:
-        groups = [best_of_n(g, t.best_of_n) for g in groups]
+        groups = [best_of_n(g, t.best_of_n, ctx.loss.adv_weights) for g in groups]
     results = train_minibatches(ctx, step, groups, len(plan.trained))
     stats = CellStats()
     for st, _ in results:
