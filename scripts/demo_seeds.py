@@ -1,10 +1,13 @@
 """Run the demo (``digenrl train``, default config) for several seeds and record the eval rewards.
 
     python scripts/demo_seeds.py [--seeds 0 1 2] [--out benchmarks/results/demo_seeds.json] [key=value ...]
+    python scripts/demo_seeds.py --merge a.json b.json [--out ...]    # seeds run separately, one results file
+    python scripts/demo_seeds.py --table [--out ...]                  # the README table from the results file
 
 Each seed runs in its own process (``digenrl train seed=N run_dir=runs/demo_seedN``), one after another, with
 the wall time and the machine's load average around it (the figures are only comparable on an idle machine).
-The results file holds per seed the initial / final / peak eval reward, the eval curve and the wall time; the
+The results file holds per seed the initial / final / peak eval reward, the eval curve, the wall time and the
+CPU seconds of the run (user + system, independent of other load on the machine); the
 README's demo table is regenerated from it (``--table`` prints the Markdown table).
 """
 
@@ -25,17 +28,31 @@ def run_seed(seed: int, overrides: list[str], run_root: Path) -> dict:
     run_dir = run_root / f"demo_seed{seed}"
     cmd = [sys.executable, "-m", "digenrl.cli", "train", f"seed={seed}", f"run_dir={run_dir}", "log.progress=false",
            *overrides]
+    import resource
+
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
     if proc.returncode != 0:
         raise RuntimeError(f"seed {seed} failed:\n{proc.stderr[-2000:]}")
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["step"], r["eval_reward"]) for r in rows if "eval_reward" in r]
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     return {"seed": seed, "eval_initial": curve[0][1], "eval_final": curve[-1][1],
-            "eval_peak": max(v for _, v in curve), "eval_curve": curve, "wall_s": wall,
+            "eval_peak": max(v for _, v in curve), "eval_curve": curve, "wall_s": wall, "cpu_s": cpu,
             "train_wall_s": summary.get("wall_s"), "loadavg_1min_before": load0, "loadavg_1min_after": os.getloadavg()[0]}
+
+
+def copy_figures(run_root: Path, seed: int, dest: Path) -> None:
+    """runs/demo_seedN/{reward_curve,samples_before,samples_after}.png -> dest/demo_*.png."""
+    import shutil
+
+    src = run_root / f"demo_seed{seed}"
+    for name in ("reward_curve", "samples_before", "samples_after"):
+        shutil.copyfile(src / f"{name}.png", dest / f"demo_{name}.png")
 
 
 def table(results: dict) -> str:
@@ -52,10 +69,21 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/demo_seeds.json"))
     ap.add_argument("--runs", default=str(ROOT / "runs"))
     ap.add_argument("--table", action="store_true", help="print the README table of an existing results file")
+    ap.add_argument("--merge", nargs="+", help="combine results files of seeds run separately (e.g. concurrently)")
+    ap.add_argument("--figures", help="copy the first seed's reward curve and sample grids here (README figures)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     if args.table:
         print(table(json.loads(Path(args.out).read_text())))
+        return 0
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        out = {**parts[0], "runs": sorted((r for p in parts for r in p["runs"]), key=lambda r: r["seed"]),
+               "note": "seeds run as separate processes at the same time; wall times include the sharing"}
+        Path(args.out).write_text(json.dumps(out, indent=1))
+        if args.figures:
+            copy_figures(Path(args.runs), out["runs"][0]["seed"], Path(args.figures))
+        print(table(out))
         return 0
     runs = []
     for s in args.seeds:
@@ -65,6 +93,8 @@ def main(argv=None) -> int:
     out = {"command": "digenrl train seed=N " + " ".join(args.overrides), "cpus": os.cpu_count(), "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
+    if args.figures:
+        copy_figures(Path(args.runs), args.seeds[0], Path(args.figures))
     print(table(out))
     return 0
 

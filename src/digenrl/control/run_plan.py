@@ -83,6 +83,13 @@ def plan_run(cfg: Config) -> RunPlan:
         raise ConfigError(f"train.adv_baseline: 'batch' needs the whole step's rewards before any training, which "
                           f"the pipelined mode {mode.value!r} does not wait for; use train.adv_baseline=group or "
                           f"runtime.mode=naive/colocated")
+    if t.best_of_n is not None:
+        raise ConfigError("train.best_of_n: the Ray runtime trains every generation of a group (its cell grid is "
+                          "G x S); best-of-n subsampling runs in the single-process loop (runtime.mode=colocated "
+                          "with one generator and one trainer, without --ray)")
+    if t.adv_per_reward and (t.std_mode == "global" or t.adv_baseline == "batch"):
+        raise ConfigError("train.adv_per_reward: per-reward advantages with step-wide statistics (std_mode=global "
+                          "or adv_baseline=batch) run in the single-process loop only")
     if mode is Mode.COLOCATED and rt.generators != 1:
         raise ConfigError("runtime.generators: colocated mode runs runtime.trainers workers that both generate "
                           "and train; leave runtime.generators at 1")

@@ -89,12 +89,19 @@ def guided_velocity(
     cfg_scale: float = 1.0,
     *,
     guidance: float | None = None,
+    detach_uncond: bool = False,
+    integer_timesteps: bool = False,
 ) -> torch.Tensor:
     """Velocity after CFG (see module docstring). ``cfg_scale == 1`` is a single conditional forward.
 
     A family with a guidance embedding (FLUX.1-dev) gets ``guidance`` (default ``cfg_scale``) inside the model:
-    Flow-GRPO feeds the sampling guidance scale there in sampling and in training alike.
+    Flow-GRPO feeds the sampling guidance scale there in sampling and in training alike. ``detach_uncond`` stops
+    the gradient through the unconditional branch (an option of Flow-GRPO-style training). ``integer_timesteps``
+    feeds the model ``int(sigma * 1000) / 1000`` (DanceGRPO's model timesteps) instead of sigma; the SDE step
+    keeps the exact sigma.
     """
+    if integer_timesteps:
+        sigma = torch.floor(sigma * 1000) / 1000  # int() of a non-negative number
     if policy.uses_guidance_embedding:
         return policy(x, sigma, cond, guidance=cfg_scale if guidance is None else guidance)
     if cfg_scale == 1.0:
@@ -103,4 +110,6 @@ def guided_velocity(
     both = cat_cond([policy.null_cond(n), cond])
     v = policy(torch.cat([x, x]), torch.cat([sigma, sigma]), both)
     v_uncond, v_cond = v[:n], v[n:]
+    if detach_uncond:
+        v_uncond = v_uncond.detach()
     return policy.combine_guidance(v_uncond, v_cond, cfg_scale)

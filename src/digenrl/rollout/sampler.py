@@ -33,6 +33,8 @@ class SamplerSettings:
     cfg_scale: float = 1.0
     eval_cfg_scale: float | None = None  # ODE evaluation's guidance scale (None: cfg_scale)
     same_latent: bool = False
+    static_shift: float | None = None  # DanceGRPO's schedule: shift * t / (1 + (shift - 1) t), t = linspace(1, 0, T + 1)
+    integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
 
 
 @torch.no_grad()
@@ -53,7 +55,7 @@ def sample_trajectories(
         raise ValueError("prompts and gen_indices must have the same length")
     device = next(policy.parameters()).device
     n, T = len(prompts), settings.num_steps
-    sigmas = policy.sigmas(T).float()
+    sigmas = policy.sigmas(T).float() if settings.static_shift is None else static_shift_sigmas(T, settings.static_shift)
     seeds = [trajectory_seed(run_seed, step, p.uid, g) for p, g in zip(prompts, gen_indices)]
     noises = [trajectory_noise(s, tuple(policy.latent_shape), T) for s in seeds]
     if settings.same_latent:
@@ -87,11 +89,17 @@ def sample_trajectories(
     )
 
 
+def static_shift_sigmas(num_steps: int, shift: float) -> torch.Tensor:
+    """DanceGRPO's sigma schedule (``sd3_time_shift`` on ``linspace(1, 0, T + 1)``), float32, ends at 0."""
+    t = torch.linspace(1, 0, num_steps + 1)
+    return (shift * t) / (1 + (shift - 1) * t)
+
+
 def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode):
     n, device = x.shape[0], x.device
     for i in range(settings.num_steps):
         sig = sigmas[i].expand(n).to(device)
-        v = guided_velocity(policy, x, sig, cond, settings.cfg_scale)
+        v = guided_velocity(policy, x, sig, cond, settings.cfg_scale, integer_timesteps=settings.integer_timesteps)
         level = settings.noise_level if i in sde_steps else 0.0
         out = sde_step_with_logprob(x, v, sigmas[i], sigmas[i + 1], noise_level=level, kind=settings.kind, noise=eps[i])
         if i in trained:

@@ -43,6 +43,9 @@ class LossSettings:
     clip_high: float | None = None
     guidance: float | None = None  # guidance-embedding scale (FLUX.1-dev): the sampling one; None = cfg_scale
     filter_zero_advantage: bool = False
+    detach_uncond: bool = False  # no gradient through the unconditional CFG branch
+    integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
+    adv_weights: tuple[float, ...] | None = None  # per-reward advantages [N, K]: L = sum_k w_k L(A_k) (DanceGRPO)
 
 
 @dataclass
@@ -87,7 +90,8 @@ def train_cells(
     tpos = torch.tensor([t for _, t in cells], dtype=torch.long)
     n_all = len(cells)
     if settings.filter_zero_advantage:
-        keep = group.advantages[rows] != 0
+        a = group.advantages[rows]
+        keep = a != 0 if a.ndim == 1 else (a != 0).any(1)
         rows, tpos = rows[keep], tpos[keep]
         if len(rows) == 0:
             return CellStats(cells=n_all)
@@ -101,16 +105,25 @@ def train_cells(
     sigma_next = group.sigmas[step_idx + 1].to(device)
     cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
 
-    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance)
+    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
     out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
-    loss, stats = clipped_policy_loss(out.log_prob, old_logp, adv, settings.clip_range,
-                                      clip_low=settings.clip_low, clip_high=settings.clip_high)
+    clip = dict(clip_low=settings.clip_low, clip_high=settings.clip_high)
+    if adv.ndim == 1:
+        loss, stats = clipped_policy_loss(out.log_prob, old_logp, adv, settings.clip_range, **clip)
+    else:  # DanceGRPO's multi-reward loss: each reward's own clipped term, weighted
+        if settings.adv_weights is None or len(settings.adv_weights) != adv.shape[1]:
+            raise ValueError(f"{adv.shape[1]} advantage columns need as many reward weights, got {settings.adv_weights}")
+        terms = [clipped_policy_loss(out.log_prob, old_logp, adv[:, k], settings.clip_range, **clip) for k in range(adv.shape[1])]
+        loss = sum(w * term for w, (term, _) in zip(settings.adv_weights, terms))
+        stats = terms[0][1]
     kl = torch.zeros_like(loss)
     if settings.beta_kl > 0:
         if ref_policy is None:
             raise ValueError("train.beta_kl > 0 needs a reference policy")
         with torch.no_grad():
-            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance)
+            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                                    integer_timesteps=settings.integer_timesteps)
             ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
         kl = reference_kl(out, ref.mean, settings.kl_form)
     total = loss + settings.beta_kl * kl

@@ -45,7 +45,8 @@ class RunContext:
 def sampler_settings(cfg: Config) -> SamplerSettings:
     s = cfg.sampler
     return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
-                           eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent)
+                           eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
+                           integer_timesteps=s.integer_timesteps)
 
 
 def loss_settings(cfg: Config) -> LossSettings:
@@ -61,6 +62,9 @@ def loss_settings(cfg: Config) -> LossSettings:
         clip_high=t.clip_range_high,
         guidance=s.cfg_scale,  # a guidance embedding always gets the sampling scale (Flow-GRPO's FLUX scripts)
         filter_zero_advantage=t.filter_zero_advantage,
+        detach_uncond=t.cfg_detach_uncond,
+        integer_timesteps=s.integer_timesteps,
+        adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
     )
 
 

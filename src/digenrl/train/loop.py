@@ -25,7 +25,7 @@ from digenrl.train.chunk_loss import CellStats
 from digenrl.train.context import RunContext, build_context
 from digenrl.train.evaluate import evaluate
 from digenrl.train.interrupt import StopRequest
-from digenrl.train.step_work import (advantage_options, assign_advantages, generate, kept_count, reward_stats,
+from digenrl.train.step_work import (advantage_options, assign_advantages, best_of_n, generate, kept_count, reward_stats,
                                      split_groups, train_group)
 
 
@@ -42,7 +42,10 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     adv = assign_advantages(batch, **advantage_options(t))
 
     t1 = time.perf_counter()
-    results = train_minibatches(ctx, step, split_groups(batch), len(plan.trained))
+    groups = split_groups(batch)
+    if t.best_of_n is not None:
+        groups = [best_of_n(g, t.best_of_n, ctx.loss.adv_weights) for g in groups]
+    results = train_minibatches(ctx, step, groups, len(plan.trained))
     stats = CellStats()
     for st, _ in results:
         stats = stats.add(st)
@@ -52,7 +55,7 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     timings["timing_s/commit"] = sum(c["commit_s"] for _, c in results)
     step_s = time.perf_counter() - t0
     return {**reward_stats(batch), **stats.means(), **commit, "zero_std_ratio": adv.zero_std_ratio,
-            "kept_fraction": kept_count(batch.advantages, t.filter_zero_advantage) / len(batch),
+            "kept_fraction": kept_count(batch.advantages, t.filter_zero_advantage) / len(batch), "cells": stats.cells,
             **timings, "step_s": step_s, "samples_per_s": len(batch) / step_s}
 
 

@@ -44,13 +44,19 @@ def generate(
 
 def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, global_std: float | None = None,
                       baseline: str = "group", unbiased: bool = False, eps: float = 1e-4,
-                      global_mean: float | None = None) -> AdvantageStats:
-    """Advantages for the complete groups in ``batch`` (grouped by prompt uid)."""
+                      global_mean: float | None = None, per_reward: bool = False) -> AdvantageStats:
+    """Advantages for the complete groups in ``batch`` (grouped by prompt uid); ``per_reward``: one column per
+    reward part (the loss weighs them with the reward weights)."""
     if batch.rewards is None:
         raise ValueError("advantages need rewards")
-    adv, stats = group_advantages(batch.rewards, batch.uids, std_mode=std_mode, adv_clip_max=adv_clip_max,
-                                  global_std=global_std, baseline=baseline, unbiased=unbiased, eps=eps,
-                                  global_mean=global_mean)
+    opts = dict(std_mode=std_mode, adv_clip_max=adv_clip_max, global_std=global_std, baseline=baseline,
+                unbiased=unbiased, eps=eps, global_mean=global_mean)
+    adv, stats = group_advantages(batch.rewards, batch.uids, **opts)
+    if per_reward:  # DanceGRPO's vq / mq: one group-normalised advantage per reward part, [N, K]
+        if not batch.reward_parts:
+            raise ValueError("train.adv_per_reward needs the reward parts")
+        opts.update(global_std=None, global_mean=None)
+        adv = torch.stack([group_advantages(v, batch.uids, **opts)[0] for v in batch.reward_parts.values()], dim=1)
     batch.advantages = adv
     return stats
 
@@ -59,12 +65,27 @@ def advantage_options(train_cfg) -> dict:
     """The ``assign_advantages`` keyword arguments of a ``TrainConfig``."""
     t = train_cfg
     return {"std_mode": t.std_mode, "adv_clip_max": t.adv_clip_max, "baseline": t.adv_baseline,
-            "unbiased": t.adv_std_unbiased, "eps": t.adv_eps}
+            "unbiased": t.adv_std_unbiased, "eps": t.adv_eps, "per_reward": t.adv_per_reward}
+
+
+def best_of_n(group: TrajectoryBatch, n: int, weights: Sequence[float] | None = None) -> TrajectoryBatch:
+    """DanceGRPO's best-of-n: of a scored group (advantages computed on the whole group), keep the n/2
+    generations with the highest and the n/2 with the lowest score (the advantage, or sum_k w_k A_k for
+    per-reward advantages); train only those."""
+    if n % 2 or not 2 <= n <= len(group):
+        raise ValueError(f"train.best_of_n must be even and in [2, {len(group)}], got {n}")
+    score = group.advantages
+    if score.ndim == 2:
+        score = (score * torch.tensor(weights, dtype=score.dtype)).sum(1)
+    order = torch.argsort(score, stable=True).tolist()
+    keep = sorted(order[: n // 2] + order[-(n // 2):])
+    return group.select(keep)
 
 
 def kept_count(advantages: torch.Tensor, filter_zero_advantage: bool) -> int:
     """Trajectories that count in a minibatch's mean: all, or (Flow-GRPO) those with a non-zero advantage."""
-    return int((advantages != 0).sum()) if filter_zero_advantage else len(advantages)
+    nonzero = advantages != 0 if advantages.ndim == 1 else (advantages != 0).any(1)
+    return int(nonzero.sum()) if filter_zero_advantage else len(advantages)
 
 
 def train_group(
