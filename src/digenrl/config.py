@@ -74,6 +74,13 @@ class TrainConfig(_Strict):
     chunk_timesteps: int = Field(2, ge=1)
     ema_decay: float | None = None  # e.g. 0.9; EMA weights are used for eval
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
+    # --- scale: memory plan, precision, recomputation, sharding ---
+    chunk_cells: Literal["auto"] | None = None  # "auto": chunk shape from the memory plan (train.memory_gb)
+    memory_gb: float | None = Field(None, gt=0.0)  # per-rank GPU memory the run is planned for; None: no check
+    mixed_precision: Literal["none", "bf16", "fp16"] = "none"  # fp32 master weights + autocast compute
+    loss_scale_init: float = Field(65536.0, gt=0.0)  # fp16: initial dynamic loss scale
+    activation_checkpointing: bool = False  # recompute each transformer block's activations in backward
+    sharding: Literal["none", "fsdp"] = "none"  # FSDP2 over the trainer ranks (fully_shard per block)
 
 
 class EvalConfig(_Strict):
