@@ -35,8 +35,25 @@ def _context(cfg):
         raise ConfigError(str(e).strip("'\"")) from e
 
 
+def _plan_memory(cfg):
+    """Refuse a config whose memory plan does not fit ``train.memory_gb`` (before anything starts) and resolve
+    ``train.chunk_cells: auto``; returns the (possibly re-shaped) config."""
+    from digenrl.config import ConfigError
+    from digenrl.train.memory import MemoryPlanError, check_config, resolve_chunk_cells
+
+    try:
+        if cfg.train.chunk_cells == "auto":
+            from digenrl.train.context import timestep_plan
+
+            cfg = resolve_chunk_cells(cfg, len(timestep_plan(cfg, 0).trained))
+        check_config(cfg)
+    except MemoryPlanError as e:
+        raise ConfigError(str(e)) from e
+    return cfg
+
+
 def cmd_train(args) -> int:
-    cfg = _load(args)
+    cfg = _plan_memory(_load(args))
     if cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray:
         from digenrl.train.loop import run_training
 

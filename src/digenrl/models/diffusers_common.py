@@ -163,8 +163,16 @@ class DiffusersPolicy(Policy):
         """Velocity for latents ``x`` [B, *latent_shape] at per-sample ``sigma`` [B]."""
         sigma = torch.as_tensor(sigma, dtype=torch.float32, device=x.device).expand(x.shape[0])
         cond = {k: v.to(x.device) for k, v in cond.items()}
-        out = self._transformer_call(x.to(self.dtype), sigma, cond, guidance)
-        return out.to(x.dtype)
+        with self.compute_context():
+            out = self._transformer_call(x.to(self.dtype), sigma, cond, guidance)
+        return self.scale_output(out.to(x.dtype))  # scaled in fp32, before the cast (fp16 underflow)
+
+    def enable_activation_checkpointing(self) -> None:
+        """Recompute each transformer block in backward (diffusers' ``enable_gradient_checkpointing``)."""
+        if not getattr(self.transformer, "_supports_gradient_checkpointing", False):
+            raise ValueError(f"train.activation_checkpointing: the {self.spec.name} transformer "
+                             f"({type(self.transformer).__name__}) has no gradient checkpointing")
+        self.transformer.enable_gradient_checkpointing()
 
     def reference(self):
         """Context manager: inside it, ``forward`` computes the frozen reference policy (KL term)."""

@@ -270,19 +270,20 @@ def fit_per_token(family: str, model: torch.nn.Module, *, autocast_dtype=None, i
 
 def measure_training_peak(family: str, *, layers: dict[str, int] | None = None, lora_rank: int | None = None,
                           checkpointing: bool = False, img_tokens: int = 64, txt_tokens: int = 16, batch: int = 1,
-                          autocast_dtype=None) -> dict[str, float]:
+                          autocast_dtype=None, dtype=torch.float32) -> dict[str, float]:
     """Allocation-counted bytes of training a real-width ``family`` transformer: ``state`` (weights, grads and
     AdamW state after one chunk and one optimizer step) and ``peak`` of the next chunk's forward + backward,
     which accumulates into the existing gradients (the steady state of a chunked step); ``act = peak - state``."""
     counter = AllocationCounter()
     with counter:
-        model = build_transformer(family, layers)
+        model = build_transformer(family, layers, dtype=dtype)
         if lora_rank:
             add_lora(model, family, lora_rank)
         if checkpointing:
             model.enable_gradient_checkpointing()
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-        x = transformer_inputs(family, model, batch, img_tokens, txt_tokens)
+        x = transformer_inputs(family, model, batch, img_tokens, txt_tokens, dtype=dtype)
+
         def chunk():
             with (torch.autocast("cpu", dtype=autocast_dtype, cache_enabled=not checkpointing)
                   if autocast_dtype is not None else _null()):
@@ -292,7 +293,7 @@ def measure_training_peak(family: str, *, layers: dict[str, int] | None = None, 
         chunk()
         opt.step()
         del x  # inputs are rebuilt per chunk (they are not part of the steady state)
-        x = transformer_inputs(family, model, batch, img_tokens, txt_tokens)
+        x = transformer_inputs(family, model, batch, img_tokens, txt_tokens, dtype=dtype)
         state = counter.live
         counter.reset_peak()
         chunk()

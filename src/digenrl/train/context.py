@@ -95,11 +95,15 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     from digenrl.tasks.base import build_task
 
     torch.manual_seed(cfg.seed)
+    from digenrl.train.precision import prepare_policy
+
     policy = policy if policy is not None else build_policy(cfg.model)
     reward = reward if reward is not None else build_weighted(cfg.reward)
     task = task if task is not None else build_task(cfg.task)
+    precision = prepare_policy(policy, cfg)  # fp32 masters, recomputation, no unneeded reference copy
     optimizer = make_optimizer(policy, cfg)
-    transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm)
+    transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm,
+                                      precision=precision if cfg.train.mixed_precision == "fp16" else None)
     ema = ParamEMA(policy, cfg.train.ema_decay) if cfg.train.ema_decay is not None else None
     return RunContext(
         cfg=cfg,

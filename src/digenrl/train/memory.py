@@ -353,3 +353,21 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
         f"memory plan: {FAMILIES[p.family].name} training needs {plan.total(cells) / GiB:.1f} GiB per trainer "
         f"rank but train.memory_gb={cap:g} ({plan.table(cells)}); change: " + "; ".join(hints)
     )
+
+
+def resolve_chunk_cells(cfg, trained: int):
+    """``cfg`` with ``train.chunk_cells: auto`` turned into a chunk shape that fits ``train.memory_gb``
+    (``auto_chunk_shape`` of the plan's ``max_cells``); other configs are returned unchanged. ``trained``:
+    trained timesteps per trajectory (S)."""
+    t = cfg.train
+    if t.chunk_cells != "auto":
+        return cfg
+    p = inputs_from_config(cfg)
+    if t.memory_gb is None or p is None:
+        raise MemoryPlanError("train.chunk_cells=auto needs train.memory_gb (the per-rank GPU memory) and a model "
+                              f"with a memory plan (model.kind one of {sorted(FAMILY_OF_KIND)}, got {cfg.model.kind!r})")
+    fits = plan_memory(p).max_cells(t.memory_gb * GiB)
+    if fits < 1:
+        check_config(cfg)  # raises with the numbers and the keys
+    cg, ct = auto_chunk_shape(fits, t.generations, trained)
+    return cfg.model_copy(update={"train": t.model_copy(update={"chunk_generations": cg, "chunk_timesteps": ct})})

@@ -1,0 +1,119 @@
+"""The memory plan against allocation-counted peaks at the published widths (fewer layers), and the refusal of
+a config that does not fit.
+
+Measured on this CPU (allocation counting, ``models.memory_probe``), plan / measured - 1:
+steady-state weights + grads + AdamW within 1.5 %; activation peak of a chunk +12 % to +22 % (the plan
+over-estimates: it is conservative), see the bounds below.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from digenrl.config import load_config
+from digenrl.train.memory import FAMILIES, GiB, MemoryPlanError, PlanInputs, check_config, plan_memory
+
+CASES = [
+    # family, probe layers, plan layers, lora rank, checkpointing, (img, txt) tokens, batch, 16-bit
+    ("flux", {"num_layers": 0, "num_single_layers": 2}, {"transformer_blocks": 0, "single_transformer_blocks": 2},
+     16, False, (144, 32), 2, True),
+    ("wan", {"num_layers": 1}, {"blocks": 1}, 16, False, (144, 32), 2, True),
+    ("flux", {"num_layers": 0, "num_single_layers": 2}, {"transformer_blocks": 0, "single_transformer_blocks": 2},
+     32, True, (64, 32), 2, False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,layers,plan_layers,rank,ckpt,tokens,batch,half", CASES)
+def test_plan_matches_measured_peak(family, layers, plan_layers, rank, ckpt, tokens, batch, half):
+    from digenrl.models.memory_probe import measure_training_peak
+
+    dtype = torch.bfloat16 if half else torch.float32
+    m = measure_training_peak(family, layers=layers, lora_rank=rank, checkpointing=ckpt, img_tokens=tokens[0],
+                              txt_tokens=tokens[1], batch=batch, autocast_dtype=dtype if half else None, dtype=dtype)
+    side = int(tokens[0] ** 0.5) * 16  # 8x VAE, 2x2 patches
+    plan = plan_memory(PlanInputs(family, side, side, text_tokens=tokens[1], lora_rank=rank,
+                                  model_dtype="bfloat16" if half else "float32",
+                                  mixed_precision="bf16" if half else "none", activation_checkpointing=ckpt,
+                                  layers=plan_layers, vae=False, reserve_gb=0.0))
+    assert abs(plan.state / m["state"] - 1) < 0.02, (plan.items, m)
+    err_act = plan.activations(batch) / m["act"] - 1
+    assert -0.05 < err_act < 0.30, (err_act, plan.activations(batch), m)
+    assert abs(plan.total(batch) / m["peak"] - 1) < 0.05
+
+
+def test_state_items_follow_the_formulas():
+    """Full fine-tuning of FLUX.1-dev, bf16 mixed precision, FSDP over 8 ranks: the sharded items are
+    (4 + 4 + 8) bytes x params / 8, the reference is absent at beta_kl = 0 and present (sharded) above it."""
+    P = FAMILIES["flux"].params
+    p = PlanInputs("flux", mixed_precision="bf16", sharding="fsdp", ranks=8, ema=True)
+    plan = plan_memory(p)
+    assert plan.items["weights"] == pytest.approx(4 * P / 8)
+    assert plan.items["optimizer"] == pytest.approx(8 * P / 8)
+    assert plan.items["ema"] == pytest.approx(4 * P / 8)
+    assert plan.items["reference"] == 0
+    assert "cast" not in plan.items  # FSDP gathers 16-bit blocks instead of autocast copies
+    with_ref = plan_memory(PlanInputs("flux", mixed_precision="bf16", sharding="fsdp", ranks=8, beta_kl=0.01))
+    assert with_ref.items["reference"] == pytest.approx(4 * P / 8)
+    lora = plan_memory(PlanInputs("flux", lora_rank=64, beta_kl=0.01))
+    assert lora.items["reference"] == 0  # adapters disabled, no copy
+
+
+def test_recomputation_and_cfg_scale_activations():
+    base = PlanInputs("wan", 416, 240, frames=33, lora_rank=32, mixed_precision="bf16", forwards_per_cell=2)
+    full = plan_memory(base)
+    ckpt = plan_memory(PlanInputs(**{**base.__dict__, "activation_checkpointing": True}))
+    single = plan_memory(PlanInputs(**{**base.__dict__, "forwards_per_cell": 1}))
+    assert ckpt.act_cell < full.act_cell / 5
+    assert full.act_cell == pytest.approx(2 * single.act_cell)
+    # tokens: (33 - 1) / 4 + 1 = 9 latent frames x (240 / 16) x (416 / 16)
+    assert FAMILIES["wan"].tokens(240, 416, 33) == 9 * 15 * 26
+
+
+def _flux_cfg(tmp_path, *over):
+    return load_config("configs/flux1_dev.yaml", [f"run_dir={tmp_path}/run", *over])
+
+
+def test_config_that_does_not_fit_is_refused_with_numbers_and_keys(tmp_path):
+    cfg = _flux_cfg(tmp_path, "model.lora.enabled=false", "train.memory_gb=80", "train.sharding=none",
+                    "train.activation_checkpointing=false", "train.mixed_precision=bf16")
+    with pytest.raises(MemoryPlanError) as e:
+        check_config(cfg)
+    msg = str(e.value)
+    assert "GiB per trainer rank" in msg and "train.memory_gb=80" in msg
+    for key in ("train.activation_checkpointing=true", "train.sharding=fsdp", "model.lora.enabled=true"):
+        assert key in msg
+
+
+def test_cli_refuses_before_writing(tmp_path, capsys):
+    from digenrl.cli import main
+
+    rc = main(["train", "-c", "configs/flux1_dev.yaml", f"run_dir={tmp_path}/run", "model.lora.enabled=false",
+               "train.memory_gb=80", "train.sharding=none", "train.activation_checkpointing=false"])
+    assert rc == 2
+    assert "memory plan: FLUX.1-dev training needs" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_auto_chunk_cells_fits_the_budget(tmp_path):
+    from digenrl.train.memory import inputs_from_config, resolve_chunk_cells
+
+    cfg = _flux_cfg(tmp_path, "train.chunk_cells=auto", "train.memory_gb=80", "train.mixed_precision=bf16")
+    out = resolve_chunk_cells(cfg, trained=5)
+    cells = out.train.chunk_generations * out.train.chunk_timesteps
+    plan = plan_memory(inputs_from_config(cfg))
+    assert plan.total(cells) <= 80 * GiB < plan.total(cells + 1)
+    with pytest.raises(MemoryPlanError, match="train.memory_gb"):
+        resolve_chunk_cells(_flux_cfg(tmp_path, "train.chunk_cells=auto"), trained=5)
+
+
+def test_shipped_presets_fit_their_gpus():
+    from pathlib import Path
+
+    for path in sorted(Path("configs").glob("*.yaml")):
+        cfg = load_config(path)
+        if cfg.train.memory_gb is None:
+            continue
+        plan = check_config(cfg)  # raises when it does not fit
+        assert plan is not None and plan.total(1) < cfg.train.memory_gb * GiB, path
