@@ -89,6 +89,19 @@ def make_optimizer(policy: Policy, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
 
 
+def model_config_for(cfg: Config, task: Task):
+    """``cfg.model``, with ``load_text_encoders: false`` when it is ``auto`` and the prompt cache already holds
+    every prompt of the task (train, eval and the negative prompt): workers then never load the encoders."""
+    m = cfg.model
+    if m.options.get("load_text_encoders", "auto") != "auto" or not m.prompt_cache_dir or not hasattr(task, "all_texts"):
+        return m
+    from digenrl.models.diffusers_common import prompt_cache_covers
+
+    if not prompt_cache_covers(m, task.all_texts()):
+        return m
+    return m.model_copy(update={"options": {**m.options, "load_text_encoders": False}})
+
+
 def build_context(cfg: Config, *, policy: Policy | None = None, reward: WeightedSum | None = None, task: Task | None = None) -> RunContext:
     from digenrl.models.registry import build_policy
     from digenrl.rewards.registry import build_weighted
@@ -97,9 +110,9 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     torch.manual_seed(cfg.seed)
     from digenrl.train.precision import prepare_policy
 
-    policy = policy if policy is not None else build_policy(cfg.model)
-    reward = reward if reward is not None else build_weighted(cfg.reward)
     task = task if task is not None else build_task(cfg.task)
+    policy = policy if policy is not None else build_policy(model_config_for(cfg, task))
+    reward = reward if reward is not None else build_weighted(cfg.reward)
     precision = prepare_policy(policy, cfg)  # fp32 masters, recomputation, no unneeded reference copy
     optimizer = make_optimizer(policy, cfg)
     transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm,
