@@ -308,8 +308,11 @@ def inputs_from_config(cfg) -> PlanInputs | None:
 
 
 def chunk_cells(cfg) -> int:
-    """Cells per chunk the config asks for (``chunk_generations * chunk_timesteps``)."""
-    return cfg.train.chunk_generations * cfg.train.chunk_timesteps
+    """Cells per rank of the chunk the config asks for: ``chunk_generations * chunk_timesteps``, split over the
+    ranks under FSDP (a sharded pool trains each chunk together, ``train.sharding.rank_cells``)."""
+    cells = cfg.train.chunk_generations * cfg.train.chunk_timesteps
+    ranks = cfg.runtime.trainers if cfg.train.sharding == "fsdp" else 1
+    return -(-cells // ranks)
 
 
 def auto_chunk_shape(max_cells: int, generations: int, trained: int) -> tuple[int, int]:
@@ -369,5 +372,6 @@ def resolve_chunk_cells(cfg, trained: int):
     fits = plan_memory(p).max_cells(t.memory_gb * GiB)
     if fits < 1:
         check_config(cfg)  # raises with the numbers and the keys
-    cg, ct = auto_chunk_shape(fits, t.generations, trained)
+    ranks = cfg.runtime.trainers if t.sharding == "fsdp" else 1  # FSDP: every rank trains 1/N of each chunk
+    cg, ct = auto_chunk_shape(fits * ranks, t.generations, trained)
     return cfg.model_copy(update={"train": t.model_copy(update={"chunk_generations": cg, "chunk_timesteps": ct})})
