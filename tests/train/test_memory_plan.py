@@ -114,3 +114,13 @@ def test_auto_chunk_cells_fits_the_budget(tmp_path):
     assert cg == 24 and ct >= 2 and plan.total(cg * ct) <= 80 * GiB < plan.total(cg * (ct + 1))
     with pytest.raises(MemoryPlanError, match="train.memory_gb"):
         resolve_chunk_cells(_flux_cfg(tmp_path, "train.chunk_cells=auto", "train.memory_gb=null"), trained=5)
+
+
+def test_memory_plan_imports_without_torch():
+    """The simulator is torch-free and prices memory with the same plan."""
+    import subprocess
+    import sys
+
+    code = "import sys, digenrl.train.memory as m; m.plan_memory(m.PlanInputs('flux')); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -375,3 +375,9 @@ def resolve_chunk_cells(cfg, trained: int):
     ranks = cfg.runtime.trainers if t.sharding == "fsdp" else 1  # FSDP: every rank trains 1/N of each chunk
     cg, ct = auto_chunk_shape(fits * ranks, t.generations, trained)
     return cfg.model_copy(update={"train": t.model_copy(update={"chunk_generations": cg, "chunk_timesteps": ct})})
+
+
+# The simulator's model presets (``sim.presets.MODELS``) -> memory-plan families, so that the simulator can
+# price the same per-rank memory the runtime will use (``plan_memory(PlanInputs(SIM_MODEL_FAMILY[name], ...))``).
+SIM_MODEL_FAMILY = {"flux": "flux", "wan": "wan", "hunyuan": "hunyuan_video", "qwen-image": "qwen_image",
+                    "sd3": "sd3"}
