@@ -119,3 +119,18 @@ def test_unipc_grid_difference_is_reported(wan_dir, tmp_path):
     td.random_cache(tmp_path / "c", "wan-test", TEXTS + [""], {"prompt_embeds": (8, 16)})
     with pytest.warns(UserWarning, match="UniPCMultistepScheduler.*flow_shift=3.0"):
         build_policy(ModelConfig(kind="wan", path=str(uni), prompt_cache_dir=str(tmp_path / "c"), options=WAN_OPTS))
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.01])
+def test_reference_copy_only_when_the_kl_term_needs_it(flux_dir, tmp_path, beta):
+    from digenrl.train.context import build_context
+
+    cfg = _text_cfg(tmp_path, flux_dir, TEXTS[:2])
+    cfg = load_config(None, [f"{k}={json.dumps(v)}" for k, v in [
+        ("run_dir", str(tmp_path / "run")), ("model.kind", "flux"), ("model.path", str(flux_dir)),
+        ("model.options", OPTS), ("model.lora.enabled", False), ("train.beta_kl", beta), ("task.name", "text"),
+        ("task.prompts_file", cfg.task.prompts_file), ("reward", {"jpeg_incompressibility": {"weight": 1.0}})]])
+    ctx = build_context(cfg)
+    has_copy = ctx.policy._reference_snapshot is not None
+    assert has_copy == (beta > 0)
+    assert (ctx.ref_policy is not None) == (beta > 0)
