@@ -10,8 +10,9 @@ samples with ``--tokens`` latent and ``--text`` text tokens runs forward + backw
 * activation recomputation off / on (diffusers gradient checkpointing).
 
 Peak: ``torch.cuda.max_memory_allocated`` on a GPU; on CPU the allocation counter of ``models.memory_probe``
-(bytes of live tensors). ``plan_gib`` is ``train.memory.plan_memory`` for the same shape (no VAE, no reserve),
-``plan_err`` = plan / measured - 1. ``--tiny`` uses a 64-wide FLUX (no plan) so the script runs on CPU in
+(bytes of live tensors); ``state_gib`` is what is live before the chunk (weights, grads, AdamW state) and
+``act_gib`` = peak - state. ``plan_gib`` / ``plan_act_gib`` are ``train.memory.plan_memory`` for the same shape
+(no VAE, no reserve), ``plan_err`` / ``plan_act_err`` = plan / measured - 1. ``--tiny`` uses a 64-wide FLUX (no plan) so the script runs on CPU in
 seconds inside the test suite. Output: one JSON object (also written to ``--out``).
 """
 
@@ -80,8 +81,10 @@ def run_setting(args, device, lora: bool, mixed: bool, ckpt: bool) -> dict:
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+            state = torch.cuda.memory_allocated()
         else:
             counter.reset_peak()
+            state = counter.live
         t0 = time.perf_counter()
         chunk()
         if cuda:
@@ -89,7 +92,8 @@ def run_setting(args, device, lora: bool, mixed: bool, ckpt: bool) -> dict:
         step_s = time.perf_counter() - t0
         peak = torch.cuda.max_memory_allocated() if cuda else counter.peak
         del model, opt
-    row = {"lora": lora, "mixed_bf16": mixed, "recompute": ckpt, "peak_gib": peak / GiB, "chunk_s": step_s}
+    row = {"lora": lora, "mixed_bf16": mixed, "recompute": ckpt, "peak_gib": peak / GiB,
+           "state_gib": state / GiB, "act_gib": (peak - state) / GiB, "chunk_s": step_s}
     if not args.tiny:
         from digenrl.train.memory import PlanInputs, plan_memory
 
@@ -101,6 +105,8 @@ def run_setting(args, device, lora: bool, mixed: bool, ckpt: bool) -> dict:
             layers={"transformer_blocks": args.double, "single_transformer_blocks": args.single}))
         row["plan_gib"] = plan.total(args.cells) / GiB
         row["plan_err"] = row["plan_gib"] / row["peak_gib"] - 1
+        row["plan_act_gib"] = plan.activations(args.cells) / GiB
+        row["plan_act_err"] = row["plan_act_gib"] / row["act_gib"] - 1
     return row
 
 

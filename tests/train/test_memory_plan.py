@@ -1,9 +1,9 @@
 """The memory plan against allocation-counted peaks at the published widths (fewer layers), and the refusal of
 a config that does not fit.
 
-Measured on this CPU (allocation counting, ``models.memory_probe``), plan / measured - 1:
-steady-state weights + grads + AdamW within 1.5 %; activation peak of a chunk +12 % to +22 % (the plan
-over-estimates: it is conservative), see the bounds below.
+Measured on this CPU (allocation counting, ``models.memory_probe``), plan / measured - 1: steady-state
+weights + grads + AdamW within 1.5 %; the activation peak of a chunk -6 % to +22 % over these cases and
+``benchmarks/results/gpu_memory_cpu.json`` (mostly over-estimated: conservative), see the bounds below.
 """
 
 from __future__ import annotations
