@@ -39,7 +39,7 @@ def _plan_memory(cfg):
     """Refuse a config whose memory plan does not fit ``train.memory_gb`` (before anything starts) and resolve
     ``train.chunk_cells: auto``; returns the (possibly re-shaped) config."""
     from digenrl.config import ConfigError
-    from digenrl.train.memory import MemoryPlanError, check_config, resolve_chunk_cells
+    from digenrl.train.memory import MemoryPlanError, check_config, check_generators, resolve_chunk_cells
 
     try:
         if cfg.train.chunk_cells == "auto":
@@ -47,6 +47,7 @@ def _plan_memory(cfg):
 
             cfg = resolve_chunk_cells(cfg, len(timestep_plan(cfg, 0).trained))
         check_config(cfg)
+        check_generators(cfg)
     except MemoryPlanError as e:
         raise ConfigError(str(e)) from e
     return cfg

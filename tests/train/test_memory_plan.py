@@ -124,3 +124,15 @@ def test_memory_plan_imports_without_torch():
     code = "import sys, digenrl.train.memory as m; m.plan_memory(m.PlanInputs('flux')); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_generator_that_does_not_fit_is_refused(tmp_path):
+    from digenrl.train.memory import check_generators, inputs_from_config
+
+    ok = check_generators(load_config("configs/wan21_14b.yaml"))
+    assert ok is not None and sum(ok.values()) < 80 * GiB
+    assert ok["weights"] == pytest.approx(FAMILIES["wan"].params * 2) and ok["text_encoders"] == 0
+    big = load_config("configs/wan21_14b.yaml", ["runtime.fragment_size=64"])
+    with pytest.raises(MemoryPlanError, match="runtime.fragment_size"):
+        check_generators(big)
+    assert inputs_from_config(big).text_encoders is False

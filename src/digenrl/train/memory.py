@@ -358,6 +358,44 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
     )
 
 
+def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:
+    """Per generator: the 16-bit replica, VAE, text encoders (without a full prompt cache), reserve, and the
+    sampling activations of ``samples`` trajectories (no-grad forwards keep nothing for backward; bounded by
+    the largest block's saved bytes per sample, times 2 with CFG). VAE decoding memory is not included (set
+    ``model.options.vae_batch`` / ``vae_tiling`` for video)."""
+    fam = FAMILIES[p.family]
+    mode, elem = _act_mode(replace(p, lora_rank=None, mixed_precision="none"))
+    ti = fam.tokens(p.height, p.width, p.frames)
+    tt = fam.text_tokens if p.text_tokens is None else p.text_tokens
+    block = max(_block_bytes(b, mode, elem, replace(p, lora_rank=None), ti, tt) for b in fam.blocks.values())
+    return {
+        "weights": fam.params * DTYPE_BYTES[p.model_dtype],
+        "vae": fam.vae_params * 4 if p.vae else 0.0,
+        "text_encoders": fam.text_encoder_params * DTYPE_BYTES[p.model_dtype] if p.text_encoders else 0.0,
+        "reserve": p.reserve_gb * GiB,
+        "activations": samples * p.forwards_per_cell * block,
+    }
+
+
+def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] | None:
+    """Refuse (``MemoryPlanError``) a disaggregated config whose generators do not fit ``capacity_gb``
+    (default ``train.memory_gb``) with fragments of ``runtime.fragment_size`` trajectories."""
+    p = inputs_from_config(cfg)
+    cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
+    if p is None or cap is None or cfg.runtime.mode == "colocated":
+        return None
+    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and p.family not in ("flux", "hunyuan_video")) else 1
+    items = generator_bytes(replace(p, forwards_per_cell=fwd), cfg.runtime.fragment_size)
+    total = sum(items.values())
+    if total > cap * GiB:
+        rows = ", ".join(f"{k}={v / GiB:.1f}" for k, v in items.items() if v > 0)
+        raise MemoryPlanError(
+            f"memory plan: a {FAMILIES[p.family].name} generator needs {total / GiB:.1f} GiB but train.memory_gb="
+            f"{cap:g} ({rows}); change: a smaller runtime.fragment_size (now {cfg.runtime.fragment_size})"
+            + ("; model.prompt_cache_dir (no text encoders on the generators)" if p.text_encoders else ""))
+    return items
+
+
 def resolve_chunk_cells(cfg, trained: int):
     """``cfg`` with ``train.chunk_cells: auto`` turned into a chunk shape that fits ``train.memory_gb``
     (``auto_chunk_shape`` of the plan's ``max_cells``); other configs are returned unchanged. ``trained``:
