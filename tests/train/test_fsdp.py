@@ -56,15 +56,31 @@ def test_fsdp_full_finetuning_matches_unsharded(tmp_path):
     _check(_spawn(tmp_path, [f"run_dir={tmp_path}/run", *COMMON]))
 
 
-@pytest.mark.slow
-def test_fsdp_lora_matches_unsharded(tmp_path):
+def _flux_overrides(tmp_path, lora: bool):
     from tiny_diffusers import save_flux
 
     path = save_flux(tmp_path / "flux")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red cat\na big dog\n")
-    over = [f"run_dir={tmp_path}/run", "model.kind=flux", f"model.path={path}", "model.lora.enabled=true",
+    return [f"run_dir={tmp_path}/run", "model.kind=flux", f"model.path={path}", f"model.lora.enabled={lora}",
             "model.lora.rank=4", "model.lora.alpha=8", "model.options={height: 16, width: 16, max_sequence_length: 8}",
             "task.name=text", f"task.prompts_file={prompts}", "reward={jpeg_incompressibility: {weight: 1.0}}",
             "sampler.cfg_scale=3.5", "train.clip_range=1e3", *COMMON]
-    _check(_spawn(tmp_path, over))
+
+
+@pytest.mark.slow
+def test_fsdp_lora_matches_unsharded(tmp_path):
+    _check(_spawn(tmp_path, _flux_overrides(tmp_path, lora=True)))
+
+
+@pytest.mark.slow
+def test_fsdp_diffusers_full_finetuning_with_sharded_kl_reference(tmp_path):
+    """Full fine-tuning of a diffusers transformer with beta_kl > 0: the reference snapshot becomes a frozen
+    FSDP copy of the transformer swapped in for the reference forward."""
+    _check(_spawn(tmp_path, [*_flux_overrides(tmp_path, lora=False), "train.beta_kl=0.05"]))
+
+
+@pytest.mark.slow
+def test_fsdp_full_finetuning_with_sharded_kl_reference(tmp_path):
+    """beta_kl > 0 under full fine-tuning: the frozen reference is its own FSDP module (1/N per rank)."""
+    _check(_spawn(tmp_path, [f"run_dir={tmp_path}/run", "train.beta_kl=0.05", *COMMON]))

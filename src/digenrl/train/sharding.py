@@ -2,7 +2,9 @@
 
 ``shard_context`` applies ``fully_shard`` to every transformer block, then to the transformer (the root), and
 rebuilds the optimizer, the gradient transaction and the EMA over the sharded parameters, so weights, grads,
-AdamW state and EMA are each 1/N per rank. Under mixed precision FSDP gathers 16-bit blocks
+AdamW state and EMA are each 1/N per rank. The KL reference of full fine-tuning (``beta_kl > 0``) becomes its
+own frozen FSDP module (1/N of the initial weights per rank); under LoRA it stays "adapters disabled" and with
+``beta_kl = 0`` there is none. Under mixed precision FSDP gathers 16-bit blocks
 (``MixedPrecisionPolicy(param_dtype, reduce_dtype=float32)``) instead of autocast keeping 16-bit copies.
 
 Gradient reduction: every chunk's backward reduce-scatters its block gradients (SUM, divide factor 1) into the
@@ -84,12 +86,12 @@ def shard_context(ctx, group=None) -> None:
     from digenrl.train.transaction import GradientTransaction
 
     cfg = ctx.cfg
-    if cfg.train.beta_kl > 0 and not cfg.model.lora.enabled and ctx.ref_policy is not None:
-        raise ValueError("train.sharding=fsdp with full fine-tuning and train.beta_kl > 0: the reference copy is not "
-                         "sharded yet; use model.lora.enabled=true (reference = adapters disabled) or beta_kl=0")
     device_type = next(ctx.policy.parameters()).device.type
     prec = getattr(ctx.policy, "precision", None)
-    shard_policy(ctx.policy, device_mesh(group, device_type), prec)
+    mesh = device_mesh(group, device_type)
+    if ctx.ref_policy is not None and not cfg.model.lora.enabled:
+        ctx.ref_policy = _sharded_reference(ctx.policy, ctx.ref_policy, mesh, prec)
+    shard_policy(ctx.policy, mesh, prec)
     old = ctx.transaction
     ctx.optimizer = make_optimizer(ctx.policy, cfg)
     ctx.transaction = GradientTransaction(ctx.policy.parameters(), ctx.optimizer, max_grad_norm=old.max_grad_norm,
@@ -97,6 +99,67 @@ def shard_context(ctx, group=None) -> None:
     ctx.transaction.sharded = True
     if ctx.ema is not None:
         ctx.ema = ParamEMA(ctx.policy, ctx.ema.decay)
+
+
+def _sharded_reference(policy, ref_policy, mesh, prec):
+    """The full fine-tuning KL reference as its own frozen FSDP module (1/N of the initial weights per rank):
+    a deep copy of the trainable root holding the build-time snapshot; its forward is a collective too."""
+    import copy
+    from contextlib import contextmanager
+
+    if ref_policy is not policy and not hasattr(ref_policy, "policy"):  # a separate frozen copy (tiny DiT)
+        shard_policy(ref_policy, mesh, prec)
+        return ref_policy
+    root_name = "net" if hasattr(policy, "net") else "transformer"
+    ref_root = copy.deepcopy(getattr(policy, root_name))
+    snap = getattr(policy, "_reference_snapshot", None)
+    if snap:
+        with torch.no_grad():
+            params = dict(ref_root.named_parameters())
+            for k, v in snap.items():
+                params[k].copy_(v)
+        policy._reference_snapshot = None  # the sharded copy replaces the full snapshot
+    ref_root.requires_grad_(False)
+
+    class _Holder(torch.nn.Module):  # block_lists / sharded_root work on it like on a policy
+        pass
+
+    holder = _Holder()
+    setattr(holder, root_name, ref_root)
+    shard_policy(holder, mesh, prec)
+
+    @contextmanager
+    def swapped():
+        live = policy._modules[root_name]
+        policy._modules[root_name] = ref_root
+        try:
+            yield
+        finally:
+            policy._modules[root_name] = live
+
+    class ShardedReference:
+        """Policy-like: the policy's own forward with the frozen sharded root swapped in."""
+
+        latent_shape = policy.latent_shape
+        uses_guidance_embedding = policy.uses_guidance_embedding
+
+        def encode_prompts(self, prompts):
+            return policy.encode_prompts(prompts)
+
+        def null_cond(self, n):
+            return policy.null_cond(n)
+
+        def combine_guidance(self, v_uncond, v_cond, cfg_scale):
+            return policy.combine_guidance(v_uncond, v_cond, cfg_scale)
+
+        def parameters(self):
+            return ref_root.parameters()
+
+        def __call__(self, x, sigma, cond, guidance=None):
+            with swapped():
+                return policy(x, sigma, cond, guidance=guidance)
+
+    return ShardedReference()
 
 
 def rank_cells(cells: Sequence, rank: int, world: int) -> tuple[list, float]:
