@@ -81,6 +81,7 @@ class TrainConfig(_Strict):
     loss_scale_init: float = Field(65536.0, gt=0.0)  # fp16: initial dynamic loss scale
     activation_checkpointing: bool = False  # recompute each transformer block's activations in backward
     sharding: Literal["none", "fsdp"] = "none"  # FSDP2 over the trainer ranks (fully_shard per block)
+    cpu_offload: bool = False  # fsdp only: sharded weights, grads, AdamW state and EMA live in host memory
 
 
 class EvalConfig(_Strict):
@@ -130,6 +131,8 @@ class Config(_Strict):
     def _check(self) -> "Config":
         if not self.reward:
             raise ValueError("reward: at least one reward is required")
+        if self.train.cpu_offload and self.train.sharding != "fsdp":
+            raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         return self
 
 

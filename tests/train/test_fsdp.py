@@ -84,3 +84,8 @@ def test_fsdp_diffusers_full_finetuning_with_sharded_kl_reference(tmp_path):
 def test_fsdp_full_finetuning_with_sharded_kl_reference(tmp_path):
     """beta_kl > 0 under full fine-tuning: the frozen reference is its own FSDP module (1/N per rank)."""
     _check(_spawn(tmp_path, [f"run_dir={tmp_path}/run", "train.beta_kl=0.05", *COMMON]))
+
+
+@pytest.mark.slow
+def test_fsdp_cpu_offload_matches_unsharded(tmp_path):
+    _check(_spawn(tmp_path, [f"run_dir={tmp_path}/run", "train.cpu_offload=true", *COMMON]))

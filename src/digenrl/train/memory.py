@@ -161,6 +161,7 @@ class PlanInputs:
     mixed_precision: str = "none"  # none | bf16 | fp16
     activation_checkpointing: bool = False
     sharding: str = "none"  # none | fsdp
+    cpu_offload: bool = False  # fsdp: the sharded state lives in host memory
     ranks: int = 1
     beta_kl: float = 0.0
     ema: bool = False
@@ -249,6 +250,8 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
         "ema": trainable * b_train / n if p.ema else 0.0,
         "reference": fam.params * b_train / n if (p.beta_kl > 0 and not lora) else 0.0,
     }
+    if p.sharding == "fsdp" and p.cpu_offload:  # host memory, not the GPU's
+        items = {k: 0.0 for k in items}
     biggest = max(b.params for b in fam.blocks.values())
     if p.sharding == "fsdp":
         items["gathered"] = 2 * biggest * (2 if p.mixed_precision != "none" else b_model) + (0 if lora else biggest * 4)
@@ -302,7 +305,7 @@ def inputs_from_config(cfg) -> PlanInputs | None:
         frames=int(o.get("frames", 1)) if f.video else 1, text_tokens=int(txt) if txt is not None else None,
         lora_rank=m.lora.rank if m.lora.enabled else None, model_dtype=m.dtype,
         mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
-        sharding=t.sharding, ranks=cfg.runtime.trainers, beta_kl=t.beta_kl, ema=t.ema_decay is not None,
+        sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=cfg.runtime.trainers, beta_kl=t.beta_kl, ema=t.ema_decay is not None,
         forwards_per_cell=cfg_forwards, text_encoders=text_loaded,
     )  # fmt: skip
 
@@ -346,6 +349,8 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
         hints.append("train.sharding=fsdp with more runtime.trainers")
     elif p.sharding == "fsdp":
         hints.append(f"more runtime.trainers (now {p.ranks})")
+        if not p.cpu_offload:
+            hints.append("train.cpu_offload=true")
     if p.lora_rank is None:
         hints.append("model.lora.enabled=true")
     if p.mixed_precision == "none" and p.model_dtype == "float32":

@@ -59,18 +59,21 @@ def device_mesh(group=None, device_type: str = "cpu"):
     return DeviceMesh.from_group(group, device_type)
 
 
-def shard_policy(policy, mesh, precision=None) -> None:
-    """``fully_shard`` per block, then the root; gradients are summed over ranks (not averaged)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def shard_policy(policy, mesh, precision=None, cpu_offload: bool = False) -> None:
+    """``fully_shard`` per block, then the root; gradients are summed over ranks (not averaged).
+    ``cpu_offload``: the shards (weights, grads, hence AdamW state and EMA) live in host memory and the
+    optimizer steps on the CPU (``CPUOffloadPolicy``); the device holds only the gathered blocks."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     mp = MixedPrecisionPolicy()
     if precision is not None and precision.dtype is not None:
         mp = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
+    off = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else OffloadPolicy()
     for blocks in block_lists(policy):
         for blk in blocks:
-            fully_shard(blk, mesh=mesh, mp_policy=mp)
+            fully_shard(blk, mesh=mesh, mp_policy=mp, offload_policy=off)
     root = sharded_root(policy)
-    fully_shard(root, mesh=mesh, mp_policy=mp)
+    fully_shard(root, mesh=mesh, mp_policy=mp, offload_policy=off)
     from torch.distributed.fsdp import FSDPModule
 
     for m in root.modules():
@@ -89,9 +92,10 @@ def shard_context(ctx, group=None) -> None:
     device_type = next(ctx.policy.parameters()).device.type
     prec = getattr(ctx.policy, "precision", None)
     mesh = device_mesh(group, device_type)
+    off = cfg.train.cpu_offload
     if ctx.ref_policy is not None and not cfg.model.lora.enabled:
-        ctx.ref_policy = _sharded_reference(ctx.policy, ctx.ref_policy, mesh, prec)
-    shard_policy(ctx.policy, mesh, prec)
+        ctx.ref_policy = _sharded_reference(ctx.policy, ctx.ref_policy, mesh, prec, off)
+    shard_policy(ctx.policy, mesh, prec, off)
     old = ctx.transaction
     ctx.optimizer = make_optimizer(ctx.policy, cfg)
     ctx.transaction = GradientTransaction(ctx.policy.parameters(), ctx.optimizer, max_grad_norm=old.max_grad_norm,
@@ -101,14 +105,14 @@ def shard_context(ctx, group=None) -> None:
         ctx.ema = ParamEMA(ctx.policy, ctx.ema.decay)
 
 
-def _sharded_reference(policy, ref_policy, mesh, prec):
+def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
     """The full fine-tuning KL reference as its own frozen FSDP module (1/N of the initial weights per rank):
     a deep copy of the trainable root holding the build-time snapshot; its forward is a collective too."""
     import copy
     from contextlib import contextmanager
 
     if ref_policy is not policy and not hasattr(ref_policy, "policy"):  # a separate frozen copy (tiny DiT)
-        shard_policy(ref_policy, mesh, prec)
+        shard_policy(ref_policy, mesh, prec, cpu_offload)
         return ref_policy
     root_name = "net" if hasattr(policy, "net") else "transformer"
     ref_root = copy.deepcopy(getattr(policy, root_name))
@@ -126,7 +130,7 @@ def _sharded_reference(policy, ref_policy, mesh, prec):
 
     holder = _Holder()
     setattr(holder, root_name, ref_root)
-    shard_policy(holder, mesh, prec)
+    shard_policy(holder, mesh, prec, cpu_offload)
 
     @contextmanager
     def swapped():
