@@ -43,6 +43,24 @@ def _context(cfg):
         raise ConfigError(str(e).strip("'\"")) from e
 
 
+def _plan_memory(cfg):
+    """Refuse a config whose memory plan does not fit ``train.memory_gb`` (before anything starts) and resolve
+    ``train.chunk_cells: auto``; returns the (possibly re-shaped) config."""
+    from digenrl.config import ConfigError
+    from digenrl.train.memory import MemoryPlanError, check_config, check_generators, resolve_chunk_cells
+
+    try:
+        if cfg.train.chunk_cells == "auto":
+            from digenrl.train.context import timestep_plan
+
+            cfg = resolve_chunk_cells(cfg, len(timestep_plan(cfg, 0).trained))
+        check_config(cfg)
+        check_generators(cfg)
+    except MemoryPlanError as e:
+        raise ConfigError(str(e)) from e
+    return cfg
+
+
 def _load_train(args):
     """The train config; ``--resume RUN_DIR`` reads RUN_DIR/config.yaml (unless --config) and keeps run_dir."""
     from digenrl.config import ConfigError, load_config
@@ -63,6 +81,7 @@ def cmd_train(args) -> int:
 
     cfg = _load_train(args)
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
+    cfg = _plan_memory(cfg)  # a config that will not fit its GPUs too; chunk_cells=auto resolved
     start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)
     colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
     stop = StopRequest(abandon=not colocated)

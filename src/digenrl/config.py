@@ -94,6 +94,14 @@ class TrainConfig(_Strict):
     ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
     cfg_detach_uncond: bool = False  # no gradient through the unconditional CFG branch in training
+    # --- scale: memory plan, precision, recomputation, sharding ---
+    chunk_cells: Literal["auto"] | None = None  # "auto": chunk shape from the memory plan (train.memory_gb)
+    memory_gb: float | None = Field(None, gt=0.0)  # per-rank GPU memory the run is planned for; None: no check
+    mixed_precision: Literal["none", "bf16", "fp16"] = "none"  # fp32 master weights + autocast compute
+    loss_scale_init: float = Field(65536.0, gt=0.0)  # fp16: initial dynamic loss scale
+    activation_checkpointing: bool = False  # recompute each transformer block's activations in backward
+    sharding: Literal["none", "fsdp"] = "none"  # FSDP2 over the trainer ranks (fully_shard per block)
+    cpu_offload: bool = False  # fsdp only: sharded weights, grads, AdamW state and EMA live in host memory
 
 
 class EvalConfig(_Strict):
@@ -155,6 +163,8 @@ class Config(_Strict):
                              f"{t.prompts_per_step}: a minibatch is a set of whole prompt groups")
         if t.best_of_n is not None and (t.best_of_n % 2 or t.best_of_n > t.generations):
             raise ValueError(f"train.best_of_n {t.best_of_n} must be even and at most train.generations {t.generations}")
+        if self.train.cpu_offload and self.train.sharding != "fsdp":
+            raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         return self
 
 

@@ -83,6 +83,10 @@ def plan_run(cfg: Config) -> RunPlan:
         raise ConfigError(f"train.adv_baseline: 'batch' needs the whole step's rewards before any training, which "
                           f"the pipelined mode {mode.value!r} does not wait for; use train.adv_baseline=group or "
                           f"runtime.mode=naive/colocated")
+    if t.sharding == "fsdp":
+        raise ConfigError("train.sharding: 'fsdp' is planned (memory plan, presets) and tested on spawned ranks "
+                          "(train.sharding), but the Ray controller does not yet hand a chunk to every rank of a "
+                          "sharded group; use train.sharding=none (LoRA presets fit without sharding)")
     if t.best_of_n is not None:
         raise ConfigError("train.best_of_n: the Ray runtime trains every generation of a group (its cell grid is "
                           "G x S); best-of-n subsampling runs in the single-process loop (runtime.mode=colocated "

@@ -14,6 +14,7 @@ computed in one packed forward over [uncond; cond] (``guided_velocity``). Famili
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Sequence
 
 import torch
@@ -50,6 +51,15 @@ class Policy(torch.nn.Module):
 
     latent_shape: tuple[int, ...] = ()
     uses_guidance_embedding: bool = False
+    precision = None  # ``train.precision.Precision`` set by the trainer: autocast + fp16 gradient scaling
+
+    def compute_context(self):
+        """Context of the model call: autocast under mixed precision (``train.precision``)."""
+        return self.precision.autocast() if self.precision is not None else nullcontext()
+
+    def scale_output(self, out: torch.Tensor) -> torch.Tensor:
+        """The model output, with the fp16 loss scale applied to its gradient (``train.precision.ScaleGrad``)."""
+        return self.precision.scale_output(out) if self.precision is not None else out
 
     def encode_prompts(self, prompts: Sequence) -> Cond:  # pragma: no cover - interface
         raise NotImplementedError

@@ -58,6 +58,7 @@ class DiffusersPolicy(Policy):
         self._null: Cond | None = None
         self._reference_snapshot: dict[str, torch.Tensor] | None = None
         self.latent_shape = self._latent_layout()
+        self._configure_vae()
         if model_cfg.lora.enabled:
             from digenrl.models.lora import apply_lora
 
@@ -70,6 +71,22 @@ class DiffusersPolicy(Policy):
                 self._reference_snapshot = snapshot_weights(self.transformer)
 
     # -- construction helpers ----------------------------------------------------------------------------
+    def _configure_vae(self) -> None:
+        """``model.options``: ``vae_batch`` (decode at most this many samples per VAE call), ``vae_tiling`` and
+        ``vae_slicing`` (diffusers' tiled / per-sample decoding, for long or large videos)."""
+        if self.options.get("vae_tiling"):
+            if not hasattr(self.vae, "enable_tiling"):
+                raise ValueError(f"model.options.vae_tiling: {type(self.vae).__name__} has no tiled decoding")
+            self.vae.enable_tiling()
+        if self.options.get("vae_slicing") and hasattr(self.vae, "enable_slicing"):
+            self.vae.enable_slicing()
+        bs = self.options.get("vae_batch")
+        if bs is not None:
+            if not isinstance(bs, int) or bs < 1:
+                raise ValueError(f"model.options.vae_batch: expected a positive integer, got {bs!r}")
+            family_decode = self.decode
+            self.decode = lambda z: torch.cat([family_decode(z[i : i + bs]) for i in range(0, z.shape[0], bs)])
+
     @classmethod
     def pipeline_class(cls):
         import diffusers
@@ -165,8 +182,16 @@ class DiffusersPolicy(Policy):
         """Velocity for latents ``x`` [B, *latent_shape] at per-sample ``sigma`` [B]."""
         sigma = torch.as_tensor(sigma, dtype=torch.float32, device=x.device).expand(x.shape[0])
         cond = {k: v.to(x.device) for k, v in cond.items()}
-        out = self._transformer_call(x.to(self.dtype), sigma, cond, guidance)
-        return out.to(x.dtype)
+        with self.compute_context():
+            out = self._transformer_call(x.to(self.dtype), sigma, cond, guidance)
+        return self.scale_output(out.to(x.dtype))  # scaled in fp32, before the cast (fp16 underflow)
+
+    def enable_activation_checkpointing(self) -> None:
+        """Recompute each transformer block in backward (diffusers' ``enable_gradient_checkpointing``)."""
+        if not getattr(self.transformer, "_supports_gradient_checkpointing", False):
+            raise ValueError(f"train.activation_checkpointing: the {self.spec.name} transformer "
+                             f"({type(self.transformer).__name__}) has no gradient checkpointing")
+        self.transformer.enable_gradient_checkpointing()
 
     def reference(self):
         """Context manager: inside it, ``forward`` computes the frozen reference policy (KL term)."""
@@ -310,3 +335,23 @@ class TextEncoderOnly:
                 with torch.no_grad():
                     self.prompt_cache.put(chunk, self._encode_texts(chunk))
         return len(todo)
+
+
+def prompt_cache_covers(model_cfg, texts: Sequence[str]) -> bool:
+    """True when ``model.prompt_cache_dir`` holds the embeddings of every text in ``texts`` and of the negative
+    prompt, made by this model directory's text encoders with these encoding options (same encoder id as
+    ``_encoder_id_from_pipe``): then a worker never needs the text encoders."""
+    from digenrl.models.registry import family_policy_class
+
+    cls = family_policy_class(model_cfg.kind)
+    cache_dir = model_cfg.prompt_cache_dir
+    if cls is None or not cache_dir or not model_cfg.path:
+        return False
+    root = Path(model_cfg.path).expanduser()
+    files = [p for c in cls.spec.text_components if (root / c).is_dir() for p in (root / c).glob("*.json") if p.is_file()]
+    options = {**dict(cls.spec.default_options), **dict(model_cfg.options)}
+    enc_id = encoder_identity(cls.spec.name, files, {"max_sequence_length": options.get("max_sequence_length")})
+    if enc_id not in PromptCache.read_encoder_ids(cache_dir):
+        return False
+    negative = str(options.get("negative_prompt", ""))
+    return not PromptCache(cache_dir, enc_id).uncovered(list(texts) + [negative])

@@ -97,15 +97,23 @@ def present_components(path: str, names: Sequence[str]) -> list[str]:
 def load_pipeline(pipeline_cls, path: str, dtype: str, skip: Sequence[str]):
     """``pipeline_cls.from_pretrained`` offline, with the components in ``skip`` set to ``None``.
 
-    The VAE is kept in float32 (decoding precision, as the Flow-GRPO scripts do).
+    The VAE is loaded in float32 from its own files (decoding precision, as the Flow-GRPO scripts do): never
+    loaded in ``dtype`` and upcast, which would keep the rounding of the 16-bit load.
     """
+    import json
+
+    import diffusers
+
     torch_dtype = DTYPES[dtype]
+    root = Path(path).expanduser()
+    extra = {}
+    if torch_dtype != torch.float32 and "vae" not in skip and (root / "vae" / "config.json").is_file():
+        vae_cls = getattr(diffusers, json.loads((root / "vae" / "config.json").read_text())["_class_name"])
+        extra["vae"] = vae_cls.from_pretrained(str(root), subfolder="vae", local_files_only=True, torch_dtype=torch.float32)
     pipe = pipeline_cls.from_pretrained(
-        str(Path(path).expanduser()), local_files_only=True, dtype=torch_dtype, **{c: None for c in skip}
+        str(root), local_files_only=True, dtype=torch_dtype, **{c: None for c in skip}, **extra
     )
     pipe.set_progress_bar_config(disable=True)
-    if getattr(pipe, "vae", None) is not None and torch_dtype != torch.float32:
-        pipe.vae.to(torch.float32)
     return pipe
 
 

@@ -76,5 +76,35 @@ class WanPolicy(DiffusersPolicy):
         return (video / 2 + 0.5).clamp(0, 1)
 
 
+def check_not_moe(path: str | None) -> None:
+    """Refuse a Wan2.2 mixture-of-experts checkpoint (``transformer_2`` + ``boundary_ratio``): DigenRL trains
+    and samples one transformer; running only the high-noise expert would silently change the model."""
+    import json
+    from pathlib import Path
+
+    index = Path(path or "").expanduser() / "model_index.json"
+    if not index.is_file():
+        return
+    meta = json.loads(index.read_text())
+    t2 = meta.get("transformer_2")
+    has_t2 = isinstance(t2, list) and any(t2)
+    if has_t2 or meta.get("boundary_ratio") is not None:
+        raise ValueError(
+            f"model.path: {path!r} is a Wan2.2 mixture-of-experts checkpoint (transformer_2={t2}, "
+            f"boundary_ratio={meta.get('boundary_ratio')}); two-expert sampling and training are not supported: "
+            "use a single-transformer Wan2.1 / Wan2.2-TI2V-5B checkpoint"
+        )
+
+
 def build_policy(model_cfg) -> WanPolicy:
-    return build_family_policy(WanPolicy, model_cfg)
+    check_not_moe(model_cfg.path)
+    policy = build_family_policy(WanPolicy, model_cfg)
+    if policy.scheduler_config.get("_class_name") == "UniPCMultistepScheduler":
+        import warnings
+
+        warnings.warn(
+            f"wan: the checkpoint's scheduler is UniPCMultistepScheduler (flow_shift="
+            f"{policy.scheduler_config.get('flow_shift')}); DigenRL samples with the (SDE-)Euler flow-matching step "
+            "on the shifted sigma grid (Flow-GRPO's Wan recipe), so samples differ from WanPipeline's UniPC output",
+            UserWarning, stacklevel=2)
+    return policy

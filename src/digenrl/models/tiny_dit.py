@@ -89,6 +89,7 @@ class TinyDiT(nn.Module):
         for m in (self.ada_out[1], self.patch_out):
             nn.init.zeros_(m.weight)
             nn.init.zeros_(m.bias)
+        self.checkpointing = False  # recompute each block in backward (activation checkpointing)
 
     def forward(self, x: torch.Tensor, sigma: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         B, C, H, W = x.shape
@@ -100,7 +101,12 @@ class TinyDiT(nn.Module):
         c = self.t_mlp(timestep_embedding(sigma, self.cfg.dim)) + cond_tokens.sum(dim=1)
         h = torch.cat([cond_tokens, h], dim=1)
         for blk in self.blocks:
-            h = blk(h, c)
+            if self.checkpointing and torch.is_grad_enabled():
+                from torch.utils.checkpoint import checkpoint
+
+                h = checkpoint(blk, h, c, use_reentrant=False)
+            else:
+                h = blk(h, c)
         h = h[:, self.cfg.cond_slots :]
         shift, scale = self.ada_out(c)[:, None].chunk(2, dim=-1)
         out = self.patch_out(self.norm_out(h) * (1 + scale) + shift)
@@ -131,7 +137,12 @@ class TinyDiTPolicy(Policy):
         return self.net.pos.device
 
     def forward(self, x: torch.Tensor, sigma: torch.Tensor, cond: Cond, guidance: float | None = None) -> torch.Tensor:
-        return self.net(x, sigma, cond["tokens"])
+        with self.compute_context():
+            out = self.net(x, sigma, cond["tokens"])
+        return self.scale_output(out.to(x.dtype))  # scaled in fp32, before the cast (fp16 underflow)
+
+    def enable_activation_checkpointing(self) -> None:
+        self.net.checkpointing = True
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         return ((latents.float() + 1.0) / 2.0).clamp(0.0, 1.0)

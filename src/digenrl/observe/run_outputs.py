@@ -54,7 +54,7 @@ def previous_run(run_dir: str | Path) -> list[str]:
 
 def plan_run_dir(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunStart:
     """Decide (without writing) how this run uses ``cfg.run_dir``; ``ConfigError`` if it may not."""
-    from digenrl.train.checkpoint import check_resume_config, latest_checkpoint, read_train_state
+    from digenrl.train.checkpoint import check_resume_config, latest_checkpoint
 
     d = Path(cfg.run_dir)
     if resume and overwrite:

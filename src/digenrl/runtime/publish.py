@@ -25,8 +25,11 @@ from dataclasses import dataclass
 
 
 def state_copy(policy) -> dict:
-    """The trainable state as CPU tensors (the object-store payload of a publish)."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in policy.trainable_state_dict().items()}
+    """The trainable state as CPU tensors (the object-store payload of a publish). Under FSDP the tensors are
+    shards and this gathers them: a collective, so every trainer rank must call it."""
+    from digenrl.train.sharding import full_trainable_state
+
+    return full_trainable_state(policy)
 
 
 class WeightInbox:

@@ -45,8 +45,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
         self.rank = rank
         self.ctx = build_context(self.cfg)
-        if rank != 0:
-            self.ctx.ema = None  # only rank 0 evaluates and saves
+        if rank != 0 and self.cfg.train.sharding == "none":
+            self.ctx.ema = None  # only rank 0 evaluates and saves (under FSDP every rank holds its EMA shard)
         self.task, self.reward, self.sampler = self.ctx.task, self.ctx.reward, self.ctx.sampler
         self.tx = self.ctx.transaction
         self._groups: dict[tuple[int, int], object] = {}
@@ -66,7 +66,12 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         trainer_group, self._publish_group = init_groups(spec)
         self.tx.process_group = trainer_group
         self._world = len(spec.trainer_ranks)
-        if self._world > 1:
+        if self.cfg.train.sharding == "fsdp":  # every rank built the same weights (same seed / checkpoint)
+            from digenrl.train.sharding import shard_context
+
+            shard_context(self.ctx, trainer_group)
+            self.tx = self.ctx.transaction
+        elif self._world > 1:
             for p in self.policy.parameters():
                 dist.broadcast(p.data, src=0, group=trainer_group)
         return True
@@ -110,7 +115,12 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         uid = group.prompts[0].uid
         cells = tuple((uid, g, j) for g, j in chunk.cells)
         self.tx.record(cells)
-        stats = train_cells(self.policy, group, chunk.cells, settings=self.ctx.loss, loss_scale=1.0 / S,
+        mine, weight = list(chunk.cells), 1.0
+        if t.sharding == "fsdp":  # a collective: every rank gets this chunk and trains its share of the cells
+            from digenrl.train.sharding import rank_cells
+
+            mine, weight = rank_cells(chunk.cells, self.rank, self._world)
+        stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=weight / S,
                             ref_policy=self.ctx.ref_policy)
         return ChunkResult(chunk, self.name, cells, stats, t0, time.time(),
                            kept_count(group.advantages, t.filter_zero_advantage))

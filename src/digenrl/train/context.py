@@ -86,17 +86,34 @@ def make_optimizer(policy: Policy, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, eps=t.adam_epsilon)
 
 
+def model_config_for(cfg: Config, task: Task):
+    """``cfg.model``, with ``load_text_encoders: false`` when it is ``auto`` and the prompt cache already holds
+    every prompt of the task (train, eval and the negative prompt): workers then never load the encoders."""
+    m = cfg.model
+    if m.options.get("load_text_encoders", "auto") != "auto" or not m.prompt_cache_dir or not hasattr(task, "all_texts"):
+        return m
+    from digenrl.models.diffusers_common import prompt_cache_covers
+
+    if not prompt_cache_covers(m, task.all_texts()):
+        return m
+    return m.model_copy(update={"options": {**m.options, "load_text_encoders": False}})
+
+
 def build_context(cfg: Config, *, policy: Policy | None = None, reward: WeightedSum | None = None, task: Task | None = None) -> RunContext:
     from digenrl.models.registry import build_policy
     from digenrl.rewards.registry import build_weighted
     from digenrl.tasks.base import build_task
 
     torch.manual_seed(cfg.seed)
-    policy = policy if policy is not None else build_policy(cfg.model)
-    reward = reward if reward is not None else build_weighted(cfg.reward)
+    from digenrl.train.precision import prepare_policy
+
     task = task if task is not None else build_task(cfg.task)
+    policy = policy if policy is not None else build_policy(model_config_for(cfg, task))
+    reward = reward if reward is not None else build_weighted(cfg.reward)
+    precision = prepare_policy(policy, cfg)  # fp32 masters, recomputation, no unneeded reference copy
     optimizer = make_optimizer(policy, cfg)
-    transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm)
+    transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm,
+                                      precision=precision if cfg.train.mixed_precision == "fp16" else None)
     t = cfg.train
     ema = ParamEMA(policy, t.ema_decay, every=t.ema_every, warmup=t.ema_warmup) if t.ema_decay is not None else None
     return RunContext(

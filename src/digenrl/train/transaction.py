@@ -30,12 +30,15 @@ class GradientTransaction:
         max_grad_norm: float | None = None,
         version: int = 0,
         process_group=None,
+        precision=None,
     ):
         self.params = [p for p in params if p.requires_grad]
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
         self.version = version
         self.process_group = process_group
+        self.precision = precision  # train.precision.Precision: fp16 unscale / skip / scale update at commit
+        self.sharded = False  # FSDP (train.sharding): every chunk's backward already reduce-scattered the grads
         self.step: int | None = None
         self._expected: set[Hashable] | None = None
         self._done: set[Hashable] = set()
@@ -75,14 +78,19 @@ class GradientTransaction:
         if check_complete and self.missing():
             raise TransactionError(f"step {self.step}: refusing to commit, {len(self.missing())} cells untrained")
         self._all_reduce()
-        if grad_scale != 1.0:
+        finite = True
+        if self.precision is not None:
+            finite = self.precision.unscale_and_check(self.params, self.process_group)
+            self.precision.update(finite)
+        if finite and grad_scale != 1.0:
             for p in self.params:
                 if p.grad is not None:
                     p.grad.mul_(grad_scale)
         norm = float("nan")
-        if self.max_grad_norm is not None:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
-        self.optimizer.step()
+        if finite and self.max_grad_norm is not None:
+            norm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)))
+        if finite:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if final:
             self.version += 1
@@ -99,7 +107,14 @@ class GradientTransaction:
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(self.process_group) == 1:
             return
+        if self.sharded:
+            return
         for p in self.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.process_group)
+
+
+def _full(t):
+    """A DTensor (FSDP total norm) as a plain tensor."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t

@@ -1,0 +1,426 @@
+"""The memory plan: bytes per trainer rank of a config, before anything is loaded (pure Python, no torch).
+
+Per rank (``N`` = ranks the state is sharded over: 1 without sharding, ``runtime.trainers`` under FSDP)::
+
+    weights   = (trainable * b_master + frozen * b_model) / N        b_master = 4 under mixed precision,
+    grads     = trainable * b_master / N                                 else the load dtype (LoRA: always 4)
+    optimizer = 2 * trainable * b_master / N                          (AdamW exp_avg, exp_avg_sq)
+    ema       = trainable * b_master / N                              (train.ema_decay set)
+    reference = params * b_master / N   only for full fine-tuning with beta_kl > 0 (LoRA: adapters disabled)
+    cast      = 2 * (fp32 weights used by matmuls)   mixed precision without FSDP: autocast keeps the 16-bit
+                                                  copy of every weight for backward (none with recomputation,
+                                                  where the cache is off and one block is recast at a time)
+    gathered  = 2 blocks of unsharded 16-bit weights + 1 block of unsharded fp32 grads (FSDP working set)
+    vae, text = frozen VAE (fp32) and, without a prompt cache, the text encoders (load dtype)
+    acts      = acts(cells) (a chunk of ``cells`` cells in one forward/backward, below)
+    total     = sum + reserve                                        (CUDA context, allocator slack)
+
+Activations of one cell (one sample's forward, twice with CFG in training), for ``T_i`` latent tokens and
+``T_t`` text tokens::
+
+    A_cell  = fwd * [ sum_kind n_kind * (a_kind T_i + t_kind T_t + c_kind) + other ] + transient
+    A_cell' = fwd * [ sum_kind n_kind * h * (T_i + T_t) * b_res + other + max_kind block ]
+                                                                      (activation recomputation per block)
+    acts(c) = c * A_cell + max(largest trainable tensor * b_master, c * fwd * 0.6 * max_kind block)
+              (backward transients: a weight's fresh gradient before it is accumulated; the gradients of the
+              block being differentiated; both measured)
+
+``a_kind, t_kind, c_kind`` are saved-for-backward bytes per latent token, per text token and per forward of
+one block, measured at the published widths on CPU with ``models.memory_probe.fit_per_token`` (one block of
+each kind, fp32 and CPU bf16 autocast, full fine-tuning and LoRA r=64, diffusers 0.42.1); LoRA of another rank
+adds ``(r - 64) * targets * b_act`` per token and block. The bytes are exactly linear in the token counts
+(flash-style attention). ``tests/train/test_memory_plan.py`` compares the plan with allocation-counted peaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+GiB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class Block:
+    count: int
+    params: int
+    lora_targets: int  # LoRA target linears of the family default (``models.lora.FAMILY_TARGETS``)
+    lora_r64: int  # LoRA parameters of one block at rank 64 (scales linearly with the rank)
+    # saved bytes per (latent token, text token, forward) of one block, per mode
+    full32: tuple[float, float, float]
+    full16: tuple[float, float, float]
+    lora32: tuple[float, float, float]
+    lora16: tuple[float, float, float]
+    tokens: str = "both"  # "both" | "text" (the text refiner of HunyuanVideo)
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    name: str
+    params: int
+    hidden: int
+    blocks: dict[str, Block]
+    other: dict[str, tuple[float, float, float]]  # embedders and output layer, per mode
+    largest_tensor: int  # elements of the largest weight matrix
+    text_tokens: int  # default text length the adapter feeds (max_sequence_length etc.)
+    text_encoder_params: float
+    vae_params: float
+    video: bool = False
+    patch: int = 2  # spatial token size in latent pixels (FLUX / Qwen-Image pack 2 x 2)
+    spatial_down: int = 8
+    temporal_down: int = 4
+    source: str = ""
+
+    def with_layers(self, counts: dict[str, int]) -> "Family":
+        """The same family with other block counts (the probe's few-layer models)."""
+        blocks = {k: replace(b, count=counts.get(k, b.count)) for k, b in self.blocks.items()}
+        params = self.params + sum((blocks[k].count - b.count) * b.params for k, b in self.blocks.items())
+        return replace(self, blocks=blocks, params=params)
+
+    def tokens(self, height: int, width: int, frames: int = 1) -> int:
+        """Latent tokens of one sample: (H / 8 / p) (W / 8 / p) [((F - 1) / 4 + 1) for video]."""
+        per = self.spatial_down * self.patch
+        lat_frames = (frames - 1) // self.temporal_down + 1 if self.video else 1
+        return (height // per) * (width // per) * lat_frames
+
+
+# Parameter counts: counted from the diffusers classes built on the meta device with the published configs
+# (``models.memory_probe.REAL_CONFIGS``, which cites each config.json). Text encoders and VAEs: the model
+# cards (FLUX.1: CLIP-L 123M + T5-XXL encoder 4.76B; SD3.5: CLIP-L + CLIP-G 0.82B + T5-XXL; Wan2.1: umT5-XXL
+# encoder 5.7B; Qwen-Image: Qwen2.5-VL-7B 8.3B; HunyuanVideo: LLaVA-Llama-3-8B 8.0B + CLIP-L). Largest
+# tensors and LoRA parameters per block: counted the same way (LoRA of ``models.lora.FAMILY_TARGETS``).
+FAMILIES: dict[str, Family] = {
+    "flux": Family(
+        "flux", "FLUX.1-dev", 11_901_408_320, 3072,
+        {"transformer_blocks": Block(19, 339_831_296, 12, 7_077_888, (296240, 296240, 233472), (173352, 173352, 116736),
+                                     (211752, 211752, 172032), (137252, 137252, 86016)),
+         "single_transformer_blocks": Block(38, 141_591_808, 3, 1_179_648, (258344, 258344, 61440), (153892, 153892, 30720),
+                                            (148520, 148520, 49152), (98980, 98980, 24576))},
+        {"full32": (37128, 28672, 103424), "full16": (18564, 14336, 51712),
+         "lora32": (12296, 12288, 12288), "lora16": (6148, 6144, 6144)},
+        56_623_104, 512, 4.88e9, 83.7e6, patch=2,
+        source="black-forest-labs/FLUX.1-dev transformer/config.json"),
+    "sd3": Family(
+        "sd3", "SD3.5-Medium", 2_243_171_520, 1536,
+        # activations measured on layer 0 (dual attention, layers 0-12): an upper bound for the 11 others;
+        # parameters: the mean block (layers are 54M-102M)
+        {"transformer_blocks": Block(24, 92_653_957, 8, 1_572_864, (215632, 74024, 98304), (148040, 52516, 49152),
+                                     (81192, 50208, 61440), (59172, 40608, 30720))},
+        {"full32": (18696, 16384, 46080), "full16": (9348, 8192, 23040),
+         "lora32": (6152, 0, 6144), "lora16": (3076, 0, 3072)},
+        21_233_664, 77 + 256, 5.58e9, 83.7e6, patch=2,
+        source="stabilityai/stable-diffusion-3.5-medium transformer/config.json"),
+    "wan": Family(
+        "wan", "Wan2.1-T2V-14B", 14_288_491_584, 5120,
+        {"blocks": Block(40, 351_394_304, 8, 5_242_880, (562532, 102404, 163840), (404836, 71684, 81920),
+                         (324444, 82436, 143360), (255068, 61700, 71680))},
+        {"full32": (61704, 57344, 103424), "full16": (51336, 28672, 51712),
+         "lora32": (20488, 0, 20480), "lora16": (20488, 0, 10240)},
+        157_286_400, 512, 5.7e9, 127e6, video=True, patch=2,
+        source="Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json"),
+    "qwen_image": Family(
+        "qwen_image", "Qwen-Image", 20_430_401_088, 3072,
+        {"transformer_blocks": Block(60, 339_831_296, 12, 7_077_888, (295732, 295220, 2330624), (191274, 190762, 1165312),
+                                     (211244, 210732, 2269184), (149030, 148518, 1134592))},
+        {"full32": (37128, 28672, 50176), "full16": (18564, 21504, 25088),
+         "lora32": (12296, 0, 12288), "lora16": (6148, 0, 6144)},
+        56_623_104, 512, 8.3e9, 127e6, patch=2,
+        source="Qwen/Qwen-Image transformer/config.json"),
+    "hunyuan_video": Family(
+        "hunyuan_video", "HunyuanVideo", 12_821_012_544, 3072,
+        {"transformer_blocks": Block(20, 339_831_296, 8, 3_145_728, (296244, 295220, 233472), (191786, 190762, 116736),
+                                     (149804, 161076, 184320), (118566, 123690, 92160)),
+         "single_transformer_blocks": Block(40, 141_591_808, 3, 1_179_648, (270636, 270636, 61440), (172326, 172326, 30720),
+                                            (148524, 148524, 49152), (111270, 111270, 24576)),
+         "refiner_blocks": Block(2, 132_166_656, 4, 1_572_864, (0, 227440, 0), (0, 113776, 0), (0, 130152, 0), (0, 83560, 0),
+                                 tokens="text")},
+        {"full32": (37128, 28672, 169984), "full16": (18564, 14336, 84992),
+         "lora32": (12296, 12288, 12288), "lora16": (6148, 6144, 6144)},
+        56_623_104, 256, 8.1e9, 246e6, video=True, patch=2,
+        source="hunyuanvideo-community/HunyuanVideo transformer/config.json"),
+}  # fmt: skip
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+class MemoryPlanError(ValueError):
+    """A config whose plan exceeds the memory it is planned for; the message has the numbers and the keys."""
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything the plan depends on (``inputs_from_config`` derives it from a ``Config``)."""
+
+    family: str
+    height: int = 512
+    width: int = 512
+    frames: int = 1
+    text_tokens: int | None = None  # None: the family default
+    lora_rank: int | None = None  # None: full fine-tuning
+    model_dtype: str = "bfloat16"
+    mixed_precision: str = "none"  # none | bf16 | fp16
+    activation_checkpointing: bool = False
+    sharding: str = "none"  # none | fsdp
+    cpu_offload: bool = False  # fsdp: the sharded state lives in host memory
+    ranks: int = 1
+    beta_kl: float = 0.0
+    ema: bool = False
+    forwards_per_cell: int = 1  # 2 with CFG in training
+    text_encoders: bool = False  # loaded on the trainer (no prompt cache)
+    vae: bool = True
+    reserve_gb: float = 3.0
+    layers: dict[str, int] = field(default_factory=dict)  # block count overrides (probes)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes per rank by item; ``total(cells)`` adds the activations of a chunk of ``cells`` cells."""
+
+    items: dict[str, float]
+    act_cell: float  # saved-for-backward bytes per cell
+    act_block: float  # backward transient per cell (gradients of the block being differentiated)
+    act_fixed: float  # backward transient independent of the chunk (a weight's gradient before accumulation)
+    inputs: PlanInputs
+
+    @property
+    def state(self) -> float:
+        return sum(self.items.values())
+
+    def activations(self, cells: int) -> float:
+        return cells * self.act_cell + max(self.act_fixed, cells * self.act_block)
+
+    def total(self, cells: int) -> float:
+        return self.state + self.activations(cells)
+
+    def max_cells(self, capacity_bytes: float, limit: int = 1 << 20) -> int:
+        """Largest chunk (cells) that fits in ``capacity_bytes``; 0 when not even one does."""
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.total(mid) <= capacity_bytes else (lo, mid - 1)
+        return lo
+
+    def table(self, cells: int) -> str:
+        rows = [f"{k}={v / GiB:.1f}" for k, v in self.items.items() if v > 0]
+        rows.append(f"activations({cells} cells x {self.act_cell / GiB:.2f})={self.activations(cells) / GiB:.1f}")
+        return ", ".join(rows) + f"; total {self.total(cells) / GiB:.1f} GiB"
+
+    def as_dict(self, cells: int) -> dict[str, float]:
+        """GiB per item plus activations and total (for reports and the simulator)."""
+        out = {k: v / GiB for k, v in self.items.items()}
+        return {**out, "activations": self.activations(cells) / GiB, "total": self.total(cells) / GiB,
+                "act_cell": self.act_cell / GiB}
+
+
+def _act_mode(p: PlanInputs) -> tuple[str, float]:
+    """(coefficient set, bytes per activation element)."""
+    lora = "lora" if p.lora_rank else "full"
+    if p.mixed_precision != "none":
+        return lora + "16", 2.0
+    if DTYPE_BYTES[p.model_dtype] == 2:  # plain 16-bit weights: every activation is 16-bit
+        return lora + "32", 2.0
+    return lora + "32", 4.0
+
+
+def _block_bytes(b: Block, mode: str, elem: float, p: PlanInputs, ti: int, tt: int) -> float:
+    a, t, c = getattr(b, mode)
+    scale = 0.5 if (mode.endswith("32") and elem == 2.0) else 1.0
+    per = (a * ti + t * tt + c) * scale
+    if p.lora_rank:
+        per += (p.lora_rank - 64) * b.lora_targets * elem * (tt if b.tokens == "text" else ti + tt)
+    return per
+
+
+def plan_memory(p: PlanInputs) -> MemoryPlan:
+    """The per-rank memory plan of ``p`` (see the module docstring for every formula)."""
+    if p.family not in FAMILIES:
+        raise ValueError(f"memory plan: unknown family {p.family!r}; known: {sorted(FAMILIES)}")
+    fam = FAMILIES[p.family].with_layers(p.layers)
+    n = p.ranks if p.sharding == "fsdp" else 1
+    b_model = DTYPE_BYTES[p.model_dtype]
+    b_master = 4 if p.mixed_precision != "none" else b_model
+    lora = p.lora_rank is not None
+    lora_params = sum(b.count * b.lora_r64 for b in fam.blocks.values()) * (p.lora_rank or 0) / 64
+    trainable, b_train = (lora_params, 4) if lora else (fam.params, b_master)
+    frozen = fam.params if lora else 0.0
+    items = {
+        "weights": (trainable * b_train + frozen * b_model) / n,
+        "grads": trainable * b_train / n,
+        "optimizer": 2 * trainable * b_train / n,
+        "ema": trainable * b_train / n if p.ema else 0.0,
+        "reference": fam.params * b_train / n if (p.beta_kl > 0 and not lora) else 0.0,
+    }
+    if p.sharding == "fsdp" and p.cpu_offload:  # host memory, not the GPU's
+        items = {k: 0.0 for k in items}
+    biggest = max(b.params for b in fam.blocks.values())
+    if p.sharding == "fsdp":
+        items["gathered"] = 2 * biggest * (2 if p.mixed_precision != "none" else b_model) + (0 if lora else biggest * 4)
+    elif p.mixed_precision != "none" and not p.activation_checkpointing:
+        cast = (lora_params + (fam.params if b_model == 4 else 0)) if lora else fam.params
+        items["cast"] = 2 * cast
+    items["vae"] = fam.vae_params * 4 if p.vae else 0.0
+    items["text_encoders"] = fam.text_encoder_params * b_model if p.text_encoders else 0.0
+    items["reserve"] = p.reserve_gb * GiB
+
+    mode, elem = _act_mode(p)
+    ti = fam.tokens(p.height, p.width, p.frames)
+    tt = fam.text_tokens if p.text_tokens is None else p.text_tokens
+    per_block = {k: _block_bytes(b, mode, elem, p, ti, tt) for k, b in fam.blocks.items()}
+    oa, ot, oc = fam.other[mode]
+    other = (oa * ti + ot * tt + oc) * (0.5 if (mode.endswith("32") and elem == 2.0) else 1.0)
+    largest_block = max(per_block.values())
+    if p.activation_checkpointing:
+        res = 4.0  # the residual stream between blocks stays fp32 under autocast (fp32 inputs, fp32 gates)
+        if p.mixed_precision == "none" and b_model == 2:
+            res = 2.0
+        inputs = sum(b.count * fam.hidden * ((tt if b.tokens == "text" else ti + tt)) * res for b in fam.blocks.values())
+        act_cell = p.forwards_per_cell * (inputs + other + largest_block)
+    else:
+        act_cell = p.forwards_per_cell * (sum(fam.blocks[k].count * v for k, v in per_block.items()) + other)
+    grad_transient = 0.0 if lora else fam.largest_tensor * b_train
+    return MemoryPlan(items, act_cell, 0.6 * largest_block * p.forwards_per_cell, grad_transient, p)
+
+
+# ---- from a config -----------------------------------------------------------------------------------------
+
+FAMILY_OF_KIND = {"flux": "flux", "sd3": "sd3", "wan": "wan", "qwen_image": "qwen_image",
+                  "hunyuan_video": "hunyuan_video"}
+
+
+def inputs_from_config(cfg) -> PlanInputs | None:
+    """``PlanInputs`` of a ``Config`` (None for models without a plan, e.g. the built-in tiny DiT)."""
+    m, t, s = cfg.model, cfg.train, cfg.sampler
+    fam = FAMILY_OF_KIND.get(m.kind)
+    if fam is None:
+        return None
+    o = m.options
+    f = FAMILIES[fam]
+    txt = o.get("max_sequence_length")
+    if fam == "sd3":
+        txt = 77 + int(txt if txt is not None else 256)
+    cfg_forwards = 2 if (t.cfg_in_training and s.cfg_scale != 1.0 and fam not in ("flux", "hunyuan_video")) else 1
+    text_loaded = o.get("load_text_encoders", "auto") is True or not m.prompt_cache_dir
+    return PlanInputs(
+        family=fam, height=int(o.get("height", 512)), width=int(o.get("width", 512)),
+        frames=int(o.get("frames", 1)) if f.video else 1, text_tokens=int(txt) if txt is not None else None,
+        lora_rank=m.lora.rank if m.lora.enabled else None, model_dtype=m.dtype,
+        mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
+        sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=cfg.runtime.trainers, beta_kl=t.beta_kl, ema=t.ema_decay is not None,
+        forwards_per_cell=cfg_forwards, text_encoders=text_loaded,
+    )  # fmt: skip
+
+
+def chunk_cells(cfg) -> int:
+    """Cells per rank of the chunk the config asks for: ``chunk_generations * chunk_timesteps``, split over the
+    ranks under FSDP (a sharded pool trains each chunk together, ``train.sharding.rank_cells``)."""
+    cells = cfg.train.chunk_generations * cfg.train.chunk_timesteps
+    ranks = cfg.runtime.trainers if cfg.train.sharding == "fsdp" else 1
+    return -(-cells // ranks)
+
+
+def auto_chunk_shape(max_cells: int, generations: int, trained: int) -> tuple[int, int]:
+    """(chunk_generations, chunk_timesteps) with the most cells <= ``max_cells``: whole timesteps of the group
+    first (cg = G), then as many timesteps as fit; below G cells, the largest divisor-free cg <= max_cells."""
+    if max_cells < 1:
+        raise ValueError("not even one training cell fits")
+    if max_cells >= generations:
+        return generations, max(1, min(trained, max_cells // generations))
+    return max_cells, 1
+
+
+def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
+    """Refuse (``MemoryPlanError``) a config whose trainer plan exceeds ``capacity_gb`` per rank (default:
+    ``train.memory_gb``; no check when neither is set). Returns the plan (None: no plan for this model)."""
+    p = inputs_from_config(cfg)
+    cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
+    if p is None or cap is None:
+        return None
+    plan = plan_memory(p)
+    cells = 1 if cfg.train.chunk_cells == "auto" else chunk_cells(cfg)
+    if plan.total(cells) <= cap * GiB:
+        return plan
+    fits = plan.max_cells(cap * GiB)
+    hints = []
+    if fits >= 1:
+        hints.append(f"train.chunk_cells=auto (or chunk_generations x chunk_timesteps <= {fits} cells)")
+    if not p.activation_checkpointing:
+        hints.append("train.activation_checkpointing=true")
+    if p.sharding == "none":
+        hints.append("train.sharding=fsdp with more runtime.trainers")
+    elif p.sharding == "fsdp":
+        hints.append(f"more runtime.trainers (now {p.ranks})")
+        if not p.cpu_offload:
+            hints.append("train.cpu_offload=true")
+    if p.lora_rank is None:
+        hints.append("model.lora.enabled=true")
+    if p.mixed_precision == "none" and p.model_dtype == "float32":
+        hints.append("train.mixed_precision=bf16")
+    if p.text_encoders:
+        hints.append("model.prompt_cache_dir (no text encoders on the trainer)")
+    raise MemoryPlanError(
+        f"memory plan: {FAMILIES[p.family].name} training needs {plan.total(cells) / GiB:.1f} GiB per trainer "
+        f"rank but train.memory_gb={cap:g} ({plan.table(cells)}); change: " + "; ".join(hints)
+    )
+
+
+def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:
+    """Per generator: the 16-bit replica, VAE, text encoders (without a full prompt cache), reserve, and the
+    sampling activations of ``samples`` trajectories (no-grad forwards keep nothing for backward; bounded by
+    the largest block's saved bytes per sample, times 2 with CFG). VAE decoding memory is not included (set
+    ``model.options.vae_batch`` / ``vae_tiling`` for video)."""
+    fam = FAMILIES[p.family]
+    mode, elem = _act_mode(replace(p, lora_rank=None, mixed_precision="none"))
+    ti = fam.tokens(p.height, p.width, p.frames)
+    tt = fam.text_tokens if p.text_tokens is None else p.text_tokens
+    block = max(_block_bytes(b, mode, elem, replace(p, lora_rank=None), ti, tt) for b in fam.blocks.values())
+    return {
+        "weights": fam.params * DTYPE_BYTES[p.model_dtype],
+        "vae": fam.vae_params * 4 if p.vae else 0.0,
+        "text_encoders": fam.text_encoder_params * DTYPE_BYTES[p.model_dtype] if p.text_encoders else 0.0,
+        "reserve": p.reserve_gb * GiB,
+        "activations": samples * p.forwards_per_cell * block,
+    }
+
+
+def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] | None:
+    """Refuse (``MemoryPlanError``) a disaggregated config whose generators do not fit ``capacity_gb``
+    (default ``train.memory_gb``) with fragments of ``runtime.fragment_size`` trajectories."""
+    p = inputs_from_config(cfg)
+    cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
+    if p is None or cap is None or cfg.runtime.mode == "colocated":
+        return None
+    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and p.family not in ("flux", "hunyuan_video")) else 1
+    items = generator_bytes(replace(p, forwards_per_cell=fwd), cfg.runtime.fragment_size)
+    total = sum(items.values())
+    if total > cap * GiB:
+        rows = ", ".join(f"{k}={v / GiB:.1f}" for k, v in items.items() if v > 0)
+        raise MemoryPlanError(
+            f"memory plan: a {FAMILIES[p.family].name} generator needs {total / GiB:.1f} GiB but train.memory_gb="
+            f"{cap:g} ({rows}); change: a smaller runtime.fragment_size (now {cfg.runtime.fragment_size})"
+            + ("; model.prompt_cache_dir (no text encoders on the generators)" if p.text_encoders else ""))
+    return items
+
+
+def resolve_chunk_cells(cfg, trained: int):
+    """``cfg`` with ``train.chunk_cells: auto`` turned into a chunk shape that fits ``train.memory_gb``
+    (``auto_chunk_shape`` of the plan's ``max_cells``); other configs are returned unchanged. ``trained``:
+    trained timesteps per trajectory (S)."""
+    t = cfg.train
+    if t.chunk_cells != "auto":
+        return cfg
+    p = inputs_from_config(cfg)
+    if t.memory_gb is None or p is None:
+        raise MemoryPlanError("train.chunk_cells=auto needs train.memory_gb (the per-rank GPU memory) and a model "
+                              f"with a memory plan (model.kind one of {sorted(FAMILY_OF_KIND)}, got {cfg.model.kind!r})")
+    fits = plan_memory(p).max_cells(t.memory_gb * GiB)
+    if fits < 1:
+        check_config(cfg)  # raises with the numbers and the keys
+    ranks = cfg.runtime.trainers if t.sharding == "fsdp" else 1  # FSDP: every rank trains 1/N of each chunk
+    cg, ct = auto_chunk_shape(fits * ranks, t.generations, trained)
+    return cfg.model_copy(update={"train": t.model_copy(update={"chunk_generations": cg, "chunk_timesteps": ct})})
+
+
+# The simulator's model presets (``sim.presets.MODELS``) -> memory-plan families, so that the simulator can
+# price the same per-rank memory the runtime will use (``plan_memory(PlanInputs(SIM_MODEL_FAMILY[name], ...))``).
+SIM_MODEL_FAMILY = {"flux": "flux", "wan": "wan", "hunyuan": "hunyuan_video", "qwen-image": "qwen_image",
+                    "sd3": "sd3"}

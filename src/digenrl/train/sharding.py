@@ -1,0 +1,232 @@
+"""The sharded trainer pool (``train.sharding: fsdp``): PyTorch FSDP2 over the trainer ranks.
+
+``shard_context`` applies ``fully_shard`` to every transformer block, then to the transformer (the root), and
+rebuilds the optimizer, the gradient transaction and the EMA over the sharded parameters, so weights, grads,
+AdamW state and EMA are each 1/N per rank. The KL reference of full fine-tuning (``beta_kl > 0``) becomes its
+own frozen FSDP module (1/N of the initial weights per rank); under LoRA it stays "adapters disabled" and with
+``beta_kl = 0`` there is none. Under mixed precision FSDP gathers 16-bit blocks
+(``MixedPrecisionPolicy(param_dtype, reduce_dtype=float32)``) instead of autocast keeping 16-bit copies.
+
+Gradient reduction: every chunk's backward reduce-scatters its block gradients (SUM, divide factor 1) into the
+sharded fp32 ``.grad`` of each rank, which accumulate over the step's chunks; the commit then only clips
+(the global norm over the shards) and steps the local shards. We chose this over keeping unsharded gradients
+until the commit (``set_requires_gradient_sync(False)``): that would hold a full fp32 gradient per rank
+(4 x params bytes, 48 GB for FLUX.1) and defeat the sharding; the reduce-scatter rides on a backward that
+is a collective anyway (it all-gathers the blocks). Sum over ranks and chunks = the unsharded transaction's
+all-reduced sum, so the committed update is the same (I1).
+
+Collectives: a forward or backward all-gathers every block, so all ranks of the pool run each training chunk
+together (``rank_cells`` splits a chunk's cells over the ranks; a rank with no cell runs one cell with loss
+weight 0) and generate together (TAG as a collective action: each rank samples its own fragment of the same
+size, the forwards are matched one to one). Publishing gathers the full trainable state on every rank
+(``full_trainable_state``, collective). Checkpoints: ``torch.distributed.checkpoint`` (each rank writes its
+shards; resumable) and ``export_consolidated`` (one full safetensors file written by rank 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+
+def block_lists(policy) -> list[torch.nn.ModuleList]:
+    """The transformer block lists of a policy (the FSDP units)."""
+    if hasattr(policy, "net") and hasattr(policy.net, "blocks"):  # built-in tiny DiT
+        return [policy.net.blocks]
+    root = policy.transformer
+    out = []
+    for name in ("transformer_blocks", "single_transformer_blocks", "blocks"):
+        if isinstance(getattr(root, name, None), torch.nn.ModuleList):
+            out.append(getattr(root, name))
+    if not out:
+        raise ValueError(f"train.sharding=fsdp: no transformer block list found in {type(root).__name__}")
+    return out
+
+
+def sharded_root(policy) -> torch.nn.Module:
+    return policy.net if hasattr(policy, "net") else policy.transformer
+
+
+def device_mesh(group=None, device_type: str = "cpu"):
+    """A 1-D device mesh over ``group`` (None: the default world)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+    if group is None:
+        return init_device_mesh(device_type, (dist.get_world_size(),))
+    return DeviceMesh.from_group(group, device_type)
+
+
+def shard_policy(policy, mesh, precision=None, cpu_offload: bool = False) -> None:
+    """``fully_shard`` per block, then the root; gradients are summed over ranks (not averaged).
+    ``cpu_offload``: the shards (weights, grads, hence AdamW state and EMA) live in host memory and the
+    optimizer steps on the CPU (``CPUOffloadPolicy``); the device holds only the gathered blocks."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy()
+    if precision is not None and precision.dtype is not None:
+        mp = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
+    off = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else OffloadPolicy()
+    for blocks in block_lists(policy):
+        for blk in blocks:
+            fully_shard(blk, mesh=mesh, mp_policy=mp, offload_policy=off)
+    root = sharded_root(policy)
+    fully_shard(root, mesh=mesh, mp_policy=mp, offload_policy=off)
+    from torch.distributed.fsdp import FSDPModule
+
+    for m in root.modules():
+        if isinstance(m, FSDPModule):
+            m.set_gradient_divide_factor(1.0)  # SUM over ranks, as the unsharded transaction's all-reduce
+            m.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
+
+
+def shard_context(ctx, group=None) -> None:
+    """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version)."""
+    from digenrl.train.context import make_optimizer
+    from digenrl.train.ema import ParamEMA
+    from digenrl.train.transaction import GradientTransaction
+
+    cfg = ctx.cfg
+    device_type = next(ctx.policy.parameters()).device.type
+    prec = getattr(ctx.policy, "precision", None)
+    mesh = device_mesh(group, device_type)
+    off = cfg.train.cpu_offload
+    if ctx.ref_policy is not None and not cfg.model.lora.enabled:
+        ctx.ref_policy = _sharded_reference(ctx.policy, ctx.ref_policy, mesh, prec, off)
+    shard_policy(ctx.policy, mesh, prec, off)
+    old = ctx.transaction
+    ctx.optimizer = make_optimizer(ctx.policy, cfg)
+    ctx.transaction = GradientTransaction(ctx.policy.parameters(), ctx.optimizer, max_grad_norm=old.max_grad_norm,
+                                          version=old.version, process_group=group, precision=old.precision)
+    ctx.transaction.sharded = True
+    if ctx.ema is not None:
+        ctx.ema = ParamEMA(ctx.policy, ctx.ema.decay)
+
+
+def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
+    """The full fine-tuning KL reference as its own frozen FSDP module (1/N of the initial weights per rank):
+    a deep copy of the trainable root holding the build-time snapshot; its forward is a collective too."""
+    import copy
+    from contextlib import contextmanager
+
+    if ref_policy is not policy and not hasattr(ref_policy, "policy"):  # a separate frozen copy (tiny DiT)
+        shard_policy(ref_policy, mesh, prec, cpu_offload)
+        return ref_policy
+    root_name = "net" if hasattr(policy, "net") else "transformer"
+    ref_root = copy.deepcopy(getattr(policy, root_name))
+    snap = getattr(policy, "_reference_snapshot", None)
+    if snap:
+        with torch.no_grad():
+            params = dict(ref_root.named_parameters())
+            for k, v in snap.items():
+                params[k].copy_(v)
+        policy._reference_snapshot = None  # the sharded copy replaces the full snapshot
+    ref_root.requires_grad_(False)
+
+    class _Holder(torch.nn.Module):  # block_lists / sharded_root work on it like on a policy
+        pass
+
+    holder = _Holder()
+    setattr(holder, root_name, ref_root)
+    shard_policy(holder, mesh, prec, cpu_offload)
+
+    @contextmanager
+    def swapped():
+        live = policy._modules[root_name]
+        policy._modules[root_name] = ref_root
+        try:
+            yield
+        finally:
+            policy._modules[root_name] = live
+
+    class ShardedReference:
+        """Policy-like: the policy's own forward with the frozen sharded root swapped in."""
+
+        latent_shape = policy.latent_shape
+        uses_guidance_embedding = policy.uses_guidance_embedding
+
+        def encode_prompts(self, prompts):
+            return policy.encode_prompts(prompts)
+
+        def null_cond(self, n):
+            return policy.null_cond(n)
+
+        def combine_guidance(self, v_uncond, v_cond, cfg_scale):
+            return policy.combine_guidance(v_uncond, v_cond, cfg_scale)
+
+        def parameters(self):
+            return ref_root.parameters()
+
+        def __call__(self, x, sigma, cond, guidance=None):
+            with swapped():
+                return policy(x, sigma, cond, guidance=guidance)
+
+    return ShardedReference()
+
+
+def rank_cells(cells: Sequence, rank: int, world: int) -> tuple[list, float]:
+    """This rank's share of a chunk's cells (round robin) and its loss weight: a rank with no cell trains the
+    chunk's first cell with weight 0 so that its forward/backward still joins the collectives."""
+    mine = list(cells[rank::world])
+    return (mine, 1.0) if mine else (list(cells[:1]), 0.0)
+
+
+def full_trainable_state(policy) -> dict[str, torch.Tensor]:
+    """The trainable tensors, gathered to full CPU tensors on every rank (a collective under FSDP)."""
+    out = {}
+    for name, t in policy.trainable_state_dict().items():
+        full = t.full_tensor() if hasattr(t, "full_tensor") else t
+        out[name] = full.detach().to("cpu", copy=True)
+    return out
+
+
+def _dcp_state(ctx) -> dict:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    root = sharded_root(ctx.policy)
+    state = {"model": get_model_state_dict(root), "optim": get_optimizer_state_dict(root, ctx.optimizer)}
+    if ctx.ema is not None:
+        state["ema"] = dict(ctx.ema.shadow)
+    return state
+
+
+def save_sharded(ctx, path: str | Path) -> None:
+    """Every rank writes its shards of weights, AdamW state and EMA (``torch.distributed.checkpoint``)."""
+    import torch.distributed.checkpoint as dcp
+
+    state = _dcp_state(ctx)
+    state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
+    dcp.save(state, checkpoint_id=str(path))
+
+
+def load_sharded(ctx, path: str | Path) -> None:
+    """Load a ``save_sharded`` checkpoint into the (already sharded) context, in place."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    state = _dcp_state(ctx)
+    state["meta"] = {"version": torch.tensor(0)}
+    dcp.load(state, checkpoint_id=str(path))
+    root = sharded_root(ctx.policy)
+    set_model_state_dict(root, state["model"])
+    set_optimizer_state_dict(root, ctx.optimizer, state["optim"])
+    if ctx.ema is not None:
+        with torch.no_grad():
+            for k, v in state["ema"].items():
+                ctx.ema.shadow[k].copy_(v)
+    ctx.transaction.version = int(state["meta"]["version"])
+
+
+def export_consolidated(ctx, path: str | Path, rank: int) -> Path | None:
+    """The full (unsharded) model state in one safetensors file, written by rank 0 (collective)."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(sharded_root(ctx.policy), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank != 0:
+        return None
+    out = Path(path)
+    save_file({k: v.contiguous() for k, v in full.items()}, str(out))
+    return out
