@@ -37,7 +37,9 @@ def _results() -> dict:
         curve = [[st, y] for st, y in zip(STEPS, ys)]
         if (v, s) == ("full_0.5", 1):
             curve.insert(1, [10, 0.4])  # a step only one seed has: left out of the mean
-        runs.append({"variant": v, "seed": s, "eval_curve": curve, "eval_final": ys[-1], "wall_s": 100.0 + s})
+        stale = {"reference": 0.0, "full_0.25": 0.2, "full_0.5": 0.4}[v] + 0.01 * s
+        runs.append({"variant": v, "seed": s, "eval_curve": curve, "eval_final": ys[-1], "wall_s": 100.0 + s,
+                     "summary": {"stale_fraction": stale}})
     return {"runs": runs}
 
 
@@ -69,7 +71,21 @@ def test_differences_and_markdown(tc):
     fin = {v: mean([CURVES[(v, 0)][-1], CURVES[(v, 1)][-1]]) for v in ("reference", "full_0.25", "full_0.5")}
     assert f"mean final eval differs by {fin['full_0.25'] - fin['reference']:+.3f}" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| full_0.25 |"))
-    assert row == f"| full_0.25 | 0.980 | 0.960 | {fin['full_0.25']:.3f} | 100-101 s |"
+    assert row == f"| full_0.25 | 0.980 | 0.960 | {fin['full_0.25']:.3f} | 0.200, 0.210 | 100-101 s |"
+    f5_gap = max(abs(mean([CURVES[("full_0.5", 0)][i], CURVES[("full_0.5", 1)][i]]) - ref_mean[i]) for i in range(3))
+    assert f"(largest {f5_gap:.3f} at step" in md
+    assert "Not run" not in md
+
+
+def test_markdown_names_missing_runs(tc):
+    res = _results()
+    res["runs"] = [r for r in res["runs"] if (r["variant"], r["seed"]) != ("full_0.5", 1)]
+    agg = tc.aggregate(res)
+    assert agg["full_0.5"]["seeds"] == [0] and agg["full_0.5"]["mean"] == CURVES[("full_0.5", 0)]
+    md = tc.markdown(agg)
+    assert "Not run (left out of the means): full_0.5 seed 1." in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| full_0.5 |"))
+    assert row.startswith("| full_0.5 | 0.990 | not run | 0.990 |")
 
 
 def test_store_replaces_and_appends(tc, tmp_path):
