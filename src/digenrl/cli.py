@@ -80,8 +80,8 @@ def cmd_train(args) -> int:
     from digenrl.validate import validate_run
 
     cfg = _load_train(args)
+    cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
-    cfg = _plan_memory(cfg)  # a config that will not fit its GPUs too; chunk_cells=auto resolved
     start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)
     colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
     stop = StopRequest(abandon=not colocated)

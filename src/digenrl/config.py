@@ -81,7 +81,7 @@ class TrainConfig(_Strict):
     filter_zero_advantage: bool = True  # Flow-GRPO drops samples with advantage 0 (no loss, no KL, not counted)
     beta_kl: float = Field(0.0, ge=0.0)
     kl_form: Literal["flow_grpo", "exact"] = "flow_grpo"  # exact = Flow-GRPO's KL / (-dt)
-    minibatches_per_step: int = Field(1, ge=1)  # M optimizer steps per step, groups split by index (DESIGN 1.2)
+    minibatches_per_step: int = Field(1, ge=1)  # M optimizer steps per step, groups split by index (docs/architecture.md, "Minibatches")
     inner_epochs: int = Field(1, ge=1)  # passes over the step's minibatches (Flow-GRPO num_inner_epochs)
     timestep_strategy: Literal["fraction", "uniform", "window"] = "fraction"
     timestep_fraction: float = Field(0.5, gt=0.0, le=1.0)

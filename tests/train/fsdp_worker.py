@@ -14,7 +14,7 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
     every rank samples a fragment of the same size at once), the groups are exchanged, and every chunk is
     trained by all ranks together (``rank_cells``). Unsharded (world = 1): one process does everything, in the
     same batches as ``emulate`` ranks would (so the float summation order is the sharded run's)."""
-    from digenrl.train.chunks import make_chunks
+    from digenrl.schedule.layout import tile_grid
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.sharding import rank_cells
     from digenrl.train.step_work import assign_advantages, expected_cells, generate, split_groups
@@ -41,7 +41,7 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
         ctx.transaction.begin(step, expected_cells(prompts, t.generations, S) if world == 1 else None)
         for g in groups:
             assign_advantages(g, std_mode=t.std_mode, adv_clip_max=t.adv_clip_max)
-            for ch in make_chunks(list(range(t.generations)), S, *chunk):
+            for ch in tile_grid(list(range(t.generations)), S, *chunk):
                 for r in parts:
                     cells, w = rank_cells(ch, r, n)
                     train_cells(ctx.policy, g, cells, settings=ctx.loss, loss_scale=scale * w,

@@ -1,4 +1,4 @@
-"""Minibatches (DESIGN 1.2): M optimizer steps per step, groups split by index, logp_old = behaviour log-prob."""
+"""Minibatches (docs/architecture.md, "Minibatches"): M optimizer steps per step, groups split by index, logp_old = behaviour log-prob."""
 
 import pytest
 import torch
@@ -6,7 +6,8 @@ import torch
 from digenrl.config import ConfigError, load_config
 from digenrl.train.context import build_context
 from digenrl.train.loop import train_minibatches
-from digenrl.train.step_work import advantage_options, assign_advantages, generate, minibatch_of, split_groups
+from digenrl.schedule.plan import minibatch_of
+from digenrl.train.step_work import advantage_options, assign_advantages, generate, split_groups
 
 SMALL = ["train.prompts_per_step=4", "train.generations=4", "sampler.num_steps=4", "train.timestep_fraction=0.5",
          "log.progress=false", "train.clip_range=1e-4"]
@@ -50,19 +51,26 @@ def test_single_minibatch_keeps_ratio_one(tiny_policy):
     assert stats.means()["approx_kl"] == 0.0 and stats.cells == 4 * 4 * 2
 
 
-def test_minibatches_refused_outside_the_single_process_loop():
-    with pytest.raises(ConfigError, match="train.minibatches_per_step"):
-        load_config(None, ["train.minibatches_per_step=2", "runtime.mode=gap"])
-    with pytest.raises(ConfigError, match="train.inner_epochs"):
-        load_config(None, ["train.inner_epochs=2", "runtime.trainers=2"])
+def test_minibatches_reach_the_runtime_plan():
+    """M x epochs become the plan's rounds in every mode (the scheduler commits once per round)."""
+    from digenrl.control.run_plan import plan_run
+
     with pytest.raises(ConfigError, match="train.minibatches_per_step 9 exceeds"):
         load_config(None, ["train.minibatches_per_step=9", "train.prompts_per_step=8"])
-    assert load_config(None, ["train.minibatches_per_step=2"]).train.minibatches_per_step == 2
+    plan = plan_run(load_config(None, ["train.minibatches_per_step=2", "train.inner_epochs=3",
+                                       "runtime.mode=gap_tsp"])).plan
+    assert (plan.minibatches, plan.epochs, plan.rounds) == (2, 3, 6)
+    assert plan.round_groups(0) == (0, 1, 2, 3) and plan.round_groups(1) == (4, 5, 6, 7)
 
 
-def test_advantage_options_refused_by_the_runtime_for_now():
-    with pytest.raises(ConfigError, match="train.adv_baseline='batch'"):
-        load_config(None, ["train.adv_baseline=batch", "runtime.mode=naive"])
-    with pytest.raises(ConfigError, match="train.adv_std_unbiased=True"):
-        load_config(None, ["train.adv_std_unbiased=true", "runtime.generators=2"])
-    assert load_config(None, ["train.adv_baseline=batch", "train.adv_eps=1e-8"]).train.adv_eps == 1e-8
+def test_advantage_options_in_the_runtime_plan():
+    """Step-wide statistics need a barrier mode; best-of-n runs only in the single-process loop."""
+    from digenrl.control.run_plan import plan_run
+
+    assert plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=naive"])).plan.mode.value == "naive"
+    assert plan_run(load_config(None, ["train.adv_std_unbiased=true", "train.adv_eps=1e-8",
+                                       "runtime.mode=gap"])).plan is not None
+    with pytest.raises(ConfigError, match="train.adv_baseline"):
+        plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=gap"]))
+    with pytest.raises(ConfigError, match="train.best_of_n"):
+        plan_run(load_config(None, ["train.best_of_n=4", "runtime.mode=naive"]))

@@ -30,7 +30,7 @@ factor, so its clip ranges are in those units). Both are averaged over all non-b
 
 The output also carries ``std_dev_t`` (Flow-GRPO's fourth return value): the diffusion coefficient ``s_t``
 (``flow_grpo``), ``eta`` (``dance``) or the transition std itself (``cps``). Flow-GRPO's KL to the reference
-divides by ``2 std_dev_t^2`` (DESIGN 1.1), not by the transition variance.
+divides by ``2 std_dev_t^2`` (docs/architecture.md, "The math"), not by the transition variance.
 """
 
 from __future__ import annotations

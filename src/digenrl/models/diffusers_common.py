@@ -335,23 +335,3 @@ class TextEncoderOnly:
                 with torch.no_grad():
                     self.prompt_cache.put(chunk, self._encode_texts(chunk))
         return len(todo)
-
-
-def prompt_cache_covers(model_cfg, texts: Sequence[str]) -> bool:
-    """True when ``model.prompt_cache_dir`` holds the embeddings of every text in ``texts`` and of the negative
-    prompt, made by this model directory's text encoders with these encoding options (same encoder id as
-    ``_encoder_id_from_pipe``): then a worker never needs the text encoders."""
-    from digenrl.models.registry import family_policy_class
-
-    cls = family_policy_class(model_cfg.kind)
-    cache_dir = model_cfg.prompt_cache_dir
-    if cls is None or not cache_dir or not model_cfg.path:
-        return False
-    root = Path(model_cfg.path).expanduser()
-    files = [p for c in cls.spec.text_components if (root / c).is_dir() for p in (root / c).glob("*.json") if p.is_file()]
-    options = {**dict(cls.spec.default_options), **dict(model_cfg.options)}
-    enc_id = encoder_identity(cls.spec.name, files, {"max_sequence_length": options.get("max_sequence_length")})
-    if enc_id not in PromptCache.read_encoder_ids(cache_dir):
-        return False
-    negative = str(options.get("negative_prompt", ""))
-    return not PromptCache(cache_dir, enc_id).uncovered(list(texts) + [negative])

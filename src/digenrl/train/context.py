@@ -92,7 +92,7 @@ def model_config_for(cfg: Config, task: Task):
     m = cfg.model
     if m.options.get("load_text_encoders", "auto") != "auto" or not m.prompt_cache_dir or not hasattr(task, "all_texts"):
         return m
-    from digenrl.models.diffusers_common import prompt_cache_covers
+    from digenrl.models.registry import prompt_cache_covers
 
     if not prompt_cache_covers(m, task.all_texts()):
         return m

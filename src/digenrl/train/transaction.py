@@ -5,7 +5,7 @@ Between ``begin(step, expected_cells)`` and ``commit()`` gradients only accumula
 sums the gradients over the trainer ranks (one all-reduce per parameter, the only gradient sync), multiplies
 them by ``grad_scale`` (a deferred loss scale, e.g. B / kept trajectories when zero-advantage samples are
 filtered), clips, takes one optimizer step and clears the gradients. A step trained as M minibatches
-(DESIGN 1.2) opens and commits M transactions; only the last one (``final=True``, the default) bumps the policy
+(docs/architecture.md, "Minibatches") opens and commits M transactions; only the last one (``final=True``, the default) bumps the policy
 version, so the weights are published as version k+1 after the M-th optimizer step. ``abort`` drops
 everything, so no partial minibatch is ever committed.
 """
