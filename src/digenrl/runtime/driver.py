@@ -168,8 +168,9 @@ class _Controller:
         return {"eval0": self.out.eval0, "wall_s": self.wall0 + self.clock.now()}
 
     def _last_checkpoint(self) -> int:
-        path = ckpt.latest_checkpoint(self.out.run_dir)
-        return -1 if path is None else int(path.stem.split("_")[-1])
+        """The step of the newest checkpoint file (-1: none)."""
+        found = ckpt.list_checkpoints(self.out.run_dir)
+        return found[-1][0] if found else -1
 
     def _checkpoint_on_stop(self):
         """After a signal: drop the open step and checkpoint the last committed state (if at a step boundary)."""
@@ -185,7 +186,7 @@ class _Controller:
         finally:
             self.pools.kill()
         path = ckpt.latest_checkpoint(self.out.run_dir)
-        return (None if path is None else int(path.stem.split("_")[-1])), path
+        return (None if path is None else ckpt.read_train_state(path).step), path
 
     def _last_attempt_log(self):
         log = self.timeline.log[self._log_start:]

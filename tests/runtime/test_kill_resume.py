@@ -1,0 +1,71 @@
+"""A pipelined Ray run whose whole controller process is SIGKILLed mid-run, then resumed with ``--resume``, ends
+with the weights and optimizer state of an uninterrupted run; the killed run leaves no Ray process behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from runtime_helpers import SMALL
+
+FAULT = str(Path(__file__).resolve().parents[1] / "cli" / "fault_run.py")
+ARGS = [*SMALL, "steps=4", "runtime.mode=gap_tsp", "runtime.checkpoint_every=1"]
+
+
+def _ray_processes(raytmp: Path) -> list[int]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if str(raytmp) in " ".join(p.info["cmdline"] or []):
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _tensors(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def test_sigkill_then_resume_equals_the_uninterrupted_run(tiny_model, tmp_path):
+    from digenrl.cli import main
+
+    clean = tmp_path / "clean"
+    assert main(["train", f"model.path={tiny_model}", f"run_dir={clean}", *ARGS]) == 0
+
+    run = tmp_path / "run"
+    raytmp = Path(tempfile.mkdtemp(prefix="dgr-k-", dir="/tmp"))
+    env = {**os.environ, "RAY_TMPDIR": str(raytmp)}
+    proc = subprocess.run([sys.executable, FAULT, "KILL@publish3", "train", f"model.path={tiny_model}",
+                           f"run_dir={run}", *ARGS], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert any(raytmp.rglob("session_*")), "the run did not use the private Ray temp dir: the check proves nothing"
+    deadline = time.time() + 30  # Ray's processes notice their driver is gone
+    while _ray_processes(raytmp) and time.time() < deadline:
+        time.sleep(1)
+    left = _ray_processes(raytmp)
+    for pid in left:  # never leave them to the next test, but fail below
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    assert left == [], f"processes of the killed run's Ray left running: {left}"
+    assert not (run / "summary.json").exists()
+
+    assert main(["train", "--resume", str(run)]) == 0
+    final_clean, final_run = _tensors(clean / "checkpoint.safetensors"), _tensors(run / "checkpoint.safetensors")
+    state_clean = _tensors(clean / "checkpoints" / "step_00000004.safetensors")
+    state_run = _tensors(run / "checkpoints" / "step_00000004.safetensors")
+    for a, b in ((final_run, final_clean), (state_run, state_clean)):
+        assert a.keys() == b.keys()
+        for k in b:  # weights, AdamW moments and EMA: bitwise
+            assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), k
+    assert any(k.startswith("optim/") for k in state_run)
