@@ -132,3 +132,11 @@ def test_testbed_refusals_exit_2(tmp_path, capsys, argv, needle):
     assert needle in err
     if "GiB" in needle:
         assert "testbed A" in err and "train.memory_gb=48" in err
+
+
+def test_a_colocated_config_is_split_in_half_for_the_disaggregated_modes(capsys):
+    rows = _rows(capsys, ["--config", "configs/sd35_medium.yaml", "--testbed", "B", "--steps", "2", "--modes", "gap",
+                          "colocated", "--json", "--set", "runtime.mode=colocated", "--set", "runtime.generators=1",
+                          "--set", "runtime.trainers=8", "--gpus", "7"])
+    assert (rows["gap"]["gen_gpus"], rows["gap"]["trainer_gpus"]) == (3, 4)
+    assert rows["colocated"]["trainer_gpus"] == 7

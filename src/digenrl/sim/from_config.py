@@ -20,6 +20,8 @@ config with) decide "fits" with the testbed GPU's memory as ``train.memory_gb`` 
 that key); ``train.chunk_cells: auto`` is resolved against the same capacity. The roofline's own check
 (``InfeasibleError``: e.g. a colocated rank that cannot generate next to its training state) comes second.
 ``--gpus N`` keeps the config's generator : trainer ratio: N_t = max(1, round(N x t / (g + t))), N_g = N - N_t.
+A colocated config's W workers are split W // 2 generators + the rest trainers for the disaggregated modes
+(``digenrl plan`` searches the split instead).
 """
 
 from __future__ import annotations
@@ -115,12 +117,12 @@ def config_workload(cfg, trained: int) -> Workload:
 def pools_for(cfg, gpus: int | None) -> tuple[int, int]:
     """(N_g, N_t): the config's pools, or ``gpus`` GPUs in the config's ratio (module docstring)."""
     g, t = cfg.runtime.generators, cfg.runtime.trainers
+    if gpus is not None and gpus < 2:
+        raise ConfigSimError(f"--gpus: need at least 2 GPUs for two pools (got {gpus})")
     if cfg.runtime.mode == "colocated":
-        g, t = 0, t
+        return 0, (t if gpus is None else gpus)
     if gpus is None:
         return g, t
-    if gpus < 2:
-        raise ConfigSimError(f"--gpus: need at least 2 GPUs for two pools (got {gpus})")
     nt = max(1, min(gpus - 1, round(gpus * t / (g + t))))
     return gpus - nt, nt
 
@@ -179,9 +181,10 @@ def price_on_testbed(config: str | None, sets: list[str], testbed: Testbed, mode
     if n_gen + n_train > testbed.total:
         raise ConfigSimError(f"--gpus: {n_gen + n_train} GPUs ({n_gen} generators + {n_train} trainers) exceed "
                              f"testbed {testbed.name} ({testbed.total} GPUs)")
-    if n_gen == 0:  # a colocated config: disaggregated modes split its workers like --gpus does
-        n_gen, n_train = pools_for(base.model_copy(update={"runtime": base.runtime.model_copy(
-            update={"generators": 1, "mode": "naive"})}), n_train)
+    if n_gen == 0:  # a colocated config: the disaggregated modes get half of its workers each
+        if n_train < 2:
+            raise ConfigSimError(f"runtime.trainers: {n_train} colocated worker cannot be split into two pools")
+        n_gen, n_train = n_train // 2, n_train - n_train // 2
     runs = {}
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
         cfg = load_config(config, sets + pool_overrides(m, n_gen, n_train))
