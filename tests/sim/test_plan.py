@@ -78,7 +78,8 @@ def test_written_plan_loads_and_plans_as_priced(tmp_path, capsys):
     assert b["max_stale_fraction"] in (0.0, 0.25, 0.5)
     cfg = load_config(str(out))
     expect = load_config(None, TINY + ["runtime.mode=full", f"runtime.generators={b['generators']}",
-                                       f"runtime.trainers={b['trainers']}", f"runtime.fragment_size={b['fragment_size']}",
+                                       f"runtime.trainers={b['trainers']}",
+                                       f"runtime.fragment_size={b['fragment_size']}",
                                        f"train.chunk_generations={b['chunk'][0]}",
                                        f"train.chunk_timesteps={b['chunk'][1]}",
                                        f"runtime.max_stale_fraction={b['max_stale_fraction']}"])

@@ -173,7 +173,6 @@ def price_on_testbed(config: str | None, sets: list[str], testbed: Testbed, mode
     """Every requested mode plus the baselines, on ``testbed`` with the config's pools (or ``gpus``).
     Raises ConfigError / ConfigSimError (exit 2 in the CLI)."""
     from ..config import load_config
-    from ..control.run_plan import plan_run
 
     base = load_config(config, sets)
     config_model(base)  # refuses an unknown family before anything else
