@@ -216,6 +216,7 @@ FORWARDED = {
     "cache-prompts": ("digenrl.models.cache_prompts_cli:main", "encode the task's prompts into model.prompt_cache_dir"),
     "export": ("digenrl.models.export:main", "export a run's trained weights as a diffusers LoRA or transformer"),
     "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for `simulate --profile`"),
+    "plan": ("digenrl.sim.plan_cli:main", "search the fastest plan of a config and write it as a runnable config"),
 }
 
 

@@ -69,3 +69,74 @@ def test_trace_and_gantt_of_a_config_run(tmp_path, capsys):
     assert main(["--config", "default", "--profile", str(_profile(tmp_path)), *SETS, "--modes", "full",
                  "--trace", str(trace), "--gantt", str(gantt)]) == 0
     assert json.loads(trace.read_text()) and gantt.read_bytes()[:4] == b"\x89PNG"
+
+
+# ---- --config on a named GPU testbed (roofline) ---------------------------------------------------------------
+
+PRESETS = ["configs/flux1_dev.yaml", "configs/wan21_14b.yaml", "configs/qwen_image.yaml",
+           "configs/sd35_medium.yaml", "configs/hunyuan_video.yaml"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_prices_on_testbed_b(preset, capsys):
+    from digenrl.config import load_config
+
+    rows = _rows(capsys, ["--config", preset, "--testbed", "B", "--steps", "2", "--modes", "gap_tsp_tag", "colocated",
+                          "--json"])
+    cfg = load_config(preset)
+    r = rows["gap_tsp_tag"]
+    assert (r["gen_gpus"], r["trainer_gpus"]) == (cfg.runtime.generators, cfg.runtime.trainers)
+    assert rows["colocated"]["trainer_gpus"] == cfg.runtime.generators + cfg.runtime.trainers
+    assert r["step_time_s"] > 0 and r["speedup_vs_naive"] >= 1.0 - 1e-9
+    assert ("fsdp" in r["note"]) == (cfg.train.sharding == "fsdp")
+
+
+def test_flux_preset_maps_onto_the_roofline_inputs():
+    from digenrl.config import load_config
+    from digenrl.sim.from_config import config_model, config_workload
+
+    cfg = load_config("configs/flux1_dev.yaml")
+    w = config_workload(cfg, 5)
+    # the YAML: 48 x 24 at 512 px, T = 6, int(6 * 0.99) = 5 trained, LoRA r64, no sharding, recomputation
+    assert (w.prompts, w.generations, w.width, w.height, w.frames, w.sampling_steps) == (48, 24, 512, 512, 1, 6)
+    assert w.trained_timesteps == 5
+    assert (w.training.lora_rank, w.training.sharded, w.training.recompute, w.training.publish) == \
+        (64, False, True, "object_store")
+    m = config_model(cfg)
+    assert m.arch == "flux" and m.text_tokens == 128   # model.options.max_sequence_length
+    wan = load_config("configs/wan21_14b.yaml")
+    ww = config_workload(wan, 19)
+    assert (ww.width, ww.height, ww.frames, ww.training.lora_rank) == (416, 240, 33, 32)
+
+
+def test_gpus_keeps_the_config_ratio(capsys):
+    rows = _rows(capsys, ["--config", "configs/flux1_dev.yaml", "--testbed", "B", "--gpus", "16", "--steps", "2",
+                          "--modes", "gap", "colocated", "--json"])
+    assert (rows["gap"]["gen_gpus"], rows["gap"]["trainer_gpus"]) == (12, 4)   # 6 : 2 of the preset
+    assert rows["colocated"]["trainer_gpus"] == 16
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--config", "configs/qwen_image.yaml", "--testbed", "A"], "GiB per trainer rank"),  # 48 GB L40S
+    (["--config", "configs/hunyuan_video.yaml", "--testbed", "A"], "GiB per trainer rank"),
+    (["--config", "configs/flux1_dev.yaml", "--testbed", "B", "--gpus", "40"], "--gpus"),
+    (["--config", "configs/flux1_dev.yaml", "--testbed", "Z"], "--testbed"),
+    (["--config", "configs/flux1_dev.yaml", "--testbed", "B", "--profile", "PROFILE"], "--profile"),
+    (["--config", "default", "--testbed", "B"], "model.kind"),
+])
+def test_testbed_refusals_exit_2(tmp_path, capsys, argv, needle):
+    p = str(_profile(tmp_path))
+    argv = [p if a == "PROFILE" else a for a in argv] + ["--steps", "2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    if "GiB" in needle:
+        assert "testbed A" in err and "train.memory_gb=48" in err
+
+
+def test_a_colocated_config_is_split_in_half_for_the_disaggregated_modes(capsys):
+    rows = _rows(capsys, ["--config", "configs/sd35_medium.yaml", "--testbed", "B", "--steps", "2", "--modes", "gap",
+                          "colocated", "--json", "--set", "runtime.mode=colocated", "--set", "runtime.generators=1",
+                          "--set", "runtime.trainers=8", "--gpus", "7"])
+    assert (rows["gap"]["gen_gpus"], rows["gap"]["trainer_gpus"]) == (3, 4)
+    assert rows["colocated"]["trainer_gpus"] == 7

@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default=None, help="flux | wan | hunyuan | qwen-image (roofline path)")
     ap.add_argument("--testbed", default=None, help="A | B | C | A+C (roofline path)")
     ap.add_argument("--config", default=None,
-                    help="simulate this run config's own plan (use 'default' for the built-in demo); needs --profile")
+                    help="simulate this run config's own plan (use 'default' for the built-in demo) with --profile or "
+                         "on --testbed (roofline; --gpus keeps the config's generator:trainer ratio)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for --config (repeatable), e.g. --set runtime.trainers=2")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs used (default: the whole testbed)")
@@ -183,27 +184,39 @@ def _emit(rows: list[dict], args, title: str) -> None:
 
 
 def _main_config(args) -> int:
-    """``--config``: the run's own plan per mode, priced with the measured ``--profile``."""
+    """``--config``: the run's own plan per mode, priced with the measured ``--profile`` or on ``--testbed``."""
     from ..config import ConfigError
-    from .from_config import run_config_modes
+    from .from_config import ConfigSimError, price_on_testbed, run_config_modes
 
     record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     try:
-        if args.profile is None:
-            raise CliError("--profile: required with --config (measure one with `digenrl profile`)")
-        if args.model or args.testbed:
+        if args.model:
             raise CliError("--config: give either --config or --model/--testbed, not both")
+        if (args.profile is None) == (args.testbed is None):
+            raise CliError("--profile: give exactly one of --profile (measured costs, e.g. from `digenrl profile`) "
+                           "or --testbed (roofline of a GPU testbed) with --config")
         _check_modes(args)
-        cost = load_profile(args.profile)
         config = None if args.config == "default" else args.config
-        runs = run_config_modes(config, args.sets, cost, args.modes, jitter=args.jitter, seed=args.seed,
-                                record_mode=record_mode)
-    except (CliError, ConfigError, ProfileError) as e:
+        if args.profile is not None:
+            if args.gpus is not None:
+                raise CliError("--gpus: with --profile the pools are the config's (use --set runtime.generators=...)")
+            cost = load_profile(args.profile)
+            runs = run_config_modes(config, args.sets, cost, args.modes, jitter=args.jitter, seed=args.seed,
+                                    record_mode=record_mode)
+            title = f"{args.config} with profile {args.profile}"
+        else:
+            if args.steps < 1:
+                raise CliError(f"--steps: must be >= 1 (got {args.steps})")
+            testbed = testbed_preset(args.testbed)
+            runs = price_on_testbed(config, args.sets + [f"steps={args.steps}"], testbed, args.modes,
+                                    gpus=args.gpus, jitter=args.jitter, seed=args.seed, record_mode=record_mode)
+            title = f"{args.config} on testbed {testbed.name} ({testbed.description}), {args.steps} steps"
+    except (CliError, ConfigError, ConfigSimError, PresetError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
-    _emit(rows_of(runs, args.modes), args, f"{args.config} with profile {args.profile}")
+    _emit(rows_of(runs, args.modes), args, title)
     if record_mode is not None:
-        _write_views(runs[record_mode].result, args, f"{args.config}, {record_mode} (measured profile)")
+        _write_views(runs[record_mode].result, args, f"{args.config}, {record_mode} ({title})")
     return 0
 
 

@@ -1,0 +1,267 @@
+"""The plan search behind ``digenrl plan``: every generator/trainer split of W workers, fragment size, chunk
+shape and stale cap of one mode, probed in virtual time; the fastest is the plan.
+
+Candidates of a mode with W workers (``candidates_of_split``):
+
+* split: (N_g, N_t) = (g, W - g) for g = 1 .. W - 1; ``colocated``: the W workers generate and train;
+* fragment size f: every divisor of G;
+* chunk shape (TSP modes): cg a divisor of G, cs a divisor of S, such that the memory plan fits
+  (``train.memory.check_config`` with ``train.memory_gb``; no check when the config sets none);
+* stale cap (``full`` only): {0, 0.25, 0.5}.
+
+Per split the product is probed exhaustively when it has at most ``exhaustive`` members, else by coordinate
+descent from the config's own values (fragment, then chunk, then stale cap, then fragment again). A probe is
+``plan_run`` of the candidate config (the plan ``digenrl train`` would execute) with ``steps`` = the probe
+length, simulated by ``sim.executor.simulate``; its figure is the steady step time (first publish to last,
+over steps - 1 intervals: no pipeline fill). The plan is the probe with the smallest figure (ties: the
+earlier probe).
+
+A measured profile used at other pool sizes (``profile_costs``): per-worker op costs (denoise, VAE, reward,
+transfer, train chunk, optimizer, TAG switch, publish) are kept: each worker does the same work at any pool
+size, and the publish is taken to reach the generators in parallel. The gradient all-reduce depends on the
+trainer count: it is used only at the trainer count the profile was measured with (its ``trainers`` key),
+and is 0 with a single trainer (no collective); other trainer counts are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from ..control.profile import ProfileCost
+from ..schedule import CostModel, Mode
+from ..schedule.cost import Op
+from .executor import simulate
+
+STALE_CAPS = (0.0, 0.25, 0.5)
+GEN_OPS = {Op.DENOISE.value, Op.VAE_DECODE.value, Op.REWARD.value, Op.TRANSFER.value, Op.TAG_SWITCH.value}
+
+
+class PlanSearchError(ValueError):
+    """Nothing can be planned (no candidate fits, a profile without the pool size it needs); names the key."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    n_gen: int  # 0: colocated
+    n_train: int
+    fragment_size: int
+    chunk: tuple[int, int]
+    max_stale_fraction: float
+
+    def label(self) -> str:
+        pools = f"{self.n_train} coloc" if self.n_gen == 0 else f"{self.n_gen}+{self.n_train}"
+        return (f"{pools}, fragment {self.fragment_size}, chunk {self.chunk[0]}x{self.chunk[1]}, "
+                f"stale cap {self.max_stale_fraction:g}")
+
+
+@dataclass
+class Probe:
+    candidate: Candidate
+    plan: object  # the StepPlan of the full run (steps of the config)
+    step_time: float
+
+
+@dataclass
+class SearchResult:
+    mode: str
+    workers: int
+    best: Probe
+    probes: list[Probe]
+    refused: dict[str, str] = field(default_factory=dict)  # split label -> reason
+    robustness: dict = field(default_factory=dict)
+    config: object = None  # the Config of the best plan
+
+
+class ScaledCost:
+    """``cost`` with rollout ops (denoise, VAE, reward, transfer, TAG switch) x ``gen`` and training ops
+    (train chunk, all-reduce, optimizer, publish) x ``train``."""
+
+    def __init__(self, cost: CostModel, gen: float, train: float):
+        self.cost, self.gen, self.train = cost, gen, train
+
+    def time(self, op: str, batch: int, pool: str) -> float:
+        return self.cost.time(op, batch, pool) * (self.gen if op in GEN_OPS else self.train)
+
+
+class SingleTrainerCost:
+    """A profile at one trainer rank: the all-reduce is 0 (no collective), every other op as measured."""
+
+    def __init__(self, cost: CostModel):
+        self.cost = cost
+
+    def time(self, op: str, batch: int, pool: str) -> float:
+        return 0.0 if op == Op.ALLREDUCE.value else self.cost.time(op, batch, pool)
+
+
+def profile_pools(path: str | Path) -> tuple[int | None, int | None]:
+    """(generators, trainers) a profile JSON says it was measured with (None where it does not say)."""
+    data = json.loads(Path(path).read_text())
+    out = []
+    for k in ("generators", "trainers"):
+        v = data.get(k)
+        out.append(int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None)
+    return out[0], out[1]
+
+
+def profile_costs(profile: ProfileCost, measured_trainers: int | None):
+    """``cost_of(n_gen, n_train)`` for a measured profile: the cost model, or a refusal reason (str)."""
+    def cost_of(n_gen: int, n_train: int):
+        if n_train == measured_trainers:
+            return profile
+        if n_train == 1:
+            return SingleTrainerCost(profile)
+        have = "has no 'trainers' key" if measured_trainers is None else f"was measured with {measured_trainers}"
+        return (f"trainers: the profile {have}; its allreduce is unknown at {n_train} trainer ranks "
+                f"(measure one with runtime.trainers={n_train})")
+    return cost_of
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def splits_of(mode: Mode, workers: int) -> list[tuple[int, int]]:
+    if mode is Mode.COLOCATED:
+        return [(0, workers)]
+    return [(g, workers - g) for g in range(1, workers)]
+
+
+def apply(cfg, c: Candidate):
+    """``cfg`` with the candidate's pools, fragment size, chunk shape and stale cap (chunk_cells explicit)."""
+    rt = {"fragment_size": c.fragment_size, "max_stale_fraction": c.max_stale_fraction}
+    rt.update({"generators": 1, "trainers": c.n_train} if c.n_gen == 0 else
+              {"generators": c.n_gen, "trainers": c.n_train})
+    tr = {"chunk_generations": c.chunk[0], "chunk_timesteps": c.chunk[1], "chunk_cells": None}
+    return cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update=rt),
+                                  "train": cfg.train.model_copy(update=tr)})
+
+
+def _fits(cfg) -> bool:
+    """The memory plan of ``digenrl train`` accepts ``cfg`` (trainer ranks and generators)."""
+    from ..train.memory import MemoryPlanError, check_config, check_generators
+
+    try:
+        check_config(cfg)
+        check_generators(cfg)
+    except MemoryPlanError:
+        return False
+    return True
+
+
+def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_steps: int = 4,
+           exhaustive: int = 64, fit: Callable | None = None) -> SearchResult:
+    """The fastest candidate of ``cfg.runtime.mode`` on ``workers`` workers (module docstring).
+
+    ``cost_of(n_gen, n_train)`` returns a ``CostModel`` or a refusal reason; ``fit(cfg)`` adjusts a candidate
+    config to the hardware (e.g. ``train.memory_gb``) before it is planned."""
+    from ..control.run_plan import plan_run
+
+    if probe_steps < 4:
+        raise PlanSearchError(f"--probe-steps: must be >= 4 for a stable steady step time (got {probe_steps})")
+    mode = Mode(cfg.runtime.mode)
+    base_plan = plan_run(cfg)  # refuses what the runtime refuses (ConfigError) before any search
+    G, S = base_plan.plan.generations, base_plan.trained_timesteps
+    frags = divisors(G)
+    chunks = [(cg, cs) for cg in divisors(G) for cs in divisors(S)] if mode.tsp else \
+        [(cfg.train.chunk_generations, cfg.train.chunk_timesteps)]
+    stales = list(STALE_CAPS) if mode is Mode.FULL else [cfg.runtime.max_stale_fraction]
+    probes: list[Probe] = []
+    refused: dict[str, str] = {}
+    seen: dict[Candidate, Probe | None] = {}
+    costs: dict[tuple[int, int], object] = {}
+
+    def probe(c: Candidate) -> Probe | None:
+        if c in seen:
+            return seen[c]
+        cc = apply(cfg, c)
+        if fit is not None:
+            cc = fit(cc)
+        p = None
+        if _fits(cc):
+            plan = plan_run(cc).plan
+            res = simulate(replace(plan, steps=probe_steps), costs[(c.n_gen, c.n_train)], record=False)
+            p = Probe(c, plan, res.timing()["steady_step_time_s"])
+            probes.append(p)
+        seen[c] = p
+        return p
+
+    for g, t in splits_of(mode, workers):
+        cost = cost_of(g, t)
+        if isinstance(cost, str):
+            refused[f"{g}+{t}"] = cost
+            continue
+        costs[(g, t)] = cost
+        if len(frags) * len(chunks) * len(stales) <= exhaustive:
+            for f in frags:
+                for ch in chunks:
+                    for st in stales:
+                        probe(Candidate(g, t, f, ch, st))
+            continue
+        cur = Candidate(g, t, min(cfg.runtime.fragment_size, G) if G % cfg.runtime.fragment_size == 0 else 1,
+                        chunks[0] if (cfg.train.chunk_generations, cfg.train.chunk_timesteps) not in chunks
+                        else (cfg.train.chunk_generations, cfg.train.chunk_timesteps), stales[0])
+        for axis in ("fragment_size", "chunk", "max_stale_fraction", "fragment_size"):
+            values = {"fragment_size": frags, "chunk": chunks, "max_stale_fraction": stales}[axis]
+            tried = [(probe(replace(cur, **{axis: v})), v) for v in values]
+            tried = [(p, v) for p, v in tried if p is not None]
+            if tried:
+                cur = replace(cur, **{axis: min(tried, key=lambda pv: pv[0].step_time)[1]})
+    # the neighbouring splits of the best with its fragment, chunk and stale cap (probed, so they compete)
+    checked: set = set()
+    while probes:
+        best = min(probes, key=lambda p: p.step_time).candidate
+        if best in checked:
+            break
+        checked.add(best)
+        for g in (best.n_gen - 1, best.n_gen + 1):
+            if (g, workers - g) in costs and best.n_gen > 0:
+                probe(replace(best, n_gen=g, n_train=workers - g))
+    if not probes:
+        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no candidate fits train.memory_gb"
+        raise PlanSearchError(f"no plan of {mode.value} on {workers} workers can be priced ({why})")
+    best = min(probes, key=lambda p: p.step_time)
+    out = SearchResult(mode.value, workers, best, probes, refused)
+    best_cfg = apply(cfg, best.candidate)
+    out.config = fit(best_cfg) if fit is not None else best_cfg
+    out.robustness = robustness(out, costs, probe_steps)
+    return out
+
+
+def robustness(res: SearchResult, costs: dict, probe_steps: int) -> dict:
+    """Step time of the chosen plan with every op x 0.8 and x 1.2, with rollout and training costs skewed
+    against each other (x 0.8 / x 1.2 and the reverse; and the split that is then fastest among each split's
+    best probe), and of the neighbouring splits (g +- 1) with the same fragment, chunk and stale cap."""
+    b = res.best
+    plan = replace(b.plan, steps=probe_steps)
+    cost = costs[(b.candidate.n_gen, b.candidate.n_train)]
+
+    def at(p, c) -> float:
+        return simulate(p, c, record=False).timing()["steady_step_time_s"]
+
+    out = {"uniform": {f"x{f:g}": at(plan, ScaledCost(cost, f, f)) for f in (0.8, 1.2)}, "skewed": {}}
+    per_split: dict[tuple[int, int], Probe] = {}
+    for p in res.probes:
+        k = (p.candidate.n_gen, p.candidate.n_train)
+        if k not in per_split or p.step_time < per_split[k].step_time:
+            per_split[k] = p
+    for gf, tf in ((0.8, 1.2), (1.2, 0.8)):
+        times = {k: at(replace(p.plan, steps=probe_steps), ScaledCost(costs[k], gf, tf))
+                 for k, p in per_split.items()}
+        fastest = min(times, key=times.get)
+        key = f"rollout x{gf:g}, training x{tf:g}"
+        out["skewed"][key] = {"chosen_s": times[(b.candidate.n_gen, b.candidate.n_train)],
+                              "best_split": f"{fastest[0]}+{fastest[1]}", "best_split_s": times[fastest]}
+    out["neighbours"] = {}
+    for p in res.probes:
+        c = p.candidate
+        if (abs(c.n_gen - b.candidate.n_gen) == 1 and c.fragment_size == b.candidate.fragment_size
+                and c.chunk == b.candidate.chunk and c.max_stale_fraction == b.candidate.max_stale_fraction):
+            out["neighbours"][f"{c.n_gen}+{c.n_train}"] = p.step_time
+    return out
+
+
+__all__ = ["Candidate", "PlanSearchError", "Probe", "ScaledCost", "SearchResult", "apply", "profile_costs",
+           "profile_pools", "robustness", "search"]

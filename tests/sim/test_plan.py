@@ -1,0 +1,153 @@
+"""`digenrl plan`: the sweep, the robustness report, the written config, bad input."""
+
+import json
+
+import pytest
+
+from digenrl.config import load_config
+from digenrl.control.run_plan import plan_run
+from digenrl.schedule import Mode
+from digenrl.sim.executor import simulate
+from digenrl.sim.plan_cli import main
+
+OPS = {"denoise": [[1, 0.004], [4, 0.010]], "vae_decode": [[1, 0.001]], "reward": [[1, 0.0005]],
+       "transfer": [[1, 0.0001]], "train_chunk": [[1, 0.006], [8, 0.03]], "allreduce": [[1, 0.004]],
+       "optimizer": [[1, 0.003]], "publish": [[1, 0.002]], "tag_switch": [[1, 0.0]]}
+# a tiny space: G = 4 (fragments 1, 2, 4), S = 2 (chunks {1,2,4} x {1,2}), 3 workers (splits 1+2, 2+1)
+TINY = ["steps=6", "train.prompts_per_step=3", "train.generations=4", "sampler.num_steps=4",
+        "train.timestep_fraction=0.5", "runtime.mode=gap_tsp", "runtime.generators=2", "runtime.trainers=1"]
+
+
+def _profile(tmp_path, trainers=2, name="p.json"):
+    data = {"format": "digenrl-profile", "version": 1, "source": "hand-made", "ops": OPS}
+    if trainers is not None:
+        data["trainers"] = trainers
+    p = tmp_path / name
+    p.write_text(json.dumps(data))
+    return p
+
+
+def _sets(extra=()):
+    return [a for kv in list(TINY) + list(extra) for a in ("--set", kv)]
+
+
+def _run(capsys, argv):
+    assert main(argv + ["--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+class _NoAllreduce:  # one trainer rank: no collective (the rule the sweep applies, written out here)
+    def __init__(self, cost):
+        self.cost = cost
+
+    def time(self, op, batch, pool):
+        return 0.0 if op == "allreduce" else self.cost.time(op, batch, pool)
+
+
+def test_sweep_picks_the_fastest_of_an_exhaustive_loop(tmp_path, capsys):
+    from digenrl.control.profile import load_profile
+
+    prof = _profile(tmp_path)
+    rep = _run(capsys, ["--config", "default", "--profile", str(prof), "--out", str(tmp_path / "plan.yaml"),
+                        *_sets()])
+    cost = load_profile(prof)
+    times = {}
+    for g in (1, 2):
+        for f in (1, 2, 4):
+            for cg in (1, 2, 4):
+                for cs in (1, 2):
+                    cfg = load_config(None, TINY + [f"runtime.generators={g}", f"runtime.trainers={3 - g}",
+                                                    f"runtime.fragment_size={f}", f"train.chunk_generations={cg}",
+                                                    f"train.chunk_timesteps={cs}", "steps=4"])
+                    c = cost if 3 - g == 2 else _NoAllreduce(cost)
+                    res = simulate(plan_run(cfg).plan, c, record=False)
+                    times[(g, f, cg, cs)] = res.timing()["steady_step_time_s"]
+    best = min(times.values())
+    assert len(set(times.values())) > 3  # the space is not flat: the choice matters
+    assert rep["probes"] == len(times)
+    assert rep["best"]["step_time_s"] == pytest.approx(best, rel=1e-12)
+    b = rep["best"]
+    assert times[(b["generators"], b["fragment_size"], *b["chunk"])] == pytest.approx(best, rel=1e-12)
+
+
+def test_written_plan_loads_and_plans_as_priced(tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    rep = _run(capsys, ["--config", "default", "--profile", str(_profile(tmp_path)), "--out", str(out),
+                        *_sets(["runtime.mode=full"])])
+    b = rep["best"]
+    assert b["max_stale_fraction"] in (0.0, 0.25, 0.5)
+    cfg = load_config(str(out))
+    expect = load_config(None, TINY + ["runtime.mode=full", f"runtime.generators={b['generators']}",
+                                       f"runtime.trainers={b['trainers']}",
+                                       f"runtime.fragment_size={b['fragment_size']}",
+                                       f"train.chunk_generations={b['chunk'][0]}",
+                                       f"train.chunk_timesteps={b['chunk'][1]}",
+                                       f"runtime.max_stale_fraction={b['max_stale_fraction']}"])
+    assert plan_run(cfg).plan == plan_run(expect).plan
+    assert plan_run(cfg).plan.steps == 6 and plan_run(cfg).plan.mode is Mode.FULL
+    assert cfg.train.prompts_per_step == 3  # the input config (with --set) is kept
+
+
+def test_robustness_report(tmp_path, capsys):
+    rep = _run(capsys, ["--config", "default", "--profile", str(_profile(tmp_path)), "--out",
+                        str(tmp_path / "p.yaml"), *_sets(["runtime.mode=gap_tsp_tag"]), "--gpus", "4"])
+    t = rep["best"]["step_time_s"]
+    r = rep["robustness"]
+    # scaling every op cost scales virtual time exactly
+    assert r["uniform"]["x0.8"] == pytest.approx(0.8 * t, rel=1e-9)
+    assert r["uniform"]["x1.2"] == pytest.approx(1.2 * t, rel=1e-9)
+    slow_train = r["skewed"]["rollout x0.8, training x1.2"]
+    assert slow_train["best_split_s"] <= slow_train["chosen_s"]
+    assert r["neighbours"] and all(v >= t for v in r["neighbours"].values())
+    # a profile measured with 2 trainers: 3 trainer ranks are refused, 1 and 2 are priced
+    assert "1+3" in rep["refused"] and "trainers" in rep["refused"]["1+3"]
+    assert set(rep["best_per_split_s"]) == {"2+2", "3+1"}
+
+
+def test_plan_on_a_testbed_writes_a_runnable_preset(tmp_path, capsys):
+    out = tmp_path / "sd35.yaml"
+    rep = _run(capsys, ["--config", "configs/sd35_medium.yaml", "--testbed", "B", "--gpus", "3", "--out", str(out),
+                        "--set", "train.prompts_per_step=2", "--set", "train.generations=4",
+                        "--set", "sampler.num_steps=4"])
+    cfg = load_config(str(out))
+    assert cfg.train.memory_gb == 80 and cfg.train.chunk_cells is None
+    assert (cfg.runtime.generators, cfg.runtime.trainers) == (rep["best"]["generators"], rep["best"]["trainers"])
+    from digenrl.train.memory import check_config
+
+    assert check_config(cfg) is not None  # `digenrl train` accepts its memory plan
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--probe-steps", "3"], "--probe-steps"),
+    (["--testbed", "B"], "--profile"),           # both --profile and --testbed
+    (["--set", "train.lrr=1"], "train.lrr"),
+    (["--gpus", "1"], "--gpus"),
+    (["--out", "/no/such/dir/plan.yaml"], "--out"),
+    (["--set", "runtime.mode=colocated", "--set", "runtime.generators=1"], "trainers"),  # 3 coloc ranks, 2 measured
+])
+def test_bad_input_exits_2_naming_the_option(tmp_path, capsys, argv, needle):
+    out = tmp_path / "plan.yaml"
+    base = ["--config", "default", "--profile", str(_profile(tmp_path)), *_sets()]
+    if "--out" not in argv:
+        base += ["--out", str(out)]
+    if "--set" in argv and "runtime.mode=colocated" in argv:
+        base += ["--gpus", "3"]
+    assert main(base + argv) == 2
+    assert needle in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unknown_testbed_exits_2(tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    assert main(["--config", "configs/flux1_dev.yaml", "--testbed", "Z", "--out", str(out)]) == 2
+    assert "--testbed" in capsys.readouterr().err and not out.exists()
+
+
+def test_coordinate_descent_probes_fewer_and_never_beats_the_exhaustive_best(tmp_path, capsys):
+    prof = str(_profile(tmp_path))
+    full = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "a.yaml"), *_sets()])
+    cd = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "b.yaml"), *_sets(),
+                       "--exhaustive", "1"])
+    assert cd["probes"] < full["probes"]
+    assert cd["best"]["step_time_s"] >= full["best"]["step_time_s"] * (1 - 1e-12)
+    assert min(cd["best_per_split_s"].values()) == cd["best"]["step_time_s"]
