@@ -15,8 +15,8 @@ setup:
 	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install $(TORCH_SPEC); fi
 	$(BIN)/pip install -e '.[test]'
 
-demo:
-	$(BIN)/digenrl train
+demo:  # --overwrite: each `make demo` replaces the previous demo run in runs/demo
+	$(BIN)/digenrl train --overwrite
 
 test:
 	$(BIN)/python -m pytest tests
