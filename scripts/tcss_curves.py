@@ -99,6 +99,7 @@ def aggregate(results: dict) -> dict[str, dict]:
                         "mean": [sum(v) / len(v) for v in vals], "min": [min(v) for v in vals],
                         "max": [max(v) for v in vals],
                         "final": {r["seed"]: float(r["eval_final"]) for r in runs},
+                        "per_seed": dict(zip((r["seed"] for r in runs), per_seed)),
                         "wall_s": {r["seed"]: r.get("wall_s") for r in runs},
                         "stale_fraction": {r["seed"]: r.get("summary", {}).get("stale_fraction", 0.0) for r in runs}}
     return out
@@ -201,6 +202,11 @@ def markdown(agg: dict, threshold: float = DIFF_THRESHOLD) -> str:
             text.append(f"**{v}** agrees with the reference (seed means within {threshold}) at "
                         f"{len(shared) - len(d)} of {len(shared)} shared eval steps and differs at {where}; "
                         f"mean final eval differs by {fin_diff}.")
+        pairs = [(abs(c[st] - agg["reference"]["per_seed"][sd][st]), sd, st) for sd, c in agg[v]["per_seed"].items()
+                 if sd in agg["reference"]["per_seed"] for st in c if st in agg["reference"]["per_seed"][sd]]
+        if pairs:
+            g, sd, st = max(pairs)
+            text[-1] += f" Same seed, same step: largest difference {g:.3f} (seed {sd}, step {st})."
     return "\n\n".join(text) + "\n\n" + table + "\n"
 
 

@@ -75,6 +75,8 @@ def test_differences_and_markdown(tc):
     f5_gap = max(abs(mean([CURVES[("full_0.5", 0)][i], CURVES[("full_0.5", 1)][i]]) - ref_mean[i]) for i in range(3))
     assert f"(largest {f5_gap:.3f} at step" in md
     assert "Not run" not in md
+    g25 = max(abs(CURVES[("full_0.25", sd)][i] - CURVES[("reference", sd)][i]) for sd in (0, 1) for i in range(3))
+    assert f"Same seed, same step: largest difference {g25:.3f}" in md.split("**full_0.5**")[0]
 
 
 def test_markdown_names_missing_runs(tc):
