@@ -60,13 +60,14 @@ def run_one(variant: str, seed: int, run_root: Path) -> dict:
     run_dir = run_root / f"tcss_{variant}_seed{seed}"
     cmd = [sys.executable, "-m", "digenrl.cli", "train", f"seed={seed}", f"run_dir={run_dir}", "log.progress=false",
            *variant_overrides(variant)]
+    git = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{variant} seed {seed} failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
     return {"variant": variant, "seed": seed, "command": " ".join(cmd[2:]), **read_run(run_dir), "wall_s": wall,
-            "loadavg_1min_before": load0, "loadavg_1min_after": os.getloadavg()[0]}
+            "tree_at_start": git.stdout.strip() or None, "loadavg_1min_before": load0, "loadavg_1min_after": os.getloadavg()[0]}
 
 
 def load(path: Path) -> dict:
