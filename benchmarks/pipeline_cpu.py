@@ -138,6 +138,16 @@ def learn(work: Path, steps: int, log) -> dict:
     return out
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """The README's table of a results file: step time, speedup, efficiency, simulator prediction and error."""
+    out = ["| mode | step (s) | vs naive | pipeline efficiency | sim (s) | sim error |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        name = "colocated (2 workers)" if r["mode"] == "colocated" else r["mode"]
+        out.append(f"| {name} | {r['step_time_s']:.3f} | {r['speedup_vs_naive']:.2f}x | {r['efficiency']:.2f} | "
+                   f"{r['sim_step_time_s']:.3f} | {r['sim_error']:+.1%} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per mode (default 6)")
@@ -147,7 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="also write the rows here (e.g. benchmarks/results/pipeline_cpu.json)")
     ap.add_argument("--learn", type=int, default=0, metavar="STEPS", help="also run the demo in full mode")
     ap.add_argument("--keep", default=None, help="keep the run directories here")
+    ap.add_argument("--table", default=None, metavar="RESULTS",
+                    help="print the README's markdown table from a results file and exit (no runs)")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(Path(args.table).read_text())))
+        return 0
     if "naive" not in args.modes:
         args.modes = ["naive"] + list(args.modes)
     torch.set_num_threads(1)
