@@ -85,7 +85,10 @@ def _check_clean_stop(proc, run: Path, raytmp: Path) -> None:
 
     assert proc.returncode == 75, proc.stderr[-3000:]
     assert "stopped by SIGTERM" in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
-    assert json.loads((run / "failure.json").read_text())["signal"] == "SIGTERM"
+    rec = json.loads((run / "failure.json").read_text())
+    assert rec["signal"] == "SIGTERM"
+    # the last committed state (2 steps: the signal came while version 2 was being published) is resumable
+    assert rec["step"] == 2 and (run / "checkpoints" / "step_00000002.safetensors").is_file(), rec
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(raytmp) in " ".join(p.info["cmdline"] or [])]
     assert left == []
     assert any(raytmp.rglob("session_*")), "the run did not use the private Ray temp dir: the check proves nothing"

@@ -79,10 +79,15 @@ class _Controller:
                 except WorkerFailure as e:
                     self._recover(e)
                     failure = None
+                except Interrupted as e:  # while the actors still live: checkpoint the last committed state
+                    e.step, e.checkpoint = self._checkpoint_on_stop()
+                    raise
                 finally:
                     self.pools.kill()
         except Interrupted as e:
-            e.step, e.checkpoint = self._checkpoint_on_stop()
+            if e.checkpoint is None:  # stopped before an attempt ran: the newest checkpoint stays the one
+                path = ckpt.latest_checkpoint(self.out.run_dir)
+                e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
             raise
         except WorkerFailure as e:
             self.out.failure({"worker": e.worker, "step": e.step, "action": e.action, "error": str(e),
@@ -183,8 +188,6 @@ class _Controller:
                 self._save_state(step)
         except WorkerFailure:  # mid-step (a minibatch committed) or a dead rank 0: the newest checkpoint stays
             pass
-        finally:
-            self.pools.kill()
         path = ckpt.latest_checkpoint(self.out.run_dir)
         return (None if path is None else ckpt.read_train_state(path).step), path
 
