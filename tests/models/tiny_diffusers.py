@@ -157,3 +157,21 @@ def save_hunyuan_video(root: Path, seed: int = 0) -> Path:
                                 tokenizer_2=None)  # fmt: skip
     pipe.save_pretrained(str(root))
     return root
+
+
+def save_tiny_clip(path, tokenizer, vocab_size: int):
+    """A tiny random CLIP (8-wide, 16 px images) with ``tokenizer``, saved as a local model directory at ``path``
+    (what the CLIP-based rewards load). Seeded: the same call gives the same weights."""
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTextConfig, CLIPVisionConfig
+
+    torch.manual_seed(0)
+    text = CLIPTextConfig(vocab_size=vocab_size, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                          num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+                          pad_token_id=0)  # fmt: skip
+    vision = CLIPVisionConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                              image_size=16, patch_size=4)  # fmt: skip
+    CLIPModel(CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=8)).save_pretrained(path)
+    ip = CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+    CLIPProcessor(image_processor=ip, tokenizer=tokenizer).save_pretrained(path)
+    return path

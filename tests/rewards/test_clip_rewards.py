@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
-from tiny_diffusers import word_tokenizer  # noqa: E402
+from tiny_diffusers import save_tiny_clip, word_tokenizer  # noqa: E402
 
 from digenrl.rewards.clip_based import aesthetic_head  # noqa: E402
 from digenrl.rewards.registry import build_reward  # noqa: E402
@@ -20,23 +20,11 @@ PROMPTS = [Prompt(0, "a red cat"), Prompt(1, "a big dog")]
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory):
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTextConfig, CLIPVisionConfig
-
-    torch.manual_seed(0)
-    text = CLIPTextConfig(vocab_size=14, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                          num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
-                          pad_token_id=0)  # fmt: skip
-    vision = CLIPVisionConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-                              image_size=16, patch_size=4)  # fmt: skip
-    path = tmp_path_factory.mktemp("clip") / "clip"
-    CLIPModel(CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=8)).save_pretrained(path)
-    ip = CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
     from tokenizers import processors
 
     tok = word_tokenizer(16)  # end every text with </s> (eos_token_id=1), where CLIP pools the text
     tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    CLIPProcessor(image_processor=ip, tokenizer=tok).save_pretrained(path)
-    return path
+    return save_tiny_clip(tmp_path_factory.mktemp("clip") / "clip", tok, vocab_size=14)
 
 
 def direct_embeddings(path, images, texts):

@@ -20,8 +20,13 @@ VOCAB = ["<pad>", "</s>", "<unk>", "a", "photo", "of", "object", "-", "colored",
 def clip_dir(tmp_path_factory):
     """A tiny random CLIP whose word tokenizer knows every template word and ends each text with </s>."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import (CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTextConfig,
-                              CLIPVisionConfig, PreTrainedTokenizerFast)  # fmt: skip
+    import sys
+    from pathlib import Path
+
+    from transformers import PreTrainedTokenizerFast
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+    from tiny_diffusers import save_tiny_clip
 
     tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
     tk.normalizer = normalizers.Lowercase()
@@ -29,17 +34,7 @@ def clip_dir(tmp_path_factory):
     tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
                                   model_max_length=16)  # fmt: skip
-    torch.manual_seed(0)
-    text = CLIPTextConfig(vocab_size=len(VOCAB), hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                          num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
-                          pad_token_id=0)  # fmt: skip
-    vision = CLIPVisionConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-                              image_size=16, patch_size=4)  # fmt: skip
-    path = tmp_path_factory.mktemp("clip") / "clip"
-    CLIPModel(CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=8)).save_pretrained(path)
-    ip = CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
-    CLIPProcessor(image_processor=ip, tokenizer=tok).save_pretrained(path)
-    return path
+    return save_tiny_clip(tmp_path_factory.mktemp("clip") / "clip", tok, vocab_size=len(VOCAB))
 
 
 @pytest.fixture(scope="module")
