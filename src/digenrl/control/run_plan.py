@@ -12,6 +12,13 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
   stay 1 (it is not used).
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
 * ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker.
+
+Sharded trainer pool (``train.sharding: fsdp``, DESIGN.md 2.3): a forward or backward of an FSDP module needs
+every rank of its shard group, so the scheduler does not see the ranks: it sees one trainer per shard group
+(``shard0``; today all trainer ranks form one group) and every action of that trainer (a training chunk, a TAG
+or colocated fragment, a commit) is a collective action the executor runs on all the group's ranks
+(``RunPlan.ranks_of``). A chunk's cells and a fragment's generations are split over the ranks inside the
+action; TSP then spreads chunks over shard groups, not over ranks.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ class RunPlan:
     trained_timesteps: int  # S
     failure: FailureHook | None = None
     profile: CostModel | None = None  # ``runtime.profile`` loaded (else measured at start in TAG modes)
+    shards: dict[str, tuple[str, ...]] | None = None  # shard group id -> its rank ids (None: unsharded)
 
     @property
     def generator_ids(self) -> tuple[str, ...]:
@@ -53,7 +61,18 @@ class RunPlan:
 
     @property
     def trainer_ids(self) -> tuple[str, ...]:
-        return self.plan.trainers
+        """The trainer (or colocated) rank ids, one actor each, in rank order."""
+        if self.shards is None:
+            return self.plan.trainers
+        return tuple(r for t in self.plan.trainers for r in self.shards[t])
+
+    @property
+    def sharded(self) -> bool:
+        return self.shards is not None
+
+    def ranks_of(self, trainer: str) -> tuple[str, ...]:
+        """The ranks that run an action of the scheduler's ``trainer`` (itself when unsharded)."""
+        return (trainer,) if self.shards is None else self.shards[trainer]
 
 
 def worker_ids(mode: Mode | str, generators: int, trainers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -62,6 +81,17 @@ def worker_ids(mode: Mode | str, generators: int, trainers: int) -> tuple[tuple[
     if Mode(mode) is Mode.COLOCATED:
         return (), tuple(f"col{i}" for i in range(trainers))
     return tuple(f"gen{i}" for i in range(generators)), tuple(f"trn{i}" for i in range(trainers))
+
+
+SHARD_GROUP = "shard0"
+
+
+def shard_groups(ranks: tuple[str, ...], sharded: bool) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]] | None]:
+    """(the scheduler's trainer ids, shard group -> rank ids): one group ``shard0`` of every rank when
+    ``sharded`` (a place for hybrid sharding: several groups, each a data-parallel replica), else the ranks."""
+    if not sharded:
+        return ranks, None
+    return (SHARD_GROUP,), {SHARD_GROUP: ranks}
 
 
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
@@ -83,10 +113,6 @@ def plan_run(cfg: Config) -> RunPlan:
         raise ConfigError(f"train.adv_baseline: 'batch' needs the whole step's rewards before any training, which "
                           f"the pipelined mode {mode.value!r} does not wait for; use train.adv_baseline=group or "
                           f"runtime.mode=naive/colocated")
-    if t.sharding == "fsdp":
-        raise ConfigError("train.sharding: 'fsdp' is planned (memory plan, presets) and tested on spawned ranks "
-                          "(train.sharding), but the Ray controller does not yet hand a chunk to every rank of a "
-                          "sharded group; use train.sharding=none (LoRA presets fit without sharding)")
     if t.best_of_n is not None:
         raise ConfigError("train.best_of_n: the Ray runtime trains every generation of a group (its cell grid is "
                           "G x S); best-of-n subsampling runs in the single-process loop (runtime.mode=colocated "
@@ -103,7 +129,8 @@ def plan_run(cfg: Config) -> RunPlan:
         raise ConfigError(f"train.timestep_strategy: {e}") from None
     if S < 1:
         raise ConfigError("train.timestep_fraction: no trained timestep (nothing to train)")
-    gens, trainers = worker_ids(mode, rt.generators, rt.trainers)
+    gens, ranks = worker_ids(mode, rt.generators, rt.trainers)
+    trainers, shards = shard_groups(ranks, t.sharding == "fsdp")
     plan = StepPlan(
         prompts=t.prompts_per_step, generations=t.generations,
         fragment_size=min(rt.fragment_size, t.generations), trained_timesteps=S,
@@ -119,7 +146,7 @@ def plan_run(cfg: Config) -> RunPlan:
             profile = load_profile(rt.profile)
         except ProfileError as e:
             raise ConfigError(f"runtime.profile: {e}") from None
-    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, gens + trainers), profile)
+    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, gens + ranks), profile, shards)
 
 
 def parse_failure(spec: str | None, workers: tuple[str, ...]) -> FailureHook | None:

@@ -151,11 +151,12 @@ class TinyDiTPolicy(Policy):
         return flow_match_sigmas(num_steps, shift=self.cfg.shift)
 
     # --- weights --------------------------------------------------------------------------------------------
-    def save(self, path: str | Path, extra_meta: dict[str, str] | None = None) -> None:
+    def save(self, path: str | Path, extra_meta: dict[str, str] | None = None, state: dict | None = None) -> None:
+        """``state``: the full ``state_dict`` to write (gathered first when the policy is sharded)."""
         from safetensors.torch import save_file
 
         meta = {"tiny_dit_config": json.dumps(asdict(self.cfg)), **(extra_meta or {})}
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        state = {k: v.detach().contiguous().cpu() for k, v in (state or self.state_dict()).items()}
         save_file(state, str(path), metadata=meta)
 
     @classmethod

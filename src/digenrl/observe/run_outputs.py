@@ -142,29 +142,30 @@ def write_grid(run_dir: Path, name: str, batch, n: int, title: str) -> None:
     sample_grid(batch.images[:n], [p.text for p in batch.prompts[:n]], run_dir / name, title=title, scores=scores)
 
 
-def save_checkpoint(policy, run_dir: Path, meta: dict[str, str]) -> Path:
+def save_checkpoint(policy, run_dir: Path, meta: dict[str, str], state: dict | None = None) -> Path:
     """The final weights as ``run_dir/checkpoint.safetensors`` (the policy's own format if it has ``save``),
-    written atomically (``digenrl.safe_files``)."""
+    written atomically (``digenrl.safe_files``). ``state``: the tensors to write instead of the policy's own
+    (a sharded pool gathers them first: the policy's ``state_dict`` with ``save``, else its trainable state)."""
     from safetensors.torch import save_file
 
     from digenrl.safe_files import atomic_write_with
 
     def write(tmp: Path) -> None:
         if hasattr(policy, "save"):
-            policy.save(tmp, meta)
+            policy.save(tmp, meta, state=state)
         else:
-            state = {k: v.detach().contiguous().cpu() for k, v in policy.trainable_state_dict().items()}
-            save_file(state, str(tmp), metadata=meta)
+            tensors = state if state is not None else policy.trainable_state_dict()
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=meta)
 
     return atomic_write_with(run_dir / "checkpoint.safetensors", write)
 
 
-def checkpoint_bytes(policy, meta: dict[str, str]) -> bytes:
+def checkpoint_bytes(policy, meta: dict[str, str], state: dict | None = None) -> bytes:
     """The bytes of ``save_checkpoint(policy, ...)`` (written where the run lives by ``RunOutputs``)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        return save_checkpoint(policy, Path(d), meta).read_bytes()
+        return save_checkpoint(policy, Path(d), meta, state).read_bytes()
 
 
 def finish_run(run_dir: Path, rows: list[dict], summary: dict[str, Any], title: str) -> None:

@@ -98,6 +98,7 @@ class ActorPools:
     generators: dict[str, object]   # id -> Ray handle of a ``workers.GeneratorAPI`` actor
     trainers: dict[str, object]     # id -> Ray handle of a ``workers.TrainerAPI`` actor
     publish: str = "object_store"
+    sharded: bool = False           # FSDP pool: rank 0's calls that gather state are collectives of all ranks
 
     def actor(self, worker: str):
         return self.generators.get(worker) or self.trainers[worker]
@@ -106,20 +107,35 @@ class ActorPools:
     def rank0(self):
         return next(iter(self.trainers.values()))
 
-    def publish_refs(self, version: int) -> tuple[list, object]:
-        """Start publishing ``version`` from rank 0: (refs that resolve when it is published, state ref).
+    @property
+    def rank0_id(self) -> str:
+        return next(iter(self.trainers))
+
+    def on_rank0(self, method: str, *args) -> dict:
+        """{rank id: ref} of a rank-0 call (eval, checkpoint): rank 0 only, or every rank of a sharded pool
+        (the call is a collective there; only rank 0's result carries the value)."""
+        ranks = self.trainers if self.sharded else {self.rank0_id: self.rank0}
+        return {w: getattr(t, method).remote(*args) for w, t in ranks.items()}
+
+    def publish_refs(self, version: int) -> tuple[dict, object]:
+        """Start publishing ``version`` from rank 0: ({worker: ref} that resolve when it is published, state ref).
 
         Object store: rank 0 puts the state; it is published once it is in the store (each generator
         fetches it when it first generates with that version; the state ref is returned for that).
-        Broadcast: rank 0 and every generator join the broadcast; the state ref is None.
+        Broadcast: rank 0 and every generator join the broadcast; the state ref is None. A sharded pool's
+        ranks all take part (they gather the full state together).
         """
         if not self.generators:
-            return [], None
+            return {}, None
+        ranks = self.trainers if self.sharded else {self.rank0_id: self.rank0}
         if self.publish == "broadcast":
-            refs = [self.rank0.publish_broadcast.remote(version)]
-            return refs + [g.receive_broadcast.remote(version) for g in self.generators.values()], None
-        state_ref, info_ref = self.rank0.publish.options(num_returns=2).remote(version)
-        return [info_ref], state_ref
+            refs = {w: t.publish_broadcast.remote(version) for w, t in ranks.items()}
+            return refs | {w: g.receive_broadcast.remote(version) for w, g in self.generators.items()}, None
+        refs, state_ref = {}, None
+        for w, t in ranks.items():
+            state, refs[w] = t.publish.options(num_returns=2).remote(version)
+            state_ref = state_ref or state  # rank 0's (the first)
+        return refs, state_ref
 
     def kill(self) -> None:
         import ray
@@ -146,7 +162,7 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
     pools = ActorPools({w: gen_cls.remote(w, conf, failure) for w in run.generator_ids},
                        {w: trn_cls.remote(w, conf, i, failure) for i, w in enumerate(run.trainer_ids)},
-                       cfg.runtime.publish if run.generator_ids else "object_store")
+                       cfg.runtime.publish if run.generator_ids else "object_store", run.sharded)
     try:
         get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup")
         _form_groups(run, pools)
@@ -164,8 +180,7 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
 def _publish_initial(run: RunPlan, pools: ActorPools, version: int) -> None:
     """Every generator starts from rank 0's ``version`` (whatever its own build produced)."""
     refs, state = pools.publish_refs(version)
-    names = [run.trainer_ids[0]] + (list(run.generator_ids) if state is None else [])
-    get_named(dict(zip(names, refs)), f"publish of version {version}")
+    get_named(refs, f"publish of version {version}")
     if state is not None:
         get_named({w: g.load_weights.remote(version, [state]) for w, g in pools.generators.items()},
                   f"publish of version {version}")

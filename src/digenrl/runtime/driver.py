@@ -111,8 +111,7 @@ class _Controller:
         end = run_loop(self.sched, ex, self.timeline, _BetweenSteps(self, ex), t0=self._attempt_start)
         self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts))
         meta = {"steps": str(cfg.steps), "version": str(self.sched.published)}
-        self.out.write_checkpoint(get_named({plan.trainers[0]: pools.rank0.checkpoint_bytes.remote(meta)},
-                                            "checkpoint")[0].value)
+        self.out.write_checkpoint(get_named(pools.on_rank0("checkpoint_bytes", meta), "checkpoint")[0].value)
         return self._finish(end)
 
     def _finish(self, end: float) -> dict:
@@ -165,8 +164,7 @@ class _Controller:
     # ---- checkpoints ---------------------------------------------------------------------------------
     def _save_state(self, step: int, data: bytes | None = None) -> None:
         if data is None:
-            data = get_named({self.plan.trainers[0]: self.pools.rank0.pack_state.remote(step, self._counters())},
-                             "checkpoint")[0].value
+            data = get_named(self.pools.on_rank0("pack_state", step, self._counters()), "checkpoint")[0].value
         ckpt.write_checkpoint(self.out.run_dir, step, data, keep=self.cfg.runtime.keep_checkpoints)
 
     def _counters(self) -> dict:
@@ -218,14 +216,14 @@ class _BetweenSteps:
 
     def _after_commit(self, version: int) -> None:
         ctl = self.ctl
-        cfg, pools, rank0 = ctl.cfg, ctl.pools, ctl.plan.trainers[0]
+        cfg, pools = ctl.cfg, ctl.pools
         if version <= ctl.metrics.logged:  # a replayed step: its eval is in the metrics already
             return
         if cfg.eval.every and version % cfg.eval.every == 0 and version < cfg.steps:
             self._evals[version] = None
-            self.ex.side(rank0, pools.rank0.evaluate.remote(0), "eval", version)
+            self.ex.side(pools.on_rank0("evaluate", 0), "eval", version)
         if ckpt.due(version, cfg.runtime.checkpoint_every) and version < cfg.steps:
-            self.ex.side(rank0, pools.rank0.pack_state.remote(version, ctl._counters()), "checkpoint", version)
+            self.ex.side(pools.on_rank0("pack_state", version, ctl._counters()), "checkpoint", version)
 
     def after_wait(self) -> None:
         """Write rows in step order; a row whose eval is still running waits for it."""
@@ -243,7 +241,7 @@ class _BetweenSteps:
 
 def _eval(pools: ActorPools, plan, grid: int):
     """(eval reward, the first ``grid`` eval samples) with rank 0's (EMA) weights."""
-    return get_named({plan.trainers[0]: pools.rank0.evaluate.remote(grid)}, "eval")[0].value
+    return get_named(pools.on_rank0("evaluate", grid), "eval")[0].value
 
 
 def _watchdog(run: RunPlan, cost):

@@ -8,6 +8,10 @@ complete when the last one is done. Calls that complete together are reported in
 order. Any failed call raises ``WorkerFailure`` naming the worker and the step, and so does a call that has
 not answered within its watchdog budget (``budget(action)`` seconds; a stalled worker).
 
+Sharded trainer pool (``RunPlan.shards``): the scheduler's trainer is a shard group; each of its actions is
+sent to every rank of the group (a collective), and completes when the last rank answered; the ranks' results
+are merged (a fragment's rewards in generation order, one chunk record, the ranks' loss statistics summed).
+
 Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the round's chunk
 cells is exactly the grid of the round's groups, each cell once (each rank's transaction already refuses
 duplicates and foreign cells; only the driver sees all ranks). It also passes the commit the rest of the loss
@@ -48,8 +52,8 @@ class _Call:
     side: SideCall | None
     step: int | None
     start: float                              # driver time (run-relative) when launched
-    workers: dict = field(default_factory=dict)   # ref -> worker id
-    results: list = field(default_factory=list)
+    workers: dict = field(default_factory=dict)   # ref -> worker id, in launch order
+    results: dict = field(default_factory=dict)   # ref -> result
     deadline: float | None = None             # driver time by which it must have answered (watchdog)
 
     @property
@@ -61,7 +65,7 @@ class _Call:
 class _StepRefs:
     """What the executor keeps about one step until its commit."""
 
-    fragments: dict = field(default_factory=dict)   # group -> {fragment: trajectories ref}
+    fragments: dict = field(default_factory=dict)   # group -> {fragment: [trajectories refs, one per rank]}
     cells: list = field(default_factory=list)       # cells the trainers recorded in the current round
     uids: dict = field(default_factory=dict)        # group -> prompt uid
     kept: dict = field(default_factory=dict)        # group -> trajectories that count in the loss mean
@@ -97,6 +101,7 @@ class RayExecutor:
         self._steps: dict[int, _StepRefs] = {}
         self._weights: dict[int, object] = {}          # version -> published state ref (object store)
         self._held = {w: version for w in run.generator_ids}  # version each generator holds (or is sent)
+        self._group_of = {r: t for t in self.plan.trainers for r in run.ranks_of(t)}  # rank -> shard group
 
     @property
     def idle(self) -> bool:
@@ -118,34 +123,55 @@ class RayExecutor:
             if a.worker in self._held and self._held[a.worker] != a.version:  # a generator, new version
                 args += ([self._weights[a.version]] if a.version in self._weights else None,)
                 self._held[a.worker] = a.version
-            traj, info = self.pools.actor(a.worker).generate.options(num_returns=2).remote(*args)
-            self._step(f.step).fragments.setdefault(f.group, {})[f] = traj
-            self._track(_Call(a, None, f.step, now), {info: a.worker})
+            trajs, infos = [], {}
+            for w in self._ranks(a.worker):
+                traj, info = self.pools.actor(w).generate.options(num_returns=2).remote(*args)
+                trajs.append(traj)
+                infos[info] = w
+            self._step(f.step).fragments.setdefault(f.group, {})[f] = trajs
+            self._track(_Call(a, None, f.step, now), infos)
         elif isinstance(a, Train):
             c = a.chunk
             frags = self._step(c.step).fragments[c.group]
-            refs = [frags[f] for f in sorted(frags)]
-            ref = self.pools.trainers[a.rank].train.remote(c, refs, self._step_stats(c.step))
-            self._track(_Call(a, None, c.step, now), {ref: a.rank})
+            refs = [r for f in sorted(frags) for r in frags[f]]
+            stats = self._step_stats(c.step)
+            self._track(_Call(a, None, c.step, now),
+                        {self.pools.trainers[w].train.remote(c, refs, stats): w for w in self._ranks(a.rank)})
         elif isinstance(a, Commit):
             self._check_cells(a.step, a.round)
             st = self._step(a.step)
             kept = sum(st.kept.get(g, 0) for g in self.plan.round_groups(a.round))
-            refs = {self.pools.trainers[r].commit.remote(a.step, a.round, a.final, 1.0 / max(kept, 1)): r
-                    for r in a.ranks}
+            refs = {self.pools.trainers[w].commit.remote(a.step, a.round, a.final, 1.0 / max(kept, 1)): w
+                    for r in a.ranks for w in self._ranks(r)}
             self._track(_Call(a, None, a.step, now), refs)
         elif isinstance(a, Publish):
             refs, state = self.pools.publish_refs(a.version)
             if state is not None:
                 self._weights = {a.version: state}  # generators need only the newest version
-            names = [a.ranks[0]] + list(a.generators)
-            self._track(_Call(a, None, a.version - 1, now), dict(zip(refs, names)))
+            self._track(_Call(a, None, a.version - 1, now), {r: w for w, r in refs.items()})
         else:  # pragma: no cover
             raise TypeError(f"unknown action {a!r}")
 
-    def side(self, worker: str, ref, kind: SideCall, step: int | None) -> None:
-        """Track a call outside the scheduler (``kind`` "eval" / "checkpoint") so its failure stops the run."""
-        self._track(_Call(None, kind, step, self.clock.now()), {ref: worker})
+    def _by_group(self, work: list[Interval]) -> tuple[Interval, ...]:
+        """The ranks' busy intervals as the scheduler's workers': a shard group is busy from its first rank's
+        start to its last rank's end."""
+        if not self.run.sharded:
+            return tuple(work)
+        out: dict[str, Interval] = {}
+        for w in work:
+            g = self._group_of.get(w.worker, w.worker)
+            o = out.get(g)
+            out[g] = Interval(g, w.start, w.end) if o is None else Interval(g, min(o.start, w.start), max(o.end, w.end))
+        return tuple(out.values())
+
+    def _ranks(self, worker: str) -> tuple[str, ...]:
+        """The actors that run an action of the scheduler's ``worker`` (a shard group: all its ranks)."""
+        return self.run.ranks_of(worker) if self.run.sharded and worker in self.plan.trainers else (worker,)
+
+    def side(self, refs: dict, kind: SideCall, step: int | None) -> None:
+        """Track a call outside the scheduler (``kind`` "eval" / "checkpoint"; ``refs``: {worker: ref}, rank 0
+        first) so its failure stops the run."""
+        self._track(_Call(None, kind, step, self.clock.now()), {r: w for w, r in refs.items()})
 
     def _track(self, call: _Call, refs: dict) -> None:
         call.workers = dict(refs)
@@ -175,7 +201,7 @@ class RayExecutor:
             for ref in ready:
                 call = self._calls.pop(ref)
                 try:
-                    call.results.append(ray.get(ref))
+                    call.results[ref] = ray.get(ref)
                 except Exception as e:  # the worker raised, or its process died
                     raise WorkerFailure(call.workers[ref], call.step, call.what, error_cause(e)) from e
                 if not any(c is call for c in self._calls.values()):
@@ -195,17 +221,20 @@ class RayExecutor:
 
     def _complete(self, call: _Call, now: float) -> Completion:
         a, rel = call.action, self.clock.rel
+        results = [call.results[r] for r in call.workers]  # launch order: rank 0 first
         if a is None or not isinstance(a, Publish):
-            work = tuple(Interval(r.worker, rel(r.start), rel(r.end)) for r in call.results)
+            work = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results])
         else:  # rank 0 is busy until every generator has the version
             work = tuple(Interval(r, call.start, now) for r in a.ranks) if a.generators else ()
         if isinstance(a, Generate):
-            info = call.results[0]
+            results = [merge_fragment_infos(a.fragment, results)] if len(results) > 1 else results
+            info = results[0]
             st = self._step(a.fragment.step)
             st.uids[a.fragment.group] = info.uid
             st.rewards.extend(info.rewards)
         elif isinstance(a, Train):
-            st, res = self._step(a.chunk.step), call.results[0]
+            results = [merge_chunk_results(results)] if len(results) > 1 else results
+            st, res = self._step(a.chunk.step), results[0]
             st.cells.extend(res.cells)
             st.kept[a.chunk.group] = res.kept
         elif isinstance(a, Commit):
@@ -214,7 +243,7 @@ class RayExecutor:
                     del self._steps[k]
             else:
                 self._step(a.step).cells = []
-        return Completion(a, call.start, now, work, side=call.side, step=call.step, results=call.results)
+        return Completion(a, call.start, now, work, side=call.side, step=call.step, results=results)
 
     # ---- checks --------------------------------------------------------------------------------------
     def _step_stats(self, step: int) -> dict | None:
@@ -238,3 +267,36 @@ class RayExecutor:
             raise WorkerFailure("driver", step, "the commit check (I2)",
                                 f"{len(st.cells)} recorded cells ({len(set(st.cells))} distinct) for a grid of "
                                 f"{len(want)} in round {round}")
+
+
+def merge_fragment_infos(fragment, infos: list):
+    """One ``FragmentInfo`` of ``fragment`` from the infos of the ranks that each generated a share of it
+    (a sharded pool's collective generation): rewards and reward parts in ``fragment.generations`` order."""
+    from dataclasses import replace
+
+    by_gen, parts = {}, {}
+    for info in infos:
+        for i, g in enumerate(info.fragment.generations):
+            by_gen[g] = info.rewards[i]
+            for k, v in info.reward_parts.items():
+                parts.setdefault(k, {})[g] = v[i]
+    if sum(len(i.fragment.generations) for i in infos) != len(by_gen) or sorted(by_gen) != sorted(fragment.generations):
+        raise RuntimeError(f"the ranks generated {sorted(by_gen)} of {fragment} (a generation missing or twice)")
+    first = next(i for i in infos if i.fragment.generations)
+    return replace(first, fragment=fragment, rewards=tuple(by_gen[g] for g in fragment.generations),
+                   reward_parts={k: tuple(v[g] for g in fragment.generations) for k, v in parts.items()},
+                   start=min(i.start for i in infos), end=max(i.end for i in infos))
+
+
+def merge_chunk_results(results: list):
+    """One ``ChunkResult`` from the ranks of a shard group that trained one chunk together (each recorded the
+    whole chunk's cells; their loss statistics cover their own share and add up)."""
+    from dataclasses import replace
+
+    cells = {r.cells for r in results}
+    if len(cells) != 1:
+        raise RuntimeError(f"the ranks of a shard group recorded different cells for {results[0].chunk}")
+    stats = results[0].stats
+    for r in results[1:]:
+        stats = stats.add(r.stats)
+    return replace(results[0], stats=stats, start=min(r.start for r in results), end=max(r.end for r in results))

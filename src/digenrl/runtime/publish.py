@@ -79,11 +79,10 @@ def init_groups(setup: GroupSpec, timeout_s: float = 300.0):
     return trainer_group, publish_group
 
 
-def broadcast_send(policy, group) -> None:
-    """Rank 0 side of a broadcast publish."""
+def broadcast_send(state: dict, group) -> None:
+    """Rank 0 side of a broadcast publish of the full trainable ``state``."""
     import torch.distributed as dist
 
-    state = policy.trainable_state_dict()
     for name in sorted(state):
         dist.broadcast(state[name].detach().contiguous(), src=0, group=group)
 

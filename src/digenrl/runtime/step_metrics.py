@@ -104,7 +104,7 @@ class StepMetrics:
             st.stats = st.stats.add(c.results[0].stats)
         elif isinstance(a, Commit):
             st = self.steps[a.step]
-            st.grad_norms.append(next(r.grad_norm for r in c.results if r.worker == self.plan.trainers[0]))
+            st.grad_norms.append(c.results[0].grad_norm)  # rank 0's (the results are in launch order)
             st.commit_s += c.end - c.start
         elif isinstance(a, Publish):
             st = self.steps[a.version - 1]

@@ -5,6 +5,10 @@
 * training (per chunk size in cells): forward + backward of ``train_cells`` (gradients are zeroed after);
   ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (~6 passes over the trainable
   tensors, AdamW's work), ``publish`` (copy + serialise + load of the trainable state).
+
+On a sharded pool every rank measures at once (each forward is a collective) with its share of the fragment
+or chunk (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
+gradients are reduce-scattered inside each chunk's backward, which ``train`` already times).
 """
 
 from __future__ import annotations
@@ -42,8 +46,11 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
 
     prompt, plan = _probe_prompt(worker), timestep_plan(worker.cfg, 0)
     out = {}
-    for n in sizes:
-        gens = list(range(n))
+    for size in sizes:
+        gens = list(range(size))
+        if getattr(worker, "sharded", False):  # this rank's share of the group's fragment
+            gens = gens[worker.rank::worker._world] or gens[:1]
+        n = len(gens)
 
         def sample():
             return sample_trajectories(policy, [prompt] * n, gens, step=0, run_seed=worker.cfg.seed, version=0,
@@ -52,7 +59,7 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
         tb = sample()
         with torch.no_grad():
             images = policy.decode(tb.final.to(next(policy.parameters()).device)).float().cpu()
-        out[n] = {
+        out[size] = {
             "sample": _median_time(sample, repeats),
             "decode": _median_time(lambda: policy.decode(tb.final.to(images.device)), repeats),
             "reward": _median_time(lambda: worker.reward.score(images, tb.prompts), repeats),
@@ -83,13 +90,17 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
     train = {}
     for c in cell_sizes:
         cells = grid[: min(c, len(grid))]
+        if worker.sharded:
+            from digenrl.train.sharding import rank_cells
+
+            cells = rank_cells(cells, worker.rank, worker._world)[0]
         train[c] = _median_time(lambda: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
                                                     ref_policy=worker.ctx.ref_policy), repeats)
     worker.ctx.optimizer.zero_grad(set_to_none=True)
     params = [p for p in policy.parameters() if p.requires_grad]
     bufs = [torch.zeros_like(p) for p in params]
     allreduce = 0.0
-    if dist.is_initialized() and worker._world > 1:
+    if dist.is_initialized() and worker._world > 1 and not worker.sharded:
         group_pg = worker.tx.process_group
         allreduce = _median_time(lambda: [dist.all_reduce(b, group=group_pg) for b in bufs], repeats)
 
@@ -103,7 +114,8 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
         from .publish import state_copy
 
         state = pickle.loads(pickle.dumps(state_copy(policy), protocol=5))
-        policy.load_trainable_state_dict(state)
+        if not worker.sharded:  # the load stands for the generator's (a sharded rank holds DTensor shards)
+            policy.load_trainable_state_dict(state)
 
     return {"train": train, "allreduce": allreduce, "optimizer": optimizer,
             "publish": _median_time(publish, repeats)}

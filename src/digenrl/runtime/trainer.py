@@ -22,6 +22,14 @@ Calls:
 * ``publish(version)``: rank 0's half of a weight publish (``publish`` module).
 * ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0;
   ``pack_state`` / ``restore_state``: the resumable state at a step boundary (``train.checkpoint``).
+
+Sharded pool (``train.sharding: fsdp``, ``train.sharding``): every call above is a collective of all ranks (the
+driver sends it to each). ``train`` trains the rank's share of the chunk's cells (``rank_cells``);
+``generate`` samples the rank's share of the fragment's generations (round robin; a rank without one samples
+a throw-away copy of the first generation so that its forwards still match the others') and returns
+(None, info) when it has none; ``publish`` / ``checkpoint_bytes`` gather the full state on every rank and only
+rank 0 returns it; ``evaluate`` runs on every rank, rank 0 reports; ``pack_state`` writes the rank's shards with
+``torch.distributed.checkpoint`` next to the run's checkpoints and rank 0 returns the metadata file's bytes.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._plan = plan_run(self.cfg).plan
         self._publish_group = None
         self._world = 1
+        self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
 
     @property
     def policy(self):
@@ -71,6 +80,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
             shard_context(self.ctx, trainer_group)
             self.tx = self.ctx.transaction
+            self.sharded = True
         elif self._world > 1:
             for p in self.policy.parameters():
                 dist.broadcast(p.data, src=0, group=trainer_group)
@@ -116,12 +126,16 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         cells = tuple((uid, g, j) for g, j in chunk.cells)
         self.tx.record(cells)
         mine, weight = list(chunk.cells), 1.0
-        if t.sharding == "fsdp":  # a collective: every rank gets this chunk and trains its share of the cells
+        if self.sharded:  # a collective: every rank gets this chunk and trains its share of the cells
             from digenrl.train.sharding import rank_cells
 
             mine, weight = rank_cells(chunk.cells, self.rank, self._world)
         stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=weight / S,
                             ref_policy=self.ctx.ref_policy)
+        if weight == 0.0:  # a throw-away cell that only joined the collectives
+            from digenrl.train.chunk_loss import CellStats
+
+            stats = CellStats()
         return ChunkResult(chunk, self.name, cells, stats, t0, time.time(),
                            kept_count(group.advantages, t.filter_zero_advantage))
 
@@ -130,7 +144,16 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate {fragment} with version {version} but its weights "
                                f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        return self.generate_fragment(self.policy, fragment, version)
+        if not self.sharded:
+            return self.generate_fragment(self.policy, fragment, version)
+        from dataclasses import replace
+
+        mine = fragment.generations[self.rank::self._world]
+        batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
+                                             version)
+        if not mine:  # joined the collective forwards only
+            return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
+        return batch, info
 
     def commit(self, step: int, round: int = 0, final: bool = True, grad_scale: float = 1.0) -> CommitResult:
         self.check_failure(step)
@@ -140,7 +163,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if self.tx.step != step or self._round != round:
             raise RuntimeError(f"{self.name}: commit of step {step} round {round} but the open transaction is step "
                                f"{self.tx.step} round {self._round}")
-        out = self.tx.commit(check_complete=self._world == 1, grad_scale=grad_scale, final=final)
+        out = self.tx.commit(check_complete=self._world == 1 or self.sharded, grad_scale=grad_scale, final=final)
         if self.ctx.ema is not None:
             self.ctx.ema.update()
         self._round = 0 if final else round + 1
@@ -162,14 +185,18 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         t0 = time.time()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
-        state = state_copy(self.policy)
+        state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
+        if self.sharded and self.rank != 0:
+            state = None
         return state, TimedResult(self.name, "publish", t0, time.time(), version)
 
     def publish_broadcast(self, version: int) -> TimedResult:
         t0 = time.time()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
-        broadcast_send(self.policy, self._publish_group)
+        state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
+        if self.rank == 0:
+            broadcast_send(state, self._publish_group)
         return TimedResult(self.name, "publish", t0, time.time(), version)
 
     def evaluate(self, grid: int):
@@ -182,7 +209,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             r, batch = evaluate(self.policy, self.task.eval_prompts(cfg.eval.num_prompts), self.reward,
                                 self.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
         sample = batch.select(list(range(min(grid, len(batch)))))
-        return TimedResult(self.name, "eval", t0, time.time(), (r, sample))
+        value = (r, sample) if self.rank == 0 else None  # sharded: every rank ran the collective forwards
+        return TimedResult(self.name, "eval", t0, time.time(), value)
 
     def checkpoint_bytes(self, meta: dict) -> TimedResult:
         """The checkpoint file's bytes (the driver writes them atomically where the run lives)."""
@@ -190,7 +218,13 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
         t0 = time.time()
         with self.ctx.eval_weights():
-            data = checkpoint_bytes(self.policy, meta)
+            state = None
+            if self.sharded:  # gather the full (EMA) state on every rank, write it on rank 0
+                from digenrl.train.sharding import full_state
+
+                policy = self.policy
+                state = full_state(policy.state_dict() if hasattr(policy, "save") else policy.trainable_state_dict())
+            data = checkpoint_bytes(self.policy, meta, state) if self.rank == 0 else None
         return TimedResult(self.name, "checkpoint", t0, time.time(), data)
 
     def pack_state(self, step: int, counters: dict) -> TimedResult:
@@ -201,6 +235,11 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if self._round or self.tx.open or self.tx.version != step:
             raise RuntimeError(f"{self.name}: no step boundary to checkpoint (version {self.tx.version}, "
                                f"{self._round} rounds of the next step committed, transaction open: {self.tx.open})")
+        if self.sharded:
+            from digenrl.train.sharded_checkpoint import pack_sharded_state
+
+            data = pack_sharded_state(self.ctx, self.cfg.run_dir, step=step, counters=counters, rank=self.rank)
+            return TimedResult(self.name, "checkpoint", t0, time.time(), data)
         return TimedResult(self.name, "checkpoint", t0, time.time(),
                            pack_train_state(self.ctx, step=step, counters=counters))
 
@@ -208,7 +247,13 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         """Load a resumable state (weights, optimizer, EMA on rank 0, version); returns its version."""
         from digenrl.train.checkpoint import restore_train_state, unpack
 
-        restore_train_state(self.ctx, unpack(data))
+        state = unpack(data)
+        if state.sharded is not None:
+            from digenrl.train.sharded_checkpoint import restore_sharded_state
+
+            restore_sharded_state(self.ctx, self.cfg.run_dir, state)
+        else:
+            restore_train_state(self.ctx, state)
         self._round = 0
         self._groups.clear()
         return self.tx.version

@@ -2,7 +2,9 @@
 
 Bytes per rank (P base parameters, L trainable LoRA parameters, N trainer ranks; bf16 = 2 bytes)::
 
-    full, sharded (FSDP):   params 2P/N + fp32 master, Adam m, v 12P/N + unsharded bf16 grads 2P (no_sync)
+    full, sharded (FSDP):   params 2P/N + fp32 master, Adam m, v 12P/N + grads: fp32 shards 4P/N when each
+                            chunk's backward reduce-scatters them (the runtime's shard group), unsharded bf16
+                            2P under no_sync until the commit (the colocated FSDP baseline)
     full, replicated:       2P + 12P + 2P
     LoRA (base frozen):     base 2P (sharded: 2P/N) + 18 bytes per LoRA parameter (bf16 param, fp32 master,
                             m, v, fp32 grad)
@@ -46,13 +48,15 @@ class RankMemory:
         return self.params + self.optimizer + self.grads + self.reserve
 
 
-def rank_memory(P: float, L: float, n: int, lora: bool, sharded: bool, reserve_gb: float) -> RankMemory:
+def rank_memory(P: float, L: float, n: int, lora: bool, sharded: bool, reserve_gb: float,
+                grads_sharded: bool = False) -> RankMemory:
     n = max(1, n)
     if lora:
         base = 2.0 * P / n if sharded else 2.0 * P
         return RankMemory(base, 14.0 * L, 4.0 * L, reserve_gb * GB)
     if sharded:
-        return RankMemory(2.0 * P / n, 12.0 * P / n, 2.0 * P, reserve_gb * GB)
+        grads = 4.0 * P / n if grads_sharded else 2.0 * P
+        return RankMemory(2.0 * P / n, 12.0 * P / n, grads, reserve_gb * GB)
     return RankMemory(2.0 * P, 12.0 * P, 2.0 * P, reserve_gb * GB)
 
 

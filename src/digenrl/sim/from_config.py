@@ -54,6 +54,7 @@ class ConfigRun:
     plan: object
     result: RunResult
     note: str = ""
+    ranks: int | None = None  # trainer ranks (a sharded pool is one scheduler trainer of this many ranks)
 
     @property
     def n_gen(self) -> int:
@@ -61,7 +62,7 @@ class ConfigRun:
 
     @property
     def n_train(self) -> int:
-        return len(self.plan.trainers)
+        return self.ranks if self.ranks is not None else len(self.plan.trainers)
 
 
 def _mode_overrides(cfg, mode: str) -> list[str]:
@@ -81,7 +82,8 @@ def run_config_modes(config: str | None, sets: list[str], cost: ProfileCost, mod
     runs = {}
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
         plan = plan_run(load_config(config, sets + _mode_overrides(base, m))).plan
-        runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)))
+        runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)),
+                            ranks=len(plan_run(load_config(config, sets + _mode_overrides(base, m))).trainer_ids))
     return runs
 
 
@@ -149,14 +151,15 @@ def fit_to_testbed(cfg, testbed: Testbed, n_gen: int, n_train: int, colocated: b
     return cfg
 
 
-def testbed_cost(cfg, plan, testbed: Testbed):
-    """The roofline cost model of ``plan`` (its pools) on ``testbed``; raises ConfigSimError if infeasible."""
+def testbed_cost(cfg, plan, testbed: Testbed, ranks: int | None = None):
+    """The roofline cost model of ``plan`` (its pools; ``ranks`` trainer ranks) on ``testbed``; raises
+    ConfigSimError if infeasible."""
     from .roofline import InfeasibleError, RooflineCost
 
     colocated = not plan.generators
     try:
         return RooflineCost(config_model(cfg), config_workload(cfg, plan.trained_timesteps), testbed,
-                            len(plan.generators), len(plan.trainers), colocated)
+                            len(plan.generators), ranks or len(plan.trainers), colocated)
     except InfeasibleError as e:
         raise ConfigSimError(f"--testbed: does not fit testbed {testbed.name}: {e}") from None
 
@@ -188,20 +191,22 @@ def price_on_testbed(config: str | None, sets: list[str], testbed: Testbed, mode
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
         cfg = load_config(config, sets + pool_overrides(m, n_gen, n_train))
         cfg = fit_to_testbed(cfg, testbed, n_gen, n_train, m == "colocated")
-        plan, note = plan_for_pricing(cfg)
-        cost = testbed_cost(cfg, plan, testbed)
+        plan, ranks, note = plan_for_pricing(cfg)
+        cost = testbed_cost(cfg, plan, testbed, ranks)
         runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)),
-                            note)
+                            note, ranks)
     return runs
 
 
 def plan_for_pricing(cfg):
-    """(``plan_run(cfg).plan``, note). A sharded trainer (``train.sharding: fsdp``) is priced as sharded by the
-    roofline, but ``plan_run`` refuses it for the Ray runtime; its step plan does not depend on the sharding
-    (the chunk shape was resolved with it), so it is planned with ``sharding: none`` and the row says so."""
+    """(plan, trainer ranks, note): ``plan_run(cfg)``'s plan, in which a sharded pool (``train.sharding: fsdp``)
+    is one shard group. A colocated sharded config is priced as the colocated FSDP baseline of the peers
+    (``sim.colocation``: N ranks that each build an inference copy per step), planned with one scheduler
+    worker per rank, and the row says so."""
     from ..control.run_plan import plan_run
 
-    if cfg.train.sharding != "fsdp":
-        return plan_run(cfg).plan, ""
+    run = plan_run(cfg)
+    if cfg.train.sharding != "fsdp" or run.plan.generators:
+        return run.plan, len(run.trainer_ids), ""
     unsharded = cfg.model_copy(update={"train": cfg.train.model_copy(update={"sharding": "none"})})
-    return plan_run(unsharded).plan, "fsdp priced; the Ray runtime does not run it yet"
+    return plan_run(unsharded).plan, len(run.trainer_ids), "colocated FSDP priced as the peers' (inference copy)"

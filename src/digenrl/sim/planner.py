@@ -5,7 +5,8 @@ Choices, each made from the cost model alone (never from simulated speedups of o
 * fragment size f (a divisor of G): pipelined modes take the smallest f whose per-generation time is within
   10 % of the best batch (fine fragments make groups complete early); barrier modes (``naive``,
   ``colocated``) minimise ceil(B / f / workers) * Generate(f) (only the end of the rollout matters);
-* TSP chunk shape (cg x cs cells, at most ``max_cells`` for memory): minimise
+* TSP chunk shape (cg x cs cells, at most ``max_chunk`` for memory: N x the per-rank cells on a sharded pool,
+  which is one shard group, the scheduler's single trainer): minimise
   n_chunks * Train(cg * cs) / N_t + Train(cg * cs) (pool throughput plus the last chunk's tail);
 * generator/trainer split (when not given; on a heterogeneous testbed also which GPU kind hosts which pool):
   the 5 options with the best analytic bound max(rollout work / N_g, training work / N_t) are simulated
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..control.run_plan import worker_ids
+from ..control.run_plan import shard_groups, worker_ids
 from ..control.timeline import RunResult
 from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fragments, tsp_chunks
 from .executor import simulate
@@ -111,7 +112,7 @@ def make_cost(setup: Scenario, split: Split, colocated: bool = False):
 
 def _limits(cost, w: Workload) -> tuple[int, int]:
     if isinstance(cost, RooflineCost):
-        return cost.max_fragment, cost.max_cells
+        return cost.max_fragment, cost.max_chunk
     return w.generations, w.generations * w.trained_timesteps
 
 
@@ -143,14 +144,16 @@ def choose_chunk_shape(w: Workload, n_train: int, train_time, max_cells: int) ->
 def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost) -> StepPlan:
     w = setup.workload
     colocated = mode is Mode.COLOCATED
-    gens, trainers = worker_ids(mode, n_gen, n_train)
+    gens, ranks = worker_ids(mode, n_gen, n_train)
+    # a sharded trainer pool is one shard group (the runtime's): the scheduler's single trainer
+    trainers, _ = shard_groups(ranks, w.training.sharded and not colocated)
     probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.sampling_steps, 1, 1,
                      gens, trainers, mode, setup.steps, setup.max_stale_fraction)
     dur = Durations(probe, cost)
     max_frag, max_cells = _limits(cost, w)
     f = choose_fragment_size(mode, w, n_train if colocated else n_gen,
                              lambda n: dur.generate(n, colocated, False), max_frag)
-    cg, cs = choose_chunk_shape(w, n_train, dur.train, max_cells) if mode.tsp else (1, 1)
+    cg, cs = choose_chunk_shape(w, len(trainers), dur.train, max_cells) if mode.tsp else (1, 1)
     return replace(probe, fragment_size=f, chunk_generations=cg, chunk_timesteps=cs)
 
 

@@ -12,18 +12,24 @@ activation recomputation, publish path. A chunk of c cells is one packed forward
     FLOPs = c * forwards_per_step * (F + F [input grads] + F_linear [weight grads, full only]
                                      + F [recomputed forward, with recompute])
 
-(LoRA's own weight gradients are r/h of the linear FLOPs and left out.) Sharded: two parameter all-gathers of
-2P (N-1)/N bytes per chunk (forward, backward) overlap with compute.
+(LoRA's own weight gradients are r/h of the linear FLOPs and left out.)
 
-* commit: gradient sync (sharded: reduce-scatter of 2P (N-1)/N bytes; replicated: ring all-reduce of
-  2 (N-1)/N x gradient bytes) + Adam over the rank's trainable parameters (28 bytes each at HBM bandwidth);
+Sharded trainer pool (``training.sharded``, disaggregated): what the runtime runs (``train.sharding: fsdp``):
+the pool is ONE shard group, the scheduler's single trainer, and each of its actions is a collective of the N
+ranks with the action's cells or generations split over them (``ceil(c / N)`` per rank). A chunk's forward and
+backward all-gather the parameters (2 x 2P (N-1)/N bytes) and its backward reduce-scatters the fp32
+gradients (4 x trainable x (N-1)/N bytes), overlapped with compute; the commit then only steps the shards.
+TAG on the group: every generation forward gathers the shards (no inference copy is built: switch 0).
+
+* commit: gradient sync (shard group: none left, a norm all-reduce; replicated: ring all-reduce of
+  2 (N-1)/N x gradient bytes; colocated FSDP baseline: reduce-scatter of 2P (N-1)/N bytes) + Adam over the
+  rank's trainable parameters (28 bytes each at HBM bandwidth);
 * publish, ``object_store`` (the runtime's default): rank 0 copies the trainable state to host (PCIe), puts it
   in the Ray object store (host copy at ``HOST_COPY_GBS``), every generator node fetches it once (the
   object transfer leaves the source node one node after another at the per-GPU link rate), each generator
   loads it over PCIe; ``broadcast``: pipelined link-rate broadcast + load at HBM bandwidth;
-* TAG switch on a trainer rank: replicated trainer: 0 (the training copy generates); sharded trainer with room
-  for an inference copy: the collective all-gather of the group (2P (N-1)/N bytes); without room: every
-  generation forward gathers the shards (FSDP forward, overlapped with compute) and the switch is free;
+* TAG switch on a trainer rank: replicated trainer: 0 (the training copy generates); shard group: 0 (every
+  generation forward gathers the shards, overlapped with compute);
 * colocated (no generator pool): the per-step switch of ``sim.colocation`` (gather + bucketed hand-off,
   optimizer offload over PCIe when memory requires it) is charged on each rank's first generation of a step.
 
@@ -83,11 +89,14 @@ class RooflineCost:
         self.net = testbed.net_bytes_s
         n = max(1, n_train)
         self.sharded = self.training.sharded
+        self.grouped = self.sharded and not colocated  # the runtime's shard group: one scheduler trainer
         self.gather_s = 2.0 * self.params * (n - 1) / n / self.net if self.sharded else 0.0
+        self.scatter_s = 4.0 * self.trainable * (n - 1) / n / self.net if self.grouped else 0.0
         layers, hidden, fps = m.layers, m.hidden, m.forwards_per_step
         self.act_cell = ((2 * layers + 34) if self.training.recompute else 34 * layers) * self.seq * hidden * fps
         self.act_infer = 34 * self.seq * hidden * fps
-        self.mem = rank_memory(self.params, self.trainable, n, self.lora, self.sharded, self.eff.reserve_gb)
+        self.mem = rank_memory(self.params, self.trainable, n, self.lora, self.sharded, self.eff.reserve_gb,
+                               grads_sharded=self.grouped)
         self.switch = None
         if colocated:
             g = self.gpu[TRAINER]
@@ -101,9 +110,18 @@ class RooflineCost:
 
     @property
     def max_cells(self) -> int:
-        """Largest chunk (cells) whose activations fit next to the training state."""
+        """Largest chunk (cells) whose activations fit next to the training state (per rank)."""
         free = self.gpu[TRAINER].memory_gb * GB - self.trainer_state_bytes()
         return int(free // self.act_cell)
+
+    @property
+    def max_chunk(self) -> int:
+        """Largest chunk of the scheduler's trainer: a shard group trains N x ``max_cells`` together."""
+        return self.max_cells * (max(1, self.n_train) if self.grouped else 1)
+
+    def _share(self, n: int, pool: str) -> int:
+        """Items of an action of ``n`` one rank handles: ceil(n / N) on a shard group, else n."""
+        return math.ceil(n / max(1, self.n_train)) if self.grouped and pool == TRAINER else n
 
     @property
     def inference_copy_fits(self) -> bool:
@@ -147,20 +165,20 @@ class RooflineCost:
 
     def _denoise(self, n: int, pool: str) -> float:
         gpu, m = self.gpu[pool], self.model
-        fwd = n * m.forwards_per_step
+        fwd = self._share(n, pool) * m.forwards_per_step
         t = max(self._compute(fwd * self.fwd_flops, fwd * self.seq, pool), 2.0 * self.params / (gpu.hbm_gbs * GB))
-        if pool == TRAINER and not self.colocated and not self.inference_copy_fits:
-            t = max(t, self.gather_s)  # FSDP forward: shards gathered on the fly, overlapped
+        if pool == TRAINER and self.grouped:
+            t = max(t, self.gather_s)  # FSDP forward of the shard group: shards gathered on the fly, overlapped
         return t + self.effs[pool].overhead_s
 
     def _vae_decode(self, n: int, pool: str) -> float:
         w = self.workload
         px = w.width * w.height * (w.frames if self.model.video else 1)
-        flops = n * self.model.vae_flop_per_px * px
+        flops = self._share(n, pool) * self.model.vae_flop_per_px * px
         return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
 
     def _reward(self, n: int, pool: str) -> float:
-        flops = n * self.model.reward_tflop * 1e12
+        flops = self._share(n, pool) * self.model.reward_tflop * 1e12
         return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
 
     def trajectory_bytes(self) -> float:
@@ -178,14 +196,17 @@ class RooflineCost:
         return per * self.model.forwards_per_step
 
     def _train_chunk(self, c: int, pool: str) -> float:
+        c = self._share(c, TRAINER)
         fwd = c * self.model.forwards_per_step
         comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
-        return max(comp, 2.0 * self.gather_s) + 3 * self.eff.overhead_s
+        return max(comp, 2.0 * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
 
     def grad_bytes(self) -> float:
         return (4.0 if self.lora else 2.0) * self.trainable
 
     def _allreduce(self, _: int, pool: str) -> float:
+        if self.grouped:  # reduce-scattered inside every chunk's backward; the clip norm's all-reduce is left
+            return 1e-3
         n = max(1, self.n_train)
         factor = 1.0 if self.sharded and not self.lora else 2.0   # reduce-scatter vs ring all-reduce
         return factor * self.grad_bytes() * (n - 1) / n / self.net + 1e-3
@@ -207,9 +228,7 @@ class RooflineCost:
     def _tag_switch(self, _: int, pool: str) -> float:
         if self.colocated:
             return self.switch.seconds
-        if not self.sharded or not self.inference_copy_fits:
-            return 0.0
-        return self.gather_s
+        return 0.0  # replicated: the training copy generates; shard group: gathered per forward (in denoise)
 
     # ---- reporting ---------------------------------------------------------------------------------
     def describe(self) -> dict[str, float]:

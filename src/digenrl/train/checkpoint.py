@@ -14,6 +14,10 @@ Restoring it and running steps k+1.. reproduces the uninterrupted run bitwise on
 carried across steps: prompts, timestep plans and noise are functions of (seed, step); advantages are
 normalised inside a step's groups (``std_mode=global`` inside the step's batch).
 
+A sharded run (``train.sharding: fsdp``) keeps its tensors in ``step_<k:08d>.dcp/`` (every rank writes its
+shards with ``torch.distributed.checkpoint``, ``train.sharded_checkpoint``) and the file holds only the rest
+(``sharded`` names the directory); the file is written after the directory is complete.
+
 Layout: ``run_dir/checkpoints/step_<k:08d>.safetensors`` (one file per checkpoint, written atomically by
 ``digenrl.safe_files``; the newest ``runtime.keep_checkpoints`` are kept). Tensors are named ``model/<param>``,
 ``ema/<param>``, ``optim/<i>/<key>`` (i = index of the parameter in the optimizer) and ``rng/...``; the rest is
@@ -30,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +70,7 @@ class TrainState:
     config: dict[str, Any]
     counters: dict[str, Any] = field(default_factory=dict)
     ema_updates: int = 0  # optimizer steps the EMA has seen (its warm-up and update interval depend on it)
+    sharded: str | None = None  # sharded run: the ``torch.distributed.checkpoint`` directory holding the tensors
 
 
 # ---- config compatibility -------------------------------------------------------------------------------
@@ -157,7 +163,8 @@ def pack(state: TrainState) -> bytes:
     meta = {"format": FORMAT, "step": state.step, "version": state.version, "config": state.config,
             "config_hash": config_hash(state.config), "counters": state.counters,
             "param_groups": state.optimizer["param_groups"], "optim_plain": opt_plain,
-            "has_ema": state.ema is not None, "ema_updates": state.ema_updates, "model_keys": list(state.model)}
+            "has_ema": state.ema is not None, "ema_updates": state.ema_updates, "model_keys": list(state.model),
+            "sharded": state.sharded}
     return save(tensors, metadata={META_KEY: json.dumps(meta, default=float)})
 
 
@@ -204,7 +211,7 @@ def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> Trai
     optimizer = {"state": dict(sorted(opt_state.items())), "param_groups": meta["param_groups"]}
     return TrainState(step=meta["step"], version=meta["version"], model={k: model[k] for k in meta["model_keys"]},
                       optimizer=optimizer, ema=ema, rng=rng, config=meta["config"], counters=meta["counters"],
-                      ema_updates=int(meta.get("ema_updates", 0)))
+                      ema_updates=int(meta.get("ema_updates", 0)), sharded=meta.get("sharded"))
 
 
 def _like(saved: Any, live: Any) -> Any:
@@ -269,9 +276,15 @@ def write_checkpoint(run_dir: str | Path, step: int, data: bytes, *, keep: int) 
     remove_orphans(d)
     path = atomic_write_bytes(d / f"step_{step:08d}.safetensors", data)
     old = list_checkpoints(run_dir)
-    for _, p in old[: max(0, len(old) - max(1, keep))]:
+    for k, p in old[: max(0, len(old) - max(1, keep))]:
         p.unlink(missing_ok=True)
+        shutil.rmtree(d / sharded_dir_name(k), ignore_errors=True)  # its shards, if it was a sharded run's
     return path
+
+
+def sharded_dir_name(step: int) -> str:
+    """The directory of a sharded run's checkpoint of ``step`` (next to its metadata file)."""
+    return f"step_{step:08d}.dcp"
 
 
 def save_train_state(ctx, run_dir: str | Path, *, step: int, keep: int, counters: dict[str, Any] | None = None) -> Path:

@@ -175,8 +175,14 @@ def rank_cells(cells: Sequence, rank: int, world: int) -> tuple[list, float]:
 
 def full_trainable_state(policy) -> dict[str, torch.Tensor]:
     """The trainable tensors, gathered to full CPU tensors on every rank (a collective under FSDP)."""
+    return full_state(policy.trainable_state_dict())
+
+
+def full_state(state: dict) -> dict[str, torch.Tensor]:
+    """``state`` with every sharded tensor gathered to a full CPU tensor (a collective: every rank calls it with
+    the same keys, in the same order)."""
     out = {}
-    for name, t in policy.trainable_state_dict().items():
+    for name, t in state.items():
         full = t.full_tensor() if hasattr(t, "full_tensor") else t
         out[name] = full.detach().to("cpu", copy=True)
     return out
@@ -198,7 +204,7 @@ def save_sharded(ctx, path: str | Path) -> None:
 
     state = _dcp_state(ctx)
     state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
-    dcp.save(state, checkpoint_id=str(path))
+    dcp.save(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
 
 
 def load_sharded(ctx, path: str | Path) -> None:
@@ -208,7 +214,7 @@ def load_sharded(ctx, path: str | Path) -> None:
 
     state = _dcp_state(ctx)
     state["meta"] = {"version": torch.tensor(0)}
-    dcp.load(state, checkpoint_id=str(path))
+    dcp.load(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
     root = sharded_root(ctx.policy)
     set_model_state_dict(root, state["model"])
     set_optimizer_state_dict(root, ctx.optimizer, state["optim"])

@@ -1,0 +1,68 @@
+"""Resumable checkpoints of a sharded trainer pool (``train.sharding: fsdp``) in the run's checkpoint layout.
+
+Every rank writes its shards of the weights, AdamW state and EMA with ``torch.distributed.checkpoint``
+(``train.sharding.save_sharded``) into ``checkpoints/step_<k>.dcp.tmp``; after all ranks are done rank 0
+renames it to ``step_<k>.dcp`` and returns the bytes of the metadata file (``train.checkpoint.pack`` of a
+``TrainState`` without tensors, ``sharded`` naming the directory), which the controller writes atomically as
+``step_<k>.safetensors``. The file therefore exists only once the directory is complete, and
+``latest_checkpoint`` / ``keep_checkpoints`` work as for replicated runs. No rank ever holds the full state.
+The run directory must be reachable under the same path from every trainer rank (a shared file system on a
+multi-node cluster, as for any ``torch.distributed.checkpoint`` user).
+
+Restoring (``restore_sharded_state``): every rank of a freshly sharded context loads its shards back in place
+(``load_sharded``: the mesh may be the same size only), then the version, EMA update count and RNG.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import TrainState, checkpoint_dir, pack, sharded_dir_name
+
+
+def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[str, Any] | None, rank: int) -> bytes | None:
+    """Collective: every rank writes its shards; rank 0 returns the metadata file's bytes (others None)."""
+    import torch.distributed as dist
+
+    from .sharding import save_sharded
+
+    if ctx.transaction.open:
+        raise RuntimeError(f"checkpoint inside the open transaction of step {ctx.transaction.step}")
+    group = ctx.transaction.process_group
+    d = checkpoint_dir(run_dir)
+    final = d / sharded_dir_name(step)
+    tmp = final.with_name(final.name + ".tmp")
+    if rank == 0:
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    dist.barrier(group=group)
+    save_sharded(ctx, tmp)
+    dist.barrier(group=group)
+    if rank != 0:
+        return None
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    state = TrainState(step=step, version=ctx.transaction.version, model={},
+                       optimizer={"state": {}, "param_groups": []}, ema=None, rng={"torch_cpu": torch.get_rng_state()},
+                       config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
+                       ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0, sharded=final.name)
+    return pack(state)
+
+
+def restore_sharded_state(ctx, run_dir: str | Path, state: TrainState) -> None:
+    """Load the shards named by ``state.sharded`` into the (already sharded) ``ctx``; version, EMA count, RNG."""
+    from .sharding import load_sharded
+
+    path = checkpoint_dir(run_dir) / state.sharded
+    if not (path / ".metadata").is_file():
+        raise ValueError(f"checkpoint of step {state.step}: its shard directory {str(path)!r} is missing or "
+                         f"incomplete")
+    load_sharded(ctx, path)
+    if ctx.ema is not None:
+        ctx.ema.num_updates = state.ema_updates
+    ctx.transaction.version = state.version
+    torch.set_rng_state(state.rng["torch_cpu"])
