@@ -25,7 +25,7 @@ def clip_tokenizer_dir(root):
 
     letters = "abcdefghijklmnopqrstuvwxyz"
     vocab = {"!": 0, **{c: 1 + i for i, c in enumerate(letters)}, **{c + "</w>": 27 + i for i, c in enumerate(letters)}}
-    vocab.update({"<|startoftext|>": 53, "<|endoftext|>": 54})
+    vocab.update({"!</w>": 53, "<|startoftext|>": 54, "<|endoftext|>": 55})
     (root / "vocab.json").write_text(json.dumps(vocab))
     (root / "merges.txt").write_text("#version: 0.2\n")
     CLIPTokenizer(str(root / "vocab.json"), str(root / "merges.txt"), pad_token="!").save_pretrained(root / "tok")
@@ -108,13 +108,13 @@ def options(ckpt, tok, **extra):
 def test_tokens_are_open_clips(hps_files):
     ckpt, tok, _ = hps_files
     reward = build_reward("hpsv2", **options(ckpt, tok))
-    ids = reward.tokens(["a red cat", "x" * 200])
+    ids = reward.tokens(["a red cat!", "x" * 200])
     assert ids.shape == (2, CONTEXT)
     c = {ch: 1 + i for i, ch in enumerate("abcdefghijklmnopqrstuvwxyz")}
     w = {ch: 27 + i for i, ch in enumerate("abcdefghijklmnopqrstuvwxyz")}
-    head = [53, w["a"], c["r"], c["e"], w["d"], c["c"], c["a"], w["t"], 54]
+    head = [54, w["a"], c["r"], c["e"], w["d"], c["c"], c["a"], w["t"], 53, 55]  # "!" is text, not the pad token
     assert ids[0].tolist() == head + [0] * (CONTEXT - len(head))  # <sot> ... <eot>, zero padded to 77
-    assert ids[1, 0] == 53 and ids[1, -1] == 54  # truncated, still ends with <eot>
+    assert ids[1, 0] == 54 and ids[1, -1] == 55  # truncated, still ends with <eot>
 
 
 def test_score_equals_open_clip_forward(hps_files):

@@ -161,9 +161,14 @@ class HpsV2:
         return ((x - self.mean) / self.std).to(self.dtype)
 
     def tokens(self, texts: Sequence[str]) -> torch.Tensor:
-        tok = self.tokenizer(list(texts), padding="max_length", max_length=self.context, truncation=True,
-                             return_tensors="pt")  # fmt: skip
-        return tok["input_ids"].to(self.device)
+        """open_clip's tokens: <sot> BPE <eot>, truncated to the context (ending with <eot>), zero padded. The
+        text is never parsed for special tokens (a CLIP-H tokenizer's pad token is "!", which open_clip encodes
+        as an ordinary character)."""
+        rows = self.tokenizer(list(texts), max_length=self.context, truncation=True, split_special_tokens=True)
+        ids = torch.zeros(len(texts), self.context, dtype=torch.long)
+        for i, row in enumerate(rows["input_ids"]):
+            ids[i, : len(row)] = torch.tensor(row)
+        return ids.to(self.device)
 
     @torch.no_grad()
     def embed(self, pixels: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
