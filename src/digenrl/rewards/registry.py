@@ -45,6 +45,8 @@ BUILTIN: dict[str, str] = {
     "clipscore": "digenrl.rewards.clip_based:ClipScore",
     "pickscore": "digenrl.rewards.clip_based:PickScore",
     "aesthetic": "digenrl.rewards.clip_based:AestheticScore",
+    "hpsv2": "digenrl.rewards.hpsv2:HpsV2",
+    "image_reward": "digenrl.rewards.image_reward:ImageReward",
     "ocr": "digenrl.rewards.ocr:OcrReward",
     "vlm_judge": "digenrl.rewards.vlm_judge:VlmJudge",
     "geneval": "digenrl.rewards.geneval:GenEvalReward",

@@ -1,0 +1,134 @@
+"""Shared pieces of the rewards that load a published checkpoint from a local file onto transformers modules
+(``hpsv2``, ``image_reward``): typed options, the device default, reading the checkpoint, a strict key-for-key
+load that names every missing / unexpected key, and 8-bit frames.
+
+Nothing is downloaded: the checkpoint and the tokenizer are local paths, checked before anything is built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's image mean / std (open_clip OPENAI_DATASET_*),
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)  # used by HPSv2 and by ImageReward's transform
+
+
+class LocalWeightsOptions(BaseModel):
+    """Options every local-weights preference reward takes (each reward adds its own)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    checkpoint_path: str  # the published checkpoint file (.pt / .pth / .bin / .safetensors)
+    tokenizer_path: str  # a local tokenizer directory (transformers ``from_pretrained`` layout)
+    device: str | None = None  # None: the worker's device (its CUDA device when it has one, else CPU)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    batch_size: int = Field(16, ge=1)  # images per forward pass
+
+
+def check_paths(what: str, checkpoint_path: str | None, tokenizer_path: str | None) -> None:
+    """What can be checked without loading: the checkpoint file and the tokenizer directory exist."""
+    if not checkpoint_path or not Path(checkpoint_path).expanduser().is_file():
+        raise FileNotFoundError(f"reward {what}: checkpoint_path {str(checkpoint_path)!r} does not exist")
+    if not tokenizer_path or not Path(tokenizer_path).expanduser().is_dir():
+        raise FileNotFoundError(f"reward {what}: tokenizer_path {str(tokenizer_path)!r} is not a directory")
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``None`` -> the device this process computes on: the current CUDA device (the GPU Ray or the launcher
+    assigned to this worker) when CUDA is available, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def read_checkpoint(path: str, what: str, nested: Iterable[str] = ("state_dict", "model")) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint file: a safetensors file, or a torch pickle read with ``weights_only`` (a
+    training checkpoint's ``state_dict`` / ``model`` entry is unwrapped; a ``module.`` prefix from DDP is
+    dropped)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"reward {what}: checkpoint_path {str(p)!r} does not exist")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(p))
+    else:
+        try:
+            state = torch.load(str(p), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # not a zip checkpoint: mmap needs one
+            state = torch.load(str(p), map_location="cpu", weights_only=True)
+    for key in nested:
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"reward {what}: {str(p)!r} holds no state dict of tensors")
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    return state
+
+
+def _names(keys: Iterable[str], limit: int = 6) -> str:
+    keys = sorted(keys)
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def load_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], what: str, path: str) -> None:
+    """Load ``state`` (already renamed to ``model``'s keys) into a model built on the meta device: every
+    parameter and persistent buffer must be given, with its shape, and nothing else; the error names the keys
+    (so a checkpoint of another architecture, or a wrong mapping, never scores with random weights).
+    Non-persistent ``position_ids`` buffers (``arange``) are rebuilt."""
+    expected = model.state_dict()
+    missing = set(expected) - set(state)
+    unexpected = set(state) - set(expected)
+    if missing or unexpected:
+        parts = [f"missing {_names(missing)}" if missing else "", f"unexpected {_names(unexpected)}" if unexpected else ""]
+        raise ValueError(f"reward {what}: {path!r} does not match the model: " + "; ".join(p for p in parts if p))
+    bad = [f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})" for k, v in expected.items()
+           if tuple(state[k].shape) != tuple(v.shape)]  # fmt: skip
+    if bad:
+        raise ValueError(f"reward {what}: {path!r} has tensors of the wrong shape: {_names(bad)}")
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True, assign=True)
+    for name, buf in list(model.named_buffers()):
+        if not buf.is_meta:
+            continue
+        if not name.endswith("position_ids"):
+            raise ValueError(f"reward {what}: buffer {name} was not initialised")
+        owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+        owner.register_buffer("position_ids", torch.arange(buf.shape[-1]).expand(buf.shape), persistent=False)
+
+
+def layer_count(state: dict[str, torch.Tensor], prefix: str) -> int:
+    """The number of blocks ``prefix{i}.`` in ``state`` (0 .. n-1 must all be present)."""
+    ids = {int(k[len(prefix) :].split(".", 1)[0]) for k in state if k.startswith(prefix)}
+    if ids != set(range(len(ids))):
+        raise ValueError(f"blocks {prefix}N are not numbered 0..{len(ids) - 1}: {sorted(ids)}")
+    return len(ids)
+
+
+def frames_uint8(images: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Images [B, C, H, W] (or videos [B, C, F, H, W]) in [0, 1] -> 8-bit RGB frames [B * F, 3, H, W] (what a
+    saved image holds: round(255 x)) and F (1 for images)."""
+    x = images.detach().float().clamp(0, 1)
+    frames = 1
+    if x.ndim == 5:
+        frames = x.shape[2]
+        x = x.permute(0, 2, 1, 3, 4).reshape(-1, x.shape[1], *x.shape[3:])
+    if x.ndim != 4 or x.shape[1] not in (1, 3):
+        raise ValueError(f"expected images [B, 1|3, H, W] or videos [B, C, F, H, W], got {tuple(images.shape)}")
+    if x.shape[1] == 1:
+        x = x.expand(-1, 3, -1, -1)
+    return (x * 255).round().to(torch.uint8), frames
+
+
+def per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
+    """Frame scores [B * F] -> the mean per sample [B] (float32, CPU)."""
+    return values.float().view(-1, frames).mean(dim=1).cpu()
