@@ -19,6 +19,8 @@ Videos ``[B, C, F, H, W]`` score the mean over frames. Every missing file is a c
 
 from __future__ import annotations
 
+from .local_weights import resolve_device
+
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -41,11 +43,11 @@ def _features(out) -> torch.Tensor:
 class ClipEmbedder:
     """CLIP image / text embeddings (unit-normalised) from a local model directory."""
 
-    def __init__(self, model_path: str, what: str, device: str = "cpu", processor_path: str | None = None):
+    def __init__(self, model_path: str, what: str, device: str | None = None, processor_path: str | None = None):
         from transformers import CLIPModel, CLIPProcessor
 
         path = _check_dir(model_path, what)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)  # None: the worker's device
         self.model = CLIPModel.from_pretrained(str(path), local_files_only=True).eval().to(self.device)
         self.processor = CLIPProcessor.from_pretrained(str(processor_path or path), local_files_only=True)
 
@@ -94,7 +96,7 @@ class ClipScore:
     def check(model_path: str | None = None, **_) -> None:
         _check_dir(model_path, "clipscore")
 
-    def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str = "cpu",
+    def __init__(self, model_path: str | None = None, scale: float = 2.5, device: str | None = None,
                  variant: Literal["hessel", "flow_grpo"] = "hessel"):  # fmt: skip
         self.clip, self.scale, self.variant = ClipEmbedder(model_path, self.name, device), float(scale), variant
 
@@ -117,7 +119,7 @@ class PickScore:
             raise FileNotFoundError(f"reward pickscore: processor_path {processor_path!r} is not a directory")
 
     def __init__(self, model_path: str | None = None, processor_path: str | None = None, scale: float = 1.0,
-                 device: str = "cpu"):  # fmt: skip
+                 device: str | None = None):  # fmt: skip
         self.clip, self.scale = ClipEmbedder(model_path, self.name, device, processor_path), float(scale)
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
@@ -167,7 +169,7 @@ class AestheticScore:
             raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
         _check_file(head_path, "aesthetic", "head_path")
 
-    def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str = "cpu"):
+    def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str | None = None):
         self.clip = ClipEmbedder(model_path, self.name, device)
         state = load_head_state(head_path)
         self.head = aesthetic_head(state["0.weight"].shape[1])

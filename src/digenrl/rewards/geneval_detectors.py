@@ -16,6 +16,8 @@ used (GenEval's own behaviour when a detection has no mask).
 
 from __future__ import annotations
 
+from .local_weights import resolve_device
+
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,7 @@ TEMPLATES = ("a photo of a {c} {cls}", "a photo of a {c}-colored {cls}", "a phot
 
 
 class ColourClassifier:
-    def __init__(self, model_path: str, device: str = "cpu"):
+    def __init__(self, model_path: str, device: str | None = None):
         from digenrl.rewards.clip_based import ClipEmbedder
 
         self.clip = ClipEmbedder(model_path, "geneval colour classifier", device)
@@ -54,14 +56,14 @@ class TransformersDetector:
     """``images`` (HxWx3 uint8 RGB arrays) -> per image a list of ``Detection`` (with colours if a CLIP path
     is given)."""
 
-    def __init__(self, detector_path: str, color_model_path: str | None = None, device: str = "cpu",
+    def __init__(self, detector_path: str, color_model_path: str | None = None, device: str | None = None,
                  min_score: float = 0.05):  # fmt: skip
         from transformers import AutoImageProcessor, AutoModelForObjectDetection
 
         p = Path(detector_path).expanduser()
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"reward geneval: no detection model at {str(p)!r} (config.json missing)")
-        self.device = torch.device(device)
+        self.device = resolve_device(device)  # None: the worker's device
         self.processor = AutoImageProcessor.from_pretrained(str(p), local_files_only=True)
         self.model = AutoModelForObjectDetection.from_pretrained(str(p), local_files_only=True).eval().to(self.device)
         self.labels = {int(k): v for k, v in self.model.config.id2label.items()}
