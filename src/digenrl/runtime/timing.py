@@ -3,8 +3,10 @@
 
 * generation (per fragment size n): sampling, VAE decode, reward, and serialising the trajectories;
 * training (per chunk size in cells): forward + backward of ``train_cells`` (gradients are zeroed after);
-  ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (~6 passes over the trainable
-  tensors, AdamW's work), ``publish`` (copy + serialise + load of the trainable state).
+  ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (the rest of a commit, on
+  copies of the trainable tensors with zero gradients: gradient clipping, a step of the run's own optimizer
+  class and settings, the EMA update where this rank keeps one), ``publish`` (copy + serialise + load of the
+  trainable state).
 
 On a sharded pool every rank measures at once (each forward is a collective) with its share of the fragment
 or chunk (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
@@ -104,11 +106,7 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
         group_pg = worker.tx.process_group
         allreduce = _median_time(lambda: [dist.all_reduce(b, group=group_pg) for b in bufs], repeats)
 
-    def adam_like():
-        for _ in range(6):
-            torch._foreach_mul_(bufs, 1.0)
-
-    optimizer = _median_time(adam_like, repeats)
+    optimizer = _median_time(_commit_work(worker, params), repeats)
 
     def publish():
         from .publish import state_copy
@@ -119,3 +117,29 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
 
     return {"train": train, "allreduce": allreduce, "optimizer": optimizer,
             "publish": _median_time(publish, repeats)}
+
+
+def _commit_work(worker, params):
+    """A callable doing a commit's local work on copies of ``params`` (the live weights, gradients and optimizer
+    state are untouched): clip the gradient norm, step a fresh optimizer of the run's class and settings, and
+    update an EMA shadow if the rank keeps one. It needs twice the trainable bytes while it is timed."""
+    import torch
+
+    tx, live = worker.tx, worker.ctx.optimizer
+    copies = [p.detach().clone().requires_grad_(True) for p in params]
+    for c in copies:
+        c.grad = torch.zeros_like(c)
+    hyper = {k: v for k, v in live.param_groups[0].items() if k != "params"}
+    opt = type(live)(copies, lr=hyper["lr"])
+    opt.param_groups[0].update(hyper)  # every setting of the run's group (some are not constructor arguments)
+    shadow = [c.detach().clone() for c in copies] if worker.ctx.ema is not None else []
+
+    def work():
+        if tx.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(copies, tx.max_grad_norm)
+        opt.step()
+        with torch.no_grad():
+            for s, c in zip(shadow, copies):
+                s.add_(0.1 * (c.detach() - s))
+
+    return work
