@@ -20,7 +20,8 @@ Each mode runs ``--rounds`` times (interleaved with the other modes) and its fas
 machine is shared, and other jobs only ever make a run slower. Ray's workers run at nice 0 here.
 
 Run: ``python benchmarks/pipeline_cpu.py [--json] [--steps 6] [--rounds 2] [--modes ...] [--out PATH]
-[--learn STEPS]``.
+[--learn STEPS] [--figures docs/figures]`` (``--figures``: the README's runtime Gantt charts of the reported
+naive and gap_tsp_tag runs).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -42,6 +44,9 @@ WORKLOAD = ["train.prompts_per_step=8", "train.generations=8", "sampler.num_step
             "train.timestep_fraction=0.4", "runtime.fragment_size=4", "train.chunk_generations=8",
             "train.chunk_timesteps=2", "runtime.threads_per_worker=1", "runtime.max_stale_fraction=0.25",
             "eval.every=0", "eval.num_prompts=8", "eval.grid_prompts=8", "log.progress=false"]
+
+
+GANTT_MODES = ("naive", "gap_tsp_tag")  # the README's two runtime Gantt charts (``--figures``)
 
 
 def mode_overrides(mode: str) -> list[str]:
@@ -82,7 +87,7 @@ def measure_profile(base: list[str], work: Path, pools_of: str) -> Path:
     return path
 
 
-def run_modes(modes, steps: int, rounds: int, work: Path, log) -> list[dict]:
+def run_modes(modes, steps: int, rounds: int, work: Path, log, figures: Path | None = None) -> list[dict]:
     from digenrl.config import load_config
     from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
     from digenrl.runtime.driver import run_disaggregated
@@ -112,6 +117,9 @@ def run_modes(modes, steps: int, rounds: int, work: Path, log) -> list[dict]:
                 f"stale {row['stale_fraction']:.0%}  (round {r + 1})")
             if m not in best or row["step_time_s"] < best[m]["step_time_s"]:
                 best[m] = row
+                if figures is not None and m in GANTT_MODES:  # the Gantt chart of the run that is reported
+                    figures.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(work / f"{m}_{r}" / "gantt.png", figures / f"runtime_gantt_{m}.png")
     rows = [best[m] for m in modes]
     naive = best["naive"]["step_time_s"]
     for r in rows:
@@ -157,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="also write the rows here (e.g. benchmarks/results/pipeline_cpu.json)")
     ap.add_argument("--learn", type=int, default=0, metavar="STEPS", help="also run the demo in full mode")
     ap.add_argument("--keep", default=None, help="keep the run directories here")
+    ap.add_argument("--figures", default=None, metavar="DIR",
+                    help="copy the Gantt charts of the reported naive and gap_tsp_tag runs to DIR/runtime_gantt_<mode>.png")
     ap.add_argument("--table", default=None, metavar="RESULTS",
                     help="print the README's markdown table from a results file and exit (no runs)")
     args = ap.parse_args(argv)
@@ -177,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(args.keep or tmp)
             work.mkdir(parents=True, exist_ok=True)
-            rows = run_modes(args.modes, args.steps, args.rounds, work, log)
+            rows = run_modes(args.modes, args.steps, args.rounds, work, log,
+                             Path(args.figures) if args.figures else None)
             learned = learn(work, args.learn, log) if args.learn else None
     finally:
         ray.shutdown()
