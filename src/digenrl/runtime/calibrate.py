@@ -30,8 +30,8 @@ def build_profile(gen: dict, trn_gen: dict, meas: dict, T: int, overhead_s: floa
     for pool, g in ((GENERATOR, gen or trn_gen), (TRAINER, trn_gen or gen)):
         ops[f"{pool}/denoise"] = pts(g, "sample", div=T)
         ops[f"{pool}/vae_decode"] = pts(g, "decode")
-        ops[f"{pool}/reward"] = pts(g, "reward")
-        ops[f"{pool}/transfer"] = pts(g, "transfer", add=overhead_s)
+        ops[f"{pool}/reward"] = pts(g, "reward", add=overhead_s)  # the call returns after scoring
+        ops[f"{pool}/transfer"] = pts(g, "transfer")
     ops["train_chunk"] = [[int(c), s + overhead_s] for c, s in sorted(meas["train"].items())]
     ops["allreduce"] = [[1, meas["allreduce"]]]
     ops["optimizer"] = [[1, meas["optimizer"] + overhead_s]]
