@@ -28,15 +28,11 @@ def test_presets_pass_the_runtime_checks():
     from digenrl.config import load_config
     from digenrl.control.run_plan import plan_run
 
-    from digenrl.config import ConfigError
-
     files = sorted(glob.glob(str(Path(__file__).resolve().parents[2] / "configs" / "*.yaml")))
     assert len(files) >= 4
     for f in files:
         cfg = load_config(f)
-        if cfg.train.sharding == "fsdp":  # planned for a sharded pool the Ray controller does not run yet
-            with pytest.raises(ConfigError, match="train.sharding"):
-                plan_run(cfg)
-            continue
         setup = plan_run(cfg)
+        if cfg.train.sharding == "fsdp":  # one shard group of all trainer ranks: the scheduler's one trainer
+            assert setup.plan.trainers == ("shard0",) and len(setup.trainer_ids) == cfg.runtime.trainers, f
         assert setup.plan.prompts >= 1, f

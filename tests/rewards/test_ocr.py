@@ -60,6 +60,14 @@ def test_ocr_reward_on_rendered_text(capsys):
     assert default.item() >= 0.9
     video = torch.stack([images[0], images[0]], dim=1).unsqueeze(0)  # [1, C, F=2, H, W]
     assert reward(video, right[:1]).item() == pytest.approx(r_right[0].item())
+    # a video of [text, blank, text, blank] frames: Flow-GRPO's video OCR (every 4th frame by default; here
+    # every frame) averages only the frames that score > 0; frame_reduce=mean averages all
+    clip = torch.stack([images[0], images[3], images[0], images[3]], dim=1).unsqueeze(0)
+    every = build_reward("ocr", det_limit_side_len=320, det_limit_type="max", frame_stride=1)
+    assert every(clip, right[:1]).item() == pytest.approx(r_right[0].item())
+    mean = build_reward("ocr", det_limit_side_len=320, det_limit_type="max", frame_stride=1, frame_reduce="mean")
+    assert mean(clip, right[:1]).item() == pytest.approx(r_right[0].item() / 2)
+    assert reward(clip, right[:1]).item() == pytest.approx(r_right[0].item())  # default stride 4: frame 0 only
     with pytest.raises(ValueError, match="no quoted text"):
         reward(images[:1], [Prompt(0, "no quotes here")])
     whole = build_reward("ocr", target="prompt", det_limit_side_len=320, det_limit_type="max")(images[2:3], [Prompt(0, "open")])

@@ -13,7 +13,11 @@ CPU) in place of PaddleOCR. For each image:
 * r = 1 - d / len(t)  in [0, 1]. An OCR failure scores 0 (d = len(t)).
 
 A prompt without quoted text is refused (``ValueError``) unless ``target = "prompt"``, which scores against
-the whole prompt. Videos ``[B, C, F, H, W]`` score the mean over frames ``0, frame_stride, 2*frame_stride...``.
+the whole prompt. Videos ``[B, C, F, H, W]`` are scored on frames ``0, frame_stride, 2*frame_stride...``
+(default every 4th) and reduced as Flow-GRPO's video OCR reward (``video_ocr``, ``OcrScorer_video_or_image``, as
+ModelTC/GenRL's port of it describes: every 4th frame, the mean of the frames that score > 0, 0 when none
+does): ``frame_reduce: positive_mean``; ``mean`` averages every scored frame. An image is one frame (both
+reductions give r).
 
 Detection resizes each image so that its ``det_limit_type`` ("min" or "max") side is ``det_limit_side_len``
 (RapidOCR's defaults: min side 736; PaddleOCR's: max side 960). A 512x512 sample costs ~1 s of CPU with the
@@ -60,6 +64,15 @@ def ocr_similarity(recognised: str, target: str) -> float:
     return 1.0 - d / len(t)
 
 
+def reduce_frames(vals: list[float], how: str) -> float:
+    """One video's score from its frames' scores: ``positive_mean`` = mean of the scores > 0 (0 if none), as
+    Flow-GRPO's video OCR reward; ``mean`` = mean of all."""
+    if how == "positive_mean":
+        pos = [v for v in vals if v > 0]
+        return sum(pos) / len(pos) if pos else 0.0
+    return sum(vals) / len(vals)
+
+
 class OcrReward:
     """See the module docstring. ``threads``: ONNX Runtime intra-op threads (0: its default)."""
 
@@ -73,8 +86,9 @@ class OcrReward:
             raise ValueError("reward ocr: the recogniser is not installed; pip install rapidocr-onnxruntime")
 
     def __init__(self, target: Literal["quoted", "prompt"] = "quoted", text_score: float = 0.5,
-                 frame_stride: int = 1, threads: int = 1, use_cls: bool = False, det_limit_side_len: int = 736,
-                 det_limit_type: Literal["min", "max"] = "min"):  # fmt: skip
+                 frame_stride: int = 4, threads: int = 1, use_cls: bool = False, det_limit_side_len: int = 736,
+                 det_limit_type: Literal["min", "max"] = "min",
+                 frame_reduce: Literal["positive_mean", "mean"] = "positive_mean"):  # fmt: skip
         if frame_stride < 1 or not 0.0 <= text_score <= 1.0:
             raise ValueError("reward ocr: need frame_stride >= 1 and text_score in [0, 1]")
         try:
@@ -88,6 +102,7 @@ class OcrReward:
             kwargs |= {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
         self.engine = RapidOCR(**kwargs)
         self.target, self.frame_stride, self.use_cls = target, int(frame_stride), bool(use_cls)
+        self.frame_reduce = frame_reduce
 
     def recognise(self, rgb: np.ndarray) -> str:
         """Concatenated text of an HxWx3 uint8 RGB image (RapidOCR takes BGR arrays)."""
@@ -124,7 +139,7 @@ class OcrReward:
                     raise
                 except Exception:  # a recogniser failure scores 0, as in Flow-GRPO
                     vals.append(0.0)
-            out.append(sum(vals) / len(vals))
+            out.append(reduce_frames(vals, self.frame_reduce))
             exact.append(float(all(v == 1.0 for v in vals)))
         return torch.tensor(out, dtype=torch.float32), {"exact": torch.tensor(exact)}
 
