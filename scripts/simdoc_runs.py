@@ -99,7 +99,10 @@ def static_inputs() -> dict:
                          "master weights and Adam moments; prompt embeddings cached"),
             "publish": (f"the runtime's default Ray object store from trainer rank 0 (device -> host over PCIe, put "
                         f"at {HOST_COPY_GBS:.0f} GB/s host copy, one fetch per generator node at the per-GPU link "
-                        "rate, load over PCIe); TAG on the sharded pool switches by a collective all-gather.")}
+                        "rate, load over PCIe). The FSDP trainer pool is one shard group, as the runtime runs it: "
+                        "each chunk and each TAG fragment is a collective split over its ranks, every forward "
+                        "gathers the shards (no inference copy) and every chunk's backward reduce-scatters the "
+                        "gradients, so the commit only steps the shards.")}
 
 
 def run_all(steps: int, log=print) -> dict:

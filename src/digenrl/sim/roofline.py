@@ -235,6 +235,7 @@ class RooflineCost:
         """Key derived numbers (for docs and sanity checks)."""
         w = self.workload
         gen_pool = TRAINER if self.colocated else GENERATOR
+        ranks = max(1, self.n_train) if self.grouped else 1
         out = {
             "seq_tokens": self.seq,
             "fwd_tflop": self.fwd_flops / 1e12,
@@ -242,8 +243,9 @@ class RooflineCost:
                 self.latent_tokens, self.model.text_tokens)) / 1e12,
             "gen_s_per_sample": w.sampling_steps * self._denoise(1, gen_pool) + self._vae_decode(1, gen_pool)
             + self._reward(1, gen_pool),
-            "train_s_per_cell": self._train_chunk(1, TRAINER),
-            "train_s_per_cell_at_8": self._train_chunk(8, TRAINER) / 8 if self.max_cells >= 8 else float("nan"),
+            # per rank: a shard group's chunk of k x N cells gives each of its N ranks k cells
+            "train_s_per_cell": self._train_chunk(ranks, TRAINER),
+            "train_s_per_cell_at_8": self._train_chunk(8 * ranks, TRAINER) / 8 if self.max_cells >= 8 else float("nan"),
             "train_eff_1cell": self.effs[TRAINER](self.model.forwards_per_step * self.seq) / self.eff.plateau,
             "max_cells": self.max_cells,
             "inference_copy_fits": float(self.inference_copy_fits),
