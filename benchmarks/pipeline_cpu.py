@@ -9,6 +9,8 @@ does not depend on them. For every mode:
   so the first step's pipeline fill and warm-up are excluded;
 * ``speedup_vs_naive`` = naive step time / step time;
 * ``efficiency`` = (busy seconds of all workers / number of workers) / elapsed, over the same window;
+* ``controller_cpu_s_per_step``: CPU seconds the controller process (scheduler, BTS, Ray calls) used per step;
+  on this 2-core machine they are taken from the two workers, which the simulator does not model;
 * ``sim_step_time_s``: the simulator's prediction of the same steady-state step time for the same plan, from a
   cost profile measured right before the run on live workers of the same pool layout
   (``runtime.calibrate.calibrate``; the run's BTS uses the same profile); ``sim_error`` = sim / measured - 1.
@@ -111,7 +113,9 @@ def run_modes(modes, steps: int, rounds: int, work: Path, log, figures: Path | N
             row = {"mode": m, "step_time_s": s["steady_step_time_s"], "efficiency": s["steady_efficiency"],
                    "sim_step_time_s": sim, "sim_error": sim / s["steady_step_time_s"] - 1.0,
                    "tag_fragments_per_step": s["tag_fragments_per_step"], "stale_fraction": s["stale_fraction"],
-                   "audit_violations": len(s["audit_violations"]), "run": r}
+                   "audit_violations": len(s["audit_violations"]), "run": r,
+                   # CPU the controller itself used per step: on this 2-core machine it competes with the workers
+                   "controller_cpu_s_per_step": s["controller_cpu_s"] / steps}
             log(f"{m:12s} step {row['step_time_s']:.3f} s  efficiency {row['efficiency']:.2f}  "
                 f"sim {sim:.3f} s ({row['sim_error']:+.1%})  TAG/step {row['tag_fragments_per_step']:.1f}  "
                 f"stale {row['stale_fraction']:.0%}  (round {r + 1})")

@@ -20,6 +20,8 @@ it failed, ``failure.json``.
 
 from __future__ import annotations
 
+import time
+
 from digenrl.config import Config
 from digenrl.control.loop import Completion, run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
@@ -64,6 +66,7 @@ class _Controller:
         self.pools: ActorPools | None = None
         self.sched: Scheduler | None = None
         self._attempt_start, self._log_start = 0.0, 0  # clock time and log index where the attempt began
+        self._controller_cpu_s = 0.0
 
     # ---- attempts ------------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -108,7 +111,9 @@ class _Controller:
         self.sched = Scheduler(plan, cost=cost, first_step=self.first)
         ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost))
         self.metrics.replay_from(self.first, len(self.recoveries), self._attempt_start)
+        cpu0 = time.process_time()
         end = run_loop(self.sched, ex, self.timeline, _BetweenSteps(self, ex), t0=self._attempt_start)
+        self._controller_cpu_s = time.process_time() - cpu0  # the controller's own CPU (scheduler, BTS, Ray calls)
         self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts))
         meta = {"steps": str(cfg.steps), "version": str(self.sched.published)}
         self.out.write_checkpoint(get_named(pools.on_rank0("checkpoint_bytes", meta), "checkpoint")[0].value)
@@ -129,7 +134,8 @@ class _Controller:
         log, events = self._last_attempt_log()
         return self.out.finish(wall_s=self.wall0 + end, version=self.sched.published, **result.timing(),
                                audit_violations=audit(plan, log, events, self.first)[:20], bts=result.bts,
-                               restarts=len(self.recoveries), recoveries=self.recoveries)
+                               restarts=len(self.recoveries), recoveries=self.recoveries,
+                               controller_cpu_s=self._controller_cpu_s)
 
     def _recover(self, e: WorkerFailure) -> None:
         """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""
