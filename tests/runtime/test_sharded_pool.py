@@ -99,13 +99,15 @@ def test_sharded_colocated_matches_reference(ray_local, tiny_model, tmp_path, re
 @pytest.mark.slow
 def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_path, reference):
     """Every rank writes its shards (torch.distributed.checkpoint) next to the metadata file; a run stopped
-    after 2 steps and resumed for the third ends with the uninterrupted run's parameters."""
+    after 2 steps and resumed for the third ends with the uninterrupted run's parameters (weights published by
+    a torch.distributed broadcast from the sharded pool)."""
     from digenrl.observe.run_outputs import plan_run_dir
     from digenrl.runtime.driver import run_disaggregated
     from digenrl.train import checkpoint as ckpt
 
     run = tmp_path / "run"
-    over = ["runtime.mode=gap_tsp", *SHARDED, "runtime.checkpoint_every=1", "runtime.keep_checkpoints=1"]
+    over = ["runtime.mode=gap_tsp", *SHARDED, "runtime.checkpoint_every=1", "runtime.keep_checkpoints=1",
+            "runtime.publish=broadcast"]  # the ranks gather the full state, rank 0 broadcasts it
     run_disaggregated(make_cfg(tiny_model, run, *over, "steps=2"))
     found = ckpt.list_checkpoints(run)
     assert [k for k, _ in found] == [2]  # keep_checkpoints=1 removed step 1's file ...
