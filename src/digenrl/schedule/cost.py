@@ -22,7 +22,9 @@ and colocated generation run the generation ops on the trainer pool).
 
 Action durations (seconds)::
 
-    Generate(n gens) = T * denoise(n) + vae_decode(n) + reward(n) + transfer(n) [disaggregated]
+    Generate(n gens) = T * denoise(n) + vae_decode(n) + reward(n) + transfer(n)
+                       (transfer in every mode: the runtime's colocated workers also hand trajectories over
+                       through the object store; a cost model of an in-process colocated system prices it 0)
                        + tag_switch(1) [if action.switch]
     Train(c cells)   = train_chunk(c)
     Commit           = allreduce(1) + optimizer(1)
@@ -79,9 +81,8 @@ class Durations:
             pool = TRAINER if on_trainer else GENERATOR
             c, p = self.cost, self.plan
             d = (p.sampling_steps * c.time(Op.DENOISE.value, size, pool)
-                 + c.time(Op.VAE_DECODE.value, size, pool) + c.time(Op.REWARD.value, size, pool))
-            if p.mode.disaggregated:
-                d += c.time(Op.TRANSFER.value, size, pool)
+                 + c.time(Op.VAE_DECODE.value, size, pool) + c.time(Op.REWARD.value, size, pool)
+                 + c.time(Op.TRANSFER.value, size, pool))
             if switch:
                 d += c.time(Op.TAG_SWITCH.value, 1, TRAINER)
             self._cache[key] = d = _check(d, "Generate")

@@ -188,6 +188,8 @@ class RooflineCost:
         return (w.sampling_steps + 1) * latent * 2 + w.sampling_steps * 4 + m.text_tokens * m.text_dim * 2
 
     def _transfer(self, n: int, pool: str) -> float:
+        if self.colocated:  # the colocated baseline (flow_grpo, VeRL-Omni) keeps trajectories in process
+            return 0.0
         return n * self.trajectory_bytes() / self.net + 1e-3
 
     def train_flops_per_cell(self) -> float:
