@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from digenrl.control.loop import run_loop
 from digenrl.control.timeline import Timeline
-from digenrl.schedule import BTS, BTSConfig, BTSStats, FixedRule, Mode, Scheduler
+from digenrl.schedule import BTS, BTSConfig, BTSStats, Decision, FixedRule, Mode, Scheduler
 from digenrl.sim.executor import VirtualExecutor, simulate
 from sched_helpers import LinCost, make_plan
 
@@ -211,3 +211,30 @@ def test_config_keys_reach_the_scheduler_config():
     assert Config().runtime.bts_config() == BTSConfig()
     with pytest.raises((ValueError, ConfigError), match="tag_policy"):
         Config.model_validate({"runtime": {"tag_policy": "always"}})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=st.integers(2, 5), g=st.integers(1, 4), f=st.integers(1, 4), n_gen=st.integers(1, 3),
+       n_train=st.integers(1, 3), gen=st.floats(0.1, 3.0), cell=st.floats(0.01, 2.0), mb=st.integers(2, 3))
+def test_prediction_with_minibatches_is_the_first_rounds_commit(p, g, f, n_gen, n_train, gen, cell, mb):
+    """Several minibatch rounds per step: at every bubble, predict_commit(snapshot, 0) equals the realized end
+    of round 0's commit when BTS always skips (the exact check compares what really happens first)."""
+    from digenrl.schedule import Committed
+
+    mb = min(mb, p)
+    cost = LinCost({"denoise": (0.0, gen), "train_chunk": (0.01, cell), "allreduce": (0.3, 0), "optimizer": (0.1, 0),
+                    "publish": (0.2, 0), "tag_switch": (0.1, 0)})
+    plan = make_plan("gap_tsp_tag", prompts=p, generations=g, fragment_size=min(f, g), S=2, T=3, cg=2, cs=1,
+                     n_gen=n_gen, n_train=n_train, steps=2, minibatches=mb)
+    predictions = []
+
+    def skip(self, snap):
+        predictions.append((snap.step, self.model.predict_commit(snap, 0)))
+        return Decision(0, float("nan"), 0.0)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(BTS, "decide", skip)
+        res = simulate(plan, cost)
+    first = {e.step: e.time for e in res.events if isinstance(e, Committed) and e.round == 0}
+    for step, pred in predictions:
+        assert pred == first[step]

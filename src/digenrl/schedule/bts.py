@@ -11,8 +11,10 @@ memoized on the compressed ``State`` (relative, quantized, renumbered: see ``bts
 and a budget. Candidates are k in {0..m} (m = min(idle ranks, pending)), thinned to {0, 1, 2, 4, ..., m} when
 m exceeds ``max_branch``; k = 0 is always one. Ties (equal predicted commit, in ticks) go to the larger k: it
 finishes the step's rollout earlier, which frees the generators for the next step's work (TCSS stale
-fragments, or simply an earlier start after the publish), a gain the step-k objective does not see. (With ties
-to the smaller k the search lost to the greedy rule on most ``full`` presets: ``benchmarks/bts_quality.py``.)
+fragments, or simply an earlier start after the publish), a gain the step-k objective does not see (with
+several minibatches per step, whose intermediate commits the prediction ignores, ties go to k = 0). (With ties
+to the smaller k, ``ties_to_larger_k=False``, the search loses to the greedy rule on most ``full`` presets:
+``benchmarks/bts_quality.py``, policy ``bts_d2_small_ties``.)
 
 Budget (deterministic): a decision may evaluate at most ``budget_nodes`` search nodes, one node being one call
 of the abstract dynamics (``TickModel.advance`` or ``TickModel.leaf``; memo hits are free). The search deepens
@@ -53,6 +55,7 @@ class BTSConfig:
     budget_nodes: int = 2_000  # per-decision search nodes (advance/leaf evaluations); over it -> shallower result
     budget_s: float | None = None  # optional wall-clock cap per decision (None: none; decisions then load-free)
     policy: str = "bts"       # TAG decision policy: "bts" | "greedy" (k = min(idle, pending)) | "none" (k = 0)
+    ties_to_larger_k: bool = True  # equal predicted commits: the larger k (False: the smaller, the former rule)
     max_branch: int = 4       # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
     quantum_s: float | None = None  # tick of the compressed state; None: 1/4 of the shortest fragment/chunk
     memo_limit: int = 200_000  # the memo is cleared when it grows past this many entries
@@ -159,6 +162,9 @@ class BTS:
                            + [d.train(c) for c in self.model.chunk_sizes])
             q = max(shortest / 4.0, 1e-9)
         self.ticks = TickModel(self.model, q)
+        # several minibatch commits per step: the prediction ignores the intermediate commits (a TAG fragment in
+        # flight delays one), so an equal prediction is no evidence that inserting is free: ties to k = 0
+        self._larger_ties = self.config.ties_to_larger_k and plan.rounds == 1
         self.stats = BTSStats()
         self._memo: dict[tuple[State, int], int] = {}
         self._deadline: float | None = None
@@ -172,7 +178,8 @@ class BTS:
         self._nodes = 0
         tm = self.ticks
         st = tm.compress(snap)
-        m = min(len(snap.idle), len(snap.pending))
+        pending = snap.pending if self.model.round0 is None else [f for f in snap.pending if f[0] in self.model.round0]
+        m = min(len(snap.idle), len(pending))  # (several rounds: the scheduler only inserts round 0's fragments)
         ranked, reached = None, -1
         for d in range(self.config.depth + 1):  # iterative deepening: the deepest complete ranking decides
             try:
@@ -243,7 +250,7 @@ class BTS:
             raise _OverBudget
 
     def _ranked(self, st: State, depth: int, m: int) -> list[tuple[int, int]]:
-        """(value, k) of every candidate, best first (ties: larger k, see the module docstring)."""
+        """(value, k) of every candidate, best first (ties: larger k unless ``ties_to_larger_k`` is off)."""
         tm = self.ticks
         out = []
         for k in self.candidates(m):
@@ -261,5 +268,6 @@ class BTS:
                 dt, nxt = tm.advance(st, k)
                 v = dt if nxt is None else dt + self.value(nxt, depth - 1)
             out.append((v, k))
-        out.sort(key=lambda x: (x[0], -x[1]))
+        sign = -1 if self._larger_ties else 1
+        out.sort(key=lambda x: (x[0], sign * x[1]))
         return out

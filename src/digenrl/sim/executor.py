@@ -32,7 +32,7 @@ class VirtualExecutor:
     def __init__(self, plan: StepPlan, cost: CostModel, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
                  max_actions: int = 10_000_000):
         per_kind = dict(jitter) if isinstance(jitter, Mapping) else None
-        for k, v in (per_kind or {"jitter": jitter}).items():
+        for k, v in (per_kind.items() if per_kind is not None else [("jitter", jitter)]):
             if per_kind is not None and k not in JITTER_KINDS:
                 raise ValueError(f"jitter: unknown action kind {k!r} (one of {', '.join(JITTER_KINDS)})")
             if not v >= 0:
