@@ -15,7 +15,8 @@ from pathlib import Path
 from simdoc_render import NAMES, table
 
 FILES = {"quality": "bts_quality.json", "agreement": "bts_agreement.json", "jitter": "op_jitter.json"}
-POLICY_NAMES = {"none": "no TAG", "greedy": "greedy", "bts_d0": "BTS d0", "bts_d2": "BTS d2", "bts_d4": "BTS d4"}
+POLICY_NAMES = {"none": "no TAG", "greedy": "greedy", "bts_d0": "BTS d0", "bts_d2": "BTS d2", "bts_d4": "BTS d4",
+                "bts_d2_small_ties": "BTS d2, ties to k = 0"}
 LEVEL_NAMES = {"exact": "exact costs", "in_process": "in-process jitter", "runtime": "runtime jitter"}
 
 
@@ -122,36 +123,80 @@ def agreement_part(a: dict) -> list[str]:
         "greedy's k would have delayed the current step's commit by the exact prediction (no TAG afterwards).\n",
         table(rows, ["preset", "mode", "bubbles", "choices", "d0 = d2", "d2 = d4", "d2 = greedy", "d2 skips",
                      "mean k d2 / greedy", "nodes d2 mean / d4 max",
-                     "skips where greedy's k delays the commit (mean delay)"]) + "\n"]
+                     "skips where greedy's k delays the commit (mean change, s)"]) + "\n"]
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 def findings(q: dict, a: dict | None) -> list[str]:
-    s = q["summary"]
-    d2x, d0x = s["exact/bts_d2"], s["exact/bts_d0"]
-    jit = [k for k in ("in_process", "runtime") if f"{k}/bts_d2" in s]
-    jtxt = "; ".join(f"with {LEVEL_NAMES[k]} {_p(s[k + '/bts_d2']['mean_vs_greedy'])} "
-                     f"({s[k + '/bts_d2']['wins']} / {s[k + '/bts_d2']['ties']} / {s[k + '/bts_d2']['losses']})"
-                     for k in jit)
-    none = s["exact/none"]["mean_vs_greedy"]
-    out = [
-        "**Findings.** TAG itself matters: without it the step is "
-        f"{_p(none)} slower than greedy on average with exact costs. BTS depth 2 against greedy: "
-        f"{_p(d2x['mean_vs_greedy'])} with exact costs ({d2x['wins']} / {d2x['ties']} / {d2x['losses']}); {jtxt}. "
-        f"Depth 0 gives {_p(d0x['mean_vs_greedy'])} with exact costs.",
-        "Why the depth changes little (the state, the candidates, the horizon): a bubble offers few real "
-        "choices (the candidates are k = 0..min(idle, pending), and most bubbles have one or two idle ranks), "
-        "and the value compared is the end of the current step's commit. Whether inserting now shortens that "
-        "commit is already visible to the depth-0 comparison (insert now, then no TAG); deeper levels only add "
-        "later insertions, which rarely reverse the first choice. What the search adds over greedy is the "
-        "decision to *skip* (greedy never skips): under jitter a TAG fragment that runs long on a trainer rank "
-        "holds up the chunks behind it, and the search, with the exact safety check, inserts only where the "
-        "prediction says the commit does not move later.",
-        "Horizon: the objective stops at the current step's commit, so it does not see that finishing a step's "
-        "rollout earlier frees the generators for the next step (TCSS stale work in `full`). With ties "
-        "broken toward k = 0 the search lost to greedy on most `full` presets; ties now go to the larger k "
-        "(`schedule/bts.py`), which recovers most of that gap, but a multi-step objective is not implemented.",
-    ]
-    return [" ".join(out[:1]) + "\n", out[1] + "\n", out[2] + "\n"]
+    s, rows = q["summary"], q["rows"]
+    lv = [k for k in ("exact", "in_process", "runtime") if f"{k}/bts_d2" in s]
+
+    def res(k: str, p: str) -> str:
+        v = s[f"{k}/{p}"]
+        return (f"{_p(v['mean_vs_greedy'])} ({v['wins']} / {v['ties']} / {v['losses']}; steady "
+                f"{_p(v['steady_mean_vs_greedy'])})")
+
+    d2 = "; ".join(f"{LEVEL_NAMES[k]} {res(k, 'bts_d2')}" for k in lv)
+    depth = "; ".join(f"{LEVEL_NAMES[k]}: d0 {_p(s[k + '/bts_d0']['mean_vs_greedy'])}, d4 "
+                      f"{_p(s[k + '/bts_d4']['mean_vs_greedy'])}" for k in lv)
+    tags = ", ".join(f"{s[k + '/greedy']['tag_fragments_per_step']:.1f} vs {s[k + '/bts_d2']['tag_fragments_per_step']:.1f} "
+                     f"({LEVEL_NAMES[k]})" for k in lv)
+    means = [s[f"{k}/bts_d2"]["mean_vs_greedy"] for k in lv]
+    if all(m < 0 for m in means):
+        verdict = ("The search beats greedy on average at every level"
+                   + (", by more under measured jitter than with exact costs" if min(means[1:], default=0) < means[0]
+                      else "") + ".")
+    else:
+        verdict = "The search does not beat greedy at every level: " + ", ".join(
+            LEVEL_NAMES[k] for k, m in zip(lv, means) if m >= 0) + " (mean step time)."
+    out = [f"**Findings.** TAG itself matters: without it the step is {_p(s['exact/none']['mean_vs_greedy'])} "
+           f"slower than with the greedy rule (exact costs). BTS depth 2 against greedy (mean step time, wins / "
+           f"ties / losses per run): {d2}. {verdict} Depth barely matters ({depth})."]
+    why = ["**Why depth changes little (state, candidates, horizon).** The candidates at a bubble are "
+           "k = 0..min(idle, pending) and the value is the end of the current step's commit; whether inserting now "
+           "moves that commit is mostly decided by the depth-0 comparison (insert now, no TAG afterwards), and "
+           "deeper levels only add later insertions, which rarely reverse the first choice"]
+    if a:
+        p = a["pooled"]
+        why.append(f" (on the same bubbles depth 0 decides like depth 2 in {p['d0_eq_d2']:.0%} and depth 2 like "
+                   f"depth 4 in {p['d2_eq_d4']:.0%})")
+    why.append(". What the search adds over greedy is *skipping*: greedy never skips")
+    if a:
+        p = a["pooled"]
+        why.append(f"; where depth 2 skips, greedy's k would have delayed the current commit by the exact "
+                   f"prediction at {p['skip_greedy_delays']} of {p['skips']} bubbles (at the others the search's "
+                   "quantized look-ahead preferred inserting later)")
+    why.append(f". Jitter opens more bubbles and greedy fills them all (TAG fragments per step, greedy vs depth 2: "
+               f"{tags}); the search inserts only where its exact check says the commit, a collective that waits "
+               "for every rank's TAG fragment, does not move later.")
+    jl = lv[-1]
+    small = s.get("exact/bts_d2_small_ties")
+    lost = [c for c in q["per_config"] if c[jl]["bts_d2"] > q["tie_band"]]
+    lost_txt = ", ".join(f"{NAMES.get(c['model'], c['model']).split('-')[0]} {c['testbed']} {c['mode']} "
+                         f"({_p(c[jl]['bts_d2'])})" for c in lost) or "none"
+    hor = ["**Horizon.** The objective stops at the current step's commit, so it does not see that finishing a "
+           "step's rollout earlier frees the generators for the next step (TCSS stale work in `full`). Equal "
+           "predictions therefore go to the larger k"]
+    if small:
+        hor.append(f": with ties to k = 0 (the former rule, `bts_d2_small_ties`) depth 2 is "
+                   f"{_p(small['mean_vs_greedy'])} vs greedy with exact costs ({small['wins']} / {small['ties']} / "
+                   f"{small['losses']}), with ties to the larger k {_p(s['exact/bts_d2']['mean_vs_greedy'])} "
+                   f"({s['exact/bts_d2']['wins']} / {s['exact/bts_d2']['ties']} / {s['exact/bts_d2']['losses']})")
+    hor.append(f". Configurations where depth 2 is still slower than greedy on average under {LEVEL_NAMES[jl]}: "
+               f"{lost_txt}; a multi-step objective (the next step's rollout in the value) is not implemented, and "
+               "whether it would close these gaps is not measured.")
+    d2rows = {k: [r for r in rows if r["policy"] == "bts_d2" and r["jitter"] == k and r["predictions"]] for k in lv}
+    err = "; ".join(f"{LEVEL_NAMES[k]} {_mean(r['span_error_mean'] for r in d2rows[k]):.1%} (mean signed "
+                    f"{_mean(r['span_error_bias'] for r in d2rows[k]):+.1%}; against the absolute commit time "
+                    f"{_mean(r['commit_error_abs_time'] for r in d2rows[k]):.2%})" for k in lv)
+    pred = [f"**Prediction error** of depth 2 against the predicted span: {err}. Positive: later than predicted; "
+            "the search plans with the medians while a log-normal factor has a mean exp(sigma^2 / 2) above 1; "
+            "the error against the absolute commit time, the former statistic, understates it."]
+    return ["".join(out) + "\n", "".join(why) + "\n", "".join(hor) + "\n", "".join(pred) + "\n"]
 
 
 def section(data: dict) -> list[str]:

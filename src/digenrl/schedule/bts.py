@@ -12,9 +12,9 @@ and a budget. Candidates are k in {0..m} (m = min(idle ranks, pending)), thinned
 m exceeds ``max_branch``; k = 0 is always one. Ties (equal predicted commit, in ticks) go to the larger k: it
 finishes the step's rollout earlier, which frees the generators for the next step's work (TCSS stale
 fragments, or simply an earlier start after the publish), a gain the step-k objective does not see (with
-several minibatches per step, whose intermediate commits the prediction ignores, ties go to k = 0). (With ties
-to the smaller k, ``ties_to_larger_k=False``, the search loses to the greedy rule on most ``full`` presets:
-``benchmarks/bts_quality.py``, policy ``bts_d2_small_ties``.)
+several minibatches per step, whose intermediate commits the prediction ignores, ties go to k = 0).
+``ties_to_larger_k=False`` restores the former rule (ties to the smaller k); ``benchmarks/bts_quality.py``
+compares both against the greedy rule (``bts_d2``, ``bts_d2_small_ties``).
 
 Budget (deterministic): a decision may evaluate at most ``budget_nodes`` search nodes, one node being one call
 of the abstract dynamics (``TickModel.advance`` or ``TickModel.leaf``; memo hits are free). The search deepens
