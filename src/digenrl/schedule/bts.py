@@ -29,7 +29,9 @@ Safety (why ``gap_tsp_tag`` is never slower than ``gap_tsp`` with exact costs): 
 ``predict_commit(k) <= predict_commit(0)`` in exact arithmetic (``StepModel.predict_commit``, the same floats as
 the simulator). The no-TAG continuation of the state after each decision then never gets later, and with no
 TAG at all the step is exactly the ``gap_tsp`` step; the first candidate of the search order that passes is
-taken, else SkipBubble.
+taken, else SkipBubble. With several minibatch rounds per step, BTS decides only in round 0, the candidates
+are round 0's pending fragments, and the check compares the end of round 0's commit (the later rounds start
+after it and train groups whose generation TAG only ever makes earlier).
 
 The clock (default ``time.perf_counter``) only measures search times for the statistics and, when
 ``budget_s`` is set, the wall-clock cap.
