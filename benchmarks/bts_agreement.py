@@ -10,7 +10,7 @@ delayed the current step's commit by the exact no-TAG-afterwards prediction (``S
 m vs 0: ``skip_greedy_delays`` of ``skips``, mean delay in seconds). Writes
 ``benchmarks/results/bts_agreement.json``.
 
-Run: ``python benchmarks/bts_agreement.py [--steps 4] [--out PATH]`` (~2 min on 2 cores).
+Run: ``python benchmarks/bts_agreement.py [--steps 4] [--out PATH]`` (~5 min on 2 shared cores).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ the prediction error of each step's first decision against the predicted span, m
 ``summary`` (per policy and jitter level: mean / min / max relative to greedy, wins / ties / losses with a
 0.1 % tie band).
 
-Run: ``python benchmarks/bts_quality.py [--steps 6] [--workers 2] [--jitter PATH] [--out PATH]`` (~12 min on
+Run: ``python benchmarks/bts_quality.py [--steps 6] [--workers 2] [--jitter PATH] [--out PATH]`` (~14 min on
 2 shared cores).
 """
 
