@@ -1,17 +1,36 @@
-"""BTS decision quality: search depth 0 vs 2 vs 4 over the simulator presets, exact and jittered costs.
+"""TAG decision quality: the greedy rule vs BTS depth 0 / 2 / 4 (and no TAG) over the simulator presets, with
+exact costs and with per-operation jitter whose spread was measured (``benchmarks/op_jitter.py``).
 
-For every (model, testbed) preset and TAG mode (``gap_tsp_tag``, ``full``) the split is fixed to the one the
-planner picks with the default BTS (depth 2); then the same plan is simulated with BTS depth 0, 2 and 4, with
-exact costs and with log-normal per-op jitter (sigma 0.05, two seeds; an assumed variance: no per-op GPU
-variance was measured). Writes ``benchmarks/results/bts_quality.json``: rows {model, testbed, mode, jitter,
-seed, depth, step_time_s, tag_fragments_per_step, decisions, budget_hits, search_median_ms, commit_error} and
-a summary of each depth's step time relative to depth 2. BTS's search budget is wall-clock (``budget_s``), so
-budget hits, and with them the decisions, depend on the machine's load.
+For every (model, testbed) preset and TAG mode (``gap_tsp_tag``, ``full``) the split is the one the planner
+picks with the default policy (BTS depth 2); the same plan is then simulated with each policy:
 
-Not measured here: a greedy "one fragment per idle rank" rule (the scheduler takes no other decision policy
-than BTS through its public interface) and the prediction error against the predicted span (the BTS
-statistics keep only the absolute predicted commit time).
-Run: ``python benchmarks/bts_quality.py [--steps 8] [--out PATH]`` (~5 min on 2 cores).
+* ``none``: k = 0 at every bubble (= the mode without TAG), for scale;
+* ``greedy``: one fragment per idle trainer rank while fragments are pending, k = min(idle, pending);
+* ``bts_d0`` / ``bts_d2`` / ``bts_d4``: the search at depth 0, 2, 4 with the default node budget (2000 nodes
+  per decision; deterministic, so no result depends on this machine's load);
+* ``bts_d2_small_ties``: depth 2 with equal predictions resolved to the smaller k (the former rule).
+
+Jitter levels (an independent log-normal factor exp(N(0, sigma_kind^2)) per action, sigma per action kind;
+two seeds each; BTS always plans with the unjittered costs, i.e. the medians, as a measured profile is):
+
+* ``exact``: none;
+* ``in_process``: the per-op spread of the CPU pipeline workload timed back to back in one process
+  (``op_jitter.json`` ``in_process``);
+* ``runtime``: the per-op spread of the Ray runtime's spans on this shared 2-core machine, after removing slow
+  drift (``op_jitter.json`` ``kinds[*].sigma_fast``; TCSS-curve runs, 200 steps each).
+
+Both are CPU measurements (no GPU here): they bound GPU jitter from above rather than estimate it.
+
+Writes ``benchmarks/results/bts_quality.json``: ``rows`` (one per preset x mode x jitter x seed x policy:
+step time = makespan / steps, steady step time = (last commit - first commit) / (steps - 1),
+TAG fragments per step, decisions, budget hits, nodes per decision (mean / max), search time, and
+the prediction error of each step's first decision against the predicted span, mean |.| and mean signed),
+``per_config`` (step time per policy relative to greedy, exact and mean over the jittered seeds) and
+``summary`` (per policy and jitter level: mean / min / max relative to greedy, wins / ties / losses with a
+0.1 % tie band).
+
+Run: ``python benchmarks/bts_quality.py [--steps 6] [--workers 2] [--jitter PATH] [--out PATH]`` (~14 min on
+2 shared cores).
 """
 
 from __future__ import annotations
@@ -21,64 +40,134 @@ import json
 import statistics
 import time
 from dataclasses import replace
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-# the simulator drivers, imported in this one place
 from digenrl.schedule.bts import BTSConfig
-from digenrl.sim.planner import run_mode
-
-from digenrl.sim.planner import Scenario as Setup
+from digenrl.sim.planner import Scenario, run_mode
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
 
 PRESETS = [("hunyuan", "A"), ("hunyuan", "B"), ("hunyuan", "C"), ("wan", "B"), ("wan", "C"), ("flux", "A"),
            ("flux", "B"), ("flux", "C")]
-DEPTHS = (0, 2, 4)
-JITTERS = ((0.0, (0,)), (0.05, (1, 2)))
+MODES = ("gap_tsp_tag", "full")
+POLICIES = {"none": BTSConfig(policy="none"), "greedy": BTSConfig(policy="greedy"),
+            "bts_d0": BTSConfig(depth=0), "bts_d2": BTSConfig(depth=2), "bts_d4": BTSConfig(depth=4),
+            "bts_d2_small_ties": BTSConfig(depth=2, ties_to_larger_k=False)}
+SEEDS = (1, 2)
+TIE = 1e-3
+RESULTS = Path(__file__).parent / "results"
+
+
+def jitter_levels(path: Path) -> dict[str, dict[str, float]]:
+    j = json.loads(path.read_text())
+    levels = {"exact": {}}
+    if "in_process" in j:
+        levels["in_process"] = {k: v["sigma"] for k, v in j["in_process"]["kinds"].items()}
+    if j.get("kinds"):
+        levels["runtime"] = {k: v["sigma_fast"] for k, v in j["kinds"].items()}
+    return levels
+
+
+def one_run(s: Scenario, mode: str, split: int, sigma: dict, seed: int, cfg: BTSConfig) -> dict:
+    r = run_mode(s, mode, split, jitter=sigma if sigma else 0.0, seed=seed, bts=cfg).result
+    b = r.bts or {}
+    commits = [st.committed for st in r.stats]
+    steady = (commits[-1] - commits[0]) / (len(commits) - 1) if len(commits) > 1 else r.step_time
+    return {"step_time_s": r.step_time, "steady_step_s": steady, "tag_fragments_per_step": r.tag_fragments_per_step,
+            "decisions": b.get("decisions", 0), "budget_hits": b.get("budget_hits", 0),
+            "nodes_per_decision": b.get("nodes_per_decision", 0.0), "nodes_max": b.get("nodes_max", 0),
+            "search_median_ms": 1e3 * b.get("search_median_s", 0.0),
+            "span_error_mean": b.get("span_rel_error_mean", 0.0), "span_error_bias": b.get("span_rel_bias", 0.0),
+            "predictions": b.get("predictions", 0), "commit_error_abs_time": b.get("makespan_rel_error_mean", 0.0)}
+
+
+def config_rows(task) -> list[dict]:
+    """Every jitter level, seed and policy of one preset and mode (one process)."""
+    model, tb, mode, steps, levels = task
+    s = Scenario(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=steps)
+    split = run_mode(s, mode, bts=BTSConfig()).n_gen
+    rows = []
+    for lvl, sigma in levels.items():
+        for seed in ((0,) if not sigma else SEEDS):
+            for pol, cfg in POLICIES.items():
+                rows.append({"model": model, "testbed": tb, "mode": mode, "gen_gpus": split, "jitter": lvl,
+                             "seed": seed, "policy": pol, **one_run(s, mode, split, sigma, seed, cfg)})
+    return rows
+
+
+def summarize(rows: list[dict], levels: list[str]) -> tuple[list[dict], dict]:
+    key = ("model", "testbed", "mode")
+    ref = {(r["model"], r["testbed"], r["mode"], r["jitter"], r["seed"]): r
+           for r in rows if r["policy"] == "greedy"}
+    for r in rows:
+        g = ref[(r["model"], r["testbed"], r["mode"], r["jitter"], r["seed"])]
+        r["vs_greedy"] = r["step_time_s"] / g["step_time_s"] - 1
+        r["steady_vs_greedy"] = r["steady_step_s"] / g["steady_step_s"] - 1
+    per_config = []
+    for cfg in dict.fromkeys(tuple(r[k] for k in key) for r in rows):
+        mine = [r for r in rows if tuple(r[k] for k in key) == cfg]
+        entry = {**dict(zip(key, cfg)), "gen_gpus": mine[0]["gen_gpus"]}
+        for lvl in levels:
+            entry[lvl] = {p: statistics.fmean(r["vs_greedy"] for r in mine if r["jitter"] == lvl and r["policy"] == p)
+                          for p in POLICIES}
+            entry[lvl + "_steady"] = {p: statistics.fmean(r["steady_vs_greedy"] for r in mine
+                                                          if r["jitter"] == lvl and r["policy"] == p) for p in POLICIES}
+        entry["greedy_step_s_exact"] = next(r["step_time_s"] for r in mine
+                                            if r["jitter"] == "exact" and r["policy"] == "greedy")
+        per_config.append(entry)
+    summary = {}
+    for lvl in levels:
+        for p in POLICIES:
+            rel = [r["vs_greedy"] for r in rows if r["jitter"] == lvl and r["policy"] == p]
+            mine = [r for r in rows if r["jitter"] == lvl and r["policy"] == p]
+            spans = [r["span_error_mean"] for r in mine if r["predictions"]]
+            steady = [r["steady_vs_greedy"] for r in mine]
+            summary[f"{lvl}/{p}"] = {
+                "mean_vs_greedy": statistics.fmean(rel), "min": min(rel), "max": max(rel),
+                "wins": sum(v < -TIE for v in rel), "ties": sum(abs(v) <= TIE for v in rel),
+                "losses": sum(v > TIE for v in rel), "runs": len(rel),
+                "steady_mean_vs_greedy": statistics.fmean(steady),
+                "steady_wtl": [sum(v < -TIE for v in steady), sum(abs(v) <= TIE for v in steady),
+                               sum(v > TIE for v in steady)],
+                "tag_fragments_per_step": statistics.fmean(r["tag_fragments_per_step"] for r in mine),
+                "budget_hits": sum(r["budget_hits"] for r in mine), "decisions": sum(r["decisions"] for r in mine),
+                "nodes_max": max(r["nodes_max"] for r in mine),
+                "span_error_mean": statistics.fmean(spans) if spans else None,
+                "span_error_max_run": max(spans) if spans else None}
+    return per_config, summary
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bts_quality.json"))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--workers", type=int, default=2, help="processes (one preset x mode each)")
+    ap.add_argument("--jitter", default=str(RESULTS / "op_jitter.json"), help="op_jitter.py results")
+    ap.add_argument("--out", default=str(RESULTS / "bts_quality.json"))
     args = ap.parse_args(argv)
-    if args.steps < 1:
-        ap.error(f"--steps: must be >= 1 (got {args.steps})")
+    if args.steps < 1 or args.workers < 1:
+        ap.error(f"--steps, --workers: must be >= 1 (got {args.steps}, {args.workers})")
+    jpath = Path(args.jitter)
+    if not jpath.is_file():
+        ap.error(f"--jitter: no file {jpath} (run benchmarks/op_jitter.py first)")
+    levels = jitter_levels(jpath)
     rows, t0 = [], time.perf_counter()
-    for model, tb in PRESETS:
-        s = Setup(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=args.steps)
-        for mode in ("gap_tsp_tag", "full"):
-            split = run_mode(s, mode, bts=BTSConfig(depth=2)).n_gen
-            for jitter, seeds in JITTERS:
-                for seed in seeds:
-                    for depth in DEPTHS:
-                        r = run_mode(s, mode, split, jitter=jitter, seed=seed, bts=BTSConfig(depth=depth)).result
-                        b = r.bts or {}
-                        rows.append({"model": model, "testbed": tb, "mode": mode, "gen_gpus": split,
-                                     "jitter": jitter, "seed": seed, "depth": depth, "step_time_s": r.step_time,
-                                     "tag_fragments_per_step": r.tag_fragments_per_step,
-                                     "decisions": b.get("decisions", 0), "budget_hits": b.get("budget_hits", 0),
-                                     "search_median_ms": 1e3 * b.get("search_median_s", 0.0),
-                                     "commit_error": b.get("makespan_rel_error_mean", 0.0)})
+    tasks = [(model, tb, mode, args.steps, levels) for model, tb in PRESETS for mode in MODES]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for (model, tb, mode, _, _), got in zip(tasks, pool.map(config_rows, tasks)):
+            rows.extend(got)
             print(f"{model} {tb} {mode} [{time.perf_counter() - t0:.0f}s]", flush=True)
-    summary = {}
-    for d in DEPTHS:
-        rel = []
-        for r in rows:
-            if r["depth"] != d:
-                continue
-            ref = next(q for q in rows if q["depth"] == 2 and all(q[k] == r[k] for k in
-                                                                 ("model", "testbed", "mode", "jitter", "seed")))
-            rel.append(r["step_time_s"] / ref["step_time_s"] - 1)
-        mine = [r for r in rows if r["depth"] == d]
-        summary[f"depth{d}"] = {"mean_vs_depth2": statistics.fmean(rel), "min": min(rel), "max": max(rel),
-                                "identical_share": sum(1 for v in rel if abs(v) < 1e-9) / len(rel),
-                                "budget_hits": sum(r["budget_hits"] for r in mine),
-                                "decisions": sum(r["decisions"] for r in mine)}
+    per_config, summary = summarize(rows, list(levels))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"steps": args.steps, "rows": rows, "summary": summary}, indent=1))
-    print(json.dumps(summary, indent=1))
-    print(f"wrote {out}")
+    out.write_text(json.dumps({"steps": args.steps, "policies": list(POLICIES), "seeds": list(SEEDS),
+                               "jitter_levels": levels, "jitter_source": str(jpath.name), "tie_band": TIE,
+                               "default_budget_nodes": BTSConfig().budget_nodes, "rows": rows,
+                               "per_config": per_config, "summary": summary}, indent=1))
+    for k, v in summary.items():
+        print(f"{k:28s} mean {v['mean_vs_greedy']:+.2%} [{v['min']:+.2%}, {v['max']:+.2%}] "
+              f"W/T/L {v['wins']}/{v['ties']}/{v['losses']} steady {v['steady_mean_vs_greedy']:+.2%} "
+              f"budget hits {v['budget_hits']}/{v['decisions']}")
+    print(f"wrote {out} [{time.perf_counter() - t0:.0f}s]")
     return 0
 
 

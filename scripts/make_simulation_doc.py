@@ -5,7 +5,9 @@
     python scripts/make_simulation_doc.py --out /tmp/x/simulation.md   # page, figures/ and results under /tmp/x
 
 Everything goes where ``--out`` says: the page at OUT, figures and ``simulation_results.json`` in
-``OUT's folder/figures``. Every number of the page (tables and prose) is read from the results file.
+``OUT's folder/figures``. Every number of the page (tables and prose) is read from the results file, except
+the BTS section's, read from the BTS benchmarks' results in ``benchmarks/results`` (``simdoc_bts``) at every
+render, so ``--reuse`` regenerates it after ``benchmarks/bts_quality.py`` without re-running the simulations.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from simdoc_bts import load as load_bts  # noqa: E402
+from simdoc_bts import section as bts_section  # noqa: E402
 from simdoc_prose import MECH, render  # noqa: E402
 from simdoc_render import NAMES, PUBLISHED_ABLATION, PUBLISHED_COLOC, row  # noqa: E402
 
@@ -115,13 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         res["gantts"] = [] if args.no_gantt else gantts(figdir)
         print(f"runs done [{time.perf_counter() - t0:.0f}s]")
         cache.write_text(json.dumps(res, indent=1))
-    bts_q = ROOT / "benchmarks" / "results" / "bts_quality.json"
-    if bts_q.exists() and "bts_quality" not in res:
-        res["bts_quality"] = json.loads(bts_q.read_text())
-        if not args.reuse:
-            cache.write_text(json.dumps(res, indent=1))
+    bts = bts_section(load_bts(ROOT / "benchmarks" / "results"))  # read fresh: not part of the cached runs
     bar_figures(res, figdir)
-    out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])]))
+    out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts))
     print(f"wrote {out}, figures and {RESULTS} in {figdir}")
     return 0
 

@@ -107,7 +107,7 @@ def static_inputs() -> dict:
 
 def run_all(steps: int, log=print) -> dict:
     t0 = time.perf_counter()
-    out: dict = {"steps": steps, "runs": [], "lora": [], "hetero": [], "costs": [], "bts": []}
+    out: dict = {"steps": steps, "runs": [], "lora": [], "hetero": [], "costs": []}
     out["static"] = static_inputs()
     out["efficiency"] = efficiency_results()
     out["flops"] = flops_table()
@@ -130,10 +130,6 @@ def run_all(steps: int, log=print) -> dict:
     for model in HETERO:
         out["hetero"].append(hetero(model, steps))
         log(f"hetero {model} [{time.perf_counter() - t0:.0f}s]")
-    for mode in ("gap_tsp_tag", "full"):
-        for jitter in (0.0, 0.05):
-            r = run_mode(setup("hunyuan", "A", steps), mode, jitter=jitter, seed=1)
-            out["bts"].append({"mode": mode, "jitter": jitter, **(r.result.bts or {})})
     return out
 
 

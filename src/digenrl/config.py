@@ -110,6 +110,15 @@ class EvalConfig(_Strict):
     grid_prompts: int = Field(8, ge=1)
 
 
+class BTSOptions(_Strict):
+    """Options of the BTS search (``schedule.bts.BTSConfig``), used when ``runtime.tag_policy`` is ``bts``."""
+
+    depth: int = Field(2, ge=0)  # recursion depth over future bubbles
+    budget_nodes: int = Field(2000, ge=1)  # search nodes per decision (deterministic; over it: shallower result)
+    budget_s: float | None = Field(None, gt=0.0)  # optional wall-clock cap per decision (makes decisions load-dependent)
+    max_branch: int = Field(4, ge=1)  # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
+
+
 class RuntimeConfig(_Strict):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True)
 
@@ -129,7 +138,19 @@ class RuntimeConfig(_Strict):
     watchdog_s: float | None = Field(None, gt=0.0)  # a call silent this long is a failure; None: derived from the
     # cost model where the run has one (TAG modes, runtime.profile): 60 s + 20 x the action's modelled time  # resumable checkpoints kept in run_dir/checkpoints/ (newest first)
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start
+    tag_policy: Literal["bts", "greedy", "none"] = "bts"  # TAG modes: who decides the fragments given to idle
+    # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
+    bts: BTSOptions = BTSOptions()
     inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
+
+
+    def bts_config(self):
+        """The scheduler's ``BTSConfig`` for ``tag_policy`` and ``bts`` (pass it as ``Scheduler(bts_config=...)``)."""
+        from digenrl.schedule.bts import BTSConfig
+
+        b = self.bts
+        return BTSConfig(depth=b.depth, budget_nodes=b.budget_nodes, budget_s=b.budget_s, max_branch=b.max_branch,
+                         policy=self.tag_policy)
 
 
 class LogConfig(_Strict):

@@ -94,3 +94,17 @@ def test_measured_profile_replaces_the_roofline(tmp_path, capsys):
     bad.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "ops": {"denoise": [[1, 0.1]]}}))
     assert main(SMALL + ["--profile", str(bad)]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_tag_policy_flags(capsys):
+    """--tag-policy none runs the TAG mode without TAG (= gap_tsp at the same split); greedy inserts some; bad
+    values exit with code 2."""
+    none = {r["mode"]: r for r in run_json(capsys, "--gen-gpus", "3", "--modes", "gap_tsp", "gap_tsp_tag",
+                                            "--tag-policy", "none")}
+    assert none["gap_tsp_tag"]["tag_fragments_per_step"] == 0
+    assert none["gap_tsp_tag"]["step_time_s"] == none["gap_tsp"]["step_time_s"]
+    (greedy,) = run_json(capsys, "--gen-gpus", "3", "--modes", "gap_tsp_tag", "--tag-policy", "greedy")
+    assert greedy["tag_fragments_per_step"] > 0
+    for bad in (["--tag-policy", "always"], ["--bts-depth", "-1"], ["--bts-budget-nodes", "0"]):
+        assert main(SMALL + bad) == 2
+        assert bad[0] in capsys.readouterr().err

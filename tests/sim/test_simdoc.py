@@ -49,3 +49,25 @@ def test_out_writes_page_figures_and_nothing_else(tmp_path):
 def test_reuse_without_results_is_an_error(tmp_path, capsys):
     assert _script().main(["--reuse", "--out", str(tmp_path / "x.md")]) == 2
     assert "no results file" in capsys.readouterr().err and not (tmp_path / "x.md").exists()
+
+
+BTS_RESULTS = ROOT / "benchmarks" / "results"
+
+
+@pytest.mark.skipif(not (BTS_RESULTS / "bts_quality.json").exists(), reason="no committed BTS results")
+def test_bts_section_numbers_come_from_the_bts_results_files():
+    """The BTS section is rendered from the BTS benchmark results only: a changed value shows on the page, and
+    the committed page's BTS section equals a fresh render of the committed results."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import simdoc_bts
+
+    data = simdoc_bts.load(BTS_RESULTS)
+    page = "\n".join(simdoc_bts.section(data))
+    assert "## BTS decision quality" in page
+    committed = (ROOT / "docs" / "simulation.md").read_text()
+    assert page.strip() in committed
+    data["quality"]["summary"]["exact/bts_d2"]["mean_vs_greedy"] = -0.4321
+    data["agreement"]["pooled"]["d0_eq_d2"] = 0.123
+    data["jitter"]["kinds"]["train"]["sigma_fast"] = 9.876
+    changed = "\n".join(simdoc_bts.section(data))
+    assert "-43.21%" in changed and "12%" in changed and "9.876" in changed

@@ -43,7 +43,7 @@ step: dispatch / rewards-in / commit / publish times, TAG and stale counts, BTS 
 
 Modes (``Mode``): ``colocated`` (trainer ranks generate the whole step, then train the classic layout, then
 commit + publish), ``naive`` (disaggregated, full-batch barrier), ``gap`` (groups trained as their rewards
-come in), ``gap_tsp`` (TSP chunks on any rank), ``gap_tsp_tag`` (+ TAG decided by BTS), ``full`` (+ TCSS:
+come in), ``gap_tsp`` (TSP chunks on any rank), ``gap_tsp_tag`` (+ TAG decided by BTS, or by the policy ``BTSConfig.policy`` names: see ``tag_policy``), ``full`` (+ TCSS:
 after every fragment of step k is dispatched, generators produce up to ``floor(max_stale_fraction * B)``
 trajectories of step k + 1 with version k; their chunks are trained after commit k).
 
@@ -53,17 +53,18 @@ Cost models (``CostModel`` protocol: ``time(op, batch, pool) -> seconds``) price
 
 from .actions import (Action, ChunkTrained, Commit, Committed, Event, FragmentGenerated, Generate, Publish,
                       Published, Train)
-from .bts import BTS, BTSConfig, BTSStats, Decision
+from .bts import BTS, TAG_POLICIES, BTSConfig, BTSStats, Decision
 from .bts_model import Snapshot
 from .cost import GENERATOR, OPS, TRAINER, CostModel, Durations, Op
 from .layout import Chunk, Fragment, classic_chunks, group_fragments, step_fragments, tsp_chunks
 from .plan import MODES, Mode, PlanError, StepPlan
 from .scheduler import Scheduler, SchedulerError
 from .stats import StepStats
+from .tag_policy import FixedRule, make_tag_policy
 
 __all__ = [
     "Action", "BTS", "BTSConfig", "BTSStats", "Chunk", "ChunkTrained", "Commit", "Committed", "CostModel",
-    "Decision", "Durations", "Event", "Fragment", "FragmentGenerated", "GENERATOR", "Generate", "MODES", "Mode",
+    "Decision", "Durations", "Event", "FixedRule", "Fragment", "FragmentGenerated", "GENERATOR", "Generate", "MODES", "Mode",
     "OPS", "Op", "PlanError", "Publish", "Published", "Scheduler", "SchedulerError", "Snapshot", "StepPlan",
-    "StepStats", "TRAINER", "Train", "classic_chunks", "group_fragments", "step_fragments", "tsp_chunks",
+    "StepStats", "TAG_POLICIES", "TRAINER", "Train", "classic_chunks", "group_fragments", "step_fragments", "tsp_chunks", "make_tag_policy",
 ]

@@ -78,10 +78,14 @@ class StepModel:
         self.chunk_sizes = tuple(c.size for c in tsp_chunks(plan, 0, 0))
         self.C = len(self.chunk_sizes)
         self.n_gen, self.n_rank = len(plan.generators), len(plan.trainers)
+        # several minibatch rounds per step: BTS decides only in round 0, and its exact check predicts the end
+        # of round 0's commit (the later rounds start after it and only use generator work TAG never delays)
+        self.round0 = frozenset(plan.round_groups(0)) if plan.rounds > 1 else None
 
     # ---- exact prediction (absolute float seconds) ---------------------------------------------------
     def predict_commit(self, snap: Snapshot, k: int) -> float:
-        """End of the step's commit if ``k`` pending fragments go to idle ranks now and no TAG follows."""
+        """End of the step's commit if ``k`` pending fragments go to idle ranks now and no TAG follows (several
+        minibatch rounds per step: the end of round 0's commit, training only round 0's groups)."""
         dur, now = self.dur, snap.now
         done: dict[int, float] = {}
         rank_free = [r[0] for r in snap.ranks]
@@ -105,7 +109,8 @@ class StepModel:
         sizes, C = self.chunk_sizes, self.C
         jobs = [(now, c) for rem in snap.ready for c in sizes[C - rem:]]
         for grp in sorted(snap.incomplete, key=lambda g: (done[g], g)):
-            jobs.extend((done[grp], c) for c in self.chunk_sizes)
+            if self.round0 is None or grp in self.round0:
+                jobs.extend((done[grp], c) for c in self.chunk_sizes)
         heapq.heapify(rank_free)
         for release, cells in jobs:
             start = max(rank_free[0], release)

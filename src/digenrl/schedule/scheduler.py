@@ -15,6 +15,7 @@ from .cost import CostModel, Durations
 from .layout import Chunk, Fragment, classic_chunks, step_fragments, tsp_chunks
 from .plan import StepPlan
 from .stats import StepStats
+from .tag_policy import FixedRule, make_tag_policy
 
 
 class SchedulerError(RuntimeError):
@@ -35,7 +36,8 @@ class StepWork:
 
 
 class Scheduler:
-    """Drives one run of ``plan``. ``cost`` is required in TAG modes (BTS predicts with it)."""
+    """Drives one run of ``plan``. ``cost`` is required in TAG modes (BTS predicts with it). ``bts_config``
+    also names the TAG decision policy (``BTSConfig.policy``: bts, greedy, none; ``tag_policy``)."""
 
     def __init__(self, plan: StepPlan, cost: CostModel | None = None, bts_config: BTSConfig | None = None,
                  bts_clock: Callable[[], float] = time.perf_counter, first_step: int = 0):
@@ -45,7 +47,8 @@ class Scheduler:
             raise ValueError(f"cost: mode {plan.mode.value!r} needs a cost model (BTS predicts with it)")
         self.plan = plan
         self._dur = Durations(plan, cost) if cost is not None else None
-        self.bts: BTS | None = BTS(plan, cost, bts_config, bts_clock) if plan.mode.tag else None
+        self.bts: BTS | FixedRule | None = (make_tag_policy(plan, cost, bts_config, bts_clock)
+                                            if plan.mode.tag else None)
         self.stats = [StepStats(k, generations=plan.batch) for k in range(plan.steps)]
         if not 0 <= first_step <= plan.steps:
             raise ValueError(f"first_step: {first_step} is outside 0..{plan.steps}")
@@ -292,7 +295,7 @@ class Scheduler:
         return acts
 
     def _bubble(self, t: float) -> list[Action]:
-        """A trainer rank is about to idle: ask BTS how many pending fragments to hand to idle ranks."""
+        """A trainer rank is about to idle: ask the TAG policy how many pending fragments to hand to idle ranks."""
         s = self.train_step
         pending = self._work(s).pending
         if not pending or s >= self.plan.steps or self.published != s or self.round > 0:

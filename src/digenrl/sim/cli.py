@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..control.profile import ProfileError, load_profile
 from ..control.timeline import RunResult
-from ..schedule import MODES, Mode
+from ..schedule import MODES, TAG_POLICIES, BTSConfig, Mode
 from .planner import ModeRun, Scenario, ScenarioError, run_mode
 from .presets import WORKLOADS, PresetError, model_preset, testbed_preset
 
@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-stale-fraction", type=float, default=0.5, help="TCSS cap for 'full' (default 0.5)")
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma of op-time noise (default 0)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag-policy", default="bts", help="TAG decisions: bts | greedy | none (default bts)")
+    ap.add_argument("--bts-depth", type=int, default=None, help="BTS search depth (default 2)")
+    ap.add_argument("--bts-budget-nodes", type=int, default=None,
+                    help="BTS search nodes per decision (default 2000; deterministic)")
     ap.add_argument("--profile", default=None, help="measured cost profile JSON (replaces the roofline)")
     ap.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     ap.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of --trace-mode here")
@@ -62,6 +66,20 @@ def _check_modes(args) -> None:
             raise CliError(f"--modes: unknown mode {m!r} (choose from {', '.join(MODES)})")
     if args.trace_mode is not None and args.trace_mode not in args.modes:
         raise CliError(f"--trace-mode: {args.trace_mode!r} is not among --modes")
+
+
+def bts_of(args) -> BTSConfig:
+    """--tag-policy / --bts-depth / --bts-budget-nodes as the scheduler's ``BTSConfig``."""
+    if args.tag_policy not in TAG_POLICIES:
+        raise CliError(f"--tag-policy: unknown policy {args.tag_policy!r} (choose from {', '.join(TAG_POLICIES)})")
+    opts = {"policy": args.tag_policy}
+    for opt, key, lo in (("bts_depth", "depth", 0), ("bts_budget_nodes", "budget_nodes", 1)):
+        v = getattr(args, opt)
+        if v is not None:
+            if v < lo:
+                raise CliError(f"--{opt.replace('_', '-')}: must be >= {lo} (got {v})")
+            opts[key] = v
+    return BTSConfig(**opts)
 
 
 def _setup(args) -> Scenario:
@@ -99,11 +117,11 @@ def _setup(args) -> Scenario:
 
 
 def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
-              record_mode: str | None = None) -> dict[str, ModeRun]:
+              record_mode: str | None = None, bts: BTSConfig | None = None) -> dict[str, ModeRun]:
     """Every requested mode plus the two baselines (``naive``, ``colocated``) needed for the speedups."""
     runs: dict[str, ModeRun] = {}
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
-        runs[m] = run_mode(setup, m, gen_gpus if m != "colocated" else None, jitter, seed,
+        runs[m] = run_mode(setup, m, gen_gpus if m != "colocated" else None, jitter, seed, bts=bts,
                            record=(m == record_mode))
     return runs
 
@@ -158,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.model is None or args.testbed is None:
             raise CliError("--model and --testbed are required (or --config with --profile)")
         setup = _setup(args)
+        bts = bts_of(args)
         record_mode = None
         if args.trace or args.gantt:
             record_mode = args.trace_mode or args.modes[-1]
-        runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode)
+        runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode, bts)
     except (CliError, PresetError, ScenarioError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
@@ -192,6 +211,9 @@ def _main_config(args) -> int:
     try:
         if args.model:
             raise CliError("--config: give either --config or --model/--testbed, not both")
+        if (args.tag_policy, args.bts_depth, args.bts_budget_nodes) != ("bts", None, None):
+            raise CliError("--tag-policy/--bts-*: only on the --model/--testbed path for now (the --config path "
+                           "simulates with the default BTS)")
         if (args.profile is None) == (args.testbed is None):
             raise CliError("--profile: give exactly one of --profile (measured costs, e.g. from `digenrl profile`) "
                            "or --testbed (roofline of a GPU testbed) with --config")

@@ -1,8 +1,10 @@
 """The virtual-time executor: the scheduler's actions priced by a cost model, completions from a heap.
 
 Each action starts when the scheduler emits it (at the time of the event being handled) and lasts
-``Durations.of(action) x jitter`` where jitter is 1 or a seeded log-normal factor exp(N(0, sigma^2)). Its end
-becomes the corresponding event. The control loop, the tie rule for events that end together, the spans and
+``Durations.of(action) x jitter`` where jitter is 1 or a seeded log-normal factor exp(N(0, sigma^2)), one
+independent draw per action. ``sigma`` is one number for every action, or per action kind
+(``{"generate": s_g, "train": s_t, "commit": s_c, "publish": s_p}``, missing kinds 0), e.g. the per-op
+spread measured on a real run (``benchmarks/op_jitter.py``). Its end becomes the corresponding event. The control loop, the tie rule for events that end together, the spans and
 the run figures are those of ``digenrl.control`` (the same code the Ray runtime runs).
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..control.loop import Completion, Interval, LoopError, run_loop, tie_order
 from ..control.timeline import RunResult, Timeline
@@ -27,11 +29,17 @@ class SimulationError(RuntimeError):
 class VirtualExecutor:
     """``control.loop.Executor`` in virtual time: every action ends after its (jittered) modelled duration."""
 
-    def __init__(self, plan: StepPlan, cost: CostModel, jitter: float = 0.0, seed: int = 0,
+    def __init__(self, plan: StepPlan, cost: CostModel, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
                  max_actions: int = 10_000_000):
-        if jitter < 0:
-            raise ValueError(f"jitter: must be >= 0 (got {jitter})")
-        self.plan, self.cost, self.jitter = plan, cost, jitter
+        per_kind = dict(jitter) if isinstance(jitter, Mapping) else None
+        for k, v in (per_kind.items() if per_kind is not None else [("jitter", jitter)]):
+            if per_kind is not None and k not in JITTER_KINDS:
+                raise ValueError(f"jitter: unknown action kind {k!r} (one of {', '.join(JITTER_KINDS)})")
+            if not v >= 0:
+                raise ValueError(f"jitter: must be >= 0 (got {k}={v})")
+        self.plan, self.cost = plan, cost
+        self.jitter = 0.0 if per_kind is not None else float(jitter)
+        self.per_kind = per_kind
         self.dur = Durations(plan, cost)
         self.rng = random.Random(seed)
         self.max_actions = max_actions
@@ -43,14 +51,16 @@ class VirtualExecutor:
     def idle(self) -> bool:
         return not self._heap
 
-    def _factor(self) -> float:
+    def _factor(self, kind: str) -> float:
+        if self.per_kind is not None:  # one draw per action, whatever its kind's sigma
+            return math.exp(self.rng.gauss(0.0, self.per_kind.get(kind, 0.0)))
         return math.exp(self.rng.gauss(0.0, self.jitter)) if self.jitter > 0 else 1.0
 
     def launch(self, actions: Sequence[Action]) -> None:
         t = self.now
         for a in actions:
             exact = self.dur.of(a)
-            d = exact * self._factor()
+            d = exact * self._factor(_kind(a))
             switch = 0.0
             if isinstance(a, Generate):
                 workers = (a.worker,)
@@ -77,9 +87,18 @@ class VirtualExecutor:
         return tie_order(done)
 
 
-def simulate(plan: StepPlan, cost: CostModel, *, jitter: float = 0.0, seed: int = 0,
+JITTER_KINDS = ("generate", "train", "commit", "publish")
+
+
+def _kind(a: Action) -> str:
+    return ("generate" if isinstance(a, Generate) else "train" if isinstance(a, Train)
+            else "commit" if isinstance(a, Commit) else "publish")
+
+
+def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
              bts: BTSConfig | None = None, record: bool = True, max_events: int = 10_000_000) -> RunResult:
-    """Run ``plan`` to completion in virtual time. ``record`` keeps the (start, action) log and the events."""
+    """Run ``plan`` to completion in virtual time. ``record`` keeps the (start, action) log and the events.
+    ``bts``: the TAG decision policy and BTS options (``BTSConfig``; ``policy`` bts, greedy or none)."""
     ex = VirtualExecutor(plan, cost, jitter, seed, max_events)
     sched = Scheduler(plan, cost=cost, bts_config=bts)
     timeline = Timeline(plan)
@@ -95,4 +114,4 @@ def simulate(plan: StepPlan, cost: CostModel, *, jitter: float = 0.0, seed: int 
 
 SimResult = RunResult  # the simulator's name for the shared result type
 
-__all__ = ["SimResult", "SimulationError", "VirtualExecutor", "simulate"]
+__all__ = ["JITTER_KINDS", "SimResult", "SimulationError", "VirtualExecutor", "simulate"]

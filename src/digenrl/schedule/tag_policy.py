@@ -1,0 +1,52 @@
+"""TAG decision policies: who decides how many pending fragments go to idle trainer ranks at a bubble.
+
+The scheduler asks one policy at every bubble (a trainer rank is about to idle while fragments of the current
+step are pending; ``Scheduler._bubble``) and hands the next k pending fragments to k idle ranks
+(``bts_model.tag_targets``). Policies, by ``BTSConfig.policy``:
+
+* ``bts``: the recursive search (``bts.BTS``), never predicted slower than k = 0 with exact costs;
+* ``greedy``: one fragment per idle trainer rank while fragments are pending, k = min(idle, pending), with no
+  prediction (the baseline a search has to beat);
+* ``none``: k = 0 at every bubble (the TAG mode then runs exactly like its mode without TAG).
+
+All three go through the same scheduler code path and keep the same statistics (``BTSStats``); only ``bts``
+predicts commit times (greedy and none record no prediction).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from .bts import BTS, BTSConfig, BTSStats, Decision
+from .bts_model import Snapshot
+from .cost import CostModel
+from .plan import StepPlan
+
+
+class FixedRule:
+    """A rule without search: ``greedy`` (k = min(idle, pending)) or ``none`` (k = 0)."""
+
+    def __init__(self, greedy: bool, clock: Callable[[], float] = time.perf_counter):
+        self.greedy = greedy
+        self.clock = clock
+        self.stats = BTSStats()
+
+    def decide(self, snap: Snapshot) -> Decision:
+        t0 = self.clock()
+        k = min(len(snap.idle), len(snap.pending)) if self.greedy else 0
+        elapsed = self.clock() - t0
+        self.stats.record(snap, k, float("nan"), elapsed)
+        return Decision(k, float("nan"), elapsed)
+
+    def record_commit(self, step: int, time_s: float) -> None:
+        self.stats.realized[step] = time_s
+
+
+def make_tag_policy(plan: StepPlan, cost: CostModel, config: BTSConfig | None = None,
+                    clock: Callable[[], float] = time.perf_counter) -> BTS | FixedRule:
+    """The policy ``config.policy`` names (default: BTS with the default ``BTSConfig``)."""
+    config = config or BTSConfig()
+    if config.policy == "bts":
+        return BTS(plan, cost, config, clock)
+    return FixedRule(config.policy == "greedy", clock)
