@@ -141,3 +141,14 @@ def test_a_colocated_config_is_split_in_half_for_the_disaggregated_modes(capsys)
                           "--set", "runtime.trainers=8", "--gpus", "7"])
     assert (rows["gap"]["gen_gpus"], rows["gap"]["trainer_gpus"]) == (3, 4)
     assert rows["colocated"]["trainer_gpus"] == 7
+
+
+def test_config_path_decides_tag_with_the_configs_policy(tmp_path, capsys):
+    """--config simulates with the config's runtime.tag_policy (as the runtime does); --tag-policy overrides it."""
+    slow_gen = _profile(tmp_path, denoise=20.0)  # generators are the bottleneck: trainer ranks idle -> TAG pays
+    argv = ["--config", "default", "--profile", str(slow_gen), "--json", *SETS, "--modes", "gap_tsp", "gap_tsp_tag"]
+    greedy = _rows(capsys, argv + ["--set", "runtime.tag_policy=greedy"])
+    assert greedy["gap_tsp_tag"]["tag_fragments_per_step"] > 0
+    none = _rows(capsys, argv + ["--set", "runtime.tag_policy=greedy", "--tag-policy", "none"])
+    assert none["gap_tsp_tag"]["tag_fragments_per_step"] == 0
+    assert none["gap_tsp_tag"]["step_time_s"] == pytest.approx(none["gap_tsp"]["step_time_s"])

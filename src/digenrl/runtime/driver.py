@@ -108,7 +108,7 @@ class _Controller:
             self.clock.reset()
         cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
-        self.sched = Scheduler(plan, cost=cost, first_step=self.first)
+        self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
         ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost))
         self.metrics.replay_from(self.first, len(self.recoveries), self._attempt_start)
         cpu0 = time.process_time()

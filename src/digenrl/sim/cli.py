@@ -211,9 +211,10 @@ def _main_config(args) -> int:
     try:
         if args.model:
             raise CliError("--config: give either --config or --model/--testbed, not both")
-        if (args.tag_policy, args.bts_depth, args.bts_budget_nodes) != ("bts", None, None):
-            raise CliError("--tag-policy/--bts-*: only on the --model/--testbed path for now (the --config path "
-                           "simulates with the default BTS)")
+        # the TAG flags override the config's runtime.tag_policy / runtime.bts (the runtime's own keys)
+        args.sets = list(args.sets) + ([f"runtime.tag_policy={args.tag_policy}"] if args.tag_policy != "bts" else [])
+        args.sets += [f"runtime.bts.depth={args.bts_depth}"] if args.bts_depth is not None else []
+        args.sets += [f"runtime.bts.budget_nodes={args.bts_budget_nodes}"] if args.bts_budget_nodes is not None else []
         if (args.profile is None) == (args.testbed is None):
             raise CliError("--profile: give exactly one of --profile (measured costs, e.g. from `digenrl profile`) "
                            "or --testbed (roofline of a GPU testbed) with --config")

@@ -1,7 +1,8 @@
 """Simulating a DigenRL run's own plan: ``digenrl simulate --config FILE [--set key=value ...]`` with a measured
 ``--profile`` or on a named GPU ``--testbed`` (roofline cost model).
 
-Both paths build exactly the ``StepPlan`` the Ray runtime would execute for each mode
+Both paths build exactly the ``StepPlan`` the Ray runtime would execute for each mode, and decide TAG with
+the config's ``runtime.tag_policy`` / ``runtime.bts`` as the runtime does
 (``digenrl.control.run_plan.plan_run``: pools, P x G, fragment size, trained timesteps, chunk shape, stale cap).
 ``colocated`` runs on all ``runtime.generators + runtime.trainers`` workers. The step time is makespan / steps,
 as in the roofline path.
@@ -81,9 +82,10 @@ def run_config_modes(config: str | None, sets: list[str], cost: ProfileCost, mod
     base = load_config(config, sets)
     runs = {}
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
-        plan = plan_run(load_config(config, sets + _mode_overrides(base, m))).plan
-        runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)),
-                            ranks=len(plan_run(load_config(config, sets + _mode_overrides(base, m))).trainer_ids))
+        cfg = load_config(config, sets + _mode_overrides(base, m))
+        run = plan_run(cfg)
+        runs[m] = ConfigRun(m, run.plan, simulate(run.plan, cost, jitter=jitter, seed=seed, bts=cfg.runtime.bts_config(),
+                                                  record=(m == record_mode)), ranks=len(run.trainer_ids))
     return runs
 
 
@@ -193,8 +195,8 @@ def price_on_testbed(config: str | None, sets: list[str], testbed: Testbed, mode
         cfg = fit_to_testbed(cfg, testbed, n_gen, n_train, m == "colocated")
         plan, ranks, note = plan_for_pricing(cfg)
         cost = testbed_cost(cfg, plan, testbed, ranks)
-        runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, record=(m == record_mode)),
-                            note, ranks)
+        runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, bts=cfg.runtime.bts_config(),
+                                              record=(m == record_mode)), note, ranks)
     return runs
 
 
