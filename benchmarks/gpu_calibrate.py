@@ -216,7 +216,7 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
 
 
 def check_rule(raw: dict, check: dict) -> dict:
-    """Predicted t(N) from the fit at --layers vs the direct measurement at N units: relative error per point."""
+    """Per point: predicted / measured - 1, the fit at --layers against the direct measurement at N units."""
     out = {}
     for variant, at_n in check.items():
         per_l = raw["variants"][variant]["layers"]
@@ -224,7 +224,8 @@ def check_rule(raw: dict, check: dict) -> dict:
             keys = [None] if name != "train_chunk" else ["no_recompute", "recompute"]
             for key in keys:
                 pick = (lambda d: d[name]) if key is None else (lambda d: d[name][key])
-                pred = dict(map(tuple, scaled_points({L: pick(d) for L, d in per_l.items()}, raw["meta"]["check_units"])))
+                fit = scaled_points({L: pick(d) for L, d in per_l.items()}, raw["meta"]["check_units"])
+                pred = dict(map(tuple, fit))
                 for b, s in pick(at_n):
                     if s and b in pred:
                         out[f"{variant}/{name}{'/' + key if key else ''}/{b}"] = pred[b] / s - 1

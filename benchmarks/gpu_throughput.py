@@ -35,8 +35,8 @@ def build_policy(args, device: torch.device, dtype: str):
 
     cfg = ModelConfig(kind="flux", dtype=dtype, device=str(device),
                       lora=LoraConfig(enabled=args.lora, rank=args.lora_rank, alpha=2.0 * args.lora_rank),
-                      options={"height": args.resolution, "width": args.resolution,
-                               "max_sequence_length": 8 if args.tiny else args.text_len, "reference_copy": False})  # fmt: skip
+                      options={"height": args.resolution, "width": args.resolution, "reference_copy": False,
+                               "max_sequence_length": 8 if args.tiny else args.text_len})  # fmt: skip
     layers = 1 if args.tiny else args.layers
     return flux_policy(cfg, double=layers, single=2 * layers, tiny=args.tiny,
                        prompts=[f"prompt {i}" for i in range(args.prompts)])

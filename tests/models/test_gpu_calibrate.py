@@ -101,6 +101,21 @@ def test_least_squares_fit_over_more_layer_counts():
         mod.fit_affine([3, 3], [1.0, 1.1])
 
 
+def test_check_layers_reports_the_rule_error_against_a_direct_measurement():
+    mod = _module()
+
+    def at(units, slow=1.0):  # t = (0.1 + 0.2 L) * batch, one op shape per kind
+        t = lambda b: [b, (0.1 + 0.2 * units) * b * slow]  # noqa: E731
+        return {"denoise": [t(1), t(4)], "train_chunk": {"no_recompute": [t(2)], "recompute": [t(2)]},
+                "optimizer": [t(1)], "publish": [t(1)]}
+
+    raw = {"meta": {"check_units": 3}, "variants": {"full": {"layers": {"1": at(1), "2": at(2)}}}}
+    err = mod.check_rule(raw, {"full": at(3, slow=1.1)})  # measured 10% slower than the affine prediction
+    assert set(err) == {"full/denoise/1", "full/denoise/4", "full/train_chunk/no_recompute/2",
+                        "full/train_chunk/recompute/2", "full/optimizer/1", "full/publish/1"}
+    assert all(e == pytest.approx(1 / 1.1 - 1) for e in err.values())
+
+
 def _train_flops(units: int) -> int:
     """FLOPs of one forward + backward of the tiny FLUX transformer with ``units`` x (1 double + 2 single)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -127,6 +142,18 @@ def test_scaling_rule_predicts_a_third_layer_count_exactly_on_flops():
     for target in (3, 5):
         assert mod.scale_to([1, 2], [f[1], f[2]], target) == pytest.approx(f[target], rel=1e-12)
         assert f[1] * target != pytest.approx(f[target], rel=0.01)  # the fixed part is visible at these sizes
+
+
+def test_scaling_rule_gives_flux1_parameter_count_from_one_and_two_units():
+    """Full fine-tuning's optimizer and publish work is proportional to the trainable parameters: at the real
+    widths (built on the meta device, nothing allocated) the rule fitted on 1 and 2 units gives the 19-unit
+    count exactly, and that is the FLUX.1-dev transformer (19 double + 38 single blocks)."""
+    mod = _module()
+    from flux_random import flux_transformer
+
+    n = {u: sum(p.numel() for p in flux_transformer(u, 2 * u, device="meta").parameters()) for u in (1, 2, 19)}
+    assert mod.scale_to([1, 2], [n[1], n[2]], mod.FLUX1_UNITS) == n[19]
+    assert n[19] == 11_901_408_320  # the 11.9B of the FLUX.1-dev transformer (diffusers class, published config)
 
 
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
