@@ -16,7 +16,8 @@ warm-up, synchronised on the device. The ops of ``schedule.cost`` measured:
 
 * ``denoise`` (batch = generations): ``sample_trajectories`` of n generations (SDE steps with log-probs,
   guidance as the policy applies it: FLUX.1-dev's guidance embedding, one forward per step), divided by the
-  sampling steps T; measured on the policy before it is prepared for training (a generator's policy);
+  sampling steps T; ``generator/denoise`` on the policy as a generator builds it, ``trainer/denoise`` (TAG and
+  colocated generation) on the trainer's policy, prepared for training (fp32 masters, autocast);
 * ``vae_decode`` (generations): ``policy.decode`` of the final latents (``model.options.vae_batch``);
 * ``transfer`` (generations): pickle round trip of the trajectory batch (what ``runtime.timing`` times);
 * ``train_chunk`` (cells): ``train_cells`` forward + backward of c cells (timestep-major grid, as the TSP
@@ -71,7 +72,7 @@ FLUX1_UNITS = 19  # FLUX.1-dev transformer/config.json: num_layers 19, num_singl
 TINY_SETS = ["model.dtype=float32", "model.device=cpu", "train.mixed_precision=none", "model.lora.rank=4",
              "model.lora.alpha=8", "model.options.height=64", "model.options.width=64", "sampler.num_steps=3",
              "model.options.max_sequence_length=8"]  # fmt: skip
-SCALED_OPS = ("denoise", "train_chunk", "optimizer", "publish")
+SCALED_OPS = ("denoise", "denoise_trainer", "train_chunk", "optimizer", "publish")
 
 
 def fit_affine(layers: list[int], seconds: list[float]) -> tuple[float, float]:
@@ -113,9 +114,11 @@ def profile_from(raw: dict, lora: bool, recompute: bool) -> dict:
     def op(name, key=None):
         return scaled_points({L: m[name] if key is None else m[name][key] for L, m in per_l.items()}, target)
 
-    ops = {"denoise": op("denoise"), "vae_decode": raw["unscaled"]["vae_decode"],
-           "reward": [[1, 0.0]], "transfer": raw["unscaled"]["transfer"], "train_chunk": op("train_chunk", rec),
-           "allreduce": [[1, 0.0]], "optimizer": op("optimizer"), "publish": op("publish"), "tag_switch": [[1, 0.0]]}
+    un = raw["unscaled"]
+    ops = {"generator/denoise": op("denoise"), "trainer/denoise": op("denoise_trainer"),
+           "vae_decode": un["vae_decode"], "reward": [[1, 0.0]], "transfer": un["transfer"],
+           "train_chunk": op("train_chunk", rec), "allreduce": [[1, 0.0]], "optimizer": op("optimizer"),
+           "publish": op("publish"), "tag_switch": [[1, 0.0]]}
     if not ops["train_chunk"]:
         raise ValueError(f"train_chunk ({rec}): no chunk size was measured at every layer count (out of memory?)")
     m = raw["meta"]
@@ -124,9 +127,10 @@ def profile_from(raw: dict, lora: bool, recompute: bool) -> dict:
               f"{' r' + str(m['lora_rank']) if lora else ''}, {m['dtype']} weights, mixed precision "
               f"{m['mixed_precision']}, recomputation {'on' if recompute else 'off'}, {m['resolution']} px, "
               f"{m['text_tokens']} text tokens, T={m['sampling_steps']}; measured at "
-              f"{'/'.join(str(L) for L in m['layers'])} units (1 double + 2 single blocks each), denoise, train_chunk, "
-              f"optimizer, publish scaled to {target} units by t = a + b*L fitted per batch; vae_decode, transfer "
-              f"unscaled; reward, allreduce, tag_switch not measured (0); one device, no actor-call overhead")
+              f"{'/'.join(str(L) for L in m['layers'])} units (1 double + 2 single blocks each); denoise "
+              f"(generator: as built; trainer: prepared for training), train_chunk, optimizer, publish scaled to "
+              f"{target} units by t = a + b*L fitted per batch; vae_decode, transfer unscaled; reward, allreduce, "
+              f"tag_switch not measured (0); one device, no actor-call overhead")
     return {"format": "digenrl-profile", "version": 1, "source": source, "generators": 1, "trainers": 1, "ops": ops}
 
 
@@ -166,10 +170,13 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
         return sample_trajectories(policy, [prompt] * n, list(range(n)), step=0, run_seed=cfg.seed, version=0,
                                    settings=settings, plan=plan, decode=False)
 
+    def denoise(n):
+        s = _timed_or_oom(lambda: sample(n), device, args.repeats)
+        return [n, None if s is None else s / settings.num_steps]
+
     out = {"denoise": []}
     for n in args.gen_sizes:
-        s = _timed_or_oom(lambda: sample(n), device, args.repeats)
-        out["denoise"].append([n, None if s is None else s / settings.num_steps])
+        out["denoise"].append(denoise(n))
         if unscaled is not None:
             tb = sample(n)
             unscaled["vae_decode"].append([n, median_time(lambda: policy.decode(tb.final), device, args.repeats)])
@@ -188,6 +195,8 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
         out["train_chunk"]["recompute" if rec else "no_recompute"] = [
             [c, _timed_or_oom(lambda: train_cells(policy, group, grid[:c], settings=loss, loss_scale=1e-9), device,
                               args.repeats)] for c in args.cells]  # fmt: skip
+    prepare_policy(policy, cfg)  # the trainer's own generation (TAG, colocated) with the config's settings
+    out["denoise_trainer"] = [denoise(n) for n in args.gen_sizes]
     params = [p for p in policy.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:

@@ -44,11 +44,12 @@ def _same(points, expected):
 def test_profile_is_complete_monotone_and_runs_in_the_simulator(tiny, capsys):
     raw, prof = tiny
     data = json.loads(prof.read_text())
-    assert set(data["ops"]) == set(OPS)
+    assert set(data["ops"]) == (set(OPS) - {"denoise"}) | {"generator/denoise", "trainer/denoise"}
     assert (data["generators"], data["trainers"]) == (1, 1)
     cost = load_profile(prof)
-    for op in ("denoise", "vae_decode", "train_chunk"):  # more generations / cells: more work (batch 1 vs 4)
-        assert cost.time(op, 4, "generator") > cost.time(op, 1, "generator") > 0, op
+    for op, pool in (("denoise", "generator"), ("denoise", "trainer"), ("vae_decode", "generator"),
+                     ("train_chunk", "trainer")):  # more generations / cells: more work (batch 1 vs 4)
+        assert cost.time(op, 4, pool) > cost.time(op, 1, pool) > 0, (op, pool)
     for op in ("optimizer", "publish"):
         assert cost.time(op, 1, "trainer") > 0
     assert "tiny" in data["source"] and "t = a + b*L" in data["source"]
@@ -69,7 +70,8 @@ def test_profile_numbers_are_the_raw_measurements_under_the_stated_rule(tiny):
     assert raw["meta"]["layers"] == [1, 2] and target == 4
     data = json.loads(prof.read_text())
     per_l = raw["variants"]["lora"]["layers"]  # flux1_dev.yaml: LoRA, recomputation on
-    _same(data["ops"]["denoise"], _two_point({L: m["denoise"] for L, m in per_l.items()}, target))
+    _same(data["ops"]["generator/denoise"], _two_point({L: m["denoise"] for L, m in per_l.items()}, target))
+    _same(data["ops"]["trainer/denoise"], _two_point({L: m["denoise_trainer"] for L, m in per_l.items()}, target))
     _same(data["ops"]["train_chunk"], _two_point({L: m["train_chunk"]["recompute"] for L, m in per_l.items()}, target))
     for op in ("optimizer", "publish"):
         _same(data["ops"][op], _two_point({L: m[op] for L, m in per_l.items()}, target))
@@ -106,13 +108,13 @@ def test_check_layers_reports_the_rule_error_against_a_direct_measurement():
 
     def at(units, slow=1.0):  # t = (0.1 + 0.2 L) * batch, one op shape per kind
         t = lambda b: [b, (0.1 + 0.2 * units) * b * slow]  # noqa: E731
-        return {"denoise": [t(1), t(4)], "train_chunk": {"no_recompute": [t(2)], "recompute": [t(2)]},
-                "optimizer": [t(1)], "publish": [t(1)]}
+        return {"denoise": [t(1), t(4)], "denoise_trainer": [t(1)], "optimizer": [t(1)], "publish": [t(1)],
+                "train_chunk": {"no_recompute": [t(2)], "recompute": [t(2)]}}
 
     raw = {"meta": {"check_units": 3}, "variants": {"full": {"layers": {"1": at(1), "2": at(2)}}}}
     err = mod.check_rule(raw, {"full": at(3, slow=1.1)})  # measured 10% slower than the affine prediction
-    assert set(err) == {"full/denoise/1", "full/denoise/4", "full/train_chunk/no_recompute/2",
-                        "full/train_chunk/recompute/2", "full/optimizer/1", "full/publish/1"}
+    assert set(err) == {"full/denoise/1", "full/denoise/4", "full/denoise_trainer/1", "full/optimizer/1",
+                        "full/train_chunk/no_recompute/2", "full/train_chunk/recompute/2", "full/publish/1"}
     assert all(e == pytest.approx(1 / 1.1 - 1) for e in err.values())
 
 
