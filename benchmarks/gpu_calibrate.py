@@ -241,10 +241,7 @@ def check_rule(raw: dict, check: dict) -> dict:
     return out
 
 
-def run(args) -> dict:
-    from digenrl.config import load_config
-
-    cfg = load_config(args.config, (TINY_SETS if args.tiny else []) + args.sets)
+def run(args, cfg) -> dict:
     dev_name = cfg.model.device if args.device == "auto" else args.device
     if dev_name.startswith("cuda") and not torch.cuda.is_available():
         dev_name = "cpu"
@@ -302,24 +299,46 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    bad = [f"{k} {v}" for k, v in (("--layers", args.layers), ("--gen-sizes", args.gen_sizes), ("--cells", args.cells))
-           if min(v) < 1] + (["--layers (two different counts)"] if len(set(args.layers)) < 2 else [])
+def _check(args):
+    """(config, errors): every input problem named before anything runs or is written."""
+    from digenrl.config import ConfigError, load_config
+
+    bad = [f"{k}: {v} (must be >= 1)" for k, v in (("--layers", args.layers), ("--gen-sizes", args.gen_sizes),
+                                                  ("--cells", args.cells), ("--target-units", [args.target_units]),
+                                                  ("--repeats", [args.repeats]),
+                                                  ("--check-layers", [args.check_layers or 1])) if min(v) < 1]
+    if len(set(args.layers)) < 2:
+        bad.append(f"--layers: {args.layers} (need two different counts to fit t = a + b*L)")
     if args.tiny and (args.out is None or args.profile is None):
         bad.append("--out and --profile are required with --tiny (tiny numbers do not belong in benchmarks/results)")
+    try:
+        cfg = load_config(args.config, (TINY_SETS if args.tiny else []) + args.sets)
+    except ConfigError as e:
+        return None, bad + [f"--config/--set: {e}"]
+    if cfg.model.kind != "flux":
+        bad.append(f"--config: model.kind={cfg.model.kind!r}; this calibration builds FLUX.1 (model.kind=flux)")
+    variant = "lora" if cfg.model.lora.enabled else "full"
+    if variant not in args.finetune:
+        bad.append(f"--finetune: {' '.join(args.finetune)} leaves out the config's {variant!r} (model.lora.enabled)")
+    return cfg, bad
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cfg, bad = _check(args)
     if bad:
         print(f"gpu_calibrate: error: {'; '.join(bad)}", file=sys.stderr)
         return 2
-    raw = run(args)
-    profile = profile_from(raw, **raw["profile_variant"])
-    slug = re.sub(r"[^a-z0-9]+", "-", raw["meta"]["device"].lower()).strip("-")
+    slug = "cpu" if not torch.cuda.is_available() else re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower())
     results = Path(__file__).resolve().parent / "results"
-    out = args.out or results / f"gpu_calibrate_{slug}.json"
-    prof = args.profile or results / f"profile_flux1_{slug}.json"
-    for path, data in ((out, raw), (prof, profile)):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1))
+    out = args.out or results / f"gpu_calibrate_{slug.strip('-')}.json"
+    prof = args.profile or results / f"profile_flux1_{slug.strip('-')}.json"
+    raw = run(args, cfg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(raw, indent=1))  # the raw measurements first: kept even if no profile can be made
+    profile = profile_from(raw, **raw["profile_variant"])
+    prof.parent.mkdir(parents=True, exist_ok=True)
+    prof.write_text(json.dumps(profile, indent=1))
     print(json.dumps(profile, indent=1))
     return 0
 

@@ -163,6 +163,9 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     out, prof = tmp_path / "r.json", tmp_path / "p.json"
     assert mod.main(["--tiny", "--out", str(out)]) == 2  # no --profile for a tiny run
     assert "--profile" in capsys.readouterr().err
-    assert mod.main(["--tiny", "--layers", "2", "2", "--out", str(out), "--profile", str(prof)]) == 2
-    assert "--layers" in capsys.readouterr().err
+    for argv, needle in ((["--layers", "2", "2"], "--layers"), (["--cells", "0", "4"], "--cells"),
+                         (["--set", "model.kind=sd3"], "model.kind"), (["--set", "train.lrr=1"], "train.lrr"),
+                         (["--finetune", "full"], "--finetune")):  # flux1_dev.yaml is LoRA
+        assert mod.main(["--tiny", *argv, "--out", str(out), "--profile", str(prof)]) == 2
+        assert needle in capsys.readouterr().err
     assert not out.exists() and not prof.exists()
