@@ -21,7 +21,8 @@ warm-up, synchronised on the device. The ops of ``schedule.cost`` measured:
 * ``vae_decode`` (generations): ``policy.decode`` of the final latents (``model.options.vae_batch``);
 * ``transfer`` (generations): pickle round trip of the trajectory batch (what ``runtime.timing`` times);
 * ``train_chunk`` (cells): ``train_cells`` forward + backward of c cells (timestep-major grid, as the TSP
-  tiling), with activation recomputation off and on (``train.activation_checkpointing``), into existing grads;
+  tiling; with the reference forward when ``train.beta_kl`` > 0), with activation recomputation off and on
+  (``train.activation_checkpointing``), into existing grads;
 * ``optimizer``: gradient clipping + AdamW step + zeroing the grads (``GradientTransaction.commit``'s work);
 * ``publish``: ``runtime.publish.state_copy`` (trainable state to host) + pickle round trip + load into the
   policy (the object-store publish that ``runtime.timing`` times), for the LoRA or the full trainable state.
@@ -156,7 +157,7 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
     from digenrl.rollout.sampler import sample_trajectories
     from digenrl.runtime.publish import state_copy
     from digenrl.train.chunk_loss import train_cells
-    from digenrl.train.context import loss_settings, make_optimizer, sampler_settings
+    from digenrl.train.context import loss_settings, make_optimizer, make_reference, sampler_settings
     from digenrl.train.precision import prepare_policy
 
     m = cfg.model
@@ -188,13 +189,16 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
     group.advantages = torch.tensor([1.0 if g % 2 == 0 else -1.0 for g in range(G)])  # nonzero: no cell filtered
     grid = [(g, j) for j in range(S) for g in range(G)]  # timestep-major, like the TSP tiling
     loss = loss_settings(cfg)
+    ref = make_reference(policy) if cfg.train.beta_kl > 0 else None  # the KL term's reference forward
+    def chunk(c):
+        return train_cells(policy, group, grid[:c], settings=loss, loss_scale=1e-9, ref_policy=ref)
+
+    out["train_chunk"] = {}
     for rec in (False, True):
         prepare_policy(policy, cfg.model_copy(update={"train": cfg.train.model_copy(
             update={"activation_checkpointing": rec})}))  # fmt: skip
-        out["train_chunk"] = out.get("train_chunk", {})
         out["train_chunk"]["recompute" if rec else "no_recompute"] = [
-            [c, _timed_or_oom(lambda: train_cells(policy, group, grid[:c], settings=loss, loss_scale=1e-9), device,
-                              args.repeats)] for c in args.cells]  # fmt: skip
+            [c, _timed_or_oom(lambda: chunk(c), device, args.repeats)] for c in args.cells]
     prepare_policy(policy, cfg)  # the trainer's own generation (TAG, colocated) with the config's settings
     out["denoise_trainer"] = [denoise(n) for n in args.gen_sizes]
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -217,7 +221,7 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
     out["trainable_params"] = sum(p.numel() for p in params)
     out["publish_bytes"] = sum(p.numel() * p.element_size() for p in params)
     out["transformer_params"] = sum(p.numel() for p in policy.transformer.parameters())
-    del policy, opt, params, group
+    del policy, opt, params, group, ref
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
