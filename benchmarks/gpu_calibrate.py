@@ -46,7 +46,9 @@ t(L1) * L* / L1 multiplies that fixed part by 19 as well, which overprices exact
 (a LoRA publish, small batches). The premise, work exactly affine in L, is checked in the tests on FLOPs
 (``torch.utils.flop_counter``); noise in t(L2) - t(L1) is amplified by (L* - L1) / (L2 - L1), hence L2 = 3 by
 default; ``--check-layers N`` also measures N units directly and records the rule's error on time.
-``vae_decode`` and ``transfer`` do not depend on L: measured at the first layer count, unscaled.
+``vae_decode`` and ``transfer`` do not depend on L: measured at the first layer count, unscaled. The raw results
+also give the trainable parameters and publish bytes at L* per variant (``at_target``; exact, sizes are affine)
+for pricing what one GPU cannot measure (the gradient all-reduce of several trainers).
 
 ``--tiny`` shrinks everything (64-wide FLUX, tiny VAE, 64 px = 256 latent tokens, 8 text tokens, T=3, LoRA r4,
 fp32, CPU, scaled to 4 units) so that it runs in seconds on a CPU inside the test suite; its numbers say
@@ -268,7 +270,10 @@ def run(args, cfg) -> dict:
             unscaled = raw["unscaled"] if (i == 0 and j == 0) else None
             layers[str(units)] = measure(cfg, args, device, units, variant == "lora", unscaled)
             print(f"{variant} {units} units: {json.dumps(layers[str(units)])}", file=sys.stderr, flush=True)
-        raw["variants"][variant] = {"layers": layers}
+        units_ = [int(u) for u in layers]
+        at_target = {k: round(scale_to(units_, [layers[str(u)][k] for u in units_], args.target_units))
+                     for k in ("trainable_params", "publish_bytes", "transformer_params")}  # exact: sizes are affine
+        raw["variants"][variant] = {"layers": layers, "at_target": at_target}
         if args.check_layers:
             check[variant] = measure(cfg, args, device, args.check_layers, variant == "lora", None)
     if check:

@@ -88,6 +88,11 @@ def test_profile_numbers_are_the_raw_measurements_under_the_stated_rule(tiny):
     f1, l1 = per_f["1"], per_l["1"]
     assert f1["trainable_params"] == f1["transformer_params"] and f1["publish_bytes"] == 4 * f1["trainable_params"]
     assert 0 < l1["trainable_params"] < f1["trainable_params"]
+    from flux_random import flux_transformer  # sizes at the target = those of the model built at 4 units
+
+    at4 = raw["variants"]["full"]["at_target"]
+    n4 = sum(p.numel() for p in flux_transformer(4, 8, tiny=True, device="meta").parameters())
+    assert at4["transformer_params"] == n4 and at4["publish_bytes"] == 4 * n4
 
 
 def test_least_squares_fit_over_more_layer_counts():
