@@ -23,7 +23,8 @@ warm-up, synchronised on the device. The ops of ``schedule.cost`` measured:
 * ``train_chunk`` (cells): ``train_cells`` forward + backward of c cells (timestep-major grid, as the TSP
   tiling; with the reference forward when ``train.beta_kl`` > 0), with activation recomputation off and on
   (``train.activation_checkpointing``), into existing grads;
-* ``optimizer``: gradient clipping + AdamW step + zeroing the grads (``GradientTransaction.commit``'s work);
+* ``optimizer``: gradient clipping + AdamW step + zeroing the grads (``GradientTransaction.commit``'s work) +
+  the EMA update (``train.ema_decay``; timed as a commit that updates it, as ``runtime.timing`` does);
 * ``publish``: ``runtime.publish.state_copy`` (trainable state to host) + pickle round trip + load into the
   policy (the object-store publish that ``runtime.timing`` times), for the LoRA or the full trainable state.
 
@@ -160,6 +161,7 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
     from digenrl.runtime.publish import state_copy
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.context import loss_settings, make_optimizer, make_reference, sampler_settings
+    from digenrl.train.ema import ParamEMA
     from digenrl.train.precision import prepare_policy
 
     m = cfg.model
@@ -207,13 +209,17 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    opt, max_norm = make_optimizer(policy, cfg), cfg.train.max_grad_norm
+    opt, max_norm, t = make_optimizer(policy, cfg), cfg.train.max_grad_norm, cfg.train
+    # every=1: each timed commit is one that updates the EMA (with ema_every = k, 1 in k commits does)
+    ema = ParamEMA(policy, t.ema_decay, every=1, warmup=t.ema_warmup) if t.ema_decay is not None else None
 
     def commit():
         if max_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, max_norm)
         opt.step()
         opt.zero_grad(set_to_none=False)
+        if ema is not None:
+            ema.update()
 
     def publish():
         policy.load_trainable_state_dict(pickle.loads(pickle.dumps(state_copy(policy), protocol=5)))
@@ -223,7 +229,7 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
     out["trainable_params"] = sum(p.numel() for p in params)
     out["publish_bytes"] = sum(p.numel() * p.element_size() for p in params)
     out["transformer_params"] = sum(p.numel() for p in policy.transformer.parameters())
-    del policy, opt, params, group, ref
+    del policy, opt, params, group, ref, ema
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
