@@ -7,6 +7,8 @@ measurements, and ``benchmarks/results/profile_flux1_<gpu>.json``, the profile):
     digenrl simulate --config configs/flux1_dev.yaml --profile benchmarks/results/profile_flux1_<gpu>.json
 
 It has not been run on a GPU yet (the session that wrote it had none); only ``--tiny`` has run, on a CPU.
+The raw file is rewritten after each model measured (``complete: false`` until the end), so a run cut short
+keeps what it measured; stderr shows the elapsed time per model.
 
 What runs is the code of the workers, on a ``FluxPolicy`` with random weights (``flux_random``, nothing
 downloaded) configured from ``--config`` (+ ``--set key=value``): sampler settings, timestep plan, LoRA or full
@@ -253,7 +255,10 @@ def check_rule(raw: dict, check: dict) -> dict:
     return out
 
 
-def run(args, cfg) -> dict:
+def run(args, cfg, save=lambda raw: None) -> dict:
+    """All measurements; ``save(raw)`` after each model (a run cut short keeps what it measured, ``complete``
+    false)."""
+    t_start = time.perf_counter()
     dev_name = cfg.model.device if args.device == "auto" else args.device
     if dev_name.startswith("cuda") and not torch.cuda.is_available():
         dev_name = "cpu"
@@ -268,25 +273,32 @@ def run(args, cfg) -> dict:
         "resolution": cfg.model.options.get("height"), "text_tokens": cfg.model.options.get("max_sequence_length"),
         "sampling_steps": cfg.sampler.num_steps, "gen_sizes": args.gen_sizes, "cells": args.cells,
         "repeats": args.repeats, "torch": torch.__version__, "scaling": "t(L) = a + b*L least squares per point"},
-        "unscaled": {"vae_decode": [], "transfer": []}, "variants": {}}  # fmt: skip
+        "unscaled": {"vae_decode": [], "transfer": []}, "variants": {}, "complete": False}  # fmt: skip
     check = {}
     for i, variant in enumerate(args.finetune):
         layers = {}
         for j, units in enumerate(args.layers):
             unscaled = raw["unscaled"] if (i == 0 and j == 0) else None
             layers[str(units)] = measure(cfg, args, device, units, variant == "lora", unscaled)
-            print(f"{variant} {units} units: {json.dumps(layers[str(units)])}", file=sys.stderr, flush=True)
+            raw["variants"][variant] = {"layers": layers}
+            save(raw)
+            print(f"[{time.perf_counter() - t_start:.0f} s] {variant} {units} units: {json.dumps(layers[str(units)])}",
+                  file=sys.stderr, flush=True)
         units_ = [int(u) for u in layers]
         at_target = {k: round(scale_to(units_, [layers[str(u)][k] for u in units_], args.target_units))
                      for k in ("trainable_params", "publish_bytes", "transformer_params")}  # exact: sizes are affine
         raw["variants"][variant] = {"layers": layers, "at_target": at_target}
         if args.check_layers:
             check[variant] = measure(cfg, args, device, args.check_layers, variant == "lora", None)
+            raw["check"] = {"measured": check}
+            save(raw)
     if check:
         raw["check"] = {"measured": check, "relative_error": check_rule(raw, check)}
     if device.type == "cuda":
         raw["meta"]["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     raw["profile_variant"] = {"lora": cfg.model.lora.enabled, "recompute": cfg.train.activation_checkpointing}
+    raw["meta"]["seconds"] = time.perf_counter() - t_start
+    raw["complete"] = True
     return raw
 
 
@@ -348,8 +360,8 @@ def main(argv=None) -> int:
     results = Path(__file__).resolve().parent / "results"
     out = args.out or results / f"gpu_calibrate_{slug.strip('-')}.json"
     prof = args.profile or results / f"profile_flux1_{slug.strip('-')}.json"
-    raw = run(args, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
+    raw = run(args, cfg, save=lambda r: out.write_text(json.dumps(r, indent=1)))
     out.write_text(json.dumps(raw, indent=1))  # the raw measurements first: kept even if no profile can be made
     profile = profile_from(raw, **raw["profile_variant"])
     prof.parent.mkdir(parents=True, exist_ok=True)

@@ -67,7 +67,7 @@ def test_profile_numbers_are_the_raw_measurements_under_the_stated_rule(tiny):
     raw, prof = tiny
     mod = _module()
     target = raw["meta"]["target_units"]
-    assert raw["meta"]["layers"] == [1, 2] and target == 4
+    assert raw["meta"]["layers"] == [1, 2] and target == 4 and raw["complete"]
     data = json.loads(prof.read_text())
     per_l = raw["variants"]["lora"]["layers"]  # flux1_dev.yaml: LoRA, recomputation on
     _same(data["ops"]["generator/denoise"], _two_point({L: m["denoise"] for L, m in per_l.items()}, target))
