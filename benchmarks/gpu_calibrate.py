@@ -5,6 +5,7 @@ measurements, and ``benchmarks/results/profile_flux1_<gpu>.json``, the profile):
 
     python benchmarks/gpu_calibrate.py                        # configs/flux1_dev.yaml: LoRA r64, bf16, T=6, 512 px
     digenrl simulate --config configs/flux1_dev.yaml --profile benchmarks/results/profile_flux1_<gpu>.json
+    digenrl plan --config configs/flux1_dev.yaml --profile benchmarks/results/profile_flux1_<gpu>.json --out plan.yaml
 
 It has not been run on a GPU yet (the session that wrote it had none); only ``--tiny`` has run, on a CPU.
 The raw file is rewritten after each model measured (``complete: false`` until the end), so a run cut short
