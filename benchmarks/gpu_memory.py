@@ -21,24 +21,23 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module flux_random
+from flux_random import flux_transformer  # noqa: E402
+
 GiB = 1024 ** 3
 
 
 def _model(args, dtype, device):
     if args.tiny:
-        from diffusers import FluxTransformer2DModel
-
         torch.manual_seed(0)
-        return FluxTransformer2DModel(in_channels=64, num_layers=args.double, num_single_layers=args.single,
-                                      attention_head_dim=16, num_attention_heads=4, joint_attention_dim=32,
-                                      pooled_projection_dim=16, guidance_embeds=True,
-                                      axes_dims_rope=(4, 6, 6)).to(device=device, dtype=dtype)
+        return flux_transformer(args.double, args.single, tiny=True, in_channels=64).to(device=device, dtype=dtype)
     from digenrl.models.memory_probe import build_transformer
 
     return build_transformer("flux", {"num_layers": args.double, "num_single_layers": args.single}, dtype=dtype,

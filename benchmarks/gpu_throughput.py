@@ -21,65 +21,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module flux_random
+from flux_random import flux_policy, timed  # noqa: E402
+
 
 def build_policy(args, device: torch.device, dtype: str):
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-
     from digenrl.config import LoraConfig, ModelConfig
-    from digenrl.models.diffusers_flux import FluxPolicy
-    from digenrl.models.diffusers_files import DTYPES
 
-    torch.manual_seed(0)
-    if args.tiny:
-        tr = FluxTransformer2DModel(in_channels=16, num_layers=1, num_single_layers=2, attention_head_dim=16,
-                                    num_attention_heads=4, joint_attention_dim=32, pooled_projection_dim=16,
-                                    guidance_embeds=True, axes_dims_rope=(4, 6, 6))  # fmt: skip
-        vae = AutoencoderKL(down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-                            block_out_channels=(8, 8), latent_channels=4, norm_num_groups=4,
-                            scaling_factor=0.3611, shift_factor=0.1159)  # fmt: skip
-        text = (8, 32, 16)
-    else:
-        tr = FluxTransformer2DModel(num_layers=args.layers, num_single_layers=2 * args.layers, guidance_embeds=True)
-        vae = AutoencoderKL(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                            block_out_channels=(128, 256, 512, 512), layers_per_block=2, latent_channels=16,
-                            scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False,
-                            use_post_quant_conv=False)  # fmt: skip
-        text = (args.text_len, 4096, 768)
-    sched = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
-    pipe = FluxPipeline(transformer=tr.to(device, DTYPES[dtype]), scheduler=sched, vae=vae.to(device),
-                        text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)  # fmt: skip
     cfg = ModelConfig(kind="flux", dtype=dtype, device=str(device),
                       lora=LoraConfig(enabled=args.lora, rank=args.lora_rank, alpha=2.0 * args.lora_rank),
-                      options={"height": args.resolution, "width": args.resolution,
-                               "max_sequence_length": text[0], "reference_copy": False})  # fmt: skip
-    policy = FluxPolicy(pipe, cfg, encoder_id="benchmark-random")
-    texts = [f"prompt {i}" for i in range(args.prompts)] + [policy.negative_prompt]
-    g = torch.Generator().manual_seed(1)
-    policy.prompt_cache.put(texts, {
-        "prompt_embeds": torch.randn(len(texts), text[0], text[1], generator=g).to(DTYPES[dtype]),
-        "pooled_prompt_embeds": torch.randn(len(texts), text[2], generator=g).to(DTYPES[dtype]),
-    })  # fmt: skip
-    return policy
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, device, repeats: int):
-    fn()  # warm-up (kernels, allocator)
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        out = fn()
-    sync(device)
-    return (time.perf_counter() - t0) / repeats, out
+                      options={"height": args.resolution, "width": args.resolution, "reference_copy": False,
+                               "max_sequence_length": 8 if args.tiny else args.text_len})  # fmt: skip
+    layers = 1 if args.tiny else args.layers
+    return flux_policy(cfg, double=layers, single=2 * layers, tiny=args.tiny,
+                       prompts=[f"prompt {i}" for i in range(args.prompts)])
 
 
 def run(args) -> dict:
