@@ -256,6 +256,9 @@ class RooflineCost:
             "publish_gb": self.publish_bytes() / GB,
             "tag_switch_s": self._tag_switch(1, TRAINER),
             "fsdp_gather_s": self.gather_s,
+            "fsdp_scatter_s": self.scatter_s,
+            "train_compute_s_per_cell": self._compute(self.train_flops_per_cell(),
+                                                      self.model.forwards_per_step * self.seq, TRAINER),
             "plateau_gen": self.effs[gen_pool].plateau,
             "plateau_train": self.effs[TRAINER].plateau,
         }
