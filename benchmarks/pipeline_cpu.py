@@ -9,6 +9,9 @@ does not depend on them. For every mode:
   so the first step's pipeline fill and warm-up are excluded;
 * ``speedup_vs_naive`` = naive step time / step time;
 * ``efficiency`` = (busy seconds of all workers / number of workers) / elapsed, over the same window;
+* ``sim_own_costs_s``: the same prediction from the op costs the run itself showed (``trace_profile``: mean
+  span per action kind and size, plus the mean dispatch gap): the scheduling model's error without the
+  profile's measurement error (the machine's speed drifts between the profile and the run);
 * ``controller_cpu_s_per_step``: CPU seconds the controller process (scheduler, BTS, Ray calls) used per step;
   on this 2-core machine they are taken from the two workers, which the simulator does not model;
 * ``sim_step_time_s``: the simulator's prediction of the same steady-state step time for the same plan, from a
@@ -65,6 +68,45 @@ def sim_steady_step(plan, cost) -> float:
     return (pubs[-1] - pubs[0]) / (len(pubs) - 1)
 
 
+def trace_profile(run_dir: Path, sampling_steps: int) -> dict:
+    """A ``digenrl-profile`` of the op costs a run itself showed: mean worker-side span per action kind and size
+    (a fragment of n: all of it on ``denoise`` / T, per pool; a chunk of c cells; commit; publish), plus the
+    mean dispatch gap (idle gaps under 50 ms between a worker's actions) on the op that ends each action (means:
+    the step time is a sum of op times)."""
+    import statistics
+
+    t = json.loads((run_dir / "trace.json").read_text())
+    names = {e["tid"]: e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "thread_name"}
+    spans: dict[tuple, list[float]] = {}
+    gaps = []
+    for e in t["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        d, kind, who, label = e["dur"] / 1e6, e["name"], names[e["tid"]], e["args"].get("label", "")
+        pool = "generator" if who.startswith("gen") else "trainer"
+        if kind in ("generate", "tag"):
+            spans.setdefault((f"{pool}/denoise", int(label.split()[2][1:])), []).append(d / sampling_steps)
+        elif kind == "train":
+            spans.setdefault(("train_chunk", int(label.split()[2])), []).append(d)
+        elif kind in ("commit", "publish"):
+            spans.setdefault((kind, 1), []).append(d)
+        elif kind == "idle" and d < 0.05:
+            gaps.append(d)
+    over = statistics.fmean(gaps) if gaps else 0.0
+    ops: dict[str, list] = {}
+    for (op, n), ds in sorted(spans.items()):
+        ops.setdefault(op, []).append([n, statistics.fmean(ds)])
+    for pool in ("generator", "trainer"):
+        if f"{pool}/denoise" not in ops:  # a pool that never generated in this mode: the other pool's costs
+            ops[f"{pool}/denoise"] = ops["generator/denoise" if pool == "trainer" else "trainer/denoise"]
+        ops[f"{pool}/reward"] = [[1, over], [2, over]]
+    ops["train_chunk"] = [[n, v + over] for n, v in ops["train_chunk"]]
+    ops["optimizer"] = [[1, ops.pop("commit")[0][1] + over]]
+    ops["publish"] = [[1, ops["publish"][0][1] + over]] if "publish" in ops else [[1, 0.0]]
+    ops.update({"vae_decode": [[1, 0.0]], "transfer": [[1, 0.0]], "allreduce": [[1, 0.0]], "tag_switch": [[1, 0.0]]})
+    return {"format": "digenrl-profile", "version": 1, "source": f"spans of {run_dir.name}", "ops": ops}
+
+
 def measure_profile(base: list[str], work: Path, pools_of: str) -> Path:
     """Measure every fragment / chunk size the modes use, on live workers of ``pools_of``'s pools."""
     from digenrl.config import load_config
@@ -80,7 +122,7 @@ def measure_profile(base: list[str], work: Path, pools_of: str) -> Path:
     setup = plan_run(load_config(None, base + mode_overrides(pools_of)))
     pools = start_pools(setup)
     try:
-        data = calibrate(setup, pools, repeats=5, gen_sizes=sorted(sizes[0]), cell_sizes=sorted(sizes[1]),
+        data = calibrate(setup, pools, repeats=8, gen_sizes=sorted(sizes[0]), cell_sizes=sorted(sizes[1]),
                          trainer_generation=True)
     finally:
         pools.kill()
@@ -94,7 +136,7 @@ def run_modes(modes, steps: int, rounds: int, work: Path, log, figures: Path | N
     from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
     from digenrl.runtime.driver import run_disaggregated
     from digenrl.control.run_plan import plan_run
-    from digenrl.control.profile import load_profile
+    from digenrl.control.profile import ProfileCost, load_profile
 
     torch.manual_seed(0)
     model = work / "model.safetensors"
@@ -109,15 +151,18 @@ def run_modes(modes, steps: int, rounds: int, work: Path, log, figures: Path | N
             cfg = load_config(None, base + mode_overrides(m) + [f"run_dir={work / f'{m}_{r}'}",
                                                                 f"runtime.profile={profile}"])
             s = run_disaggregated(cfg)
-            sim = sim_steady_step(plan_run(cfg).plan, load_profile(profile))
+            plan = plan_run(cfg).plan
+            sim = sim_steady_step(plan, load_profile(profile))
+            own = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(work / f"{m}_{r}", plan.sampling_steps)))
             row = {"mode": m, "step_time_s": s["steady_step_time_s"], "efficiency": s["steady_efficiency"],
                    "sim_step_time_s": sim, "sim_error": sim / s["steady_step_time_s"] - 1.0,
+                   "sim_own_costs_s": own, "sim_own_costs_error": own / s["steady_step_time_s"] - 1.0,
                    "tag_fragments_per_step": s["tag_fragments_per_step"], "stale_fraction": s["stale_fraction"],
                    "audit_violations": len(s["audit_violations"]), "run": r,
                    # CPU the controller itself used per step: on this 2-core machine it competes with the workers
                    "controller_cpu_s_per_step": s["controller_cpu_s"] / steps}
             log(f"{m:12s} step {row['step_time_s']:.3f} s  efficiency {row['efficiency']:.2f}  "
-                f"sim {sim:.3f} s ({row['sim_error']:+.1%})  TAG/step {row['tag_fragments_per_step']:.1f}  "
+                f"sim {sim:.3f} s ({row['sim_error']:+.1%}), own costs {own:.3f} s ({row['sim_own_costs_error']:+.1%})  TAG/step {row['tag_fragments_per_step']:.1f}  "
                 f"stale {row['stale_fraction']:.0%}  (round {r + 1})")
             if m not in best or row["step_time_s"] < best[m]["step_time_s"]:
                 best[m] = row

@@ -1,5 +1,7 @@
-"""Worker-side timing of the operations of ``schedule.cost`` with the code the workers run (median of
-``repeats`` after one warm-up), called inside the actors by ``calibrate``:
+"""Worker-side timing of the operations of ``schedule.cost`` with the code the workers run (mean of
+``repeats`` after one warm-up: a step's time is a sum of op times, so its expectation is the sum of the
+means; op times on a shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15%
+optimistic per op), called inside the actors by ``calibrate``:
 
 * generation (per fragment size n): sampling, VAE decode, reward, and serialising the trajectories;
 * training (per chunk size in cells): forward + backward of ``train_cells`` (gradients are zeroed after);
@@ -20,7 +22,7 @@ import statistics
 import time
 
 
-def _median_time(fn, repeats: int) -> float:
+def _mean_time(fn, repeats: int) -> float:
     import torch
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
@@ -32,7 +34,7 @@ def _median_time(fn, repeats: int) -> float:
         fn()
         sync()
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return statistics.fmean(ts)
 
 
 def _probe_prompt(worker):
@@ -62,10 +64,10 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
         with torch.no_grad():
             images = policy.decode(tb.final.to(next(policy.parameters()).device)).float().cpu()
         out[size] = {
-            "sample": _median_time(sample, repeats),
-            "decode": _median_time(lambda: policy.decode(tb.final.to(images.device)), repeats),
-            "reward": _median_time(lambda: worker.reward.score(images, tb.prompts), repeats),
-            "transfer": _median_time(lambda: pickle.loads(pickle.dumps(tb, protocol=5)), repeats),
+            "sample": _mean_time(sample, repeats),
+            "decode": _mean_time(lambda: policy.decode(tb.final.to(images.device)), repeats),
+            "reward": _mean_time(lambda: worker.reward.score(images, tb.prompts), repeats),
+            "transfer": _mean_time(lambda: pickle.loads(pickle.dumps(tb, protocol=5)), repeats),
         }
     return out
 
@@ -96,7 +98,7 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
             from digenrl.train.sharding import rank_cells
 
             cells = rank_cells(cells, worker.rank, worker._world)[0]
-        train[c] = _median_time(lambda: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
+        train[c] = _mean_time(lambda: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
                                                     ref_policy=worker.ctx.ref_policy), repeats)
     worker.ctx.optimizer.zero_grad(set_to_none=True)
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -104,9 +106,9 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
     allreduce = 0.0
     if dist.is_initialized() and worker._world > 1 and not worker.sharded:
         group_pg = worker.tx.process_group
-        allreduce = _median_time(lambda: [dist.all_reduce(b, group=group_pg) for b in bufs], repeats)
+        allreduce = _mean_time(lambda: [dist.all_reduce(b, group=group_pg) for b in bufs], repeats)
 
-    optimizer = _median_time(_commit_work(worker, params), repeats)
+    optimizer = _mean_time(_commit_work(worker, params), repeats)
 
     def publish():
         from .publish import state_copy
@@ -116,7 +118,7 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
             policy.load_trainable_state_dict(state)
 
     return {"train": train, "allreduce": allreduce, "optimizer": optimizer,
-            "publish": _median_time(publish, repeats)}
+            "publish": _mean_time(publish, repeats)}
 
 
 def _commit_work(worker, params):
