@@ -197,11 +197,18 @@ def learn(work: Path, steps: int, log) -> dict:
 
 def markdown_table(rows: list[dict]) -> str:
     """The README's table of a results file: step time, speedup, efficiency, simulator prediction and error."""
-    out = ["| mode | step (s) | vs naive | pipeline efficiency | sim (s) | sim error |", "|---|---|---|---|---|---|"]
+    out = ["| mode | step (s) | vs naive | pipeline efficiency | sim (s) | sim error | sim, run's own op costs |",
+           "|---|---|---|---|---|---|---|"]
     for r in rows:
         name = "colocated (2 workers)" if r["mode"] == "colocated" else r["mode"]
+        own = f"{r['sim_own_costs_s']:.3f} ({r['sim_own_costs_error']:+.1%})" if "sim_own_costs_s" in r else "-"
         out.append(f"| {name} | {r['step_time_s']:.3f} | {r['speedup_vs_naive']:.2f}x | {r['efficiency']:.2f} | "
-                   f"{r['sim_step_time_s']:.3f} | {r['sim_error']:+.1%} |")
+                   f"{r['sim_step_time_s']:.3f} | {r['sim_error']:+.1%} | {own} |")
+    order = lambda key: " < ".join(r["mode"] for r in sorted(rows, key=lambda r: r[key]))  # noqa: E731
+    out += ["", f"Fastest first, measured: {order('step_time_s')}; simulated from the pre-run profile: "
+                f"{order('sim_step_time_s')}"
+            + (f"; from the run's own op costs: {order('sim_own_costs_s')}." if all("sim_own_costs_s" in r for r in rows)
+               else ".")]
     return "\n".join(out)
 
 
