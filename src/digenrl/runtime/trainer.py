@@ -96,7 +96,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             from digenrl.rollout.records import TrajectoryBatch
             from digenrl.train.step_work import advantage_options, assign_advantages
 
-            g = TrajectoryBatch.cat(ray.get(list(refs)))
+            g = TrajectoryBatch.cat([b for b in ray.get(list(refs)) if b is not None])  # None: a rank's empty share
             bad = sorted({int(v) for v in g.version.tolist()} - {step, step - 1})
             if bad or sorted(g.gen_index.tolist()) != list(range(self.cfg.train.generations)):
                 raise RuntimeError(f"{self.name}: group {group} of step {step} has generations "
