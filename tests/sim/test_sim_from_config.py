@@ -152,3 +152,18 @@ def test_config_path_decides_tag_with_the_configs_policy(tmp_path, capsys):
     none = _rows(capsys, argv + ["--set", "runtime.tag_policy=greedy", "--tag-policy", "none"])
     assert none["gap_tsp_tag"]["tag_fragments_per_step"] == 0
     assert none["gap_tsp_tag"]["step_time_s"] == pytest.approx(none["gap_tsp"]["step_time_s"])
+
+
+def test_profile_pool_sizes_are_checked(tmp_path, capsys):
+    """A profile that says it was measured with 2 trainer ranks prices 2 (and 1: all-reduce 0); a requested mode
+    at 3 ranks is refused (its all-reduce is unknown), a baseline at other sizes carries a note."""
+    p = _profile(tmp_path)
+    data = json.loads(p.read_text())
+    data["trainers"] = 2
+    p.write_text(json.dumps(data))
+    rows = _rows(capsys, ["--config", "default", "--profile", str(p), "--json", *SETS, "--modes", "gap_tsp", "colocated"])
+    assert rows["gap_tsp"]["note"] == "" and "priced as profiled at 2" in rows["colocated"]["note"]
+    argv = ["--config", "default", "--profile", str(p), "--json", "--set", "steps=4", "--set", "runtime.trainers=3",
+            "--modes", "gap_tsp"]
+    assert main(argv) == 2
+    assert "allreduce is unknown at 3 trainer ranks" in capsys.readouterr().err

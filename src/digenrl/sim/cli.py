@@ -223,9 +223,11 @@ def _main_config(args) -> int:
         if args.profile is not None:
             if args.gpus is not None:
                 raise CliError("--gpus: with --profile the pools are the config's (use --set runtime.generators=...)")
+            from .plan_search import profile_pools
+
             cost = load_profile(args.profile)
             runs = run_config_modes(config, args.sets, cost, args.modes, jitter=args.jitter, seed=args.seed,
-                                    record_mode=record_mode)
+                                    record_mode=record_mode, measured_trainers=profile_pools(args.profile)[1])
             title = f"{args.config} with profile {args.profile}"
         else:
             if args.steps < 1:

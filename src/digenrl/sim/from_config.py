@@ -74,18 +74,33 @@ def _mode_overrides(cfg, mode: str) -> list[str]:
 
 
 def run_config_modes(config: str | None, sets: list[str], cost: ProfileCost, modes: list[str], *,
-                     jitter: float = 0.0, seed: int = 0, record_mode: str | None = None) -> dict[str, ConfigRun]:
-    """Every requested mode plus ``naive`` and ``colocated`` (the speedup baselines). Raises ConfigError."""
+                     jitter: float = 0.0, seed: int = 0, record_mode: str | None = None,
+                     measured_trainers: int | None = None) -> dict[str, ConfigRun]:
+    """Every requested mode plus ``naive`` and ``colocated`` (the speedup baselines). Raises ConfigError, and
+    ConfigSimError for a requested disaggregated mode whose trainer ranks differ from the ``measured_trainers``
+    the profile says it was measured with (its all-reduce is unknown there, as ``digenrl plan`` refuses them; one
+    rank: all-reduce 0). The baselines, colocated runs and profiles that do not name their pools are priced
+    as profiled, and the row's note says so."""
     from ..config import load_config
     from ..control.run_plan import plan_run
+    from .plan_search import profile_costs
 
     base = load_config(config, sets)
+    cost_of = profile_costs(cost, measured_trainers)
     runs = {}
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
         cfg = load_config(config, sets + _mode_overrides(base, m))
         run = plan_run(cfg)
-        runs[m] = ConfigRun(m, run.plan, simulate(run.plan, cost, jitter=jitter, seed=seed, bts=cfg.runtime.bts_config(),
-                                                  record=(m == record_mode)), ranks=len(run.trainer_ids))
+        ranks = len(run.trainer_ids)
+        c, note = cost_of(len(run.generator_ids), ranks), ""
+        if isinstance(c, str):
+            if m in modes and m != "colocated" and measured_trainers is not None:
+                raise ConfigSimError(f"--profile: {c}")
+            c = cost
+            note = (f"all-reduce at {ranks} ranks priced as profiled at {measured_trainers}" if measured_trainers
+                    else f"profile without pool sizes: all-reduce at {ranks} ranks as profiled")
+        runs[m] = ConfigRun(m, run.plan, simulate(run.plan, c, jitter=jitter, seed=seed, bts=cfg.runtime.bts_config(),
+                                                  record=(m == record_mode)), note, ranks)
     return runs
 
 
