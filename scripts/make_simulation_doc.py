@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from simdoc_bias import section as bias_section  # noqa: E402
 from simdoc_bts import load as load_bts  # noqa: E402
 from simdoc_bts import section as bts_section  # noqa: E402
 from simdoc_prose import MECH, render  # noqa: E402
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         cache.write_text(json.dumps(res, indent=1))
     bts = bts_section(load_bts(ROOT / "benchmarks" / "results"))  # read fresh: not part of the cached runs
     bar_figures(res, figdir)
-    out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts))
+    bias = bias_section(ROOT / "benchmarks" / "results")  # measured runs, read fresh as well
+    out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts, bias))
     print(f"wrote {out}, figures and {RESULTS} in {figdir}")
     return 0
 
