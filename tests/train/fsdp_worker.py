@@ -138,3 +138,7 @@ def run(rank: int, world: int, port: int, cfg_overrides: list[str], out: str, st
         (outdir / f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
+    # The results are on disk: leave without the interpreter's teardown. Once in a full-suite run a rank died
+    # with SIGABRT ("terminate called without an active exception": a C++ thread destroyed while joinable, as
+    # at teardown); where it happened was not captured, so this removes the most likely place, not a known cause.
+    os._exit(0)
