@@ -90,12 +90,40 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
         get_named(gen_refs, "profiling")
     trn_refs = {w: t.measure.remote(gen_sizes if trainer_generation else [], cell_sizes, repeats)
                 for w, t in pools.trainers.items()}
+    overhead = max(overhead, _loaded_round_trip(list(gen_refs.values()) + list(trn_refs.values())))
     gen = get_named(gen_refs, "profiling")[0] if gen_refs else {}
     meas = get_named(trn_refs, "profiling")[0]
     source = (f"digenrl runtime profile: {run.cfg.model.kind}, {rank0} + {len(pools.generators)} generators, "
               f"{run.cfg.runtime.threads_per_worker} threads/worker, {time.strftime('%Y-%m-%d %H:%M')}")
     return build_profile(gen, meas["generate"], meas, plan.sampling_steps, overhead, source,
                          (len(pools.generators), len(pools.trainers)))
+
+
+def _loaded_round_trip(busy: list, limit: int = 200) -> float:
+    """Median round trip of an empty actor call while the pools measure (``busy`` refs in flight): in a run
+    the controller dispatches while workers compute, and on a node whose cores they occupy that costs far
+    more than an idle round trip (on the 2-core CPU benchmark machine: 4-6 ms between a worker's actions
+    against a 0.6 ms idle ping). A zero-CPU actor stands in for the next worker to be called. 0 when the pools
+    were done before any sample."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class _Echo:
+        def ping(self) -> int:
+            return 0
+
+    echo = _Echo.remote()
+    try:
+        ray.get(echo.ping.remote())
+        samples = []
+        while len(samples) < limit and ray.wait(busy, num_returns=len(busy), timeout=0)[1]:
+            t0 = time.perf_counter()
+            ray.get(echo.ping.remote())
+            samples.append(time.perf_counter() - t0)
+            time.sleep(0.01)
+        return statistics.median(samples) if samples else 0.0
+    finally:
+        ray.kill(echo)
 
 
 def cost_model(run, pools, run_dir: Path | None = None):
