@@ -19,7 +19,7 @@ Videos ``[B, C, F, H, W]`` score the mean over frames. Every missing file is a c
 
 from __future__ import annotations
 
-from .local_weights import resolve_device
+from .local_weights import per_sample, read_checkpoint, resolve_device
 
 from pathlib import Path
 from typing import Literal, Sequence
@@ -80,10 +80,6 @@ class ClipEmbedder:
         return torch.nn.functional.normalize(emb, dim=-1)
 
 
-def _per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
-    return values.view(-1, frames).mean(dim=1).cpu()
-
-
 def _check_file(path: str | None, what: str, option: str) -> None:
     if path is not None and not Path(path).expanduser().is_file():
         raise FileNotFoundError(f"reward {what}: {option} {str(path)!r} does not exist")
@@ -105,8 +101,8 @@ class ClipScore:
         txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
         cos = (img * txt).sum(-1)
         if self.variant == "flow_grpo":
-            return _per_sample(self.clip.model.logit_scale.exp().float().item() * cos / 30.0, frames)
-        return _per_sample(self.scale * cos.clamp_min(0), frames)
+            return per_sample(self.clip.model.logit_scale.exp().float().item() * cos / 30.0, frames)
+        return per_sample(self.scale * cos.clamp_min(0), frames)
 
 
 class PickScore:
@@ -126,7 +122,7 @@ class PickScore:
         img, frames = self.clip.images(images)
         txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
         logit_scale = self.clip.model.logit_scale.exp().float().item()
-        return _per_sample(self.scale * logit_scale * (img * txt).sum(-1), frames)
+        return per_sample(self.scale * logit_scale * (img * txt).sum(-1), frames)
 
 
 def aesthetic_head(dim: int) -> torch.nn.Sequential:
@@ -142,14 +138,7 @@ def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
     if not path:
         raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise FileNotFoundError(f"reward aesthetic: head weights {str(p)!r} do not exist")
-    if p.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(str(p))
-    else:
-        state = torch.load(str(p), map_location="cpu", weights_only=True)
+    state = read_checkpoint(path, "aesthetic", option="head_path")
     out = {}
     for k, v in state.items():
         idx = k.find("layers.")
@@ -179,7 +168,7 @@ class AestheticScore:
     @torch.no_grad()
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
         img, frames = self.clip.images(images)
-        return _per_sample(self.head(img).squeeze(-1), frames)
+        return per_sample(self.head(img).squeeze(-1), frames)
 
 
 def build_clipscore(**options) -> ClipScore:

@@ -34,8 +34,8 @@ import torch
 from pydantic import Field
 
 from digenrl.rewards.local_weights import (
-    CLIP_MEAN, CLIP_STD, DTYPES, LocalWeightsOptions, check_paths, frames_uint8, layer_count, load_strict,
-    per_sample, read_checkpoint, resolve_device,
+    CLIP_MEAN, CLIP_STD, DTYPES, LocalWeightsOptions, check_paths, layer_count, load_strict,
+    read_checkpoint, resolve_device, score_frames,
 )  # fmt: skip
 
 _BLOCK = {  # open_clip ResidualAttentionBlock -> transformers CLIPEncoderLayer (in_proj is split separately)
@@ -181,13 +181,8 @@ class HpsV2:
         return norm(img.float(), dim=-1), norm(txt.float(), dim=-1)
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        frames, f = frames_uint8(images)
-        texts = [p.text for p in prompts for _ in range(f)]
-        if len(texts) != frames.shape[0]:
-            raise ValueError(f"reward hpsv2: {len(prompts)} prompts for {frames.shape[0] // f} samples")
-        scores = []
-        for i in range(0, frames.shape[0], self.options.batch_size):
-            sl = slice(i, i + self.options.batch_size)
-            img, txt = self.embed(self.pixels(frames[sl]), self.tokens(texts[sl]))
-            scores.append((img * txt).sum(-1))
-        return per_sample(torch.cat(scores), f)
+        def cosine(frames, texts):
+            img, txt = self.embed(self.pixels(frames), self.tokens(texts))
+            return (img * txt).sum(-1)
+
+        return score_frames(self.name, images, prompts, self.options.batch_size, cosine)

@@ -38,8 +38,8 @@ from pydantic import Field
 
 from digenrl.rewards.clip_based import aesthetic_head
 from digenrl.rewards.local_weights import (
-    CLIP_MEAN, CLIP_STD, DTYPES, LocalWeightsOptions, check_paths, frames_uint8, layer_count, load_strict,
-    per_sample, read_checkpoint, resolve_device,
+    CLIP_MEAN, CLIP_STD, DTYPES, LocalWeightsOptions, check_paths, layer_count, load_strict,
+    read_checkpoint, resolve_device, score_frames,
 )  # fmt: skip
 
 REWARD_MEAN = 0.16717362830052426  # ImageReward.py: self.mean
@@ -195,12 +195,7 @@ class ImageReward:
         return self.net(pixels, ids, mask)
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        frames, f = frames_uint8(images)
-        texts = [p.text for p in prompts for _ in range(f)]
-        if len(texts) != frames.shape[0]:
-            raise ValueError(f"reward image_reward: {len(prompts)} prompts for {frames.shape[0] // f} samples")
-        scores = []
-        for i in range(0, frames.shape[0], self.options.batch_size):
-            sl = slice(i, i + self.options.batch_size)
-            scores.append((self.raw(self.pixels(frames[sl]), *self.tokens(texts[sl])) - REWARD_MEAN) / REWARD_STD)
-        return per_sample(torch.cat(scores), f)
+        def normalised(frames, texts):
+            return (self.raw(self.pixels(frames), *self.tokens(texts)) - REWARD_MEAN) / REWARD_STD
+
+        return score_frames(self.name, images, prompts, self.options.batch_size, normalised)

@@ -8,7 +8,7 @@ Nothing is downloaded: the checkpoint and the tokenizer are local paths, checked
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,13 +48,14 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device("cpu")
 
 
-def read_checkpoint(path: str, what: str, nested: Iterable[str] = ("state_dict", "model")) -> dict[str, torch.Tensor]:
+def read_checkpoint(path: str, what: str, nested: Iterable[str] = ("state_dict", "model"),
+                    option: str = "checkpoint_path") -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file: a safetensors file, or a torch pickle read with ``weights_only`` (a
     training checkpoint's ``state_dict`` / ``model`` entry is unwrapped; a ``module.`` prefix from DDP is
-    dropped)."""
+    dropped). ``option``: the reward option that named the file (for the error)."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise FileNotFoundError(f"reward {what}: checkpoint_path {str(p)!r} does not exist")
+        raise FileNotFoundError(f"reward {what}: {option} {str(p)!r} does not exist")
     if p.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -127,6 +128,17 @@ def frames_uint8(images: torch.Tensor) -> tuple[torch.Tensor, int]:
     if x.shape[1] == 1:
         x = x.expand(-1, 3, -1, -1)
     return (x * 255).round().to(torch.uint8), frames
+
+
+def score_frames(what: str, images: torch.Tensor, prompts: Sequence, batch_size: int, score) -> torch.Tensor:
+    """One score per sample: every frame (8-bit, ``frames_uint8``) is scored with its prompt's text by
+    ``score(frames, texts)`` in batches of ``batch_size``, and a video gets the mean over its frames."""
+    frames, f = frames_uint8(images)
+    texts = [p.text for p in prompts for _ in range(f)]
+    if len(texts) != frames.shape[0]:
+        raise ValueError(f"reward {what}: {len(prompts)} prompts for {frames.shape[0] // f} samples")
+    scores = [score(frames[i : i + batch_size], texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+    return per_sample(torch.cat(scores), f)
 
 
 def per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
