@@ -1,16 +1,12 @@
 """The GPU throughput benchmark stays runnable: --tiny on CPU through the real sampler and trainer paths."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "gpu_throughput.py"
+from script_loader import load_script
 
 
 def test_gpu_throughput_tiny(tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_throughput", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmarks/gpu_throughput.py")
     out = tmp_path / "bench.json"
     assert mod.main(["--tiny", "--repeats", "1", "--steps", "2", "--prompts", "1", "--generations", "2", "--out", str(out)]) == 0
     report = json.loads(out.read_text())

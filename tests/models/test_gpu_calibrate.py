@@ -1,7 +1,6 @@
 """benchmarks/gpu_calibrate.py --tiny on CPU: a complete profile that the simulator reads, whose numbers are the raw
 measurements transformed by the documented rule, and the rule's premise (work affine in the block count)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,15 +10,13 @@ import torch
 from digenrl.control.profile import load_profile
 from digenrl.schedule.cost import OPS
 
+from script_loader import load_script
+
 ROOT = Path(__file__).parents[2]
-SCRIPT = ROOT / "benchmarks" / "gpu_calibrate.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_calibrate", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/gpu_calibrate.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,12 @@
 """The GPU memory benchmark stays runnable: --tiny on CPU, every setting, allocation-counted peaks."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "gpu_memory.py"
+from script_loader import load_script
 
 
 def test_gpu_memory_tiny(tmp_path):
-    spec = importlib.util.spec_from_file_location("gpu_memory", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmarks/gpu_memory.py")
     out = tmp_path / "mem.json"
     assert mod.main(["--tiny", "--out", str(out)]) == 0
     rows = {r["setting"]: r for r in json.loads(out.read_text())["rows"]}

@@ -3,7 +3,6 @@ results file (re-rendered from a copy of the committed results, with one value c
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -11,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "figures" / "simulation_results.json"
 
 
 def _script():
     sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("make_simulation_doc", ROOT / "scripts" / "make_simulation_doc.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/make_simulation_doc.py")
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed results file")

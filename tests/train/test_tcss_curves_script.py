@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from statistics import mean
 
 import pytest
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tc():
-    spec = importlib.util.spec_from_file_location("tcss_curves", ROOT / "scripts" / "tcss_curves.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/tcss_curves.py")
 
 
 CURVES = {  # (variant, seed) -> eval reward at steps 0, 20, 40
