@@ -111,11 +111,15 @@ class ActorPools:
     def rank0_id(self) -> str:
         return next(iter(self.trainers))
 
+    @property
+    def rank0_group(self) -> dict:
+        """The trainers that take part in a rank-0 call: rank 0 alone, or every rank of a sharded pool (such a
+        call gathers the shards: a collective; only rank 0's result carries the value)."""
+        return self.trainers if self.sharded else {self.rank0_id: self.rank0}
+
     def on_rank0(self, method: str, *args) -> dict:
-        """{rank id: ref} of a rank-0 call (eval, checkpoint): rank 0 only, or every rank of a sharded pool
-        (the call is a collective there; only rank 0's result carries the value)."""
-        ranks = self.trainers if self.sharded else {self.rank0_id: self.rank0}
-        return {w: getattr(t, method).remote(*args) for w, t in ranks.items()}
+        """{rank id: ref} of a rank-0 call (eval, checkpoint), rank 0 first (``rank0_group``)."""
+        return {w: getattr(t, method).remote(*args) for w, t in self.rank0_group.items()}
 
     def publish_refs(self, version: int) -> tuple[dict, object]:
         """Start publishing ``version`` from rank 0: ({worker: ref} that resolve when it is published, state ref).
@@ -127,7 +131,7 @@ class ActorPools:
         """
         if not self.generators:
             return {}, None
-        ranks = self.trainers if self.sharded else {self.rank0_id: self.rank0}
+        ranks = self.rank0_group
         if self.publish == "broadcast":
             refs = {w: t.publish_broadcast.remote(version) for w, t in ranks.items()}
             return refs | {w: g.receive_broadcast.remote(version) for w, g in self.generators.items()}, None

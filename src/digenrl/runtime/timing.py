@@ -102,10 +102,10 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
                                                     ref_policy=worker.ctx.ref_policy), repeats)
     worker.ctx.optimizer.zero_grad(set_to_none=True)
     params = [p for p in policy.parameters() if p.requires_grad]
-    bufs = [torch.zeros_like(p) for p in params]
     allreduce = 0.0
     if dist.is_initialized() and worker._world > 1 and not worker.sharded:
         group_pg = worker.tx.process_group
+        bufs = [torch.zeros_like(p) for p in params]  # gradient-sized: what the commit all-reduces
         allreduce = _mean_time(lambda: [dist.all_reduce(b, group=group_pg) for b in bufs], repeats)
 
     optimizer = _mean_time(_commit_work(worker, params), repeats)
