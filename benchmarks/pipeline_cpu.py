@@ -99,7 +99,7 @@ def trace_profile(run_dir: Path, sampling_steps: int) -> dict:
     for pool in ("generator", "trainer"):
         if f"{pool}/denoise" not in ops:  # a pool that never generated in this mode: the other pool's costs
             ops[f"{pool}/denoise"] = ops["generator/denoise" if pool == "trainer" else "trainer/denoise"]
-        ops[f"{pool}/reward"] = [[1, over], [2, over]]
+        ops[f"{pool}/reward"] = [[1, over], [2, over]]  # two equal points: constant (one would scale with n)
     ops["train_chunk"] = [[n, v + over] for n, v in ops["train_chunk"]]
     ops["optimizer"] = [[1, ops.pop("commit")[0][1] + over]]
     ops["publish"] = [[1, ops["publish"][0][1] + over]] if "publish" in ops else [[1, 0.0]]
