@@ -119,6 +119,14 @@ class BTSOptions(_Strict):
     max_branch: int = Field(4, ge=1)  # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
 
 
+class CalibrationOptions(_Strict):
+    """When a run measures its cost profile on its own workers before the first step (``runtime.calibrate``)."""
+
+    when: Literal["auto", "always", "never"] = "auto"  # auto: where the scheduler needs costs (TAG modes without
+    # runtime.profile); always: every run, written to run_dir/profile.json for `digenrl simulate/plan --profile`
+    repeats: int = Field(2, ge=1)  # timed repeats of every op (after one warm-up); their mean is the cost
+
+
 class RuntimeConfig(_Strict):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True)
 
@@ -138,6 +146,7 @@ class RuntimeConfig(_Strict):
     watchdog_s: float | None = Field(None, gt=0.0)  # a call silent this long is a failure; None: derived from the
     # cost model where the run has one (TAG modes, runtime.profile): 60 s + 20 x the action's modelled time  # resumable checkpoints kept in run_dir/checkpoints/ (newest first)
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start
+    calibration: CalibrationOptions = CalibrationOptions()
     tag_policy: Literal["bts", "greedy", "none"] = "bts"  # TAG modes: who decides the fragments given to idle
     # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
     bts: BTSOptions = BTSOptions()

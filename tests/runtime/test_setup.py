@@ -75,6 +75,14 @@ def test_bad_profile_path_is_a_config_error(tiny_model, tmp_path):
         plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", f"runtime.profile={tmp_path}/no.json"))
 
 
+def test_tag_mode_without_any_cost_model_is_refused(tiny_model, tmp_path):
+    from digenrl.control.run_plan import plan_run
+
+    with pytest.raises(ConfigError, match=r"^runtime\.calibration\.when: 'never' .*'gap_tsp_tag'"):
+        plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", "runtime.calibration.when=never"))
+    plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp", "runtime.calibration.when=never"))  # no BTS
+
+
 def test_weight_inbox_hands_over_whole_versions():
     from digenrl.runtime.publish import WeightInbox
 

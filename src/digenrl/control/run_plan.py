@@ -146,6 +146,9 @@ def plan_run(cfg: Config) -> RunPlan:
             profile = load_profile(rt.profile)
         except ProfileError as e:
             raise ConfigError(f"runtime.profile: {e}") from None
+    elif mode.tag and rt.calibration.when == "never":
+        raise ConfigError(f"runtime.calibration.when: 'never' leaves mode {mode.value!r} without a cost model (BTS "
+                          "predicts with it): give runtime.profile or let the run measure one ('auto')")
     return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, gens + ranks), profile, shards)
 
 

@@ -85,12 +85,17 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
     overhead = statistics.median(pings)
     if trainer_generation is None:
         trainer_generation = plan.mode.tag or not plan.mode.disaggregated
-    gen_refs = {w: a.measure_generate.remote(gen_sizes, repeats) for w, a in list(pools.generators.items())[:1]}
-    if not concurrent:
-        get_named(gen_refs, "profiling")
-    trn_refs = {w: t.measure.remote(gen_sizes if trainer_generation else [], cell_sizes, repeats)
-                for w, t in pools.trainers.items()}
-    overhead = max(overhead, _loaded_round_trip(list(gen_refs.values()) + list(trn_refs.values())))
+    echo = ray.remote(num_cpus=0)(_EchoActor).remote()  # started (a worker process) and ready before anything is timed
+    ray.get(echo.ping.remote())
+    try:
+        gen_refs = {w: a.measure_generate.remote(gen_sizes, repeats) for w, a in list(pools.generators.items())[:1]}
+        if not concurrent:
+            get_named(gen_refs, "profiling")
+        trn_refs = {w: t.measure.remote(gen_sizes if trainer_generation else [], cell_sizes, repeats)
+                    for w, t in pools.trainers.items()}
+        overhead = max(overhead, _loaded_round_trip(echo, list(gen_refs.values()) + list(trn_refs.values())))
+    finally:
+        ray.kill(echo)
     gen = get_named(gen_refs, "profiling")[0] if gen_refs else {}
     meas = get_named(trn_refs, "profiling")[0]
     source = (f"digenrl runtime profile: {run.cfg.model.kind}, {rank0} + {len(pools.generators)} generators, "
@@ -99,42 +104,42 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
                          (len(pools.generators), len(pools.trainers)))
 
 
-def _loaded_round_trip(busy: list, limit: int = 200) -> float:
-    """Median round trip of an empty actor call while the pools measure (``busy`` refs in flight): in a run
-    the controller dispatches while workers compute, and on a node whose cores they occupy that costs far
+class _EchoActor:
+    def ping(self) -> int:
+        return 0
+
+
+def _loaded_round_trip(echo, busy: list, limit: int = 200, interval_s: float = 0.1) -> float:
+    """Median round trip of an empty call to ``echo`` while the pools measure (``busy`` refs in flight): in a
+    run the controller dispatches while workers compute, and on a node whose cores they occupy that costs far
     more than an idle round trip (on the 2-core CPU benchmark machine: 4-6 ms between a worker's actions
-    against a 0.6 ms idle ping). A zero-CPU actor stands in for the next worker to be called. 0 when the pools
-    were done before any sample."""
+    against a 0.6 ms idle ping). ``echo``, a ready zero-CPU actor, stands in for the next worker to be called.
+    Samples are ``interval_s`` apart: pinging every 10 ms loaded the two cores enough to make the timed
+    denoise steps 20-40% slower than in a run. 0 when the pools were done before any sample."""
     import ray
 
-    @ray.remote(num_cpus=0)
-    class _Echo:
-        def ping(self) -> int:
-            return 0
-
-    echo = _Echo.remote()
-    try:
+    samples = []
+    while len(samples) < limit and ray.wait(busy, num_returns=len(busy), timeout=0)[1]:
+        t0 = time.perf_counter()
         ray.get(echo.ping.remote())
-        samples = []
-        while len(samples) < limit and ray.wait(busy, num_returns=len(busy), timeout=0)[1]:
-            t0 = time.perf_counter()
-            ray.get(echo.ping.remote())
-            samples.append(time.perf_counter() - t0)
-            time.sleep(0.01)
-        return statistics.median(samples) if samples else 0.0
-    finally:
-        ray.kill(echo)
+        samples.append(time.perf_counter() - t0)
+        time.sleep(interval_s)
+    return statistics.median(samples) if samples else 0.0
 
 
 def cost_model(run, pools, run_dir: Path | None = None):
-    """The scheduler's cost model: ``runtime.profile`` if given; measured now in TAG modes; else None."""
+    """The scheduler's cost model. ``runtime.calibration.when``: ``auto`` measures on the live workers only
+    where none is given and the mode needs one (TAG); ``always`` measures in every run (``runtime.profile``, if
+    given, still drives the run); ``never`` measures nothing (a TAG mode then needs ``runtime.profile``). A
+    measured profile is written to ``run_dir/profile.json``."""
     from digenrl.control.profile import ProfileCost
 
-    if run.profile is not None:
-        return run.profile
-    if not run.plan.mode.tag:
-        return None
-    data = calibrate(run, pools)
-    if run_dir is not None:
-        (Path(run_dir) / "profile.json").write_text(json.dumps(data, indent=1))
-    return ProfileCost.from_dict(data, where="measured profile")
+    opts = run.cfg.runtime.calibration
+    measure = opts.when == "always" or (opts.when == "auto" and run.profile is None and run.plan.mode.tag)
+    measured = None
+    if measure:
+        data = calibrate(run, pools, repeats=opts.repeats)
+        if run_dir is not None:
+            (Path(run_dir) / "profile.json").write_text(json.dumps(data, indent=1))
+        measured = ProfileCost.from_dict(data, where="measured profile")
+    return run.profile if run.profile is not None else measured
