@@ -9,24 +9,29 @@ does not depend on them. For every mode:
   so the first step's pipeline fill and warm-up are excluded;
 * ``speedup_vs_naive`` = naive step time / step time;
 * ``efficiency`` = (busy seconds of all workers / number of workers) / elapsed, over the same window;
-* ``sim_own_costs_s``: the same prediction from the op costs the run itself showed (``trace_profile``: mean
-  span per action kind and size, plus the mean dispatch gap): the scheduling model's error without the
-  profile's measurement error (the machine's speed drifts between the profile and the run);
+* ``sim_own_costs_s``: the same prediction from the op costs the run itself showed (``trace_profile``:
+  ``control.observed``, mean span per action kind and size plus the mean dispatch gap): the scheduling model's
+  error without the profile's measurement error;
+* ``sim_step1_s``: the prediction from the op costs of the run's first step only (the spans that ended by the
+  first publish, before the measured window): what ``profile_observed.json`` of a short earlier run gives;
 * ``controller_cpu_s_per_step``: CPU seconds the controller process (scheduler, BTS, Ray calls) used per step;
   on this 2-core machine they are taken from the two workers, which the simulator does not model;
-* ``sim_step_time_s``: the simulator's prediction of the same steady-state step time for the same plan, from a
-  cost profile measured right before the run on live workers of the same pool layout
-  (``runtime.calibrate.calibrate``; the run's BTS uses the same profile); ``sim_error`` = sim / measured - 1.
+* ``sim_step_time_s``: the simulator's prediction of the same steady-state step time for the same plan, from
+  the cost profile the run measured on its own workers before its first step (``runtime.calibration.when=
+  always``, mean of ``--repeats`` per op; the run's BTS uses the same profile); ``sim_error`` = sim / measured - 1.
 
 ``--learn STEPS`` also runs the demo config (packaged base weights) in ``full`` mode (stale cap 0.25) and
 reports the eval reward (written next to ``--out`` as ``<name>_learn.json``).
 
-Each mode runs ``--rounds`` times (interleaved with the other modes) and its fastest run is reported: the
-machine is shared, and other jobs only ever make a run slower. Ray's workers run at nice 0 here.
+Each mode runs ``--rounds`` times, interleaved with the other modes, and every number of its row is the mean over
+its rounds (errors: of the means; ``round_errors``: each round's own). This VM's speed drifts by 15-25% over
+seconds to minutes (a plain two-process matmul loop, timed alone and beside a second one, varied that much and
+showed no contention between the cores), so one run against one profile measures that drift as much as the
+simulator. Ray's workers run at nice 0 here.
 
-Run: ``python benchmarks/pipeline_cpu.py [--json] [--steps 6] [--rounds 2] [--modes ...] [--out PATH]
-[--learn STEPS] [--figures docs/figures]`` (``--figures``: the README's runtime Gantt charts of the reported
-naive and gap_tsp_tag runs).
+Run: ``python benchmarks/pipeline_cpu.py [--json] [--steps 6] [--rounds 3] [--repeats 8] [--modes ...] [--out PATH]
+[--learn STEPS] [--figures docs/figures]`` (``--figures``: the README's runtime Gantt charts of the naive and
+gap_tsp_tag runs closest to their mode's mean).
 """
 
 from __future__ import annotations
@@ -68,111 +73,100 @@ def sim_steady_step(plan, cost) -> float:
     return (pubs[-1] - pubs[0]) / (len(pubs) - 1)
 
 
-def trace_profile(run_dir: Path, sampling_steps: int) -> dict:
-    """A ``digenrl-profile`` of the op costs a run itself showed: mean worker-side span per action kind and size
-    (a fragment of n: all of it on ``denoise`` / T, per pool; a chunk of c cells; commit; publish), plus the
-    mean dispatch gap (idle gaps under 50 ms between a worker's actions) on the op that ends each action (means:
-    the step time is a sum of op times)."""
-    import statistics
+def trace_spans(run_dir: Path) -> list:
+    """The spans of a run's ``trace.json`` (idle gaps included), in seconds."""
+    from digenrl.observe.trace import Span
 
     t = json.loads((run_dir / "trace.json").read_text())
     names = {e["tid"]: e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "thread_name"}
-    spans: dict[tuple, list[float]] = {}
-    gaps = []
-    for e in t["traceEvents"]:
-        if e.get("ph") != "X":
-            continue
-        d, kind, who, label = e["dur"] / 1e6, e["name"], names[e["tid"]], e["args"].get("label", "")
-        pool = "generator" if who.startswith("gen") else "trainer"
-        if kind in ("generate", "tag"):
-            spans.setdefault((f"{pool}/denoise", int(label.split()[2][1:])), []).append(d / sampling_steps)
-        elif kind == "train":
-            spans.setdefault(("train_chunk", int(label.split()[2])), []).append(d)
-        elif kind in ("commit", "publish"):
-            spans.setdefault((kind, 1), []).append(d)
-        elif kind == "idle" and d < 0.05:
-            gaps.append(d)
-    over = statistics.fmean(gaps) if gaps else 0.0
-    ops: dict[str, list] = {}
-    for (op, n), ds in sorted(spans.items()):
-        ops.setdefault(op, []).append([n, statistics.fmean(ds)])
-    for pool in ("generator", "trainer"):
-        if f"{pool}/denoise" not in ops:  # a pool that never generated in this mode: the other pool's costs
-            ops[f"{pool}/denoise"] = ops["generator/denoise" if pool == "trainer" else "trainer/denoise"]
-        ops[f"{pool}/reward"] = [[1, over], [2, over]]  # two equal points: constant (one would scale with n)
-    ops["train_chunk"] = [[n, v + over] for n, v in ops["train_chunk"]]
-    ops["optimizer"] = [[1, ops.pop("commit")[0][1] + over]]
-    ops["publish"] = [[1, ops["publish"][0][1] + over]] if "publish" in ops else [[1, 0.0]]
-    ops.update({"vae_decode": [[1, 0.0]], "transfer": [[1, 0.0]], "allreduce": [[1, 0.0]], "tag_switch": [[1, 0.0]]})
-    return {"format": "digenrl-profile", "version": 1, "source": f"spans of {run_dir.name}", "ops": ops}
+    pools = {e["pid"]: e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "process_name"}
+    return [Span(names[e["tid"]], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6, e["args"].get("label", ""),
+                 pools.get(e["pid"], "")) for e in t["traceEvents"] if e.get("ph") == "X"]
 
 
-def measure_profile(base: list[str], work: Path, pools_of: str) -> Path:
-    """Measure every fragment / chunk size the modes use, on live workers of ``pools_of``'s pools."""
+def trace_profile(run_dir: Path, sampling_steps: int, first_step_only: bool = False) -> dict:
+    """A ``digenrl-profile`` of the op costs a run itself showed (``control.observed.observed_profile``): of the
+    whole run, or of the spans that ended by step 1's publish (before the steady-state window)."""
+    from digenrl.control.observed import observed_profile
+
+    spans = trace_spans(run_dir)
+    until = None
+    if first_step_only:  # step 1 ends with its publish (colocated: its commit, nothing is published)
+        until = max(min(s.end for s in spans if s.kind == k) for k in ("commit", "publish")
+                    if any(s.kind == k for s in spans))
+    return observed_profile(spans, sampling_steps, until=until, source=f"spans of {run_dir.name}")
+
+
+PER_RUN = ("step_time_s", "efficiency", "sim_step_time_s", "sim_own_costs_s", "sim_step1_s", "tag_fragments_per_step",
+           "stale_fraction", "controller_cpu_s_per_step")
+
+
+def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log) -> dict:
+    """One run of ``mode``; it measures its cost profile on its own workers before its first step
+    (``runtime.calibration.when=always``), and the simulator predicts it from that profile."""
     from digenrl.config import load_config
-    from digenrl.runtime.cluster import start_pools
-    from digenrl.runtime.calibrate import calibrate, plan_sizes
-    from digenrl.control.run_plan import plan_run
-
-    sizes = [set(), set()]
-    for m in MODES:
-        fs, cs = plan_sizes(plan_run(load_config(None, base + mode_overrides(m))).plan)
-        sizes[0].update(fs)
-        sizes[1].update(cs)
-    setup = plan_run(load_config(None, base + mode_overrides(pools_of)))
-    pools = start_pools(setup)
-    try:
-        data = calibrate(setup, pools, repeats=8, gen_sizes=sorted(sizes[0]), cell_sizes=sorted(sizes[1]),
-                         trainer_generation=True)
-    finally:
-        pools.kill()
-    path = work / f"profile_{pools_of}.json"
-    path.write_text(json.dumps(data, indent=1))
-    return path
-
-
-def run_modes(modes, steps: int, rounds: int, work: Path, log, figures: Path | None = None) -> list[dict]:
-    from digenrl.config import load_config
-    from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
-    from digenrl.runtime.driver import run_disaggregated
-    from digenrl.control.run_plan import plan_run
     from digenrl.control.profile import ProfileCost, load_profile
+    from digenrl.control.run_plan import plan_run
+    from digenrl.runtime.driver import run_disaggregated
+
+    cfg = load_config(None, base + mode_overrides(mode) + [f"run_dir={run_dir}", "runtime.calibration.when=always",
+                                                            f"runtime.calibration.repeats={repeats}"])
+    s = run_disaggregated(cfg)
+    plan = plan_run(cfg).plan
+    sim = sim_steady_step(plan, load_profile(run_dir / "profile.json"))
+    own = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(run_dir, plan.sampling_steps)))
+    first = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(run_dir, plan.sampling_steps, True)))
+    row = {"step_time_s": s["steady_step_time_s"], "efficiency": s["steady_efficiency"], "sim_step_time_s": sim,
+           "sim_own_costs_s": own, "sim_step1_s": first, "tag_fragments_per_step": s["tag_fragments_per_step"],
+           "stale_fraction": s["stale_fraction"], "audit_violations": len(s["audit_violations"]),
+           # CPU the controller itself used per step: on this 2-core machine it competes with the workers
+           "controller_cpu_s_per_step": s["controller_cpu_s"] / cfg.steps}
+    log(f"{mode:12s} step {row['step_time_s']:.3f} s  efficiency {row['efficiency']:.2f}  "
+        f"sim {sim:.3f} s ({sim / row['step_time_s'] - 1:+.1%}), own costs {own:.3f} s "
+        f"({own / row['step_time_s'] - 1:+.1%}), step 1's costs {first:.3f} s ({first / row['step_time_s'] - 1:+.1%})  TAG/step {row['tag_fragments_per_step']:.1f}  "
+        f"stale {row['stale_fraction']:.0%}")
+    return row
+
+
+def summarize(mode: str, runs: list[dict]) -> dict:
+    """A mode's row: the mean over its rounds of every per-run number; the errors are those of the means
+    (mean prediction / mean measured - 1), and ``round_errors`` keeps each round's own error."""
+    import statistics
+
+    row = {"mode": mode, **{k: statistics.fmean(r[k] for r in runs) for k in PER_RUN}}
+    row["sim_error"] = row["sim_step_time_s"] / row["step_time_s"] - 1.0
+    row["sim_own_costs_error"] = row["sim_own_costs_s"] / row["step_time_s"] - 1.0
+    row["sim_step1_error"] = row["sim_step1_s"] / row["step_time_s"] - 1.0
+    row["round_step1_errors"] = [r["sim_step1_s"] / r["step_time_s"] - 1.0 for r in runs]
+    row["audit_violations"] = sum(r["audit_violations"] for r in runs)
+    row["rounds"] = len(runs)
+    row["round_step_times_s"] = [r["step_time_s"] for r in runs]
+    row["round_errors"] = [r["sim_step_time_s"] / r["step_time_s"] - 1.0 for r in runs]
+    return row
+
+
+def run_modes(modes, steps: int, rounds: int, work: Path, log, figures: Path | None = None,
+              repeats: int = 8) -> list[dict]:
+    from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
 
     torch.manual_seed(0)
     model = work / "model.safetensors"
     TinyDiTPolicy(TinyDiTConfig(**MODEL)).save(model)
     base = [f"model.path={model}", f"steps={steps}", *WORKLOAD]
-    best: dict[str, dict] = {}
-    for r in range(rounds):  # rounds interleave the modes; the fastest run of each mode is kept
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    for r in range(rounds):  # rounds interleave the modes: the machine's speed drifts over minutes
         for m in modes:
-            # measured right before the run, on the run's pool layout (1 generator + 1 trainer, or 2 colocated
-            # ranks with their all-reduce): the shared machine's speed drifts over minutes
-            profile = measure_profile(base, work, "colocated" if m == "colocated" else "gap_tsp_tag")
-            cfg = load_config(None, base + mode_overrides(m) + [f"run_dir={work / f'{m}_{r}'}",
-                                                                f"runtime.profile={profile}"])
-            s = run_disaggregated(cfg)
-            plan = plan_run(cfg).plan
-            sim = sim_steady_step(plan, load_profile(profile))
-            own = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(work / f"{m}_{r}", plan.sampling_steps)))
-            row = {"mode": m, "step_time_s": s["steady_step_time_s"], "efficiency": s["steady_efficiency"],
-                   "sim_step_time_s": sim, "sim_error": sim / s["steady_step_time_s"] - 1.0,
-                   "sim_own_costs_s": own, "sim_own_costs_error": own / s["steady_step_time_s"] - 1.0,
-                   "tag_fragments_per_step": s["tag_fragments_per_step"], "stale_fraction": s["stale_fraction"],
-                   "audit_violations": len(s["audit_violations"]), "run": r,
-                   # CPU the controller itself used per step: on this 2-core machine it competes with the workers
-                   "controller_cpu_s_per_step": s["controller_cpu_s"] / steps}
-            log(f"{m:12s} step {row['step_time_s']:.3f} s  efficiency {row['efficiency']:.2f}  "
-                f"sim {sim:.3f} s ({row['sim_error']:+.1%}), own costs {own:.3f} s ({row['sim_own_costs_error']:+.1%})  TAG/step {row['tag_fragments_per_step']:.1f}  "
-                f"stale {row['stale_fraction']:.0%}  (round {r + 1})")
-            if m not in best or row["step_time_s"] < best[m]["step_time_s"]:
-                best[m] = row
-                if figures is not None and m in GANTT_MODES:  # the Gantt chart of the run that is reported
-                    figures.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(work / f"{m}_{r}" / "gantt.png", figures / f"runtime_gantt_{m}.png")
-    rows = [best[m] for m in modes]
-    naive = best["naive"]["step_time_s"]
-    for r in rows:
-        r["speedup_vs_naive"] = naive / r["step_time_s"]
+            runs[m].append(one_run(base, m, work / f"{m}_{r}", repeats, log))
+            log(f"  (round {r + 1} of {rounds})")
+    rows = [summarize(m, runs[m]) for m in modes]
+    naive = rows[modes.index("naive")]["step_time_s"]
+    for row in rows:
+        row["speedup_vs_naive"] = naive / row["step_time_s"]
+    if figures is not None:  # the Gantt charts of each mode's run closest to its mean step time
+        figures.mkdir(parents=True, exist_ok=True)
+        for row in (x for x in rows if x["mode"] in GANTT_MODES):
+            k = min(range(rounds), key=lambda i: abs(row["round_step_times_s"][i] - row["step_time_s"]))
+            shutil.copyfile(work / f"{row['mode']}_{k}" / "gantt.png", figures / f"runtime_gantt_{row['mode']}.png")
     keys = ("mode", "step_time_s", "speedup_vs_naive", "efficiency", "sim_step_time_s")
     return [{**{k: r[k] for k in keys}, **{k: v for k, v in r.items() if k not in keys}} for r in rows]
 
@@ -197,18 +191,21 @@ def learn(work: Path, steps: int, log) -> dict:
 
 def markdown_table(rows: list[dict]) -> str:
     """The README's table of a results file: step time, speedup, efficiency, simulator prediction and error."""
-    out = ["| mode | step (s) | vs naive | pipeline efficiency | sim (s) | sim error | sim, run's own op costs |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| mode | step (s) | vs naive | pipeline efficiency | sim, calibration (s) | error | error per round | "
+           "sim, step 1's op costs | sim, run's own op costs |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         name = "colocated (2 workers)" if r["mode"] == "colocated" else r["mode"]
         own = f"{r['sim_own_costs_s']:.3f} ({r['sim_own_costs_error']:+.1%})" if "sim_own_costs_s" in r else "-"
+        first = f"{r['sim_step1_s']:.3f} ({r['sim_step1_error']:+.1%})" if "sim_step1_s" in r else "-"
+        per = " / ".join(f"{e:+.0%}" for e in r.get("round_errors", []))
         out.append(f"| {name} | {r['step_time_s']:.3f} | {r['speedup_vs_naive']:.2f}x | {r['efficiency']:.2f} | "
-                   f"{r['sim_step_time_s']:.3f} | {r['sim_error']:+.1%} | {own} |")
+                   f"{r['sim_step_time_s']:.3f} | {r['sim_error']:+.1%} | {per or '-'} | {first} | {own} |")
     order = lambda key: " < ".join(r["mode"] for r in sorted(rows, key=lambda r: r[key]))  # noqa: E731
-    out += ["", f"Fastest first, measured: {order('step_time_s')}; simulated from the pre-run profile: "
-                f"{order('sim_step_time_s')}"
-            + (f"; from the run's own op costs: {order('sim_own_costs_s')}." if all("sim_own_costs_s" in r for r in rows)
-               else ".")]
+    line = f"Fastest first, measured: {order('step_time_s')}; simulated from the calibration: {order('sim_step_time_s')}"
+    for key, what in (("sim_step1_s", "step 1's op costs"), ("sim_own_costs_s", "the run's own op costs")):
+        if all(key in r for r in rows):
+            line += f"; from {what}: {order(key)}"
+    out += ["", line + "."]
     return "\n".join(out)
 
 
@@ -216,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per mode (default 6)")
     ap.add_argument("--modes", nargs="+", default=list(MODES))
-    ap.add_argument("--rounds", type=int, default=2, help="runs per mode, interleaved; the fastest is kept")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per mode, interleaved; rows are their means")
+    ap.add_argument("--repeats", type=int, default=8, help="timed repeats per op of each run's pre-run profile")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     ap.add_argument("--out", default=None, help="also write the rows here (e.g. benchmarks/results/pipeline_cpu.json)")
     ap.add_argument("--learn", type=int, default=0, metavar="STEPS", help="also run the demo in full mode")
@@ -244,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             work = Path(args.keep or tmp)
             work.mkdir(parents=True, exist_ok=True)
             rows = run_modes(args.modes, args.steps, args.rounds, work, log,
-                             Path(args.figures) if args.figures else None)
+                             Path(args.figures) if args.figures else None, args.repeats)
             learned = learn(work, args.learn, log) if args.learn else None
     finally:
         ray.shutdown()

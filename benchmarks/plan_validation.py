@@ -6,13 +6,16 @@ this machine has 2 cores). A cost profile is measured once on live workers of th
 size (divisors of G) and chunk size the sweep can use; ``sim.plan_search.search`` probes every fragment size x
 chunk shape (48 candidates) with it. Three plans are then run for real with the Ray runtime
 (``run_disaggregated``, the profile also feeding BTS): the plan's choice, the median candidate and the slowest
-candidate (by predicted time). For each: the predicted steady step time of the run's own length (simulated with
-the same plan and profile) and the measured one (publish of the last step - publish of the first) / (K - 1).
+candidate (by predicted time), each ``--rounds`` times, interleaved. For each: the predicted steady step time of the
+run's own length (simulated with the same plan and profile), the measured one (publish of the last step - publish
+of the first) / (K - 1), mean over the rounds, and the prediction from the runs' own op costs
+(``pipeline_cpu.trace_profile``: the schedule model's share of the error; the rest is the profile's).
 
-The machine is shared with other jobs: measured times are upper bounds of what it does alone, and the profile
-itself is measured under the same load.
+The machine is shared with other jobs: its speed drifts by 15-25% over minutes, and the profile, measured once
+before the runs as a user of ``digenrl plan`` would, carries that drift into every prediction.
 
-Run: ``python benchmarks/plan_validation.py [--steps 6] [--out benchmarks/results/plan_validation.json]``.
+Run: ``python benchmarks/plan_validation.py [--steps 6] [--rounds 2] [--repeats 8] [--keep DIR]
+[--out benchmarks/results/plan_validation.json]``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import sys
 import tempfile
 from dataclasses import replace
@@ -29,10 +33,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pipeline_cpu import MODEL, WORKLOAD, sim_steady_step  # noqa: E402
+from pipeline_cpu import MODEL, WORKLOAD, sim_steady_step, trace_profile  # noqa: E402
 
 
-def measure(cfg, work: Path) -> Path:
+def measure(cfg, work: Path, repeats: int) -> Path:
     from digenrl.control.run_plan import plan_run
     from digenrl.runtime.calibrate import calibrate
     from digenrl.runtime.cluster import start_pools
@@ -42,7 +46,7 @@ def measure(cfg, work: Path) -> Path:
     cells = sorted({cg * cs for cg in range(1, G + 1) if G % cg == 0 for cs in range(1, S + 1) if S % cs == 0})
     pools = start_pools(run)
     try:
-        data = calibrate(run, pools, repeats=3, gen_sizes=[f for f in range(1, G + 1) if G % f == 0],
+        data = calibrate(run, pools, repeats=repeats, gen_sizes=[f for f in range(1, G + 1) if G % f == 0],
                          cell_sizes=cells, trainer_generation=True)
     finally:
         pools.kill()
@@ -54,6 +58,9 @@ def measure(cfg, work: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=2, help="runs per plan, interleaved; measured = their mean")
+    ap.add_argument("--repeats", type=int, default=8, help="timed repeats per op of the profile")
+    ap.add_argument("--keep", default=None, help="keep the run directories here")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -61,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from digenrl.config import load_config
-    from digenrl.control.profile import load_profile
+    from digenrl.control.profile import ProfileCost, load_profile
     from digenrl.control.run_plan import plan_run
     from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
     from digenrl.runtime.driver import run_disaggregated
@@ -71,33 +78,48 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
+            work = Path(args.keep or tmp)
+            work.mkdir(parents=True, exist_ok=True)
             torch.manual_seed(0)
             model = work / "model.safetensors"
             TinyDiTPolicy(TinyDiTConfig(**MODEL)).save(model)
             cfg = load_config(None, [f"model.path={model}", f"steps={args.steps}", *WORKLOAD,
                                      "runtime.mode=gap_tsp_tag", "runtime.generators=1", "runtime.trainers=1"])
-            prof_path = measure(cfg, work)
+            prof_path = measure(cfg, work, args.repeats)
             prof = load_profile(prof_path)
             res = search(cfg, 2, profile_costs(prof, profile_pools(prof_path)[1]), probe_steps=4)
             ranked = sorted(res.probes, key=lambda p: p.step_time)
             picks = {"chosen": res.best, "median": ranked[len(ranked) // 2], "slowest": ranked[-1]}
+            runs: dict[str, list] = {name: [] for name in picks}
+            for r in range(args.rounds):  # interleaved: the machine's speed drifts over minutes
+                for name, p in picks.items():
+                    c = apply(cfg, p.candidate).model_copy(update={"run_dir": str(work / f"{name}_{r}")})
+                    c = c.model_copy(update={"runtime": c.runtime.model_copy(update={"profile": str(prof_path)})})
+                    plan = replace(plan_run(c).plan, steps=args.steps)
+                    s = run_disaggregated(c)
+                    own = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(work / f"{name}_{r}",
+                                                                                    plan.sampling_steps)))
+                    runs[name].append((s["steady_step_time_s"], own, len(s["audit_violations"])))
+                    print(f"{name} round {r + 1}: measured {s['steady_step_time_s']:.3f} s, own costs {own:.3f} s",
+                          file=sys.stderr)
             for name, p in picks.items():
-                c = apply(cfg, p.candidate).model_copy(update={"run_dir": str(work / name)})
-                c = c.model_copy(update={"runtime": c.runtime.model_copy(update={"profile": str(prof_path)})})
-                plan = plan_run(c).plan
-                predicted = sim_steady_step(replace(plan, steps=args.steps), prof)
-                s = run_disaggregated(c)
-                measured = s["steady_step_time_s"]
+                plan = replace(plan_run(apply(cfg, p.candidate)).plan, steps=args.steps)
+                predicted = sim_steady_step(plan, prof)
+                measured = statistics.fmean(m for m, _, _ in runs[name])
+                own = statistics.fmean(o for _, o, _ in runs[name])
                 row = {"plan": name, "label": p.candidate.label(), "probe_step_time_s": p.step_time,
                        "predicted_step_time_s": predicted, "measured_step_time_s": measured,
-                       "error": predicted / measured - 1.0, "audit_violations": len(s["audit_violations"])}
+                       "error": predicted / measured - 1.0, "own_costs_step_time_s": own,
+                       "own_costs_error": own / measured - 1.0,
+                       "round_measured_s": [m for m, _, _ in runs[name]],
+                       "audit_violations": sum(v for _, _, v in runs[name])}
                 print(json.dumps(row), file=sys.stderr)
                 rows.append(row)
     finally:
         ray.shutdown()
     best_measured = min(r["measured_step_time_s"] for r in rows)
-    out = {"machine": "shared 2-core CPU (other jobs running)", "steps": args.steps, "candidates": len(res.probes),
+    out = {"machine": "shared 2-core CPU (other jobs running)", "steps": args.steps, "rounds": args.rounds,
+           "profile_repeats": args.repeats, "candidates": len(res.probes),
            "rows": rows, "chosen_vs_best_measured": rows[0]["measured_step_time_s"] / best_measured - 1.0}
     print(json.dumps(out, indent=1))
     if args.out:

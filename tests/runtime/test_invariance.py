@@ -58,7 +58,7 @@ CASES = {
     # mode, extra overrides
     "colocated": ["runtime.trainers=1"],
     "naive": [],
-    "gap": [],
+    "gap": ["runtime.calibration.when=always", "runtime.calibration.repeats=1"],  # measures a profile it does not need
     "gap_tsp-2ranks-labels": ["runtime.mode=gap_tsp", "runtime.trainers=2",
                               "runtime.generator_resources={gen_slot: 1}", "runtime.trainer_resources={trn_slot: 1}"],
     "gap_tsp_tag-broadcast": ["runtime.mode=gap_tsp_tag", "runtime.publish=broadcast"],
@@ -117,5 +117,11 @@ def test_mode_matches_reference(case, ray_local, tiny_model, tmp_path, reference
                              + [f"trn{i}" for i in range(cfg.runtime.trainers)])
     kinds = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
     assert {"generate", "train", "commit"} <= kinds
-    if mode == "gap_tsp_tag":
-        assert (run / "profile.json").is_file()
+    measured = mode == "gap_tsp_tag" or "runtime.calibration.when=always" in overrides
+    assert (run / "profile.json").is_file() == measured  # auto: only where BTS needs it; always: every run
+    if measured:
+        assert json.loads((run / "profile.json").read_text())["format"] == "digenrl-profile"
+    from digenrl.control.profile import load_profile
+
+    observed = load_profile(run / "profile_observed.json")  # every run: the op costs its spans showed
+    assert observed.time("train_chunk", 2, "trainer") > 0 and observed.time("denoise", 2, "generator") > 0

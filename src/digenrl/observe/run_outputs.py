@@ -30,10 +30,10 @@ from digenrl.safe_files import remove_orphans
 # every file or folder a run (either executor) writes into run_dir
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "reward_curve.png", "samples_before.png", "samples_after.png",
                "checkpoint.safetensors", "summary.json", "trace.json", "gantt.png", "trajectories.jsonl",
-               "profile.json", "failure.json", "tensorboard", "checkpoints")
+               "profile.json", "profile_observed.json", "failure.json", "tensorboard", "checkpoints")
 # what a resumed run writes again from scratch (the rest is kept: config is rewritten, metrics truncated)
 REDONE_ON_RESUME = ("summary.json", "failure.json", "samples_after.png", "reward_curve.png", "trace.json",
-                    "gantt.png", "trajectories.jsonl", "checkpoint.safetensors")
+                    "gantt.png", "trajectories.jsonl", "checkpoint.safetensors", "profile_observed.json")
 
 
 @dataclass(frozen=True)

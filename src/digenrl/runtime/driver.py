@@ -20,6 +20,8 @@ it failed, ``failure.json``.
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 
 from digenrl.config import Config
@@ -31,6 +33,8 @@ from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
 from .cluster import ActorPools, get_named, ray_session, start_pools
+
+log = logging.getLogger(__name__)
 from .errors import WorkerFailure
 from .executor import Clock, RayExecutor
 from .step_metrics import StepMetrics
@@ -129,6 +133,7 @@ class _Controller:
         result = self.timeline.result(self.sched, end)
         result.stats = self.stats
         result.write_trace(self.out.run_dir / "trace.json")
+        self._write_observed_profile(result.spans)
         result.write_gantt(self.out.run_dir / "gantt.png", f"{cfg.runtime.mode}: {result.pools_label()}, "
                                                            f"{plan.steps} steps (measured)")
         log, events = self._last_attempt_log()
@@ -136,6 +141,19 @@ class _Controller:
                                audit_violations=audit(plan, log, events, self.first)[:20], bts=result.bts,
                                restarts=len(self.recoveries), recoveries=self.recoveries,
                                controller_cpu_s=self._controller_cpu_s)
+
+    def _write_observed_profile(self, spans) -> None:
+        """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), for planning
+        the next run on the same machines. A run too short to show every op kind writes none."""
+        from digenrl.control.observed import observed_profile
+
+        try:
+            data = observed_profile(spans, self.plan.sampling_steps, source=f"spans of {self.cfg.run_dir}",
+                                    pools=(len(self.pools.generators), len(self.pools.trainers)))
+        except ValueError as e:
+            log.info("no profile_observed.json: %s", e)
+            return
+        (self.out.run_dir / "profile_observed.json").write_text(json.dumps(data, indent=1))
 
     def _recover(self, e: WorkerFailure) -> None:
         """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""

@@ -1,0 +1,75 @@
+"""A cost profile from the spans a run recorded: what its ops really cost, runtime overheads included.
+
+A synthetic calibration (``runtime.calibrate``) times each op in a tight loop inside one actor call. A run
+pays more than that on a node whose cores its workers share: the Ray runtime's own threads (object
+transfers, serialisation), the controller and the other workers compete for the same cores, and the
+controller takes a few milliseconds between a worker's actions. The spans of a run carry all of it, so a
+profile made from them is the one to plan the next run on the same machines with
+(``digenrl plan --profile run_dir/profile_observed.json``).
+
+From the spans that end by ``until`` (seconds of the run's clock; None: all):
+
+* ``<pool>/denoise`` at n generations = mean span of a ``generate`` / ``tag`` action of n / T (the whole
+  fragment is charged on ``denoise``; ``vae_decode`` and ``transfer`` are 0);
+* ``train_chunk`` at c cells = mean span of a ``train`` action of c cells; ``optimizer`` = mean ``commit`` span
+  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span;
+* dispatch gap = mean idle gap shorter than ``max_gap_s`` between two actions of a worker (the controller's
+  turn-around); it is added to the op that ends each action (``reward`` for a fragment, ``train_chunk``,
+  ``optimizer``, ``publish``), as the calibration adds its round trip.
+
+Means, not medians: a step time is a sum of op times. A pool that did not generate in the window gets the
+other pool's denoise costs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Sequence
+
+from digenrl.observe.trace import Span
+
+
+def _size(span: Span) -> int:
+    """Generations of a fragment (label ``s<step> g<group> x<n> ...``) or cells of a chunk (``s g <c> cells``)."""
+    word = span.label.split()[2]
+    return int(word[1:] if span.kind in ("generate", "tag") else word)
+
+
+def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | None = None,
+                     max_gap_s: float = 0.05, source: str = "spans of a run",
+                     pools: tuple[int, int] | None = None) -> dict:
+    """The ``digenrl-profile`` dict of the ops the spans show (see the module docstring)."""
+    costs: dict[tuple[str, int], list[float]] = {}
+    gaps: list[float] = []
+    for s in spans:
+        if until is not None and s.end > until:
+            continue
+        pool = s.pool if s.pool in ("generator", "trainer") else ("generator" if s.worker.startswith("gen")
+                                                                  else "trainer")
+        if s.kind in ("generate", "tag"):
+            costs.setdefault((f"{pool}/denoise", _size(s)), []).append(s.duration / sampling_steps)
+        elif s.kind == "train":
+            costs.setdefault(("train_chunk", _size(s)), []).append(s.duration)
+        elif s.kind in ("commit", "publish"):
+            costs.setdefault((s.kind, 1), []).append(s.duration)
+        elif s.kind == "idle" and s.duration < max_gap_s:
+            gaps.append(s.duration)
+    ops: dict[str, list] = {}
+    for (op, n), ds in sorted(costs.items()):
+        ops.setdefault(op, []).append([n, statistics.fmean(ds)])
+    missing = [op for op in ("train_chunk", "commit") if op not in ops]
+    if missing or not any(k.endswith("/denoise") for k in ops):
+        raise ValueError(f"observed_profile: the spans{'' if until is None else f' up to {until:.1f} s'} have no "
+                         f"{', '.join(missing) or 'generate'} action to price")
+    gap = statistics.fmean(gaps) if gaps else 0.0
+    for pool, other in (("generator", "trainer"), ("trainer", "generator")):
+        ops.setdefault(f"{pool}/denoise", ops.get(f"{other}/denoise"))
+        ops[f"{pool}/reward"] = [[1, gap], [2, gap]]  # two equal points: a constant (one point would scale with n)
+    ops["train_chunk"] = [[n, v + gap] for n, v in ops["train_chunk"]]
+    ops["optimizer"] = [[1, ops.pop("commit")[0][1] + gap]]
+    ops["publish"] = [[1, ops["publish"][0][1] + gap]] if "publish" in ops else [[1, 0.0]]
+    ops.update({"vae_decode": [[1, 0.0]], "transfer": [[1, 0.0]], "allreduce": [[1, 0.0]], "tag_switch": [[1, 0.0]]})
+    out = {"format": "digenrl-profile", "version": 1, "source": source, "ops": ops}
+    if pools is not None:  # the pool sizes the costs hold for (``digenrl plan`` checks them)
+        out["generators"], out["trainers"] = pools
+    return out
