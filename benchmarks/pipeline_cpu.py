@@ -206,7 +206,59 @@ def markdown_table(rows: list[dict]) -> str:
         if all(key in r for r in rows):
             line += f"; from {what}: {order(key)}"
     out += ["", line + "."]
-    return "\n".join(out)
+    return "\n".join(out + ["", summary(rows)])
+
+
+def distinguishable_pairs(rows: list[dict]) -> list[tuple[dict, dict]] | None:
+    """Pairs of modes whose measured mean step times differ by more than 2 x the standard error of the
+    difference (from the spread of each mode's rounds): the pairs a ranking can be checked on. None with one round."""
+    import statistics
+
+    if any(len(r.get("round_step_times_s", [])) < 2 for r in rows):
+        return None
+    se2 = {r["mode"]: statistics.variance(r["round_step_times_s"]) / len(r["round_step_times_s"]) for r in rows}
+    return [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:]
+            if abs(a["step_time_s"] - b["step_time_s"]) > 2 * (se2[a["mode"]] + se2[b["mode"]]) ** 0.5]
+
+
+def summary(rows: list[dict]) -> str:
+    """The README's paragraph under the table: every number is a value of the results file."""
+    same = lambda key: [r["mode"] for r in sorted(rows, key=lambda r: r[key])] == [  # noqa: E731
+        r["mode"] for r in sorted(rows, key=lambda r: r["step_time_s"])]
+    worst = lambda key: max(abs(r[key]) for r in rows)  # noqa: E731
+    text = []
+    if all("sim_own_costs_error" in r for r in rows):
+        text.append(f"Given the op costs a run actually had, the simulator predicts its step time within "
+                    f"{worst('sim_own_costs_error'):.1%} in every mode, and ranks the modes "
+                    f"{'as measured' if same('sim_own_costs_s') else 'differently from the measurement'}.")
+    if all("sim_step1_error" in r for r in rows):
+        text.append(f"From the costs of each run's first step (before the measured window) it is within "
+                    f"{worst('sim_step1_error'):.1%} on average over the runs (ranking "
+                    f"{'as measured' if same('sim_step1_s') else 'not as measured'}).")
+    text.append(f"From the calibration timed just before each run it is within {worst('sim_error'):.1%} on average "
+                f"(ranking {'as measured' if same('sim_step_time_s') else 'not as measured'})")
+    per = [x for r in rows for x in r.get("round_errors", [])]
+    if per:
+        text[-1] += f", and a single run is {min(per):+.0%} to {max(per):+.0%} off its own calibration"
+    text[-1] += "."
+    pairs = distinguishable_pairs(rows)
+    if pairs is not None:
+        keys = [(k, what) for k, what in (("sim_step_time_s", "the calibration"), ("sim_step1_s", "step 1's costs"),
+                                          ("sim_own_costs_s", "the own costs")) if all(k in r for r in rows)]
+        agree = [f"{sum((a[k] < b[k]) == (a['step_time_s'] < b['step_time_s']) for a, b in pairs)} from {what}"
+                 for k, what in keys]
+        text.append(f"{len(pairs)} of the {len(rows) * (len(rows) - 1) // 2} pairs of modes differ by more than twice "
+                    "the standard error of their measured means; of these the simulator orders as measured "
+                    + ", ".join(agree) + ".")
+    spread = [max(r["round_step_times_s"]) / min(r["round_step_times_s"]) - 1 for r in rows if len(r.get("round_step_times_s", [])) > 1]
+    if spread:
+        text.append(f"The same mode's measured step time differs by up to {max(spread):.0%} between its runs "
+                    "(machine drift on this shared VM, not the simulator).")
+    cpu = [r["controller_cpu_s_per_step"] for r in rows if "controller_cpu_s_per_step" in r]
+    if cpu:
+        text.append(f"The controller uses {min(cpu):.2f}-{max(cpu):.2f} CPU-seconds per step "
+                    "(`controller_cpu_s_per_step`), taken from the workers' two cores here.")
+    return " ".join(text)
 
 
 def main(argv: list[str] | None = None) -> int:

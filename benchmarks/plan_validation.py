@@ -55,6 +55,25 @@ def measure(cfg, work: Path, repeats: int) -> Path:
     return path
 
 
+def markdown_table(res: dict) -> str:
+    """The README's table and summary line of a results file (no runs)."""
+    names = {"chosen": "chosen", "median": "median candidate", "slowest": "slowest candidate"}
+    own = all("own_costs_step_time_s" in r for r in res["rows"])
+    out = ["| plan | candidate | predicted (s) | measured (s) | error |" + (" own costs (s) |" if own else ""),
+           "|---|---|---|---|---|" + ("---|" if own else "")]
+    for r in res["rows"]:
+        out.append(f"| {names.get(r['plan'], r['plan'])} | {r['label']} | {r['predicted_step_time_s']:.2f} | "
+                   f"{r['measured_step_time_s']:.2f} | {r['error']:+.0%} |"
+                   + (f" {r['own_costs_step_time_s']:.2f} ({r['own_costs_error']:+.0%}) |" if own else ""))
+    errs = [r["error"] for r in res["rows"]]
+    line = (f"The chosen plan is {res['chosen_vs_best_measured']:.0%} slower than the fastest measured; the "
+            f"predictions from the profile are {min(errs):+.0%} to {max(errs):+.0%} off")
+    if own:
+        line += (", those from the runs' own op costs "
+                 f"{min(r['own_costs_error'] for r in res['rows']):+.0%} to {max(r['own_costs_error'] for r in res['rows']):+.0%}")
+    return "\n".join(out + ["", line + f" ({res.get('rounds', 1)} interleaved runs per plan, means)."])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
@@ -62,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=8, help="timed repeats per op of the profile")
     ap.add_argument("--keep", default=None, help="keep the run directories here")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--table", default=None, metavar="RESULTS", help="print the README's table of a results file and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(Path(args.table).read_text())))
+        return 0
     torch.set_num_threads(1)
     os.environ.setdefault("RAY_worker_niceness", "0")
     import ray

@@ -69,3 +69,23 @@ def test_bts_section_numbers_come_from_the_bts_results_files():
     data["jitter"]["kinds"]["train"]["sigma_fast"] = 9.876
     changed = "\n".join(simdoc_bts.section(data))
     assert "-43.21%" in changed and "12%" in changed and "9.876" in changed
+
+
+def test_bias_section_reads_its_numbers_from_the_results_files(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from simdoc_bias import section
+
+    row = lambda mode, m, cal, s1, own, per: {  # noqa: E731
+        "mode": mode, "step_time_s": m, "sim_step_time_s": cal, "sim_error": cal / m - 1, "sim_step1_s": s1,
+        "sim_step1_error": s1 / m - 1, "sim_own_costs_s": own, "sim_own_costs_error": own / m - 1, "rounds": 3,
+        "round_errors": per}
+    rows = [row("naive", 5.0, 5.5, 5.1, 4.95, [0.31, -0.2, 0.1]), row("gap", 3.0, 2.7, 3.03, 2.97, [0.0, -0.1, -0.2])]
+    (tmp_path / "pipeline_cpu.json").write_text(json.dumps(rows))
+    text = "\n".join(section(tmp_path))
+    assert "| naive | 5.000 | 5.500 (+10.0%) | 5.100 (+2.0%) | 4.950 (-1.0%) | +31% / -20% / +10% |" in text
+    assert "from the calibration at most 10.0% off (1 of 2 optimistic), ranking equal to the measured one" in text
+    assert "up to 31% off" in text and "mean of 3 interleaved runs" in text
+    rows[1].update(sim_step_time_s=6.0, sim_error=1.0)  # gap predicted slower than naive: ranking not reproduced
+    (tmp_path / "pipeline_cpu.json").write_text(json.dumps(rows))
+    assert "from the calibration at most 100.0% off (0 of 2 optimistic), ranking not the measured one" in "\n".join(
+        section(tmp_path))
