@@ -8,8 +8,10 @@ chunk shape (48 candidates) with it. Three plans are then run for real with the 
 (``run_disaggregated``, the profile also feeding BTS): the plan's choice, the median candidate and the slowest
 candidate (by predicted time), each ``--rounds`` times, interleaved. For each: the predicted steady step time of the
 run's own length (simulated with the same plan and profile), the measured one (publish of the last step - publish
-of the first) / (K - 1), mean over the rounds, and the prediction from the runs' own op costs
-(``pipeline_cpu.trace_profile``: the schedule model's share of the error; the rest is the profile's).
+of the first) / (K - 1), mean over the rounds, the prediction from the ``profile_observed.json`` the chosen plan's
+first run wrote (its op costs laid over the calibration's curves: how well a run's observed costs plan other
+fragment and chunk sizes), and the prediction from the runs' own op costs (``pipeline_cpu.trace_profile``: the
+schedule model's share of the error; the rest is the profile's).
 
 The machine is shared with other jobs: its speed drifts by 15-25% over minutes, and the profile, measured once
 before the runs as a user of ``digenrl plan`` would, carries that drift into every prediction.
@@ -59,15 +61,21 @@ def markdown_table(res: dict) -> str:
     """The README's table and summary line of a results file (no runs)."""
     names = {"chosen": "chosen", "median": "median candidate", "slowest": "slowest candidate"}
     own = all("own_costs_step_time_s" in r for r in res["rows"])
-    out = ["| plan | candidate | predicted (s) | measured (s) | error |" + (" own costs (s) |" if own else ""),
-           "|---|---|---|---|---|" + ("---|" if own else "")]
+    obs = all("observed_step_time_s" in r for r in res["rows"])
+    out = ["| plan | candidate | predicted (s) | measured (s) | error |"
+           + (" from the chosen plan's profile_observed (s) |" if obs else "") + (" own costs (s) |" if own else ""),
+           "|---|---|---|---|---|" + ("---|" if obs else "") + ("---|" if own else "")]
     for r in res["rows"]:
         out.append(f"| {names.get(r['plan'], r['plan'])} | {r['label']} | {r['predicted_step_time_s']:.2f} | "
                    f"{r['measured_step_time_s']:.2f} | {r['error']:+.0%} |"
+                   + (f" {r['observed_step_time_s']:.2f} ({r['observed_error']:+.0%}) |" if obs else "")
                    + (f" {r['own_costs_step_time_s']:.2f} ({r['own_costs_error']:+.0%}) |" if own else ""))
     errs = [r["error"] for r in res["rows"]]
     line = (f"The chosen plan is {res['chosen_vs_best_measured']:.0%} slower than the fastest measured; the "
             f"predictions from the profile are {min(errs):+.0%} to {max(errs):+.0%} off")
+    if obs:
+        line += (", those from the chosen plan's first run's profile_observed.json "
+                 f"{min(r['observed_error'] for r in res['rows']):+.0%} to {max(r['observed_error'] for r in res['rows']):+.0%}")
     if own:
         line += (", those from the runs' own op costs "
                  f"{min(r['own_costs_error'] for r in res['rows']):+.0%} to {max(r['own_costs_error'] for r in res['rows']):+.0%}")
@@ -125,14 +133,19 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name].append((s["steady_step_time_s"], own, len(s["audit_violations"])))
                     print(f"{name} round {r + 1}: measured {s['steady_step_time_s']:.3f} s, own costs {own:.3f} s",
                           file=sys.stderr)
+            # the chosen plan's first run leaves profile_observed.json: its op costs laid over the calibration's
+            # curves; it prices the other candidates too (other fragment and chunk sizes)
+            observed = load_profile(work / "chosen_0" / "profile_observed.json")
             for name, p in picks.items():
                 plan = replace(plan_run(apply(cfg, p.candidate)).plan, steps=args.steps)
                 predicted = sim_steady_step(plan, prof)
+                from_observed = sim_steady_step(plan, observed)
                 measured = statistics.fmean(m for m, _, _ in runs[name])
                 own = statistics.fmean(o for _, o, _ in runs[name])
                 row = {"plan": name, "label": p.candidate.label(), "probe_step_time_s": p.step_time,
                        "predicted_step_time_s": predicted, "measured_step_time_s": measured,
-                       "error": predicted / measured - 1.0, "own_costs_step_time_s": own,
+                       "error": predicted / measured - 1.0, "observed_step_time_s": from_observed,
+                       "observed_error": from_observed / measured - 1.0, "own_costs_step_time_s": own,
                        "own_costs_error": own / measured - 1.0,
                        "round_measured_s": [m for m, _, _ in runs[name]],
                        "audit_violations": sum(v for _, _, v in runs[name])}

@@ -55,3 +55,29 @@ def test_a_pool_that_did_not_generate_gets_the_other_pools_costs():
 def test_spans_without_training_are_refused():
     with pytest.raises(ValueError, match="up to 1.5 s have no train_chunk, commit action"):
         observed_profile(_spans(), T, until=1.5)
+
+
+def test_rescaled_profile_keeps_the_calibrations_shape_at_the_runs_level():
+    from digenrl.control.observed import rescaled_profile
+
+    cal = ProfileCost.from_dict({"format": "digenrl-profile", "version": 1, "ops": {
+        "denoise": [[1, 0.02], [4, 0.05]], "vae_decode": [[1, 0.0]], "reward": [[1, 0.01], [4, 0.01]],
+        "transfer": [[1, 0.0]], "train_chunk": [[1, 0.1], [8, 0.4]], "allreduce": [[1, 0.0]],
+        "optimizer": [[1, 0.1]], "publish": [[1, 0.05]], "tag_switch": [[1, 0.0]]}})
+    observed = observed_profile(_spans(), T, until=4.0)
+    gap = 0.02
+    out = ProfileCost.from_dict(rescaled_profile(cal, observed, T))
+    # generation on the generator: the run's fragment of 4 took (1.0 + 1.2) / 2 + gap; the calibration priced
+    # T x 0.05 + 0.01; every size keeps the calibration's shape at that ratio
+    r = ((1.0 + 1.2) / 2 + gap) / (T * 0.05 + 0.01)
+    assert out.time("denoise", 1, "generator") == pytest.approx(0.02 * r)
+    assert out.time("reward", 1, "generator") == pytest.approx(0.01 * r)
+    r_tag = (1.0 + gap) / (T * cal.time("denoise", 2, "trainer") + 0.01)  # the trainer's TAG fragment of 2
+    assert out.time("denoise", 4, "trainer") == pytest.approx(0.05 * r_tag)
+    r_train = ((0.5 + 0.7) / 2 + gap) / 0.4
+    assert out.time("train_chunk", 1, "trainer") == pytest.approx(0.1 * r_train)  # not 1/8 of the 8-cell chunk
+    assert out.time("optimizer", 1, "trainer") == pytest.approx(0.1 * (0.2 + gap) / 0.1)
+    assert out.time("publish", 1, "trainer") == pytest.approx(0.05 * (0.1 + gap) / 0.05)
+    # a colocated run shows no publish: the calibration's stays
+    no_pub = observed_profile([s for s in _spans() if s.kind != "publish"], T, until=4.0)
+    assert ProfileCost.from_dict(rescaled_profile(cal, no_pub, T)).time("publish", 1, "trainer") == 0.05

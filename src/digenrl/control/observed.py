@@ -19,6 +19,9 @@ From the spans that end by ``until`` (seconds of the run's clock; None: all):
 
 Means, not medians: a step time is a sum of op times. A pool that did not generate in the window gets the
 other pool's denoise costs.
+
+Such a profile holds only the sizes the run used; ``rescaled_profile`` lays it over a calibration's curves
+(their shape over every size, the run's level), which is what a run writes when it has a calibration.
 """
 
 from __future__ import annotations
@@ -73,3 +76,59 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
     if pools is not None:  # the pool sizes the costs hold for (``digenrl plan`` checks them)
         out["generators"], out["trainers"] = pools
     return out
+
+
+GENERATION_OPS = ("denoise", "vae_decode", "reward", "transfer")
+
+
+def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
+    """The calibration's curves at the level the run showed: each action kind's calibrated curves are
+    multiplied by r = mean over the sizes the run used of (observed action cost / calibrated action cost).
+
+    A run shows one or two sizes per action kind, and a one-point curve scales in proportion to the size (no
+    fixed cost), which misprices other sizes; the calibration measured every size but not the run's level.
+    Action costs (``schedule.cost.Durations``): a fragment of n on pool p, T denoise(n) + vae_decode(n) +
+    reward(n) + transfer(n); a chunk, train_chunk(c); a commit, allreduce + optimizer; a publish. An action
+    kind the run did not show (a publish in a colocated run) keeps its calibrated curves (r = 1).
+    ``calibration``: a ``control.profile.ProfileCost``."""
+    import statistics
+
+    from .profile import ProfileCost
+
+    obs = ProfileCost.from_dict(observed, where="observed profile")
+    ops = observed["ops"]
+
+    def points(op: str, pool: str) -> list:
+        c = calibration.curves.get(f"{pool}/{op}") or calibration.curves[op]
+        return [[b, s] for b, s in zip(c.batches, c.seconds)]
+
+    def ratio(sizes, measured, priced) -> float:
+        rs = [measured(n) / priced(n) for n in sizes if priced(n) > 0 and measured(n) > 0]
+        return statistics.fmean(rs) if rs else 1.0
+
+    def scaled(op: str, pool: str, r: float) -> list:
+        return [[b, s * r] for b, s in points(op, pool)]
+
+    out: dict[str, list] = {}
+    for pool in ("generator", "trainer"):
+        def fragment(cost, n, pool=pool):
+            return sampling_steps * cost.time("denoise", n, pool) + sum(
+                cost.time(op, n, pool) for op in GENERATION_OPS[1:])
+
+        r = ratio([n for n, _ in ops[f"{pool}/denoise"]], lambda n: fragment(obs, n), lambda n: fragment(calibration, n))
+        out.update({f"{pool}/{op}": scaled(op, pool, r) for op in GENERATION_OPS})
+    r = ratio([n for n, _ in ops["train_chunk"]], lambda n: obs.time("train_chunk", n, "trainer"),
+              lambda n: calibration.time("train_chunk", n, "trainer"))
+    out["train_chunk"] = scaled("train_chunk", "trainer", r)
+
+    def commit(cost):
+        return cost.time("allreduce", 1, "trainer") + cost.time("optimizer", 1, "trainer")
+
+    r = ratio([1], lambda n: commit(obs), lambda n: commit(calibration))
+    out.update({op: scaled(op, "trainer", r) for op in ("allreduce", "optimizer")})
+    r = ratio([1], lambda n: obs.time("publish", 1, "trainer"), lambda n: calibration.time("publish", 1, "trainer"))
+    out["publish"] = scaled("publish", "trainer", r)
+    out["tag_switch"] = points("tag_switch", "trainer")
+    res = {k: v for k, v in observed.items() if k != "ops"}
+    res["source"] = f"{observed.get('source', 'a run')}: the calibration's curves at the run's level"
+    return {**res, "ops": out}

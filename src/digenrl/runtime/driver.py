@@ -61,6 +61,7 @@ class _Controller:
         self.metrics = StepMetrics(run.plan, out.run_dir)
         self.stats = [StepStats(k, generations=run.plan.batch) for k in range(run.plan.steps)]
         self.recoveries: list[dict] = []
+        self._cost = None  # the cost model of the current attempt (a ProfileCost where the run has a profile)
         self.first, self.state, self.counters = 0, None, {}
         if start is not None and start.kind == "resume":
             self.first, self.state = start.step, start.checkpoint.read_bytes()
@@ -110,7 +111,7 @@ class _Controller:
         if self.first == 0 and not self.recoveries:
             self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts))
             self.clock.reset()
-        cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
+        cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
         ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost))
@@ -143,9 +144,11 @@ class _Controller:
                                controller_cpu_s=self._controller_cpu_s)
 
     def _write_observed_profile(self, spans) -> None:
-        """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), for planning
-        the next run on the same machines. A run too short to show every op kind writes none."""
-        from digenrl.control.observed import observed_profile
+        """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), laid over the
+        run's calibration curves where it has one (``rescaled_profile``), for planning the next run on the same
+        machines. A run too short to show every op kind writes none."""
+        from digenrl.control.observed import observed_profile, rescaled_profile
+        from digenrl.control.profile import ProfileCost
 
         try:
             data = observed_profile(spans, self.plan.sampling_steps, source=f"spans of {self.cfg.run_dir}",
@@ -153,6 +156,8 @@ class _Controller:
         except ValueError as e:
             log.info("no profile_observed.json: %s", e)
             return
+        if isinstance(self._cost, ProfileCost):
+            data = rescaled_profile(self._cost, data, self.plan.sampling_steps)
         (self.out.run_dir / "profile_observed.json").write_text(json.dumps(data, indent=1))
 
     def _recover(self, e: WorkerFailure) -> None:
