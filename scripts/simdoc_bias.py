@@ -69,13 +69,17 @@ def section(results_dir: Path) -> list[str]:
     if plan.exists():
         pv = json.loads(plan.read_text())
         own = all("own_costs_step_time_s" in r for r in pv["rows"])
+        obs = all("observed_step_time_s" in r for r in pv["rows"])
         body = [[r["plan"], r["label"], f"{r['predicted_step_time_s']:.2f}", f"{r['measured_step_time_s']:.2f}",
-                 f"{r['error']:+.0%}"] + ([f"{r['own_costs_step_time_s']:.2f} ({r['own_costs_error']:+.0%})"] if own else [])
+                 f"{r['error']:+.0%}"]
+                + ([f"{r['observed_step_time_s']:.2f} ({r['observed_error']:+.0%})"] if obs else [])
+                + ([f"{r['own_costs_step_time_s']:.2f} ({r['own_costs_error']:+.0%})"] if own else [])
                 for r in pv["rows"]]
         rounds = f", the mean of {pv['rounds']} interleaved runs each" if "rounds" in pv else ""
         out.append("`digenrl plan` on the same machine (`benchmarks/plan_validation.py`): the chosen plan and two "
                    f"other candidates of its sweep, run for real{rounds}; the chosen plan is "
                    f"{pv['chosen_vs_best_measured']:.0%} slower than the fastest measured.\n")
         out.append(table(body, ["plan", "candidate", "predicted (s)", "measured (s)", "error"]
+                         + (["chosen plan's profile_observed (s)"] if obs else [])
                          + (["own costs (s)"] if own else [])) + "\n")
     return out
