@@ -11,7 +11,7 @@ picks with the default policy (BTS depth 2); the same plan is then simulated wit
 * ``bts_d2_small_ties``: depth 2 with equal predictions resolved to the smaller k (the former rule).
 
 Jitter levels (an independent log-normal factor exp(N(0, sigma_kind^2)) per action, sigma per action kind;
-two seeds each; BTS always plans with the unjittered costs, i.e. the medians, as a measured profile is):
+16 seeds each; BTS always plans with the unjittered costs, i.e. the medians, as a measured profile is):
 
 * ``exact``: none;
 * ``in_process``: the per-op spread of the CPU pipeline workload timed back to back in one process
@@ -29,8 +29,12 @@ the prediction error of each step's first decision against the predicted span, m
 ``summary`` (per policy and jitter level: mean / min / max relative to greedy, wins / ties / losses with a
 0.1 % tie band).
 
-Run: ``python benchmarks/bts_quality.py [--steps 6] [--workers 2] [--jitter PATH] [--out PATH]`` (~14 min on
-2 shared cores).
+``rechecks``: every configuration and jitter level where depth 2 is slower than greedy on average over the
+seeds, simulated again with ``--recheck-seeds`` seeds (default 64): mean relative step time, its standard error,
+wins / ties / losses (``--recheck-only`` adds them to an existing results file without re-running the sweep).
+
+Run: ``python benchmarks/bts_quality.py [--steps 6] [--workers 2] [--jitter PATH] [--out PATH]
+[--recheck-seeds 64] [--recheck-only]`` (~2 min on 2 shared cores).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ MODES = ("gap_tsp_tag", "full")
 POLICIES = {"none": BTSConfig(policy="none"), "greedy": BTSConfig(policy="greedy"),
             "bts_d0": BTSConfig(depth=0), "bts_d2": BTSConfig(depth=2), "bts_d4": BTSConfig(depth=4),
             "bts_d2_small_ties": BTSConfig(depth=2, ties_to_larger_k=False)}
-SEEDS = (1, 2)
+SEEDS = tuple(range(1, 17))  # jittered levels; each run takes well under a second of simulation
 TIE = 1e-3
 RESULTS = Path(__file__).parent / "results"
 
@@ -137,13 +141,53 @@ def summarize(rows: list[dict], levels: list[str]) -> tuple[list[dict], dict]:
     return per_config, summary
 
 
+def recheck_one(task) -> dict:
+    """Depth 2 vs greedy on one configuration and jitter level over ``seeds`` seeds (mean and its standard error)."""
+    model, tb, mode, split, steps, lvl, sigma, seeds = task
+    s = Scenario(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=steps)
+    rel = []
+    for seed in range(1, seeds + 1):
+        g = one_run(s, mode, split, sigma, seed, POLICIES["greedy"])["step_time_s"]
+        rel.append(one_run(s, mode, split, sigma, seed, POLICIES["bts_d2"])["step_time_s"] / g - 1)
+    return {"model": model, "testbed": tb, "mode": mode, "jitter": lvl, "seeds": seeds,
+            "mean_vs_greedy": statistics.fmean(rel), "sem": statistics.stdev(rel) / len(rel) ** 0.5,
+            "wins": sum(v < -TIE for v in rel), "ties": sum(abs(v) <= TIE for v in rel),
+            "losses": sum(v > TIE for v in rel)}
+
+
+def recheck(res: dict, seeds: int, workers: int) -> list[dict]:
+    """Every configuration where depth 2 is slower than greedy on average at a jittered level of the sweep
+    (few seeds), simulated again with ``seeds`` seeds: is the loss larger than the seed-to-seed spread?"""
+    levels = res["jitter_levels"]
+    tasks = [(c["model"], c["testbed"], c["mode"], c["gen_gpus"], res["steps"], lvl, levels[lvl], seeds)
+             for c in res["per_config"] for lvl in levels if levels[lvl] and c[lvl]["bts_d2"] > res["tie_band"]]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(recheck_one, tasks))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--workers", type=int, default=2, help="processes (one preset x mode each)")
     ap.add_argument("--jitter", default=str(RESULTS / "op_jitter.json"), help="op_jitter.py results")
     ap.add_argument("--out", default=str(RESULTS / "bts_quality.json"))
+    ap.add_argument("--recheck-seeds", type=int, default=64,
+                    help="seeds for re-simulating the configurations where depth 2 loses to greedy (0: none)")
+    ap.add_argument("--recheck-only", action="store_true",
+                    help="only add the rechecks to the existing --out file (its sweep is kept)")
     args = ap.parse_args(argv)
+    if args.recheck_only:
+        out = Path(args.out)
+        if not out.is_file():
+            ap.error(f"--recheck-only: no results file {out}")
+        res = json.loads(out.read_text())
+        res["rechecks"] = recheck(res, args.recheck_seeds, args.workers)
+        out.write_text(json.dumps(res, indent=1))
+        for r in res["rechecks"]:
+            print(f"{r['model']} {r['testbed']} {r['mode']} {r['jitter']}: {r['mean_vs_greedy']:+.2%} "
+                  f"+- {r['sem']:.2%} over {r['seeds']} seeds (W/T/L {r['wins']}/{r['ties']}/{r['losses']})")
+        print(f"wrote {out}")
+        return 0
     if args.steps < 1 or args.workers < 1:
         ap.error(f"--steps, --workers: must be >= 1 (got {args.steps}, {args.workers})")
     jpath = Path(args.jitter)
@@ -159,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     per_config, summary = summarize(rows, list(levels))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"steps": args.steps, "policies": list(POLICIES), "seeds": list(SEEDS),
-                               "jitter_levels": levels, "jitter_source": str(jpath.name), "tie_band": TIE,
-                               "default_budget_nodes": BTSConfig().budget_nodes, "rows": rows,
-                               "per_config": per_config, "summary": summary}, indent=1))
+    res = {"steps": args.steps, "policies": list(POLICIES), "seeds": list(SEEDS), "jitter_levels": levels,
+           "jitter_source": str(jpath.name), "tie_band": TIE, "default_budget_nodes": BTSConfig().budget_nodes,
+           "rows": rows, "per_config": per_config, "summary": summary}
+    if args.recheck_seeds:
+        res["rechecks"] = recheck(res, args.recheck_seeds, args.workers)
+    out.write_text(json.dumps(res, indent=1))
     for k, v in summary.items():
         print(f"{k:28s} mean {v['mean_vs_greedy']:+.2%} [{v['min']:+.2%}, {v['max']:+.2%}] "
               f"W/T/L {v['wins']}/{v['ties']}/{v['losses']} steady {v['steady_mean_vs_greedy']:+.2%} "
