@@ -105,6 +105,8 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
 
 
 class _EchoActor:
+    """The round-trip probe of ``_loaded_round_trip``: an actor whose call does nothing."""
+
     def ping(self) -> int:
         return 0
 
