@@ -91,10 +91,14 @@ def test_sharded_colocated_matches_reference(ray_local, tiny_model, tmp_path, re
     from digenrl.runtime.driver import run_disaggregated
 
     # fragments of 1 generation: one of the 2 ranks has no share of each and only joins the forwards
-    cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=colocated", *SHARDED, "runtime.fragment_size=1")
+    # ... and the shard group times its ops before step 1 (every forward a collective, sizes round-robin)
+    cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=colocated", *SHARDED, "runtime.fragment_size=1",
+                   "runtime.calibration.when=always", "runtime.calibration.repeats=1")
     summary = run_disaggregated(cfg)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(tmp_path / "run", reference, tiny_model)
+    prof = json.loads((tmp_path / "run" / "profile.json").read_text())
+    assert prof["trainers"] == 2 and prof["ops"]["train_chunk"][0][1] > 0
 
 
 @pytest.mark.slow

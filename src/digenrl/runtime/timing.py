@@ -1,7 +1,8 @@
 """Worker-side timing of the operations of ``schedule.cost`` with the code the workers run (mean of
 ``repeats`` after one warm-up: a step's time is a sum of op times, so its expectation is the sum of the
 means; op times on a shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15%
-optimistic per op), called inside the actors by ``calibrate``:
+optimistic per op; the sizes of an op are timed round-robin, ``_mean_times``), called inside the actors by
+``calibrate``:
 
 * generation (per fragment size n): sampling, VAE decode, reward, and serialising the trajectories;
 * training (per chunk size in cells): forward + backward of ``train_cells`` (gradients are zeroed after);
@@ -37,6 +38,26 @@ def _mean_time(fn, repeats: int) -> float:
     return statistics.fmean(ts)
 
 
+def _mean_times(fns: dict, repeats: int) -> dict:
+    """``_mean_time`` of several callables, timed round-robin (one warm-up each, then ``repeats`` rounds over all
+    of them in a fixed order): a change of the machine's speed during the measurement then shifts every size
+    alike instead of bending the curve over sizes. Every rank of a sharded pool calls them in the same order."""
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for fn in fns.values():
+        fn()
+    ts: dict = {k: [] for k in fns}
+    for _ in range(max(1, repeats)):
+        for k, fn in fns.items():
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            ts[k].append(time.perf_counter() - t0)
+    return {k: statistics.fmean(v) for k, v in ts.items()}
+
+
 def _probe_prompt(worker):
     return worker.task.train_prompts(0, 1, worker.cfg.seed)[0]
 
@@ -49,27 +70,28 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
     from digenrl.rollout.sampler import sample_trajectories
 
     prompt, plan = _probe_prompt(worker), timestep_plan(worker.cfg, 0)
-    out = {}
+    fns = {}
     for size in sizes:
         gens = list(range(size))
         if getattr(worker, "sharded", False):  # this rank's share of the group's fragment
             gens = gens[worker.rank::worker._world] or gens[:1]
-        n = len(gens)
 
-        def sample():
-            return sample_trajectories(policy, [prompt] * n, gens, step=0, run_seed=worker.cfg.seed, version=0,
-                                       settings=worker.sampler, plan=plan, decode=False)
+        def sample(gens=gens):
+            return sample_trajectories(policy, [prompt] * len(gens), gens, step=0, run_seed=worker.cfg.seed,
+                                       version=0, settings=worker.sampler, plan=plan, decode=False)
 
         tb = sample()
         with torch.no_grad():
             images = policy.decode(tb.final.to(next(policy.parameters()).device)).float().cpu()
-        out[size] = {
-            "sample": _mean_time(sample, repeats),
-            "decode": _mean_time(lambda: policy.decode(tb.final.to(images.device)), repeats),
-            "reward": _mean_time(lambda: worker.reward.score(images, tb.prompts), repeats),
-            "transfer": _mean_time(lambda: pickle.loads(pickle.dumps(tb, protocol=5)), repeats),
-        }
-    return out
+        fns.update({
+            (size, "sample"): sample,
+            (size, "decode"): lambda tb=tb, images=images: policy.decode(tb.final.to(images.device)),
+            (size, "reward"): lambda tb=tb, images=images: worker.reward.score(images, tb.prompts),
+            (size, "transfer"): lambda tb=tb: pickle.loads(pickle.dumps(tb, protocol=5)),
+        })
+    means = _mean_times(fns, repeats)
+    return {size: {phase: means[(size, phase)] for phase in ("sample", "decode", "reward", "transfer")}
+            for size in sizes}
 
 
 def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
@@ -91,15 +113,16 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
     assign_advantages(group, std_mode="group", adv_clip_max=cfg.train.adv_clip_max)
     S = group.latents.shape[1]
     grid = [(g, j) for j in range(S) for g in range(G)]  # timestep-major, like the TSP tiling
-    train = {}
+    fns = {}
     for c in cell_sizes:
         cells = grid[: min(c, len(grid))]
         if worker.sharded:
             from digenrl.train.sharding import rank_cells
 
             cells = rank_cells(cells, worker.rank, worker._world)[0]
-        train[c] = _mean_time(lambda: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
-                                                    ref_policy=worker.ctx.ref_policy), repeats)
+        fns[c] = lambda cells=cells: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
+                                                 ref_policy=worker.ctx.ref_policy)
+    train = _mean_times(fns, repeats)
     worker.ctx.optimizer.zero_grad(set_to_none=True)
     params = [p for p in policy.parameters() if p.requires_grad]
     allreduce = 0.0
