@@ -120,7 +120,7 @@ class BTSOptions(_Strict):
 
 
 class CalibrationOptions(_Strict):
-    """When a run measures its cost profile on its own workers before the first step (``runtime.calibrate``)."""
+    """When a run measures its cost profile on its own workers before the first step (``runtime.calibration``)."""
 
     when: Literal["auto", "always", "never"] = "auto"  # auto: where the scheduler needs costs (TAG modes without
     # runtime.profile); always: every run, written to run_dir/profile.json for `digenrl simulate/plan --profile`

@@ -142,6 +142,8 @@ def cost_model(run, pools, run_dir: Path | None = None):
     if measure:
         data = calibrate(run, pools, repeats=opts.repeats)
         if run_dir is not None:
-            (Path(run_dir) / "profile.json").write_text(json.dumps(data, indent=1))
+            from digenrl.safe_files import atomic_write_bytes
+
+            atomic_write_bytes(Path(run_dir) / "profile.json", json.dumps(data, indent=1).encode())
         measured = ProfileCost.from_dict(data, where="measured profile")
     return run.profile if run.profile is not None else measured

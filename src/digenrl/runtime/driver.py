@@ -14,8 +14,9 @@ raises ``Interrupted``. Restarts are reported in ``summary.json`` (``recoveries`
 restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
 
 Besides the reference loop's outputs a run writes ``trace.json`` / ``gantt.png`` (``control.timeline``),
-``trajectories.jsonl`` (``step_metrics``), ``profile.json`` (the measured costs BTS used, TAG modes) and, when
-it failed, ``failure.json``.
+``trajectories.jsonl`` (``step_metrics``), ``profile.json`` (the costs timed on the workers before step 1: TAG
+modes, or every run with ``runtime.calibration.when=always``), ``profile_observed.json`` (the costs its spans
+showed, ``control.observed``) and, when it failed, ``failure.json``.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
 from .cluster import ActorPools, get_named, ray_session, start_pools
-
-log = logging.getLogger(__name__)
 from .errors import WorkerFailure
 from .executor import Clock, RayExecutor
 from .step_metrics import StepMetrics
+
+logger = logging.getLogger(__name__)
 
 
 def run_disaggregated(cfg: Config, start: RunStart | None = None, stop=None) -> dict:
@@ -149,16 +150,17 @@ class _Controller:
         machines. A run too short to show every op kind writes none."""
         from digenrl.control.observed import observed_profile, rescaled_profile
         from digenrl.control.profile import ProfileCost
+        from digenrl.safe_files import atomic_write_bytes
 
         try:
             data = observed_profile(spans, self.plan.sampling_steps, source=f"spans of {self.cfg.run_dir}",
                                     pools=(len(self.pools.generators), len(self.pools.trainers)))
         except ValueError as e:
-            log.info("no profile_observed.json: %s", e)
+            logger.info("no profile_observed.json: %s", e)
             return
         if isinstance(self._cost, ProfileCost):
             data = rescaled_profile(self._cost, data, self.plan.sampling_steps)
-        (self.out.run_dir / "profile_observed.json").write_text(json.dumps(data, indent=1))
+        atomic_write_bytes(self.out.run_dir / "profile_observed.json", json.dumps(data, indent=1).encode())
 
     def _recover(self, e: WorkerFailure) -> None:
         """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""
