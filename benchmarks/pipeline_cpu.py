@@ -73,23 +73,13 @@ def sim_steady_step(plan, cost) -> float:
     return (pubs[-1] - pubs[0]) / (len(pubs) - 1)
 
 
-def trace_spans(run_dir: Path) -> list:
-    """The spans of a run's ``trace.json`` (idle gaps included), in seconds."""
-    from digenrl.observe.trace import Span
-
-    t = json.loads((run_dir / "trace.json").read_text())
-    names = {e["tid"]: e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "thread_name"}
-    pools = {e["pid"]: e["args"]["name"] for e in t["traceEvents"] if e.get("name") == "process_name"}
-    return [Span(names[e["tid"]], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6, e["args"].get("label", ""),
-                 pools.get(e["pid"], "")) for e in t["traceEvents"] if e.get("ph") == "X"]
-
-
 def trace_profile(run_dir: Path, sampling_steps: int, first_step_only: bool = False) -> dict:
     """A ``digenrl-profile`` of the op costs a run itself showed (``control.observed.observed_profile``): of the
     whole run, or of the spans that ended by step 1's publish (before the steady-state window)."""
     from digenrl.control.observed import observed_profile
+    from digenrl.observe.trace import read_chrome_trace
 
-    spans = trace_spans(run_dir)
+    spans = read_chrome_trace(run_dir / "trace.json")
     until = None
     if first_step_only:  # step 1 ends with its publish (colocated: its commit, nothing is published)
         until = max(min(s.end for s in spans if s.kind == k) for k in ("commit", "publish")
@@ -209,6 +199,19 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(out + ["", summary(rows)])
 
 
+def ranks_as_measured(rows: list[dict], key: str) -> bool:
+    """Do the predictions ``key`` order the modes as their measured step times do?"""
+    def order(k: str) -> list[str]:
+        return [r["mode"] for r in sorted(rows, key=lambda r: r[k])]
+
+    return order(key) == order("step_time_s")
+
+
+def ordered_as_measured(pairs: list[tuple[dict, dict]], key: str) -> int:
+    """How many of ``pairs`` the predictions ``key`` order as the measurement does."""
+    return sum((a[key] < b[key]) == (a["step_time_s"] < b["step_time_s"]) for a, b in pairs)
+
+
 def distinguishable_pairs(rows: list[dict]) -> list[tuple[dict, dict]] | None:
     """Pairs of modes whose measured mean step times differ by more than 2 x the standard error of the
     difference (from the spread of each mode's rounds): the pairs a ranking can be checked on. None with one round."""
@@ -223,8 +226,7 @@ def distinguishable_pairs(rows: list[dict]) -> list[tuple[dict, dict]] | None:
 
 def summary(rows: list[dict]) -> str:
     """The README's paragraph under the table: every number is a value of the results file."""
-    same = lambda key: [r["mode"] for r in sorted(rows, key=lambda r: r[key])] == [  # noqa: E731
-        r["mode"] for r in sorted(rows, key=lambda r: r["step_time_s"])]
+    same = lambda key: ranks_as_measured(rows, key)  # noqa: E731
     worst = lambda key: max(abs(r[key]) for r in rows)  # noqa: E731
     text = []
     if all("sim_own_costs_error" in r for r in rows):
@@ -245,7 +247,7 @@ def summary(rows: list[dict]) -> str:
     if pairs is not None:
         keys = [(k, what) for k, what in (("sim_step_time_s", "the calibration"), ("sim_step1_s", "step 1's costs"),
                                           ("sim_own_costs_s", "the own costs")) if all(k in r for r in rows)]
-        agree = [f"{sum((a[k] < b[k]) == (a['step_time_s'] < b['step_time_s']) for a, b in pairs)} from {what}"
+        agree = [f"{ordered_as_measured(pairs, k)} from {what}"
                  for k, what in keys]
         text.append(f"{len(pairs)} of the {len(rows) * (len(rows) - 1) // 2} pairs of modes differ by more than twice "
                     "the standard error of their measured means; of these the simulator orders as measured "

@@ -57,19 +57,31 @@ def measure(cfg, work: Path, repeats: int) -> Path:
     return path
 
 
+def _columns(res: dict) -> tuple[bool, bool]:
+    """Whether the results have the observed-profile and the own-cost predictions (older files lack them)."""
+    return (all("observed_step_time_s" in r for r in res["rows"]),
+            all("own_costs_step_time_s" in r for r in res["rows"]))
+
+
+def table_cells(res: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the results table (the README's and the simulation doc's)."""
+    names = {"chosen": "chosen", "median": "median candidate", "slowest": "slowest candidate"}
+    obs, own = _columns(res)
+    head = (["plan", "candidate", "predicted (s)", "measured (s)", "error"]
+            + (["from the chosen plan's profile_observed (s)"] if obs else []) + (["own costs (s)"] if own else []))
+    body = [[names.get(r["plan"], r["plan"]), r["label"], f"{r['predicted_step_time_s']:.2f}",
+             f"{r['measured_step_time_s']:.2f}", f"{r['error']:+.0%}"]
+            + ([f"{r['observed_step_time_s']:.2f} ({r['observed_error']:+.0%})"] if obs else [])
+            + ([f"{r['own_costs_step_time_s']:.2f} ({r['own_costs_error']:+.0%})"] if own else [])
+            for r in res["rows"]]
+    return head, body
+
+
 def markdown_table(res: dict) -> str:
     """The README's table and summary line of a results file (no runs)."""
-    names = {"chosen": "chosen", "median": "median candidate", "slowest": "slowest candidate"}
-    own = all("own_costs_step_time_s" in r for r in res["rows"])
-    obs = all("observed_step_time_s" in r for r in res["rows"])
-    out = ["| plan | candidate | predicted (s) | measured (s) | error |"
-           + (" from the chosen plan's profile_observed (s) |" if obs else "") + (" own costs (s) |" if own else ""),
-           "|---|---|---|---|---|" + ("---|" if obs else "") + ("---|" if own else "")]
-    for r in res["rows"]:
-        out.append(f"| {names.get(r['plan'], r['plan'])} | {r['label']} | {r['predicted_step_time_s']:.2f} | "
-                   f"{r['measured_step_time_s']:.2f} | {r['error']:+.0%} |"
-                   + (f" {r['observed_step_time_s']:.2f} ({r['observed_error']:+.0%}) |" if obs else "")
-                   + (f" {r['own_costs_step_time_s']:.2f} ({r['own_costs_error']:+.0%}) |" if own else ""))
+    head, body = table_cells(res)
+    obs, own = _columns(res)
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
     errs = [r["error"] for r in res["rows"]]
     line = (f"The chosen plan is {res['chosen_vs_best_measured']:.0%} slower than the fastest measured; the "
             f"predictions from the profile are {min(errs):+.0%} to {max(errs):+.0%} off")

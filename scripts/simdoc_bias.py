@@ -17,11 +17,8 @@ from pathlib import Path
 from simdoc_render import table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from pipeline_cpu import distinguishable_pairs  # noqa: E402
-
-
-def _rank(rows: list[dict], key: str) -> list[str]:
-    return [r["mode"] for r in sorted(rows, key=lambda r: r[key])]
+from pipeline_cpu import distinguishable_pairs, ordered_as_measured, ranks_as_measured  # noqa: E402
+from plan_validation import table_cells  # noqa: E402
 
 
 def section(results_dir: Path) -> list[str]:
@@ -49,7 +46,7 @@ def section(results_dir: Path) -> list[str]:
     for k, e, name in cols:
         errs = [abs(r[e]) for r in rows]
         parts.append(f"from the {name} at most {max(errs):.1%} off ({sum(r[e] < 0 for r in rows)} of {len(rows)} "
-                     f"optimistic), ranking {'equal to' if _rank(rows, k) == _rank(rows, 'step_time_s') else 'not'} "
+                     f"optimistic), ranking {'equal to' if ranks_as_measured(rows, k) else 'not'} "
                      "the measured one")
     spread = [abs(x) for r in rows for x in r.get("round_errors", [])]
     text = "Averaged over the runs, the simulator is " + "; ".join(parts) + "."
@@ -58,7 +55,7 @@ def section(results_dir: Path) -> list[str]:
         text += (f" Only {len(pairs)} of the {len(rows) * (len(rows) - 1) // 2} pairs of modes differ by more than twice "
                  "the standard error of their measured means, so only these have a measured order; of them the "
                  "simulator orders as measured " + ", ".join(
-                     f"{sum((a[k] < b[k]) == (a['step_time_s'] < b['step_time_s']) for a, b in pairs)} from the {name}"
+                     f"{ordered_as_measured(pairs, k)} from the {name}"
                      for k, _, name in cols) + ".")
     if spread:
         text += (f" A single run against its own calibration is up to {max(spread):.0%} off: this VM's speed drifts "
@@ -68,18 +65,10 @@ def section(results_dir: Path) -> list[str]:
     out.append(text + " Read the roofline predictions below with this bias in mind.\n")
     if plan.exists():
         pv = json.loads(plan.read_text())
-        own = all("own_costs_step_time_s" in r for r in pv["rows"])
-        obs = all("observed_step_time_s" in r for r in pv["rows"])
-        body = [[r["plan"], r["label"], f"{r['predicted_step_time_s']:.2f}", f"{r['measured_step_time_s']:.2f}",
-                 f"{r['error']:+.0%}"]
-                + ([f"{r['observed_step_time_s']:.2f} ({r['observed_error']:+.0%})"] if obs else [])
-                + ([f"{r['own_costs_step_time_s']:.2f} ({r['own_costs_error']:+.0%})"] if own else [])
-                for r in pv["rows"]]
+        head, body = table_cells(pv)
         rounds = f", the mean of {pv['rounds']} interleaved runs each" if "rounds" in pv else ""
         out.append("`digenrl plan` on the same machine (`benchmarks/plan_validation.py`): the chosen plan and two "
                    f"other candidates of its sweep, run for real{rounds}; the chosen plan is "
                    f"{pv['chosen_vs_best_measured']:.0%} slower than the fastest measured.\n")
-        out.append(table(body, ["plan", "candidate", "predicted (s)", "measured (s)", "error"]
-                         + (["chosen plan's profile_observed (s)"] if obs else [])
-                         + (["own costs (s)"] if own else [])) + "\n")
+        out.append(table(body, head) + "\n")
     return out

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from digenrl.observe.gantt import plot_gantt
-from digenrl.observe.trace import Span, chrome_trace, write_chrome_trace
+from digenrl.observe.trace import Span, chrome_trace, read_chrome_trace, write_chrome_trace
 
 
 def spans():
@@ -24,6 +24,12 @@ def test_chrome_trace_has_one_row_per_worker_and_microseconds(tmp_path):
     assert rows[(train["pid"], train["tid"])] == "t0"
     procs = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"}
     assert procs == {"generator", "trainer"}
+
+
+def test_read_chrome_trace_gives_back_the_spans_written(tmp_path):
+    got = read_chrome_trace(write_chrome_trace(spans(), tmp_path / "t.json"))
+    assert [(s.worker, s.kind, s.label, s.pool) for s in got] == [(s.worker, s.kind, s.label, s.pool) for s in spans()]
+    assert [t for s in got for t in (s.start, s.end)] == pytest.approx([t for s in spans() for t in (s.start, s.end)])
 
 
 def test_worker_order_is_respected():

@@ -31,11 +31,7 @@ from typing import Sequence
 
 from digenrl.observe.trace import Span
 
-
-def _size(span: Span) -> int:
-    """Generations of a fragment (label ``s<step> g<group> x<n> ...``) or cells of a chunk (``s g <c> cells``)."""
-    word = span.label.split()[2]
-    return int(word[1:] if span.kind in ("generate", "tag") else word)
+from .timeline import span_size
 
 
 def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | None = None,
@@ -50,9 +46,9 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
         pool = s.pool if s.pool in ("generator", "trainer") else ("generator" if s.worker.startswith("gen")
                                                                   else "trainer")
         if s.kind in ("generate", "tag"):
-            costs.setdefault((f"{pool}/denoise", _size(s)), []).append(s.duration / sampling_steps)
+            costs.setdefault((f"{pool}/denoise", span_size(s.kind, s.label)), []).append(s.duration / sampling_steps)
         elif s.kind == "train":
-            costs.setdefault(("train_chunk", _size(s)), []).append(s.duration)
+            costs.setdefault(("train_chunk", span_size(s.kind, s.label)), []).append(s.duration)
         elif s.kind in ("commit", "publish"):
             costs.setdefault((s.kind, 1), []).append(s.duration)
         elif s.kind == "idle" and s.duration < max_gap_s:

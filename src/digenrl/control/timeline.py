@@ -49,6 +49,12 @@ def span_of(action: Action) -> tuple[str, str]:
     raise TypeError(f"unknown action {action!r}")
 
 
+def span_size(kind: str, label: str) -> int:
+    """The size ``span_of`` wrote into a label: generations of a fragment (``x<n>``), cells of a chunk."""
+    word = label.split()[2]
+    return int(word[1:] if kind in ("generate", "tag") else word)
+
+
 def idle_share(spans: list[Span], workers, t0: float, t1: float) -> float:
     """1 - (busy seconds of ``workers`` inside [t0, t1]) / (len(workers) * (t1 - t0))."""
     ws = set(workers)

@@ -77,3 +77,12 @@ def write_chrome_trace(spans: Sequence[Span], path: str | Path, workers: Sequenc
     path = Path(path)
     path.write_text(json.dumps(chrome_trace(spans, workers)))
     return path
+
+
+def read_chrome_trace(path: str | Path) -> list[Span]:
+    """The spans of a trace ``write_chrome_trace`` wrote (its complete events; rows and pools by name)."""
+    events = json.loads(Path(path).read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    pools = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    return [Span(names[e["tid"]], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6, e["args"].get("label", ""),
+                 pools.get(e["pid"], "")) for e in events if e.get("ph") == "X"]

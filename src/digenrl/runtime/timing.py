@@ -24,22 +24,12 @@ import time
 
 
 def _mean_time(fn, repeats: int) -> float:
-    import torch
-
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    fn()  # warm-up
-    ts = []
-    for _ in range(max(1, repeats)):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.fmean(ts)
+    """Mean seconds of ``repeats`` timed calls of ``fn`` after one warm-up (device synchronised around each)."""
+    return _mean_times({0: fn}, repeats)[0]
 
 
 def _mean_times(fns: dict, repeats: int) -> dict:
-    """``_mean_time`` of several callables, timed round-robin (one warm-up each, then ``repeats`` rounds over all
+    """``_mean_time`` of several callables (keyed alike in the result), timed round-robin (one warm-up each, then ``repeats`` rounds over all
     of them in a fixed order): a change of the machine's speed during the measurement then shifts every size
     alike instead of bending the curve over sizes. Every rank of a sharded pool calls them in the same order."""
     import torch
