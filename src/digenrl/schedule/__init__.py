@@ -39,7 +39,8 @@ idle workers):
 State and results: ``sched.done`` (every step committed and published), ``sched.stats`` (``StepStats`` per
 step: dispatch / rewards-in / commit / publish times, TAG and stale counts, BTS bubbles),
 ``sched.bts_stats`` (decisions, memo hit rate, search times, predicted vs realized commit times),
-``sched.version_of(fragment)``, ``sched.train_step``, ``sched.published``.
+``sched.version_of(fragment)``, ``sched.train_step``, ``sched.published``, ``sched.cost_scales`` (the online
+factors of ``BTSConfig.online``: see ``online_cost``).
 
 Modes (``Mode``): ``colocated`` (trainer ranks generate the whole step, then train the classic layout, then
 commit + publish), ``naive`` (disaggregated, full-batch barrier), ``gap`` (groups trained as their rewards
@@ -57,6 +58,7 @@ from .bts import BTS, TAG_POLICIES, BTSConfig, BTSStats, Decision
 from .bts_model import Snapshot
 from .cost import GENERATOR, OPS, TRAINER, CostModel, Durations, Op
 from .layout import Chunk, Fragment, classic_chunks, group_fragments, step_fragments, tsp_chunks
+from .online_cost import OnlineCosts, ScaledCost
 from .plan import MODES, Mode, PlanError, StepPlan
 from .scheduler import Scheduler, SchedulerError
 from .stats import StepStats
@@ -65,6 +67,6 @@ from .tag_policy import FixedRule, make_tag_policy
 __all__ = [
     "Action", "BTS", "BTSConfig", "BTSStats", "Chunk", "ChunkTrained", "Commit", "Committed", "CostModel",
     "Decision", "Durations", "Event", "FixedRule", "Fragment", "FragmentGenerated", "GENERATOR", "Generate", "MODES", "Mode",
-    "OPS", "Op", "PlanError", "Publish", "Published", "Scheduler", "SchedulerError", "Snapshot", "StepPlan",
+    "OPS", "OnlineCosts", "Op", "PlanError", "Publish", "Published", "ScaledCost", "Scheduler", "SchedulerError", "Snapshot", "StepPlan",
     "StepStats", "TAG_POLICIES", "TRAINER", "Train", "classic_chunks", "group_fragments", "step_fragments", "tsp_chunks", "make_tag_policy",
 ]

@@ -61,6 +61,8 @@ class BTSConfig:
     max_branch: int = 4       # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
     quantum_s: float | None = None  # tick of the compressed state; None: 1/4 of the shortest fragment/chunk
     memo_limit: int = 200_000  # the memo is cleared when it grows past this many entries
+    online: bool = True       # refine the cost model from the run's own action times (``online_cost``)
+    online_decay: float = 0.5  # weight of a step's observations one step later (0: the last step only)
 
     def __post_init__(self) -> None:
         if self.depth < 0:
@@ -73,6 +75,8 @@ class BTSConfig:
             raise ValueError(f"policy: must be one of {', '.join(TAG_POLICIES)} (got {self.policy!r})")
         if self.max_branch < 1:
             raise ValueError(f"max_branch: must be >= 1 (got {self.max_branch})")
+        if not 0.0 <= self.online_decay < 1.0:
+            raise ValueError(f"online_decay: must be in [0, 1) (got {self.online_decay})")
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class BTS:
                  clock: Callable[[], float] = time.perf_counter):
         self.config = config or BTSConfig()
         self.clock = clock
+        self.plan = plan
         self.model = StepModel(plan, Durations(plan, cost))
         q = self.config.quantum_s
         if q is None:
@@ -214,6 +219,13 @@ class BTS:
 
     def record_commit(self, step: int, time_s: float) -> None:
         self.stats.realized[step] = time_s
+
+    def set_cost(self, cost: CostModel) -> None:
+        """Predict with ``cost`` from now on (online refinement, between steps). The tick keeps its length; the
+        memo, whose values were priced by the old model, is cleared."""
+        self.model = StepModel(self.plan, Durations(self.plan, cost))
+        self.ticks = TickModel(self.model, self.ticks.q)
+        self._memo.clear()
 
     def candidates(self, m: int) -> list[int]:
         if m <= self.config.max_branch:

@@ -13,6 +13,7 @@ from .bts import BTS, BTSConfig, BTSStats
 from .bts_model import Snapshot, tag_targets
 from .cost import CostModel, Durations
 from .layout import Chunk, Fragment, classic_chunks, step_fragments, tsp_chunks
+from .online_cost import OnlineCosts
 from .plan import StepPlan
 from .stats import StepStats
 from .tag_policy import FixedRule, make_tag_policy
@@ -37,7 +38,9 @@ class StepWork:
 
 class Scheduler:
     """Drives one run of ``plan``. ``cost`` is required in TAG modes (BTS predicts with it). ``bts_config``
-    also names the TAG decision policy (``BTSConfig.policy``: bts, greedy, none; ``tag_policy``)."""
+    also names the TAG decision policy (``BTSConfig.policy``: bts, greedy, none; ``tag_policy``) and, with
+    ``BTSConfig.online``, lets the cost model follow the run's own action times (``online_cost``: refined at
+    every step's final commit, used by the snapshots and BTS from the next step on)."""
 
     def __init__(self, plan: StepPlan, cost: CostModel | None = None, bts_config: BTSConfig | None = None,
                  bts_clock: Callable[[], float] = time.perf_counter, first_step: int = 0):
@@ -49,6 +52,9 @@ class Scheduler:
         self._dur = Durations(plan, cost) if cost is not None else None
         self.bts: BTS | FixedRule | None = (make_tag_policy(plan, cost, bts_config, bts_clock)
                                             if plan.mode.tag else None)
+        bc = bts_config or BTSConfig()
+        self._online = OnlineCosts(plan, cost, bc.online_decay) if plan.mode.tag and bc.online else None
+        self._collective_launch: tuple[Action, float] | None = None  # the Commit / Publish in flight, launched at
         self.stats = [StepStats(k, generations=plan.batch) for k in range(plan.steps)]
         if not 0 <= first_step <= plan.steps:
             raise ValueError(f"first_step: {first_step} is outside 0..{plan.steps}")
@@ -73,6 +79,11 @@ class Scheduler:
     @property
     def bts_stats(self) -> BTSStats | None:
         return self.bts.stats if self.bts else None
+
+    @property
+    def cost_scales(self) -> dict[str, float]:
+        """The online factors in effect (action kind -> observed / profiled seconds; empty: none yet or off)."""
+        return dict(self._online.scales) if self._online else {}
 
     def version_of(self, fragment: Fragment) -> int:
         """The policy version the fragment was (or is being) generated with."""
@@ -102,7 +113,7 @@ class Scheduler:
         raise SchedulerError(f"unknown event {event!r}")
 
     # ---- event handlers ----------------------------------------------------------------------------
-    def _finish(self, worker: str, kind: type, what) -> None:
+    def _finish(self, t: float, worker: str, kind: type, what) -> None:
         cur = self._busy.get(worker, "unknown")
         if cur == "unknown":
             raise SchedulerError(f"unknown worker {worker!r}")
@@ -110,9 +121,24 @@ class Scheduler:
                                                            else cur[0].chunk) != what:
             raise SchedulerError(f"worker {worker!r} was not running {what!r} (running {cur!r})")
         self._busy[worker] = None
+        if self._online:
+            self._online.observe(cur[0], t - cur[1])
+
+    def _finish_collective(self, t: float) -> None:
+        if self._online and self._collective_launch is not None:
+            self._online.observe(self._collective_launch[0], t - self._collective_launch[1])
+        self._collective_launch = None
+
+    def _refine_costs(self) -> None:
+        """A step's final commit: fold its action times into the online model; a changed model prices the
+        snapshots and BTS's predictions from now on."""
+        new = self._online.end_step() if self._online else None
+        if new is not None:
+            self._dur = Durations(self.plan, new)
+            self.bts.set_cost(new)
 
     def _on_fragment(self, t: float, e: FragmentGenerated) -> list[Action]:
-        self._finish(e.worker, Generate, e.fragment)
+        self._finish(t, e.worker, Generate, e.fragment)
         freed: set[str] = set()
         if self.plan.is_trainer(e.worker):
             self._last_gen[e.worker] = True
@@ -125,7 +151,7 @@ class Scheduler:
         return self._maybe_commit() + self._fill(t, freed)
 
     def _on_chunk(self, t: float, e: ChunkTrained) -> list[Action]:
-        self._finish(e.rank, Train, e.chunk)
+        self._finish(t, e.rank, Train, e.chunk)
         self._last_gen[e.rank] = False
         self._work(e.chunk.step).chunks_left -= 1
         return self._maybe_commit() + self._fill(t, {e.rank})
@@ -140,13 +166,16 @@ class Scheduler:
             return []
         self._collective = "commit"
         final = self.round == self.plan.rounds - 1
-        return [Commit(s, self.plan.trainers, tuple(self._work(s).stale), self.round, final)]
+        commit = Commit(s, self.plan.trainers, tuple(self._work(s).stale), self.round, final)
+        self._collective_launch = (commit, self._now)
+        return [commit]
 
     def _on_committed(self, t: float, e: Committed) -> list[Action]:
         if self._collective != "commit" or e.step != self.train_step or e.round != self.round:
             raise SchedulerError(f"unexpected Committed(step={e.step}, round={e.round}); training step is "
                                  f"{self.train_step}, round {self.round}")
         self.stats[e.step].commits += 1
+        self._finish_collective(t)
         if self.round < self.plan.rounds - 1:  # a minibatch's commit: the next round trains with its weights
             self._collective = None
             self._start_round(self.train_step, self.round + 1)
@@ -154,15 +183,19 @@ class Scheduler:
         self.stats[e.step].committed = t
         if self.bts:
             self.bts.record_commit(e.step, t)
+        self._refine_costs()
         self.train_step += 1
         self._start_round(self.train_step, 0)
         self._collective = "publish"
-        return [Publish(e.step + 1, self.plan.trainers, self.plan.generators)] + self._fill(t, set())
+        publish = Publish(e.step + 1, self.plan.trainers, self.plan.generators)
+        self._collective_launch = (publish, t)
+        return [publish] + self._fill(t, set())
 
     def _on_published(self, t: float, e: Published) -> list[Action]:
         if self._collective != "publish" or e.version != self.train_step:
             raise SchedulerError(f"unexpected Published(version={e.version}); expected {self.train_step}")
         self._collective = None
+        self._finish_collective(t)
         self.published = e.version
         self.stats[e.version - 1].published = t
         self._steps.pop(e.version - 1, None)  # nothing of that step is asked for again
@@ -192,6 +225,8 @@ class Scheduler:
         self.round = r
         if s >= self.plan.steps:
             return
+        if r == 0 and self._online:
+            self.stats[s].cost_scales = dict(self._online.scales)
         p, work = self.plan, self._work(s)
         groups = p.round_groups(r)
         if p.mode.tsp:

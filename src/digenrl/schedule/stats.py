@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -21,6 +21,7 @@ class StepStats:
     chunks: int = 0
     bubbles: int = 0                      # BTS decisions taken during the step
     generations: int = 0                  # B
+    cost_scales: dict[str, float] = field(default_factory=dict)  # online factors BTS used in the step (kind -> x)
 
     @property
     def stale_fraction(self) -> float:

@@ -42,6 +42,9 @@ class FixedRule:
     def record_commit(self, step: int, time_s: float) -> None:
         self.stats.realized[step] = time_s
 
+    def set_cost(self, cost: CostModel) -> None:
+        """A rule does not predict: a refined cost model changes nothing."""
+
 
 def make_tag_policy(plan: StepPlan, cost: CostModel, config: BTSConfig | None = None,
                     clock: Callable[[], float] = time.perf_counter) -> BTS | FixedRule:

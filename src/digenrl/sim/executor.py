@@ -96,11 +96,14 @@ def _kind(a: Action) -> str:
 
 
 def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
-             bts: BTSConfig | None = None, record: bool = True, max_events: int = 10_000_000) -> RunResult:
+             bts: BTSConfig | None = None, record: bool = True, max_events: int = 10_000_000,
+             profile: CostModel | None = None) -> RunResult:
     """Run ``plan`` to completion in virtual time. ``record`` keeps the (start, action) log and the events.
-    ``bts``: the TAG decision policy and BTS options (``BTSConfig``; ``policy`` bts, greedy or none)."""
+    ``bts``: the TAG decision policy and BTS options (``BTSConfig``; ``policy`` bts, greedy or none).
+    ``profile``: the cost model the scheduler and BTS plan with, where it differs from ``cost``, the one the
+    actions take (a run on a machine its profile misjudges; ``BTSConfig.online`` then refines it)."""
     ex = VirtualExecutor(plan, cost, jitter, seed, max_events)
-    sched = Scheduler(plan, cost=cost, bts_config=bts)
+    sched = Scheduler(plan, cost=cost if profile is None else profile, bts_config=bts)
     timeline = Timeline(plan)
     try:
         end = run_loop(sched, ex, timeline)
