@@ -117,6 +117,8 @@ class BTSOptions(_Strict):
     budget_nodes: int = Field(2000, ge=1)  # search nodes per decision (deterministic; over it: shallower result)
     budget_s: float | None = Field(None, gt=0.0)  # optional wall-clock cap per decision (makes decisions load-dependent)
     max_branch: int = Field(4, ge=1)  # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
+    online: bool = True  # refine the profile from the run's own action times at every step (schedule.online_cost)
+    online_decay: float = Field(0.5, ge=0.0, lt=1.0)  # weight of a step's action times one step later
 
 
 class CalibrationOptions(_Strict):
@@ -159,7 +161,7 @@ class RuntimeConfig(_Strict):
 
         b = self.bts
         return BTSConfig(depth=b.depth, budget_nodes=b.budget_nodes, budget_s=b.budget_s, max_branch=b.max_branch,
-                         policy=self.tag_policy)
+                         policy=self.tag_policy, online=b.online, online_decay=b.online_decay)
 
 
 class LogConfig(_Strict):

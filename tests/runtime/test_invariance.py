@@ -110,6 +110,13 @@ def test_mode_matches_reference(case, ray_local, tiny_model, tmp_path, reference
         assert key in steps[0], key
     assert any(k.startswith("idle/") for k in steps[0])
     assert all(r["version_min"] == r["version_max"] == r["step"] - 1 for r in steps)  # on-policy
+    scales = [{k: v for k, v in r.items() if k.startswith("cost_scale/")} for r in steps]
+    if mode == "gap_tsp_tag":  # BTS's online factors: none in step 1, the earlier steps' level from step 2 on
+        assert scales[0] == {} and {"cost_scale/generate/generator", "cost_scale/train", "cost_scale/commit"} <= set(scales[1])
+        assert all(0.25 <= v <= 4.0 for v in scales[1].values())
+        assert summary["cost_scales"] and all(v > 0 for v in summary["cost_scales"].values())
+    else:
+        assert scales == [{}] * 3 and summary.get("cost_scales", {}) == {}
     trace = json.loads((run / "trace.json").read_text())
     rows_named = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert rows_named == set(cfg.runtime.mode == "colocated" and ["col0"] or

@@ -142,7 +142,7 @@ class _Controller:
         return self.out.finish(wall_s=self.wall0 + end, version=self.sched.published, **result.timing(),
                                audit_violations=audit(plan, log, events, self.first)[:20], bts=result.bts,
                                restarts=len(self.recoveries), recoveries=self.recoveries,
-                               controller_cpu_s=self._controller_cpu_s)
+                               controller_cpu_s=self._controller_cpu_s, cost_scales=self.sched.cost_scales)
 
     def _write_observed_profile(self, spans) -> None:
         """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), laid over the
@@ -267,6 +267,8 @@ class _BetweenSteps:
                     return
                 self._rows[0]["eval_reward"] = self._evals.pop(step)
             self._rows[0]["restarts"] = len(ctl.recoveries)
+            if 1 <= step <= len(ctl.sched.stats):  # row k + 1: the online cost factors BTS planned step k with
+                self._rows[0].update({f"cost_scale/{k}": v for k, v in ctl.sched.stats[step - 1].cost_scales.items()})
             ctl.out.log(self._rows.pop(0))
 
 
