@@ -51,6 +51,9 @@ class Recorder:
     def record_commit(self, step, t):
         self.inner.record_commit(step, t)
 
+    def set_cost(self, cost):
+        self.inner.set_cost(cost)
+
 
 def config_agreement(s: Scenario, mode: str) -> dict:
     run = run_mode(s, mode, bts=BTSConfig())

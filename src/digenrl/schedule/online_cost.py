@@ -97,7 +97,7 @@ class OnlineCosts:
         self.observed += 1
 
     def end_step(self) -> CostModel | None:
-        """Fold the step's observations into the sums; the refined model if a factor changed, else None."""
+        """Fold the step's observations into the sums; the refined model if a price changed, else None."""
         for k in KINDS:
             self._obs[k] = self.decay * self._obs[k] + self._step_obs[k]
             self._pred[k] = self.decay * self._pred[k] + self._step_pred[k]
@@ -107,9 +107,9 @@ class OnlineCosts:
             if self._pred[k] > 0.0:
                 s = min(max(self._obs[k] / self._pred[k], 1.0 / self.clip), self.clip)
                 scales[k] = 1.0 if abs(s - 1.0) <= 1e-9 else s
-        if scales.keys() == self.scales.keys() and all(abs(s - self.scales[k]) <= 1e-9 * s for k, s in scales.items()):
-            return None  # (the decay alone changes a ratio's last bits)
-        self.scales = scales
+        old, self.scales = self.scales, scales
+        if all(abs(scales.get(k, 1.0) - old.get(k, 1.0)) <= 1e-9 * scales.get(k, 1.0) for k in KINDS):
+            return None  # the same prices (the decay alone changes a ratio's last bits; unseen kinds are 1)
         return ScaledCost(self.base, scales)
 
 
