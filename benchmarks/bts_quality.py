@@ -8,10 +8,13 @@ picks with the default policy (BTS depth 2); the same plan is then simulated wit
 * ``greedy``: one fragment per idle trainer rank while fragments are pending, k = min(idle, pending);
 * ``bts_d0`` / ``bts_d2`` / ``bts_d4``: the search at depth 0, 2, 4 with the default node budget (2000 nodes
   per decision; deterministic, so no result depends on this machine's load);
-* ``bts_d2_small_ties``: depth 2 with equal predictions resolved to the smaller k (the former rule).
+* ``bts_d2_small_ties``: depth 2 with equal predictions resolved to the smaller k (the former rule);
+* ``bts_d2_static``: depth 2 without the online refinement (``BTSConfig(online=False)``: the profile as it is
+  for the whole run; every other BTS policy refines it from the action times it sees, as the runtime does).
 
 Jitter levels (an independent log-normal factor exp(N(0, sigma_kind^2)) per action, sigma per action kind;
-16 seeds each; BTS always plans with the unjittered costs, i.e. the medians, as a measured profile is):
+16 seeds each; BTS starts from the unjittered costs, i.e. the medians, as a measured profile is, and refines
+them online from the jittered durations, except ``bts_d2_static``):
 
 * ``exact``: none;
 * ``in_process``: the per-op spread of the CPU pipeline workload timed back to back in one process
@@ -56,7 +59,8 @@ PRESETS = [("hunyuan", "A"), ("hunyuan", "B"), ("hunyuan", "C"), ("wan", "B"), (
 MODES = ("gap_tsp_tag", "full")
 POLICIES = {"none": BTSConfig(policy="none"), "greedy": BTSConfig(policy="greedy"),
             "bts_d0": BTSConfig(depth=0), "bts_d2": BTSConfig(depth=2), "bts_d4": BTSConfig(depth=4),
-            "bts_d2_small_ties": BTSConfig(depth=2, ties_to_larger_k=False)}
+            "bts_d2_small_ties": BTSConfig(depth=2, ties_to_larger_k=False),
+            "bts_d2_static": BTSConfig(depth=2, online=False)}
 SEEDS = tuple(range(1, 17))  # jittered levels; each run takes well under a second of simulation
 TIE = 1e-3
 RESULTS = Path(__file__).parent / "results"

@@ -67,8 +67,10 @@ def test_bts_section_numbers_come_from_the_bts_results_files():
     data["quality"]["summary"]["exact/bts_d2"]["mean_vs_greedy"] = -0.4321
     data["agreement"]["pooled"]["d0_eq_d2"] = 0.123
     data["jitter"]["kinds"]["train"]["sigma_fast"] = 9.876
+    online = data["online"]["summary"]
+    online[next(k for k in online if k.endswith("/exact/online"))]["mean_vs_knowing"] = -0.5432
     changed = "\n".join(simdoc_bts.section(data))
-    assert "-43.21%" in changed and "12%" in changed and "9.876" in changed
+    assert "-43.21%" in changed and "12%" in changed and "9.876" in changed and "-54.32%" in changed
 
 
 def test_bias_section_reads_its_numbers_from_the_results_files(tmp_path):
