@@ -1,7 +1,8 @@
 """BTS on a machine its profile misjudges: the static profile vs the online refinement (``runtime.bts.online``).
 
 A run plans with a profile measured before it; the machine it meets can differ per kind of work (the CPU
-pipeline benchmark saw single ops 15-40% off their calibration minutes later, ``pipeline_cpu.json``). Here the
+pipeline benchmark's runs are up to 20-36% off the calibration timed just before them, ``pipeline_cpu.json``
+``round_errors``). Here the
 machine is the preset's cost model times known factors per action kind (``MISJUDGED``), the profile is the
 preset's model as it is, and for every (model, testbed) preset and TAG mode (the split the planner picks with
 exact costs) the same plan is simulated with:

@@ -110,7 +110,9 @@ def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log) -> dic
            "sim_own_costs_s": own, "sim_step1_s": first, "tag_fragments_per_step": s["tag_fragments_per_step"],
            "stale_fraction": s["stale_fraction"], "audit_violations": len(s["audit_violations"]),
            # CPU the controller itself used per step: on this 2-core machine it competes with the workers
-           "controller_cpu_s_per_step": s["controller_cpu_s"] / cfg.steps}
+           "controller_cpu_s_per_step": s["controller_cpu_s"] / cfg.steps,
+           # TAG modes: BTS's online factors at the end (observed / calibrated seconds per action kind)
+           "cost_scales": s.get("cost_scales") or {}}
     log(f"{mode:12s} step {row['step_time_s']:.3f} s  efficiency {row['efficiency']:.2f}  "
         f"sim {sim:.3f} s ({sim / row['step_time_s'] - 1:+.1%}), own costs {own:.3f} s "
         f"({own / row['step_time_s'] - 1:+.1%}), step 1's costs {first:.3f} s ({first / row['step_time_s'] - 1:+.1%})  TAG/step {row['tag_fragments_per_step']:.1f}  "
@@ -132,6 +134,7 @@ def summarize(mode: str, runs: list[dict]) -> dict:
     row["rounds"] = len(runs)
     row["round_step_times_s"] = [r["step_time_s"] for r in runs]
     row["round_errors"] = [r["sim_step_time_s"] / r["step_time_s"] - 1.0 for r in runs]
+    row["round_cost_scales"] = [r.get("cost_scales", {}) for r in runs]
     return row
 
 
@@ -256,6 +259,16 @@ def summary(rows: list[dict]) -> str:
     if spread:
         text.append(f"The same mode's measured step time differs by up to {max(spread):.0%} between its runs "
                     "(machine drift on this shared VM, not the simulator).")
+    scales: dict[str, list[float]] = {}
+    for r in rows:
+        for sc in r.get("round_cost_scales", []):
+            for k, v in sc.items():
+                scales.setdefault(k, []).append(v)
+    if scales.get("generate/generator") and scales.get("train"):
+        text.append("In the TAG modes BTS's online factors (the runs' own action times over their calibration's, "
+                    "`cost_scale/<kind>`) ended at " + ", ".join(
+                        f"{k} x{min(v):.2f}-{max(v):.2f}" for k, v in sorted(scales.items())
+                        if k in ("generate/generator", "generate/trainer", "train", "commit")) + ".")
     cpu = [r["controller_cpu_s_per_step"] for r in rows if "controller_cpu_s_per_step" in r]
     if cpu:
         text.append(f"The controller uses {min(cpu):.2f}-{max(cpu):.2f} CPU-seconds per step "

@@ -258,7 +258,7 @@ def online_part(o: dict) -> list[str]:
     return [
         "### A profile that misjudges the machine\n",
         "A run plans with a profile measured before it, and the machine it meets can differ per kind of work (on "
-        "this CPU machine single ops were 15-40% off their calibration minutes later, see the bias section). "
+        "this CPU machine a run can be far off the calibration timed just before it, see the bias section). "
         "`benchmarks/bts_online.py` simulates the same "
         f"{n_cfg} configurations on a machine that is the preset's costs times known factors per action kind, with "
         "BTS depth 2 planning with the preset's costs as they are (*static profile*), refining them at every step "
