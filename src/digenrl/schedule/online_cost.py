@@ -73,7 +73,6 @@ class OnlineCosts:
         self._step_obs = dict.fromkeys(KINDS, 0.0)
         self._step_pred = dict.fromkeys(KINDS, 0.0)
         self.scales: dict[str, float] = {}     # the factors in effect (kinds seen so far)
-        self.observed = 0                       # observations folded in or pending
 
     def kind(self, action: Action) -> str:
         if isinstance(action, Generate):
@@ -94,7 +93,6 @@ class OnlineCosts:
         k = self.kind(action)
         self._step_obs[k] += min(max(seconds, pred / self.clip), self.clip * pred)
         self._step_pred[k] += pred
-        self.observed += 1
 
     def end_step(self) -> CostModel | None:
         """Fold the step's observations into the sums; the refined model if a price changed, else None."""

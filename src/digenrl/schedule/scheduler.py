@@ -54,7 +54,7 @@ class Scheduler:
                                             if plan.mode.tag else None)
         bc = bts_config or BTSConfig()
         self._online = OnlineCosts(plan, cost, bc.online_decay) if plan.mode.tag and bc.online else None
-        self._collective_launch: tuple[Action, float] | None = None  # the Commit / Publish in flight, launched at
+        self._collective_launch: tuple[Action, float] | None = None  # the Commit / Publish in flight, its launch time
         self.stats = [StepStats(k, generations=plan.batch) for k in range(plan.steps)]
         if not 0 <= first_step <= plan.steps:
             raise ValueError(f"first_step: {first_step} is outside 0..{plan.steps}")
