@@ -32,13 +32,12 @@ import json
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bts_quality import MODES, PRESETS, RESULTS, SEEDS, TIE, jitter_levels  # noqa: E402
+from bts_quality import RESULTS, SEEDS, TIE, jitter_levels, sweep  # noqa: E402
 
 from digenrl.schedule import BTSConfig, Mode, ScaledCost  # noqa: E402
 
@@ -122,12 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if not jpath.is_file():
         ap.error(f"--jitter: no file {jpath} (run benchmarks/op_jitter.py first)")
     levels = {k: v for k, v in jitter_levels(jpath).items() if k in ("exact", "runtime")}
-    tasks = [(model, tb, mode, args.steps, levels) for model, tb in PRESETS for mode in MODES]
-    rows, t0 = [], time.perf_counter()
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for (model, tb, mode, _, _), got in zip(tasks, pool.map(config_rows, tasks)):
-            rows.extend(got)
-            print(f"{model} {tb} {mode} [{time.perf_counter() - t0:.0f}s]", flush=True)
+    t0 = time.perf_counter()
+    rows = sweep(config_rows, args.steps, levels, args.workers)
     summary, scales = summarize(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -103,6 +103,18 @@ def config_rows(task) -> list[dict]:
     return rows
 
 
+def sweep(fn, steps: int, levels: dict, workers: int) -> list[dict]:
+    """``fn((model, testbed, mode, steps, levels))`` for every preset and TAG mode, one per process, its rows
+    concatenated in preset order (progress printed)."""
+    rows, t0 = [], time.perf_counter()
+    tasks = [(model, tb, mode, steps, levels) for model, tb in PRESETS for mode in MODES]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for (model, tb, mode, _, _), got in zip(tasks, pool.map(fn, tasks)):
+            rows.extend(got)
+            print(f"{model} {tb} {mode} [{time.perf_counter() - t0:.0f}s]", flush=True)
+    return rows
+
+
 def summarize(rows: list[dict], levels: list[str]) -> tuple[list[dict], dict]:
     key = ("model", "testbed", "mode")
     ref = {(r["model"], r["testbed"], r["mode"], r["jitter"], r["seed"]): r
@@ -198,12 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if not jpath.is_file():
         ap.error(f"--jitter: no file {jpath} (run benchmarks/op_jitter.py first)")
     levels = jitter_levels(jpath)
-    rows, t0 = [], time.perf_counter()
-    tasks = [(model, tb, mode, args.steps, levels) for model, tb in PRESETS for mode in MODES]
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for (model, tb, mode, _, _), got in zip(tasks, pool.map(config_rows, tasks)):
-            rows.extend(got)
-            print(f"{model} {tb} {mode} [{time.perf_counter() - t0:.0f}s]", flush=True)
+    t0 = time.perf_counter()
+    rows = sweep(config_rows, args.steps, levels, args.workers)
     per_config, summary = summarize(rows, list(levels))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
