@@ -33,6 +33,17 @@ def test_math_keys_are_refused_free_keys_allowed():
             ckpt.check_resume_config(saved, load_config(None, [bad]))
 
 
+def test_a_sharded_checkpoint_resumes_only_on_as_many_ranks():
+    sharded = ["train.sharding=fsdp", "runtime.mode=gap_tsp", "runtime.trainers=2"]
+    saved = load_config(None, sharded).model_dump(mode="json")
+    ckpt.check_resume_config(saved, load_config(None, sharded))
+    with pytest.raises(ConfigError, match=r"runtime\.trainers=2"):
+        ckpt.check_resume_config(saved, load_config(None, [*sharded, "runtime.trainers=4"]))
+    replicated = load_config(None, ["runtime.mode=gap_tsp", "runtime.trainers=2"])  # replicas: any number
+    ckpt.check_resume_config(replicated.model_dump(mode="json"), load_config(None, ["runtime.mode=gap_tsp",
+                                                                                   "runtime.trainers=4"]))
+
+
 def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
     from digenrl.train.context import build_context
 

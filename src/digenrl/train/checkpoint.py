@@ -123,6 +123,12 @@ def check_resume_config(saved: dict, cfg: Config) -> None:
         more = f" and {len(diff) - 5} more" if len(diff) > 5 else ""
         raise ConfigError("resume: the config changes the math of a step: " + "; ".join(parts) + more
                           + ". Resume with the run's own config (run_dir/config.yaml)")
+    sharding = saved.get("train", {}).get("sharding", "none")
+    ranks = saved.get("runtime", {}).get("trainers", 1)
+    if sharding != "none" and ranks != cfg.runtime.trainers:  # (sharded_checkpoint: the same mesh size only)
+        raise ConfigError(f"runtime.trainers: the checkpoint holds the shards of {ranks} trainer ranks "
+                          f"(train.sharding={sharding}) and loads only onto as many; resume with "
+                          f"runtime.trainers={ranks}")
 
 
 # ---- packing ---------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ The run directory must be reachable under the same path from every trainer rank 
 multi-node cluster, as for any ``torch.distributed.checkpoint`` user).
 
 Restoring (``restore_sharded_state``): every rank of a freshly sharded context loads its shards back in place
-(``load_sharded``: the mesh may be the same size only), then the version, EMA update count and RNG.
+(``load_sharded``: the mesh may be the same size only; a resume with another ``runtime.trainers`` is refused
+before anything starts, ``checkpoint.check_resume_config``), then the version, EMA update count and RNG.
 """
 
 from __future__ import annotations
