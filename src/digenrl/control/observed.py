@@ -87,7 +87,7 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
     reward(n) + transfer(n); a chunk, train_chunk(c); a commit, allreduce + optimizer; a publish. An action
     kind the run did not show (a publish in a colocated run) keeps its calibrated curves (r = 1).
     ``calibration``: a ``control.profile.ProfileCost``."""
-    import statistics
+    from digenrl.schedule.cost import fragment_seconds
 
     from .profile import ProfileCost
 
@@ -107,11 +107,9 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
 
     out: dict[str, list] = {}
     for pool in ("generator", "trainer"):
-        def fragment(cost, n, pool=pool):
-            return sampling_steps * cost.time("denoise", n, pool) + sum(
-                cost.time(op, n, pool) for op in GENERATION_OPS[1:])
-
-        r = ratio([n for n, _ in ops[f"{pool}/denoise"]], lambda n: fragment(obs, n), lambda n: fragment(calibration, n))
+        r = ratio([n for n, _ in ops[f"{pool}/denoise"]],
+                  lambda n, pool=pool: fragment_seconds(obs, sampling_steps, n, pool),
+                  lambda n, pool=pool: fragment_seconds(calibration, sampling_steps, n, pool))
         out.update({f"{pool}/{op}": scaled(op, pool, r) for op in GENERATION_OPS})
     r = ratio([n for n, _ in ops["train_chunk"]], lambda n: obs.time("train_chunk", n, "trainer"),
               lambda n: calibration.time("train_chunk", n, "trainer"))

@@ -160,7 +160,6 @@ class BTS:
                  clock: Callable[[], float] = time.perf_counter):
         self.config = config or BTSConfig()
         self.clock = clock
-        self.plan = plan
         self.model = StepModel(plan, Durations(plan, cost))
         q = self.config.quantum_s
         if q is None:
@@ -223,7 +222,8 @@ class BTS:
     def set_cost(self, cost: CostModel) -> None:
         """Predict with ``cost`` from now on (online refinement, between steps). The tick keeps its length; the
         memo, whose values were priced by the old model, is cleared."""
-        self.model = StepModel(self.plan, Durations(self.plan, cost))
+        plan = self.model.plan
+        self.model = StepModel(plan, Durations(plan, cost))
         self.ticks = TickModel(self.model, self.ticks.q)
         self._memo.clear()
 

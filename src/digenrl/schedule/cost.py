@@ -66,6 +66,12 @@ class CostModel(Protocol):
     def time(self, op: str, batch: int, pool: str) -> float: ...
 
 
+def fragment_seconds(cost: CostModel, sampling_steps: int, size: int, pool: str) -> float:
+    """A fragment of ``size`` generations on ``pool`` without a switch: T denoise + vae_decode + reward + transfer."""
+    return (sampling_steps * cost.time(Op.DENOISE.value, size, pool) + cost.time(Op.VAE_DECODE.value, size, pool)
+            + cost.time(Op.REWARD.value, size, pool) + cost.time(Op.TRANSFER.value, size, pool))
+
+
 class Durations:
     """Prices actions of one plan with one cost model (memoized by shape, never by identity)."""
 
@@ -78,13 +84,9 @@ class Durations:
         key = ("g", size, on_trainer, switch)
         d = self._cache.get(key)
         if d is None:
-            pool = TRAINER if on_trainer else GENERATOR
-            c, p = self.cost, self.plan
-            d = (p.sampling_steps * c.time(Op.DENOISE.value, size, pool)
-                 + c.time(Op.VAE_DECODE.value, size, pool) + c.time(Op.REWARD.value, size, pool)
-                 + c.time(Op.TRANSFER.value, size, pool))
+            d = fragment_seconds(self.cost, self.plan.sampling_steps, size, TRAINER if on_trainer else GENERATOR)
             if switch:
-                d += c.time(Op.TAG_SWITCH.value, 1, TRAINER)
+                d += self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER)
             self._cache[key] = d = _check(d, "Generate")
         return d
 
