@@ -137,6 +137,7 @@ def plan_run(cfg: Config) -> RunPlan:
         sampling_steps=cfg.sampler.num_steps, chunk_generations=t.chunk_generations,
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
+        shard_ranks=len(ranks) if shards else 1,
     )
     profile = None
     if rt.profile is not None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from digenrl.observe.trace import Span
 from digenrl.schedule import Action, Commit, Generate, Publish, Scheduler, StepPlan, StepStats, Train
+from digenrl.schedule.layout import busy_share
 
 from .loop import Completion
 
@@ -55,12 +56,29 @@ def span_size(kind: str, label: str) -> int:
     return int(word[1:] if kind in ("generate", "tag") else word)
 
 
-def idle_share(spans: list[Span], workers, t0: float, t1: float) -> float:
-    """1 - (busy seconds of ``workers`` inside [t0, t1]) / (len(workers) * (t1 - t0))."""
+def rank_busy(plan: StepPlan):
+    """Span -> the share of its worker's ranks at work: 1, except on a shard group of N ranks
+    (``plan.shard_ranks``), where a chunk of c cells or a fragment of n generations keeps
+    ``layout.busy_share(c, N)`` of the ranks busy and the others wait inside the collective."""
+    n = plan.shard_ranks
+    trainers = set(plan.trainers)
+
+    def weight(s: Span) -> float:
+        if n <= 1 or s.worker not in trainers or s.kind not in ("train", "tag", "generate"):
+            return 1.0
+        return busy_share(span_size(s.kind, s.label), n)
+
+    return weight
+
+
+def idle_share(spans: list[Span], workers, t0: float, t1: float, weight=None) -> float:
+    """1 - (busy seconds of ``workers`` inside [t0, t1]) / (len(workers) * (t1 - t0)); ``weight(span)``: the
+    share of the worker's ranks a span keeps busy (``rank_busy``; default 1)."""
     ws = set(workers)
     if t1 <= t0 or not ws:
         return 0.0
-    busy = sum(max(0.0, min(s.end, t1) - max(s.start, t0)) for s in spans if s.worker in ws and s.kind != "idle")
+    busy = sum(max(0.0, min(s.end, t1) - max(s.start, t0)) * (1.0 if weight is None else weight(s))
+               for s in spans if s.worker in ws and s.kind != "idle")
     return max(0.0, 1.0 - busy / (len(ws) * (t1 - t0)))
 
 
@@ -144,7 +162,7 @@ class RunResult:
 
     def idle(self, pool: str) -> float:
         """Idle share of ``pool`` ("generator", "trainer", "colocated") over the whole run."""
-        return idle_share(self.spans, pools_of(self.plan).get(pool, ()), 0.0, self.makespan)
+        return idle_share(self.spans, pools_of(self.plan).get(pool, ()), 0.0, self.makespan, rank_busy(self.plan))
 
     @property
     def gen_idle(self) -> float:
@@ -167,14 +185,15 @@ class RunResult:
     def timing(self) -> dict:
         """Step time, efficiency (busy time / workers / time), idle share per pool, over the run and in steady
         state (from the first publish to the last: no pipeline fill), TAG fragments per step, stale share."""
-        p, spans = self.plan, self.spans
-        out = {"step_time_s": self.step_time, "efficiency": 1.0 - idle_share(spans, self.workers, 0.0, self.makespan)}
+        p, spans, w = self.plan, self.spans, rank_busy(self.plan)
+        out = {"step_time_s": self.step_time,
+               "efficiency": 1.0 - idle_share(spans, self.workers, 0.0, self.makespan, w)}
         for pool, ws in pools_of(p).items():
-            out[f"idle/{pool}"] = idle_share(spans, ws, 0.0, self.makespan)
+            out[f"idle/{pool}"] = idle_share(spans, ws, 0.0, self.makespan, w)
         pubs = [s.published for s in self.stats]
         if p.steps >= 3 and all(t is not None for t in pubs):
             out["steady_step_time_s"] = (pubs[-1] - pubs[0]) / (p.steps - 1)
-            out["steady_efficiency"] = 1.0 - idle_share(spans, self.workers, pubs[0], pubs[-1])
+            out["steady_efficiency"] = 1.0 - idle_share(spans, self.workers, pubs[0], pubs[-1], w)
         out["tag_fragments_per_step"] = self.tag_fragments_per_step
         out["stale_fraction"] = self.stale_fraction
         return out

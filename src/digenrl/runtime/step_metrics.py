@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from digenrl.control.loop import Completion
-from digenrl.control.timeline import idle_share, pools_of
+from digenrl.control.timeline import idle_share, pools_of, rank_busy
 from digenrl.schedule import Commit, Generate, Publish, StepPlan, Train
 from digenrl.train.chunk_loss import CellStats
 
@@ -147,7 +147,7 @@ class StepMetrics:
             "version_min": min(st.versions), "version_max": max(st.versions),
         })
         for pool, workers in pools_of(p).items():
-            row[f"idle/{pool}"] = idle_share(spans, workers, prev, st.published)
+            row[f"idle/{pool}"] = idle_share(spans, workers, prev, st.published, rank_busy(p))
         return row
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ cell scaled by 1 / (B * S) by the trainer, is the same whatever the tiling):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 from .plan import StepPlan
 
@@ -78,6 +78,52 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
         for g0 in range(0, len(gens), chunk_generations):
             out.append(tuple((g, t) for t in ts for g in gens[g0:g0 + chunk_generations]))
     return out
+
+
+def rank_share(items: int, ranks: int) -> int:
+    """Items one rank handles when a shard group of ``ranks`` ranks splits an action of ``items`` cells or
+    generations: ceil(items / ranks) (the runtime's ``train.sharding.rank_cells`` and the generation split)."""
+    return -(-max(1, items) // max(1, ranks))
+
+
+def busy_share(items: int, ranks: int) -> float:
+    """Share of a shard group's rank-seconds an action of ``items`` spends working:
+    items / (ranks x ceil(items / ranks)); the rest of its ranks wait inside the collective."""
+    return min(1.0, items / (max(1, ranks) * rank_share(items, ranks)))
+
+
+def tiles_makespan(sizes: Sequence[int], train_time: Callable[[int], float], trainers: int) -> float:
+    """Predicted seconds to train one group whose chunks have ``sizes`` cells on ``trainers`` scheduler trainers:
+    sum_i t(c_i) / N + (1 - 1/N) max_i t(c_i), Graham's list-scheduling bound (the load plus the last chunk's
+    tail). On one trainer (one shard group) it is the serial sum, whatever the chunk sizes: the per-rank share
+    and the last partial round of each chunk are inside ``train_time`` (the cost of a chunk on its group)."""
+    times = [train_time(c) for c in sizes]
+    n = max(1, trainers)
+    return sum(times) / n + (1.0 - 1.0 / n) * max(times, default=0.0)
+
+
+def choose_chunk_shape(generations: int, trained: int, trainers: int, train_time: Callable[[int], float],
+                       max_cells: int) -> tuple[int, int]:
+    """The TSP chunk shape (chunk_generations, chunk_timesteps), at most ``max_cells`` cells, whose actual tiles
+    (``tile_grid``, edge tiles included) train one group fastest by ``tiles_makespan``; ties go to the larger
+    chunk (fewer forwards). The planner prices ``train_time`` from its cost model; the runtime's
+    ``chunk_cells: auto`` from the per-rank cells (``rank_share``)."""
+    best, shape, memo = None, (1, 1), {}
+
+    def cost(c: int) -> float:
+        if c not in memo:
+            memo[c] = train_time(c)
+        return memo[c]
+
+    for cg in range(1, generations + 1):
+        for cs in range(1, trained + 1):
+            if cg * cs > max(1, max_cells):
+                continue
+            sizes = [len(t) for t in tile_grid(range(generations), trained, cg, cs)]
+            key = (round(tiles_makespan(sizes, cost, trainers), 9), -cg * cs, -cg)
+            if best is None or key < best:
+                best, shape = key, (cg, cs)
+    return shape
 
 
 def tsp_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> list[Chunk]:

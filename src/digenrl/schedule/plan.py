@@ -77,6 +77,9 @@ class StepPlan:
         commit (optimizer step); round r trains the groups of minibatch ``r mod M`` (``layout.minibatch_of``:
         fixed by group index) with the weights after the previous commit; only the last commit of a step
         makes the new version. M = epochs = 1 is one commit per step.
+      shard_ranks: ranks behind each trainer id: 1 for replicated ranks, N for a shard group of N ranks
+        (every action of that trainer is a collective of its N ranks, which split its cells or generations;
+        the idle statistics count the ranks that wait inside such an action).
     """
 
     prompts: int
@@ -93,6 +96,7 @@ class StepPlan:
     max_stale_fraction: float = 0.0
     minibatches: int = 1
     epochs: int = 1
+    shard_ranks: int = 1
 
     def __post_init__(self) -> None:
         try:
@@ -102,7 +106,7 @@ class StepPlan:
         object.__setattr__(self, "generators", tuple(self.generators))
         object.__setattr__(self, "trainers", tuple(self.trainers))
         for name in ("prompts", "generations", "fragment_size", "trained_timesteps", "sampling_steps",
-                     "chunk_generations", "chunk_timesteps", "minibatches", "epochs"):
+                     "chunk_generations", "chunk_timesteps", "minibatches", "epochs", "shard_ranks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise PlanError(f"{name}: must be a positive integer (got {value!r})")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from ..control.run_plan import shard_groups, worker_ids
 from ..control.timeline import RunResult
 from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fragments, tsp_chunks
+from ..schedule.layout import choose_chunk_shape as layout_chunk_shape
 from .executor import simulate
 from .presets import GPU, ModelPreset, Testbed, Workload
 from .roofline import InfeasibleError, RooflineCost
@@ -127,32 +128,31 @@ def choose_fragment_size(mode: Mode, w: Workload, workers: int, gen_time, max_fr
 
 
 def choose_chunk_shape(w: Workload, n_train: int, train_time, max_cells: int) -> tuple[int, int]:
-    g, s = w.generations, w.trained_timesteps
-    best, shape = None, (1, 1)
-    for cg in range(1, g + 1):
-        for cs in range(1, s + 1):
-            if cg * cs > max_cells:
-                continue
-            n = math.ceil(g / cg) * math.ceil(s / cs)
-            t = train_time(cg * cs)
-            key = (n * t / n_train + t, -cg * cs)
-            if best is None or key < best:
-                best, shape = key, (cg, cs)
-    return shape
+    """``schedule.layout.choose_chunk_shape`` for the workload's G x S grid on ``n_train`` scheduler trainers."""
+    return layout_chunk_shape(w.generations, w.trained_timesteps, n_train, train_time, max_cells)
 
 
-def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost) -> StepPlan:
+def fragment_sizes(w: Workload, max_frag: int) -> list[int]:
+    """The fragment sizes the split search tries: the divisors of G that fit a generator's memory."""
+    return [f for f in range(1, w.generations + 1) if w.generations % f == 0 and f <= max_frag] or [1]
+
+
+def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost,
+              fragment_size: int | None = None) -> StepPlan:
+    """The step plan of one split; ``fragment_size`` None: the cost-model rule of ``choose_fragment_size``."""
     w = setup.workload
     colocated = mode is Mode.COLOCATED
     gens, ranks = worker_ids(mode, n_gen, n_train)
-    # a sharded trainer pool is one shard group (the runtime's): the scheduler's single trainer
-    trainers, _ = shard_groups(ranks, w.training.sharded and not colocated)
+    # a sharded trainer pool is one shard group (the runtime's): the scheduler's single trainer of N ranks
+    grouped = w.training.sharded and not colocated
+    trainers, _ = shard_groups(ranks, grouped)
     probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.sampling_steps, 1, 1,
-                     gens, trainers, mode, setup.steps, setup.max_stale_fraction)
+                     gens, trainers, mode, setup.steps, setup.max_stale_fraction,
+                     shard_ranks=len(ranks) if grouped else 1)
     dur = Durations(probe, cost)
     max_frag, max_cells = _limits(cost, w)
-    f = choose_fragment_size(mode, w, n_train if colocated else n_gen,
-                             lambda n: dur.generate(n, colocated, False), max_frag)
+    f = fragment_size or choose_fragment_size(mode, w, n_train if colocated else n_gen,
+                                              lambda n: dur.generate(n, colocated, False), max_frag)
     cg, cs = choose_chunk_shape(w, len(trainers), dur.train, max_cells) if mode.tsp else (1, 1)
     return replace(probe, fragment_size=f, chunk_generations=cg, chunk_timesteps=cs)
 
@@ -168,34 +168,52 @@ def analytic_bound(plan: StepPlan, cost) -> float:
     return max(gen / len(plan.generators), train / len(plan.trainers)) + d.commit() + d.publish()
 
 
-def _build(setup: Scenario, mode: Mode, split: Split):
+def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None = None):
     cost = make_cost(setup, split, mode is Mode.COLOCATED)
-    return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost)
+    return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
 
 
-def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConfig | None = None,
-                 probe_steps: int = 3, keep: int = 5) -> Split:
-    """Simulate the ``keep`` options with the best analytic bound for a few steps; return the fastest."""
-    cands = []
+@dataclass(frozen=True)
+class Choice:
+    """What the split search settled on: the split and the fragment size."""
+
+    split: Split
+    fragment_size: int | None = None
+
+
+def candidates(setup: Scenario, mode: Mode, options: list[Split]) -> list[Choice]:
+    """Every feasible (split, fragment size) of ``options``. A pipelined mode tries every fragment size that fits
+    (fine fragments make groups complete early, coarse ones batch the generators better: which wins depends on
+    the split); a barrier mode keeps the cost-model rule (only the end of its rollout matters)."""
+    out = []
     for split in options:
         try:
             cost, plan = _build(setup, mode, split)
         except InfeasibleError:
             continue
-        cands.append((analytic_bound(plan, cost), len(cands), split))
+        sizes = fragment_sizes(setup.workload, _limits(cost, setup.workload)[0]) if mode.pipelined else [None]
+        out.extend(Choice(split, f) for f in sizes)
+    return out
+
+
+def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConfig | None = None,
+                 probe_steps: int = 3) -> Choice:
+    """Simulate every feasible (split, fragment size) for ``probe_steps`` steps and return the fastest (no
+    analytic pre-selection: on a shard group the step time is a staircase in the trainer count, which a
+    work bound cannot see)."""
+    cands = candidates(setup, mode, options)
     if not cands:
         raise ScenarioError(f"--gpus: no generator/trainer split of {setup.gpus} GPUs fits "
                          f"{setup.model.name} on testbed {setup.testbed.name}")
-    cands.sort(key=lambda c: c[:2])
     if len(cands) == 1:
-        return cands[0][2]
+        return cands[0]
     short = replace(setup, steps=min(setup.steps, probe_steps))
     best = None
-    for _, _, split in cands[:keep]:
-        cost, plan = _build(short, mode, split)
+    for i, c in enumerate(cands):
+        cost, plan = _build(short, mode, c.split, c.fragment_size)
         t = simulate(plan, cost, bts=bts, record=False).step_time
-        if best is None or t < best[0]:
-            best = (t, split)
+        if best is None or t < best[0] - 1e-9 * abs(best[0]):
+            best = (t, c)
     return best[1]
 
 
@@ -214,8 +232,9 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
                 raise ScenarioError(f"--gen-gpus: {gen_gpus} generators cannot be placed with --gpus {setup.gpus} "
                                  f"on testbed {setup.testbed.name}")
     try:
-        split = options[0] if len(options) == 1 else choose_split(setup, mode, options, bts)
-        cost, plan = _build(setup, mode, split)
+        choice = Choice(options[0]) if len(options) == 1 else choose_split(setup, mode, options, bts)
+        split = choice.split
+        cost, plan = _build(setup, mode, split, choice.fragment_size)
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
@@ -223,4 +242,4 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     return ModeRun(mode, split, plan, res, note=split.label(het))
 
 
-__all__ = ["ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]
+__all__ = ["Choice", "ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]

@@ -402,9 +402,11 @@ def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] 
 
 
 def resolve_chunk_cells(cfg, trained: int):
-    """``cfg`` with ``train.chunk_cells: auto`` turned into a chunk shape that fits ``train.memory_gb``
-    (``auto_chunk_shape`` of the plan's ``max_cells``); other configs are returned unchanged. ``trained``:
-    trained timesteps per trajectory (S)."""
+    """``cfg`` with ``train.chunk_cells: auto`` turned into a chunk shape that fits ``train.memory_gb``; other
+    configs are returned unchanged. Replicated ranks: ``auto_chunk_shape`` of the plan's ``max_cells``. A
+    sharded pool (one shard group of N ranks, N x ``max_cells`` per chunk): ``schedule.layout.choose_chunk_shape``,
+    the planner's rule, pricing a chunk by its per-rank cells ceil(c / N), so that no chunk leaves a partial round
+    that a different shape avoids. ``trained``: trained timesteps per trajectory (S)."""
     t = cfg.train
     if t.chunk_cells != "auto":
         return cfg
@@ -415,8 +417,16 @@ def resolve_chunk_cells(cfg, trained: int):
     fits = plan_memory(p).max_cells(t.memory_gb * GiB)
     if fits < 1:
         check_config(cfg)  # raises with the numbers and the keys
-    ranks = cfg.runtime.trainers if t.sharding == "fsdp" else 1  # FSDP: every rank trains 1/N of each chunk
-    cg, ct = auto_chunk_shape(fits * ranks, t.generations, trained)
+    if t.sharding == "fsdp":  # one shard group: every rank trains ceil(c / N) cells of each chunk, serially
+        from ..schedule.layout import choose_chunk_shape, rank_share
+
+        ranks = cfg.runtime.trainers
+        # fewest per-rank cell rounds per group (the planner's rule with per-rank cells as the price), then
+        # the larger chunk; a tiny per-chunk term prefers fewer forwards at equal rounds
+        cg, ct = choose_chunk_shape(t.generations, trained, 1, lambda c: rank_share(c, ranks) + 1e-6,
+                                    fits * ranks)
+    else:
+        cg, ct = auto_chunk_shape(fits, t.generations, trained)
     return cfg.model_copy(update={"train": t.model_copy(update={"chunk_generations": cg, "chunk_timesteps": ct})})
 
 
