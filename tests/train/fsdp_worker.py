@@ -45,7 +45,7 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
                 for r in parts:
                     cells, w = rank_cells(ch, r, n)
                     train_cells(ctx.policy, g, cells, settings=ctx.loss, loss_scale=scale * w,
-                                ref_policy=ctx.ref_policy)
+                                ref_policy=ctx.ref_policy, collective=world > 1)
                 if world == 1:
                     ctx.transaction.record([(g.prompts[0].uid, gg, j) for gg, j in ch])
         ctx.transaction.commit(check_complete=world == 1)

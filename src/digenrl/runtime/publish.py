@@ -64,18 +64,22 @@ class GroupSpec:
     publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
 
 
-def init_groups(setup: GroupSpec, timeout_s: float = 300.0):
-    """Join the world; returns (trainer group or None, publish group or None). Collective over the world."""
+def init_groups(setup: GroupSpec, timeout_s: float):
+    """Join the world; returns (trainer group or None, publish group or None). Collective over the world.
+    ``timeout_s`` (``runtime.collective_timeout_s``) bounds the rendezvous and every collective of each group
+    (``new_group`` would otherwise take torch's 30 min default, not the world's): under gloo a collective that
+    waits longer raises; under NCCL its watchdog aborts the process."""
     import datetime
 
     import torch.distributed as dist
 
+    timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
-                            rank=setup.rank, timeout=datetime.timedelta(seconds=timeout_s))
+                            rank=setup.rank, timeout=timeout)
     trainer_group = publish_group = None
     if setup.publish_ranks:  # every process must create every group, in the same order
-        trainer_group = dist.new_group(list(setup.trainer_ranks))
-        publish_group = dist.new_group(list(setup.publish_ranks))
+        trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
+        publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
     return trainer_group, publish_group
 
 

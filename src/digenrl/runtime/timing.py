@@ -111,7 +111,7 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
 
             cells = rank_cells(cells, worker.rank, worker._world)[0]
         fns[c] = lambda cells=cells: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
-                                                 ref_policy=worker.ctx.ref_policy)
+                                                 ref_policy=worker.ctx.ref_policy, collective=worker.sharded)
     train = _mean_times(fns, repeats)
     worker.ctx.optimizer.zero_grad(set_to_none=True)
     params = [p for p in policy.parameters() if p.requires_grad]

@@ -30,10 +30,18 @@ a throw-away copy of the first generation so that its forwards still match the o
 (None, info) when it has none; ``publish`` / ``checkpoint_bytes`` gather the full state on every rank and only
 rank 0 returns it; ``evaluate`` runs on every rank, rank 0 reports; ``pack_state`` writes the rank's shards with
 ``torch.distributed.checkpoint`` next to the run's checkpoints and rank 0 returns the metadata file's bytes.
+A rank whose share of a chunk holds only zero-advantage cells still forwards (``train_cells(collective=True)``).
+
+Collective timeout: the groups wait ``runtime.collective_timeout_s`` for the other ranks; a collective call
+(``collective_action``) that waits longer raises ``CollectiveTimeout`` naming the worker, its rank and the call
+(gloo; under NCCL the watchdog aborts the process instead).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import re
 import time
 
 from digenrl.control.run_plan import plan_run
@@ -42,6 +50,42 @@ from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, state_copy
 from .worker_base import WorkerBase
 from .workers import TrainerAPI
+
+
+class CollectiveTimeout(RuntimeError):
+    """A collective of the trainer pool waited longer than ``runtime.collective_timeout_s``."""
+
+
+def _describe(fn, args: tuple, kwargs: dict) -> str:
+    """``train(chunk=step 3 group 1 round 0, 8 cells)``: the call with its small arguments."""
+    parts = []
+    for k, v in list(inspect.signature(fn).bind(None, *args, **kwargs).arguments.items())[1:]:
+        if hasattr(v, "step") and hasattr(v, "group"):  # a chunk or a fragment
+            size = f", {len(v.cells)} cells" if hasattr(v, "cells") else f", {len(v.generations)} generations"
+            parts.append(f"{k}=step {v.step} group {v.group}" + (f" round {v.round}" if hasattr(v, "round") else "") + size)
+        elif isinstance(v, (bool, int, float, str)):
+            parts.append(f"{k}={v!r}")
+    return f"{fn.__name__}({', '.join(parts)})"
+
+
+def collective_action(fn):
+    """Decorator of the calls that are collectives of a pool of several ranks: a timed-out collective inside
+    ``fn`` (gloo raises ``RuntimeError: ... Timed out waiting ...``) becomes a ``CollectiveTimeout`` naming the
+    worker, its rank and the call; every other error passes unchanged."""
+
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except RuntimeError as e:
+            if self._world < 2 or isinstance(e, CollectiveTimeout) or not re.search(r"timed? ?out", str(e), re.I):
+                raise
+            raise CollectiveTimeout(
+                f"{self.name} (trainer rank {self.rank} of {self._world}): {_describe(fn, args, kwargs)} waited "
+                f"longer than runtime.collective_timeout_s = {self.cfg.runtime.collective_timeout_s:g} s in a "
+                f"collective that another rank of the pool did not join: {e}") from e
+
+    return call
 
 
 class TrainerWorker(WorkerBase, TrainerAPI):
@@ -72,7 +116,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         """Join the process group(s); then every rank starts from rank 0's weights (as DDP does)."""
         import torch.distributed as dist
 
-        trainer_group, self._publish_group = init_groups(spec)
+        trainer_group, self._publish_group = init_groups(spec, self.cfg.runtime.collective_timeout_s)
         self.tx.process_group = trainer_group
         self._world = len(spec.trainer_ranks)
         if self.cfg.train.sharding == "fsdp":  # every rank built the same weights (same seed / checkpoint)
@@ -105,6 +149,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             self._groups[key] = g
         return g
 
+    @collective_action
     def train(self, chunk, refs: list, step_stats: dict | None = None) -> ChunkResult:
         from digenrl.schedule.layout import grid_cells
         from digenrl.train.chunk_loss import train_cells
@@ -131,7 +176,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
             mine, weight = rank_cells(chunk.cells, self.rank, self._world)
         stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=weight / S,
-                            ref_policy=self.ctx.ref_policy)
+                            ref_policy=self.ctx.ref_policy, collective=self.sharded)
         if weight == 0.0:  # a throw-away cell that only joined the collectives
             from digenrl.train.chunk_loss import CellStats
 
@@ -139,6 +184,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         return ChunkResult(chunk, self.name, cells, stats, t0, time.time(),
                            kept_count(group.advantages, t.filter_zero_advantage))
 
+    @collective_action
     def generate(self, fragment, version: int):
         self.check_failure(fragment.step)
         if version != self.tx.version or self._round:
@@ -155,6 +201,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
         return batch, info
 
+    @collective_action
     def commit(self, step: int, round: int = 0, final: bool = True, grad_scale: float = 1.0) -> CommitResult:
         self.check_failure(step)
         t0 = time.time()
@@ -180,6 +227,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         return step
 
     # ---- publishing, eval, checkpoints -----------------------------------------------------------------
+    @collective_action
     def publish(self, version: int):
         """(state, TimedResult): the object-store payload of ``version`` (rank 0)."""
         t0 = time.time()
@@ -190,6 +238,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             state = None
         return state, TimedResult(self.name, "publish", t0, time.time(), version)
 
+    @collective_action
     def publish_broadcast(self, version: int) -> TimedResult:
         t0 = time.time()
         if version != self.tx.version:
@@ -199,6 +248,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             broadcast_send(state, self._publish_group)
         return TimedResult(self.name, "publish", t0, time.time(), version)
 
+    @collective_action
     def evaluate(self, grid: int):
         """TimedResult(value=(eval reward, the first ``grid`` eval samples)) with the (EMA) weights."""
         from digenrl.train.evaluate import evaluate
@@ -212,6 +262,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         value = (r, sample) if self.rank == 0 else None  # sharded: every rank ran the collective forwards
         return TimedResult(self.name, "eval", t0, time.time(), value)
 
+    @collective_action
     def checkpoint_bytes(self, meta: dict) -> TimedResult:
         """The checkpoint file's bytes (the driver writes them atomically where the run lives)."""
         from digenrl.observe.run_outputs import checkpoint_bytes
@@ -227,6 +278,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             data = checkpoint_bytes(self.policy, meta, state) if self.rank == 0 else None
         return TimedResult(self.name, "checkpoint", t0, time.time(), data)
 
+    @collective_action
     def pack_state(self, step: int, counters: dict) -> TimedResult:
         """value = the resumable state (``train.checkpoint``) after ``step`` committed steps, at a step boundary."""
         from digenrl.train.checkpoint import pack_train_state
@@ -243,6 +295,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         return TimedResult(self.name, "checkpoint", t0, time.time(),
                            pack_train_state(self.ctx, step=step, counters=counters))
 
+    @collective_action
     def restore_state(self, data: bytes) -> int:
         """Load a resumable state (weights, optimizer, EMA on rank 0, version); returns its version."""
         from digenrl.train.checkpoint import restore_train_state, unpack
@@ -258,6 +311,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._groups.clear()
         return self.tx.version
 
+    @collective_action
     def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
         """Seconds of generation (per fragment size), training (per chunk size), commit and publish."""
         from .timing import time_generation, time_training

@@ -14,8 +14,17 @@ KL_t is in Flow-GRPO's units by default (``algo.loss.reference_kl``).
 
 Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training, so it adds neither
 policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
-are skipped here (they still count as done in the transaction) and the caller divides by the number of kept
-trajectories, B_m = kept ones (``step_work.kept_count``).
+are dropped before the forward (they still count as done in the transaction) and the caller divides by the
+number of kept trajectories, B_m = kept ones (``step_work.kept_count``). One rule decides what happens when
+no cell is left: alone (``collective=False``) the call returns without a forward; in a collective
+(``collective=True``: a rank of a sharded pool, whose forward and backward all-gather the blocks with the
+other ranks) it forwards its first cell with weight 0 instead::
+
+    backward( 0 * loss_scale * L_cell(first) ),   stats = CellStats(cells=n, trained=0)
+
+so it joins every all-gather and reduce-scatter of the chunk (adding exactly 0 to the sharded gradient) and
+the loss, statistics and mean stay those of the filtered cells. A rank that returned early would leave the
+others waiting in the all-gather until the collective timeout (``runtime.collective_timeout_s``).
 """
 
 from __future__ import annotations
@@ -78,8 +87,11 @@ def train_cells(
     settings: LossSettings,
     loss_scale: float,
     ref_policy: Policy | None = None,
+    collective: bool = False,
 ) -> CellStats:
-    """Accumulate the gradient of ``loss_scale * sum L_cell`` for ``cells`` = (generation, trained position)."""
+    """Accumulate the gradient of ``loss_scale * sum L_cell`` for ``cells`` = (generation, trained position).
+    ``collective``: the forward is a collective of the pool's ranks (FSDP), so it runs even when every cell
+    is filtered (first cell, weight 0: see the module docstring)."""
     if group.advantages is None:
         raise ValueError("cannot train a group before its advantages are computed (invariant I3)")
     row_of = {int(g): r for r, g in enumerate(group.gen_index.tolist())}
@@ -89,12 +101,16 @@ def train_cells(
         raise ValueError(f"cell generation {e} is not in this group") from None
     tpos = torch.tensor([t for _, t in cells], dtype=torch.long)
     n_all = len(cells)
+    weight = 1.0
     if settings.filter_zero_advantage:
         a = group.advantages[rows]
         keep = a != 0 if a.ndim == 1 else (a != 0).any(1)
+        if not keep.any():
+            if not collective:
+                return CellStats(cells=n_all)
+            keep[:1] = True  # a throw-away cell: joins the collectives, adds 0
+            weight = 0.0
         rows, tpos = rows[keep], tpos[keep]
-        if len(rows) == 0:
-            return CellStats(cells=n_all)
     device = next(policy.parameters()).device
     x = group.latents[rows, tpos].to(device)
     x_next = group.next_latents[rows, tpos].to(device)
@@ -127,7 +143,9 @@ def train_cells(
             ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
         kl = reference_kl(out, ref.mean, settings.kl_form)
     total = loss + settings.beta_kl * kl
-    (total.sum() * loss_scale).backward()
+    (total.sum() * (loss_scale * weight)).backward()
+    if weight == 0.0:
+        return CellStats(cells=n_all)
     n = len(rows)
     return CellStats(
         cells=n_all,
