@@ -5,6 +5,8 @@ Within step k (TSP modes, the only ones with TAG) the scheduler's policy is two 
 
 1. rollout: each generator, when free, takes the next pending fragment (dispatch order); a fragment's end is
    ``free + Generate(size)``; a group's rewards are in at the max end over its fragments;
+   A TAG action on a shard group of N ranks takes a gang: up to N pending fragments of the head group
+   (``layout.gang_size``), generated together, ending together.
 2. training: chunks enter the FIFO ready queue when their group completes (groups in completion order) and
    the earliest-free trainer rank takes the head: ``start = max(free, release)``, ``end = start + Train(c)``.
 
@@ -31,7 +33,7 @@ import heapq
 from dataclasses import dataclass
 
 from .cost import Durations
-from .layout import tsp_chunks
+from .layout import gang_size, tsp_chunks
 from .plan import StepPlan
 
 State = tuple  # (nxt, left, gens, ranks, ready), see module docstring
@@ -92,7 +94,13 @@ class StepModel:
         for r, (end, grp, _) in enumerate(snap.ranks):
             if grp >= 0:
                 done[grp] = max(done.get(grp, end), end)
-        for r, (grp, size) in zip(tag_targets(snap, k), snap.pending[:k]):
+        pend, i, n = snap.pending, 0, self.plan.shard_ranks
+        for r in tag_targets(snap, k):  # the scheduler's TAG dispatch: a gang per target, this round's groups
+            if i >= len(pend) or (self.round0 is not None and pend[i][0] not in self.round0):
+                break
+            m = gang_size(pend[i:i + n], n)
+            grp, size = pend[i][0], sum(sz for _, sz in pend[i:i + m])
+            i += m
             end = now + dur.generate(size, True, not snap.ranks[r][2])
             rank_free[r] = end
             done[grp] = max(done.get(grp, end), end)
@@ -102,7 +110,7 @@ class StepModel:
             if grp >= 0:
                 done[grp] = max(done.get(grp, end), end)
         heapq.heapify(gens)
-        for grp, size in snap.pending[k:]:
+        for grp, size in pend[i:]:
             end = gens[0] + dur.generate(size, False, False)
             heapq.heapreplace(gens, end)
             done[grp] = max(done.get(grp, end), end)
@@ -129,10 +137,23 @@ class TickModel:
         self.gen = tuple(self.ticks(d.generate(s, False, False)) for s in model.frag_sizes)
         self.tag = tuple(self.ticks(d.generate(s, True, False)) for s in model.frag_sizes)
         self.switch = {s: self.ticks(d.generate(s, True, True)) for s in model.frag_sizes}
+        self.shard_ranks = model.plan.shard_ranks
+        self._gang: dict[tuple[int, int, bool], int] = {}
         self.chunk = tuple(self.ticks(d.train(c)) for c in model.chunk_sizes)
         self.commit = self.ticks(d.commit())
         self.F, self.C, self.P = model.F, model.C, model.P
         self.n_gen, self.n_rank = model.n_gen, model.n_rank
+
+    def gang_ticks(self, pos: int, m: int, in_generation: bool) -> int:
+        """Ticks of a TAG action of the m fragments from position ``pos`` of a group (m = 1: one fragment;
+        a switch into generation mode unless the rank's last action generated)."""
+        if m == 1:
+            return self.tag[pos] if in_generation else self.switch[self.m.frag_sizes[pos]]
+        key = (pos, m, in_generation)
+        if key not in self._gang:
+            size = sum(self.m.frag_sizes[pos:pos + m])
+            self._gang[key] = self.ticks(self.m.dur.generate(size, True, not in_generation))
+        return self._gang[key]
 
     def ticks(self, seconds: float) -> int:
         return max(1, int(round(seconds / self.q)))
@@ -215,9 +236,11 @@ class TickModel:
         for i in idle[:k]:
             if nxt >= total:
                 break
-            pos = nxt % F
-            ranks[i] = [self.tag[pos] if ranks[i][2] else self.switch[self.m.frag_sizes[pos]], nxt // F, 1]
-            nxt += 1
+            pos, g = nxt % F, nxt // F
+            m = min(self.shard_ranks, F - pos)  # a gang: the rest of the head group, at most one per rank
+            ranks[i] = [self.gang_ticks(pos, m, bool(ranks[i][2])), g, 1]
+            out[g] -= m - 1  # the gang's fragments end together: one completion for all m
+            nxt += m
         t = 0
         while True:
             t_next = None

@@ -80,6 +80,46 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
     return out
 
 
+def gang_size(pending: Sequence[tuple[int, int]], ranks: int) -> int:
+    """Gang TAG (DESIGN 2.3): how many of the ``pending`` fragments ((group, size) in dispatch order) the next
+    TAG action of a trainer of ``ranks`` ranks takes: the leading run of fragments of the head fragment's group,
+    at most ``ranks`` of them (a shard group's ranks generate them data-parallel inside one collective); 1 on a
+    replicated rank. 0 when nothing is pending."""
+    if not pending:
+        return 0
+    head, n = pending[0][0], 1
+    while n < min(ranks, len(pending)) and pending[n][0] == head:
+        n += 1
+    return n
+
+
+def merge_fragments(fragments: Sequence[Fragment]) -> Fragment:
+    """One fragment of the generations of ``fragments`` (consecutive fragments of one group): a gang TAG action."""
+    first = fragments[0]
+    if any(f.step != first.step or f.group != first.group for f in fragments):
+        raise ValueError(f"a gang merges fragments of one group of one step (got {fragments!r})")
+    return first if len(fragments) == 1 else Fragment(first.step, first.group,
+                                                      tuple(i for f in fragments for i in f.generations))
+
+
+def plan_fragment_count(plan: StepPlan, fragment: Fragment) -> int:
+    """How many of the plan's fragments ``fragment`` is the union of (1 for a plan fragment, m for a gang of
+    m); 0 when it is not a union of whole, consecutive plan fragments of its group."""
+    blocks = [f.generations for f in group_fragments(plan, fragment.step, fragment.group)]
+    gens = fragment.generations
+    for i, b in enumerate(blocks):
+        if gens[:len(b)] == b:
+            n, rest = 0, gens
+            for blk in blocks[i:]:
+                if rest[:len(blk)] != blk:
+                    break
+                rest, n = rest[len(blk):], n + 1
+                if not rest:
+                    return n
+            return 0
+    return 0
+
+
 def rank_share(items: int, ranks: int) -> int:
     """Items one rank handles when a shard group of ``ranks`` ranks splits an action of ``items`` cells or
     generations: ceil(items / ranks) (the runtime's ``train.sharding.rank_cells`` and the generation split)."""

@@ -12,7 +12,7 @@ from .actions import Published, Train
 from .bts import BTS, BTSConfig, BTSStats
 from .bts_model import Snapshot, tag_targets
 from .cost import CostModel, Durations
-from .layout import Chunk, Fragment, classic_chunks, step_fragments, tsp_chunks
+from .layout import Chunk, Fragment, classic_chunks, gang_size, merge_fragments, step_fragments, tsp_chunks
 from .online_cost import OnlineCosts
 from .plan import StepPlan
 from .stats import StepStats
@@ -28,7 +28,7 @@ class StepWork:
     """What the scheduler tracks about one step until it is published."""
 
     pending: deque[Fragment]                 # fragments not dispatched yet, in dispatch order
-    outstanding: dict[int, int]              # group -> fragments not generated yet
+    outstanding: dict[int, int]              # group -> generations not generated yet
     groups_left: int                         # groups whose rewards are not all in
     done: set[int] = field(default_factory=set)           # groups whose rewards are all in
     chunks_left: int = 0                     # chunks of the current training round not trained yet
@@ -145,7 +145,7 @@ class Scheduler:
             freed.add(e.worker)
         s, g = e.fragment.step, e.fragment.group
         work = self._work(s)
-        work.outstanding[g] -= 1
+        work.outstanding[g] -= e.fragment.size
         if work.outstanding[g] == 0:
             self._group_done(t, s, g)
         return self._maybe_commit() + self._fill(t, freed)
@@ -212,7 +212,7 @@ class Scheduler:
             frags = step_fragments(p, step) if 0 <= step < p.steps else []
             outstanding: dict[int, int] = {}
             for fr in frags:
-                outstanding[fr.group] = outstanding.get(fr.group, 0) + 1
+                outstanding[fr.group] = outstanding.get(fr.group, 0) + fr.size
             work = self._steps[step] = StepWork(deque(frags), outstanding, p.prompts)
         return work
 
@@ -277,16 +277,17 @@ class Scheduler:
         return None
 
     def _dispatch(self, t: float, frag: Fragment, worker: str, version: int, tag: bool = False,
-                  switch: bool = False) -> Generate:
+                  switch: bool = False, parts: int = 1) -> Generate:
+        """``parts``: the plan fragments ``frag`` merges (a gang TAG action on a shard group)."""
         act = Generate(frag, worker, version, tag, switch)
         self._busy[worker] = (act, t)
         self._version[frag] = version
         st = self.stats[frag.step]
         if st.first_dispatch is None:
             st.first_dispatch = t
-        st.fragments += 1
+        st.fragments += parts
         if tag:
-            st.tag_fragments += 1
+            st.tag_fragments += parts
             st.tag_generations += frag.size
         if act.stale:
             st.stale_fragments += 1
@@ -340,13 +341,18 @@ class Scheduler:
         snap = self._snapshot(t)
         decision = self.bts.decide(snap)
         self.stats[s].bubbles += 1
-        k = decision.k
-        if self.plan.rounds > 1:  # only fragments this round trains: a TAG fragment of a later minibatch
-            current = self.plan.round_groups(self.round)  # could hold up this round's commit (a collective)
-            k = min(k, sum(1 for f in pending if f.group in current))
-        return [self._dispatch(t, pending.popleft(), self.plan.trainers[ri], s, tag=True,
-                               switch=not self._last_gen[self.plan.trainers[ri]])
-                for ri in tag_targets(snap, k)]
+        acts = []
+        current = set(self.plan.round_groups(self.round))
+        for ri in tag_targets(snap, decision.k):
+            # only fragments this round trains: a TAG fragment of a later minibatch could hold up this round's
+            # commit (a collective); a shard group takes a gang of the head group's fragments (layout.gang_size)
+            if not pending or pending[0].group not in current:
+                break
+            m = gang_size([(f.group, f.size) for f in list(pending)[:self.plan.shard_ranks]], self.plan.shard_ranks)
+            frag = merge_fragments([pending.popleft() for _ in range(m)])
+            r = self.plan.trainers[ri]
+            acts.append(self._dispatch(t, frag, r, s, tag=True, switch=not self._last_gen[r], parts=m))
+        return acts
 
     def _snapshot(self, t: float) -> Snapshot:
         s, dur = self.train_step, self._dur
