@@ -71,7 +71,7 @@ def test_sharded_pipelined_with_tag_matches_reference(ray_local, tiny_model, tmp
     from digenrl.runtime.driver import run_disaggregated
 
     run = tmp_path / "run"
-    cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED,
+    cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED, "runtime.fragment_size=1",
                    f"runtime.profile={_profile(tmp_path / 'profile.json')}")
     summary = run_disaggregated(cfg)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
@@ -84,6 +84,11 @@ def test_sharded_pipelined_with_tag_matches_reference(ray_local, tiny_model, tmp
     trace = json.loads((run / "trace.json").read_text())
     rows_named = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert rows_named == {"gen0", "shard0"}  # the scheduler sees one trainer: the shard group
+    # gang TAG: the group's 2 ranks took two 1-generation fragments of a group in one action (x2) and split it
+    from digenrl.observe.trace import read_chrome_trace
+
+    tags = [s for s in read_chrome_trace(run / "trace.json") if s.kind == "tag"]
+    assert any(" x2 " in f" {s.label} " for s in tags), [s.label for s in tags]
 
 
 @pytest.mark.slow
