@@ -7,9 +7,7 @@ import json
 import pytest
 
 from digenrl.sim.cli import ROW_KEYS, main
-from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
 from digenrl.control.profile import save_profile, tabulate
-from digenrl.sim.roofline import RooflineCost
 
 SMALL = ["--model", "flux", "--testbed", "B", "--gpus", "8", "--steps", "2", "--prompts", "4",
          "--generations", "8", "--sampling-steps", "10"]
@@ -83,13 +81,42 @@ def test_argparse_errors_also_exit_2(capsys):
     assert "--gpus" in capsys.readouterr().err
 
 
+FIGURES = ("step_time_s", "gen_idle", "trainer_idle", "stale_fraction", "tag_fragments_per_step")
+SHAPE = ("gen_gpus", "trainer_gpus", "fragment_size", "chunk")
+
+
+def _cli_cost(colocated: bool):
+    """The cost model the CLI builds for SMALL (3+5 split, or the colocated pool): the same code path."""
+    from digenrl.sim.cli import _setup, build_parser
+    from digenrl.sim.planner import colocated_options, make_cost, split_options
+
+    setup = _setup(build_parser().parse_args(SMALL))
+    split = colocated_options(setup)[0] if colocated else next(s for s in split_options(setup) if s.n_gen == 3)
+    return make_cost(setup, split, colocated)
+
+
 def test_measured_profile_replaces_the_roofline(tmp_path, capsys):
-    roof = RooflineCost(MODELS["flux"], WORKLOADS["flux"], TESTBEDS["B"], 3, 5)
-    path = save_profile(tabulate(roof, (1, 2, 4, 8, 16, 32, 64), "roofline B 3+5"), tmp_path / "p.json")
-    a = run_json(capsys, "--gen-gpus", "3", "--modes", "naive", "gap_tsp")
-    b = run_json(capsys, "--gen-gpus", "3", "--modes", "naive", "gap_tsp", "--profile", str(path))
-    # same underlying numbers at the sampled batches -> the same step times for these plans
-    assert b[0]["step_time_s"] == pytest.approx(a[0]["step_time_s"], rel=0.05)
+    # a profile tabulated from the CLI's own roofline at every batch the plans use prices every action exactly
+    # as the roofline does, and the simulator is deterministic: every mode's figures are the same floats
+    modes = ["naive", "gap", "gap_tsp", "gap_tsp_tag", "full"]
+    path = save_profile(tabulate(_cli_cost(False), range(1, 129), "roofline B 3+5"), tmp_path / "p.json")
+    a = run_json(capsys, "--gen-gpus", "3", "--modes", *modes)
+    b = run_json(capsys, "--gen-gpus", "3", "--modes", *modes, "--profile", str(path))
+    assert [r["mode"] for r in b] == modes
+    for ra, rb in zip(a, b):
+        for k in FIGURES:
+            assert rb[k] == pytest.approx(ra[k], rel=1e-12, abs=1e-12), (ra["mode"], k)
+        assert [rb[k] for k in SHAPE] == [ra[k] for k in SHAPE]
+        assert rb["speedup_vs_naive"] == pytest.approx(ra["speedup_vs_naive"], rel=1e-12)
+    # colocated runs on its own (8-GPU colocated) costs: the 3+5 profile changes it, its own profile does not
+    (ca,) = run_json(capsys, "--modes", "colocated")
+    (cb,) = run_json(capsys, "--modes", "colocated", "--profile", str(path))
+    assert cb["step_time_s"] != pytest.approx(ca["step_time_s"], rel=1e-3)
+    own = save_profile(tabulate(_cli_cost(True), range(1, 129), "roofline B colocated"), tmp_path / "c.json")
+    (cc,) = run_json(capsys, "--modes", "colocated", "--profile", str(own))
+    for k in FIGURES:
+        assert cc[k] == pytest.approx(ca[k], rel=1e-12, abs=1e-12), k
+    assert [cc[k] for k in SHAPE] == [ca[k] for k in SHAPE]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "ops": {"denoise": [[1, 0.1]]}}))
     assert main(SMALL + ["--profile", str(bad)]) == 2
