@@ -151,6 +151,8 @@ class RuntimeConfig(_Strict):
     # pool, broadcast publish): a collective waiting longer fails with an error naming the rank and the action
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start
     calibration: CalibrationOptions = CalibrationOptions()
+    tag_inference_copy: bool = False  # TAG on a sharded pool: all-gather a plain (unsharded) copy of the weights
+    # once per version, then each rank generates its share of a gang without per-forward gathers
     tag_policy: Literal["bts", "greedy", "none"] = "bts"  # TAG modes: who decides the fragments given to idle
     # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
     bts: BTSOptions = BTSOptions()

@@ -67,12 +67,15 @@ def _check_params(run_dir, reference, tiny_model):
 
 
 @pytest.mark.slow
-def test_sharded_pipelined_with_tag_matches_reference(ray_local, tiny_model, tmp_path, reference):
+@pytest.mark.parametrize("copy", [False, True], ids=["gathers", "inference_copy"])
+def test_sharded_pipelined_with_tag_matches_reference(ray_local, tiny_model, tmp_path, reference, copy):
+    """TAG on the shard group, its ranks gathering the shards at every forward or generating from an inference
+    copy gathered once per version (runtime.tag_inference_copy)."""
     from digenrl.runtime.driver import run_disaggregated
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED, "runtime.fragment_size=1",
-                   f"runtime.profile={_profile(tmp_path / 'profile.json')}")
+                   f"runtime.profile={_profile(tmp_path / 'profile.json')}", f"runtime.tag_inference_copy={copy}")
     summary = run_disaggregated(cfg)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(run, reference, tiny_model)

@@ -107,6 +107,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._publish_group = None
         self._world = 1
         self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
+        self._copy, self._copy_version = None, None  # TAG inference copy (runtime.tag_inference_copy)
 
     @property
     def policy(self):
@@ -195,11 +196,39 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         from dataclasses import replace
 
         mine = fragment.generations[self.rank::self._world]
+        if self.cfg.runtime.tag_inference_copy:
+            copy = self._inference_copy(version)  # a collective once per version, then no collective
+            if mine:
+                return self.generate_fragment(copy, replace(fragment, generations=mine), version)
+            return None, self._empty_info(fragment)
         batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
                                              version)
         if not mine:  # joined the collective forwards only
             return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
         return batch, info
+
+    def _inference_copy(self, version: int):
+        """An unsharded policy holding the weights of ``version`` (the trainers' current ones): built on first
+        use like a generator's, refreshed with one all-gather of the trainable state per version."""
+        if self._copy_version != version:
+            from digenrl.models.registry import build_policy
+            from digenrl.train.sharding import full_trainable_state
+
+            state = full_trainable_state(self.policy)  # every rank of the group calls it (a collective)
+            if self._copy is None:
+                self._copy = build_policy(self.cfg.model)
+            self._copy.load_trainable_state_dict(state)
+            self._copy_version = version
+        return self._copy
+
+    def _empty_info(self, fragment):
+        """The info of a rank without a share of ``fragment`` (nothing generated; merged away by the executor)."""
+        from dataclasses import replace
+
+        from digenrl.runtime.messages import FragmentInfo
+
+        now = time.time()
+        return FragmentInfo(replace(fragment, generations=()), self.name, self.tx.version, -1, (), {}, now, now)
 
     @collective_action
     def commit(self, step: int, round: int = 0, final: bool = True, grad_scale: float = 1.0) -> CommitResult:
