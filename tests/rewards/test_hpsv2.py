@@ -184,4 +184,8 @@ def test_device_default_and_low_precision(hps_files, monkeypatch):
     full = build_reward("hpsv2", **options(ckpt, tok))(x, PROMPTS)
     low = build_reward("hpsv2", **options(ckpt, tok, dtype="bfloat16"))
     assert low.model.dtype == torch.bfloat16
-    torch.testing.assert_close(low(x, PROMPTS), full, atol=0.05, rtol=0)
+    # bf16 vs float32: measured max |error| 0.0032 on these two images (0.002-0.009 over seeds 0-5); the two
+    # images' scores differ by 0.14, so a tolerance of ~5x the measured error still fails swapped images
+    tol = 0.015
+    torch.testing.assert_close(low(x, PROMPTS), full, atol=tol, rtol=0)
+    assert (low(x.flip(0), PROMPTS) - full).abs().max() > tol

@@ -177,4 +177,8 @@ def test_low_precision_keeps_the_head_in_float32(ir_files):
     full = build_reward("image_reward", **options(ckpt, tok))(x, PROMPTS)
     low = build_reward("image_reward", **options(ckpt, tok, dtype="bfloat16"))
     assert low.net.vision.dtype == torch.bfloat16 and low.net.mlp[0].weight.dtype == torch.float32
-    torch.testing.assert_close(low(x, PROMPTS), full, atol=0.1, rtol=0.05)
+    # bf16 vs float32: measured max |error| 0.0085 on these two images (0.003-0.017 over seeds 0-5); the two
+    # images' scores differ by 0.11, so a tolerance of ~3.5x the measured error still fails swapped images
+    tol = 0.03
+    torch.testing.assert_close(low(x, PROMPTS), full, atol=tol, rtol=0)
+    assert (low(x.flip(0), PROMPTS) - full).abs().max() > tol
