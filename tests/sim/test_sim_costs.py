@@ -100,6 +100,28 @@ def test_a_sharded_pool_is_one_shard_group_whose_actions_split_over_its_ranks():
     assert r.time("tag_switch", 1, "trainer") == 0.0
 
 
+def test_tag_with_an_inference_copy_pays_one_gather_per_switch_and_none_per_forward():
+    """training.tag_copy (runtime.tag_inference_copy): the switch into generation all-gathers the bf16 weights
+    once; the ranks' generation forwards then run at their share's compute (or HBM) time, with no gather floor."""
+    from digenrl.sim.presets import Training
+    from digenrl.sim.roofline import InfeasibleError
+
+    w = replace(WORKLOADS["flux"], training=Training(tag_copy=True))
+    c = RooflineCost(MODELS["flux"], w, TESTBEDS["B"], 10, 22)
+    plain = RooflineCost(MODELS["flux"], WORKLOADS["flux"], TESTBEDS["B"], 10, 22)
+    P, gpu = MODELS["flux"].archi.params, TESTBEDS["B"].gpu
+    assert c.time("tag_switch", 1, "trainer") == pytest.approx(2 * P * 21 / 22 / (400e9 / 8))
+    assert plain.time("denoise", 1, "trainer") >= plain.gather_s                      # gathered per forward
+    assert c.time("denoise", 1, "trainer") < 0.5 * plain.time("denoise", 1, "trainer")
+    assert c.time("denoise", 1, "trainer") >= 2 * P / (gpu.hbm_gbs * 1e9)          # still reads the weights
+    assert c.time("denoise", 22, "trainer") == pytest.approx(c.time("denoise", 1, "trainer"))  # 1 per rank
+    assert c.time("denoise", 1, "generator") == plain.time("denoise", 1, "generator")
+    # where the copy does not fit beside the training state (HunyuanVideo on 12 L40S: training fits), refused
+    with pytest.raises(InfeasibleError, match="inference copy"):
+        RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=Training(tag_copy=True)),
+                     TESTBEDS["A"], 20, 12)
+
+
 def test_colocated_switch_from_bytes_and_bandwidths():
     P = MODELS["hunyuan"].archi.params
     tb = TESTBEDS["A"]

@@ -141,7 +141,7 @@ def rows_of(runs: dict, modes: list[str]) -> list[dict]:
             "tag_fragments_per_step": res.tag_fragments_per_step,
             "gen_gpus": r.n_gen, "trainer_gpus": r.n_train, "fragment_size": r.plan.fragment_size,
             "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps] if Mode(m).tsp else None,
-            "note": r.note,
+            "note": r.note, "tag_copy": bool(getattr(r, "tag_copy", False)),
         })
     return rows
 

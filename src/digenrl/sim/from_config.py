@@ -121,7 +121,8 @@ def config_model(cfg) -> ModelPreset:
 def config_training(cfg) -> Training:
     lora = cfg.model.lora
     return Training(lora_rank=lora.rank if lora.enabled else 0, sharded=cfg.train.sharding == "fsdp",
-                    publish=cfg.runtime.publish, recompute=cfg.train.activation_checkpointing)
+                    publish=cfg.runtime.publish, recompute=cfg.train.activation_checkpointing,
+                    tag_copy=cfg.runtime.tag_inference_copy)
 
 
 def config_workload(cfg, trained: int) -> Workload:

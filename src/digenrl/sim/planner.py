@@ -74,6 +74,7 @@ class ModeRun:
     plan: StepPlan
     result: RunResult
     note: str = ""
+    tag_copy: bool = False   # TAG on the shard group builds a bf16 inference copy (Training.tag_copy)
 
     @property
     def n_gen(self) -> int:
@@ -168,31 +169,51 @@ def analytic_bound(plan: StepPlan, cost) -> float:
     return max(gen / len(plan.generators), train / len(plan.trainers)) + d.commit() + d.publish()
 
 
-def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None = None):
-    cost = make_cost(setup, split, mode is Mode.COLOCATED)
-    return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
+def with_tag_copy(setup: Scenario, on: bool) -> Scenario:
+    """``setup`` whose training builds (``on``) or does not build a TAG inference copy on a shard group."""
+    t = setup.workload.training
+    if t.tag_copy == on:
+        return setup
+    return replace(setup, workload=replace(setup.workload, training=replace(t, tag_copy=on)))
 
 
 @dataclass(frozen=True)
 class Choice:
-    """What the split search settled on: the split and the fragment size."""
+    """What the split search settled on: the split, the fragment size and whether TAG builds an inference copy
+    (None: the scenario's own setting)."""
 
     split: Split
     fragment_size: int | None = None
+    tag_copy: bool | None = None
+
+
+def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None = None,
+           tag_copy: bool | None = None):
+    if tag_copy is not None:
+        setup = with_tag_copy(setup, tag_copy)
+    cost = make_cost(setup, split, mode is Mode.COLOCATED)
+    return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
 
 
 def candidates(setup: Scenario, mode: Mode, options: list[Split]) -> list[Choice]:
-    """Every feasible (split, fragment size) of ``options``. A pipelined mode tries every fragment size that fits
-    (fine fragments make groups complete early, coarse ones batch the generators better: which wins depends on
-    the split); a barrier mode keeps the cost-model rule (only the end of its rollout matters)."""
+    """Every feasible (split, fragment size, inference copy) of ``options``. A pipelined mode tries every
+    fragment size that fits (fine fragments make groups complete early, coarse ones batch the generators
+    better: which wins depends on the split); a barrier mode keeps the cost-model rule (only the end of its
+    rollout matters). A TAG mode on a shard group (roofline costs) tries TAG with and without an inference copy
+    (``Training.tag_copy``) where the copy fits."""
+    copies: list[bool | None] = [None]
+    w = setup.workload
+    if mode.tag and w.training.sharded and setup.profile is None:
+        copies = [False, True]
     out = []
     for split in options:
-        try:
-            cost, plan = _build(setup, mode, split)
-        except InfeasibleError:
-            continue
-        sizes = fragment_sizes(setup.workload, _limits(cost, setup.workload)[0]) if mode.pipelined else [None]
-        out.extend(Choice(split, f) for f in sizes)
+        for copy in copies:
+            try:
+                cost, plan = _build(setup, mode, split, None, copy)
+            except InfeasibleError:
+                continue
+            sizes = fragment_sizes(w, _limits(cost, w)[0]) if mode.pipelined else [None]
+            out.extend(Choice(split, f, copy) for f in sizes)
     return out
 
 
@@ -210,7 +231,7 @@ def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConf
     short = replace(setup, steps=min(setup.steps, probe_steps))
     best = None
     for i, c in enumerate(cands):
-        cost, plan = _build(short, mode, c.split, c.fragment_size)
+        cost, plan = _build(short, mode, c.split, c.fragment_size, c.tag_copy)
         t = simulate(plan, cost, bts=bts, record=False).step_time
         if best is None or t < best[0] - 1e-9 * abs(best[0]):
             best = (t, c)
@@ -234,12 +255,13 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     try:
         choice = Choice(options[0]) if len(options) == 1 else choose_split(setup, mode, options, bts)
         split = choice.split
-        cost, plan = _build(setup, mode, split, choice.fragment_size)
+        cost, plan = _build(setup, mode, split, choice.fragment_size, choice.tag_copy)
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
     res = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
-    return ModeRun(mode, split, plan, res, note=split.label(het))
+    copy = bool(choice.tag_copy if choice.tag_copy is not None else setup.workload.training.tag_copy)
+    return ModeRun(mode, split, plan, res, note=split.label(het), tag_copy=copy and mode.tag)
 
 
 __all__ = ["Choice", "ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]

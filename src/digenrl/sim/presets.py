@@ -175,12 +175,15 @@ class Training:
     runtime's trainer). ``publish``: ``object_store`` (the runtime's default: rank 0 copies the trainable state
     to host, puts it in the Ray object store, every generator node fetches it and each generator loads it) or
     ``broadcast`` (pipelined link-rate broadcast). ``recompute``: activation checkpointing (one extra forward
-    per cell, only the layer inputs are kept)."""
+    per cell, only the layer inputs are kept). ``tag_copy``: TAG on a shard group first all-gathers a bf16
+    inference copy (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without
+    per-forward gathers (only where the copy fits beside the training state)."""
 
     lora_rank: int = 0
     sharded: bool = True
     publish: str = "object_store"
     recompute: bool = True
+    tag_copy: bool = False
 
     def __post_init__(self) -> None:
         if self.lora_rank < 0:

@@ -29,7 +29,9 @@ TAG on the group: every generation forward gathers the shards (no inference copy
   object transfer leaves the source node one node after another at the per-GPU link rate), each generator
   loads it over PCIe; ``broadcast``: pipelined link-rate broadcast + load at HBM bandwidth;
 * TAG switch on a trainer rank: replicated trainer: 0 (the training copy generates); shard group: 0 (every
-  generation forward gathers the shards, overlapped with compute);
+  generation forward gathers the shards, overlapped with compute), or with ``training.tag_copy`` one all-gather
+  of the bf16 weights into an inference copy (2P (N-1)/N bytes), after which the ranks' generation forwards
+  need no gather (refused where the copy does not fit beside the training state);
 * colocated (no generator pool): the per-step switch of ``sim.colocation`` (gather + bucketed hand-off,
   optimizer offload over PCIe when memory requires it) is charged on each rank's first generation of a step.
 
@@ -98,11 +100,15 @@ class RooflineCost:
         self.mem = rank_memory(self.params, self.trainable, n, self.lora, self.sharded, self.eff.reserve_gb,
                                grads_sharded=self.grouped)
         self.switch = None
+        self.tag_copy = self.grouped and self.training.tag_copy
         if colocated:
             g = self.gpu[TRAINER]
             self.switch = colocated_switch(self.mem, self.params, n, self.sharded, g.memory_gb * GB,
                                            self.act_infer, self.net, g.hbm_gbs * GB, g.pcie_gbs * GB)
         self._check_memory()
+        if self.tag_copy and not self.inference_copy_fits:
+            raise InfeasibleError(f"{model.name}: no room for a bf16 inference copy beside the training state on "
+                                  f"{n_train} {self.gpu[TRAINER].name} ranks (training.tag_copy)")
 
     # ---- memory ------------------------------------------------------------------------------------
     def trainer_state_bytes(self) -> float:
@@ -167,7 +173,7 @@ class RooflineCost:
         gpu, m = self.gpu[pool], self.model
         fwd = self._share(n, pool) * m.forwards_per_step
         t = max(self._compute(fwd * self.fwd_flops, fwd * self.seq, pool), 2.0 * self.params / (gpu.hbm_gbs * GB))
-        if pool == TRAINER and self.grouped:
+        if pool == TRAINER and self.grouped and not self.tag_copy:
             t = max(t, self.gather_s)  # FSDP forward of the shard group: shards gathered on the fly, overlapped
         return t + self.effs[pool].overhead_s
 
@@ -230,6 +236,8 @@ class RooflineCost:
     def _tag_switch(self, _: int, pool: str) -> float:
         if self.colocated:
             return self.switch.seconds
+        if self.tag_copy:  # one all-gather of the bf16 weights into the inference copy
+            return self.gather_s
         return 0.0  # replicated: the training copy generates; shard group: gathered per forward (in denoise)
 
     # ---- reporting ---------------------------------------------------------------------------------
