@@ -117,9 +117,9 @@ def test_malformed_framing_gets_4xx(server):
     big = b"x" * 200_000
     status, out = raw_request(server.url, big, {"Content-Length": len(big)})
     assert status == 413 and "exceeds the limit" in out["error"]
-    t0 = time.monotonic()  # a short body under a large Content-Length: answered after the read timeout
+    # a short body under a large Content-Length: answered by the read timeout (408), not left hanging
     status, out = raw_request(server.url, body[:10], {"Content-Length": 5000})
-    assert status == 408 and time.monotonic() - t0 < 5
+    assert status == 408
     ok = RemoteReward(server.url)(*batch(1, 0))  # the server still serves
     torch.testing.assert_close(ok, MeanReward()(*batch(1, 0)))
 
@@ -181,16 +181,16 @@ def test_restart_inside_retry_window_loses_nothing():
     first.stop()  # the service goes down ...
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("r", client(x, prompts)))
-    t0 = time.monotonic()
     t.start()
     time.sleep(1.0)
-    assert t.is_alive()  # ... the caller waits (the run pauses) ...
+    assert t.is_alive() and "r" not in result  # ... the caller waits (the run pauses) ...
+    assert fn.calls == [3]  # nothing was scored while the service was down
     second = RewardServer(fn, port=port).start()  # ... and the service comes back on the same port
     try:
         t.join(timeout=30)
         assert not t.is_alive()
         torch.testing.assert_close(result["r"], MeanReward()(x, prompts))
-        assert time.monotonic() - t0 >= 1.0
+        assert fn.calls == [3, 3]  # the waiting request was scored once, by the restarted service
     finally:
         second.stop()
 
