@@ -6,7 +6,9 @@ a float tensor [B] on any device. It may also define ``score(images, prompts) ->
 ``info`` maps names to per-sample tensors [B] (a breakdown or diagnostics, logged as ``reward/<name>/<key>``).
 
 ``WeightedSum`` composes several: r = sum_k w_k r_k, keeping each r_k (and each part's own breakdown, as
-``"<name>/<key>"``) for logging.
+``"<name>/<key>"``) for logging. It is the boundary where scores enter a run: each part's output must be a 1-D
+floating-point tensor with one finite score per sample, else ``RewardOutputError`` names the reward (and the
+first bad sample); a NaN that got through would make every weight NaN at the next commit.
 """
 
 from __future__ import annotations
@@ -15,7 +17,30 @@ from typing import Protocol, Sequence
 
 import torch
 
+from digenrl.faults import RunHalted
 from digenrl.rollout.records import Prompt
+
+
+class RewardOutputError(RunHalted):
+    """A reward function returned something other than one finite float score per sample."""
+
+
+def check_scores(name: str, value, n: int) -> torch.Tensor:
+    """``value`` as a float CPU tensor [n] if it is one finite score per sample, else ``RewardOutputError``."""
+    where = f"reward.{name}"
+    if not isinstance(value, torch.Tensor):
+        raise RewardOutputError(f"{where}: returned a {type(value).__name__}, expected a float tensor of {n} scores")
+    if not value.is_floating_point():
+        raise RewardOutputError(f"{where}: returned a {value.dtype} tensor, expected a float tensor of {n} scores")
+    if tuple(value.shape) != (n,):
+        raise RewardOutputError(f"{where}: returned scores of shape {tuple(value.shape)} for a batch of {n} "
+                                f"samples, expected shape ({n},)")
+    v = value.detach().float().cpu()
+    bad = (~torch.isfinite(v)).nonzero().flatten().tolist()
+    if bad:
+        raise RewardOutputError(f"{where}: score {v[bad[0]].item()} of sample {bad[0]} (of {n}) is not finite"
+                                + (f" ({len(bad)} samples are not)" if len(bad) > 1 else ""))
+    return v
 
 
 class RewardFn(Protocol):
@@ -36,6 +61,7 @@ class WeightedSum:
     def score(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         values: dict[str, torch.Tensor] = {}
         extra: dict[str, torch.Tensor] = {}
+        n = len(images)
         for name, (_, fn) in self._parts.items():
             if hasattr(fn, "score"):
                 v, info = fn.score(images, prompts)
@@ -44,8 +70,11 @@ class WeightedSum:
                         extra[f"{name}/{key}"] = part.float().cpu().reshape(-1)
             else:
                 v = fn(images, prompts)
-            values[name] = v.float().cpu().reshape(-1)
+            values[name] = check_scores(name, v, n)
         total = sum(self._parts[name][0] * v for name, v in values.items())
+        if not torch.isfinite(total).all():  # finite parts times finite weights can still overflow
+            i = int((~torch.isfinite(total)).nonzero()[0])
+            raise RewardOutputError(f"reward: the weighted sum {total[i].item()} of sample {i} (of {n}) is not finite")
         return total, {**values, **extra}
 
     def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import math
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -194,6 +195,8 @@ def parse_reward_spec(spec: dict[str, dict[str, Any]]) -> list[RewardSpec]:
         weight = opts.pop("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
             raise RewardConfigError(f"reward.{name}.weight: expected a number, got {_short(weight)}")
+        if not math.isfinite(weight):  # a NaN or infinite weight makes every reward, then every weight, NaN
+            raise RewardConfigError(f"reward.{name}.weight: expected a finite number, got {weight}")
         factory, origin = resolve_factory(str(name), opts.pop("factory", None))
         out.append(RewardSpec(str(name), float(weight), factory, _check_options(str(name), factory, opts), origin))
     return out

@@ -10,7 +10,7 @@ import torch
 from digenrl.algo.advantage import AdvantageStats, group_advantages
 from digenrl.algo.timesteps import TimestepPlan
 from digenrl.models.base import Policy
-from digenrl.rewards.base import WeightedSum
+from digenrl.rewards.base import RewardOutputError, WeightedSum
 from digenrl.rollout.records import Prompt, TrajectoryBatch
 from digenrl.rollout.sampler import SamplerSettings, sample_trajectories
 from digenrl.schedule.layout import grid_cells, tile_grid
@@ -30,14 +30,18 @@ def generate(
     reward: WeightedSum | None = None,
     max_batch: int = 64,
 ) -> TrajectoryBatch:
-    """Generate (and, if ``reward`` is given, score) one trajectory per (prompt, generation) pair."""
+    """Generate (and, if ``reward`` is given, score) one trajectory per (prompt, generation) pair; a reward
+    output that is not one finite score per sample raises ``RewardOutputError`` naming the step."""
     parts = []
     for i in range(0, len(prompts), max_batch):
         tb = sample_trajectories(
             policy, prompts[i : i + max_batch], gens[i : i + max_batch], step=step, run_seed=run_seed, version=version, settings=settings, plan=plan
         )
         if reward is not None:
-            tb.rewards, tb.reward_parts = reward.score(tb.images, tb.prompts)
+            try:
+                tb.rewards, tb.reward_parts = reward.score(tb.images, tb.prompts)
+            except RewardOutputError as e:  # say where: the step (an eval runs as step -1)
+                raise RewardOutputError(f"{f'step {step}' if step >= 0 else 'eval'}: {e}") from None
         parts.append(tb)
     return TrajectoryBatch.cat(parts)
 
