@@ -81,7 +81,7 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
                                               chunk_generations=t.chunk_generations, chunk_timesteps=t.chunk_timesteps,
                                               ref_policy=ctx.ref_policy, record=ctx.transaction.record))
             tc = time.perf_counter()
-            commit = ctx.transaction.commit(final=epoch == t.inner_epochs - 1 and m == M - 1)
+            commit = ctx.transaction.commit(final=epoch == t.inner_epochs - 1 and m == M - 1, loss=stats.loss)
             if ctx.ema is not None:
                 ctx.ema.update()
             commit["commit_s"] = time.perf_counter() - tc

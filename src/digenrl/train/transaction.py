@@ -8,17 +8,30 @@ filtered), clips, takes one optimizer step and clears the gradients. A step trai
 (docs/architecture.md, "Minibatches") opens and commits M transactions; only the last one (``final=True``, the default) bumps the policy
 version, so the weights are published as version k+1 after the M-th optimizer step. ``abort`` drops
 everything, so no partial minibatch is ever committed.
+
+Before the optimizer step ``commit`` checks that the minibatch's loss (when the caller passes it) and the total
+gradient norm (after the all-reduce and ``grad_scale``; the same value on every rank) are finite. If not, the
+commit is refused: the gradients are dropped, the optimizer is not stepped (weights and AdamW state unchanged),
+the transaction is closed and ``NonFiniteCommit`` names the step. One NaN gradient would otherwise make every
+weight NaN. An fp16 overflow is not a fault: dynamic loss scaling skips that step and backs off (``precision``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Hashable, Iterable
 
 import torch
 
+from digenrl.faults import RunHalted
+
 
 class TransactionError(RuntimeError):
     pass
+
+
+class NonFiniteCommit(RunHalted):
+    """A commit refused because its loss or gradient norm is not finite (the optimizer was not stepped)."""
 
 
 class GradientTransaction:
@@ -68,10 +81,12 @@ class GradientTransaction:
     def missing(self) -> set[Hashable]:
         return set() if self._expected is None else self._expected - self._done
 
-    def commit(self, *, check_complete: bool = True, grad_scale: float = 1.0, final: bool = True) -> dict[str, float]:
+    def commit(self, *, check_complete: bool = True, grad_scale: float = 1.0, final: bool = True,
+               loss: float | None = None) -> dict[str, float]:
         """One optimizer step for the open minibatch; returns {"grad_norm": ...}.
 
-        ``final=False`` keeps the version (a minibatch other than the step's last).
+        ``final=False`` keeps the version (a minibatch other than the step's last). ``loss``: the minibatch's
+        loss, checked with the gradient norm (``NonFiniteCommit`` if either is not finite: nothing is stepped).
         """
         if not self.open:
             raise TransactionError("commit() outside a transaction")
@@ -87,9 +102,17 @@ class GradientTransaction:
                 if p.grad is not None:
                     p.grad.mul_(grad_scale)
         norm = float("nan")
-        if finite and self.max_grad_norm is not None:
-            norm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)))
-        if finite:
+        if finite:  # clip (max_norm inf: measure only); the total norm is the same on every rank
+            limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
+            norm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, limit)))
+            bad = None if math.isfinite(norm) else f"gradient norm is {norm}"
+            if loss is not None and not math.isfinite(loss):
+                bad = f"loss is {loss}" + (f" and {bad}" if bad else "")
+            if bad:
+                step = self.step
+                self.abort()
+                raise NonFiniteCommit(f"step {step}: {bad}; refusing to commit (the optimizer was not stepped, "
+                                      "the weights are those of the last commit)")
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if final:
