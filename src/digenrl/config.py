@@ -7,7 +7,7 @@ Every table forbids unknown keys, so a typo is refused with the offending dotted
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -20,13 +20,14 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # every float must be finite: an inf lr / noise level or a NaN max_grad_norm would train every weight to NaN
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class LoraConfig(_Strict):
     enabled: bool = False
     rank: int = Field(32, ge=1)
-    alpha: float = 64.0
+    alpha: float = Field(64.0, gt=0.0)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: list[str] | None = None  # None: the family's default (Flow-GRPO recipes)
 
@@ -60,13 +61,16 @@ class SamplerConfig(_Strict):
     same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
 
 
+_Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
+
+
 class TrainConfig(_Strict):
     prompts_per_step: int = Field(8, ge=1)  # P
     generations: int = Field(8, ge=2)  # G
     lr: float = Field(1e-4, gt=0.0)  # demo: 3e-4 peaked then oscillated (eval 0.97 -> 0.84); 1e-4 + EMA ends at its peak
     weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    max_grad_norm: float | None = 1.0
+    betas: tuple[_Beta, _Beta] = (0.9, 0.999)
+    max_grad_norm: float | None = Field(1.0, gt=0.0)  # None: no clipping (the norm is still checked finite)
     adam_epsilon: float = Field(1e-8, gt=0.0)  # Flow-GRPO train.adam_epsilon
     clip_range: float = Field(0.2, gt=0.0)
     clip_range_low: float | None = Field(None, gt=0.0)  # asymmetric clip r >= 1 - low (Flow-GRPO clip_range_lt)
@@ -89,7 +93,7 @@ class TrainConfig(_Strict):
     window_range: tuple[int, int] | None = None
     chunk_generations: int = Field(8, ge=1)  # TSP chunk shape: generations x timesteps per forward/backward
     chunk_timesteps: int = Field(2, ge=1)
-    ema_decay: float | None = 0.9  # EMA weights are used for eval and saved (Flow-GRPO's 0.9); null: none
+    ema_decay: float | None = Field(0.9, ge=0.0, le=1.0)  # EMA weights are used for eval and saved (Flow-GRPO's 0.9); null: none
     ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
     ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
