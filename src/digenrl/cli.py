@@ -1,7 +1,9 @@
 """``digenrl`` command line: train | pretrain | eval | sample | simulate | reward-serve | profile | export.
 
 Configuration errors (unknown key, bad value, missing file) print one clear message naming the key or file and
-exit with code 2 before anything is written.
+exit with code 2 before anything is written. A run that meets a non-finite value on its way into the weights
+(a reward's NaN score, a non-finite loss or gradient norm: ``digenrl.faults.RunHalted``) also exits with code 2,
+after writing ``failure.json``; the last good checkpoints stay. A run_dir another run is writing: exit 2 at once.
 """
 
 from __future__ import annotations
@@ -75,33 +77,57 @@ def _load_train(args):
 
 
 def cmd_train(args) -> int:
-    from digenrl.observe.run_outputs import plan_run_dir
+    from digenrl.faults import RunHalted
+    from digenrl.observe.run_outputs import lock_run_dir, plan_run_dir, unlock_run_dir
     from digenrl.train.interrupt import Interrupted, StopRequest
     from digenrl.validate import validate_run
 
     cfg = _load_train(args)
     cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
-    start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)
-    colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
-    stop = StopRequest(abandon=not colocated)
+    plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # refused: still nothing written
+    lock_run_dir(cfg.run_dir)  # one writer per run_dir, for the whole run: a second one is refused here (exit 2)
     try:
-        with stop.installed():
-            if colocated:
-                from digenrl.train.loop import run_training
+        start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # again, under the lock
+        colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
+        stop = StopRequest(abandon=not colocated)
+        try:
+            with stop.installed():
+                if colocated:
+                    from digenrl.train.loop import run_training
 
-                summary = run_training(cfg, ctx=_context(cfg), start=start, stop=stop)
-            else:
-                summary = _train_ray(cfg, start, stop)
-    except Interrupted as e:
-        return _interrupted(cfg, e)
-    except _RayFailure as e:
-        print(f"digenrl: run failed: {e}", file=sys.stderr)
-        return 1
+                    summary = run_training(cfg, ctx=_context(cfg), start=start, stop=stop)
+                else:
+                    summary = _train_ray(cfg, start, stop)
+        except Interrupted as e:
+            return _interrupted(cfg, e)
+        except RunHalted as e:
+            return _halted(cfg, e)
+        except _RayFailure as e:
+            print(f"digenrl: run failed: {e}", file=sys.stderr)
+            return 1
+    finally:
+        unlock_run_dir(cfg.run_dir)
     print(f"eval reward {summary['eval_reward_initial']:.3f} -> {summary['eval_reward_final']:.3f} "
           f"in {summary['steps']} steps, {summary['wall_s']:.1f} s ({summary['samples_per_s']:.1f} samples/s); "
           f"outputs in {cfg.run_dir}")
     return 0
+
+
+def _halted(cfg, e) -> int:
+    """A run stopped on a non-finite value before it reached the weights: ``failure.json``, one line, exit 2."""
+    import json
+
+    from digenrl.safe_files import atomic_write_bytes
+    from digenrl.train.checkpoint import latest_checkpoint
+
+    run_dir = Path(cfg.run_dir)
+    ckpt = latest_checkpoint(run_dir)
+    if run_dir.is_dir():
+        rec = {"error": str(e), "kind": type(e).__name__, "checkpoint": str(ckpt) if ckpt else None}
+        atomic_write_bytes(run_dir / "failure.json", json.dumps(rec, indent=2).encode())
+    kept = f"the last good checkpoint {ckpt} is kept" if ckpt else "no resumable checkpoint was written before it"
+    return _fail(f"run stopped: {e}; nothing was committed or saved after it, {kept}")
 
 
 class _RayFailure(Exception):
@@ -263,9 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from digenrl.config import ConfigError
 
+    from digenrl.faults import RunHalted
+
     try:
         return args.fn(args)
     except ConfigError as e:
+        return _fail(str(e))
+    except RunHalted as e:  # eval / sample: a reward returned a non-finite score
         return _fail(str(e))
 
 

@@ -9,7 +9,9 @@ attempt is abandoned: every open transaction is dropped, every actor is killed, 
 the newest resumable checkpoint (or from the initial weights) and the scheduler replays from that step. By I5
 the replay generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
 ``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step (the
-checkpoints stay valid). A first SIGINT/SIGTERM abandons the step, checkpoints the last committed state and
+checkpoints stay valid). A worker that stopped on a non-finite value (``digenrl.faults.RunHalted``: a reward's
+NaN score, a refused commit) is not restarted, since the replay would compute the same value: its error is
+raised as is (the CLI: ``failure.json``, exit 2) and the checkpoints written before it stay the newest. A first SIGINT/SIGTERM abandons the step, checkpoints the last committed state and
 raises ``Interrupted``. Restarts are reported in ``summary.json`` (``recoveries``: cause, replayed-from step,
 restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
 
@@ -29,6 +31,7 @@ from digenrl.config import Config
 from digenrl.control.loop import Completion, run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
+from digenrl.faults import find_halted
 from digenrl.observe.run_outputs import RunOutputs, RunStart
 from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
@@ -86,6 +89,10 @@ class _Controller:
                 try:
                     return self._attempt()
                 except WorkerFailure as e:
+                    halted = find_halted(e)
+                    if halted is not None:  # a non-finite reward / commit: a replay would meet it again
+                        _abort(self.pools)
+                        raise _on_worker(halted, e.worker) from None
                     self._recover(e)
                     failure = None
                 except Interrupted as e:  # while the actors still live: checkpoint the last committed state
@@ -270,6 +277,14 @@ class _BetweenSteps:
             if 1 <= step <= len(ctl.sched.stats):  # row k + 1: the online cost factors BTS planned step k with
                 self._rows[0].update({f"cost_scale/{k}": v for k, v in ctl.sched.stats[step - 1].cost_scales.items()})
             ctl.out.log(self._rows.pop(0))
+
+
+def _on_worker(e, worker: str):
+    """``e`` (a worker's ``RunHalted``) with the worker named in its message."""
+    try:
+        return type(e)(f"{e} (on worker {worker})")
+    except Exception:  # a subclass with another signature: keep it as it came
+        return e
 
 
 def _eval(pools: ActorPools, plan, grid: int):
