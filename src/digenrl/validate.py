@@ -4,7 +4,8 @@
 nothing written) for what would otherwise fail later as a traceback, possibly inside a Ray actor after the run
 directory was written:
 
-* ``run_dir``: a file, or under a file, or not writable;
+* ``run_dir``: empty, the current directory, the home directory or ``/``; a file, or under a file, or not
+  writable (``observe.run_outputs``: what an existing run_dir may hold);
 * the model: tiny_dit weights must be a readable safetensors file with its config metadata; a diffusers
   directory must have the family layout (``model_index.json``, transformer / vae / scheduler) with readable
   JSON configs and safetensors files whose headers parse and whose tensors lie inside the file (truncation);
@@ -55,7 +56,20 @@ def validate_inputs(cfg: Config, *, training: bool = False) -> None:
 
 # ---- run_dir -----------------------------------------------------------------------------------------------
 def check_run_dir(run_dir: str) -> None:
+    if not str(run_dir).strip():
+        raise ConfigError("run_dir: is empty (an unset shell variable?); a run needs a directory of its own, "
+                          "e.g. run_dir=runs/my_run")
     p = Path(run_dir).expanduser()
+    here = p.resolve()
+    for what, where in (("the current directory", Path.cwd), ("the home directory", Path.home),
+                        ("the filesystem root", lambda: Path(here.anchor or "/"))):
+        try:
+            d = where().resolve()
+        except (OSError, RuntimeError):  # no cwd / no home: nothing to protect there
+            continue
+        if here == d:  # --overwrite would delete its checkpoints/, tensorboard/, config.yaml ...
+            raise ConfigError(f"run_dir: {cut(str(run_dir))} is {what} ({cut(str(here))}); a run needs a "
+                              "directory of its own, e.g. run_dir=runs/my_run")
     if p.exists() and not p.is_dir():
         raise ConfigError(f"run_dir: {cut(str(p))} exists and is not a directory")
     anc = p
