@@ -42,7 +42,22 @@ def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uni
     assert summary["restarts"] == 1 and summary["version"] == 4 and summary["audit_violations"] == []
     rec = summary["recoveries"][0]
     assert (rec["worker"], rec["step"], rec["replay_from_step"]) == (worker, int(step), int(step))
-    assert rec["restart_s"] > 0 and rec["lost_s"] >= rec["restart_s"]
+    # the record agrees with the trace: the lost work starts at the publish of the checkpointed version (the
+    # first attempt's), the restart is the recovery span every worker shows, from the detection to the restart
+    from digenrl.observe.trace import read_chrome_trace
+
+    spans = read_chrome_trace(run / "trace.json")
+    v = rec["replay_from_step"]
+    pub_end = max(sp.end for sp in spans if sp.kind == "publish" and sp.label == f"publish v{v}"
+                  and sp.end <= rec["detected_s"] + 1e-6)
+    assert rec["lost_from_s"] == pytest.approx(pub_end, abs=1e-5)
+    recovery = [sp for sp in spans if sp.kind == "recovery"]
+    assert sorted(sp.worker for sp in recovery) == sorted({sp.worker for sp in spans if sp.kind != "recovery"})
+    for sp in recovery:
+        assert sp.start == pytest.approx(rec["detected_s"], abs=1e-5)
+        assert sp.duration == pytest.approx(rec["restart_s"], abs=1e-5)
+    assert rec["lost_s"] == pytest.approx(rec["restart_s"] + rec["detected_s"] - rec["lost_from_s"], abs=1e-9)
+    assert 0 < rec["restart_s"] < rec["lost_s"]
     if hook.endswith("stall"):
         assert "stalled" in rec["cause"]
     got = load_file(str(run / "checkpoint.safetensors"))
