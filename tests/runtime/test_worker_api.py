@@ -40,3 +40,24 @@ def test_the_controller_calls_only_declared_methods():
         called |= set(re.findall(r"\.(\w+)\.(?:remote|options)\(", (RUNTIME / name).read_text()))
     assert called, "found no actor calls: the pattern is stale"
     assert called <= declared, sorted(called - declared)
+
+
+SRC = RUNTIME.parent
+
+
+def test_methods_called_by_name_on_rank0_are_declared():
+    """``ActorPools.on_rank0("method", ...)`` calls a trainer method by name (``getattr``): every such name in
+    the package is a declared ``TrainerAPI`` method, and every call names its method with a string literal."""
+    declared = set(_declared(TrainerAPI))
+    named, dynamic = set(), []
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text()
+        for m in re.finditer(r"\.on_rank0\(\s*([^,)]*)", text):
+            lit = re.fullmatch(r"""(['"])(\w+)\1""", m.group(1).strip())
+            if lit:
+                named.add(lit.group(2))
+            else:
+                dynamic.append(f"{path.relative_to(SRC)}: on_rank0({m.group(1)}")
+    assert {"evaluate", "pack_state", "checkpoint_bytes"} <= named, f"the pattern is stale: found {sorted(named)}"
+    assert not dynamic, dynamic
+    assert named <= declared, sorted(named - declared)
