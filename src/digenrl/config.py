@@ -19,6 +19,33 @@ class ConfigError(ValueError):
     """A configuration problem; the message names the key (or file) and what was expected."""
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``) while composing, before anything is expanded: a few
+    hundred bytes of nested aliases (an alias bomb) would otherwise become 10^9 leaves during validation."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"YAML alias *{event.anchor} is not allowed in a config "
+                                              "(write the value out)", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes an object seen twice out twice, never as an anchor + alias (so this program reads its own files)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a run config is a few KiB; a bigger file is not one
+
+
+def safe_yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` without aliases; raises ``yaml.YAMLError`` (its message names the line)."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 class _Strict(BaseModel):
     # every float must be finite: an inf lr / noise level or a NaN max_grad_norm would train every weight to NaN
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
@@ -238,8 +265,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(p)!r} is {p.stat().st_size} bytes (at most {MAX_CONFIG_BYTES})")
         try:
-            loaded = yaml.safe_load(p.read_text()) or {}
+            loaded = safe_yaml_load(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
         if not isinstance(loaded, dict):
@@ -251,8 +280,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key, raw = item.split("=", 1)
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r} has an empty key")
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"override {key!r}: its value is {len(raw)} characters (at most {MAX_CONFIG_BYTES})")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = safe_yaml_load(raw) if raw != "" else ""
+        except yaml.composer.ComposerError as e:  # an alias: refused, not taken as a string
+            raise ConfigError(f"override {key!r}: {e}") from None
         except yaml.YAMLError:
             value = raw
         _set_dotted(tree, key.strip(), value)
@@ -263,4 +296,4 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    Path(path).write_text(yaml.dump(cfg.model_dump(mode="json"), Dumper=_NoAliasDumper, sort_keys=False))

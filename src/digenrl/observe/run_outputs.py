@@ -122,9 +122,9 @@ def plan_run_dir(cfg: Config, *, resume: bool = False, overwrite: bool = False) 
             _check_ours(d)
             saved = d / "config.yaml"
             if saved.is_file():
-                import yaml
+                from digenrl.config import safe_yaml_load
 
-                check_resume_config(yaml.safe_load(saved.read_text()) or {}, cfg)
+                check_resume_config(safe_yaml_load(saved.read_text()) or {}, cfg)
             return RunStart(d, "overwrite")
     if prev and not overwrite:
         raise ConfigError(f"run_dir: {str(d)!r} already holds a run ({', '.join(prev[:4])}...); continue it with "
