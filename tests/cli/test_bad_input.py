@@ -127,16 +127,25 @@ def test_long_values_are_cut(files, tmp_path, capsys):
     assert "not in the cache" in err and len(err) < 600, len(err)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: permissions cannot refuse it")
-def test_unwritable_run_dir(tmp_path, capsys):
+@pytest.mark.parametrize("where", ["under a file", "read-only dir"])
+def test_unwritable_run_dir(tmp_path, capsys, where):
+    """A run_dir that cannot be created is refused (exit 2, naming run_dir) before anything is written. The first
+    cannot be created even by root (CI runs as root): a path whose parent is a regular file."""
+    if where == "read-only dir" and os.geteuid() == 0:
+        pytest.skip("root may write anywhere: permissions cannot refuse it")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
     ro = tmp_path / "ro"
     ro.mkdir()
+    run = {"under a file": blocker / "run", "read-only dir": ro / "run"}[where]
+    before = snapshot(tmp_path)
     ro.chmod(0o500)
     try:
-        assert main(["train", f"run_dir={ro}/run", *FAST]) == 2
-        assert "run_dir" in capsys.readouterr().err and not (ro / "run").exists()
+        assert main(["train", f"run_dir={run}", *FAST]) == 2
+        assert "run_dir" in capsys.readouterr().err and not run.exists()
     finally:
         ro.chmod(0o700)
+    assert snapshot(tmp_path) == before and blocker.read_text() == "not a directory"
 
 
 @pytest.mark.parametrize("command", ["eval", "sample"])
