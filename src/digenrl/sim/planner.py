@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ..control.run_plan import shard_groups, worker_ids
 from ..control.timeline import RunResult
@@ -41,6 +42,7 @@ class Scenario:
     steps: int = 20
     max_stale_fraction: float = 0.5
     profile: CostModel | None = None   # measured costs replace the roofline when given
+    variant: Callable[[RooflineCost], CostModel] | None = None  # wraps the roofline (``sim.variants``)
 
     def __post_init__(self) -> None:
         if self.gpus < 2 or self.gpus > self.testbed.total:
@@ -108,11 +110,13 @@ def colocated_options(setup: Scenario) -> list[Split]:
 def make_cost(setup: Scenario, split: Split, colocated: bool = False):
     if setup.profile is not None:
         return setup.profile
-    return RooflineCost(setup.model, setup.workload, setup.testbed, split.n_gen, split.n_train, colocated,
+    cost = RooflineCost(setup.model, setup.workload, setup.testbed, split.n_gen, split.n_train, colocated,
                         gen_gpu=split.gen_gpu, train_gpu=split.train_gpu)
+    return setup.variant(cost) if setup.variant is not None else cost
 
 
 def _limits(cost, w: Workload) -> tuple[int, int]:
+    cost = getattr(cost, "base", cost)  # a variant of the roofline keeps its memory limits
     if isinstance(cost, RooflineCost):
         return cost.max_fragment, cost.max_chunk
     return w.generations, w.generations * w.trained_timesteps
