@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from digenrl.schedule.plan import Mode
 
@@ -213,12 +213,22 @@ class Config(_Strict):
     steps: int = Field(200, ge=0)
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
-    reward: dict[str, dict[str, Any]] = {"digits": {"weight": 1.0}}
+    reward: dict[str, dict[str, Any]] = {"digits": {"weight": 1.0}}  # {name: {weight: w, ...}}; {name: w} for short
     sampler: SamplerConfig = SamplerConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     log: LogConfig = LogConfig()
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, value: Any) -> Any:
+        """``{pickscore: 0.5}`` (Flow-GRPO's ``reward_fn``) means ``{pickscore: {weight: 0.5}}``; ``{ocr: null}``
+        means ``{ocr: {}}`` (weight 1)."""
+        if not isinstance(value, dict):
+            return value
+        return {k: ({"weight": v} if isinstance(v, (int, float)) and not isinstance(v, bool) else {} if v is None else v)
+                for k, v in value.items()}
 
     @model_validator(mode="after")
     def _check(self) -> "Config":

@@ -9,7 +9,7 @@ The config's ``reward`` table maps a name to options::
       judge_b: {factory: "my_pkg.rewards:build_judge", weight: 1.0, temperature: 0.0}
 
 A name is resolved, in this order, as: the ``factory`` option (``"module:attr"``); a name containing ``:``;
-a built-in (``BUILTIN``); an installed entry point of group ``digenrl.rewards`` (``ep.load()`` gives the
+a built-in (``BUILTIN``); a peer's name for a built-in (``ALIASES``: ``imagereward``, ``unifiedreward``); an installed entry point of group ``digenrl.rewards`` (``ep.load()`` gives the
 factory). ``weight`` (default 1.0) and ``factory`` are reserved; every other key is an option of the
 factory, validated against its signature before anything is built: the annotation of each keyword parameter
 is its type (checked by pydantic), a parameter without default is required, and a key the factory does not
@@ -55,6 +55,23 @@ BUILTIN: dict[str, str] = {
 }
 
 
+# Names other trainers use for the same rewards (Flow-GRPO ``flow_grpo/rewards.py`` ``multi_score``): the name
+# stays the table's key (metrics ``reward/<name>``), the factory is the built-in's; the alias's defaults are
+# laid under the given options (Flow-GRPO's UnifiedReward server and model: its ``unifiedreward_score_sglang``).
+ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "imagereward": ("image_reward", {}),
+    "unifiedreward": ("vlm_judge", {"base_url": "http://127.0.0.1:17140/v1", "model": "UnifiedReward-7b-v1.5"}),
+}
+# Peer rewards with no DigenRL counterpart: refused with what they are, not as an unknown name.
+NOT_SHIPPED: dict[str, str] = {
+    "deqa": "Flow-GRPO's DeQA-Score (a remote LLaVA quality server)",
+    "qwenvl": "Flow-GRPO's local Qwen2-VL scorer (serve a VLM and use vlm_judge)",
+    "seedscore": "Flow-GRPO's Seed-VL scorer",
+    "video_ocr": "Flow-GRPO's per-frame video OCR",
+    "image_similarity": "Flow-GRPO's CLIP similarity to reference images",
+}
+
+
 class RewardConfigError(ValueError):
     """A reward name or option that cannot be used; the message names ``reward.<name>[.<option>]``."""
 
@@ -71,8 +88,8 @@ class RewardSpec:
 
 
 def reward_names() -> list[str]:
-    """Built-in names and installed entry points."""
-    return sorted(set(BUILTIN) | {ep.name for ep in _entry_points()})
+    """Built-in names, their aliases and installed entry points."""
+    return sorted(set(BUILTIN) | set(ALIASES) | {ep.name for ep in _entry_points()})
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
@@ -108,12 +125,18 @@ def resolve_factory(name: str, factory: str | None = None) -> tuple[Callable[...
         return load_target(name, where), f"path:{name}"
     if name in BUILTIN:
         return load_target(BUILTIN[name], where), f"builtin:{BUILTIN[name]}"
+    if name in ALIASES:
+        target = BUILTIN[ALIASES[name][0]]
+        return load_target(target, where), f"alias:{ALIASES[name][0]}:{target}"
     matches = [ep for ep in _entry_points() if ep.name == name]
     if matches:
         try:
             return matches[0].load(), f"entry_point:{matches[0].value}"
         except Exception as e:  # a broken plug-in is bad input, not a crash
             raise RewardConfigError(f"{where}: entry point {matches[0].value!r} failed to load: {e!r}") from None
+    if name in NOT_SHIPPED:
+        raise RewardConfigError(f"{where}: {NOT_SHIPPED[name]} is not a DigenRL reward; write it as a plug-in "
+                                f"(a 'module:function' factory, docs/rewards.md) or use one of {reward_names()}")
     raise RewardConfigError(
         f"reward.{str(name)[:60]}: unknown reward; expected one of {reward_names()}, an entry point of group "
         f"{ENTRY_POINT_GROUP!r}, or a 'module:function' factory"
@@ -189,6 +212,8 @@ def parse_reward_spec(spec: dict[str, dict[str, Any]]) -> list[RewardSpec]:
     for name, opts in spec.items():
         if opts is None:
             opts = {}
+        if isinstance(opts, (int, float)) and not isinstance(opts, bool):  # {pickscore: 0.5}: the weight
+            opts = {"weight": opts}
         if not isinstance(opts, dict):
             raise RewardConfigError(f"reward.{name}: expected a table of options, got {_short(opts)}")
         opts = dict(opts)
@@ -198,6 +223,8 @@ def parse_reward_spec(spec: dict[str, dict[str, Any]]) -> list[RewardSpec]:
         if not math.isfinite(weight):  # a NaN or infinite weight makes every reward, then every weight, NaN
             raise RewardConfigError(f"reward.{name}.weight: expected a finite number, got {weight}")
         factory, origin = resolve_factory(str(name), opts.pop("factory", None))
+        if origin.startswith("alias:"):
+            opts = {**ALIASES[str(name)][1], **opts}
         out.append(RewardSpec(str(name), float(weight), factory, _check_options(str(name), factory, opts), origin))
     return out
 
