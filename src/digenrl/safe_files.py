@@ -61,12 +61,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return atomic_write_with(path, lambda tmp: tmp.write_bytes(data))
 
 
-def atomic_save_tensors(path: str | os.PathLike, tensors: dict, metadata: dict[str, str] | None = None) -> Path:
-    from safetensors.torch import save_file
-
-    return atomic_write_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
-
-
 def remove_orphans(directory: str | os.PathLike) -> list[Path]:
     """Delete temp files a killed writer left in ``directory``; returns them."""
     d = Path(directory)

@@ -169,15 +169,3 @@ class AestheticScore:
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
         img, frames = self.clip.images(images)
         return per_sample(self.head(img).squeeze(-1), frames)
-
-
-def build_clipscore(**options) -> ClipScore:
-    return ClipScore(**options)
-
-
-def build_pickscore(**options) -> PickScore:
-    return PickScore(**options)
-
-
-def build_aesthetic(**options) -> AestheticScore:
-    return AestheticScore(**options)
