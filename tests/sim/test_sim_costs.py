@@ -223,3 +223,31 @@ def test_profile_file_round_trip(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ProfileError, match="not valid JSON"):
         load_profile(tmp_path / "broken.json")
+
+
+def test_every_profile_writer_goes_through_save_profile(tmp_path):
+    """One builder (``profile_dict``) and one writer (``save_profile``, which refuses a dict ``load_profile``
+    would refuse, and writes nothing then); the calibration and the observed profile build their dicts with it."""
+    import inspect
+
+    from digenrl.control import observed
+    from digenrl.control.profile import profile_dict
+    from digenrl.runtime import calibrate, calibrate_cli
+
+    data = profile_dict(ALL, "hand", (2, 3))
+    assert data == {"format": "digenrl-profile", "version": 1, "source": "hand", "generators": 2, "trainers": 3,
+                    "ops": ALL}
+    path = save_profile(data, tmp_path / "p.json")
+    assert json.loads(path.read_text()) == data and load_profile(path).time("reward", 4, "generator") == pytest.approx(0.4)
+    with pytest.raises(ProfileError, match="missing publish"):
+        save_profile(profile_dict({k: v for k, v in ALL.items() if k != "publish"}), tmp_path / "bad.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]  # no partial or temp file left
+    for mod in (observed, calibrate, calibrate_cli):  # nobody writes the schema's header by hand
+        assert "digenrl-profile\"" not in inspect.getsource(mod).replace("'", '"'), mod.__name__
+    assert "save_profile(" in inspect.getsource(calibrate) and "save_profile(" in inspect.getsource(calibrate_cli)
+    meas = {"train": {1: 0.5, 2: 0.9}, "allreduce": 0.1, "optimizer": 0.05, "publish": 0.2}
+    gen = {1: {"sample": 0.4, "decode": 0.1, "reward": 0.05, "transfer": 0.01}}
+    built = calibrate.build_profile(gen, gen, meas, 4, 0.001, "test", (1, 2))
+    assert {k: built[k] for k in ("format", "version", "generators", "trainers")} == {
+        "format": "digenrl-profile", "version": 1, "generators": 1, "trainers": 2}
+    ProfileCost.from_dict(built)

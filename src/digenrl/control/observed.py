@@ -68,10 +68,9 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
     ops["optimizer"] = [[1, ops.pop("commit")[0][1] + gap]]
     ops["publish"] = [[1, ops["publish"][0][1] + gap]] if "publish" in ops else [[1, 0.0]]
     ops.update({"vae_decode": [[1, 0.0]], "transfer": [[1, 0.0]], "allreduce": [[1, 0.0]], "tag_switch": [[1, 0.0]]})
-    out = {"format": "digenrl-profile", "version": 1, "source": source, "ops": ops}
-    if pools is not None:  # the pool sizes the costs hold for (``digenrl plan`` checks them)
-        out["generators"], out["trainers"] = pools
-    return out
+    from .profile import profile_dict
+
+    return profile_dict(ops, source, pools)  # pools: the sizes the costs hold for (``digenrl plan`` checks them)
 
 
 GENERATION_OPS = ("denoise", "vae_decode", "reward", "transfer")

@@ -1,6 +1,7 @@
 """Measured cost profiles: JSON points per operation, interpolated piecewise-linearly.
 
-Schema (``digenrl profile`` writes it; ``digenrl simulate --profile`` reads it)::
+Schema (``profile_dict`` builds it and ``save_profile`` writes it, for every writer: ``digenrl profile``, a run's
+calibration and observed profile; ``load_profile`` reads it, e.g. ``digenrl simulate --profile``)::
 
     {
       "format": "digenrl-profile",          # required
@@ -94,8 +95,8 @@ class ProfileCost:
         return cls(curves, str(data.get("source", "")))
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "source": self.source,
-                "ops": {k: [[b, s] for b, s in zip(c.batches, c.seconds)] for k, c in self.curves.items()}}
+        return profile_dict({k: [[b, s] for b, s in zip(c.batches, c.seconds)] for k, c in self.curves.items()},
+                            self.source)
 
 
 def _curve(pts, where: str) -> Curve:
@@ -139,7 +140,22 @@ def tabulate(cost: CostModel, batches: Iterable[int] = (1, 2, 4, 8, 16), source:
     return ProfileCost(curves, source)
 
 
-def save_profile(profile: ProfileCost, path: str | Path) -> Path:
-    path = Path(path)
-    path.write_text(json.dumps(profile.to_dict(), indent=1))
-    return path
+def profile_dict(ops: dict, source: str = "", pools: tuple[int, int] | None = None) -> dict:
+    """The schema's dict (the one place its header is written): ``ops`` (op -> [[batch, seconds], ...]), the
+    free-text ``source`` and, if known, the (generators, trainers) the costs were measured with."""
+    out = {"format": FORMAT, "version": VERSION, "source": source}
+    if pools is not None:
+        out["generators"], out["trainers"] = int(pools[0]), int(pools[1])
+    out["ops"] = ops
+    return out
+
+
+def save_profile(profile: ProfileCost | dict, path: str | Path) -> Path:
+    """Write a profile (a ``ProfileCost`` or the schema's dict) to ``path``, atomically: every profile writer
+    goes through here (``digenrl profile``, a run's calibration and its observed profile, tests). A dict is
+    checked first (``ProfileError`` naming what is wrong): no writer can leave a file ``load_profile`` refuses."""
+    from digenrl.safe_files import atomic_write_bytes
+
+    data = profile.to_dict() if isinstance(profile, ProfileCost) else profile
+    ProfileCost.from_dict(data, where=f"profile for {str(path)!r}")
+    return atomic_write_bytes(path, json.dumps(data, indent=1).encode())

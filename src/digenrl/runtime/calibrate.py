@@ -6,16 +6,17 @@ same time, as they work in a pipelined step (``calibrate(concurrent=False)`` mea
 other). Each op gets one actor-call round trip added (``transfer``, ``train_chunk``, ``optimizer``,
 ``publish``); ``tag_switch`` = 0 (no inference copy to build without FSDP).
 
-The dict written is the ``digenrl-profile`` schema of ``digenrl.control.profile`` (``simulate --profile``).
+The dict is the ``digenrl-profile`` schema of ``digenrl.control.profile`` (``profile_dict``, written by
+``save_profile``; ``simulate --profile`` reads it).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 
+from digenrl.control.profile import profile_dict
 from digenrl.schedule.cost import GENERATOR, TRAINER
 
 
@@ -37,8 +38,7 @@ def build_profile(gen: dict, trn_gen: dict, meas: dict, T: int, overhead_s: floa
     ops["optimizer"] = [[1, meas["optimizer"] + overhead_s]]
     ops["publish"] = [[1, meas["publish"] + overhead_s]]
     ops["tag_switch"] = [[1, 0.0]]
-    return {"format": "digenrl-profile", "version": 1, "source": source, "generators": pools[0],
-            "trainers": pools[1], "ops": ops}
+    return profile_dict(ops, source, pools)
 
 
 def sizes_upto(n: int) -> list[int]:
@@ -134,7 +134,7 @@ def cost_model(run, pools, run_dir: Path | None = None):
     where none is given and the mode needs one (TAG); ``always`` measures in every run (``runtime.profile``, if
     given, still drives the run); ``never`` measures nothing (a TAG mode then needs ``runtime.profile``). A
     measured profile is written to ``run_dir/profile.json``."""
-    from digenrl.control.profile import ProfileCost
+    from digenrl.control.profile import ProfileCost, save_profile
 
     opts = run.cfg.runtime.calibration
     measure = opts.when == "always" or (opts.when == "auto" and run.profile is None and run.plan.mode.tag)
@@ -142,8 +142,6 @@ def cost_model(run, pools, run_dir: Path | None = None):
     if measure:
         data = calibrate(run, pools, repeats=opts.repeats)
         if run_dir is not None:
-            from digenrl.safe_files import atomic_write_bytes
-
-            atomic_write_bytes(Path(run_dir) / "profile.json", json.dumps(data, indent=1).encode())
+            save_profile(data, Path(run_dir) / "profile.json")
         measured = ProfileCost.from_dict(data, where="measured profile")
     return run.profile if run.profile is not None else measured

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats per point (median; default 3)")
     args = ap.parse_intermixed_args(argv)
     from digenrl.config import ConfigError, load_config
+    from digenrl.control.profile import save_profile
     from digenrl.control.run_plan import plan_run
 
     from .calibrate import calibrate, sizes_upto
@@ -41,6 +41,6 @@ def main(argv: list[str] | None = None) -> int:
                              trainer_generation=True)
         finally:
             pools.kill()
-    out.write_text(json.dumps(data, indent=1))
+    save_profile(data, out)
     print(f"wrote {out} ({len(data['ops'])} op curves; use: digenrl simulate --profile {out} ...)")
     return 0
