@@ -24,6 +24,14 @@ Layout: ``run_dir/checkpoints/step_<k:08d>.safetensors`` (one file per checkpoin
 JSON in the ``digenrl_train_state`` metadata entry. ``run_dir/checkpoint.safetensors`` stays the final trained
 (EMA) weights that ``eval`` / ``sample`` load.
 
+Content check: the ``digenrl_sha256`` metadata entry holds the sha256 of the file's data section (every tensor
+byte; the data section does not depend on the metadata, so the hash is taken before it is added). Every load
+(``read_train_state``, ``unpack``, ``latest_checkpoint``) verifies it and that every weight, EMA and optimizer
+tensor is finite, and refuses the file naming it (``ValueError``); ``latest_checkpoint`` then falls back to the
+older checkpoint, as for a truncated one. A checkpoint written before the hash existed loads with a warning
+(not verified; the finiteness check still applies). The shards of a sharded run (``step_<k>.dcp/``) are not
+covered by the hash.
+
 For the Ray runtime: trainer rank 0 calls ``pack_train_state`` (bytes), the controller writes them with
 ``write_checkpoint`` where the run lives; on resume the controller finds ``latest_checkpoint`` and every
 trainer rank calls ``restore_train_state(ctx, read_train_state(path))`` (EMA only where ``ctx.ema`` is set).
@@ -33,7 +41,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
+import struct
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +56,7 @@ from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_h
 
 CHECKPOINT_DIR = "checkpoints"
 META_KEY = "digenrl_train_state"
+HASH_KEY = "digenrl_sha256"  # sha256 hex of the data section (see the module docstring)
 FORMAT = 1
 _NAME = re.compile(r"^step_(\d{8})\.safetensors$")
 
@@ -71,6 +82,9 @@ class TrainState:
     counters: dict[str, Any] = field(default_factory=dict)
     ema_updates: int = 0  # optimizer steps the EMA has seen (its warm-up and update interval depend on it)
     sharded: str | None = None  # sharded run: the ``torch.distributed.checkpoint`` directory holding the tensors
+
+
+logger = logging.getLogger(__name__)
 
 
 # ---- config compatibility -------------------------------------------------------------------------------
@@ -171,7 +185,43 @@ def pack(state: TrainState) -> bytes:
             "param_groups": state.optimizer["param_groups"], "optim_plain": opt_plain,
             "has_ema": state.ema is not None, "ema_updates": state.ema_updates, "model_keys": list(state.model),
             "sharded": state.sharded}
-    return save(tensors, metadata={META_KEY: json.dumps(meta, default=float)})
+    return _with_content_hash(save(tensors, metadata={META_KEY: json.dumps(meta, default=float)}))
+
+
+def _with_content_hash(data: bytes) -> bytes:
+    """``data`` (safetensors bytes) with the sha256 of its data section added to the header's metadata."""
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    body = memoryview(data)[8 + n :]
+    header.setdefault("__metadata__", {})[HASH_KEY] = hashlib.sha256(body).hexdigest()
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # safetensors pads the header to 8 bytes
+    return struct.pack("<Q", len(head)) + head + body
+
+
+def _check_hash(metadata: dict, digest: str, where: str) -> None:
+    want = metadata.get(HASH_KEY)
+    if want is None:
+        logger.warning("%s: checkpoint has no content hash (written by an older version); its content is not "
+                       "verified", where)
+    elif want != digest:
+        raise ValueError(f"{where!r} is corrupt: its content does not match the sha256 recorded when it was "
+                         f"written ({digest[:12]}... != {want[:12]}...)")
+
+
+def _file_digest(path: Path, offset: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_finite(tensors: dict[str, torch.Tensor], where: str) -> None:
+    for name, t in tensors.items():
+        if name.startswith(("model/", "ema/", "optim/")) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{where!r} is corrupt: tensor {name[:80]!r} holds values that are not finite")
 
 
 def pack_train_state(ctx, *, step: int, counters: dict[str, Any] | None = None) -> bytes:
@@ -185,7 +235,17 @@ def read_train_state(path: str | Path) -> TrainState:
 
     p = Path(path)
     header = safetensors_header(p)
-    return _parse(header.get("__metadata__") or {}, load_file(str(p)), str(p))
+    metadata = header.get("__metadata__") or {}
+    if HASH_KEY in metadata:  # else _check_hash warns
+        _check_hash(metadata, _file_digest(p, 8 + _header_len(p)), str(p))
+    else:
+        _check_hash(metadata, "", str(p))
+    return _parse(metadata, load_file(str(p)), str(p))
+
+
+def _header_len(p: Path) -> int:
+    with open(p, "rb") as fh:
+        return struct.unpack("<Q", fh.read(8))[0]
 
 
 def unpack(data: bytes) -> TrainState:
@@ -194,6 +254,7 @@ def unpack(data: bytes) -> TrainState:
 
     n = int.from_bytes(data[:8], "little")  # safetensors: u64 header length, JSON header (see safe_files)
     metadata = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
+    _check_hash(metadata, hashlib.sha256(memoryview(data)[8 + n :]).hexdigest(), "<bytes>")
     return _parse(metadata, load(data), "<bytes>")
 
 
@@ -204,6 +265,7 @@ def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> Trai
     meta = json.loads(raw)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{where!r}: checkpoint format {meta.get('format')} (this version reads {FORMAT})")
+    _check_finite(tensors, where)
     model = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
     ema = {k[len("ema/"):]: v for k, v in tensors.items() if k.startswith("ema/")} if meta["has_ema"] else None
     rng = {k[len("rng/"):]: v for k, v in tensors.items() if k.startswith("rng/")}
@@ -263,15 +325,46 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest checkpoint whose header and sizes check out (a damaged newer one is skipped)."""
-    for _, p in reversed(list_checkpoints(run_dir)):
+_VERIFIED: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> None (good) or why not
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """Why the checkpoint file ``path`` cannot be resumed (header, sizes, content hash, finite tensors), or
+    None if it can. Remembered per (path, size, mtime) within the process."""
+    from safetensors import safe_open
+
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        return f"{str(p)!r} cannot be read: {e.strerror or e}"
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _VERIFIED:
         try:
-            header = safetensors_header(p)
-        except ValueError:
-            continue
-        if META_KEY in (header.get("__metadata__") or {}):
+            metadata = safetensors_header(p).get("__metadata__") or {}
+            if META_KEY not in metadata:
+                raise ValueError(f"{str(p)!r} is not a resumable checkpoint (no {META_KEY} metadata)")
+            _check_hash(metadata, _file_digest(p, 8 + _header_len(p)) if HASH_KEY in metadata else "", str(p))
+            with safe_open(str(p), framework="pt") as f:  # one tensor at a time
+                for name in f.keys():
+                    if name.startswith(("model/", "ema/", "optim/")):
+                        _check_finite({name: f.get_tensor(name)}, str(p))
+            _VERIFIED[key] = None
+        except (ValueError, OSError, RuntimeError) as e:  # (safetensors raises its own error type for bad bytes)
+            _VERIFIED[key] = str(e)
+        except Exception as e:  # noqa: BLE001  safetensors_rust.SafetensorError
+            _VERIFIED[key] = f"{str(p)!r} is not a readable safetensors file ({e})"
+    return _VERIFIED[key]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint whose header, sizes and content check out (``verify_checkpoint``); a damaged newer
+    one is skipped with a warning naming it."""
+    for _, p in reversed(list_checkpoints(run_dir)):
+        why = verify_checkpoint(p)
+        if why is None:
             return p
+        logger.warning("skipping checkpoint %s: %s", p.name, why)
     return None
 
 
