@@ -161,10 +161,15 @@ def check_task(cfg: Config, training: bool = False) -> list[str]:
                           f"({', '.join(DIFFUSERS_KINDS)}); tiny_dit only draws digits (task.name=digits)")
     if not t.prompts_file:
         raise ConfigError("task.prompts_file: required when task.name is 'text'")
-    from digenrl.tasks.text_prompts import PromptFileError, read_prompt_file
+    from digenrl.tasks.text_prompts import PromptFileError, dataset_files, read_prompt_file
 
+    try:  # a Flow-GRPO dataset directory: its train / test files
+        train_file, eval_file = dataset_files(t.prompts_file, t.eval_prompts_file)
+    except PromptFileError as e:
+        key = "task.eval_prompts_file" if t.eval_prompts_file and str(t.eval_prompts_file) in str(e) else "task.prompts_file"
+        raise ConfigError(f"{key}: {cut_text(str(e), 300)}") from None
     texts: list[str] = []
-    for key, f in (("task.prompts_file", t.prompts_file), ("task.eval_prompts_file", t.eval_prompts_file)):
+    for key, f in (("task.prompts_file", train_file), ("task.eval_prompts_file", eval_file)):
         if not f:
             continue
         try:

@@ -6,6 +6,10 @@ keys go to ``Prompt.meta``, e.g. GenEval metadata for a reward). A prompt's ``ui
 the file's prompts (stable across steps and processes). Malformed input raises ``PromptFileError`` naming the
 file and the 1-based line.
 
+A directory stands for a Flow-GRPO dataset (``dataset=dataset/ocr``): its ``train.txt`` / ``test.txt``
+(``TextPromptDataset``) or ``train_metadata.jsonl`` / ``test_metadata.jsonl`` (``GenevalPromptDataset``); the
+test split is the eval set unless an eval file is given (``dataset_files``).
+
 ``train_prompts(step, n, seed)`` draws ``n`` distinct prompts with a generator seeded by (seed, step) only, so
 every executor and mode sees the same prompts at step k. ``eval_prompts(n)`` is the first ``n`` prompts of
 the eval file (the train file if none is given).
@@ -23,6 +27,33 @@ from digenrl.rollout.records import Prompt
 
 class PromptFileError(ValueError):
     """A prompt file is missing, empty or malformed; the message names the file (and line)."""
+
+
+SPLITS = (("train.txt", "test.txt"), ("train_metadata.jsonl", "test_metadata.jsonl"))  # Flow-GRPO's layouts
+
+
+def dataset_files(prompts_file: str | Path, eval_prompts_file: str | Path | None = None) -> tuple[Path, Path | None]:
+    """(train file, eval file or None) of a prompt file or a dataset directory (see the module docstring);
+    ``eval_prompts_file`` may be a directory too (its test split)."""
+    train, ev = Path(prompts_file).expanduser(), None
+    if train.is_dir():
+        found = [(train / a, train / b) for a, b in SPLITS if (train / a).is_file()]
+        if not found:
+            raise PromptFileError(f"dataset directory {str(train)!r} holds no {' or '.join(a for a, _ in SPLITS)}")
+        if len(found) > 1:
+            raise PromptFileError(f"dataset directory {str(train)!r} holds both {found[0][0].name} and "
+                                  f"{found[1][0].name}; pass the file to use")
+        train, test = found[0]
+        ev = test if test.is_file() else None
+    if eval_prompts_file:
+        ev = Path(eval_prompts_file).expanduser()
+        if ev.is_dir():
+            tests = [ev / b for _, b in SPLITS if (ev / b).is_file()]
+            if len(tests) != 1:
+                raise PromptFileError(f"dataset directory {str(ev)!r} holds "
+                                      f"{'no ' + ' or '.join(b for _, b in SPLITS) if not tests else 'several test files'}")
+            ev = tests[0]
+    return train, ev
 
 
 def read_prompt_file(path: str | Path) -> list[Prompt]:
@@ -61,9 +92,10 @@ class TextPromptTask:
     name = "text"
 
     def __init__(self, prompts_file: str | Path, eval_prompts_file: str | Path | None = None):
-        self.train = read_prompt_file(prompts_file)
-        self.eval = read_prompt_file(eval_prompts_file) if eval_prompts_file else self.train
-        self.prompts_file = str(prompts_file)
+        train, ev = dataset_files(prompts_file, eval_prompts_file)
+        self.train = read_prompt_file(train)
+        self.eval = read_prompt_file(ev) if ev else self.train
+        self.prompts_file = str(train)
 
     def train_prompts(self, step: int, n: int, seed: int = 0) -> list[Prompt]:
         if n > len(self.train):
