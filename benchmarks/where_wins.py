@@ -145,6 +145,19 @@ def render(res: dict) -> str:
                           f"baseline the planner finds ({r['colocated'].get('note', '')})" for r in het) + ".",
               "* Where a cell says *does not fit*, the planner found no split (or no colocated batch) that fits the "
               "GPUs' memory at that size.\n"]
+    ceiling = ROOT / "benchmarks" / "results" / "preset_ceiling.json"
+    if ceiling.exists():
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from preset_ceiling import table
+
+        entries = json.loads(ceiling.read_text())
+        lines += ["## What moved the 10 presets\n",
+                  "`full` vs idealised colocation on the whole testbed, measured at successive commits by "
+                  "`python benchmarks/preset_ceiling.py --label ... --src <worktree>/src` "
+                  "(`benchmarks/results/preset_ceiling.json`); the last columns are of the last entry. Entries: "
+                  + "; ".join(f"*{e['label']}* = commit {e['commit']}" for e in entries) + ". (The trainer idle "
+                  "share counts ranks waiting inside a collective chunk from the second entry on.)\n",
+                  table(entries), ""]
     return "\n".join(lines)
 
 
