@@ -20,11 +20,24 @@ def _fail(msg: str) -> int:
     return EXIT_CONFIG
 
 
+def _with_adapter(cfg):
+    """``cfg`` with ``model.lora`` taken from the adapter of ``model.lora_path`` (so config.yaml records it)."""
+    if not cfg.model.lora_path:
+        return cfg
+    from digenrl.config import ConfigError
+    from digenrl.models.lora_files import AdapterError, resolve_lora
+
+    try:
+        return cfg.model_copy(update={"model": resolve_lora(cfg.model)})
+    except AdapterError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _load(args) -> "object":
     from digenrl.config import ConfigError, load_config
     from digenrl.rewards.registry import RewardConfigError, validate_reward_spec
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = _with_adapter(load_config(args.config, args.overrides))
     try:  # reward names and typed options, before anything is built or written
         validate_reward_spec(cfg.reward)
     except (RewardConfigError, FileNotFoundError) as e:
@@ -82,7 +95,7 @@ def cmd_train(args) -> int:
     from digenrl.train.interrupt import Interrupted, StopRequest
     from digenrl.validate import validate_run
 
-    cfg = _load_train(args)
+    cfg = _with_adapter(_load_train(args))  # model.lora from model.lora_path's adapter
     cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
     plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # refused: still nothing written

@@ -67,12 +67,13 @@ class ModelConfig(_Strict):
     lora: LoraConfig = LoraConfig()
     prompt_cache_dir: str | None = None
     checkpoint: str | None = None  # trained weights (a run's checkpoint.safetensors) loaded over model.path's
+    lora_path: str | None = None  # a LoRA adapter to train on: PEFT dir/file (flow_grpo's save_pretrained) or diffusers
     options: dict[str, Any] = {}  # family-specific extras (e.g. height/width/frames)
 
 
 class TaskConfig(_Strict):
     name: str = "digits"
-    prompts_file: str | None = None  # one prompt per line (real models); the digits task builds its own
+    prompts_file: str | None = None  # one prompt per line (real models), or a dataset dir (train.txt / test.txt)
     eval_prompts_file: str | None = None
 
 

@@ -101,6 +101,13 @@ def check_model(cfg: Config) -> None:
         if not Path(m.checkpoint).expanduser().is_file():
             raise ConfigError(f"model.checkpoint: {cut(m.checkpoint)} does not exist")
         _header(Path(m.checkpoint).expanduser(), "model.checkpoint")
+    if m.lora_path:  # readable, a PEFT / diffusers LoRA, consistent with model.lora (headers only)
+        from digenrl.models.lora_files import AdapterError, resolve_lora
+
+        try:
+            resolve_lora(m)
+        except AdapterError as e:
+            raise ConfigError(cut_text(str(e), 400)) from None
     if m.kind == "tiny_dit":
         from digenrl.models.tiny_dit import DEFAULT_BASE
 

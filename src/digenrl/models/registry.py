@@ -31,8 +31,15 @@ def build_policy(model_cfg) -> Policy:
         raise ValueError(f"model.kind: unknown policy kind {model_cfg.kind!r}; expected one of {policy_kinds()}")
     module, fn = target.split(":")
     builder: Callable = getattr(importlib.import_module(module), fn)
-    policy = builder(model_cfg)
-    if getattr(model_cfg, "checkpoint", None):
+    if getattr(model_cfg, "lora_path", None):  # a LoRA adapter to train on: its rank / alpha / targets
+        from digenrl.models.lora_files import load_adapter, resolve_lora
+
+        model_cfg = resolve_lora(model_cfg)
+        policy = builder(model_cfg)
+        load_adapter(policy, model_cfg.lora_path)
+    else:
+        policy = builder(model_cfg)
+    if getattr(model_cfg, "checkpoint", None):  # a run's trained weights, over the adapter's
         load_weights(policy, model_cfg.checkpoint)
     return policy
 
