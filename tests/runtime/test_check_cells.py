@@ -74,7 +74,7 @@ def _result(action, worker, corrupt):
     if isinstance(action, Train):
         c = action.chunk
         cells = tuple((_uid(c.group), i, j) for i, j in c.cells)
-        return ChunkResult(c, worker, corrupt(c, cells), None, kept=len({i for i, _ in c.cells}))
+        return ChunkResult(c, worker, corrupt(c, cells), None)
     if isinstance(action, Commit):
         return CommitResult(action.step, worker, action.step + 1, 0.0)
     return None  # publish
