@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One GPU acceptance run, prepared to fit a lent GPU's time (<= 8 minutes on one GPU):
+#   1. the GPU-marked tests (CUDA against CPU: SDE log-probs, a policy forward + backward);
+#   2. the calibration of FLUX.1 at its real widths on few blocks (benchmarks/gpu_calibrate.py), which writes
+#      a digenrl-profile the simulator and the planner read;
+#   3. the activation-memory benchmark at FLUX widths (benchmarks/gpu_memory.py);
+#   4. a 3-step gap_tsp_tag run of the built-in model on CUDA, one generator and one trainer sharing the GPU
+#      (Ray resources GPU 0.5 each), audited, and its observed profile simulated back (digenrl simulate).
+# Every result lands in $OUT (default benchmarks/results/gpu_acceptance); a summary line per stage in
+# $OUT/acceptance.json. `--tiny` runs the same stages on the CPU in about two minutes; STAGES (a comma list,
+# default all) limits them (the test suite runs gpu_tests,train,simulate: the benchmarks have their own tests).
+#
+#   bash benchmarks/gpu_acceptance.sh            # on a GPU machine
+#   bash benchmarks/gpu_acceptance.sh --tiny     # anywhere (CPU), small sizes
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+DIGENRL=${DIGENRL:-.venv/bin/digenrl}
+OUT=${OUT:-benchmarks/results/gpu_acceptance}
+TINY=0
+if [[ "${1:-}" == "--tiny" ]]; then TINY=1; fi
+mkdir -p "$OUT"
+SUMMARY="$OUT/acceptance.json"
+echo "[" > "$SUMMARY.tmp"
+FIRST=1
+STAGES=${STAGES:-gpu_tests,calibrate,memory,train,simulate}
+stage() {  # stage NAME COMMAND...: run it (if STAGES names it), time it, record its exit code
+  local name=$1; shift
+  [[ ",$STAGES," == *",$name,"* ]] || return 0
+  local t0=$(date +%s%N) rc=0
+  echo "== $name: $*" >&2
+  "$@" || rc=$?
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [[ $FIRST == 1 ]] || echo "," >> "$SUMMARY.tmp"
+  FIRST=0
+  printf '{"stage": "%s", "rc": %d, "seconds": %d.%03d}' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) >> "$SUMMARY.tmp"
+  return $rc
+}
+finish() { echo "]" >> "$SUMMARY.tmp"; mv "$SUMMARY.tmp" "$SUMMARY"; cat "$SUMMARY"; }
+trap finish EXIT
+
+if [[ $TINY == 1 ]]; then
+  DEVICE=cpu; SHARE=(); CAL=(--tiny --repeats 1); MEM=(--tiny)
+  TESTS=(env DIGENRL_PARITY_DEVICE=cpu "$PY" -m pytest -q -m gpu tests/models/test_cuda_parity.py)
+else
+  DEVICE=cuda; SHARE=("runtime.generator_resources={GPU: 0.5}" "runtime.trainer_resources={GPU: 0.5}")
+  CAL=(--layers 1 2 --repeats 3); MEM=()
+  TESTS=("$PY" -m pytest -q -m gpu tests)
+fi
+
+stage gpu_tests "${TESTS[@]}"
+stage calibrate "$PY" benchmarks/gpu_calibrate.py "${CAL[@]}" --out "$OUT/calibrate.json" --profile "$OUT/profile_flux1.json"
+stage memory "$PY" benchmarks/gpu_memory.py "${MEM[@]}" --out "$OUT/memory.json"
+stage train "$DIGENRL" train --overwrite run_dir="$OUT/run" model.device=$DEVICE runtime.mode=gap_tsp_tag steps=3 \
+  runtime.generators=1 runtime.trainers=1 train.prompts_per_step=2 train.generations=4 runtime.fragment_size=2 \
+  eval.every=0 eval.num_prompts=4 eval.grid_prompts=4 log.progress=false "${SHARE[@]}"
+simulate_back() {  # the run's plan priced from its own observed profile, as JSON rows
+  "$DIGENRL" simulate --config "$OUT/run/config.yaml" --profile "$OUT/run/profile_observed.json" \
+    --json --modes gap_tsp gap_tsp_tag > "$OUT/simulate.json"
+}
+stage simulate simulate_back
+if [[ ",$STAGES," == *",train,"* ]]; then
+  "$PY" - "$OUT/run/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s.get("audit_violations", []) == [], s["audit_violations"]
+print("train run: audit clean, version", s.get("version"), "samples/s", s.get("samples_per_s"))
+PY
+fi
