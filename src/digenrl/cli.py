@@ -91,7 +91,7 @@ def _load_train(args):
 
 def cmd_train(args) -> int:
     from digenrl.faults import RunHalted
-    from digenrl.observe.run_outputs import lock_run_dir, plan_run_dir, unlock_run_dir
+    from digenrl.observe.run_outputs import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
     from digenrl.train.interrupt import Interrupted, StopRequest
     from digenrl.validate import validate_run
 
@@ -99,7 +99,9 @@ def cmd_train(args) -> int:
     cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
     plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # refused: still nothing written
+    made = not Path(cfg.run_dir).exists()  # a run that fails before its first eval removes the dir it made
     lock_run_dir(cfg.run_dir)  # one writer per run_dir, for the whole run: a second one is refused here (exit 2)
+    summary = None
     try:
         start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # again, under the lock
         colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
@@ -117,14 +119,25 @@ def cmd_train(args) -> int:
         except RunHalted as e:
             return _halted(cfg, e)
         except _RayFailure as e:
-            print(f"digenrl: run failed: {e}", file=sys.stderr)
+            print(f"digenrl: run failed: {e}{_resume_hint(cfg)}", file=sys.stderr)
             return 1
     finally:
         unlock_run_dir(cfg.run_dir)
+        if made and summary is None:
+            discard_unstarted(cfg.run_dir)
     print(f"eval reward {summary['eval_reward_initial']:.3f} -> {summary['eval_reward_final']:.3f} "
           f"in {summary['steps']} steps, {summary['wall_s']:.1f} s ({summary['samples_per_s']:.1f} samples/s); "
           f"outputs in {cfg.run_dir}")
     return 0
+
+
+def _resume_hint(cfg) -> str:
+    """How to go on after a failed run: ``--resume`` where a resumable checkpoint exists, else start over."""
+    from digenrl.train.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(Path(cfg.run_dir)) is not None:
+        return f"\nresume with: digenrl train --resume {cfg.run_dir}"
+    return "\nno resumable checkpoint was written; fix the cause and start the run again"
 
 
 def _halted(cfg, e) -> int:

@@ -26,3 +26,35 @@ def find_halted(e: BaseException | None) -> RunHalted | None:
             return e
         e = e.__cause__ or (inner if isinstance(inner, BaseException) else None)
     return None
+
+
+# Worker errors a restart meets again (same config, same files, same machine): the Ray controller does not
+# replay them (``runtime.driver``); matched by type along the cause chain, or by the text torch gives a CUDA
+# call on a machine without CUDA.
+_DETERMINISTIC_TYPES = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ImportError)
+_DETERMINISTIC_NAMES = ("ConfigError", "ModelFilesError", "AdapterError", "RewardConfigError", "PromptFileError",
+                        "MemoryPlanError", "ArtifactError")  # digenrl's bad-input errors (by name: no imports)
+_DETERMINISTIC_TEXT = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "No CUDA GPUs are available",
+                       "invalid device ordinal", "CUDA driver version is insufficient")
+
+
+def find_deterministic(e: BaseException | None) -> BaseException | None:
+    """The error behind ``e`` (a ``WorkerFailure`` and its cause chain) that a restart would meet again: a
+    config or file error (``ConfigError``, a missing file, a package that is not installed) or torch without
+    CUDA; None when a retry may help."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        inner = getattr(e, "cause", None)
+        for x in (e, inner):
+            if isinstance(x, _DETERMINISTIC_TYPES) or any(c.__name__ in _DETERMINISTIC_NAMES for c in type(x).__mro__):
+                return x
+            if isinstance(x, BaseException) and any(t in str(x) for t in _DETERMINISTIC_TEXT):
+                return x
+        if isinstance(inner, str):  # WorkerFailure.cause: "<type name>: <message>" of the worker's error
+            kind = inner.split(":", 1)[0].strip()
+            names = {*_DETERMINISTIC_NAMES, "ModuleNotFoundError", *(t.__name__ for t in _DETERMINISTIC_TYPES)}
+            if kind in names or any(t in inner for t in _DETERMINISTIC_TEXT):
+                return e
+        e = e.__cause__ or (inner if isinstance(inner, BaseException) else None)
+    return None

@@ -4,6 +4,8 @@
 nothing written) for what would otherwise fail later as a traceback, possibly inside a Ray actor after the run
 directory was written:
 
+* ``model.device``: a torch device this machine has (no ``cuda`` without CUDA, no ``cuda:3`` on two GPUs);
+* ``log.wandb`` / ``log.tensorboard``: their packages are installed;
 * ``run_dir``: empty, the current directory, the home directory or ``/``; a file, or under a file, or not
   writable (``observe.run_outputs``: what an existing run_dir may hold);
 * the model: tiny_dit weights must be a readable safetensors file with its config metadata; a diffusers
@@ -41,13 +43,15 @@ def cut(value: Any, n: int = 120) -> str:
 
 
 def validate_run(cfg: Config) -> None:
-    """Everything ``digenrl train`` needs (``validate_inputs`` + ``run_dir``)."""
+    """Everything ``digenrl train`` needs (``validate_inputs`` + ``run_dir`` + logging packages)."""
     check_run_dir(cfg.run_dir)
+    check_logging(cfg)
     validate_inputs(cfg, training=True)
 
 
 def validate_inputs(cfg: Config, *, training: bool = False) -> None:
-    """Model, task, prompts, prompt cache and rewards (what ``eval`` and ``sample`` need too)."""
+    """Device, model, task, prompts, prompt cache and rewards (what ``eval`` and ``sample`` need too)."""
+    check_device(cfg)
     check_model(cfg)
     texts = check_task(cfg, training)
     check_prompt_cache(cfg, texts)
@@ -79,6 +83,45 @@ def check_run_dir(run_dir: str) -> None:
         raise ConfigError(f"run_dir: {cut(str(p))} cannot be created: {cut(str(anc))} is not a directory")
     if not os.access(anc, os.W_OK | os.X_OK):
         raise ConfigError(f"run_dir: {cut(str(p))} is not writable (no write permission on {cut(str(anc))})")
+
+
+# ---- device and logging ------------------------------------------------------------------------------------
+def check_device(cfg: Config) -> None:
+    """``model.device`` names a device this machine has (skipped when joining a Ray cluster: the workers' GPUs
+    are not this machine's)."""
+    import torch
+
+    dev = cfg.model.device
+    try:
+        d = torch.device(dev)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"model.device: {cut(dev)} is not a torch device ({e}); e.g. cpu, cuda, cuda:1") from None
+    if cfg.runtime.address or d.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        build = "a CPU-only build of torch" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+        raise ConfigError(f"model.device: {cut(dev)}, but torch sees no CUDA device on this machine ({build}, "
+                          "torch.cuda.is_available() is false); use model.device=cpu or a machine / torch with CUDA")
+    n = torch.cuda.device_count()
+    if d.index is not None and d.index >= n:
+        raise ConfigError(f"model.device: {cut(dev)}, but this machine has {n} CUDA device(s) (cuda:0..cuda:{n - 1})")
+
+
+def check_logging(cfg: Config) -> None:
+    """The packages ``log.wandb`` / ``log.tensorboard`` write with are importable (``import wandb`` at step 0
+    would otherwise end the run with a traceback after the run directory was made)."""
+    if cfg.log.wandb:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ConfigError("log.wandb: true, but the wandb package is not installed; `pip install wandb` "
+                              "(WANDB_MODE=offline needs no account) or set log.wandb=false") from None
+    if cfg.log.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise ConfigError("log.tensorboard: true, but the tensorboard package is not installed; "
+                              "`pip install tensorboard` or set log.tensorboard=false") from None
 
 
 # ---- model -------------------------------------------------------------------------------------------------

@@ -217,6 +217,30 @@ def unlock_run_dir(run_dir: str | Path) -> None:
         os.close(held[0])
 
 
+def discard_unstarted(run_dir: str | Path) -> bool:
+    """Remove ``run_dir`` made by a run that never started (no metrics row, no checkpoint: it failed before its
+    first eval); only the outputs its marker names, the marker and the lock, and only if nothing else is in it.
+    Returns whether it was removed."""
+    d = Path(run_dir)
+    if not d.is_dir() or (d / "checkpoints").is_dir() or (d / "checkpoint.safetensors").exists():
+        return False
+    metrics = d / "metrics.jsonl"
+    if metrics.is_file() and metrics.read_text().strip():
+        return False
+    ours = set(marked_outputs(d) or ()) | set(_OWN)
+    if marked_outputs(d) is None and {p.name for p in d.iterdir()} - {LOCK}:
+        return False  # unmarked and holding something: not ours to delete
+    if any(p.name not in ours for p in d.iterdir()):
+        return False
+    for p in d.iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    d.rmdir()
+    return True
+
+
 def write_marker(run_dir: str | Path) -> None:
     """Mark ``run_dir`` as a run of this program (kept when the directory already has a valid marker)."""
     from digenrl import __version__

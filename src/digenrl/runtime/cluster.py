@@ -61,6 +61,24 @@ def check_resources(run: RunPlan, available: dict[str, float]) -> None:
                               f"{available.get(k, 0.0):g} (resources: {dict(sorted(available.items()))})")
 
 
+def check_local_gpus(run: RunPlan, need: float) -> None:
+    """Refuse pools needing more GPUs than this machine has (``ray.init(num_gpus=...)`` would declare them and
+    the workers fail later, one by one)."""
+    if need <= 0:
+        return
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if need > have + 1e-9:
+        rt = run.cfg.runtime
+        key = ("runtime.generator_resources" if "GPU" in rt.generator_resources else
+               "runtime.trainer_resources" if "GPU" in rt.trainer_resources else "model.device")
+        raise ConfigError(f"{key}: the pools ({len(run.generator_ids)} generators, {len(run.trainer_ids)} trainers) "
+                          f"need {need:g} GPUs in total but this machine has {have} (torch.cuda.device_count()); "
+                          "lower runtime.generators / runtime.trainers or the GPU share in runtime.*_resources, "
+                          "or join a cluster with runtime.address")
+
+
 @contextmanager
 def ray_session(run: RunPlan):
     """Ray for a run (started, joined or reused), after checking that it can place the run's pools."""
@@ -81,6 +99,7 @@ def ray_session(run: RunPlan):
         join_cluster(rt.address, **quiet)
     else:
         need = total_demand(run)
+        check_local_gpus(run, need.get("GPU", 0.0))  # a local start would declare GPUs this machine lacks
         ray.init(num_cpus=max(1, int(round(need["CPU"] + 0.4999))), num_gpus=int(need["GPU"]) or None, **quiet)
     if callable(sigterm):  # ray.init replaces the SIGTERM handler; keep the caller's (the CLI's clean stop)
         signal.signal(signal.SIGTERM, sigterm)

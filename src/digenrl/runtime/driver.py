@@ -11,7 +11,8 @@ the replay generates the same trajectories, so the run ends with the parameters 
 ``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step (the
 checkpoints stay valid). A worker that stopped on a non-finite value (``digenrl.faults.RunHalted``: a reward's
 NaN score, a refused commit) is not restarted, since the replay would compute the same value: its error is
-raised as is (the CLI: ``failure.json``, exit 2) and the checkpoints written before it stay the newest. A first SIGINT/SIGTERM abandons the step, checkpoints the last committed state and
+raised as is (the CLI: ``failure.json``, exit 2) and the checkpoints written before it stay the newest. Nor is a
+deterministic error (``faults.find_deterministic``: a missing file, a bad-input error, torch without CUDA). A first SIGINT/SIGTERM abandons the step, checkpoints the last committed state and
 raises ``Interrupted``. Restarts are reported in ``summary.json`` (``recoveries``: cause, replayed-from step,
 restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
 
@@ -31,7 +32,7 @@ from digenrl.config import Config
 from digenrl.control.loop import Completion, run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
-from digenrl.faults import find_halted
+from digenrl.faults import find_deterministic, find_halted
 from digenrl.observe.run_outputs import RunOutputs, RunStart
 from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
@@ -93,6 +94,9 @@ class _Controller:
                     if halted is not None:  # a non-finite reward / commit: a replay would meet it again
                         _abort(self.pools)
                         raise _on_worker(halted, e.worker) from None
+                    if find_deterministic(e) is not None:  # a missing file, bad config, no CUDA: same on replay
+                        _abort(self.pools)
+                        raise
                     self._recover(e)
                     failure = None
                 except Interrupted as e:  # while the actors still live: checkpoint the last committed state
@@ -106,8 +110,10 @@ class _Controller:
                 e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
             raise
         except WorkerFailure as e:
+            resumable = ckpt.latest_checkpoint(self.out.run_dir) is not None  # --resume only from a checkpoint
             self.out.failure({"worker": e.worker, "step": e.step, "action": e.action, "error": str(e),
-                              "restarts": len(self.recoveries), "resume": f"digenrl train --resume {self.cfg.run_dir}"})
+                              "restarts": len(self.recoveries), "deterministic": find_deterministic(e) is not None,
+                              "resume": f"digenrl train --resume {self.cfg.run_dir}" if resumable else None})
             raise
         finally:
             self.metrics.close()
