@@ -1,4 +1,5 @@
-"""Per-step metrics: ``metrics.jsonl`` always, TensorBoard and wandb when enabled (imported lazily).
+"""Per-step metrics: ``metrics.jsonl`` always, TensorBoard and wandb when enabled (imported lazily): every
+numeric value of a row as a scalar (``reward/<name>`` per reward), and the sample grids as images (``image``).
 
 ``rows`` (a resumed run): the rows kept from before the checkpoint; the file is rewritten to hold exactly
 them before new rows are appended (they are not sent to TensorBoard / wandb again).
@@ -43,6 +44,25 @@ class MetricsWriter:
                 self._tb.add_scalar(k, v, step)
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
+
+    def image(self, tag: str, png: str | Path, step: int) -> None:
+        """A picture the run wrote (a sample grid PNG) to TensorBoard and wandb, where they are on."""
+        if self._tb is None and self._wandb is None:
+            return
+        import matplotlib.image as mpimg
+        import numpy as np
+
+        img = mpimg.imread(str(png))  # H x W x 3|4, floats in [0, 1] for a PNG
+        if img.dtype != np.uint8:
+            img = (np.clip(img, 0.0, 1.0) * 255).round().astype(np.uint8)
+        img = np.ascontiguousarray(img[..., :3])
+        if self._tb is not None:
+            self._tb.add_image(tag, img, step, dataformats="HWC")
+            self._tb.flush()
+        if self._wandb is not None:
+            import wandb as wb
+
+            self._wandb.log({tag: wb.Image(img, caption=Path(png).name)}, step=step)
 
     def close(self) -> None:
         self._fh.close()

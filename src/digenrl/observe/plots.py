@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -17,10 +18,13 @@ def _plt():
     return plt
 
 
-def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL demo") -> None:
-    """Train reward (step mean and its moving average) and eval reward (ODE) against step."""
+def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL demo") -> dict:
+    """Train reward (step mean and its moving average), each reward part of a weighted sum (``reward/<name>``,
+    when there are several) and eval reward (ODE) against step. The y-axis fits the curves (negative rewards,
+    e.g. JPEG sizes or aesthetic deltas, stay visible). Returns ``{"ylim": (lo, hi), "labels": [...]}``."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
+    values: list[float] = []
     steps = [r["step"] for r in rows if "reward_mean" in r]
     mean = [r["reward_mean"] for r in rows if "reward_mean" in r]
     if steps:
@@ -28,18 +32,31 @@ def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL de
         k = max(1, len(mean) // 20)  # moving average over ~5% of the run
         smooth = [sum(mean[max(0, i - k + 1) : i + 1]) / len(mean[max(0, i - k + 1) : i + 1]) for i in range(len(mean))]
         ax.plot(steps, smooth, color="tab:blue", lw=1.8, label=f"train reward, moving mean of {k}")
+        values += mean
+    parts = sorted({k for r in rows for k in r if k.startswith("reward/") and k.count("/") == 1})
+    if len(parts) > 1:  # one curve per reward of the weighted sum (a single part is the train reward itself)
+        for name in parts:
+            pts = [(r["step"], r[name]) for r in rows if isinstance(r.get(name), (int, float))]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.0, ls="--", label=name)
+            values += [p[1] for p in pts]
     ev = [(r["step"], r["eval_reward"]) for r in rows if r.get("eval_reward") is not None]
     if ev:
         ax.plot([e[0] for e in ev], [e[1] for e in ev], "o-", color="tab:orange", label="eval reward (ODE, fixed prompts)")
+        values += [e[1] for e in ev]
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    pad = 0.05 * (hi - lo) if hi > lo else max(0.05, 0.05 * abs(hi))
+    ax.set_ylim(lo - pad, hi + pad)
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
-    ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best", fontsize=7)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(out)
+    labels = [line.get_label() for line in ax.get_lines()]
     plt.close(fig)
+    return {"ylim": (lo - pad, hi + pad), "labels": labels}
 
 
 def sample_grid(images: torch.Tensor, captions: Sequence[str], out: str | Path, *, title: str = "", scores: Sequence[float] | None = None, cols: int = 4) -> None:

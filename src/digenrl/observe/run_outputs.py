@@ -309,6 +309,51 @@ def finish_run(run_dir: Path, rows: list[dict], summary: dict[str, Any], title: 
     (run_dir / "failure.json").unlink(missing_ok=True)  # a finished run has no failure
 
 
+TIE_TOL = 1e-6  # rewards closer than this count as tied (the advantage's zero_std_tol)
+
+
+def no_signal(row: dict, cfg: Config) -> bool:
+    """True when no sample of the step has an advantage, so nothing trains: every reward of the step ties, or
+    (group baseline) every prompt group's rewards tie (``zero_std_ratio`` = 1)."""
+    if row.get("reward_std", 1.0) <= TIE_TOL:
+        return True
+    return cfg.train.adv_baseline == "group" and row.get("zero_std_ratio", 0.0) >= 1.0 and not cfg.train.adv_per_reward
+
+
+def step_line(row: dict, steps: int) -> str:
+    """One line a person reads: ``step 3/200 | reward 0.512 +-0.104 (ocr 0.50, pickscore 0.31) | eval 0.610 |
+    kl 0.0012 grad 0.42 | tied 25% | 1.9 s 34 samples/s``."""
+    out = [f"step {row['step']}/{steps}"]
+    reward = f"reward {row['reward_mean']:.3f} +-{row.get('reward_std', 0.0):.3f}"
+    parts = [(k[len("reward/"):], v) for k, v in sorted(row.items())
+             if k.startswith("reward/") and k.count("/") == 1 and isinstance(v, (int, float))]
+    if parts:
+        reward += " (" + ", ".join(f"{n} {v:.3f}" for n, v in parts) + ")"
+    out.append(reward)
+    if row.get("eval_reward") is not None:
+        out.append(f"eval {row['eval_reward']:.3f}")
+    train = [f"{name} {row[key]:.4g}" for key, name in (("loss", "loss"), ("kl", "kl"), ("approx_kl", "approx_kl"),
+                                                        ("clipfrac", "clip"), ("grad_norm", "grad")) if key in row]
+    if train:
+        out.append(" ".join(train))
+    if row.get("zero_std_ratio"):
+        out.append(f"tied {100 * row['zero_std_ratio']:.0f}%")
+    if row.get("restarts"):
+        out.append(f"restarts {row['restarts']}")
+    if "step_s" in row:
+        out.append(f"{row['step_s']:.2f} s {row.get('samples_per_s', 0.0):.1f} samples/s")
+    return " | ".join(out)
+
+
+def _print_line(text: str) -> None:
+    """A line on stderr that a tqdm bar does not overwrite."""
+    import sys
+
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+
+
 class RunOutputs:
     """The outputs of one training run (see the module docstring for the order of the calls)."""
 
@@ -329,6 +374,7 @@ class RunOutputs:
             unlock_run_dir(self._locked)
             raise
         self.eval0 = self.eval1 = float("nan")
+        self._tied = False
 
     def before(self, reward: float, batch) -> None:
         """The eval before RL: step-0 row and ``samples_before.png``."""
@@ -336,9 +382,28 @@ class RunOutputs:
         write_grid(self.run_dir, "samples_before.png", batch, self.cfg.eval.grid_prompts,
                    f"before RL (eval reward {reward:.3f})")
         self.writer.log({"step": 0, "eval_reward": reward})
+        self.writer.image("samples/before", self.run_dir / "samples_before.png", 0)
 
     def log(self, row: dict) -> None:
+        """A step's row: metrics (``no_signal`` added), the tie warning, the terminal line."""
+        if "reward_mean" in row:
+            row = {**row, "no_signal": float(no_signal(row, self.cfg))}
+            self._warn_tied(row)
         self.writer.log(row)
+        every = self.cfg.log.print_every
+        if "reward_mean" in row and every and (int(row["step"]) % every == 0 or int(row["step"]) == self.cfg.steps):
+            _print_line(step_line(row, self.cfg.steps))
+
+    def _warn_tied(self, row: dict) -> None:
+        """Warn at the first step of each run of steps without a learning signal."""
+        tied = row["no_signal"] > 0
+        if tied and not self._tied:
+            _print_line(f"digenrl: warning: step {row['step']}: every reward of the step ties "
+                        f"({row['reward_mean']:.3f}){' within each prompt group' if row.get('reward_std', 0) > TIE_TOL else ''}"
+                        ": no advantage, nothing trains (no_signal=1 in metrics.jsonl); a reward that scores "
+                        "all samples alike (e.g. OCR at 0 before any text appears) needs a denser reward, more "
+                        "generations or another prompt set")
+        self._tied = tied
 
     def after(self, reward: float, batch) -> None:
         """The eval after the last step: final row and ``samples_after.png``."""
@@ -346,6 +411,7 @@ class RunOutputs:
         self.writer.log({"step": self.cfg.steps, "eval_reward": reward, "final": True})
         write_grid(self.run_dir, "samples_after.png", batch, self.cfg.eval.grid_prompts,
                    f"after {self.cfg.steps} RL steps (eval reward {reward:.3f})")
+        self.writer.image("samples/after", self.run_dir / "samples_after.png", self.cfg.steps)
 
     def write_checkpoint(self, data: bytes) -> Path:
         from digenrl.safe_files import atomic_write_bytes
