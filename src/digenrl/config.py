@@ -205,7 +205,7 @@ class LogConfig(_Strict):
     wandb: bool = False
     wandb_project: str = "digenrl"
     progress: bool = True
-    print_every: int = Field(1, ge=0)  # one readable line per N steps on stderr (reward, parts, eval, kl, speed); 0: none
+    print_every: int = Field(1, ge=0)  # one readable line per N steps on stdout (reward, parts, eval, kl, speed); 0: none
 
 
 class Config(_Strict):

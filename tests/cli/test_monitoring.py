@@ -1,6 +1,6 @@
 """Monitoring a user expects (issue 24, item 3): sample grids and per-reward curves in TensorBoard and wandb,
 an autoscaled reward figure (negative rewards visible), a warning and a metric when every reward of a step ties
-(nothing trains), and one readable line per step in the terminal."""
+(nothing trains), and one readable line per step in the terminal (stdout; stderr keeps errors and warnings)."""
 
 from __future__ import annotations
 
@@ -90,9 +90,9 @@ def test_tied_rewards_warn_and_are_counted(tmp_path, capsys):
 def test_a_readable_line_per_step(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", f"run_dir={run}", *TINY]) == 0
-    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("step ")]
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")]
     assert len(lines) == 2, lines
     assert lines[0].startswith("step 1/2 | reward ") and "digits " in lines[0] and "samples/s" in lines[0]
     run2 = tmp_path / "quiet"
     assert main(["train", f"run_dir={run2}", *TINY, "log.print_every=0"]) == 0
-    assert not [x for x in capsys.readouterr().err.splitlines() if x.startswith("step ")]
+    assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")]

@@ -345,13 +345,13 @@ def step_line(row: dict, steps: int) -> str:
     return " | ".join(out)
 
 
-def _print_line(text: str) -> None:
-    """A line on stderr that a tqdm bar does not overwrite."""
+def _print_line(text: str, err: bool = True) -> None:
+    """A line on stderr (``err``) or stdout that a tqdm bar does not overwrite."""
     import sys
 
     from tqdm import tqdm
 
-    tqdm.write(text, file=sys.stderr)
+    tqdm.write(text, file=sys.stderr if err else sys.stdout)
 
 
 class RunOutputs:
@@ -392,7 +392,7 @@ class RunOutputs:
         self.writer.log(row)
         every = self.cfg.log.print_every
         if "reward_mean" in row and every and (int(row["step"]) % every == 0 or int(row["step"]) == self.cfg.steps):
-            _print_line(step_line(row, self.cfg.steps))
+            _print_line(step_line(row, self.cfg.steps), err=False)  # progress on stdout, errors alone on stderr
 
     def _warn_tied(self, row: dict) -> None:
         """Warn at the first step of each run of steps without a learning signal."""
