@@ -358,13 +358,15 @@ def test_two_actions_at_once_on_a_worker():
     plan, log, events = good("gap_tsp")
     i = train_at(log, lambda a: a.rank == "t0", nth=1)
     j = train_at(log, lambda a: a.rank == "t0", nth=0)
-    t, a = log[i]
-    end_prev = next(e.time for e in events if isinstance(e, ChunkTrained) and e.chunk == log[j][1].chunk
-                    and e.rank == "t0")
-    assert t >= end_prev
+
+    def end(a):
+        return next(e.time for e in events if isinstance(e, ChunkTrained) and e.chunk == a.chunk and e.rank == a.rank)
+
+    (t, a), (t_prev, prev) = log[i], log[j]
+    assert t >= end(prev)
     log[i] = (t - 0.05, a)  # starts before the rank's previous chunk ended
-    bad = rejects(plan, log, events, f"worker t0 runs two actions at once ({log[j][0]}-{end_prev} and {t - 0.05}-"
-                                     f"{next(e.time for e in events if isinstance(e, ChunkTrained) and e.chunk == a.chunk and e.rank == 't0')})")
+    bad = rejects(plan, log, events,
+                  f"worker t0 runs two actions at once ({t_prev}-{end(prev)} and {t - 0.05}-{end(a)})")
     assert len(bad) == 1, bad
 
 
