@@ -151,3 +151,28 @@ def test_coordinate_descent_probes_fewer_and_never_beats_the_exhaustive_best(tmp
     assert cd["probes"] < full["probes"]
     assert cd["best"]["step_time_s"] >= full["best"]["step_time_s"] * (1 - 1e-12)
     assert min(cd["best_per_split_s"].values()) == cd["best"]["step_time_s"]
+
+
+def test_plan_reports_colocated_on_the_same_workers(tmp_path, capsys):
+    """The report and the written file carry the colocated baseline planned on the same 3 workers: the best of
+    its fragment sizes, each simulated directly here; the warning says when it is the faster one."""
+    from digenrl.control.profile import load_profile
+
+    out = tmp_path / "plan.yaml"
+    prof = _profile(tmp_path, trainers=3)
+    argv = ["--config", "default", "--profile", str(prof), "--out", str(out), *_sets()]
+    rep = _run(capsys, argv)
+    cost = load_profile(prof)
+    times = []
+    for f in (1, 2, 4):
+        cfg = load_config(None, TINY + ["runtime.mode=colocated", "runtime.generators=1", "runtime.trainers=3",
+                                        f"runtime.fragment_size={f}", "steps=4"])
+        times.append(simulate(plan_run(cfg).plan, cost, record=False).timing()["steady_step_time_s"])
+    co = rep["colocated"]
+    assert co["step_time_s"] == pytest.approx(min(times), rel=1e-12)
+    assert co["faster"] == (co["step_time_s"] < rep["best"]["step_time_s"])
+    head = out.read_text().splitlines()[1]
+    assert head.startswith("# colocated on the same workers") and f"{co['step_time_s']:.4g} s" in head
+    assert main(argv) == 0  # the text report: a warning on stderr exactly when colocated is faster
+    err = capsys.readouterr().err
+    assert ("WARNING: colocated is predicted faster" in err) == co["faster"]

@@ -77,10 +77,10 @@ def _testbed_costs(cfg, name: str, workers: int, trained: int):
 
 
 def plan_from_args(args):
-    from ..config import load_config
+    from ..config import ConfigError, load_config
     from ..control.profile import load_profile
     from ..control.run_plan import plan_run
-    from .plan_search import profile_costs, profile_pools, search
+    from .plan_search import PlanSearchError, profile_costs, profile_pools, search
 
     if (args.profile is None) == (args.testbed is None):
         raise PlanCliError("--profile: give exactly one of --profile (measured costs) or --testbed (roofline)")
@@ -100,8 +100,50 @@ def plan_from_args(args):
         cost_of, fit, source = profile_costs(prof, profile_pools(args.profile)[1]), None, f"profile {args.profile}"
     else:
         cost_of, fit, source = _testbed_costs(cfg, args.testbed, workers, trained)
-    res = search(cfg, workers, cost_of, probe_steps=args.probe_steps, exhaustive=args.exhaustive, fit=fit)
+    with _progress(args) as tick:
+        res = search(cfg, workers, cost_of, probe_steps=args.probe_steps, exhaustive=args.exhaustive, fit=fit,
+                     progress=tick(cfg.runtime.mode))
+        if cfg.runtime.mode != "colocated":  # the baseline on the same workers, planned the same way
+            coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
+                update={"mode": "colocated", "generators": 1, "trainers": workers})})
+            try:
+                res.colocated = search(coloc, workers, cost_of, probe_steps=args.probe_steps,
+                                       exhaustive=args.exhaustive, fit=fit, progress=tick("colocated"),
+                                       robust=False).best
+            except (PlanSearchError, ConfigError) as e:
+                res.colocated_refused = str(e)
     return cfg, res, source
+
+
+class _progress:
+    """A live line on stderr while the search probes (rich; silent with --json or when stderr is no tty)."""
+
+    def __init__(self, args):
+        self.on = not args.json and sys.stderr.isatty()
+        self.bar = None
+
+    def __enter__(self):
+        if self.on:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                transient=True, console=None)
+            self.bar.start()
+        return self.tick
+
+    def tick(self, mode: str):
+        if self.bar is None:
+            return None
+        task = self.bar.add_task(f"planning {mode}")
+
+        def update(n: int, split: str, best: float) -> None:
+            self.bar.update(task, description=f"planning {mode}: {n} probes, split {split}, best {best:.4g} s/step")
+        return update
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
 
 
 def report_of(res, source: str, out: str) -> dict:
@@ -116,7 +158,16 @@ def report_of(res, source: str, out: str) -> dict:
                      "chunk": list(c.chunk), "max_stale_fraction": c.max_stale_fraction,
                      "step_time_s": res.best.step_time, "label": c.label()},
             "probes": len(res.probes), "best_per_split_s": per_split, "refused": res.refused,
-            "robustness": res.robustness}
+            "robustness": res.robustness, **_colocated_report(res)}
+
+
+def _colocated_report(res) -> dict:
+    """The colocated baseline planned on the same workers (absent for a colocated plan)."""
+    co = res.colocated
+    if co is None:
+        return {"colocated": {"refused": res.colocated_refused}} if res.colocated_refused else {}
+    return {"colocated": {"step_time_s": co.step_time, "label": co.candidate.label(),
+                          "faster": co.step_time < res.best.step_time}}
 
 
 def write_plan(cfg, res, out: Path, header: str) -> None:
@@ -153,6 +204,15 @@ def _print(rep: dict) -> None:
               f"({v['best_split_s']:.4g} s)")
     if r["neighbours"]:
         print("neighbouring splits: " + ", ".join(f"{k} {v:.4g} s" for k, v in r["neighbours"].items()))
+    co = rep.get("colocated")
+    if co and "step_time_s" in co:
+        print(f"colocated on the same {rep['workers']} workers: {co['label']}: {co['step_time_s']:.4g} s/step "
+              f"(steady); the plan is {co['step_time_s'] / b['step_time_s']:.2f}x colocated")
+        if co["faster"]:
+            print(f"WARNING: colocated is predicted faster than this {rep['mode']} plan; consider "
+                  f"--set runtime.mode=colocated", file=sys.stderr)
+    elif co:
+        print(f"colocated on the same workers: refused ({co['refused']})")
     print(f"wrote {rep['out']} (digenrl train --config {rep['out']})")
 
 
@@ -173,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     b = rep["best"]
     header = (f"# written by `digenrl plan` ({source}): {res.mode}, {b['label']}; predicted steady step time "
               f"{b['step_time_s']:.4g} s\n")
+    co = rep.get("colocated", {})
+    if "step_time_s" in co:
+        header += (f"# colocated on the same workers ({co['label']}): predicted {co['step_time_s']:.4g} s"
+                   + (" -- FASTER than this plan\n" if co["faster"] else "\n"))
     write_plan(cfg, res, Path(args.out), header)
     if args.json:
         print(json.dumps(rep, indent=1))

@@ -73,6 +73,8 @@ class SearchResult:
     refused: dict[str, str] = field(default_factory=dict)  # split label -> reason
     robustness: dict = field(default_factory=dict)
     config: object = None  # the Config of the best plan
+    colocated: Probe | None = None       # the colocated baseline on the same workers (``digenrl plan``)
+    colocated_refused: str | None = None
 
 
 class ScaledCost:
@@ -152,11 +154,13 @@ def _fits(cfg) -> bool:
 
 
 def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_steps: int = 4,
-           exhaustive: int = 64, fit: Callable | None = None) -> SearchResult:
+           exhaustive: int = 64, fit: Callable | None = None,
+           progress: Callable[[int, str, float], None] | None = None, robust: bool = True) -> SearchResult:
     """The fastest candidate of ``cfg.runtime.mode`` on ``workers`` workers (module docstring).
 
     ``cost_of(n_gen, n_train)`` returns a ``CostModel`` or a refusal reason; ``fit(cfg)`` adjusts a candidate
-    config to the hardware (e.g. ``train.memory_gb``) before it is planned."""
+    config to the hardware (e.g. ``train.memory_gb``) before it is planned. ``progress(probes, split, best)``
+    is called after every probe (probes so far, the split probed, the best step time so far)."""
     from ..control.run_plan import plan_run
 
     if probe_steps < 4:
@@ -185,6 +189,8 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
             res = simulate(replace(plan, steps=probe_steps), costs[(c.n_gen, c.n_train)], record=False)
             p = Probe(c, plan, res.timing()["steady_step_time_s"])
             probes.append(p)
+            if progress is not None:
+                progress(len(probes), f"{c.n_gen}+{c.n_train}", min(q.step_time for q in probes))
         seen[c] = p
         return p
 
@@ -226,7 +232,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     out = SearchResult(mode.value, workers, best, probes, refused)
     best_cfg = apply(cfg, best.candidate)
     out.config = fit(best_cfg) if fit is not None else best_cfg
-    out.robustness = robustness(out, costs, probe_steps)
+    out.robustness = robustness(out, costs, probe_steps) if robust else {}
     return out
 
 
