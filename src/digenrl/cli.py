@@ -277,9 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_config(sp):
+        from digenrl.cli_args import add_overrides
+
         sp.add_argument("--config", "-c", default=None, help="YAML config (default: the built-in CPU demo)")
-        sp.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.lr=1e-4 run_dir=runs/x")
-        return sp
+        return add_overrides(sp)  # KEY=VALUE positionals and --set KEY=VALUE, anywhere among the flags
 
     t = with_config(sub.add_parser("train", help="RL-train a policy (default: the built-in digits demo on CPU)"))
     t.add_argument("--ray", action="store_true", help="use the Ray runtime even for colocated single-worker runs")
@@ -288,8 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="replace a previous run in run_dir (deletes its outputs)")
     t.set_defaults(fn=cmd_train)
     pt = sub.add_parser("pretrain", help="make the demo's classifier or base generator (reproducible from --seed)")
-    pt.add_argument("what", choices=["classifier", "base"])
-    pt.add_argument("--seed", type=int, default=0)
+    pt.add_argument("what", choices=["classifier", "base"], help="the demo's digit classifier or its base generator")
+    pt.add_argument("--seed", type=int, default=0, help="seed of the weights and the data (default 0)")
     pt.add_argument("--iters", type=int, default=None, help="optimizer iterations (base) or epochs (classifier)")
     pt.add_argument("--out", default=None, help="output safetensors (default: the packaged asset)")
     pt.set_defaults(fn=cmd_pretrain)
@@ -299,20 +300,34 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=cmd_eval)
     s = with_config(sub.add_parser("sample", help="write a grid of samples of the eval prompts"))
     s.add_argument("--checkpoint", default=None, help=ckpt_help)
-    s.add_argument("--out", default="samples.png")
-    s.add_argument("--num", type=int, default=16)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default="samples.png", help="PNG to write (default samples.png)")
+    s.add_argument("--num", type=int, default=16, help="eval prompts drawn (default 16)")
+    s.add_argument("--seed", type=int, default=0, help="noise seed of the samples (default 0)")
     s.set_defaults(fn=cmd_sample)
     for name, (_, help_) in FORWARDED.items():
         sub.add_parser(name, help=help_, add_help=False)
     return p
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse a subcommand's arguments; overrides may come before, between or after the flags."""
+    from digenrl.cli_args import merge_overrides
+
+    p = build_parser()
+    args, extra = p.parse_known_args(argv)
+    if not hasattr(args, "overrides"):  # pretrain: no config, no overrides
+        if extra:
+            p.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+    sub = p._subparsers._group_actions[0].choices[args.command]
+    return merge_overrides(sub, args, extra)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in FORWARDED:
         return _forward(FORWARDED[argv[0]][0], argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     from digenrl.config import ConfigError
 
     from digenrl.faults import RunHalted

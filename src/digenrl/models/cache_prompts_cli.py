@@ -12,8 +12,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="digenrl cache-prompts", description=main.__doc__)
     ap.add_argument("--config", default=None, help="run config YAML (optional: overrides alone also work)")
-    ap.add_argument("overrides", nargs="*", help="key=value config overrides")
-    args = ap.parse_args(argv)
+    from digenrl.cli_args import add_overrides, parse_with_overrides
+
+    args = parse_with_overrides(add_overrides(ap), argv)  # KEY=VALUE positionals and --set KEY=VALUE
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:

@@ -337,10 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--reward", help=f"registered reward name ({', '.join(reward_names())})")
     src.add_argument("--config", help="a digenrl config file: serve its `reward` table (weighted sum)")
     ap.add_argument("--option", action="append", default=[], help="key=value option of --reward (repeatable)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8900)
-    ap.add_argument("--max-batch", type=int, default=32)
-    ap.add_argument("--max-wait-ms", type=float, default=10.0)
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    ap.add_argument("--port", type=int, default=8900, help="TCP port (default 8900)")
+    ap.add_argument("--max-batch", type=int, default=32, help="samples scored together at most (default 32)")
+    ap.add_argument("--max-wait-ms", type=float, default=10.0,
+                    help="ms a request waits for others to batch with (default 10)")
     ap.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY / 2**20, help="request body cap (larger bodies are drained and answered 413)")
     ap.add_argument("--read-timeout", type=float, default=30.0, help="seconds per socket read (408 when exceeded)")
     ap.add_argument("--token", default=None,

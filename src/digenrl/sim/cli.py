@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps simulated (default 20)")
     ap.add_argument("--max-stale-fraction", type=float, default=0.5, help="TCSS cap for 'full' (default 0.5)")
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma of op-time noise (default 0)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the --jitter noise (default 0)")
     ap.add_argument("--tag-policy", default="bts", help="TAG decisions: bts | greedy | none (default bts)")
     ap.add_argument("--bts-depth", type=int, default=None, help="BTS search depth (default 2)")
     ap.add_argument("--bts-budget-nodes", type=int, default=None,
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--gantt", default=None, help="write a Gantt PNG of --trace-mode here")
     ap.add_argument("--trace-mode", default=None, help="mode drawn by --trace/--gantt (default: last of --modes)")
     ap.add_argument("--gantt-steps", type=int, default=3, help="steps shown in the Gantt chart (default 3)")
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, the same as --set KEY=VALUE")
     return ap
 
 
@@ -168,8 +169,10 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from digenrl.cli_args import parse_with_overrides
+
     ap = build_parser()
-    args = ap.parse_args(argv)
+    args = parse_with_overrides(ap, argv)  # KEY=VALUE positionals as --set
     if args.config is not None:
         return _main_config(args)
     try:

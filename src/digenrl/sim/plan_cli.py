@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--exhaustive", type=int, default=64,
                     help="per split, probe every combination when there are at most this many (default 64)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, the same as --set KEY=VALUE")
     return ap
 
 
@@ -223,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     from .plan_search import PlanSearchError
     from .presets import PresetError
 
-    args = build_parser().parse_args(argv)
+    from digenrl.cli_args import parse_with_overrides
+
+    args = parse_with_overrides(build_parser(), argv)  # KEY=VALUE positionals as --set
     try:
         cfg, res, source = plan_from_args(args)
     except (PlanCliError, ConfigError, ConfigSimError, PlanSearchError, PresetError, ProfileError) as e:
