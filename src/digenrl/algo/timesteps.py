@@ -12,6 +12,26 @@ Strategies (``T`` sampling steps, indices 0..T-1, 0 = the noisiest):
   ``start .. start + window_size - 1``. The start is drawn for each step of training, seeded by (run seed, step).
   Default range: ``(0, T - 1)`` (every step but the last, Flow-GRPO's no-window branch ``(0, len - 1)``).
 
+* ``mixgrpo`` (MixGRPO, Li et al. 2025, arXiv 2507.21802): SDE only inside a window of ``window_size``
+  consecutive steps, ODE elsewhere, only the window trained, like ``window``; but the window *moves with the
+  training step* on MixGRPO's progressive schedule instead of being drawn. With ``w = window_size``,
+  ``tau = shift_interval`` (MixGRPO's ``iters_per_group``), ``s = stride`` (its ``prog_overlap_step``) and
+  ``M = T - 2`` (its ``max_timesteps = sampling_steps - 2``), the reference start after k steps is::
+
+      P       = floor(M / s) + 1                      (positions 0, s, 2s, ... <= M, then roll back to 0)
+      start_k = ((k // tau) mod P) * s
+
+  and the reference window is ``range(start_k, min(start_k + w, M))``. Here the start is clamped to
+  ``M - w`` so that the window always holds ``w`` steps (S stays fixed for the scheduler and the cost model):
+  ``start = min(start_k, M - w)``, window ``start .. start + w - 1``. This equals the reference at every step
+  where its window is whole (``start_k <= M - w``: the first ``(M - w + 1) * tau`` steps of every cycle, i.e.
+  all 300 steps of MixGRPO's FLUX recipe: T = 25, w = 4, tau = 25, s = 1) and differs only where the reference
+  shrinks the window at the end of a cycle (down to an empty window at ``start_k = M``).
+  Source: Tencent-Hunyuan/MixGRPO, ``fastvideo/utils/grpo_states.py`` (``GRPOTrainingStates``, progressive
+  strategy with ``prog_overlap`` and ``roll_back``) as ``fastvideo/train_grpo_flux.py`` drives it (one
+  ``update_iteration`` per training step, after ``get_current_timesteps``) and
+  ``scripts/finetune/finetune_flux_grpo_MixGRPO.sh`` sets it.
+
 The final step of ``cps`` has zero std (sigma' = 0), so it is never trained.
 """
 
@@ -52,6 +72,8 @@ def select_timesteps(
     seed: int = 0,
     step: int = 0,
     sde_kind: str = "flow_grpo",
+    shift_interval: int = 25,
+    stride: int = 1,
 ) -> TimestepPlan:
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
@@ -77,4 +99,21 @@ def select_timesteps(
         start = random.Random(stable_seed(seed, step, "window")).randint(lo, hi - window_size)
         steps = tuple(range(start, start + window_size))
         return TimestepPlan(sde_steps=steps, trained=steps)
-    raise ValueError(f"unknown timestep strategy {strategy!r}; expected fraction, uniform or window")
+    if strategy == "mixgrpo":
+        start = mixgrpo_window_start(step, num_steps, window_size, shift_interval, stride)
+        steps = tuple(range(start, start + window_size))
+        return TimestepPlan(sde_steps=steps, trained=steps)
+    raise ValueError(f"unknown timestep strategy {strategy!r}; expected fraction, uniform, window or mixgrpo")
+
+
+def mixgrpo_window_start(step: int, num_steps: int, window_size: int, shift_interval: int, stride: int) -> int:
+    """The first step of MixGRPO's window at training step ``step`` (0-based; module docstring)."""
+    M = num_steps - 2
+    if window_size < 1 or window_size > M:
+        raise ValueError(f"train.window_size {window_size} does not fit MixGRPO's window range [0, {M}) of "
+                         f"{num_steps} steps (need 1 <= window_size <= sampler.num_steps - 2)")
+    if shift_interval < 1 or stride < 1:
+        raise ValueError(f"train.window_shift_interval {shift_interval} and train.window_stride {stride} must be >= 1")
+    positions = M // stride + 1
+    start = ((step // shift_interval) % positions) * stride
+    return min(start, M - window_size)
