@@ -100,9 +100,14 @@ def static_inputs() -> dict:
             "publish": (f"the runtime's default Ray object store from trainer rank 0 (device -> host over PCIe, put "
                         f"at {HOST_COPY_GBS:.0f} GB/s host copy, one fetch per generator node at the per-GPU link "
                         "rate, load over PCIe). The FSDP trainer pool is one shard group, as the runtime runs it: "
-                        "each chunk and each TAG fragment is a collective split over its ranks, every forward "
-                        "gathers the shards (no inference copy) and every chunk's backward reduce-scatters the "
-                        "gradients, so the commit only steps the shards.")}
+                        "each chunk is a collective split over its ranks (its shape chosen by the makespan of the "
+                        "group's actual tiles on those ranks, partial rounds included) and every chunk's backward "
+                        "reduce-scatters the gradients, so the commit only steps the shards. A TAG action of the "
+                        "group is a gang of up to one pending fragment per rank of the head prompt group, generated "
+                        "data-parallel; its forwards either gather the shards or, where the planner finds it faster "
+                        "and memory allows, run on a bf16 inference copy gathered once per switch "
+                        "(`runtime.tag_inference_copy`). The planner simulates every split and fragment size (3 "
+                        "steps each) and keeps the fastest.")}
 
 
 def run_all(steps: int, log=print) -> dict:
