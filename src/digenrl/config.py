@@ -115,10 +115,13 @@ class TrainConfig(_Strict):
     kl_form: Literal["flow_grpo", "exact"] = "flow_grpo"  # exact = Flow-GRPO's KL / (-dt)
     minibatches_per_step: int = Field(1, ge=1)  # M optimizer steps per step, groups split by index (docs/architecture.md, "Minibatches")
     inner_epochs: int = Field(1, ge=1)  # passes over the step's minibatches (Flow-GRPO num_inner_epochs)
+    algorithm: Literal["flow_grpo", "grpo_guard", "mixgrpo"] = "flow_grpo"  # loss + sampler contract (README, "Algorithms")
     timestep_strategy: Literal["fraction", "uniform", "window"] = "fraction"
     timestep_fraction: float = Field(0.5, gt=0.0, le=1.0)
     window_size: int = Field(2, ge=1)
     window_range: tuple[int, int] | None = None
+    window_shift_interval: int = Field(25, ge=1)  # mixgrpo: steps between window moves (MixGRPO iters_per_group)
+    window_stride: int = Field(1, ge=1)  # mixgrpo: denoising steps the window moves by (MixGRPO prog_overlap_step)
     chunk_generations: int = Field(8, ge=1)  # TSP chunk shape: generations x timesteps per forward/backward
     chunk_timesteps: int = Field(2, ge=1)
     ema_decay: float | None = Field(0.9, ge=0.0, le=1.0)  # EMA weights are used for eval and saved (Flow-GRPO's 0.9); null: none
@@ -242,6 +245,22 @@ class Config(_Strict):
                              f"{t.prompts_per_step}: a minibatch is a set of whole prompt groups")
         if t.best_of_n is not None and (t.best_of_n % 2 or t.best_of_n > t.generations):
             raise ValueError(f"train.best_of_n {t.best_of_n} must be even and at most train.generations {t.generations}")
+        if t.algorithm == "grpo_guard" and self.sampler.kind == "cps":
+            raise ValueError("train.algorithm: grpo_guard normalises a Gaussian transition's ratio (sampler.kind "
+                             "flow_grpo or dance); cps's log-prob is a constant-free surrogate")
+        if t.algorithm == "grpo_guard" and (t.std_mode == "global" or t.adv_baseline == "batch") \
+                and Mode(self.runtime.mode).pipelined:
+            raise ValueError("train.algorithm: grpo_guard with step-wide statistics (train.std_mode=global or "
+                             "train.adv_baseline=batch) runs in runtime.mode colocated or naive only (the pipelined "
+                             "modes' deferred rescaling does not carry its per-timestep reweighting yet)")
+        if t.algorithm == "mixgrpo":
+            if t.timestep_strategy != "fraction" or t.window_range is not None:
+                key = "train.window_range" if t.window_range is not None else "train.timestep_strategy"
+                raise ValueError(f"{key}: train.algorithm=mixgrpo moves its own SDE window (train.window_size, "
+                                 f"train.window_shift_interval, train.window_stride); leave {key} unset")
+            if not 1 <= t.window_size <= self.sampler.num_steps - 2:
+                raise ValueError(f"train.window_size: {t.window_size} does not fit MixGRPO's window range "
+                                 f"[0, sampler.num_steps - 2) = [0, {self.sampler.num_steps - 2})")
         if self.train.cpu_offload and self.train.sharding != "fsdp":
             raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         return self

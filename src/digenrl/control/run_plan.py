@@ -97,9 +97,11 @@ def shard_groups(ranks: tuple[str, ...], sharded: bool) -> tuple[tuple[str, ...]
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
     """SDE and trained denoising steps of ``step`` (``algo.timesteps.select_timesteps`` with the config's keys)."""
     t = cfg.train
-    return select_timesteps(cfg.sampler.num_steps, strategy=t.timestep_strategy, fraction=t.timestep_fraction,
+    strategy = "mixgrpo" if t.algorithm == "mixgrpo" else t.timestep_strategy  # MixGRPO's moving window
+    return select_timesteps(cfg.sampler.num_steps, strategy=strategy, fraction=t.timestep_fraction,
                             window_size=t.window_size, window_range=t.window_range, seed=cfg.seed, step=step,
-                            sde_kind=cfg.sampler.kind)
+                            sde_kind=cfg.sampler.kind, shift_interval=t.window_shift_interval,
+                            stride=t.window_stride)
 
 
 def plan_run(cfg: Config) -> RunPlan:

@@ -39,6 +39,7 @@ class TrajectoryBatch:
     rewards: torch.Tensor | None = None  # [N]
     reward_parts: dict[str, torch.Tensor] | None = None
     advantages: torch.Tensor | None = None  # [N]
+    means: torch.Tensor | None = None  # [N, S, *latent_shape]: behaviour means of those transitions (grpo_guard)
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -65,6 +66,7 @@ class TrajectoryBatch:
             rewards=pick(self.rewards),
             reward_parts=None if self.reward_parts is None else {k: v[idx_t] for k, v in self.reward_parts.items()},
             advantages=pick(self.advantages),
+            means=pick(self.means),
         )
 
     @staticmethod
@@ -99,4 +101,5 @@ class TrajectoryBatch:
             rewards=cat_opt("rewards"),
             reward_parts=parts,
             advantages=cat_opt("advantages"),
+            means=cat_opt("means"),
         )

@@ -2,7 +2,8 @@
 
 For denoising step i (sigma_i -> sigma_{i+1}) the velocity comes from the policy (after CFG), and the step is
 ``sde_step_with_logprob`` with ``noise_level`` on SDE steps and 0 (Euler ODE) elsewhere. For every trained
-step the input latent, output latent and behaviour log-prob are kept (see ``TrajectoryBatch``).
+step the input latent, output latent and behaviour log-prob are kept (see ``TrajectoryBatch``), and with
+``record_means`` the transition's mean (GRPO-Guard's RatioNorm needs the behaviour mean: ``algo.guard``).
 
 Sampling runs with the policy in eval mode (dropout off), as Flow-GRPO samples: the behaviour log-probs are
 those of the deterministic policy, so on-policy the first minibatch's ratio is exactly 1. The mode the policy
@@ -35,6 +36,7 @@ class SamplerSettings:
     same_latent: bool = False
     static_shift: float | None = None  # DanceGRPO's schedule: shift * t / (1 + (shift - 1) t), t = linspace(1, 0, T + 1)
     integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
+    record_means: bool = False  # keep each trained transition's mean (train.algorithm=grpo_guard's RatioNorm)
 
 
 @torch.no_grad()
@@ -66,10 +68,12 @@ def sample_trajectories(
     cond = policy.encode_prompts(list(prompts))
     sde_steps, trained = set(plan.sde_steps), list(plan.trained)
     lat_in, lat_out, logps = [], [], []
+    means = [] if settings.record_means else None
     was_training = policy.training
     policy.eval()
     try:
-        x, images = _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode)
+        x, images = _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode,
+                             means)
     finally:
         policy.train(was_training)
     shape = (n, 0, *policy.latent_shape)
@@ -86,6 +90,7 @@ def sample_trajectories(
         log_probs=torch.stack(logps, 1).float().cpu() if logps else torch.empty(n, 0),
         final=x.cpu(),
         images=images,
+        means=None if means is None else (torch.stack(means, 1).float().cpu() if means else torch.empty(shape)),
     )
 
 
@@ -95,7 +100,7 @@ def static_shift_sigmas(num_steps: int, shift: float) -> torch.Tensor:
     return (shift * t) / (1 + (shift - 1) * t)
 
 
-def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode):
+def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode, means=None):
     n, device = x.shape[0], x.device
     for i in range(settings.num_steps):
         sig = sigmas[i].expand(n).to(device)
@@ -106,5 +111,7 @@ def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in,
             lat_in.append(x)
             lat_out.append(out.prev_sample)
             logps.append(out.log_prob)
+            if means is not None:
+                means.append(out.mean)
         x = out.prev_sample
     return x, (policy.decode(x).float().cpu() if decode else None)

@@ -34,6 +34,7 @@ from typing import Sequence
 
 import torch
 
+from digenrl.algo.guard import guard_policy_loss
 from digenrl.algo.loss import clipped_policy_loss, reference_kl
 from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.models.base import Policy, guided_velocity
@@ -55,6 +56,7 @@ class LossSettings:
     detach_uncond: bool = False  # no gradient through the unconditional CFG branch
     integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
     adv_weights: tuple[float, ...] | None = None  # per-reward advantages [N, K]: L = sum_k w_k L(A_k) (DanceGRPO)
+    algorithm: str = "flow_grpo"  # grpo_guard: RatioNorm + per-timestep reweight (algo.guard); else the loss above
 
 
 @dataclass
@@ -111,6 +113,8 @@ def train_cells(
             keep[:1] = True  # a throw-away cell: joins the collectives, adds 0
             weight = 0.0
         rows, tpos = rows[keep], tpos[keep]
+    if settings.algorithm == "grpo_guard":
+        return _train_guard(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
     device = next(policy.parameters()).device
     x = group.latents[rows, tpos].to(device)
     x_next = group.next_latents[rows, tpos].to(device)
@@ -157,3 +161,59 @@ def train_cells(
         clipfrac_lt_one=float(stats.clipfrac_lt_one) * n,
         trained=n,
     )
+
+
+def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, n_all: int,
+                 weight: float, settings: LossSettings, loss_scale: float, ref_policy: Policy | None) -> CellStats:
+    """``train_cells`` with GRPO-Guard's loss (``algo.guard``): the ratio normalised with the behaviour mean
+    the sampler recorded (``TrajectoryBatch.means``), the policy term divided by -dt, the KL term unchanged."""
+    if group.means is None:
+        raise ValueError("train.algorithm=grpo_guard needs the behaviour means of the trained transitions "
+                         "(the sampler records them when the run's algorithm is grpo_guard)")
+    device = next(policy.parameters()).device
+    x = group.latents[rows, tpos].to(device)
+    x_next = group.next_latents[rows, tpos].to(device)
+    old_logp = group.log_probs[rows, tpos].to(device)
+    old_mean = group.means[rows, tpos].to(device)
+    adv = group.advantages[rows].to(device)
+    step_idx = group.trained_steps[tpos]
+    sigma = group.sigmas[step_idx].to(device)
+    sigma_next = group.sigmas[step_idx + 1].to(device)
+    cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
+    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
+    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
+                                prev_sample=x_next)
+    dt = (sigma_next - sigma).to(out.log_prob.dtype)
+
+    def term(a):
+        return guard_policy_loss(out.log_prob, old_logp, out.mean, old_mean, out.std, dt, a, settings.clip_range,
+                                 clip_low=settings.clip_low, clip_high=settings.clip_high)
+
+    if adv.ndim == 1:
+        loss, stats = term(adv)
+    else:  # DanceGRPO's multi-reward loss, each reward's own term
+        if settings.adv_weights is None or len(settings.adv_weights) != adv.shape[1]:
+            raise ValueError(f"{adv.shape[1]} advantage columns need as many reward weights, got {settings.adv_weights}")
+        terms = [term(adv[:, k]) for k in range(adv.shape[1])]
+        loss = sum(w * t for w, (t, _) in zip(settings.adv_weights, terms))
+        stats = terms[0][1]
+    kl = torch.zeros_like(out.log_prob)
+    if settings.beta_kl > 0:
+        if ref_policy is None:
+            raise ValueError("train.beta_kl > 0 needs a reference policy")
+        with torch.no_grad():
+            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                                    integer_timesteps=settings.integer_timesteps)
+            ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level,
+                                        kind=settings.kind, prev_sample=x_next)
+        kl = reference_kl(out, ref.mean, settings.kl_form)
+    total = loss + settings.beta_kl * kl
+    (total.sum() * (loss_scale * weight)).backward()
+    if weight == 0.0:
+        return CellStats(cells=n_all)
+    n = len(rows)
+    return CellStats(cells=n_all, loss=float(total.detach().sum()), approx_kl=float(stats.approx_kl) * n,
+                     clipfrac=float(stats.clipfrac) * n, kl=float(kl.detach().sum()),
+                     clipfrac_gt_one=float(stats.clipfrac_gt_one) * n,
+                     clipfrac_lt_one=float(stats.clipfrac_lt_one) * n, trained=n)

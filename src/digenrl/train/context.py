@@ -46,7 +46,7 @@ def sampler_settings(cfg: Config) -> SamplerSettings:
     s = cfg.sampler
     return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
                            eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
-                           integer_timesteps=s.integer_timesteps)
+                           integer_timesteps=s.integer_timesteps, record_means=cfg.train.algorithm == "grpo_guard")
 
 
 def loss_settings(cfg: Config) -> LossSettings:
@@ -65,6 +65,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         detach_uncond=t.cfg_detach_uncond,
         integer_timesteps=s.integer_timesteps,
         adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
+        algorithm=t.algorithm,
     )
 
 
