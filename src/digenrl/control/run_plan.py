@@ -13,7 +13,7 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
 * ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker.
 
-Sharded trainer pool (``train.sharding: fsdp``, DESIGN.md 2.3): a forward or backward of an FSDP module needs
+Sharded trainer pool (``train.sharding: fsdp``, docs/architecture.md): a forward or backward of an FSDP module needs
 every rank of its shard group, so the scheduler does not see the ranks: it sees one trainer per shard group
 (``shard0``; today all trainer ranks form one group) and every action of that trainer (a training chunk, a TAG
 or colocated fragment, a commit) is a collective action the executor runs on all the group's ranks

@@ -1,0 +1,61 @@
+"""I1 for train.algorithm=grpo_guard and mixgrpo: the Ray runtime, colocated and pipelined (gap_tsp_tag), ends with
+the single-process loop's parameters (the cases are few and tiny: the plain algorithm's I1 is test_invariance)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime_helpers import make_cfg
+
+RTOL = 1e-5
+RTOL_MINIBATCHES = 5e-5  # as test_invariance: off-policy minibatches amplify float noise of the fragments
+
+GUARD = ["train.algorithm=grpo_guard"]
+# 6 sampling steps: MixGRPO's window range is [0, 4); w = 2 moving every step: windows (0,1), (1,2), (2,3)
+MIX = ["train.algorithm=mixgrpo", "sampler.num_steps=6", "train.window_size=2", "train.window_shift_interval=1"]
+MINIBATCHES = ["train.minibatches_per_step=2", "train.inner_epochs=2"]
+
+CASES = {
+    "colocated-grpo_guard": ["runtime.trainers=1", *GUARD],
+    "gap_tsp_tag-grpo_guard-minibatches": [*GUARD, *MINIBATCHES],  # the ratio leaves 1: the recorded means count
+    "colocated-mixgrpo": ["runtime.trainers=1", *MIX],
+    "gap_tsp_tag-mixgrpo": MIX,
+}
+
+
+def _reference(tiny_model, run_dir, math):
+    from digenrl.train.context import build_context
+    from digenrl.train.loop import colocated_step
+
+    cfg = make_cfg(tiny_model, run_dir, *math)
+    ctx = build_context(cfg)
+    for k in range(cfg.steps):
+        colocated_step(ctx, k)
+    return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}
+
+
+def _rel_err(got: dict, ref: dict) -> float:
+    assert set(got) == set(ref)
+    return max(float((got[k] - ref[k]).norm() / ref[k].norm().clamp_min(1e-12)) for k in ref)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_algorithm_mode_matches_reference(case, ray_local, tiny_model, tmp_path):
+    from safetensors.torch import load_file
+
+    from digenrl.runtime.driver import run_disaggregated
+
+    mode = case.split("-")[0]
+    math = [o for o in CASES[case] if not o.startswith("runtime.")]
+    ref = _reference(tiny_model, tmp_path / "ref", math)
+    cfg = make_cfg(tiny_model, tmp_path / "run", f"runtime.mode={mode}", *CASES[case])
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == []
+    assert summary["version"] == cfg.steps
+    got = load_file(str(tmp_path / "run" / "checkpoint.safetensors"))
+    err = _rel_err(got, ref)
+    assert err <= (RTOL_MINIBATCHES if "minibatches" in case else RTOL), f"{case}: {err:.2e} from the reference"
+    assert _rel_err(load_file(str(tiny_model)), ref) > 100 * RTOL  # the weights really moved
+    # ... and the algorithm computes something else than plain Flow-GRPO with the same settings
+    plain = _reference(tiny_model, tmp_path / "plain", [o for o in math if not o.startswith("train.algorithm")])
+    assert _rel_err(plain, ref) > 100 * RTOL
