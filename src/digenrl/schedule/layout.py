@@ -81,7 +81,7 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
 
 
 def gang_size(pending: Sequence[tuple[int, int]], ranks: int) -> int:
-    """Gang TAG (DESIGN 2.3): how many of the ``pending`` fragments ((group, size) in dispatch order) the next
+    """Gang TAG (docs/architecture.md, "Sharded trainer pool"): how many of the ``pending`` fragments ((group, size) in dispatch order) the next
     TAG action of a trainer of ``ranks`` ranks takes: the leading run of fragments of the head fragment's group,
     at most ``ranks`` of them (a shard group's ranks generate them data-parallel inside one collective); 1 on a
     replicated rank. 0 when nothing is pending."""

@@ -123,10 +123,6 @@ class ModelPreset:
         return ARCHS[self.arch]
 
     @property
-    def params_b(self) -> float:
-        return self.archi.params / 1e9
-
-    @property
     def layers(self) -> int:
         return sum(n for n, kind in self.archi.attn if kind in ("joint", "img"))
 

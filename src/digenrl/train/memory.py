@@ -205,12 +205,6 @@ class MemoryPlan:
         rows.append(f"activations({cells} cells x {self.act_cell / GiB:.2f})={self.activations(cells) / GiB:.1f}")
         return ", ".join(rows) + f"; total {self.total(cells) / GiB:.1f} GiB"
 
-    def as_dict(self, cells: int) -> dict[str, float]:
-        """GiB per item plus activations and total (for reports and the simulator)."""
-        out = {k: v / GiB for k, v in self.items.items()}
-        return {**out, "activations": self.activations(cells) / GiB, "total": self.total(cells) / GiB,
-                "act_cell": self.act_cell / GiB}
-
 
 def _act_mode(p: PlanInputs) -> tuple[str, float]:
     """(coefficient set, bytes per activation element)."""
