@@ -157,7 +157,7 @@ def test_4xx_is_not_retried_and_5xx_is():
 
         def __call__(self, images, prompts):
             self.calls += 1
-            raise RuntimeError("kaput")
+            raise ConnectionError("kaput")  # a dependency down: transient (503), unlike an error on the input
 
     fn = MeanReward()
     with RewardServer(fn) as srv:

@@ -12,15 +12,23 @@ are reported by ``/health`` (``batch_sizes``). The response carries the total an
 (``parts``) of a weighted sum, so several rewards (each a model on this process's device) share one service.
 
 Isolation: if a batch of several requests fails, each request is scored again alone, so one bad request fails
-only itself. A reward that rejects its input (``ValueError``, ``KeyError``, ``TypeError``, e.g. a prompt
-without the metadata the reward needs) answers 422; any other failure 500 (which clients retry).
+only itself. A request the reward cannot score answers 422: any exception the reward raises on it alone (a
+prompt without the metadata the reward needs, a class index out of range, an image shape the model does not
+take: torch's ``RuntimeError``), since scoring it again would fail the same way and the client does not retry
+4xx. Only what a retry can fix answers 503, which clients retry: ``OSError`` (an unreachable dependency, e.g.
+a judge endpoint or a file system) and running out of memory (``MemoryError``, ``torch.OutOfMemoryError``).
 
-Hardening: the body is capped (``max_body_bytes``; larger -> drained without keeping it, then 413), every socket read has a
-timeout (``read_timeout``; a stalled or short body -> 408), and every malformed request (bad or missing
-Content-Length, invalid JSON, a field off the wire format) is answered 400 with a short message -- the
-connection is never dropped without a response. With ``token`` set, ``POST /score`` requires
-``Authorization: Bearer <token>`` (401 otherwise); ``digenrl reward-serve`` refuses to bind beyond loopback
-without a token unless ``--allow-unauthenticated`` is given.
+Hardening: the body is capped (``max_body_bytes``; larger -> drained without keeping it, then 413); a whole
+request (request line, headers and body) must arrive within ``read_timeout`` seconds of its first byte (or of
+the connection's previous answer), else it is answered 408 and the connection closed, however slowly the bytes
+keep coming (a per-read timeout alone would let a client trickling one byte a second hold its thread forever);
+at most ``max_connections`` connections are served at once and one beyond them is answered 503 and closed at
+once, so a slow client holds one bounded slot for at most ``read_timeout`` seconds, never the scoring thread.
+Every malformed request (bad or missing Content-Length, invalid JSON, a field off the wire format) is answered
+400 with a short message -- the connection is never dropped without a response. With ``token`` set, ``POST
+/score`` requires ``Authorization: Bearer <token>`` (401 otherwise); ``digenrl reward-serve`` takes it from
+``--token-file`` or ``$DIGENRL_REWARD_TOKEN`` (``--token`` works but shows in ``ps``) and refuses to bind
+beyond loopback without a token unless ``--allow-unauthenticated`` is given.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -44,7 +53,11 @@ from typing import Any, Sequence
 import torch
 
 DEFAULT_MAX_BODY = 256 * 2**20
+DEFAULT_MAX_CONNECTIONS = 64
 INPUT_ERRORS = (ValueError, KeyError, TypeError)
+TRANSIENT_ERRORS = (OSError, MemoryError, torch.OutOfMemoryError)  # 503: a retry can fix these; anything else 422
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+         b"Content-Length: 57\r\n\r\n" + b'{"error": "busy: every connection slot is held; retry"}  ')
 
 from digenrl.rewards import wire
 from digenrl.rollout.records import Prompt
@@ -146,7 +159,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.timeout = self.server.read_timeout  # StreamRequestHandler applies it to every socket read
+        self.reaped = False  # the whole-request deadline passed: the reaper answered 408 and shut the socket
         super().setup()
+
+    def handle_one_request(self) -> None:
+        self.server.arm(self)  # the whole request must arrive within read_timeout from here
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.disarm(self)
+        if self.reaped:
+            self.close_connection = True
+
+    def _received(self) -> bool:
+        """The request is in (headers, and the body if any): stop its deadline; False if it already passed."""
+        if not self.server.disarm(self):
+            self.close_connection = True
+            return False
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
@@ -163,6 +193,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
+        if not self._received():
+            return
         if self.path.rstrip("/") != "/health":
             self._reply(404, {"error": f"unknown path {self.path[:100]!r}; use POST /score or GET /health"})
             return
@@ -197,8 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
                 chunks.append(chunk)
                 left -= len(chunk)
         except (TimeoutError, OSError):
-            self._reply(408, {"error": f"bad request: body not received within {self.server.read_timeout:g}s"},
-                        close=True)  # fmt: skip
+            if self._received():
+                self._reply(408, {"error": f"bad request: body not received within {self.server.read_timeout:g}s"},
+                            close=True)  # fmt: skip
+            return None
+        if not self._received():  # the deadline passed while the body was read: answered 408 already
             return None
         if left:
             self._reply(400, {"error": f"bad request: body ended {left} bytes short of Content-Length"}, close=True)
@@ -223,13 +258,17 @@ class _Handler(BaseHTTPRequestHandler):
         return hmac.compare_digest(got.encode(), f"Bearer {token}".encode())
 
     def do_POST(self) -> None:  # noqa: N802
+        if self.reaped:
+            return
         if self.path.rstrip("/") != "/score":
+            self._received()
             self._reply(404, {"error": f"unknown path {self.path[:100]!r}; use POST /score"}, close=True)
             return
         if not self._authorised():
+            self._received()
             self._reply(401, {"error": "unauthorised: missing or wrong bearer token"}, close=True)
             return
-        body = self._read_body()
+        body = self._read_body() if not self.reaped else None
         if body is None:
             return
         try:
@@ -245,11 +284,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(503, {"error": f"reward {self.server.reward_name} did not answer within "
                                        f"{self.server.request_timeout:g}s"})  # fmt: skip
             return
-        except INPUT_ERRORS as e:
-            self._reply(422, {"error": f"reward {self.server.reward_name} rejected the request: {str(e)[:300]}"})
+        except TRANSIENT_ERRORS as e:  # a retry can fix it (the client retries 5xx)
+            self._reply(503, {"error": f"reward {self.server.reward_name} failed: {repr(e)[:300]}"})
             return
-        except Exception as e:
-            self._reply(500, {"error": f"reward {self.server.reward_name} failed: {repr(e)[:300]}"})
+        except Exception as e:  # raised on this request alone: scoring it again fails alike (not retried)
+            self._reply(422, {"error": f"reward {self.server.reward_name} rejected the request: {repr(e)[:300]}"})
             return
         self._reply(200, {"scores": total.tolist(), "parts": {k: v.tolist() for k, v in parts.items()}})
 
@@ -263,15 +302,90 @@ class _Server(ThreadingHTTPServer):
     max_body_bytes: int
     token: str | None
 
+    def setup_bounds(self, max_connections: int) -> None:
+        self.max_connections = max_connections
+        self.open_connections = 0
+        self._lock = threading.Lock()
+        self._armed: dict[_Handler, float] = {}  # handler -> deadline of the request it is reading
+        self._closing = threading.Event()
+        self._reaper = threading.Thread(target=self._reap, name="reward-reaper", daemon=True)
+        self._reaper.start()
+
+    # ---- bounded connections ----
+    def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        with self._lock:
+            busy = self.open_connections >= self.max_connections
+            if not busy:
+                self.open_connections += 1
+        if busy:  # answered at once on the accepting thread (no thread started)
+            try:
+                request.sendall(_BUSY)
+                request.shutdown(socket.SHUT_WR)
+                request.settimeout(0.05)
+                request.recv(65536)  # what the client sent already, so close() sends no reset over the answer
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self.open_connections -= 1
+
+    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        pass  # a socket the reaper shut, or a client gone: nothing to report
+
+    # ---- whole-request deadline ----
+    def arm(self, h: "_Handler") -> None:
+        with self._lock:
+            self._armed[h] = time.monotonic() + self.read_timeout
+
+    def disarm(self, h: "_Handler") -> bool:
+        """Stop ``h``'s deadline; False if the reaper got there first (it answered 408)."""
+        with self._lock:
+            return self._armed.pop(h, None) is not None and not h.reaped
+
+    def _reap(self) -> None:
+        tick = min(0.1, self.read_timeout / 4)
+        while not self._closing.wait(tick):
+            now = time.monotonic()
+            with self._lock:
+                late = [h for h, t in self._armed.items() if t <= now]
+                for h in late:
+                    del self._armed[h]
+                    h.reaped = True
+            for h in late:
+                body = json.dumps({"error": f"bad request: the request did not arrive within "
+                                            f"{self.read_timeout:g}s"}).encode()  # fmt: skip
+                try:
+                    h.connection.settimeout(1.0)
+                    h.connection.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                except OSError:
+                    pass
+                try:
+                    h.connection.shutdown(socket.SHUT_RDWR)  # the handler's blocked read returns; its thread ends
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
+
 
 class RewardServer:
     """An in-process reward service (``start()`` / ``stop()``); ``port=0`` picks a free port."""
 
     def __init__(self, fn, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32, max_wait: float = 0.01,
                  request_timeout: float = 600.0, read_timeout: float = 30.0, max_body_bytes: int = DEFAULT_MAX_BODY,
-                 token: str | None = None):  # fmt: skip
-        if read_timeout <= 0 or request_timeout <= 0 or max_body_bytes < 1:
-            raise ValueError("reward service: need read_timeout > 0, request_timeout > 0, max_body_bytes >= 1")
+                 token: str | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS):  # fmt: skip
+        if read_timeout <= 0 or request_timeout <= 0 or max_body_bytes < 1 or max_connections < 1:
+            raise ValueError("reward service: need read_timeout > 0, request_timeout > 0, max_body_bytes >= 1, "
+                             "max_connections >= 1")
         self.httpd = _Server((host, port), _Handler)
         self.httpd.batcher = RequestBatcher(fn, max_batch, max_wait)
         self.httpd.reward_name = getattr(fn, "name", type(fn).__name__)
@@ -279,12 +393,17 @@ class RewardServer:
         self.httpd.read_timeout = float(read_timeout)
         self.httpd.max_body_bytes = int(max_body_bytes)
         self.httpd.token = token or None
+        self.httpd.setup_bounds(int(max_connections))
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}"
+
+    @property
+    def open_connections(self) -> int:
+        return self.httpd.open_connections
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -308,14 +427,14 @@ class RewardServer:
 
 
 def _parse_options(items: Sequence[str]) -> dict[str, Any]:
-    import yaml
+    from digenrl.config import safe_yaml_load
 
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--option {item!r} must look like key=value")
         k, v = item.split("=", 1)
-        out[k] = yaml.safe_load(v) if v else ""
+        out[k] = safe_yaml_load(v) if v else ""
     return out
 
 
@@ -343,15 +462,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-wait-ms", type=float, default=10.0,
                     help="ms a request waits for others to batch with (default 10)")
     ap.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY / 2**20, help="request body cap (larger bodies are drained and answered 413)")
-    ap.add_argument("--read-timeout", type=float, default=30.0, help="seconds per socket read (408 when exceeded)")
-    ap.add_argument("--token", default=None,
-                    help="shared token required as 'Authorization: Bearer ...' (default: $DIGENRL_REWARD_TOKEN)")
+    ap.add_argument("--read-timeout", type=float, default=30.0,
+                    help="seconds a whole request may take to arrive (408 when exceeded)")
+    ap.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                    help="connections served at once (one more is answered 503 at once)")
+    tok = ap.add_mutually_exclusive_group()
+    tok.add_argument("--token-file", default=None,
+                     help="file holding the shared token required as 'Authorization: Bearer ...'")
+    tok.add_argument("--token", default=None,
+                     help="the token itself (visible in ps; prefer --token-file or $DIGENRL_REWARD_TOKEN)")
     ap.add_argument("--allow-unauthenticated", action="store_true",
                     help="serve beyond loopback without a token (not recommended)")
     args = ap.parse_args(argv)
     token = args.token or os.environ.get("DIGENRL_REWARD_TOKEN") or None
+    if args.token_file is not None:
+        try:
+            token = open(args.token_file, encoding="utf-8").read().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"error: --token-file {args.token_file!r} cannot be read: {getattr(e, 'strerror', None) or e}",
+                  flush=True)  # fmt: skip
+            return 2
+        if not token:
+            print(f"error: --token-file {args.token_file!r} is empty", flush=True)
+            return 2
     if not token and not args.allow_unauthenticated and not _is_loopback(args.host):
-        print(f"error: --host {args.host} serves beyond loopback: set --token (or DIGENRL_REWARD_TOKEN) and the "
+        print(f"error: --host {args.host} serves beyond loopback: set --token-file (or DIGENRL_REWARD_TOKEN) and the "
               "same token in reward.remote.token, or pass --allow-unauthenticated", flush=True)  # fmt: skip
         return 2
     try:
@@ -364,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         fn = build_weighted(spec)
         server = RewardServer(fn, args.host, args.port, args.max_batch, args.max_wait_ms / 1000.0,
                               read_timeout=args.read_timeout, max_body_bytes=int(args.max_body_mb * 2**20),
-                              token=token)  # fmt: skip
+                              token=token, max_connections=args.max_connections)  # fmt: skip
     except (ValueError, OSError) as e:
         print(f"error: {e}", flush=True)
         return 2
