@@ -176,3 +176,17 @@ def test_plan_reports_colocated_on_the_same_workers(tmp_path, capsys):
     assert main(argv) == 0  # the text report: a warning on stderr exactly when colocated is faster
     err = capsys.readouterr().err
     assert ("WARNING: colocated is predicted faster" in err) == co["faster"]
+
+
+def test_a_large_space_descends_only_on_the_best_splits(tmp_path, capsys):
+    """Beyond --exhaustive every split is probed once at the config's values; only --descend-splits of them
+    get the coordinate descent (so fewer probes than the exhaustive sweep, every split still priced)."""
+    prof = _profile(tmp_path)
+    base = ["--config", "default", "--profile", str(prof), *_sets()]
+    full = _run(capsys, base + ["--out", str(tmp_path / "a.yaml")])
+    cut = _run(capsys, base + ["--out", str(tmp_path / "b.yaml"), "--exhaustive", "1", "--descend-splits", "1"])
+    assert set(cut["best_per_split_s"]) == set(full["best_per_split_s"]) == {"1+2", "2+1"}
+    assert cut["probes"] < full["probes"]
+    assert cut["best"]["step_time_s"] >= full["best"]["step_time_s"] * (1 - 1e-12)  # never better than exhaustive
+    assert main(base + ["--out", str(tmp_path / "c.yaml"), "--descend-splits", "0"]) == 2
+    assert "--descend-splits" in capsys.readouterr().err

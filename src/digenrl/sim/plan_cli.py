@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--probe-steps", type=int, default=4, help="steps per probe (>= 4; default 4)")
     ap.add_argument("--exhaustive", type=int, default=64,
                     help="per split, probe every combination when there are at most this many (default 64)")
+    ap.add_argument("--descend-splits", type=int, default=3,
+                    help="beyond --exhaustive: the splits (best at the config's own values) that get the coordinate "
+                         "descent (default 3)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, the same as --set KEY=VALUE")
     return ap
@@ -89,6 +92,8 @@ def plan_from_args(args):
         raise PlanCliError(f"--probe-steps: must be >= 4 for a stable steady step time (got {args.probe_steps})")
     if args.exhaustive < 1:
         raise PlanCliError(f"--exhaustive: must be >= 1 (got {args.exhaustive})")
+    if args.descend_splits < 1:
+        raise PlanCliError(f"--descend-splits: must be >= 1 (got {args.descend_splits})")
     out = Path(args.out)
     if not out.parent.is_dir():
         raise PlanCliError(f"--out: directory {str(out.parent)!r} does not exist")
@@ -103,7 +108,7 @@ def plan_from_args(args):
         cost_of, fit, source = _testbed_costs(cfg, args.testbed, workers, trained)
     with _progress(args) as tick:
         res = search(cfg, workers, cost_of, probe_steps=args.probe_steps, exhaustive=args.exhaustive, fit=fit,
-                     progress=tick(cfg.runtime.mode))
+                     progress=tick(cfg.runtime.mode), descend_splits=args.descend_splits)
         if cfg.runtime.mode != "colocated":  # the baseline on the same workers, planned the same way
             coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
                 update={"mode": "colocated", "generators": 1, "trainers": workers})})

@@ -9,8 +9,9 @@ Candidates of a mode with W workers (``candidates_of_split``):
   (``train.memory.check_config`` with ``train.memory_gb``; no check when the config sets none);
 * stale cap (``full`` only): {0, 0.25, 0.5}.
 
-Per split the product is probed exhaustively when it has at most ``exhaustive`` members, else by coordinate
-descent from the config's own values (fragment, then chunk, then stale cap, then fragment again). A probe is
+Per split the product is probed exhaustively when it has at most ``exhaustive`` members; else every split is
+probed once at the config's own values and the ``descend_splits`` (3) fastest of them get a coordinate descent
+from there (fragment, then chunk, then stale cap, then fragment again). A probe is
 ``plan_run`` of the candidate config (the plan ``digenrl train`` would execute) with ``steps`` = the probe
 length, simulated by ``sim.executor.simulate``; its figure is the steady step time (first publish to last,
 over steps - 1 intervals: no pipeline fill). The plan is the probe with the smallest figure (ties: the
@@ -155,7 +156,8 @@ def _fits(cfg) -> bool:
 
 def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_steps: int = 4,
            exhaustive: int = 64, fit: Callable | None = None,
-           progress: Callable[[int, str, float], None] | None = None, robust: bool = True) -> SearchResult:
+           progress: Callable[[int, str, float], None] | None = None, robust: bool = True,
+           descend_splits: int = 3) -> SearchResult:
     """The fastest candidate of ``cfg.runtime.mode`` on ``workers`` workers (module docstring).
 
     ``cost_of(n_gen, n_train)`` returns a ``CostModel`` or a refusal reason; ``fit(cfg)`` adjusts a candidate
@@ -194,6 +196,10 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
         seen[c] = p
         return p
 
+    start = (min(cfg.runtime.fragment_size, G) if G % cfg.runtime.fragment_size == 0 else 1,
+             chunks[0] if (cfg.train.chunk_generations, cfg.train.chunk_timesteps) not in chunks
+             else (cfg.train.chunk_generations, cfg.train.chunk_timesteps), stales[0])
+    descend = []
     for g, t in splits_of(mode, workers):
         cost = cost_of(g, t)
         if isinstance(cost, str):
@@ -206,9 +212,12 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
                     for st in stales:
                         probe(Candidate(g, t, f, ch, st))
             continue
-        cur = Candidate(g, t, min(cfg.runtime.fragment_size, G) if G % cfg.runtime.fragment_size == 0 else 1,
-                        chunks[0] if (cfg.train.chunk_generations, cfg.train.chunk_timesteps) not in chunks
-                        else (cfg.train.chunk_generations, cfg.train.chunk_timesteps), stales[0])
+        first = probe(Candidate(g, t, *start))  # every split once at the config's own values ...
+        descend.append((first.step_time if first is not None else float("inf"), g, t))
+    # ... and the coordinate descent on the ``descend_splits`` best of them (a large space: most splits are far
+    # off at any setting, and the neighbouring-split check below still probes around the best)
+    for _, g, t in sorted(descend)[:descend_splits]:
+        cur = Candidate(g, t, *start)
         for axis in ("fragment_size", "chunk", "max_stale_fraction", "fragment_size"):
             values = {"fragment_size": frags, "chunk": chunks, "max_stale_fraction": stales}[axis]
             tried = [(probe(replace(cur, **{axis: v})), v) for v in values]
