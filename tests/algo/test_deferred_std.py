@@ -1,63 +1,61 @@
-"""Deferred global std: training with a provisional scale and rescaling the gradient at commit equals training
-with the step's global std (when the module's exactness conditions hold)."""
+"""The pure math of deferred step-wide advantages (``algo.deferred_std``): the provisional terms combined with the
+commit's coefficients hold the reference's unclipped advantages, and the correction flags mark exactly the
+samples where the held value is not the final advantage. (The gradient itself: tests/train/test_deferred_round.py.)"""
 
-import copy
+from __future__ import annotations
 
 import pytest
 import torch
 
 from digenrl.algo.advantage import group_advantages
-from digenrl.algo.deferred_std import plan_rescale, provisional_advantages
-from digenrl.algo.timesteps import select_timesteps
-from digenrl.rollout.sampler import SamplerSettings
-from digenrl.tasks.digits import DigitsTask
-from digenrl.train.chunk_loss import LossSettings
-from digenrl.train.step_work import generate, split_groups, train_group
-from digenrl.train.transaction import GradientTransaction
+from digenrl.algo.deferred_std import (AdvOptions, corrections, head_coefficients, implied, provisional_terms,
+                                       step_scale)
+
+REWARDS = torch.tensor([[0.5, 0.5, 0.5, 0.5], [0.0, 0.25, 0.5, 0.25], [0.75, 1.0, 0.5, 0.75]], dtype=torch.float64)
 
 
-def _batch(policy):
-    prompts = DigitsTask().train_prompts(0, 3, seed=0)
-    rep = [p for p in prompts for _ in range(4)]
-    gens = [g for _ in prompts for g in range(4)]
-    b = generate(policy, rep, gens, step=0, run_seed=1, version=0, settings=SamplerSettings(num_steps=4, noise_level=0.8),
-                 plan=select_timesteps(4, fraction=0.5))
-    b.rewards = torch.rand(len(b), generator=torch.Generator().manual_seed(3))
-    return b
+def _reference(opts: AdvOptions, clip: float):
+    ids = torch.arange(3).repeat_interleave(4)
+    a, _ = group_advantages(REWARDS.flatten(), ids, std_mode=opts.std_mode, baseline=opts.baseline, eps=opts.eps,
+                            adv_clip_max=clip, unbiased=opts.unbiased)
+    return a.reshape(3, 4)
 
 
-def _train(policy, batch, adv, grad_scale, clip):
-    opt = torch.optim.SGD(policy.parameters(), lr=0.1)  # not scale-invariant (Adam nearly is), so the factor shows
-    tx = GradientTransaction(policy.parameters(), opt, max_grad_norm=None)
-    batch.advantages = adv
-    tx.begin(0)
-    for g in split_groups(batch):
-        train_group(policy, g, settings=LossSettings(noise_level=0.8, clip_range=clip), loss_scale=1 / (len(batch) * 2),
-                    chunk_generations=4, chunk_timesteps=2)
-    tx.commit(grad_scale=grad_scale)
-    return {n: p.detach().clone() for n, p in policy.named_parameters()}
+@pytest.mark.parametrize("std_mode,baseline", [("global", "group"), ("group", "batch"), ("global", "batch")])
+@pytest.mark.parametrize("b0", [0.25, 0.6])
+def test_held_advantages_are_the_reference_unclipped_ones(std_mode, baseline, b0):
+    opts = AdvOptions(std_mode, baseline, clip=0.8)
+    lam, mean = step_scale(REWARDS.flatten(), opts)
+    coef = head_coefficients(opts, lam, mean, b0)
+    final, unclipped = _reference(opts, 0.8), _reference(opts, float("inf"))
+    flags = []
+    for g in range(3):
+        terms = provisional_terms(REWARDS[g], opts, b0, spread=1.0)
+        if not terms.late:
+            torch.testing.assert_close(implied(terms, coef), unclipped[g].double(), rtol=1e-6, atol=1e-6)
+        c = corrections(terms, final[g], unclipped[g], coef, opts)
+        clipped = final[g] != unclipped[g]
+        assert torch.equal(c.whole, clipped | (c.kl != 0))
+        assert torch.equal(c.held[~c.whole], c.final[~c.whole])  # no correction coefficient where none is due
+        flags.append(c)
+    assert any(bool(c.whole.any()) for c in flags)
+    if baseline == "batch":  # a tie of the step's mean (0.5) counts as zero at the end: its KL is removed
+        assert all(bool((c.kl[REWARDS[g] == 0.5] == -1).all()) for g, c in enumerate(flags) if not
+                   provisional_terms(REWARDS[g], opts, b0, 1.0).late)
+    else:  # with the group baseline a zero stays zero at every scale: nothing to remove
+        assert all(bool((c.kl == 0).all()) for c in flags)
 
 
-def test_provisional_scale_then_rescale_equals_global_std(tiny_policy):
-    batch = _batch(tiny_policy)
-    lam0 = 1.7  # e.g. from the previous step
-    plan = plan_rescale(batch.rewards, batch.uids, lam0)
-    assert plan.exact, plan.reason
-    ref_adv, _ = group_advantages(batch.rewards, batch.uids, std_mode="global")
-    lam = 1 / (float(batch.rewards.double().std(unbiased=False)) + 1e-4)
-    assert plan.grad_scale == pytest.approx(lam / lam0)
-    ref = _train(copy.deepcopy(tiny_policy), batch, ref_adv, 1.0, 0.2)
-    got = _train(copy.deepcopy(tiny_policy), batch, provisional_advantages(batch.rewards, batch.uids, lam0, 5.0),
-                 plan.grad_scale, 0.2)
-    for n in ref:
-        torch.testing.assert_close(got[n], ref[n], rtol=1e-5, atol=1e-7)
+def test_zero_advantages_are_filtered_provisionally_only_with_the_group_baseline():
+    tie = REWARDS[0]
+    assert not provisional_terms(tie, AdvOptions("global", "group")).keep.any()
+    assert provisional_terms(tie, AdvOptions("global", "batch"), b0=0.3).keep.all()
+    assert provisional_terms(tie, AdvOptions("global", "group", filter_zero=False)).keep.all()
 
 
-def test_rescale_is_reported_inexact_when_clipped_or_kl():
-    r = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.5, 0.5])
-    gid = torch.tensor([0, 0, 0, 0, 1, 1])
-    assert not plan_rescale(r, gid, 100.0).exact  # lambda_0 * 0.75 > 5: clipped at the provisional scale
-    assert not plan_rescale(r, gid, 1.0, beta_kl=0.01).exact
-    assert plan_rescale(r, gid, 1.0).exact
-    with pytest.raises(ValueError):
-        plan_rescale(r, gid, 0.0)
+def test_a_tied_group_with_group_std_and_batch_baseline_is_late():
+    """w_g = 1 / eps for a tie: its coefficients would cancel in float32, so it trains at the commit."""
+    opts = AdvOptions("group", "batch", clip=5.0)
+    t = provisional_terms(REWARDS[0], opts, b0=0.25, spread=1.0)
+    assert t.late and not t.keep.any()
+    assert not provisional_terms(REWARDS[1], opts, b0=0.25, spread=1.0).late

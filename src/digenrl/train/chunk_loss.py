@@ -115,37 +115,17 @@ def train_cells(
         rows, tpos = rows[keep], tpos[keep]
     if settings.algorithm == "grpo_guard":
         return _train_guard(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
-    device = next(policy.parameters()).device
-    x = group.latents[rows, tpos].to(device)
-    x_next = group.next_latents[rows, tpos].to(device)
-    old_logp = group.log_probs[rows, tpos].to(device)
-    adv = group.advantages[rows].to(device)
-    step_idx = group.trained_steps[tpos]
-    sigma = group.sigmas[step_idx].to(device)
-    sigma_next = group.sigmas[step_idx + 1].to(device)
-    cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
-
-    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
-    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
+    log_prob, old_logp, kl = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy)
+    adv = group.advantages[rows].to(log_prob.device)
     clip = dict(clip_low=settings.clip_low, clip_high=settings.clip_high)
     if adv.ndim == 1:
-        loss, stats = clipped_policy_loss(out.log_prob, old_logp, adv, settings.clip_range, **clip)
+        loss, stats = clipped_policy_loss(log_prob, old_logp, adv, settings.clip_range, **clip)
     else:  # DanceGRPO's multi-reward loss: each reward's own clipped term, weighted
         if settings.adv_weights is None or len(settings.adv_weights) != adv.shape[1]:
             raise ValueError(f"{adv.shape[1]} advantage columns need as many reward weights, got {settings.adv_weights}")
-        terms = [clipped_policy_loss(out.log_prob, old_logp, adv[:, k], settings.clip_range, **clip) for k in range(adv.shape[1])]
+        terms = [clipped_policy_loss(log_prob, old_logp, adv[:, k], settings.clip_range, **clip) for k in range(adv.shape[1])]
         loss = sum(w * term for w, (term, _) in zip(settings.adv_weights, terms))
         stats = terms[0][1]
-    kl = torch.zeros_like(loss)
-    if settings.beta_kl > 0:
-        if ref_policy is None:
-            raise ValueError("train.beta_kl > 0 needs a reference policy")
-        with torch.no_grad():
-            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                                    integer_timesteps=settings.integer_timesteps)
-            ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
-        kl = reference_kl(out, ref.mean, settings.kl_form)
     total = loss + settings.beta_kl * kl
     (total.sum() * (loss_scale * weight)).backward()
     if weight == 0.0:
@@ -161,6 +141,36 @@ def train_cells(
         clipfrac_lt_one=float(stats.clipfrac_lt_one) * n,
         trained=n,
     )
+
+
+def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, *,
+                 settings: LossSettings, ref_policy: Policy | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log p_theta, log p_old, KL to the reference) of the cells (``rows`` of ``group``, trained positions
+    ``tpos``), one forward of the packed batch; KL is 0 when ``beta_kl`` is 0. Shared by ``train_cells`` and
+    the deferred heads of ``train.loss_scale``."""
+    device = next(policy.parameters()).device
+    x = group.latents[rows, tpos].to(device)
+    x_next = group.next_latents[rows, tpos].to(device)
+    old_logp = group.log_probs[rows, tpos].to(device)
+    step_idx = group.trained_steps[tpos]
+    sigma = group.sigmas[step_idx].to(device)
+    sigma_next = group.sigmas[step_idx + 1].to(device)
+    cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
+
+    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
+    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
+    kl = torch.zeros_like(out.log_prob)
+    if settings.beta_kl > 0:
+        if ref_policy is None:
+            raise ValueError("train.beta_kl > 0 needs a reference policy")
+        with torch.no_grad():
+            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                                    integer_timesteps=settings.integer_timesteps)
+            ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
+        kl = reference_kl(out, ref.mean, settings.kl_form)
+    return out.log_prob, old_logp, kl
 
 
 def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, n_all: int,

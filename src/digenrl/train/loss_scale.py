@@ -1,0 +1,308 @@
+"""The normalisation of a round's gradient, in one place: the reference loop, the Ray trainer ranks and the FSDP
+ranks all take it from here; the controller only moves the rewards (plain numbers) to the trainers.
+
+For a round (one commit) over the groups of a minibatch, with S trained timesteps::
+
+    grad = (1 / kept) sum_{cells of kept samples} grad (1 / S) [ max(-A r, -A clip(r)) + beta KL ]
+
+``LossScale.cell`` is the factor of every cell at its backward (1 / S, times the rank weight of a sharded pool:
+0 for the throw-away cell of a rank with no share, ``sharding.rank_cells``); ``LossScale.commit`` the factor at
+the commit (1 / kept, the round's trajectories that count in the mean: all of them, or those with a non-zero
+advantage under ``train.filter_zero_advantage``). The final advantages come from ``step_advantages``: the
+rewards of the step's complete groups (group index -> rewards in generation order, as the controller collects
+them) normalised exactly as the reference loop normalises its batch (``step_work.assign_advantages``).
+
+Step-wide statistics (``train.std_mode=global``, ``train.adv_baseline=batch``) in a pipelined mode: a round
+that starts before every reward of its step is in is trained by a ``DeferredRound`` with provisional terms
+and separate gradient accumulators, combined at the commit with the step's scale, plus a correction pass
+(the formulas are in ``algo.deferred_std``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Iterable, Mapping, Sequence
+
+import torch
+
+from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head_coefficients, provisional_terms,
+                                       sign, step_scale)
+from digenrl.algo.loss import clipped_policy_loss
+from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward
+from digenrl.train.step_work import advantage_options, assign_advantages, kept_count
+
+Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
+Parts = Mapping[int, Mapping[str, Sequence[float]]]  # group index -> reward part -> values
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """The loss scale of one round (module docstring)."""
+
+    num_trained: int   # S
+    kept: int = 0      # trajectories of the round that count in the mean (0 while not known yet)
+
+    def cell(self, weight: float = 1.0) -> float:
+        """The factor of each cell's loss at its backward."""
+        return weight / self.num_trained
+
+    @property
+    def commit(self) -> float:
+        """The factor of the accumulated gradient at the commit."""
+        return 1.0 / max(self.kept, 1)
+
+
+def loss_scale(num_trained: int, advantages: Iterable[torch.Tensor] = (), filter_zero: bool = True) -> LossScale:
+    """The loss scale of a round whose groups have the (final) ``advantages``."""
+    return LossScale(num_trained, sum(kept_count(a, filter_zero) for a in advantages))
+
+
+def adv_options(train_cfg) -> AdvOptions:
+    t = train_cfg
+    return AdvOptions(t.std_mode, t.adv_baseline, t.adv_eps, t.adv_clip_max, t.adv_std_unbiased,
+                      t.filter_zero_advantage)
+
+
+def step_advantages(rewards: Rewards, train_cfg, parts: Parts | None = None, *,
+                    clip: float | None = None) -> dict[int, torch.Tensor]:
+    """The advantages of the complete groups in ``rewards`` (group -> [G] or [G, K] per reward part), computed
+    as the reference loop computes them over its batch (the groups in index order); ``clip`` overrides
+    ``train.adv_clip_max`` (``inf``: the unclipped values). Step-wide statistics need every group of the step
+    in ``rewards``."""
+    groups = sorted(rewards)
+    r = torch.tensor([float(x) for g in groups for x in rewards[g]], dtype=torch.float64)
+    ids = torch.tensor([g for g in groups for _ in rewards[g]], dtype=torch.long)
+    names = sorted({k for g in groups for k in (parts or {}).get(g, {})})
+    batch = SimpleNamespace(rewards=r, uids=ids, reward_parts={
+        k: torch.tensor([float(x) for g in groups for x in parts[g][k]], dtype=torch.float64) for k in names})
+    opts = advantage_options(train_cfg)
+    if clip is not None:
+        opts["adv_clip_max"] = clip
+    assign_advantages(batch, **opts)
+    out, i = {}, 0
+    for g in groups:
+        out[g] = batch.advantages[i: i + len(rewards[g])]
+        i += len(rewards[g])
+    return out
+
+
+def _branch(log_prob, old_logp, s: torch.Tensor, settings: LossSettings) -> torch.Tensor:
+    """ℓ^s per cell: the clipped loss per unit advantage on branch s (+-1): s max(-s r, -s clip(r))."""
+    loss, _ = clipped_policy_loss(log_prob, old_logp, s, settings.clip_range, clip_low=settings.clip_low,
+                                  clip_high=settings.clip_high)
+    return s * loss
+
+
+@dataclass
+class _Sums:
+    """Detached per-sample sums over the cells a rank trained (the commit's loss statistics)."""
+
+    cells: int = 0
+    plus: float = 0.0    # sum of ℓ^+
+    minus: float = 0.0   # sum of ℓ^-
+    kl: float = 0.0
+    approx_kl: float = 0.0
+    clipfrac: float = 0.0
+    gt: float = 0.0
+    lt: float = 0.0
+
+
+@dataclass
+class DeferredRound:
+    """A round trained before its step's rewards are all in (``algo.deferred_std``).
+
+    ``known``: the step's rewards known when the round starts on this rank (``b0`` = their mean, the provisional
+    baseline of ``adv_baseline=batch``). ``train`` accumulates a chunk into the heads; ``finish`` (at the commit,
+    every reward in) leaves the combined gradient, correction included, in the parameters' ``.grad`` and
+    returns the rank's loss statistics with the final advantages. On a sharded pool both are collectives of
+    the shard group: its ranks get the same calls with the same arguments, so they take the same decisions and
+    run the same forwards and backwards (``finish`` agrees on the number of correction forwards first)."""
+
+    opts: AdvOptions
+    settings: LossSettings
+    params: list
+    known: Rewards
+    b0: float = 0.0
+    spread: tuple[float, float] = (float("inf"), float("-inf"))  # min, max of the known rewards
+    heads: dict = field(default_factory=dict)       # head name -> [grad per parameter]
+    terms: dict = field(default_factory=dict)       # group -> GroupTerms
+    trained: dict = field(default_factory=dict)     # group -> [(generation, trained position)] trained here
+    late: dict = field(default_factory=dict)        # group -> cells of a late group assigned here (trained at commit)
+    outside: set = field(default_factory=set)       # (group, generation, position): ratio left the clip interval
+    sums: dict = field(default_factory=dict)        # (group, generation) -> _Sums
+
+    def __post_init__(self):
+        known = [float(x) for g in sorted(self.known) for x in self.known[g]]
+        if known:
+            self.spread = (min(known), max(known))
+        if self.opts.baseline == "batch" and known:
+            self.b0 = float(torch.tensor(known, dtype=torch.float64).mean())
+
+    @property
+    def head_names(self) -> tuple[str, ...]:
+        """"p" (x Λ at the commit; with std_mode=group Λ = 1 and it holds the KL too), "q" (batch baseline,
+        x Λ (b0 - m_B)), "kl" (std_mode=global and beta > 0, x 1): the same on every rank."""
+        names = ["p"]
+        if self.opts.baseline == "batch":
+            names.append("q")
+        if self.opts.std_mode == "global" and self.settings.beta_kl > 0:
+            names.append("kl")
+        return tuple(names)
+
+    def group_terms(self, group: int, rewards: Sequence[float]) -> GroupTerms:
+        if group not in self.terms:
+            r = [float(x) for x in rewards]
+            spread = max(self.spread[1], *r) - min(self.spread[0], *r)
+            self.terms[group] = provisional_terms(torch.tensor(r, dtype=torch.float64), self.opts, self.b0, spread)
+        return self.terms[group]
+
+    def train(self, policy, batch, group: int, rewards: Sequence[float], cells: Sequence[tuple[int, int]], *,
+              loss_scale: float, ref_policy=None, collective: bool = False) -> CellStats:
+        """Accumulate ``cells`` (generation, trained position) of ``group`` (``batch``, its rewards in generation
+        order) into the heads; ``loss_scale`` 0: a rank's throw-away share of a collective chunk. The loss
+        statistics come with the commit (``finish``)."""
+        terms = self.group_terms(group, rewards)
+        if terms.late:  # trained in the correction pass (on every rank of a shard group alike)
+            if loss_scale > 0:
+                self.late.setdefault(group, []).extend(cells)
+            return CellStats(cells=len(cells))
+        mine = [c for c in cells if terms.keep[c[0]]]
+        weight = 1.0
+        if not mine:
+            if not collective:
+                return CellStats(cells=len(cells))
+            mine, weight = list(cells[:1]), 0.0  # joins the collectives, adds 0
+        scale = loss_scale * weight
+        self._accumulate(policy, batch, group, mine, scale, ref_policy, record=scale > 0)
+        return CellStats(cells=len(cells))
+
+    def _rows(self, batch, cells):
+        row_of = {int(g): r for r, g in enumerate(batch.gen_index.tolist())}
+        rows = torch.tensor([row_of[g] for g, _ in cells], dtype=torch.long)
+        return rows, torch.tensor([t for _, t in cells], dtype=torch.long)
+
+    def _accumulate(self, policy, batch, group, cells, scale, ref_policy, record) -> None:
+        rows, tpos = self._rows(batch, cells)
+        terms = self.terms[group]
+        gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
+        log_prob, old_logp, kl = cell_forward(policy, batch, rows, tpos, settings=self.settings, ref_policy=ref_policy)
+        dev, f = log_prob.device, log_prob.dtype
+        loss = _branch(log_prob, old_logp, terms.sign[gen].to(dev, f), self.settings)
+        beta = self.settings.beta_kl
+        losses = {"p": (terms.p[gen].to(dev, f) * loss).sum()}
+        if terms.q is not None:
+            losses["q"] = (terms.q[gen].to(dev, f) * loss).sum()
+        if beta > 0:
+            k = "kl" if "kl" in self.head_names else "p"
+            losses[k] = losses.get(k, 0.0) + beta * kl.sum()
+        self._backward({n: losses[n] * scale for n in self.head_names})
+        if record:
+            self.trained.setdefault(group, []).extend(cells)
+            self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach())
+
+    def _backward(self, losses: dict) -> None:
+        """One backward per head into its own accumulator (the parameters' ``.grad`` swapped in and out)."""
+        names = list(losses)
+        for i, n in enumerate(names):
+            acc = self.heads.get(n) or [None] * len(self.params)
+            for p, g in zip(self.params, acc):
+                p.grad = g
+            losses[n].backward(retain_graph=i < len(names) - 1)
+            self.heads[n] = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+
+    def _record(self, group, cells, log_prob, old_logp, kl) -> None:
+        """Per-sample sums of the cells' loss terms (both branches), KL and ratio statistics; the cells whose
+        ratio left the clip interval (there the two branches differ)."""
+        st = self.settings
+        lo = st.clip_range if st.clip_low is None else st.clip_low
+        hi = st.clip_range if st.clip_high is None else st.clip_high
+        log_ratio = log_prob - old_logp
+        ratio = torch.exp(log_ratio)
+        plus = (-torch.minimum(ratio, ratio.clamp(1 - lo, 1 + hi))).tolist()
+        minus = (-torch.maximum(ratio, ratio.clamp(1 - lo, 1 + hi))).tolist()
+        out = ((ratio < 1 - lo) | (ratio > 1 + hi)).tolist()
+        for j, ((g, t), r, lr, k) in enumerate(zip(cells, ratio.tolist(), log_ratio.tolist(), kl.tolist())):
+            if out[j]:
+                self.outside.add((group, g, t))
+            s = self.sums.setdefault((group, g), _Sums())
+            s.cells += 1
+            s.plus += plus[j]
+            s.minus += minus[j]
+            s.kl += k
+            s.approx_kl += 0.5 * lr ** 2
+            s.clipfrac += float(abs(r - 1.0) > st.clip_range)
+            s.gt += float(r - 1.0 > hi)
+            s.lt += float(1.0 - r > lo)
+
+    def finish(self, policy, batches: Mapping[int, object], rewards: Rewards, train_cfg, *, loss_scale: float,
+               ref_policy=None, collective: bool = False, process_group=None, piece: int = 64) -> CellStats:
+        """At the commit: combine the heads into ``.grad`` with the step's scale, run the correction pass (at most
+        ``piece`` cells per forward) and return the loss statistics of the cells this rank trained."""
+        groups = sorted(rewards)
+        lam, mean = step_scale(torch.tensor([float(x) for g in groups for x in rewards[g]], dtype=torch.float64),
+                               self.opts)
+        coef = {"kl": 1.0, **head_coefficients(self.opts, lam, mean, self.b0)}
+        self._combine(coef)
+        final = step_advantages(rewards, train_cfg)
+        unclipped = step_advantages(rewards, train_cfg, clip=float("inf"))
+        todo, corr = {}, {}
+        for g in sorted(self.terms):
+            c = corr[g] = corrections(self.terms[g], final[g], unclipped[g], coef, self.opts)
+            todo[g] = [(i, t) for i, t in self.trained.get(g, []) + self.late.get(g, [])
+                       if c.whole[i] or (c.flipped[i] and (g, i, t) in self.outside)]
+        counts = torch.tensor([len(todo[g]) for g in sorted(todo)], dtype=torch.long)
+        if collective and len(counts):
+            import torch.distributed as dist
+
+            dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=process_group)
+        for n, g in zip(counts.tolist(), sorted(todo)):
+            for k in range(-(-n // piece)):
+                cells = todo[g][k * piece:(k + 1) * piece]
+                weight = 1.0
+                if not cells:  # a rank with fewer corrected cells joins the collective forward with weight 0
+                    cells, weight = [(int(batches[g].gen_index[0]), 0)], 0.0
+                self._correct(policy, batches[g], g, corr[g], cells, loss_scale * weight, ref_policy)
+        stats = CellStats()
+        for g in sorted(self.terms):
+            stats = stats.add(self._stats(g, corr[g]))
+        return stats
+
+    def _combine(self, coef: dict) -> None:
+        for i, p in enumerate(self.params):
+            total = None
+            for n, acc in self.heads.items():
+                if acc[i] is not None:
+                    total = acc[i] * coef[n] if total is None else total + acc[i] * coef[n]
+            p.grad = total
+        self.heads = {}
+
+    def _correct(self, policy, batch, group: int, c, cells, scale, ref_policy) -> None:
+        """grad scale sum_cells [A ℓ^σ(A) - Ã ℓ^σ_i + beta (k - κ) KL], added to ``.grad``; a late group's cells
+        are recorded for the statistics here."""
+        terms = self.terms[group]
+        rows, tpos = self._rows(batch, cells)
+        gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
+        log_prob, old_logp, kl = cell_forward(policy, batch, rows, tpos, settings=self.settings, ref_policy=ref_policy)
+        dev, f = log_prob.device, log_prob.dtype
+        a, held = c.final[gen].to(dev, f), c.held[gen].to(dev, f)
+        loss = (a * _branch(log_prob, old_logp, sign(c.final[gen]).to(dev, f), self.settings)
+                - held * _branch(log_prob, old_logp, terms.sign[gen].to(dev, f), self.settings)
+                + self.settings.beta_kl * c.kl[gen].to(dev, f) * kl)
+        (loss.sum() * scale).backward()
+        if terms.late and scale > 0:
+            self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach())
+
+    def _stats(self, group: int, c) -> CellStats:
+        """The rank's loss statistics of ``group`` with the final advantages (its samples that count)."""
+        out = CellStats()
+        for (g, i), s in self.sums.items():
+            if g != group or (self.opts.filter_zero and c.final[i] == 0):
+                continue
+            a = float(c.final[i])
+            out = out.add(CellStats(loss=a * (s.plus if a >= 0 else s.minus) + self.settings.beta_kl * s.kl,
+                                    approx_kl=s.approx_kl, clipfrac=s.clipfrac, kl=s.kl, clipfrac_gt_one=s.gt,
+                                    clipfrac_lt_one=s.lt, trained=s.cells))
+        return out
