@@ -135,3 +135,17 @@ def test_planning_path_imports_neither_torch_nor_ray(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout)
     assert {r["mode"] for r in rows} >= {"naive", "colocated", "full"}
+
+
+def test_the_executor_imports_no_torch():
+    """The controller's executor moves object refs and plain numbers: the loss scale and the advantages are the
+    trainers' (``train.loss_scale``). runtime/executor.py imports no torch, lazily or not, nor loads it."""
+    tree = ast.parse((PKG / "runtime" / "executor.py").read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names and not [m for m in names if m.split(".")[0] == "torch"], sorted(names)
+    code = BLOCK + ("import digenrl.runtime.executor\n"
+                    "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'ray')]\n"
+                    "assert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

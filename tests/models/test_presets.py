@@ -22,7 +22,8 @@ def test_preset_loads(name, kind):
 
 
 def test_presets_pass_the_runtime_checks():
-    """Every preset is a valid Ray-runtime run (pipelined modes refuse e.g. std_mode=global)."""
+    """Every preset is a valid Ray-runtime run (e.g. pipelined modes refuse std_mode=global with several
+    minibatches per step)."""
     import glob
 
     from digenrl.config import load_config

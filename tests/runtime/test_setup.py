@@ -9,11 +9,15 @@ from digenrl.config import ConfigError
 
 
 @pytest.mark.parametrize("mode", ["gap", "gap_tsp", "gap_tsp_tag", "full"])
-def test_global_std_refused_in_pipelined_modes(tiny_model, tmp_path, mode):
+@pytest.mark.parametrize("option", ["train.std_mode=global", "train.adv_baseline=batch"])
+def test_step_wide_advantages_in_pipelined_modes_take_one_minibatch(tiny_model, tmp_path, mode, option):
+    """Accepted (a provisional scale rescaled at the commit), with several epochs; several minibatches refused
+    (the first minibatch's commit may come before the step's last reward)."""
     from digenrl.control.run_plan import plan_run
 
-    cfg = make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", "train.std_mode=global")
-    with pytest.raises(ConfigError, match=r"^train\.std_mode"):
+    assert plan_run(make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", option, "train.inner_epochs=2")).plan.rounds == 2
+    cfg = make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", option, "train.minibatches_per_step=2")
+    with pytest.raises(ConfigError, match=r"^train\.minibatches_per_step: " + option.replace(".", r"\.")):
         plan_run(cfg)
 
 
@@ -108,7 +112,7 @@ def test_cli_refuses_before_writing(tiny_model, tmp_path):
 
     run = tmp_path / "run"
     assert main(["train", f"run_dir={run}", f"model.path={tiny_model}", "runtime.mode=gap",
-                 "train.std_mode=global"]) == 2
+                 "train.std_mode=global", "train.minibatches_per_step=2"]) == 2
     assert not run.exists()
 
 

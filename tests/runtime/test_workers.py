@@ -8,6 +8,8 @@ from runtime_helpers import make_cfg
 
 from digenrl.schedule import Chunk, Fragment
 
+REWARDS = {0: (0.1, 0.9, 0.4, 0.7)}  # the step's complete groups' rewards, as the executor passes them
+
 
 @pytest.fixture
 def workers(tiny_model, tmp_path):
@@ -25,10 +27,10 @@ def test_tag_never_touches_gradients_or_optimizer(workers):
 
     gen, trn = workers
     group, _ = gen.generate(Fragment(0, 0, (0, 1, 2, 3)), 0)
-    group.rewards = torch.tensor([0.1, 0.9, 0.4, 0.7])
+    group.rewards = torch.tensor(REWARDS[0])
     assign_advantages(group, std_mode="group", adv_clip_max=5.0)
     trn._groups[(0, 0)] = group  # as if fetched from the object store
-    trn.train(Chunk(0, 0, ((0, 0), (1, 0), (2, 1))), [], None)
+    trn.train(Chunk(0, 0, ((0, 0), (1, 0), (2, 1))), [], REWARDS, {})
     grads = {n: p.grad.clone() for n, p in trn.policy.named_parameters() if p.grad is not None}
     assert grads and trn.tx.open
     opt_state = {k: {kk: vv.clone() if torch.is_tensor(vv) else vv for kk, vv in v.items()}
@@ -57,16 +59,16 @@ def test_trainer_refuses_cells_twice_and_wrong_versions(workers):
 
     gen, trn = workers
     group, _ = gen.generate(Fragment(0, 0, (0, 1, 2, 3)), 0)
-    group.rewards = torch.tensor([0.1, 0.9, 0.4, 0.7])
+    group.rewards = torch.tensor(REWARDS[0])
     from digenrl.train.step_work import assign_advantages
 
     assign_advantages(group, std_mode="group", adv_clip_max=5.0)
     trn._groups[(0, 0)] = group
-    trn.train(Chunk(0, 0, ((0, 0),)), [], None)
+    trn.train(Chunk(0, 0, ((0, 0),)), [], REWARDS, {})
     with pytest.raises(TransactionError, match="twice"):  # I2
-        trn.train(Chunk(0, 0, ((0, 0),)), [], None)
+        trn.train(Chunk(0, 0, ((0, 0),)), [], REWARDS, {})
     with pytest.raises(RuntimeError, match="version"):     # a chunk of a step the weights are not at
-        trn.train(Chunk(1, 0, ((0, 0),)), [], None)
+        trn.train(Chunk(1, 0, ((0, 0),)), [], REWARDS, {})
     assert trn.abort() == 0 and not trn.tx.open
     with pytest.raises(RuntimeError, match="never published"):
         gen.generate(Fragment(1, 0, (0,)), 1)

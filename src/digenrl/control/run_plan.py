@@ -5,8 +5,12 @@ the same plan without loading torch.
 
 Rules checked here (``ConfigError`` naming the key, before anything is written or started):
 
-* ``train.std_mode = global`` and ``train.adv_baseline = batch`` need every reward of the step before any
-  advantage: only the barrier modes (``colocated``, ``naive``) support them; pipelined modes refuse them.
+* ``train.std_mode = global`` and ``train.adv_baseline = batch`` need every reward of the step: the pipelined
+  modes train a group provisionally and rescale at the commit (``algo.deferred_std``), which needs the whole
+  step's rewards by the round's commit, so there they take one minibatch per step
+  (``train.minibatches_per_step = 1``; the scheduler commits minibatch 1 as soon as its groups are trained,
+  possibly before the step's last reward). ``inner_epochs`` > 1 is fine (the rounds after the first start once
+  every reward is in).
 * ``train.minibatches_per_step`` x ``train.inner_epochs`` commits per step (the plan's rounds).
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
   stay 1 (it is not used).
@@ -107,13 +111,11 @@ def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
 def plan_run(cfg: Config) -> RunPlan:
     rt, t = cfg.runtime, cfg.train
     mode = Mode(rt.mode)
-    if t.std_mode == "global" and mode.pipelined:
-        raise ConfigError(f"train.std_mode: 'global' needs the whole step's rewards before any training, which "
-                          f"the pipelined mode {mode.value!r} does not wait for; use train.std_mode=group or "
-                          f"runtime.mode=naive/colocated")
-    if t.adv_baseline == "batch" and mode.pipelined:
-        raise ConfigError(f"train.adv_baseline: 'batch' needs the whole step's rewards before any training, which "
-                          f"the pipelined mode {mode.value!r} does not wait for; use train.adv_baseline=group or "
+    if (t.std_mode == "global" or t.adv_baseline == "batch") and mode.pipelined and t.minibatches_per_step > 1:
+        key = "train.std_mode=global" if t.std_mode == "global" else "train.adv_baseline=batch"
+        raise ConfigError(f"train.minibatches_per_step: {key} needs every reward of the step at the first "
+                          f"minibatch's commit, which the pipelined mode {mode.value!r} may run before the step's "
+                          f"last reward; use train.minibatches_per_step=1 (train.inner_epochs may be > 1) or "
                           f"runtime.mode=naive/colocated")
     if t.best_of_n is not None:
         raise ConfigError("train.best_of_n: the Ray runtime trains every generation of a group (its cell grid is "

@@ -14,8 +14,12 @@ are merged (a fragment's rewards in generation order, one chunk record, the rank
 
 Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the round's chunk
 cells is exactly the grid of the round's groups, each cell once (each rank's transaction already refuses
-duplicates and foreign cells; only the driver sees all ranks). It also passes the commit the rest of the loss
-scale, 1 / (trajectories of the round's groups that count in the mean), from what the trainers reported.
+duplicates and foreign cells; only the driver sees all ranks).
+
+Rewards: the executor keeps the rewards the fragments reported (plain numbers, per group and generation) and
+hands every ``Train`` and ``Commit`` those of the step's complete groups so far (``step_rewards``); the trainers
+compute the advantages and the whole loss scale from them (``train.loss_scale``). The executor computes
+nothing of the loss and imports no torch.
 """
 
 from __future__ import annotations
@@ -68,8 +72,8 @@ class _StepRefs:
     fragments: dict = field(default_factory=dict)   # group -> {fragment: [trajectories refs, one per rank]}
     cells: list = field(default_factory=list)       # cells the trainers recorded in the current round
     uids: dict = field(default_factory=dict)        # group -> prompt uid
-    kept: dict = field(default_factory=dict)        # group -> trajectories that count in the loss mean
-    rewards: list = field(default_factory=list)     # every reward of the step (step-wide advantage statistics)
+    rewards: dict = field(default_factory=dict)     # group -> {generation: reward}
+    parts: dict = field(default_factory=dict)       # group -> {reward part: {generation: value}}
 
 
 class Clock:
@@ -134,14 +138,13 @@ class RayExecutor:
             c = a.chunk
             frags = self._step(c.step).fragments[c.group]
             refs = [r for f in sorted(frags) for r in frags[f]]
-            stats = self._step_stats(c.step)
+            rewards, parts = self.step_rewards(c.step)
             self._track(_Call(a, None, c.step, now),
-                        {self.pools.trainers[w].train.remote(c, refs, stats): w for w in self._ranks(a.rank)})
+                        {self.pools.trainers[w].train.remote(c, refs, rewards, parts): w for w in self._ranks(a.rank)})
         elif isinstance(a, Commit):
             self._check_cells(a.step, a.round)
-            st = self._step(a.step)
-            kept = sum(st.kept.get(g, 0) for g in self.plan.round_groups(a.round))
-            refs = {self.pools.trainers[w].commit.remote(a.step, a.round, a.final, 1.0 / max(kept, 1)): w
+            rewards, parts = self.step_rewards(a.step)
+            refs = {self.pools.trainers[w].commit.remote(a.step, a.round, a.final, rewards, parts): w
                     for r in a.ranks for w in self._ranks(r)}
             self._track(_Call(a, None, a.step, now), refs)
         elif isinstance(a, Publish):
@@ -229,14 +232,14 @@ class RayExecutor:
         if isinstance(a, Generate):
             results = [merge_fragment_infos(a.fragment, results)] if len(results) > 1 else results
             info = results[0]
-            st = self._step(a.fragment.step)
-            st.uids[a.fragment.group] = info.uid
-            st.rewards.extend(info.rewards)
+            st, g = self._step(a.fragment.step), a.fragment.group
+            st.uids[g] = info.uid
+            st.rewards.setdefault(g, {}).update(zip(a.fragment.generations, info.rewards))
+            for k, v in info.reward_parts.items():
+                st.parts.setdefault(g, {}).setdefault(k, {}).update(zip(a.fragment.generations, v))
         elif isinstance(a, Train):
             results = [merge_chunk_results(results)] if len(results) > 1 else results
-            st, res = self._step(a.chunk.step), results[0]
-            st.cells.extend(res.cells)
-            st.kept[a.chunk.group] = res.kept
+            self._step(a.chunk.step).cells.extend(results[0].cells)
         elif isinstance(a, Commit):
             if a.final:
                 for k in [k for k in self._steps if k <= a.step]:
@@ -246,18 +249,15 @@ class RayExecutor:
         return Completion(a, call.start, now, work, side=call.side, step=call.step, results=results)
 
     # ---- checks --------------------------------------------------------------------------------------
-    def _step_stats(self, step: int) -> dict | None:
-        """Step-wide reward statistics for the advantages of the barrier modes (``std_mode=global``,
-        ``adv_baseline=batch``), computed as ``algo.advantage.group_advantages`` computes them over a batch."""
-        t = self.run.cfg.train
-        if t.std_mode != "global" and t.adv_baseline != "batch":
-            return None
-        import torch
-
-        r = torch.tensor(self._step(step).rewards, dtype=torch.float64)
-        if len(r) != self.plan.batch:
-            raise RuntimeError(f"step {step}: step-wide advantages need all {self.plan.batch} rewards, have {len(r)}")
-        return {"global_std": float(r.std(unbiased=t.adv_std_unbiased)), "global_mean": float(r.mean())}
+    def step_rewards(self, step: int) -> tuple[dict, dict]:
+        """(group -> rewards, group -> {reward part -> values}) of the step's complete groups so far, in
+        generation order: plain numbers, what the trainers compute advantages and loss scales from."""
+        G = self.plan.generations
+        st = self._step(step)
+        done = sorted(g for g, r in st.rewards.items() if len(r) == G)
+        rewards = {g: tuple(st.rewards[g][i] for i in range(G)) for g in done}
+        parts = {g: {k: tuple(v[i] for i in range(G)) for k, v in st.parts[g].items()} for g in done if g in st.parts}
+        return rewards, parts
 
     def _check_cells(self, step: int, round: int) -> None:
         st = self._step(step)

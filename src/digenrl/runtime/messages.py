@@ -31,10 +31,9 @@ class ChunkResult:
     chunk: Chunk
     worker: str                        # the trainer rank
     cells: tuple[tuple[int, int, int], ...]  # (uid, generation, trained position) recorded in the transaction
-    stats: CellStats
+    stats: CellStats                   # a round trained before its step's rewards: cells only (see CommitResult)
     start: float = 0.0
     end: float = 0.0
-    kept: int = 0                      # trajectories of the chunk's group that count in the loss mean
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,7 @@ class CommitResult:
     grad_norm: float
     start: float = 0.0
     end: float = 0.0
+    stats: CellStats | None = None     # the loss statistics of a deferred round's cells (``train.loss_scale``)
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,9 @@ class StepMetrics:
         elif isinstance(a, Commit):
             st = self.steps[a.step]
             st.grad_norms.append(c.results[0].grad_norm)  # rank 0's (the results are in launch order)
+            for r in c.results:  # a deferred round's loss statistics come with its commit, per rank
+                if r.stats is not None:
+                    st.stats = st.stats.add(r.stats)
             st.commit_s += c.end - c.start
         elif isinstance(a, Publish):
             st = self.steps[a.version - 1]

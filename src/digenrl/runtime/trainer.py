@@ -6,18 +6,21 @@ only gradient sync.
 
 Calls:
 
-* ``train(chunk, [fragment refs of its group], step_stats)``: fetch the group's fragments (cached per group),
-  compute its advantages (deterministic: every rank gets the same; ``step_stats``: the step-wide reward mean /
-  std of the barrier modes), record the chunk's cells in the round's transaction (a cell trained twice or
-  foreign to the round is refused: I2) and accumulate the gradient of ``train_cells`` with loss scale 1 / S.
-  The transaction opens at the rank's first chunk of the round (a step has ``rounds`` = epochs x minibatches);
-  the chunk result reports how many trajectories of its group count in the mean (``kept``).
+* ``train(chunk, [fragment refs of its group], rewards, parts)``: fetch the group's fragments (cached per group),
+  compute its advantages from ``rewards`` (the step's complete groups so far, plain numbers from the executor;
+  deterministic: every rank gets the same), record the chunk's cells in the round's transaction (a cell
+  trained twice or foreign to the round is refused: I2) and accumulate the gradient of ``train_cells`` with
+  the cell scale of ``train.loss_scale`` (1 / S). The transaction opens at the rank's first chunk of the round
+  (a step has ``rounds`` = epochs x minibatches). With step-wide advantage statistics (``std_mode=global``,
+  ``adv_baseline=batch``) a round that opens before every reward of the step is in is trained as a
+  ``loss_scale.DeferredRound`` (provisional heads, rescaled and corrected at the commit: ``algo.deferred_std``).
 * ``generate(fragment, version)``: TAG (or colocated generation) with the rank's own weights, which must be
   ``version`` (= the committed version: on-policy, I3). Sampling runs under no_grad: it never touches the
   accumulated gradients or the optimizer.
-* ``commit(step, round, final, grad_scale)``: all-reduce (SUM), gradients times ``grad_scale`` (1 / the kept
-  trajectories of the round's minibatch: the deferred rest of the loss scale), clip, optimizer step on every
-  rank at once (a collective), EMA on rank 0; only the ``final`` round bumps the version.
+* ``commit(step, round, final, rewards, parts)``: a deferred round's heads combined and corrected, all-reduce
+  (SUM), gradients times the commit scale of ``train.loss_scale`` (1 / the kept trajectories of the round's
+  minibatch, from the final advantages of ``rewards``), clip, optimizer step on every rank at once (a
+  collective), EMA on rank 0; only the ``final`` round bumps the version.
   ``abort()`` drops an open transaction (no partial round is ever committed).
 * ``publish(version)``: rank 0's half of a weight publish (``publish`` module).
 * ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0;
@@ -102,6 +105,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self.task, self.reward, self.sampler = self.ctx.task, self.ctx.reward, self.ctx.sampler
         self.tx = self.ctx.transaction
         self._groups: dict[tuple[int, int], object] = {}
+        self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
         self._plan = plan_run(self.cfg).plan
         self._publish_group = None
@@ -132,29 +136,32 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         return True
 
     # ---- training ------------------------------------------------------------------------------------
-    def _group(self, step: int, group: int, refs: list, step_stats: dict | None):
+    def _group(self, step: int, group: int, refs: list, rewards: dict):
         key = (step, group)
         g = self._groups.get(key)
         if g is None:
             import ray
 
             from digenrl.rollout.records import TrajectoryBatch
-            from digenrl.train.step_work import advantage_options, assign_advantages
 
             g = TrajectoryBatch.cat([b for b in ray.get(list(refs)) if b is not None])  # None: a rank's empty share
             bad = sorted({int(v) for v in g.version.tolist()} - {step, step - 1})
             if bad or sorted(g.gen_index.tolist()) != list(range(self.cfg.train.generations)):
                 raise RuntimeError(f"{self.name}: group {group} of step {step} has generations "
                                    f"{g.gen_index.tolist()} and versions {g.version.tolist()} (I4: staleness <= 1)")
-            assign_advantages(g, **advantage_options(self.cfg.train), **(step_stats or {}))
+            mine = rewards.get(group, ())
+            got = [float(mine[i]) if i < len(mine) else None for i in g.gen_index.tolist()]
+            if got != [float(r) for r in g.rewards.tolist()]:
+                raise RuntimeError(f"{self.name}: group {group} of step {step}: the executor's rewards {got} are not "
+                                   f"those of the trajectories {g.rewards.tolist()}")
             self._groups[key] = g
         return g
 
     @collective_action
-    def train(self, chunk, refs: list, step_stats: dict | None = None) -> ChunkResult:
+    def train(self, chunk, refs: list, rewards: dict, parts: dict) -> ChunkResult:
         from digenrl.schedule.layout import grid_cells
         from digenrl.train.chunk_loss import train_cells
-        from digenrl.train.step_work import kept_count
+        from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
 
         self.check_failure(chunk.step)
         t0 = time.time()
@@ -167,7 +174,10 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             prompts = self.prompts(chunk.step)
             uids = [prompts[g].uid for g in self._plan.round_groups(chunk.round)]
             self.tx.begin(chunk.step, grid_cells(uids, t.generations, S))
-        group = self._group(chunk.step, chunk.group, refs, step_stats)
+            opts, self._deferred = adv_options(t), None
+            if opts.step_wide and len(rewards) < self._plan.prompts:  # the step's statistics are not known yet
+                self._deferred = DeferredRound(opts, self.ctx.loss, self.tx.params, rewards)
+        group = self._group(chunk.step, chunk.group, refs, rewards)
         uid = group.prompts[0].uid
         cells = tuple((uid, g, j) for g, j in chunk.cells)
         self.tx.record(cells)
@@ -176,14 +186,20 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             from digenrl.train.sharding import rank_cells
 
             mine, weight = rank_cells(chunk.cells, self.rank, self._world)
-        stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=weight / S,
-                            ref_policy=self.ctx.ref_policy, collective=self.sharded)
+        scale = loss_scale(S).cell(weight)
+        if self._deferred is not None:
+            stats = self._deferred.train(self.policy, group, chunk.group, rewards[chunk.group], mine,
+                                         loss_scale=scale, ref_policy=self.ctx.ref_policy, collective=self.sharded)
+        else:
+            if group.advantages is None:
+                group.advantages = step_advantages(rewards, t, parts)[chunk.group][group.gen_index]
+            stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
+                                ref_policy=self.ctx.ref_policy, collective=self.sharded)
         if weight == 0.0:  # a throw-away cell that only joined the collectives
             from digenrl.train.chunk_loss import CellStats
 
             stats = CellStats()
-        return ChunkResult(chunk, self.name, cells, stats, t0, time.time(),
-                           kept_count(group.advantages, t.filter_zero_advantage))
+        return ChunkResult(chunk, self.name, cells, stats, t0, time.time())
 
     @collective_action
     def generate(self, fragment, version: int):
@@ -231,28 +247,47 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         return FragmentInfo(replace(fragment, generations=()), self.name, self.tx.version, -1, (), {}, now, now)
 
     @collective_action
-    def commit(self, step: int, round: int = 0, final: bool = True, grad_scale: float = 1.0) -> CommitResult:
+    def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
+        from digenrl.train.loss_scale import adv_options, loss_scale, step_advantages
+
         self.check_failure(step)
         t0 = time.time()
         if not self.tx.open:  # a rank without a chunk this round still joins the all-reduce
             self.tx.begin(step, None)
+            self._deferred = None
         if self.tx.step != step or self._round != round:
             raise RuntimeError(f"{self.name}: commit of step {step} round {round} but the open transaction is step "
                                f"{self.tx.step} round {self._round}")
-        out = self.tx.commit(check_complete=self._world == 1 or self.sharded, grad_scale=grad_scale, final=final)
+        t, groups = self.cfg.train, self._plan.round_groups(round)
+        missing = sorted(set(range(self._plan.prompts) if adv_options(t).step_wide else groups) - set(rewards))
+        if missing:
+            raise RuntimeError(f"{self.name}: commit of step {step} round {round} without the rewards of groups "
+                               f"{missing}")
+        S = len(self.ctx.plan(step).trained)
+        stats = None
+        if self._deferred is not None:  # every reward is in: the heads with the step's scale, then the correction
+            stats = self._deferred.finish(
+                self.policy, {g: self._groups[(step, g)] for g in self._deferred.terms}, rewards, t,
+                loss_scale=loss_scale(S).cell(), ref_policy=self.ctx.ref_policy, collective=self.sharded,
+                process_group=self.tx.process_group, piece=self._plan.chunk_generations * self._plan.chunk_timesteps)
+            self._deferred = None
+        final_adv = step_advantages(rewards, t, parts)
+        scale = loss_scale(S, [final_adv[g] for g in groups], t.filter_zero_advantage)
+        out = self.tx.commit(check_complete=self._world == 1 or self.sharded, grad_scale=scale.commit, final=final)
         if self.ctx.ema is not None:
             self.ctx.ema.update()
         self._round = 0 if final else round + 1
         if final:
             for key in [k for k in self._groups if k[0] <= step]:
                 del self._groups[key]
-        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.time())
+        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.time(), stats)
 
     def abort(self) -> int | None:
         """Drop the open transaction (if any); returns the step it belonged to."""
         step = self.tx.step
         self.tx.abort()
         self._groups.clear()
+        self._deferred = None
         return step
 
     # ---- publishing, eval, checkpoints -----------------------------------------------------------------
@@ -338,6 +373,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             restore_train_state(self.ctx, state)
         self._round = 0
         self._groups.clear()
+        self._deferred = None
         return self.tx.version
 
     @collective_action

@@ -43,16 +43,16 @@ class GeneratorAPI(WorkerAPI, Protocol):
 
 
 class TrainerAPI(WorkerAPI, Protocol):
-    def train(self, chunk: Chunk, refs: list, step_stats: dict | None = None) -> ChunkResult:
+    def train(self, chunk: Chunk, refs: list, rewards: dict, parts: dict) -> ChunkResult:
         """Forward+backward of ``chunk`` into its round's gradient transaction (``refs``: its group's fragments;
-        ``step_stats``: ``global_std`` / ``global_mean`` of the step's rewards in the barrier modes)."""
+        ``rewards`` / ``parts``: the rewards of the step's complete groups so far, ``RayExecutor.step_rewards``)."""
 
     def generate(self, fragment: Fragment, version: int) -> tuple[object, FragmentInfo]:
         """TAG / colocated generation with the rank's own weights, which must be ``version``."""
 
-    def commit(self, step: int, round: int = 0, final: bool = True, grad_scale: float = 1.0) -> CommitResult:
-        """All-reduce, gradients x ``grad_scale``, optimizer step of round ``round`` of ``step`` (a collective of
-        every rank); ``final`` bumps the version."""
+    def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
+        """Loss scale from the step's ``rewards`` (``train.loss_scale``), all-reduce, optimizer step of round
+        ``round`` of ``step`` (a collective of every rank); ``final`` bumps the version."""
 
     def abort(self) -> int | None:
         """Drop the open transaction; returns its step."""

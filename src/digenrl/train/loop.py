@@ -25,6 +25,7 @@ from digenrl.train.chunk_loss import CellStats
 from digenrl.train.context import RunContext, build_context
 from digenrl.train.evaluate import evaluate
 from digenrl.train.interrupt import StopRequest
+from digenrl.train.loss_scale import loss_scale
 from digenrl.train.step_work import (advantage_options, assign_advantages, best_of_n, generate, kept_count, reward_stats,
                                      split_groups, train_group)
 
@@ -62,9 +63,10 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
 def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch], num_trained: int) -> list[tuple[CellStats, dict]]:
     """Train a step's complete groups (in the step's prompt order) as ``inner_epochs`` x M minibatches.
 
-    Minibatch m holds the groups with ``minibatch_of(index) == m``; each ends in its own commit with loss scale
-    1 / (kept trajectories of m x S) (kept = all, or those with a non-zero advantage); the version is bumped by
-    the very last commit only. Returns (cell stats, commit info) per commit, in order.
+    Minibatch m holds the groups with ``minibatch_of(index) == m``; each ends in its own commit with the loss
+    scale of ``train.loss_scale`` (1 / S per cell, 1 / kept trajectories of m at the commit; kept = all, or
+    those with a non-zero advantage); the version is bumped by the very last commit only. Returns (cell stats,
+    commit info) per commit, in order.
     """
     t = ctx.cfg.train
     M, P = t.minibatches_per_step, len(groups)
@@ -72,16 +74,17 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
     out = []
     for epoch in range(t.inner_epochs):
         for m, mb in enumerate(members):
-            kept = sum(kept_count(g.advantages, t.filter_zero_advantage) for g in mb)
+            scale = loss_scale(num_trained, [g.advantages for g in mb], t.filter_zero_advantage)
             cells = {(g.prompts[0].uid, gen, j) for g in mb for gen in g.gen_index.tolist() for j in range(num_trained)}
             ctx.transaction.begin(step, cells)
             stats = CellStats()
             for g in mb:
-                stats = stats.add(train_group(ctx.policy, g, settings=ctx.loss, loss_scale=1.0 / (max(kept, 1) * num_trained),
+                stats = stats.add(train_group(ctx.policy, g, settings=ctx.loss, loss_scale=scale.cell(),
                                               chunk_generations=t.chunk_generations, chunk_timesteps=t.chunk_timesteps,
                                               ref_policy=ctx.ref_policy, record=ctx.transaction.record))
             tc = time.perf_counter()
-            commit = ctx.transaction.commit(final=epoch == t.inner_epochs - 1 and m == M - 1, loss=stats.loss)
+            commit = ctx.transaction.commit(final=epoch == t.inner_epochs - 1 and m == M - 1, loss=stats.loss,
+                                            grad_scale=scale.commit)
             if ctx.ema is not None:
                 ctx.ema.update()
             commit["commit_s"] = time.perf_counter() - tc
