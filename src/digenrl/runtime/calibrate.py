@@ -71,33 +71,42 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
     import ray
 
     from .cluster import get_named
+    from .deadlines import call_deadline, op_deadline, remote_reward_wait
 
     plan = run.plan
     fs, cs = plan_sizes(plan)
     gen_sizes, cell_sizes = gen_sizes or fs, cell_sizes or cs
     rank0 = next(iter(pools.trainers))
-    ray.get(pools.rank0.ping.remote())
+    # deadlines (runtime.deadlines): a stalled worker is a WorkerFailure naming it, never a hang
+    ping_s = call_deadline(run.cfg)
+    gen_s = op_deadline(run.cfg, len(gen_sizes) * repeats) + remote_reward_wait(run.cfg)
+    trn_s = op_deadline(run.cfg, (len(gen_sizes) if trainer_generation is not False else 0) * repeats
+                        + len(cell_sizes) * repeats) + remote_reward_wait(run.cfg)  # fmt: skip
+    get_named({rank0: pools.rank0.ping.remote()}, "profiling", ping_s)
     pings = []
     for _ in range(7):
         t0 = time.perf_counter()
-        ray.get(pools.rank0.ping.remote())
+        get_named({rank0: pools.rank0.ping.remote()}, "profiling", ping_s)
         pings.append(time.perf_counter() - t0)
     overhead = statistics.median(pings)
     if trainer_generation is None:
         trainer_generation = plan.mode.tag or not plan.mode.disaggregated
     echo = ray.remote(num_cpus=0)(_EchoActor).remote()  # started (a worker process) and ready before anything is timed
-    ray.get(echo.ping.remote())
+    get_named({"echo": echo.ping.remote()}, "profiling", ping_s)
     try:
+        t_gen = time.monotonic()
         gen_refs = {w: a.measure_generate.remote(gen_sizes, repeats) for w, a in list(pools.generators.items())[:1]}
         if not concurrent:
-            get_named(gen_refs, "profiling")
+            get_named(gen_refs, "profiling", gen_s)
+        t_trn = time.monotonic()
         trn_refs = {w: t.measure.remote(gen_sizes if trainer_generation else [], cell_sizes, repeats)
                     for w, t in pools.trainers.items()}
-        overhead = max(overhead, _loaded_round_trip(echo, list(gen_refs.values()) + list(trn_refs.values())))
+        overhead = max(overhead, _loaded_round_trip(echo, list(gen_refs.values()) + list(trn_refs.values()),
+                                                    until=time.monotonic() + min(gen_s, trn_s)))  # fmt: skip
     finally:
         ray.kill(echo)
-    gen = get_named(gen_refs, "profiling")[0] if gen_refs else {}
-    meas = get_named(trn_refs, "profiling")[0]
+    gen = get_named(gen_refs, "profiling", max(1e-3, t_gen + gen_s - time.monotonic()))[0] if gen_refs else {}
+    meas = get_named(trn_refs, "profiling", max(1e-3, t_trn + trn_s - time.monotonic()))[0]
     source = (f"digenrl runtime profile: {run.cfg.model.kind}, {rank0} + {len(pools.generators)} generators, "
               f"{run.cfg.runtime.threads_per_worker} threads/worker, {time.strftime('%Y-%m-%d %H:%M')}")
     return build_profile(gen, meas["generate"], meas, plan.sampling_steps, overhead, source,
@@ -111,19 +120,22 @@ class _EchoActor:
         return 0
 
 
-def _loaded_round_trip(echo, busy: list, limit: int = 200, interval_s: float = 0.1) -> float:
+def _loaded_round_trip(echo, busy: list, limit: int = 200, interval_s: float = 0.1, until: float | None = None) -> float:
     """Median round trip of an empty call to ``echo`` while the pools measure (``busy`` refs in flight): in a
     run the controller dispatches while workers compute, and on a node whose cores they occupy that costs far
     more than an idle round trip (on the 2-core CPU benchmark machine: 4-6 ms between a worker's actions
     against a 0.6 ms idle ping). ``echo``, a ready zero-CPU actor, stands in for the next worker to be called.
     Samples are ``interval_s`` apart: pinging every 10 ms loaded the two cores enough to make the timed
-    denoise steps 20-40% slower than in a run. 0 when the pools were done before any sample."""
+    denoise steps 20-40% slower than in a run. 0 when the pools were done before any sample. ``until``: a
+    ``time.monotonic()`` past which no more samples are taken (the measurements' deadline)."""
     import ray
 
     samples = []
     while len(samples) < limit and ray.wait(busy, num_returns=len(busy), timeout=0)[1]:
+        if until is not None and time.monotonic() >= until:
+            break
         t0 = time.perf_counter()
-        ray.get(echo.ping.remote())
+        ray.get(echo.ping.remote(), timeout=60.0)  # our own idle zero-CPU actor
         samples.append(time.perf_counter() - t0)
         time.sleep(interval_s)
     return statistics.median(samples) if samples else 0.0

@@ -179,7 +179,10 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
+    from .deadlines import startup_deadline
+
     cfg = run.cfg
+    up = startup_deadline(cfg)
     conf = cfg.model_dump(mode="json")
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
@@ -187,36 +190,35 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
                        {w: trn_cls.remote(w, conf, i, failure) for i, w in enumerate(run.trainer_ids)},
                        cfg.runtime.publish if run.generator_ids else "object_store", run.sharded)
     try:
-        get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup")
-        _form_groups(run, pools)
+        get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup", up)
+        _form_groups(run, pools, up)
         version = 0
         if state is not None:
             ref = ray.put(state)
-            version = get_named({w: t.restore_state.remote(ref) for w, t in pools.trainers.items()}, "restore")[0]
-        _publish_initial(run, pools, version)
+            version = get_named({w: t.restore_state.remote(ref) for w, t in pools.trainers.items()}, "restore",
+                                up)[0]  # fmt: skip
+        _publish_initial(run, pools, version, up)
     except BaseException:
         pools.kill()
         raise
     return pools
 
 
-def _publish_initial(run: RunPlan, pools: ActorPools, version: int) -> None:
+def _publish_initial(run: RunPlan, pools: ActorPools, version: int, timeout_s: float | None = None) -> None:
     """Every generator starts from rank 0's ``version`` (whatever its own build produced)."""
     refs, state = pools.publish_refs(version)
-    get_named(refs, f"publish of version {version}")
+    get_named(refs, f"publish of version {version}", timeout_s)
     if state is not None:
         get_named({w: g.load_weights.remote(version, [state]) for w, g in pools.generators.items()},
-                  f"publish of version {version}")
+                  f"publish of version {version}", timeout_s)
 
 
-def _form_groups(run: RunPlan, pools: ActorPools) -> None:
-    import ray
-
+def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None) -> None:
     n_t, n_g = len(run.trainer_ids), len(run.generator_ids)
     broadcast = pools.publish == "broadcast"
     if n_t == 1 and not broadcast:
         return
-    ip, port = ray.get(pools.rank0.node_endpoint.remote())
+    ip, port = get_named({run.trainer_ids[0]: pools.rank0.node_endpoint.remote()}, "process-group run", timeout_s)[0]
     backend = "nccl" if run.cfg.model.device.startswith("cuda") else "gloo"
     world = n_t + (n_g if broadcast else 0)
     trainer_ranks = tuple(range(n_t))
@@ -229,13 +231,22 @@ def _form_groups(run: RunPlan, pools: ActorPools) -> None:
         for j, w in enumerate(run.generator_ids):
             refs[w] = pools.generators[w].setup_dist.remote(
                 GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks))
-    get_named(refs, "process-group run")
+    get_named(refs, "process-group run", timeout_s)
 
 
-def get_named(refs: dict, what: str) -> list:
-    """ray.get each ref; a failure raises ``WorkerFailure`` naming the worker."""
+def get_named(refs: dict, what: str, timeout_s: float | None = None) -> list:
+    """ray.get each ref; a failure raises ``WorkerFailure`` naming the worker. ``timeout_s``: the deadline of
+    the whole wait (``runtime.deadlines``); a worker that has not answered by then is stalled (``WorkerFailure``
+    naming the first such worker)."""
     import ray
 
+    if timeout_s is not None and refs:
+        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)[0])
+        late = [w for w, r in refs.items() if r not in ready]
+        if late:
+            raise WorkerFailure(late[0], None, what, f"no answer within {timeout_s:g} s ({what}; runtime.watchdog_s "
+                                                     "or its default, docs in runtime/deadlines.py): the worker is "
+                                                     "stalled")  # fmt: skip
     out = []
     for w, r in refs.items():
         try:

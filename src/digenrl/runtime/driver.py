@@ -38,6 +38,7 @@ from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
 from .cluster import ActorPools, get_named, ray_session, start_pools
+from .deadlines import call_deadline, remote_reward_wait
 from .errors import WorkerFailure
 from .executor import Clock, RayExecutor
 from .step_metrics import StepMetrics
@@ -123,7 +124,7 @@ class _Controller:
 
         cfg, plan, pools = self.cfg, self.plan, self.pools
         if self.first == 0 and not self.recoveries:
-            self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts))
+            self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
             self.clock.reset()
         cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
@@ -133,9 +134,10 @@ class _Controller:
         cpu0 = time.process_time()
         end = run_loop(self.sched, ex, self.timeline, _BetweenSteps(self, ex), t0=self._attempt_start)
         self._controller_cpu_s = time.process_time() - cpu0  # the controller's own CPU (scheduler, BTS, Ray calls)
-        self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts))
+        self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
         meta = {"steps": str(cfg.steps), "version": str(self.sched.published)}
-        self.out.write_checkpoint(get_named(pools.on_rank0("checkpoint_bytes", meta), "checkpoint")[0].value)
+        self.out.write_checkpoint(get_named(pools.on_rank0("checkpoint_bytes", meta), "checkpoint",
+                                            call_deadline(cfg))[0].value)  # fmt: skip
         return self._finish(end)
 
     def _finish(self, end: float) -> dict:
@@ -208,7 +210,8 @@ class _Controller:
     # ---- checkpoints ---------------------------------------------------------------------------------
     def _save_state(self, step: int, data: bytes | None = None) -> None:
         if data is None:
-            data = get_named(self.pools.on_rank0("pack_state", step, self._counters()), "checkpoint")[0].value
+            data = get_named(self.pools.on_rank0("pack_state", step, self._counters()), "checkpoint",
+                             call_deadline(self.cfg))[0].value  # fmt: skip
         ckpt.write_checkpoint(self.out.run_dir, step, data, keep=self.cfg.runtime.keep_checkpoints)
 
     def _counters(self) -> dict:
@@ -293,21 +296,30 @@ def _on_worker(e, worker: str):
         return e
 
 
-def _eval(pools: ActorPools, plan, grid: int):
+def _eval(pools: ActorPools, plan, grid: int, cfg=None):
     """(eval reward, the first ``grid`` eval samples) with rank 0's (EMA) weights."""
-    return get_named(pools.on_rank0("evaluate", grid), "eval")[0].value
+    deadline = None if cfg is None else call_deadline(cfg) + remote_reward_wait(cfg)  # an eval scores its samples
+    return get_named(pools.on_rank0("evaluate", grid), "eval", deadline)[0].value
 
 
 def _watchdog(run: RunPlan, cost):
     """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
-    model, 60 s + 20 x the action's modelled duration; else no deadline."""
-    fixed = run.cfg.runtime.watchdog_s
+    model, 60 s + 20 x the action's modelled duration; else no deadline. A generation (it scores its samples)
+    with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the client
+    waits out a service outage that long, and only past it is the worker at fault."""
+    from digenrl.schedule.actions import Generate
+
+    fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
+
+    def scoring(action) -> float:
+        return wait if isinstance(action, Generate) else 0.0
+
     if fixed is not None:
-        return lambda action: fixed
+        return lambda action: fixed + scoring(action)
     if cost is None:
         return lambda action: None
     dur = Durations(run.plan, cost)
-    return lambda action: None if action is None else 60.0 + 20.0 * dur.of(action)
+    return lambda action: None if action is None else 60.0 + 20.0 * dur.of(action) + scoring(action)
 
 
 def _abort(pools: ActorPools, timeout_s: float = 30.0) -> None:

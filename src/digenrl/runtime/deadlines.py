@@ -1,0 +1,65 @@
+"""Deadlines of the controller's waits outside the schedule (issue 22: no wait without a deadline).
+
+The schedule's actions have the watchdog (``runtime.watchdog_s``, else 60 s + 20 x the modelled time where the
+run has a cost model; ``driver._watchdog``). Every other wait of the controller has a deadline derived from the
+same configured bound, so a stalled worker becomes a ``WorkerFailure`` naming it (a recovery, or a clear error
+with exit 1) instead of a hang:
+
+* start-up (building the actors and their models, forming the process groups, restoring a checkpoint,
+  publishing the first version): ``max(DEFAULT_STARTUP_S, 10 x runtime.watchdog_s)`` -- it loads the models,
+  which takes as long as it takes whatever the actions cost;
+* each calibration measurement: ``runtime.watchdog_s`` (else ``DEFAULT_OP_S``) per timed op it runs, plus the
+  remote reward's retry window on a generator (it scores what it generates);
+* the final eval, a checkpoint's state, and any other single call: ``10 x runtime.watchdog_s``, else
+  ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts`` samples: many actions' worth).
+
+A remote reward (``reward.remote``) is waited for by its own client for up to ``retry_window`` seconds (plus one
+request's ``timeout``); ``remote_reward_wait`` is that bound, which the watchdog adds to every action that
+scores (a generation), so a reward-service outage inside the client's window pauses the run instead of
+restarting the generator.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from digenrl.config import Config
+
+DEFAULT_STARTUP_S = 1800.0
+DEFAULT_OP_S = 600.0
+DEFAULT_CALL_S = 1800.0
+CALL_FACTOR = 10.0  # a call outside the schedule (eval, checkpoint, start-up) may take this many watchdogs
+
+
+def op_deadline(cfg: Config, ops: int = 1) -> float:
+    w = cfg.runtime.watchdog_s
+    return max(1, ops) * (DEFAULT_OP_S if w is None else w)
+
+
+def call_deadline(cfg: Config) -> float:
+    w = cfg.runtime.watchdog_s
+    return DEFAULT_CALL_S if w is None else CALL_FACTOR * w
+
+
+def startup_deadline(cfg: Config) -> float:
+    w = cfg.runtime.watchdog_s
+    return DEFAULT_STARTUP_S if w is None else max(DEFAULT_STARTUP_S, CALL_FACTOR * w)
+
+
+def remote_reward_wait(cfg: Config) -> float:
+    """The longest a scoring call may wait on the remote rewards of ``cfg.reward``: per remote part, its
+    client's ``retry_window`` + one request's ``timeout`` (0 without a remote reward)."""
+    from digenrl.rewards.client import build_remote_reward
+    from digenrl.rewards.registry import parse_reward_spec
+
+    try:
+        specs = parse_reward_spec(cfg.reward)
+    except ValueError:
+        return 0.0
+    defaults = {k: p.default for k, p in inspect.signature(build_remote_reward).parameters.items()}
+    total = 0.0
+    for rs in specs:
+        if rs.factory is build_remote_reward:
+            opts = {**defaults, **rs.options}
+            total += float(opts["retry_window"]) + float(opts["timeout"])
+    return total

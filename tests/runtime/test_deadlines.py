@@ -1,0 +1,115 @@
+"""Every controller wait has a deadline (issue 22, item 4): start-up, each calibration measurement, the final
+eval and checkpoint go through ``get_named`` with a deadline from the configured bounds (``runtime.watchdog_s``,
+else a documented default), so a stalled worker becomes a ``WorkerFailure`` naming it (recovery, or a clear
+error) instead of a silent hang; and the watchdog of an action that scores a remote reward adds the reward
+client's own retry window, so a reward-service outage inside that window pauses the run instead of
+restarting the generator."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from runtime_helpers import make_cfg
+
+
+def _actors(ray, stall_gen: bool):
+    """A generator and a trainer rank stand-in (defined here: Ray pickles it by value, test modules do not
+    import on its workers)."""
+
+    class _Worker:
+        def __init__(self, stall: bool = False):
+            self.stall = stall
+
+        def ping(self) -> int:
+            return 0
+
+        def measure_generate(self, sizes, repeats):
+            if self.stall:
+                time.sleep(3600)  # a hung generator: alive, never answers
+            return {}
+
+        def measure(self, gen_sizes, cell_sizes, repeats):
+            return {"generate": {}}
+
+    cls = ray.remote(num_cpus=0)(_Worker)
+    gen, trn = cls.remote(stall_gen), cls.remote(False)
+    ray.get([gen.ping.remote(), trn.ping.remote()], timeout=120)  # both started (a process each) before timing
+    return gen, trn
+
+
+def test_get_named_gives_up_at_its_deadline(ray_local):
+    from digenrl.runtime.cluster import get_named
+    from digenrl.runtime.errors import WorkerFailure
+
+    gen, trn = _actors(ray_local, True)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(WorkerFailure) as e:
+            get_named({"trn0": trn.ping.remote(), "gen0": gen.measure_generate.remote([1], 1)}, "profiling",
+                      timeout_s=1.0)  # fmt: skip
+        assert time.monotonic() - t0 < 30
+        assert e.value.worker == "gen0" and "stalled" in str(e.value) and "1 s" in str(e.value)
+        assert get_named({"trn0": trn.ping.remote()}, "ping", timeout_s=30.0) == [0]
+    finally:
+        ray_local.kill(gen)
+        ray_local.kill(trn)
+
+
+def test_a_generator_stalled_during_calibration_is_caught(ray_local, tiny_model, tmp_path):
+    from digenrl.control.run_plan import plan_run
+    from digenrl.runtime.calibrate import calibrate
+    from digenrl.runtime.errors import WorkerFailure
+
+    run = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", "runtime.watchdog_s=0.5"))
+    gen, trn = _actors(ray_local, True)
+    pools = SimpleNamespace(rank0=trn, generators={"gen0": gen}, trainers={"trn0": trn})
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(WorkerFailure) as e:
+            calibrate(run, pools, repeats=1, gen_sizes=[1], cell_sizes=[1])
+        assert e.value.worker == "gen0" and "stalled" in str(e.value)
+        assert time.monotonic() - t0 < 60  # (the old bare ray.get waited forever)
+    finally:
+        ray_local.kill(gen)
+        ray_local.kill(trn)
+
+
+def test_call_deadlines_follow_the_configured_bounds(tmp_path):
+    from digenrl.runtime import deadlines as dl
+
+    cfg = make_cfg("m.safetensors", tmp_path)
+    assert dl.call_deadline(cfg) == dl.DEFAULT_CALL_S
+    assert dl.startup_deadline(cfg) == dl.DEFAULT_STARTUP_S
+    assert dl.op_deadline(cfg, ops=3) == 3 * dl.DEFAULT_OP_S
+    cfg = make_cfg("m.safetensors", tmp_path, "runtime.watchdog_s=20")
+    assert dl.op_deadline(cfg, ops=3) == 60.0
+    assert dl.call_deadline(cfg) == 200.0
+    assert dl.startup_deadline(cfg) == dl.DEFAULT_STARTUP_S  # it builds the models: never below the default
+
+
+class _FlatCost:
+    def time(self, op: str, batch: int, pool: str) -> float:
+        return 0.01
+
+
+def test_watchdog_of_a_generate_adds_the_remote_reward_window(tiny_model, tmp_path):
+    from digenrl.control.run_plan import plan_run
+    from digenrl.runtime.driver import _watchdog
+    from digenrl.schedule.actions import Generate
+    from digenrl.schedule.scheduler import Scheduler
+
+    remote = "reward={remote: {url: 'http://127.0.0.1:1', weight: 1, retry_window: 300, timeout: 20}}"
+    for extra, cost in (([], _FlatCost()), (["runtime.watchdog_s=30"], None)):
+        plain = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp", *extra))
+        served = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp", remote, *extra))
+        gen = next(a for a in Scheduler(plain.plan).start(0.0) if isinstance(a, Generate))
+        base, with_window = _watchdog(plain, cost)(gen), _watchdog(served, cost)(gen)
+        assert base == (30.0 if extra else pytest.approx(60.0 + 20.0 * 0.01 * (4 + 3)))  # T=4 denoise + 3 ops
+        # the client's own window, then one more request: a service outage inside it pauses, not restarts
+        assert with_window == pytest.approx(base + 300 + 20)
+        assert _watchdog(served, cost)(None) == _watchdog(plain, cost)(None)  # side calls score nothing
+    no_bound = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp", remote))
+    assert _watchdog(no_bound, None)(gen) is None  # no watchdog at all: the client's window bounds the wait
