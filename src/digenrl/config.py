@@ -87,6 +87,8 @@ class SamplerConfig(_Strict):
     static_shift: float | None = Field(None, gt=0.0)  # DanceGRPO --shift: its schedule instead of the family's
     integer_timesteps: bool = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's timesteps)
     same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
+    post_solver: Literal["euler", "dpmpp_2m"] = "euler"  # mixgrpo: ODE solver after the window (dpmpp_2m: MixGRPO-Flash)
+    post_compress_ratio: float = Field(1.0, gt=0.0, le=1.0)  # mixgrpo: steps kept after the window (Flash: 0.4)
 
 
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
@@ -258,9 +260,15 @@ class Config(_Strict):
                 key = "train.window_range" if t.window_range is not None else "train.timestep_strategy"
                 raise ValueError(f"{key}: train.algorithm=mixgrpo moves its own SDE window (train.window_size, "
                                  f"train.window_shift_interval, train.window_stride); leave {key} unset")
+            if self.sampler.post_compress_ratio < 1.0 and self.sampler.static_shift is None:
+                raise ValueError("sampler.post_compress_ratio: MixGRPO-Flash rebuilds MixGRPO's static-shift schedule "
+                                 "after the window; set sampler.static_shift (MixGRPO's FLUX recipe: 3)")
             if not 1 <= t.window_size <= self.sampler.num_steps - 2:
                 raise ValueError(f"train.window_size: {t.window_size} does not fit MixGRPO's window range "
                                  f"[0, sampler.num_steps - 2) = [0, {self.sampler.num_steps - 2})")
+        elif self.sampler.post_solver != "euler" or self.sampler.post_compress_ratio < 1.0:
+            key = "sampler.post_solver" if self.sampler.post_solver != "euler" else "sampler.post_compress_ratio"
+            raise ValueError(f"{key}: the ODE after the SDE window (MixGRPO-Flash) needs train.algorithm=mixgrpo")
         if self.train.cpu_offload and self.train.sharding != "fsdp":
             raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         return self

@@ -1,4 +1,4 @@
-"""I1 for train.algorithm=grpo_guard and mixgrpo: the Ray runtime, colocated and pipelined (gap_tsp_tag), ends with
+"""I1 for train.algorithm=grpo_guard and mixgrpo (and MixGRPO-Flash): the Ray runtime, colocated and pipelined (gap_tsp_tag), ends with
 the single-process loop's parameters (the cases are few and tiny: the plain algorithm's I1 is test_invariance)."""
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ RTOL_MINIBATCHES = 5e-5  # as test_invariance: off-policy minibatches amplify fl
 GUARD = ["train.algorithm=grpo_guard"]
 # 6 sampling steps: MixGRPO's window range is [0, 4); w = 2 moving every step: windows (0,1), (1,2), (2,3)
 MIX = ["train.algorithm=mixgrpo", "sampler.num_steps=6", "train.window_size=2", "train.window_shift_interval=1"]
+# MixGRPO-Flash: DPM-Solver++ 2M after the window on MixGRPO's compressed static-shift schedule (8 -> 4..6 steps)
+FLASH = [*MIX, "sampler.num_steps=8", "sampler.static_shift=3", "sampler.post_solver=dpmpp_2m",
+         "sampler.post_compress_ratio=0.5"]
 MINIBATCHES = ["train.minibatches_per_step=2", "train.inner_epochs=2"]
 
 CASES = {
@@ -20,6 +23,8 @@ CASES = {
     "gap_tsp_tag-grpo_guard-minibatches": [*GUARD, *MINIBATCHES],  # the ratio leaves 1: the recorded means count
     "colocated-mixgrpo": ["runtime.trainers=1", *MIX],
     "gap_tsp_tag-mixgrpo": MIX,
+    "colocated-mixgrpo_flash": ["runtime.trainers=1", *FLASH],
+    "gap_tsp_tag-mixgrpo_flash": FLASH,
 }
 
 
@@ -57,5 +62,6 @@ def test_algorithm_mode_matches_reference(case, ray_local, tiny_model, tmp_path)
     assert err <= (RTOL_MINIBATCHES if "minibatches" in case else RTOL), f"{case}: {err:.2e} from the reference"
     assert _rel_err(load_file(str(tiny_model)), ref) > 100 * RTOL  # the weights really moved
     # ... and the algorithm computes something else than plain Flow-GRPO with the same settings
-    plain = _reference(tiny_model, tmp_path / "plain", [o for o in math if not o.startswith("train.algorithm")])
+    plain = _reference(tiny_model, tmp_path / "plain",
+                       [o for o in math if not o.startswith(("train.algorithm", "sampler.post_"))])
     assert _rel_err(plain, ref) > 100 * RTOL

@@ -190,3 +190,55 @@ def test_grpo_guard_reference_loop_on_policy_ratio_is_one(tiny_policy):
     row = colocated_step(ctx, 0)
     assert row["approx_kl"] == 0.0 and row["clipfrac"] == 0.0 and row["cells"] == 2 * 4 * 3
     assert math.isfinite(row["loss"]) and row["grad_norm"] > 0
+
+
+# ---- MixGRPO-Flash: DPM-Solver++ 2M after the window on a compressed schedule -------------------------------
+FLASH = ["sampler.num_steps=8", "sampler.static_shift=3", "sampler.post_solver=dpmpp_2m",
+         "sampler.post_compress_ratio=0.5"]
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["sampler.post_solver=dpmpp_2m"], "sampler.post_solver"),
+    ([*MIX, "sampler.post_compress_ratio=0.4"], "sampler.static_shift"),
+])
+def test_flash_configs_are_refused_naming_the_key(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [*SMALL, *overrides])
+
+
+def test_flash_sampler_trains_the_same_cells_on_a_shorter_ode(tiny_policy, monkeypatch):
+    from digenrl.algo.dpm import post_window_sigmas
+    from digenrl.rollout.sampler import sample_trajectories
+
+    cfg, ctx = _ctx(tiny_policy, *MIX, *FLASH)
+    _, ctx_euler = _ctx(tiny_policy, *MIX, *[o for o in FLASH if "post_" not in o])
+    prompts = ctx.task.train_prompts(0, 2, cfg.seed)
+    calls = []
+    forward = type(ctx.policy).forward
+    monkeypatch.setattr(type(ctx.policy), "forward", lambda self, *a, **k: calls.append(1) or forward(self, *a, **k))
+    kw = dict(step=0, run_seed=cfg.seed, version=0, plan=ctx.plan(0), decode=False)
+    flash = sample_trajectories(ctx.policy, prompts, [0, 1], settings=ctx.sampler, **kw)
+    n_flash = len(calls)
+    euler = sample_trajectories(ctx_euler.policy, prompts, [0, 1], settings=ctx_euler.sampler, **kw)
+    assert ctx.plan(0).trained == (0, 1)
+    # L = 1: n_post = int(7 * 0.5) = 3 points, so 1 + 3 = 4 steps instead of 8 (one forward each)
+    torch.testing.assert_close(flash.sigmas, post_window_sigmas(8, 1, 3.0, 0.5))
+    assert len(flash.sigmas) == 5 and n_flash == 4 and len(calls) - n_flash == 8
+    for name in ("latents", "next_latents", "log_probs"):  # the window's cells are those of the Euler tail
+        assert torch.equal(getattr(flash, name), getattr(euler, name)), name
+    assert torch.isfinite(flash.final).all() and not torch.allclose(flash.final, euler.final)
+    # evaluation (no SDE step) keeps the Euler ODE on the whole schedule
+    from digenrl.algo.timesteps import TimestepPlan
+
+    calls.clear()
+    ev = sample_trajectories(ctx.policy, prompts, [0, 1], settings=ctx.sampler, **{**kw, "plan": TimestepPlan((), ())})
+    assert len(calls) == 8 and len(ev.sigmas) == 9
+
+
+def test_flash_reference_loop_trains(tiny_policy):
+    from digenrl.train.loop import colocated_step
+
+    cfg, ctx = _ctx(tiny_policy, *MIX, *FLASH)
+    for k in range(2):
+        row = colocated_step(ctx, k)
+        assert row["cells"] == 2 * 4 * 2 and row["grad_norm"] > 0

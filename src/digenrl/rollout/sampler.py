@@ -4,6 +4,9 @@ For denoising step i (sigma_i -> sigma_{i+1}) the velocity comes from the policy
 ``sde_step_with_logprob`` with ``noise_level`` on SDE steps and 0 (Euler ODE) elsewhere. For every trained
 step the input latent, output latent and behaviour log-prob are kept (see ``TrajectoryBatch``), and with
 ``record_means`` the transition's mean (GRPO-Guard's RatioNorm needs the behaviour mean: ``algo.guard``).
+MixGRPO-Flash (``post_solver="dpmpp_2m"``, ``post_compress_ratio``): after the plan's last SDE step L the ODE
+takes DPM-Solver++ 2M steps on a schedule rebuilt with fewer steps (``algo.dpm``); the steps up to L are as
+above, so the trained cells do not change. A plan without SDE steps (evaluation) keeps the Euler ODE.
 
 Sampling runs with the policy in eval mode (dropout off), as Flow-GRPO samples: the behaviour log-probs are
 those of the deterministic policy, so on-policy the first minibatch's ratio is exactly 1. The mode the policy
@@ -19,6 +22,7 @@ from typing import Sequence
 
 import torch
 
+from digenrl.algo.dpm import dpmpp_2m, dpmpp_first_order, post_window_sigmas
 from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.algo.timesteps import TimestepPlan
 from digenrl.models.base import Policy, guided_velocity
@@ -37,6 +41,8 @@ class SamplerSettings:
     static_shift: float | None = None  # DanceGRPO's schedule: shift * t / (1 + (shift - 1) t), t = linspace(1, 0, T + 1)
     integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
     record_means: bool = False  # keep each trained transition's mean (train.algorithm=grpo_guard's RatioNorm)
+    post_solver: str = "euler"  # "dpmpp_2m": the ODE steps after the last SDE step (MixGRPO-Flash, algo.dpm)
+    post_compress_ratio: float = 1.0  # < 1: MixGRPO-Flash's shorter schedule after the last SDE step (algo.dpm)
 
 
 @torch.no_grad()
@@ -58,6 +64,12 @@ def sample_trajectories(
     device = next(policy.parameters()).device
     n, T = len(prompts), settings.num_steps
     sigmas = policy.sigmas(T).float() if settings.static_shift is None else static_shift_sigmas(T, settings.static_shift)
+    last_sde = max(plan.sde_steps) if plan.sde_steps else -1
+    if settings.post_compress_ratio < 1.0 and last_sde >= 0:
+        if settings.static_shift is None:
+            raise ValueError("sampler.post_compress_ratio < 1 rebuilds MixGRPO's static-shift schedule: it needs "
+                             "sampler.static_shift")
+        sigmas = post_window_sigmas(T, last_sde, settings.static_shift, settings.post_compress_ratio)
     seeds = [trajectory_seed(run_seed, step, p.uid, g) for p, g in zip(prompts, gen_indices)]
     noises = [trajectory_noise(s, tuple(policy.latent_shape), T) for s in seeds]
     if settings.same_latent:
@@ -102,9 +114,23 @@ def static_shift_sigmas(num_steps: int, shift: float) -> torch.Tensor:
 
 def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode, means=None):
     n, device = x.shape[0], x.device
-    for i in range(settings.num_steps):
+    last_sde = max(sde_steps) if sde_steps else -1
+    dpm = settings.post_solver == "dpmpp_2m" and last_sde >= 0
+    x0_prev = None
+    steps = len(sigmas) - 1  # num_steps, or fewer after MixGRPO-Flash's compressed tail
+    for i in range(steps):
         sig = sigmas[i].expand(n).to(device)
         v = guided_velocity(policy, x, sig, cond, settings.cfg_scale, integer_timesteps=settings.integer_timesteps)
+        if dpm and i > last_sde:  # MixGRPO-Flash: DPM-Solver++ 2M on the data prediction (first order at the end)
+            x0 = x - sigmas[i].to(device) * v
+            if i == steps - 1:
+                x = dpmpp_first_order(x, x0, sigmas[i], sigmas[i + 1]).to(x.dtype)
+            else:
+                x = dpmpp_2m(x, x0, x0_prev, sigmas[i - 1], sigmas[i], sigmas[i + 1]).to(x.dtype)
+            x0_prev = x0
+            continue
+        if dpm:
+            x0_prev = x - sigmas[i].to(device) * v
         level = settings.noise_level if i in sde_steps else 0.0
         out = sde_step_with_logprob(x, v, sigmas[i], sigmas[i + 1], noise_level=level, kind=settings.kind, noise=eps[i])
         if i in trained:

@@ -46,7 +46,8 @@ def sampler_settings(cfg: Config) -> SamplerSettings:
     s = cfg.sampler
     return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
                            eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
-                           integer_timesteps=s.integer_timesteps, record_means=cfg.train.algorithm == "grpo_guard")
+                           integer_timesteps=s.integer_timesteps, record_means=cfg.train.algorithm == "grpo_guard",
+                           post_solver=s.post_solver, post_compress_ratio=s.post_compress_ratio)
 
 
 def loss_settings(cfg: Config) -> LossSettings:
