@@ -1,0 +1,503 @@
+"""The peer recipes the shipped presets (``configs/*.yaml``) follow, as data: each value with its source.
+
+Every entry maps one setting of a peer recipe (Flow-GRPO's ``config/grpo.py`` configs on top of
+``config/base.py`` and the training scripts; DanceGRPO's fine-tuning script and ``train_grpo_*.py``) onto one
+DigenRL config key, with the peer's value written in DigenRL's terms (``sample.global_std = True`` is
+``train.std_mode: global``; ``num_batches_per_epoch / gradient_accumulation_steps`` optimizer steps per epoch
+is ``train.minibatches_per_step``). The values were read from the peer repositories at the commits named in
+``SOURCES``; nothing of their code is copied.
+
+A preset equals its recipe key by key, except where its YAML marks the key ``# DEVIATION: <reason>`` (the reason
+may continue on the comment lines below, aligned with the ``#``). ``compare`` lists every entry with our value,
+the peer's and the mark; ``tests/cli/test_presets_recipes.py`` fails on an unmarked difference and on a mark where
+the values agree; ``scripts/recipes_doc.py`` renders the same rows into docs/recipes.md.
+
+``quirks`` name peer behaviours that no DigenRL key selects (they are described, not compared).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+
+# Where the values were read (repository @ commit). Flow-GRPO's configs are its config/grpo.py at 54809b5f (the
+# commit docs/from_flow_grpo.md reads too); its training scripts at the commits that hold them.
+SOURCES = {
+    "flow_grpo": "yifan123/flow_grpo@54809b5f (config/), @ac4c86e8 (scripts/train_sd3.py, flow_grpo/ema.py, "
+                 "flow_grpo/stat_tracking.py), @74db6919 (scripts/train_flux.py, scripts/train_wan2_1.py)",
+    "flow_grpo_qwen": "scripts/train_qwenimage.py and flow_grpo/diffusers_patch/qwenimage_pipeline_with_logprob.py "
+                      "as published in the fork zhtmike/flow_grpo@27b6ef88 / @4b13ec7e (the upstream copy is not in "
+                      "the index searched)",
+    "dancegrpo": "XueZeyue/DanceGRPO@15cc71d5 (scripts/finetune/finetune_hunyuan_grpo.sh, "
+                 "fastvideo/train_grpo_hunyuan.py)",
+}
+
+BASE = "config/base.py"
+GRPO = "config/grpo.py"
+
+_FAMILY_LORA_TARGETS = {  # the scripts' LoraConfig target_modules (= models.lora.FAMILY_TARGETS, checked in a test)
+    "sd3": ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
+            "attn.to_k", "attn.to_out.0", "attn.to_q", "attn.to_v"],
+    "flux": ["attn.to_k", "attn.to_q", "attn.to_v", "attn.to_out.0", "attn.add_k_proj", "attn.add_q_proj",
+             "attn.add_v_proj", "attn.to_add_out", "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj",
+             "ff_context.net.2"],
+    "wan": ["add_k_proj", "add_q_proj", "add_v_proj", "to_add_out", "to_k", "to_out.0", "to_q", "to_v"],
+    "qwen_image": ["attn.to_k", "attn.to_q", "attn.to_v", "attn.to_out.0", "attn.add_k_proj", "attn.add_q_proj",
+                   "attn.add_v_proj", "attn.to_add_out", "img_mlp.net.0.proj", "img_mlp.net.2",
+                   "txt_mlp.net.0.proj", "txt_mlp.net.2"],
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PeerValue:
+    key: str  # DigenRL dotted key ("reward" = {name: weight}; "reward.<name>.<option>"; "model.options.<x>")
+    value: Any  # the peer's value in DigenRL's terms
+    peer: str  # the peer's own setting, as written there
+    source: str  # file (and config function) in the peer repository
+
+
+@dataclass(frozen=True)
+class Recipe:
+    preset: str  # configs/<preset>.yaml
+    title: str  # e.g. "Flow-GRPO pickscore_sd3"
+    sources: str  # SOURCES entry (repository @ commit)
+    values: tuple[PeerValue, ...]
+    quirks: tuple[str, ...] = ()
+
+
+def _v(key: str, value: Any, peer: str, source: str) -> PeerValue:
+    return PeerValue(key, value, peer, source)
+
+
+def _merge(entries: list[PeerValue]) -> tuple[PeerValue, ...]:
+    """The entries in order, a later entry for the same key replacing the earlier one (a config's own value
+    over config/base.py's)."""
+    out: dict[str, PeerValue] = {}
+    for e in entries:
+        out.pop(e.key, None)
+        out[e.key] = e
+    return tuple(out.values())
+
+
+def _flow_grpo_common(cfg: str, script: str) -> list[PeerValue]:
+    """Flow-GRPO settings every config here inherits (config/base.py, its stat tracker and its scripts)."""
+    g = f"{GRPO}::{cfg}"
+    return [
+        _v("seed", 42, "seed = 42", BASE),
+        _v("model.lora.enabled", True, "use_lora = True", f"{BASE}, {g} (compressibility)"),
+        _v("sampler.kind", "flow_grpo", "sde_step_with_logprob (flow_grpo/diffusers_patch)", script),
+        _v("train.lr", 3e-4, "train.learning_rate = 3e-4", BASE),
+        _v("train.betas", (0.9, 0.999), "train.adam_beta1 = 0.9, adam_beta2 = 0.999", BASE),
+        _v("train.weight_decay", 1e-4, "train.adam_weight_decay = 1e-4", BASE),
+        _v("train.adam_epsilon", 1e-8, "train.adam_epsilon = 1e-8", BASE),
+        _v("train.max_grad_norm", 1.0, "train.max_grad_norm = 1.0", BASE),
+        _v("train.clip_range", 1e-4, "train.clip_range = 1e-4", BASE),
+        _v("train.adv_clip_max", 5.0, "train.adv_clip_max = 5", BASE),
+        _v("train.adv_baseline", "group", "per_prompt_stat_tracking = True", g),
+        _v("train.adv_eps", 1e-4, "(reward - mean) / (std + 1e-4)", "flow_grpo/stat_tracking.py"),
+        _v("train.adv_std_unbiased", False, "np.std (population)", "flow_grpo/stat_tracking.py"),
+        _v("train.filter_zero_advantage", True, "mask = advantages.abs().sum(dim=1) != 0", script),
+        _v("train.kl_form", "flow_grpo", "kl = mean((mu - mu_ref)^2) / (2 std_dev_t^2)", script),
+        _v("train.inner_epochs", 1, "train.num_inner_epochs = 1", g),
+        _v("train.cfg_in_training", True, "train.cfg = True", BASE),
+        _v("sampler.same_latent", False, "sample.same_latent = False", g),
+    ]
+
+
+def _ema(script: str, on: bool, cfg: str) -> list[PeerValue]:
+    if not on:
+        return [_v("train.ema_decay", None, "train.ema = False", f"{GRPO}::{cfg}")]
+    return [
+        _v("train.ema_decay", 0.9, "train.ema = True; EMAModuleWrapper(decay=0.9, ...)", f"{GRPO}::{cfg}, {script}"),
+        _v("train.ema_every", 8, "EMAModuleWrapper(..., update_step_interval=8)", script),
+        _v("train.ema_warmup", True, "decay_n = min((1 + n) / (10 + n), decay)", "flow_grpo/ema.py"),
+    ]
+
+
+def _lora(family: str, rank: int, alpha: int, script: str) -> list[PeerValue]:
+    return [
+        _v("model.lora.rank", rank, f"LoraConfig(r={rank}, ...)", script),
+        _v("model.lora.alpha", alpha, f"LoraConfig(lora_alpha={alpha}, ...)", script),
+        _v("model.lora.target_modules", _FAMILY_LORA_TARGETS[family], "LoraConfig(target_modules=[...])", script),
+    ]
+
+
+def _pickscore(cfg: str) -> list[PeerValue]:
+    return [
+        _v("reward", {"pickscore": 1.0}, 'reward_fn = {"pickscore": 1.0}', f"{GRPO}::{cfg}"),
+        _v("reward.pickscore.scale", 1 / 26, "score / 26", "flow_grpo/pickscore_scorer.py"),
+    ]
+
+
+def _sd35_medium() -> Recipe:
+    cfg, script = "pickscore_sd3", "scripts/train_sd3.py"
+    g = f"{GRPO}::{cfg}"
+    return Recipe("sd35_medium", "Flow-GRPO pickscore_sd3", SOURCES["flow_grpo"], _merge([
+        *_flow_grpo_common(cfg, script),
+        _v("model.dtype", "float16", 'mixed_precision = "fp16"', BASE),
+        _v("train.mixed_precision", "fp16", 'mixed_precision = "fp16" (fp32 LoRA weights, fp16 autocast)', BASE),
+        *_lora("sd3", 32, 64, script),
+        _v("model.options.height", 512, "resolution = 512", g),
+        _v("model.options.width", 512, "resolution = 512", g),
+        _v("model.options.max_sequence_length", 128, "compute_text_embeddings(..., max_sequence_length=128)", script),
+        _v("model.options.negative_prompt", "", 'compute_text_embeddings([""], ...) (negative)', script),
+        _v("sampler.num_steps", 10, "sample.num_steps = 10", g),
+        _v("sampler.eval_num_steps", 40, "sample.eval_num_steps = 40", g),
+        _v("sampler.noise_level", 0.7, "sample.noise_level = 0.7", BASE),
+        _v("sampler.cfg_scale", 4.5, "sample.guidance_scale = 4.5", g),
+        _v("sampler.eval_cfg_scale", 4.5, "eval(): guidance_scale=config.sample.guidance_scale", script),
+        _v("train.prompts_per_step", 48, "sample.train_batch_size 9 x 32 GPUs x num_batches_per_epoch 4 / 24", g),
+        _v("train.generations", 24, "sample.num_image_per_prompt = 24", g),
+        _v("train.std_mode", "global", "sample.global_std = True", g),
+        _v("train.beta_kl", 0.01, "train.beta = 0.01", g),
+        _v("train.minibatches_per_step", 2,
+           "num_batches_per_epoch 4 / train.gradient_accumulation_steps (4 // 2): two optimizer steps per epoch", g),
+        _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
+        _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
+        *_ema(script, True, cfg),
+        _v("train.cfg_detach_uncond", True, "compute_log_prob: noise_pred_uncond = noise_pred_uncond.detach()", script),
+        *_pickscore(cfg),
+        _v("eval.every", 60, "eval_freq = 60", g),
+    ]), quirks=_FLOW_GRPO_QUIRKS)
+
+
+_FLOW_GRPO_QUIRKS = (
+    "EMA: flow_grpo calls ema.step once per accumulated train batch, so with k micro-batches per optimizer step "
+    "the same decay is applied k times per step; here once per optimizer step (train.ema_every counts optimizer "
+    "steps).",
+    "Zero-advantage filter: flow_grpo re-adds a few random zero-advantage samples so the kept count divides "
+    "num_batches_per_epoch; here they stay out (no loss, no KL, not counted).",
+    "Minibatches: flow_grpo splits a step's samples by a random permutation of samples; here by whole prompt "
+    "groups in index order (docs/architecture.md, \"Minibatches\").",
+    "Noise: flow_grpo seeds per device and batch; here per (seed, step, prompt, generation), so the same seed "
+    "does not draw flow_grpo's samples.",
+)
+
+
+def _flux1_dev() -> Recipe:
+    cfg, script = "pickscore_flux", "scripts/train_flux.py"
+    g = f"{GRPO}::{cfg}"
+    return Recipe("flux1_dev", "Flow-GRPO pickscore_flux", SOURCES["flow_grpo"], _merge([
+        *_flow_grpo_common(cfg, script),
+        _v("model.dtype", "bfloat16", 'mixed_precision = "bf16"', g),
+        _v("train.mixed_precision", "bf16", 'mixed_precision = "bf16"', g),
+        *_lora("flux", 64, 128, script),
+        _v("model.options.height", 512, "resolution = 512", g),
+        _v("model.options.width", 512, "resolution = 512", g),
+        _v("model.options.max_sequence_length", 128, "compute_text_embeddings(..., max_sequence_length=128)", script),
+        _v("sampler.num_steps", 6, "sample.num_steps = 6", g),
+        _v("sampler.eval_num_steps", 28, "sample.eval_num_steps = 28", g),
+        _v("sampler.noise_level", 0.9, "sample.noise_level = 0.9", g),
+        _v("sampler.cfg_scale", 3.5, "sample.guidance_scale = 3.5 (the guidance embedding, sampling and training)", g),
+        _v("sampler.eval_cfg_scale", 3.5, "eval(): guidance_scale=config.sample.guidance_scale", script),
+        _v("train.prompts_per_step", 48, "sample.train_batch_size 3 x 32 GPUs x num_batches_per_epoch 12 / 24", g),
+        _v("train.generations", 24, "sample.num_image_per_prompt = 24", g),
+        _v("train.std_mode", "global", "sample.global_std = True", g),
+        _v("train.beta_kl", 0.0, "train.beta = 0", g),
+        _v("train.minibatches_per_step", 2,
+           "num_batches_per_epoch 12 / train.gradient_accumulation_steps (12 // 2): two optimizer steps per epoch", g),
+        _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
+        _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
+        *_ema(script, True, cfg),
+        *_pickscore(cfg),
+        _v("eval.every", 30, "eval_freq = 30", g),
+    ]), quirks=_FLOW_GRPO_QUIRKS)
+
+
+def _wan21_14b() -> Recipe:
+    cfg, script = "general_ocr_wan2_1", "scripts/train_wan2_1.py"
+    g = f"{GRPO}::{cfg}"
+    return Recipe("wan21_14b", "Flow-GRPO general_ocr_wan2_1", SOURCES["flow_grpo"], _merge([
+        *_flow_grpo_common(cfg, script),
+        _v("model.dtype", "bfloat16", 'mixed_precision = "bf16"', g),
+        _v("train.mixed_precision", "bf16", 'mixed_precision = "bf16"', g),
+        *_lora("wan", 32, 64, script),
+        _v("model.options.height", 240, "height = 240", g),
+        _v("model.options.width", 416, "width = 416", g),
+        _v("model.options.frames", 33, "frames = 33", g),
+        _v("model.options.max_sequence_length", 512, "compute_text_embeddings(..., max_sequence_length=512)", script),
+        _v("model.options.negative_prompt", "", 'compute_text_embeddings([""], ...) (negative)', script),
+        _v("sampler.num_steps", 20, "sample.num_steps = 20", g),
+        _v("sampler.eval_num_steps", 50, "sample.eval_num_steps = 50", g),
+        _v("sampler.noise_level", 0.7, "sample.noise_level = 0.7", BASE),
+        _v("sampler.cfg_scale", 4.5, "sample.guidance_scale = 4.5", g),
+        _v("sampler.eval_cfg_scale", 4.5, "eval(): guidance_scale=config.sample.guidance_scale", script),
+        _v("train.prompts_per_step", 32,
+           "sample.train_batch_size 8 x GPUs x num_batches_per_epoch 2 / 4 = 4 per GPU (the config names no GPU "
+           "count; one node of 8)", g),
+        _v("train.generations", 4, "sample.num_image_per_prompt = 4", g),
+        _v("train.lr", 1e-4, "train.learning_rate = 1e-4", g),
+        _v("train.clip_range", 1e-3, "train.clip_range = 1e-3", g),
+        _v("train.std_mode", "group", "sample.global_std = False", g),
+        _v("train.beta_kl", 0.004, "train.beta = 0.004", g),
+        _v("train.minibatches_per_step", 2,
+           "num_batches_per_epoch 2 / train.gradient_accumulation_steps 1: two optimizer steps per epoch", g),
+        _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
+        _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
+        *_ema(script, True, cfg),
+        _v("train.cfg_detach_uncond", False, "compute_log_prob: both CFG branches keep their gradient", script),
+        _v("reward", {"ocr": 1.0}, 'reward_fn = {"video_ocr": 1.0} (video OCR: the built-in ocr on frames)', g),
+        _v("reward.ocr.frame_stride", 4, "OcrScorer_video_or_image: every 4th frame", "flow_grpo/ocr.py"),
+        _v("eval.every", 30, "eval_freq = 30", g),
+    ]), quirks=(*_FLOW_GRPO_QUIRKS,
+                "Model: general_ocr_wan2_1 loads Wan2.1-T2V-1.3B (the 14B path is commented out above it); this "
+                "preset trains 14B with the same settings."))
+
+
+def _qwen_image() -> Recipe:
+    cfg, script = "pickscore_qwenimage", "scripts/train_qwenimage.py"
+    g = f"{GRPO}::{cfg}"
+    pipe = "flow_grpo/diffusers_patch/qwenimage_pipeline_with_logprob.py"
+    return Recipe("qwen_image", "Flow-GRPO pickscore_qwenimage",
+                  f"{SOURCES['flow_grpo']}; {SOURCES['flow_grpo_qwen']}", _merge([
+        *_flow_grpo_common(cfg, script),
+        _v("model.dtype", "bfloat16", 'mixed_precision = "bf16"', g),
+        _v("train.mixed_precision", "bf16", 'mixed_precision = "bf16"', g),
+        *_lora("qwen_image", 64, 128, script),
+        _v("model.options.height", 512, "resolution = 512", g),
+        _v("model.options.width", 512, "resolution = 512", g),
+        _v("model.options.max_sequence_length", 512, "pipeline_with_logprob(max_sequence_length=512)", pipe),
+        _v("model.options.negative_prompt", " ", 'negative_prompt=[" "] * len(prompts)', script),
+        _v("sampler.num_steps", 10, "sample.num_steps = 10", g),
+        _v("sampler.eval_num_steps", 50, "sample.eval_num_steps = 50", g),
+        _v("sampler.noise_level", 1.2, "sample.noise_level = 1.2", g),
+        _v("sampler.cfg_scale", 4.0, "sample.guidance_scale = 4 (true CFG, norm-rescaled)", g),
+        _v("sampler.eval_cfg_scale", 4.0, "eval(): true_cfg_scale=config.sample.guidance_scale", script),
+        _v("train.prompts_per_step", 32, "sample.train_batch_size 4 x 32 GPUs x num_batches_per_epoch 4 / 16", g),
+        _v("train.generations", 16, "sample.num_image_per_prompt = 16", g),
+        _v("train.std_mode", "global", "sample.global_std = True", g),
+        _v("train.beta_kl", 0.0, "train.beta = 0", g),
+        _v("train.minibatches_per_step", 2,
+           "num_batches_per_epoch 4 / train.gradient_accumulation_steps (4 // 2): two optimizer steps per epoch", g),
+        _v("train.timestep_strategy", "window", "SDE only in the window; num_train_timesteps = sde_window_size",
+           script),
+        _v("train.window_size", 2, "sample.sde_window_size = 2", g),
+        _v("train.window_range", (0, 5), "sample.sde_window_range = (0, num_steps // 2)", g),
+        *_ema(script, False, cfg),
+        _v("train.cfg_detach_uncond", False, "compute_log_prob: both CFG branches in one forward, with gradient",
+           script),
+        _v("train.activation_checkpointing", True, "activation_checkpointing = True", g),
+        *_pickscore(cfg),
+        _v("eval.every", 30, "eval_freq = 30", g),
+    ]), quirks=(*_FLOW_GRPO_QUIRKS,
+                "SDE window: the pipeline calls random.seed(process_index) before drawing the window start and the "
+                "script passes no process_index, so every epoch draws randint(0, 3) after seed(0) = 3: the window is "
+                "always steps 3-4. Here the start is drawn per step inside window_range (window_range: [3, 5] "
+                "gives the fixed window)."))
+
+
+def _hunyuan_video() -> Recipe:
+    sh, py = "scripts/finetune/finetune_hunyuan_grpo.sh", "fastvideo/train_grpo_hunyuan.py"
+    return Recipe("hunyuan_video", "DanceGRPO HunyuanVideo (finetune_hunyuan_grpo.sh)", SOURCES["dancegrpo"], (
+        _v("seed", 42, "--seed 42", sh),
+        _v("steps", 202, "--max_train_steps 202", sh),
+        _v("model.dtype", "bfloat16", "--mixed_precision bf16", sh),
+        _v("train.mixed_precision", "bf16", "--mixed_precision bf16 (--master_weight_type fp32, the default)", sh),
+        _v("model.lora.enabled", False, "full fine-tuning (no LoRA in train_grpo_hunyuan.py)", py),
+        _v("model.options.height", 480, "--h 480", sh),
+        _v("model.options.width", 480, "--w 480", sh),
+        _v("model.options.frames", 53, "--t 53", sh),
+        _v("sampler.num_steps", 16, "--sampling_steps 16", sh),
+        _v("sampler.kind", "dance", "flux_step: std = eta sqrt(sigma - sigma') with the score correction", py),
+        _v("sampler.noise_level", 0.25, "--eta 0.25", sh),
+        _v("sampler.static_shift", 5.0, "--shift 5: sd3_time_shift(shift, linspace(1, 0, T + 1))", sh),
+        _v("sampler.integer_timesteps", True, "timestep = int(sigma * 1000)", py),
+        _v("sampler.same_latent", True, "--use_same_noise", sh),
+        _v("sampler.cfg_scale", 6.018, "guidance=torch.tensor([6018.0]) (embedded guidance, 1000 w)", py),
+        _v("train.prompts_per_step", 32, "--train_batch_size 1 x 32 GPUs (--nnodes 4 --nproc_per_node 8)", sh),
+        _v("train.generations", 24, "--num_generations 24", sh),
+        _v("train.best_of_n", 8, "--bestofn 8", sh),
+        _v("train.lr", 1e-5, "--learning_rate 1e-5 (--lr_warmup_steps 0: constant)", sh),
+        _v("train.weight_decay", 1e-4, "--weight_decay 0.0001", sh),
+        _v("train.betas", (0.9, 0.999), "AdamW(betas=(0.9, 0.999))", py),
+        _v("train.adam_epsilon", 1e-8, "AdamW(eps=1e-8)", py),
+        _v("train.max_grad_norm", 1.0, "--max_grad_norm 1.0", sh),
+        _v("train.clip_range", 1e-4, "clip_range = 1e-4 (train_one_step)", py),
+        _v("train.adv_clip_max", 5.0, "adv_clip_max = 5.0 (train_one_step)", py),
+        _v("train.std_mode", "group", "--use_group: group_rewards.std()", sh),
+        _v("train.adv_baseline", "group", "--use_group: group_rewards.mean()", sh),
+        _v("train.adv_std_unbiased", True, "torch .std() (n - 1)", py),
+        _v("train.adv_eps", 1e-8, "group_rewards.std() + 1e-8", py),
+        _v("train.filter_zero_advantage", False, "no filter: every kept sample counts in the loss mean", py),
+        _v("train.beta_kl", 0.0, "no KL term in the loss", py),
+        _v("train.minibatches_per_step", 2,
+           "8 kept samples per rank / --gradient_accumulation_steps 4: two optimizer steps per step", sh),
+        _v("train.inner_epochs", 1, "one pass over the samples", py),
+        _v("train.timestep_strategy", "fraction", "train_timesteps = int(len(timesteps) * timestep_fraction)", py),
+        _v("train.timestep_fraction", 0.6, "--timestep_fraction 0.6", sh),
+        _v("train.ema_decay", None, "--ema_decay 0.999 is parsed but no EMA is kept", py),
+        _v("train.cfg_in_training", True, "grpo_one_step: the same embedded guidance 6018", py),
+        _v("reward", "VideoAlign VQ (weight 1.0; MQ 0.0)", "--use_videoalign --vq_coef 1.0 --mq_coef 0.0", sh),
+    ), quirks=(
+        "Trained timesteps: DanceGRPO trains a random per-sample subset of int((T - 1) f) = 9 of the first T - 1 "
+        "= 15 steps; here the first int(T f) = 9 steps, the same count.",
+        "Minibatches: DanceGRPO's optimizer step covers 4 kept samples of each rank's group (one group per "
+        "rank); here a minibatch is whole groups (M = 2: 16 of the 32 groups each).",
+        "Guidance: DanceGRPO passes 6018.0 to the embedding, i.e. w = 6.018 in the pipeline's 1000 w units.",
+    ))
+
+
+RECIPES: dict[str, Recipe] = {r.preset: r for r in (_sd35_medium(), _flux1_dev(), _wan21_14b(), _hunyuan_video(),
+                                                    _qwen_image())}
+
+
+# --- our side -----------------------------------------------------------------------------------------------
+
+def preset_path(preset: str) -> Path:
+    return CONFIGS / f"{preset}.yaml"
+
+
+def our_value(cfg, key: str) -> Any:
+    """The value ``cfg`` (a loaded ``Config``) runs with for ``key`` (defaults included). ``reward`` is
+    ``{name: weight}``; ``model.lora.target_modules`` null is the family's list (``models.lora.FAMILY_TARGETS``).
+    A key the config does not have raises ``KeyError`` naming it."""
+    if key == "reward":
+        return {name: float(spec.get("weight", 1.0)) for name, spec in cfg.reward.items()}
+    parts = key.split(".")
+    if parts[0] == "reward":
+        if len(parts) != 3 or parts[1] not in cfg.reward:
+            raise KeyError(key)
+        return cfg.reward[parts[1]].get(parts[2])
+    node: Any = cfg
+    for i, part in enumerate(parts):
+        if isinstance(node, dict):
+            if part not in node:
+                if parts[:i] == ["model", "options"]:
+                    return None  # an option left to the family default
+                raise KeyError(key)
+            node = node[part]
+        elif part in getattr(type(node), "model_fields", {}):
+            node = getattr(node, part)
+        else:
+            raise KeyError(key)
+    if key == "model.lora.target_modules" and node is None:
+        from .models.lora import FAMILY_TARGETS
+
+        node = list(FAMILY_TARGETS[cfg.model.kind])
+    return node
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal as config values: floats to 1e-6 relative (1/26 is written 0.038461538), tuples = lists."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=0.0)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.-]*):(?P<rest>.*)$")
+
+
+def deviations(path: str | Path) -> dict[str, str]:
+    """``{dotted key: reason}`` for every key of the YAML file marked ``# DEVIATION: <reason>`` on its line; the
+    reason continues on the comment-only lines right below whose ``#`` is in the same column."""
+    out: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []  # (indent, key) of the enclosing mappings
+    open_key, open_col = None, -1
+    for line in Path(path).read_text().splitlines():
+        stripped = line.lstrip(" ")
+        if stripped.startswith("#"):
+            col = len(line) - len(stripped)
+            if open_key is not None and col == open_col:
+                out[open_key] += " " + stripped[1:].strip()
+                continue
+            open_key = None
+            continue
+        open_key = None
+        m = _KEY_LINE.match(line)
+        if not m:
+            continue
+        indent = len(m["indent"])
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        dotted = ".".join([k for _, k in stack] + [m["key"]])
+        stack.append((indent, m["key"]))
+        rest = m["rest"]
+        hash_at = _comment_start(rest)
+        if hash_at is None:
+            continue
+        comment = rest[hash_at + 1:].strip()
+        if comment.startswith("DEVIATION:"):
+            reason = comment[len("DEVIATION:"):].strip()
+            if not reason:
+                raise ValueError(f"{path}: {dotted}: DEVIATION without a reason")
+            out[dotted] = reason
+            open_key, open_col = dotted, len(line) - len(rest) + hash_at
+    return out
+
+
+def _comment_start(rest: str) -> int | None:
+    """Index of the ``#`` starting a comment in a YAML value (outside quotes), or None."""
+    quote = None
+    for i, ch in enumerate(rest):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or rest[i - 1] in " \t"):
+            return i
+    return None
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    ours: Any
+    peer: PeerValue
+    deviation: str | None  # the marked reason, if any
+
+    @property
+    def differs(self) -> bool:
+        return not same(self.ours, self.peer.value)
+
+
+def compare(preset: str, path: str | Path | None = None) -> list[Row]:
+    """Every entry of ``preset``'s recipe with our value (from ``path``, default ``configs/<preset>.yaml``) and its
+    DEVIATION mark (on the key or on an enclosing one)."""
+    from .config import load_config
+
+    path = preset_path(preset) if path is None else Path(path)
+    cfg = load_config(path)
+    marks = deviations(path)
+    rows = []
+    for pv in RECIPES[preset].values:
+        mark = next((marks[k] for k in _prefixes(pv.key) if k in marks), None)
+        rows.append(Row(pv.key, our_value(cfg, pv.key), pv, mark))
+    return rows
+
+
+def _prefixes(key: str) -> list[str]:
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def problems(preset: str, path: str | Path | None = None) -> list[str]:
+    """What makes the preset not its recipe: an unmarked difference, a mark where the values agree, a mark on a
+    key the recipe does not list. Empty when the preset is the recipe up to its marked deviations."""
+    path = preset_path(preset) if path is None else Path(path)
+    rows = compare(preset, path)
+    marks = deviations(path)
+    out = []
+    for r in rows:
+        if r.differs and r.deviation is None:
+            out.append(f"{preset}: {r.key} = {r.ours!r}, the recipe has {r.peer.value!r} ({r.peer.peer}; "
+                       f"{r.peer.source}) and the YAML does not mark it DEVIATION")
+        if not r.differs and r.key in marks:
+            out.append(f"{preset}: {r.key} is marked DEVIATION but equals the recipe ({r.ours!r})")
+    known = {r.key for r in rows}
+    for key in marks:
+        if not any(k == key or k.startswith(key + ".") for k in known):
+            out.append(f"{preset}: {key} is marked DEVIATION but the recipe table has no such key")
+    return out
