@@ -79,7 +79,7 @@ class TaskConfig(_Strict):
 
 class SamplerConfig(_Strict):
     num_steps: int = Field(10, ge=1)
-    eval_num_steps: int | None = None  # default: num_steps
+    eval_num_steps: int | None = Field(None, ge=1)  # default: num_steps
     noise_level: float = Field(0.7, ge=0.0)
     kind: Literal["flow_grpo", "dance", "cps"] = "flow_grpo"
     cfg_scale: float = Field(1.0, ge=0.0)
@@ -177,7 +177,7 @@ class RuntimeConfig(_Strict):
     address: str | None = None  # join an existing Ray cluster; None starts a local one
     generator_resources: dict[str, float] = {}
     trainer_resources: dict[str, float] = {}
-    threads_per_worker: int = Field(1, ge=1)
+    threads_per_worker: int = Field(1, ge=1, le=256)  # a local run: at most the machine's cores (validate.py)
     publish: Literal["object_store", "broadcast"] = "object_store"  # weight path trainer rank 0 -> generators
     checkpoint_every: int = Field(20, ge=0)  # resumable checkpoint every N committed steps (0: only at the end / on a signal)
     keep_checkpoints: int = Field(2, ge=1)

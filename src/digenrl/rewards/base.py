@@ -8,7 +8,10 @@ a float tensor [B] on any device. It may also define ``score(images, prompts) ->
 ``WeightedSum`` composes several: r = sum_k w_k r_k, keeping each r_k (and each part's own breakdown, as
 ``"<name>/<key>"``) for logging. It is the boundary where scores enter a run: each part's output must be a 1-D
 floating-point tensor with one finite score per sample, else ``RewardOutputError`` names the reward (and the
-first bad sample); a NaN that got through would make every weight NaN at the next commit.
+first bad sample); a NaN that got through would make every weight NaN at the next commit. A part that raises
+is named the same way (``RewardRaised``: ``reward.judge: raised RuntimeError: ...``), so a run stops on it with
+one line and ``failure.json`` instead of a traceback; only what a retry can fix passes through unchanged
+(``OSError``, out of memory, the reward service unavailable past its client's window).
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ from digenrl.rollout.records import Prompt
 
 class RewardOutputError(RunHalted):
     """A reward function returned something other than one finite float score per sample."""
+
+
+class RewardRaised(RewardOutputError):
+    """A reward function raised instead of returning scores (its exception is the ``__cause__``)."""
+
+
+_TRANSIENT = (OSError, MemoryError, torch.OutOfMemoryError)  # a retry (or a worker restart) may get past these
+
+
+def _transient(e: BaseException) -> bool:
+    return isinstance(e, _TRANSIENT) or type(e).__name__ == "RewardServiceError"  # (rewards.client; no import)
 
 
 def check_scores(name: str, value, n: int) -> torch.Tensor:
@@ -63,13 +77,20 @@ class WeightedSum:
         extra: dict[str, torch.Tensor] = {}
         n = len(images)
         for name, (_, fn) in self._parts.items():
-            if hasattr(fn, "score"):
-                v, info = fn.score(images, prompts)
-                for key, part in info.items():
-                    if key != name:
-                        extra[f"{name}/{key}"] = part.float().cpu().reshape(-1)
-            else:
-                v = fn(images, prompts)
+            try:
+                if hasattr(fn, "score"):
+                    v, info = fn.score(images, prompts)
+                    for key, part in info.items():
+                        if key != name:
+                            extra[f"{name}/{key}"] = part.float().cpu().reshape(-1)
+                else:
+                    v = fn(images, prompts)
+            except RunHalted:
+                raise
+            except Exception as e:
+                if _transient(e):
+                    raise
+                raise RewardRaised(f"reward.{name}: raised {type(e).__name__}: {str(e)[:300]}") from e
             values[name] = check_scores(name, v, n)
         total = sum(self._parts[name][0] * v for name, v in values.items())
         if not torch.isfinite(total).all():  # finite parts times finite weights can still overflow

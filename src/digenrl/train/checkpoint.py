@@ -63,7 +63,8 @@ _NAME = re.compile(r"^step_(\d{8})\.safetensors$")
 # Keys that may change on resume: where and how the work runs, logging and eval, the run length. Everything
 # else (model, task, reward, sampler, train, seed, the policy class of the mode) is the math of a step.
 FREE_KEYS = ("run_dir", "steps", "resume", "log", "eval", "model.device", "model.prompt_cache_dir",
-             "train.chunk_generations", "train.chunk_timesteps", "runtime")
+             "train.chunk_generations", "train.chunk_timesteps", "runtime",
+             "sampler.eval_num_steps")  # (the eval's sampler only)
 # ...except these runtime keys, which change what a step computes
 MATH_RUNTIME_KEYS = ("runtime.max_stale_fraction",)
 
