@@ -66,6 +66,10 @@ CASES = {
     "gap_tsp-global-epochs": ["runtime.mode=gap_tsp", "train.std_mode=global", "train.inner_epochs=2"],
     # TAG, global std and the batch mean (Flow-GRPO per_prompt_stat_tracking=False)
     "gap_tsp_tag-global-batch": ["runtime.mode=gap_tsp_tag", "train.std_mode=global", "train.adv_baseline=batch"],
+    # Flow-GRPO's recipe shape: global std and two minibatches per step, TAG (round 0's commit waits for the
+    # step's last reward; round 1 is exact)
+    "gap_tsp_tag-global-minibatches": ["runtime.mode=gap_tsp_tag", "train.std_mode=global",
+                                       "train.minibatches_per_step=2"],
     # a sharded pool (every head, the correction and the late tied group are collectives), group std, batch mean
     "gap_tsp-fsdp-batch": ["runtime.mode=gap_tsp", "train.sharding=fsdp", "train.adv_baseline=batch"],
 }

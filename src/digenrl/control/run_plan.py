@@ -6,11 +6,9 @@ the same plan without loading torch.
 Rules checked here (``ConfigError`` naming the key, before anything is written or started):
 
 * ``train.std_mode = global`` and ``train.adv_baseline = batch`` need every reward of the step: the pipelined
-  modes train a group provisionally and rescale at the commit (``algo.deferred_std``), which needs the whole
-  step's rewards by the round's commit, so there they take one minibatch per step
-  (``train.minibatches_per_step = 1``; the scheduler commits minibatch 1 as soon as its groups are trained,
-  possibly before the step's last reward). ``inner_epochs`` > 1 is fine (the rounds after the first start once
-  every reward is in).
+  modes train a group provisionally and rescale at the commit (``algo.deferred_std``), so the plan is
+  ``step_wide`` and the scheduler holds every commit until the step's last group is rewarded (with several
+  minibatches, round 0's commit waits for it; the later rounds start after it).
 * ``train.minibatches_per_step`` x ``train.inner_epochs`` commits per step (the plan's rounds).
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
   stay 1 (it is not used).
@@ -111,12 +109,6 @@ def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
 def plan_run(cfg: Config) -> RunPlan:
     rt, t = cfg.runtime, cfg.train
     mode = Mode(rt.mode)
-    if (t.std_mode == "global" or t.adv_baseline == "batch") and mode.pipelined and t.minibatches_per_step > 1:
-        key = "train.std_mode=global" if t.std_mode == "global" else "train.adv_baseline=batch"
-        raise ConfigError(f"train.minibatches_per_step: {key} needs every reward of the step at the first "
-                          f"minibatch's commit, which the pipelined mode {mode.value!r} may run before the step's "
-                          f"last reward; use train.minibatches_per_step=1 (train.inner_epochs may be > 1) or "
-                          f"runtime.mode=naive/colocated")
     if t.best_of_n is not None:
         raise ConfigError("train.best_of_n: the Ray runtime trains every generation of a group (its cell grid is "
                           "G x S); best-of-n subsampling runs in the single-process loop (runtime.mode=colocated "
@@ -141,7 +133,7 @@ def plan_run(cfg: Config) -> RunPlan:
         sampling_steps=cfg.sampler.num_steps, chunk_generations=t.chunk_generations,
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
-        shard_ranks=len(ranks) if shards else 1,
+        shard_ranks=len(ranks) if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
     )
     profile = None
     if rt.profile is not None:

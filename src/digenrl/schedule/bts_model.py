@@ -123,7 +123,10 @@ class StepModel:
         for release, cells in jobs:
             start = max(rank_free[0], release)
             heapq.heapreplace(rank_free, start + dur.train(cells))
-        return max(rank_free) + dur.commit()
+        start = max(rank_free)
+        if self.plan.step_wide and snap.incomplete:  # the commit waits for the step's last reward
+            start = max([start] + [done[g] for g in snap.incomplete])
+        return start + dur.commit()
 
 
 class TickModel:

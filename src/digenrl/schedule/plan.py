@@ -77,6 +77,9 @@ class StepPlan:
         commit (optimizer step); round r trains the groups of minibatch ``r mod M`` (``layout.minibatch_of``:
         fixed by group index) with the weights after the previous commit; only the last commit of a step
         makes the new version. M = epochs = 1 is one commit per step.
+      step_wide: the advantages need every reward of the step (global std, batch baseline): no commit before
+        the step's last group is rewarded (the trainers rescale at the commit, ``algo.deferred_std``), which
+        with several minibatches holds round 0's commit back until then.
       shard_ranks: ranks behind each trainer id: 1 for replicated ranks, N for a shard group of N ranks
         (every action of that trainer is a collective of its N ranks, which split its cells or generations;
         the idle statistics count the ranks that wait inside such an action).
@@ -97,6 +100,7 @@ class StepPlan:
     minibatches: int = 1
     epochs: int = 1
     shard_ranks: int = 1
+    step_wide: bool = False
 
     def __post_init__(self) -> None:
         try:

@@ -158,10 +158,13 @@ class Scheduler:
 
     def _maybe_commit(self) -> list[Action]:
         """The round's chunks are all trained and every rank is free (a TAG fragment in flight finishes
-        first: the commit is a collective of all ranks): commit the round."""
+        first: the commit is a collective of all ranks) and, with step-wide advantages, every reward of the
+        step is in: commit the round."""
         s = self.train_step
         if s >= self.plan.steps or self._collective is not None or self._work(s).chunks_left > 0:
             return []
+        if self.plan.step_wide and self._work(s).groups_left > 0:
+            return []  # the commit rescales by statistics of the whole step: it waits for its last reward
         if any(self._busy[r] is not None for r in self.plan.trainers):
             return []
         self._collective = "commit"
