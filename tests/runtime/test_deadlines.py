@@ -110,6 +110,11 @@ def test_watchdog_of_a_generate_adds_the_remote_reward_window(tiny_model, tmp_pa
         assert base == (30.0 if extra else pytest.approx(60.0 + 20.0 * 0.01 * (4 + 3)))  # T=4 denoise + 3 ops
         # the client's own window, then one more request: a service outage inside it pauses, not restarts
         assert with_window == pytest.approx(base + 300 + 20)
-        assert _watchdog(served, cost)(None) == _watchdog(plain, cost)(None)  # side calls score nothing
+        from digenrl.runtime.deadlines import call_deadline
+
+        # side calls (an eval, a checkpoint between steps): the call deadline, in every mode
+        assert _watchdog(plain, cost)(None) == call_deadline(plain.cfg)
+        assert _watchdog(served, cost)(None) == call_deadline(served.cfg) + 320
     no_bound = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp", remote))
     assert _watchdog(no_bound, None)(gen) is None  # no watchdog at all: the client's window bounds the wait
+    assert _watchdog(no_bound, None)(None) == call_deadline(no_bound.cfg) + 320

@@ -304,22 +304,25 @@ def _eval(pools: ActorPools, plan, grid: int, cfg=None):
 
 def _watchdog(run: RunPlan, cost):
     """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
-    model, 60 s + 20 x the action's modelled duration; else no deadline. A generation (it scores its samples)
+    model, 60 s + 20 x the action's modelled duration; else no deadline. A side call (``action`` None: an eval or
+    a checkpoint between steps) gets ``deadlines.call_deadline`` in every case. A generation (it scores its samples)
     with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the client
     waits out a service outage that long, and only past it is the worker at fault."""
     from digenrl.schedule.actions import Generate
 
     fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
+    side = call_deadline(run.cfg) + wait  # a side call (an eval between steps scores; a checkpoint): deadlines.py
+    dur = Durations(run.plan, cost) if cost is not None else None
 
-    def scoring(action) -> float:
-        return wait if isinstance(action, Generate) else 0.0
+    def budget(action) -> float | None:
+        if action is None:
+            return side
+        scoring = wait if isinstance(action, Generate) else 0.0
+        if fixed is not None:
+            return fixed + scoring
+        return None if dur is None else 60.0 + 20.0 * dur.of(action) + scoring
 
-    if fixed is not None:
-        return lambda action: fixed + scoring(action)
-    if cost is None:
-        return lambda action: None
-    dur = Durations(run.plan, cost)
-    return lambda action: None if action is None else 60.0 + 20.0 * dur.of(action) + scoring(action)
+    return budget
 
 
 def _abort(pools: ActorPools, timeout_s: float = 30.0) -> None:
