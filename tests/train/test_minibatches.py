@@ -64,15 +64,16 @@ def test_minibatches_reach_the_runtime_plan():
 
 
 def test_advantage_options_in_the_runtime_plan():
-    """Step-wide statistics take one minibatch per step in a pipelined mode; best-of-n runs only in the
-    single-process loop."""
+    """Step-wide statistics run in a pipelined mode, also with several minibatches (the plan is step-wide: its
+    commits wait for the step's last reward); best-of-n runs only in the single-process loop."""
     from digenrl.control.run_plan import plan_run
 
     assert plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=naive"])).plan.mode.value == "naive"
     assert plan_run(load_config(None, ["train.adv_std_unbiased=true", "train.adv_eps=1e-8",
                                        "runtime.mode=gap"])).plan is not None
     assert plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=gap"])).plan.mode.value == "gap"
-    with pytest.raises(ConfigError, match="train.minibatches_per_step: train.adv_baseline=batch"):
-        plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=gap", "train.minibatches_per_step=2"]))
+    wide = plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=gap", "train.minibatches_per_step=2"]))
+    assert wide.plan.step_wide and wide.plan.minibatches == 2
+    assert not plan_run(load_config(None, ["runtime.mode=gap", "train.minibatches_per_step=2"])).plan.step_wide
     with pytest.raises(ConfigError, match="train.best_of_n"):
         plan_run(load_config(None, ["train.best_of_n=4", "runtime.mode=naive"]))

@@ -8,8 +8,11 @@
             commit m (one optimizer step; logp_old stays the behaviour log-prob, so from m = 2 on r != 1);  EMA
         publish: policy_{k+1} after the last commit;  eval every N steps
 
-It shares nothing with the scheduler or the executors (it is their oracle), only the run outputs
-(``observe.run_outputs.RunOutputs``).
+It does not use the scheduler or the executors (it is their oracle): its minibatch membership is its own. It
+shares the step's math (``train.step_work``, ``train.loss_scale``), the run outputs
+(``observe.run_outputs.RunOutputs``) and the chunk tiling (``schedule.layout.tile_grid``, pure): the loss is a
+sum over cells, so any tiling gives the same gradient up to rounding, and ``tests/train/test_chunked_training.py``
+checks the tiled gradient against a per-timestep reference that uses no tiling at all.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import time
 from digenrl.config import Config
 from digenrl.observe.run_outputs import RunOutputs, RunStart, checkpoint_bytes
 from digenrl.rollout.records import TrajectoryBatch
-from digenrl.schedule.plan import minibatch_of
 from digenrl.train import checkpoint as ckpt
 from digenrl.train.chunk_loss import CellStats
 from digenrl.train.context import RunContext, build_context
@@ -63,14 +65,17 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
 def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch], num_trained: int) -> list[tuple[CellStats, dict]]:
     """Train a step's complete groups (in the step's prompt order) as ``inner_epochs`` x M minibatches.
 
-    Minibatch m holds the groups with ``minibatch_of(index) == m``; each ends in its own commit with the loss
+    Minibatch m holds the groups of indices ceil(m P / M) .. ceil((m + 1) P / M) - 1 (contiguous blocks by prompt
+    index, written here apart from the scheduler's ``minibatch_of`` so that this oracle does not share the rule
+    it checks); each ends in its own commit with the loss
     scale of ``train.loss_scale`` (1 / S per cell, 1 / kept trajectories of m at the commit; kept = all, or
     those with a non-zero advantage); the version is bumped by the very last commit only. Returns (cell stats,
     commit info) per commit, in order.
     """
     t = ctx.cfg.train
     M, P = t.minibatches_per_step, len(groups)
-    members = [[g for k, g in enumerate(groups) if minibatch_of(k, P, M) == m] for m in range(M)]
+    bounds = [-(-m * P // M) for m in range(M + 1)]  # ceil(m P / M)
+    members = [groups[bounds[m]:bounds[m + 1]] for m in range(M)]
     out = []
     for epoch in range(t.inner_epochs):
         for m, mb in enumerate(members):
