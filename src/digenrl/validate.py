@@ -215,6 +215,11 @@ def check_task(cfg: Config, training: bool = False) -> list[str]:
         if kind != "tiny_dit":
             raise ConfigError(f"task.name: the digits task needs model.kind=tiny_dit (got model.kind={kind!r}); "
                               f"use task.name=text with task.prompts_file for a diffusers model")
+        from digenrl.tasks.digits import ALL_PAIRS
+
+        if training and cfg.train.prompts_per_step > len(ALL_PAIRS):
+            raise ConfigError(f"train.prompts_per_step={cfg.train.prompts_per_step} exceeds the {len(ALL_PAIRS)} "
+                              "prompts of the digits task")
         return []
     if t.name != "text":
         raise ConfigError(f"task.name: unknown task {cut(t.name)}; expected 'digits' or 'text'")

@@ -53,6 +53,7 @@ def test_a_reward_that_raises_is_named_by_the_weighted_sum():
     ("sampler.eval_num_steps=-3", "sampler.eval_num_steps"), ("sampler.eval_num_steps=0", "sampler.eval_num_steps"),
     ("runtime.threads_per_worker=1000", "runtime.threads_per_worker"),
     (f"runtime.threads_per_worker={(os.cpu_count() or 1) + 1}", "runtime.threads_per_worker"),
+    ("train.prompts_per_step=100000", "train.prompts_per_step"),  # the digits task has 120 prompts
 ])  # fmt: skip
 def test_values_no_run_can_use_are_refused_up_front(tmp_path, capsys, override, key):
     run = tmp_path / "run"
