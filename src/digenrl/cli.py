@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 EXIT_CONFIG = 2
+EXIT_IO = 74  # sysexits EX_IOERR: the run could not write its outputs (disk full, read-only, I/O error)
 
 
 def _fail(msg: str) -> int:
@@ -121,6 +122,8 @@ def cmd_train(args) -> int:
         except _RayFailure as e:
             print(f"digenrl: run failed: {e}{_resume_hint(cfg)}", file=sys.stderr)
             return 1
+        except OSError as e:  # disk full, a read-only or failing file system: the checkpoints written stay whole
+            return _io_error(cfg, e)
     finally:
         unlock_run_dir(cfg.run_dir)
         if made and summary is None:
@@ -138,6 +141,30 @@ def _resume_hint(cfg) -> str:
     if latest_checkpoint(Path(cfg.run_dir)) is not None:
         return f"\nresume with: digenrl train --resume {cfg.run_dir}"
     return "\nno resumable checkpoint was written; fix the cause and start the run again"
+
+
+def _io_error(cfg, e: OSError) -> int:
+    """The run could not write (or read) a file after it started: ``failure.json`` where it can still be
+    written, one line naming the error and how to go on, exit 74. Writes are atomic, so every checkpoint on disk
+    is whole and the newest resumes."""
+    import json
+
+    from digenrl.safe_files import atomic_write_bytes
+    from digenrl.train.checkpoint import latest_checkpoint
+
+    run_dir = Path(cfg.run_dir)
+    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    what = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+    if run_dir.is_dir():
+        rec = {"error": what, "kind": type(e).__name__, "errno": e.errno, "checkpoint": str(ckpt) if ckpt else None}
+        try:
+            atomic_write_bytes(run_dir / "failure.json", json.dumps(rec, indent=2).encode())
+        except OSError:
+            pass  # the disk is still full: the line below says it all
+    go_on = (f"free space (or fix the file system) and resume with: digenrl train --resume {run_dir}" if ckpt else
+             "no resumable checkpoint was written; fix the cause and start the run again")
+    print(f"digenrl: error: run stopped writing its outputs: {what}; {go_on}", file=sys.stderr)
+    return EXIT_IO
 
 
 def _halted(cfg, e) -> int:

@@ -72,3 +72,32 @@ def test_eval_num_steps_may_change_on_resume():
     check_resume_config(saved, load_config(None, ["sampler.eval_num_steps=7"]))
     with pytest.raises(ConfigError, match=r"sampler\.num_steps"):
         check_resume_config(saved, load_config(None, ["sampler.num_steps=7"]))
+
+
+def test_disk_full_is_an_error_not_a_traceback_and_the_run_resumes(tmp_path, capsys, monkeypatch):
+    """ENOSPC writing the second checkpoint: exit 74 (EX_IOERR), one line naming the error and how to go on,
+    failure.json; the first checkpoint stays and the run resumes from it once there is space again."""
+    import errno
+
+    from digenrl.train import checkpoint as ckpt
+
+    real, calls = ckpt.atomic_write_bytes, []
+
+    def full(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(ckpt, "atomic_write_bytes", full)
+    run = tmp_path / "run"
+    args = ["train", f"run_dir={run}", "steps=3", *TINY, "runtime.checkpoint_every=1"]
+    assert main(args) == 74
+    err = capsys.readouterr().err
+    assert err.startswith("digenrl: error: ") and "No space left on device" in err, err
+    assert f"digenrl train --resume {run}" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000001.safetensors"]
+    failure = json.loads((run / "failure.json").read_text())
+    assert "No space left" in failure["error"] and failure["checkpoint"].endswith("step_00000001.safetensors")
+    monkeypatch.setattr(ckpt, "atomic_write_bytes", real)
+    assert main(["train", "--resume", str(run)]) == 0
