@@ -337,7 +337,11 @@ class _Server(ThreadingHTTPServer):
                 self.open_connections -= 1
 
     def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
-        pass  # a socket the reaper shut, or a client gone: nothing to report
+        import sys
+
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # a socket the reaper shut, or a client gone: nothing to report
+        super().handle_error(request, client_address)
 
     # ---- whole-request deadline ----
     def arm(self, h: "_Handler") -> None:
