@@ -236,6 +236,7 @@ def _wan21_14b() -> Recipe:
         _v("train.clip_range", 1e-3, "train.clip_range = 1e-3", g),
         _v("train.std_mode", "group", "sample.global_std = False", g),
         _v("train.beta_kl", 0.004, "train.beta = 0.004", g),
+        _v("train.kl_form", "exact", "kl = mean((mu - mu_ref)^2) / (2 (std_dev_t sqrt(-dt))^2)", script),
         _v("train.minibatches_per_step", 2,
            "num_batches_per_epoch 2 / train.gradient_accumulation_steps 1: two optimizer steps per epoch", g),
         _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
