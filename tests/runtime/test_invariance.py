@@ -58,7 +58,8 @@ CASES = {
     # mode, extra overrides
     "colocated": ["runtime.trainers=1"],
     "naive": [],
-    "gap": ["runtime.calibration.when=always", "runtime.calibration.repeats=1"],  # measures a profile it does not need
+    # measures a profile it does not need; evaluates after every step (rank 0's side call between steps)
+    "gap": ["runtime.calibration.when=always", "runtime.calibration.repeats=1", "eval.every=1"],
     "gap_tsp-2ranks-labels": ["runtime.mode=gap_tsp", "runtime.trainers=2",
                               "runtime.generator_resources={gen_slot: 1}", "runtime.trainer_resources={trn_slot: 1}"],
     "gap_tsp_tag-broadcast": ["runtime.mode=gap_tsp_tag", "runtime.publish=broadcast"],
@@ -110,6 +111,9 @@ def test_mode_matches_reference(case, ray_local, tiny_model, tmp_path, reference
         assert key in steps[0], key
     assert any(k.startswith("idle/") for k in steps[0])
     assert all(r["version_min"] == r["version_max"] == r["step"] - 1 for r in steps)  # on-policy
+    if "eval.every=1" in overrides:  # the mid-run eval ran after every step but the last (that one is the
+        evals = [r["eval_reward"] for r in steps[:-1]]  # final eval, in summary.json) and changed nothing (I1)
+        assert all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in evals), evals
     scales = [{k: v for k, v in r.items() if k.startswith("cost_scale/")} for r in steps]
     if mode == "gap_tsp_tag":  # BTS's online factors: none in step 1, the earlier steps' level from step 2 on
         assert scales[0] == {} and {"cost_scale/generate/generator", "cost_scale/train", "cost_scale/commit"} <= set(scales[1])
