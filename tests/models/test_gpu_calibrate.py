@@ -38,17 +38,25 @@ def _same(points, expected):
     assert [s for _, s in points] == pytest.approx([s for _, s in expected], rel=1e-12, abs=0.0)
 
 
-def test_profile_is_complete_monotone_and_runs_in_the_simulator(tiny, capsys):
+def test_profile_is_complete_and_runs_in_the_simulator(tiny, capsys):
+    """Structure, not timing: which ops the profile has, at which batch sizes, finite and non-negative (the
+    rule clamps an extrapolation at 0). Whether more work takes longer is a wall-clock question that a loaded
+    CI machine answers at random for a 64-wide model; the rule itself is checked on FLOPs below."""
+    import math
+
     raw, prof = tiny
     data = json.loads(prof.read_text())
     assert set(data["ops"]) == (set(OPS) - {"denoise"}) | {"generator/denoise", "trainer/denoise"}
     assert (data["generators"], data["trainers"]) == (1, 1)
     cost = load_profile(prof)
     for op, pool in (("denoise", "generator"), ("denoise", "trainer"), ("vae_decode", "generator"),
-                     ("train_chunk", "trainer")):  # more generations / cells: more work (batch 1 vs 4)
-        assert cost.time(op, 4, pool) > cost.time(op, 1, pool) > 0, (op, pool)
+                     ("train_chunk", "trainer")):
+        for b in (1, 4):
+            t = cost.time(op, b, pool)
+            assert math.isfinite(t) and t >= 0.0, (op, pool, b, t)
+    assert [p[0] for p in data["ops"]["generator/denoise"]] == sorted(p[0] for p in data["ops"]["generator/denoise"])
     for op in ("optimizer", "publish"):
-        assert cost.time(op, 1, "trainer") > 0
+        assert cost.time(op, 1, "trainer") >= 0
     assert "tiny" in data["source"] and "t = a + b*L" in data["source"]
 
     from digenrl.sim.cli import main as simulate
