@@ -54,6 +54,7 @@ def test_a_reward_that_raises_is_named_by_the_weighted_sum():
     ("runtime.threads_per_worker=1000", "runtime.threads_per_worker"),
     (f"runtime.threads_per_worker={(os.cpu_count() or 1) + 1}", "runtime.threads_per_worker"),
     ("train.prompts_per_step=100000", "train.prompts_per_step"),  # the digits task has 120 prompts
+    ("model.device=bogus", "model.device"), ("seed=1e23", "seed"),  # (refused already: kept as regression)
 ])  # fmt: skip
 def test_values_no_run_can_use_are_refused_up_front(tmp_path, capsys, override, key):
     run = tmp_path / "run"
