@@ -149,3 +149,17 @@ def test_token_from_file_or_environment(tmp_path, monkeypatch, capsys):
     assert "--token-file" in capsys.readouterr().out
     (tmp_path / "empty").write_text("\n")
     assert main([*args, "--token-file", str(tmp_path / "empty")]) == 2
+
+
+def test_client_token_from_a_file_stays_out_of_the_config(tmp_path, monkeypatch):
+    from digenrl.rewards.registry import validate_reward_spec
+
+    monkeypatch.delenv("DIGENRL_REWARD_TOKEN", raising=False)
+    f = tmp_path / "token"
+    f.write_text("s3cret\n")
+    with RewardServer(build_weighted({"jpeg_compressibility": {"weight": 1.0}}), token="s3cret") as srv:
+        spec = {"remote": {"url": srv.url, "weight": 1.0, "token_file": str(f)}}
+        validate_reward_spec(spec)
+        assert build_weighted(spec)(*digits_request((1, 3, 8, 8))).shape == (1,)
+    with pytest.raises(ValueError, match="token_file"):
+        validate_reward_spec({"remote": {"url": "http://127.0.0.1:1", "weight": 1.0, "token_file": str(tmp_path / "no")}})

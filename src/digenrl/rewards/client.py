@@ -11,8 +11,9 @@ names the URL, the attempts, the time and the last error. ``retries`` (optional)
 retries. HTTP 4xx (a request the service refuses, e.g. a
 malformed payload or a wrong token) is deterministic and raised at once, never retried.
 
-``token`` (or the environment variable named by ``token_env``, default ``DIGENRL_REWARD_TOKEN``) is sent as
-``Authorization: Bearer <token>``, for services bound beyond loopback with ``--token``.
+``token`` (else the first line of ``token_file``, else the environment variable named by ``token_env``, default
+``DIGENRL_REWARD_TOKEN``) is sent as ``Authorization: Bearer <token>``, for services bound beyond loopback with a
+token. ``token_file`` or the environment keep the token out of the run's ``config.yaml`` (``token`` is saved there).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class RewardServiceError(RuntimeError):
 class RemoteReward:
     def __init__(self, url: str, timeout: float = 120.0, retry_window: float = 600.0, backoff: float = 0.5,
                  backoff_max: float = 10.0, wire_dtype: str = "float32", name: str = "remote",
-                 token: str | None = None, token_env: str = TOKEN_ENV, retries: int | None = None):  # fmt: skip
+                 token: str | None = None, token_env: str = TOKEN_ENV, retries: int | None = None,
+                 token_file: str | None = None):  # fmt: skip
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"reward remote: url must start with http:// or https://, got {url!r}")
         if (retries is not None and retries < 0) or retry_window < 0 or timeout <= 0 or backoff < 0 or backoff_max < 0:
@@ -47,6 +49,8 @@ class RemoteReward:
         self.timeout, self.retry_window = float(timeout), float(retry_window)
         self.backoff, self.backoff_max = float(backoff), float(backoff_max)
         self.wire_dtype, self.name, self.retries = wire_dtype, name, retries
+        if token is None and token_file is not None:
+            token = _read_token(token_file)
         self.token = token if token is not None else (os.environ.get(token_env) or None)
 
     def _post(self, body: bytes) -> dict:
@@ -96,14 +100,27 @@ class RemoteReward:
 def build_remote_reward(url: str, timeout: float = 120.0, retry_window: float = 600.0, backoff: float = 0.5,
                         backoff_max: float = 10.0, wire_dtype: Literal["float32", "uint8"] = "float32",
                         name: str = "remote", token: str | None = None, token_env: str = TOKEN_ENV,
-                        retries: int | None = None) -> RemoteReward:  # fmt: skip
+                        retries: int | None = None, token_file: str | None = None) -> RemoteReward:  # fmt: skip
     """Options of ``reward.remote`` (see ``RemoteReward``); ``url`` is required, e.g. http://127.0.0.1:8900."""
-    return RemoteReward(url, timeout, retry_window, backoff, backoff_max, wire_dtype, name, token, token_env, retries)
+    return RemoteReward(url, timeout, retry_window, backoff, backoff_max, wire_dtype, name, token, token_env, retries,
+                        token_file)  # fmt: skip
 
 
-def _check_remote(url: str, **_) -> None:
+def _read_token(path: str) -> str:
+    try:
+        token = open(path, encoding="utf-8").read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"reward remote: token_file {path!r} cannot be read: {getattr(e, 'strerror', None) or e}") from None
+    if not token:
+        raise ValueError(f"reward remote: token_file {path!r} is empty")
+    return token
+
+
+def _check_remote(url: str, token_file: str | None = None, **_) -> None:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"reward remote: url must start with http:// or https://, got {url[:80]!r}")
+    if token_file is not None:
+        _read_token(token_file)
 
 
 build_remote_reward.check = _check_remote  # type: ignore[attr-defined]
