@@ -4,6 +4,8 @@ Configuration errors (unknown key, bad value, missing file) print one clear mess
 exit with code 2 before anything is written. A run that meets a non-finite value on its way into the weights
 (a reward's NaN score, a non-finite loss or gradient norm: ``digenrl.faults.RunHalted``) also exits with code 2,
 after writing ``failure.json``; the last good checkpoints stay. A run_dir another run is writing: exit 2 at once.
+A run ended by its reward-hacking guard (``eval.guard_action=stop``, ``observe.hacking_guard``) writes its final
+outputs and exits with code 3.
 """
 
 from __future__ import annotations
@@ -106,6 +108,11 @@ def cmd_train(args) -> int:
     try:
         start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # again, under the lock
         colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
+        if cfg.eval.guard and not colocated:
+            from digenrl.config import ConfigError
+
+            raise ConfigError("eval.guard: runs in the single-process loop only (no --ray): the Ray runtime's evals "
+                              "return only the eval reward, not the samples a guard scores")
         stop = StopRequest(abandon=not colocated)
         try:
             with stop.installed():
@@ -128,9 +135,18 @@ def cmd_train(args) -> int:
         unlock_run_dir(cfg.run_dir)
         if made and summary is None:
             discard_unstarted(cfg.run_dir)
+    stopped = summary.get("guard_stop")
     print(f"eval reward {summary['eval_reward_initial']:.3f} -> {summary['eval_reward_final']:.3f} "
-          f"in {summary['steps']} steps, {summary['wall_s']:.1f} s ({summary['samples_per_s']:.1f} samples/s); "
-          f"outputs in {cfg.run_dir}")
+          f"in {summary.get('steps_done', summary['steps'])} steps, {summary['wall_s']:.1f} s "
+          f"({summary['samples_per_s']:.1f} samples/s); outputs in {cfg.run_dir}")
+    if stopped:  # eval.guard_action=stop (observe.hacking_guard): a finished run's outputs, its own exit code
+        from digenrl.observe.hacking_guard import EXIT_GUARD
+
+        print(f"digenrl: run stopped by eval.guard after step {stopped['step']} of {cfg.steps}: guard/{stopped['guard']} "
+              f"fell {stopped['first']:.4g} -> {stopped['value']:.4g} while the eval reward rose "
+              f"{stopped['eval_reward_initial']:.4g} -> {stopped['eval_reward']:.4g}; continue anyway with: "
+              f"digenrl train --resume {cfg.run_dir} eval.guard_action=warn", file=sys.stderr)
+        return EXIT_GUARD
     return 0
 
 

@@ -145,6 +145,17 @@ class EvalConfig(_Strict):
     every: int = Field(20, ge=0)  # 0 = only before and after training
     num_prompts: int = Field(64, ge=1)
     grid_prompts: int = Field(8, ge=1)
+    # reward-hacking guard (observe.hacking_guard): {name: {options}} scored on the eval samples, never optimised:
+    # registered rewards (as in `reward`, no weight) and `drift` (image statistics against the base model's samples)
+    guard: dict[str, dict[str, Any]] = {}
+    guard_action: Literal["none", "warn", "checkpoint", "stop"] = "warn"  # when a guard falls while eval rises
+    guard_tolerance: float = Field(0.1, gt=0.0)  # the fall that trips a guard: relative to its first value
+
+    @field_validator("guard", mode="before")
+    @classmethod
+    def _guard_shorthand(cls, value: Any) -> Any:
+        """``{drift: null}`` means ``{drift: {}}``."""
+        return {k: ({} if v is None else v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
 class BTSOptions(_Strict):
@@ -269,6 +280,11 @@ class Config(_Strict):
         elif self.sampler.post_solver != "euler" or self.sampler.post_compress_ratio < 1.0:
             key = "sampler.post_solver" if self.sampler.post_solver != "euler" else "sampler.post_compress_ratio"
             raise ValueError(f"{key}: the ODE after the SDE window (MixGRPO-Flash) needs train.algorithm=mixgrpo")
+        if self.eval.guard and (self.runtime.mode != "colocated" or self.runtime.generators != 1
+                                or self.runtime.trainers != 1):
+            raise ValueError("eval.guard: runs in the single-process loop only (runtime.mode=colocated with "
+                             "runtime.generators=1 and runtime.trainers=1): the Ray runtime's evals return only "
+                             "the eval reward, not the samples a guard scores")
         if self.train.cpu_offload and self.train.sharding != "fsdp":
             raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         return self

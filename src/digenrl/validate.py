@@ -14,7 +14,7 @@ directory was written:
 * the task / model pairing (digits prompts need tiny_dit; text prompts need a diffusers family);
 * prompt files (``task.prompts_file`` / ``eval_prompts_file``) and ``train.prompts_per_step`` against them;
 * prompt-cache coverage when the model runs without text encoders (every prompt and the negative prompt);
-* reward names and typed options (``rewards.registry.validate_reward_spec``).
+* reward names and typed options (``rewards.registry.validate_reward_spec``), and those of ``eval.guard``.
 
 Only headers and small JSON files are read; nothing is loaded into a model. Long values are cut (``cut``).
 """
@@ -48,6 +48,7 @@ def validate_run(cfg: Config) -> None:
     check_logging(cfg)
     check_threads(cfg)
     validate_inputs(cfg, training=True)
+    check_guard(cfg)
 
 
 def validate_inputs(cfg: Config, *, training: bool = False) -> None:
@@ -292,3 +293,14 @@ def check_rewards(spec: dict[str, dict[str, Any]]) -> None:
     except (RewardConfigError, FileNotFoundError) as e:
         raise ConfigError(cut_text(str(e), 300)) from None
 
+
+def check_guard(cfg: Config) -> None:
+    """``eval.guard``: its reward names and options (as ``reward``'s), drift options and tolerances."""
+    if not cfg.eval.guard:
+        return
+    from digenrl.observe.hacking_guard import parse_guard
+
+    try:
+        parse_guard(cfg.eval.guard, cfg.eval.guard_tolerance)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(cut_text(str(e), 300)) from None

@@ -21,7 +21,9 @@ def _plt():
 def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL demo") -> dict:
     """Train reward (step mean and its moving average), each reward part of a weighted sum (``reward/<name>``,
     when there are several) and eval reward (ODE) against step. The y-axis fits the curves (negative rewards,
-    e.g. JPEG sizes or aesthetic deltas, stay visible). Returns ``{"ylim": (lo, hi), "labels": [...]}``."""
+    e.g. JPEG sizes or aesthetic deltas, stay visible). The reward-hacking guards (``guard/<name>``, eval.guard:
+    scored on the eval samples, not optimised) are drawn against a second y-axis on the right, fitted to them.
+    Returns ``{"ylim": (lo, hi), "labels": [...]}`` (``labels``: both axes' curves; ``guard_ylim`` with guards)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
     values: list[float] = []
@@ -52,11 +54,29 @@ def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL de
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=7)
     ax.set_title(title)
+    result: dict = {"ylim": (lo - pad, hi + pad)}
+    lines = list(ax.get_lines())
+    guards = sorted({k for r in rows for k in r if k.startswith("guard/") and k.count("/") == 1})
+    if guards:
+        gx = ax.twinx()
+        gvals: list[float] = []
+        for i, name in enumerate(guards):
+            pts = [(r["step"], r[name]) for r in rows if isinstance(r.get(name), (int, float))]
+            gx.plot([p[0] for p in pts], [p[1] for p in pts], "s:", ms=3, lw=1.2, color=f"C{(i + 3) % 10}",
+                    label=f"{name} (eval, not optimised)")
+            gvals += [float(p[1]) for p in pts if math.isfinite(p[1])]
+        glo, ghi = (min(gvals), max(gvals)) if gvals else (0.0, 1.0)
+        gpad = 0.05 * (ghi - glo) if ghi > glo else max(0.05, 0.05 * abs(ghi))
+        gx.set_ylim(glo - gpad, ghi + gpad)
+        gx.set_ylabel("guard")
+        lines += list(gx.get_lines())
+        ax.legend(lines, [line.get_label() for line in lines], loc="best", fontsize=7)
+        result["guard_ylim"] = (glo - gpad, ghi + gpad)
     fig.tight_layout()
     fig.savefig(out)
-    labels = [line.get_label() for line in ax.get_lines()]
+    result["labels"] = [line.get_label() for line in lines]
     plt.close(fig)
-    return {"ylim": (lo - pad, hi + pad), "labels": labels}
+    return result
 
 
 def sample_grid(images: torch.Tensor, captions: Sequence[str], out: str | Path, *, title: str = "", scores: Sequence[float] | None = None, cols: int = 4) -> None:

@@ -40,7 +40,8 @@ from digenrl.safe_files import remove_orphans
 # every file or folder a run (either executor) writes into run_dir
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "reward_curve.png", "samples_before.png", "samples_after.png",
                "checkpoint.safetensors", "summary.json", "trace.json", "gantt.png", "trajectories.jsonl",
-               "profile.json", "profile_observed.json", "failure.json", "tensorboard", "checkpoints")
+               "profile.json", "profile_observed.json", "failure.json", "tensorboard", "checkpoints",
+               "guard_pre_divergence.safetensors")
 MARKER = ".digenrl-run"  # JSON {"program": "digenrl", "outputs": [...]}: this directory is a run of this program
 LOCK = ".digenrl-lock"  # flock-ed by the process writing the run (its pid inside)
 _OWN = (MARKER, LOCK)
@@ -375,13 +376,47 @@ class RunOutputs:
             raise
         self.eval0 = self.eval1 = float("nan")
         self._tied = False
+        self.guard = None  # observe.hacking_guard.GuardMonitor when eval.guard is set
+        if cfg.eval.guard:
+            from digenrl.observe.hacking_guard import GuardMonitor
 
-    def before(self, reward: float, batch) -> None:
-        """The eval before RL: step-0 row and ``samples_before.png``."""
+            try:
+                self.guard = GuardMonitor(cfg, self.run_dir)
+            except BaseException:
+                self.close()
+                raise
+
+    @property
+    def guard_stop(self) -> dict | None:
+        """The trip that ends the run (``eval.guard_action=stop``), or None."""
+        return None if self.guard is None else self.guard.stop
+
+    def guard_eval(self, step: int, reward: float, batch, weights=None, *, final: bool = False) -> dict:
+        """The guard values of the eval at ``step`` (``guard/<name>``, empty without ``eval.guard``), acting on a
+        trip (``observe.hacking_guard``); ``weights()``: the eval weights as checkpoint bytes (``checkpoint``)."""
+        if self.guard is None:
+            return {}
+        row = self.guard.measure(step, batch)
+        self.guard.check(step, self.eval0, reward, final=final, weights=weights)
+        return row
+
+    def counters(self) -> dict:
+        """What a resumable checkpoint keeps of the outputs' state besides the eval rewards (the guard's)."""
+        return {} if self.guard is None else {"guard": self.guard.state()}
+
+    def restore(self, counters: dict) -> None:
+        """A resumed run: the eval before RL and the guard's state from the checkpoint's counters."""
+        self.eval0 = counters["eval0"]
+        if self.guard is not None:
+            self.guard.restore(counters.get("guard"))
+
+    def before(self, reward: float, batch, weights=None) -> None:
+        """The eval before RL: step-0 row (with the guards: their first values, the base statistics) and
+        ``samples_before.png``."""
         self.eval0 = reward
         write_grid(self.run_dir, "samples_before.png", batch, self.cfg.eval.grid_prompts,
                    f"before RL (eval reward {reward:.3f})")
-        self.writer.log({"step": 0, "eval_reward": reward})
+        self.writer.log({"step": 0, "eval_reward": reward, **self.guard_eval(0, reward, batch, weights)})
         self.writer.image("samples/before", self.run_dir / "samples_before.png", 0)
 
     def log(self, row: dict) -> None:
@@ -405,13 +440,18 @@ class RunOutputs:
                         "generations or another prompt set")
         self._tied = tied
 
-    def after(self, reward: float, batch) -> None:
-        """The eval after the last step: final row and ``samples_after.png``."""
+    def after(self, reward: float, batch, weights=None) -> None:
+        """The eval after the last step: final row and ``samples_after.png``. A run ended by its guard
+        (``guard_stop``) passes the eval of its last step (its guard values are not measured again)."""
         self.eval1 = reward
-        self.writer.log({"step": self.cfg.steps, "eval_reward": reward, "final": True})
+        stopped = self.guard_stop
+        steps = self.cfg.steps if stopped is None else stopped["step"]
+        guard = dict(self.guard.last) if stopped is not None else self.guard_eval(steps, reward, batch, weights, final=True)
+        self.writer.log({"step": steps, "eval_reward": reward, "final": True, **guard})
         write_grid(self.run_dir, "samples_after.png", batch, self.cfg.eval.grid_prompts,
-                   f"after {self.cfg.steps} RL steps (eval reward {reward:.3f})")
-        self.writer.image("samples/after", self.run_dir / "samples_after.png", self.cfg.steps)
+                   f"after {steps} RL steps (eval reward {reward:.3f})"
+                   + (f"; stopped by guard/{stopped['guard']}" if stopped else ""))
+        self.writer.image("samples/after", self.run_dir / "samples_after.png", steps)
 
     def write_checkpoint(self, data: bytes) -> Path:
         from digenrl.safe_files import atomic_write_bytes
@@ -422,10 +462,15 @@ class RunOutputs:
         """``summary.json`` (eval before/after, steps, wall time, throughput, mode, version, ``extra``) and
         ``reward_curve.png``; returns the summary."""
         cfg = self.cfg
-        samples = cfg.train.prompts_per_step * cfg.train.generations * cfg.steps
+        done = cfg.steps if self.guard_stop is None else self.guard_stop["step"]
+        samples = cfg.train.prompts_per_step * cfg.train.generations * done
         summary = {"eval_reward_initial": self.eval0, "eval_reward_final": self.eval1, "steps": cfg.steps,
                    "wall_s": wall_s, "samples_per_s": samples / wall_s if wall_s > 0 else 0.0,
                    "mode": cfg.runtime.mode, "version": version, **extra}
+        if self.guard is not None:
+            summary.update(self.guard.summary())
+            if self.guard_stop is not None:
+                summary["steps_done"] = done
         finish_run(self.run_dir, self.writer.rows, summary,
                    title=f"{cfg.task.name} ({cfg.runtime.mode}): eval {self.eval0:.3f} -> {self.eval1:.3f}")
         return summary

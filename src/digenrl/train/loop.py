@@ -118,36 +118,44 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None, start: RunStart 
         with ctx.eval_weights():
             return evaluate(ctx.policy, eval_prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
 
+    def weights() -> bytes:  # the eval weights as checkpoint bytes (eval.guard_action=checkpoint keeps them)
+        with ctx.eval_weights():
+            return checkpoint_bytes(ctx.policy, {"steps": str(ctx.transaction.version), "guard": "pre-divergence"})
+
     try:
         if first:  # resumed: the initial eval and its grid are in run_dir already
-            out.eval0 = counters["eval0"]
+            out.restore(counters)
         else:
-            out.before(*run_eval())
+            out.before(*run_eval(), weights=weights)
         t_start, eval_r = time.perf_counter() - counters.get("wall_s", 0.0), counters.get("eval_reward", out.eval0)
 
         def save(done: int):
-            c = {"eval0": out.eval0, "eval_reward": eval_r, "wall_s": time.perf_counter() - t_start}
+            c = {"eval0": out.eval0, "eval_reward": eval_r, "wall_s": time.perf_counter() - t_start, **out.counters()}
             return ckpt.save_train_state(ctx, out.run_dir, step=done, keep=cfg.runtime.keep_checkpoints, counters=c)
 
         bar = tqdm(range(first, cfg.steps), desc="train", disable=not cfg.log.progress, initial=first, total=cfg.steps)
         for step in bar:
             row = {"step": step + 1, **colocated_step(ctx, step)}
             if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.steps:
-                eval_r, _ = run_eval()
-                row["eval_reward"] = eval_r
+                eval_r, eval_batch = run_eval()
+                row.update(eval_reward=eval_r, **out.guard_eval(step + 1, eval_r, eval_batch, weights))
             out.log(row)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", eval=f"{eval_r:.3f}", sps=f"{row['samples_per_s']:.0f}")
             stopping = stop is not None and stop.requested
             last = step + 1 == cfg.steps  # a finished run can be extended: --resume RUN_DIR steps=<more>
-            if stopping or ckpt.due(step + 1, cfg.runtime.checkpoint_every) or (last and cfg.runtime.checkpoint_every):
+            guarded = out.guard_stop is not None  # eval.guard_action=stop: the run ends after this step
+            if stopping or guarded or ckpt.due(step + 1, cfg.runtime.checkpoint_every) or (last and cfg.runtime.checkpoint_every):
                 path = save(step + 1)
                 if stopping:
                     stop.check(step + 1, path)
+            if guarded:
+                break
         wall = time.perf_counter() - t_start
-        out.after(*run_eval())
+        out.after(*((eval_r, eval_batch) if out.guard_stop is not None else run_eval()))
         version = ctx.transaction.version
+        done = cfg.steps if out.guard_stop is None else out.guard_stop["step"]
         with ctx.eval_weights():
-            out.write_checkpoint(checkpoint_bytes(ctx.policy, {"steps": str(cfg.steps), "version": str(version)}))
+            out.write_checkpoint(checkpoint_bytes(ctx.policy, {"steps": str(done), "version": str(version)}))
         return out.finish(wall_s=wall, version=version)
     finally:
         out.close()
