@@ -140,8 +140,11 @@ def test_bad_guard_exits_2_and_writes_nothing(tmp_path, capsys):
 # ---- demo runs -------------------------------------------------------------------------------------------
 def test_demo_run_writes_guard_metrics_figure_and_tensorboard(tmp_path):
     run = tmp_path / "run"
-    assert main(["train", f"run_dir={run}", *SHORT, "log.tensorboard=true",
+    assert main(["train", f"run_dir={run}", *SHORT, "log.tensorboard=true", "eval.guard_action=checkpoint",
                  "eval.guard={jpeg_compressibility: null, drift: {patch: 4}}"]) == 0
+    from digenrl.models.tiny_dit import TinyDiTPolicy
+
+    TinyDiTPolicy.load(run / PRE_DIVERGENCE)  # the weights of the last eval before a trip (none here: the last)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval_reward" in r]
     assert [r["step"] for r in evals] == [0, 1, 2]  # before, every=1, final
@@ -200,3 +203,10 @@ def test_resumed_run_keeps_the_base_statistics(tmp_path):
     assert summary["min"] <= first["min"]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "guard/drift" in r] == [0, 1, 3]  # the first final eval (2) was dropped
+
+
+def test_guard_added_on_resume_warns(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", *SHORT, "runtime.checkpoint_every=1"]) == 0
+    assert main(["train", "--resume", str(run), "steps=3", "eval.guard={drift: null}"]) == 0
+    assert "the checkpoint holds no guard state" in capsys.readouterr().err

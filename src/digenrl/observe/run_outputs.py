@@ -408,6 +408,10 @@ class RunOutputs:
         """A resumed run: the eval before RL and the guard's state from the checkpoint's counters."""
         self.eval0 = counters["eval0"]
         if self.guard is not None:
+            if not counters.get("guard"):  # eval.guard added on resume: no base samples' state to go on from
+                _print_line("digenrl: warning: eval.guard: the checkpoint holds no guard state (the run started "
+                            "without eval.guard); the guards' first values and drift's base statistics are those "
+                            "of the next eval, not of the base model")
             self.guard.restore(counters.get("guard"))
 
     def before(self, reward: float, batch, weights=None) -> None:
