@@ -10,15 +10,15 @@ from digenrl.config import ConfigError
 
 @pytest.mark.parametrize("mode", ["gap", "gap_tsp", "gap_tsp_tag", "full"])
 @pytest.mark.parametrize("option", ["train.std_mode=global", "train.adv_baseline=batch"])
-def test_step_wide_advantages_in_pipelined_modes_take_one_minibatch(tiny_model, tmp_path, mode, option):
-    """Accepted (a provisional scale rescaled at the commit), with several epochs; several minibatches refused
-    (the first minibatch's commit may come before the step's last reward)."""
+def test_step_wide_advantages_in_pipelined_modes_make_a_step_wide_plan(tiny_model, tmp_path, mode, option):
+    """Accepted (a provisional scale rescaled at the commit) with several epochs and several minibatches: the
+    plan is step-wide, so its commits wait for the step's last reward (tests/schedule/test_step_wide.py)."""
     from digenrl.control.run_plan import plan_run
 
     assert plan_run(make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", option, "train.inner_epochs=2")).plan.rounds == 2
-    cfg = make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", option, "train.minibatches_per_step=2")
-    with pytest.raises(ConfigError, match=r"^train\.minibatches_per_step: " + option.replace(".", r"\.")):
-        plan_run(cfg)
+    plan = plan_run(make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}", option, "train.minibatches_per_step=2")).plan
+    assert plan.step_wide and plan.rounds == 2
+    assert not plan_run(make_cfg(tiny_model, tmp_path, f"runtime.mode={mode}")).plan.step_wide
 
 
 @pytest.mark.parametrize("mode", ["naive", "colocated"])
