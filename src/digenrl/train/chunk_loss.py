@@ -161,16 +161,21 @@ def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
                         detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
     out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
-    kl = torch.zeros_like(out.log_prob)
-    if settings.beta_kl > 0:
-        if ref_policy is None:
-            raise ValueError("train.beta_kl > 0 needs a reference policy")
-        with torch.no_grad():
-            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                                    integer_timesteps=settings.integer_timesteps)
-            ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
-        kl = reference_kl(out, ref.mean, settings.kl_form)
-    return out.log_prob, old_logp, kl
+    return out.log_prob, old_logp, _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
+
+
+def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, settings: LossSettings) -> torch.Tensor:
+    """KL of the cells' transitions to the reference policy's (``algo.loss.reference_kl``); 0 when beta = 0."""
+    if settings.beta_kl <= 0:
+        return torch.zeros_like(out.log_prob)
+    if ref_policy is None:
+        raise ValueError("train.beta_kl > 0 needs a reference policy")
+    with torch.no_grad():
+        v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                                integer_timesteps=settings.integer_timesteps)
+        ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
+                                    prev_sample=x_next)
+    return reference_kl(out, ref.mean, settings.kl_form)
 
 
 def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, n_all: int,
@@ -208,16 +213,7 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
         terms = [term(adv[:, k]) for k in range(adv.shape[1])]
         loss = sum(w * t for w, (t, _) in zip(settings.adv_weights, terms))
         stats = terms[0][1]
-    kl = torch.zeros_like(out.log_prob)
-    if settings.beta_kl > 0:
-        if ref_policy is None:
-            raise ValueError("train.beta_kl > 0 needs a reference policy")
-        with torch.no_grad():
-            v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                                    integer_timesteps=settings.integer_timesteps)
-            ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level,
-                                        kind=settings.kind, prev_sample=x_next)
-        kl = reference_kl(out, ref.mean, settings.kl_form)
+    kl = _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
     total = loss + settings.beta_kl * kl
     (total.sum() * (loss_scale * weight)).backward()
     if weight == 0.0:
