@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_check import write_or_check  # noqa: E402
 OUT = ROOT / "docs" / "from_flow_grpo.md"
 COMMIT = "54809b5f"
 BASE = "config/base.py"
@@ -196,15 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/from_flow_grpo.md is not up to date")
     args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.is_file() or OUT.read_text() != text:
-            print(f"{OUT.relative_to(ROOT)} is out of date: run python scripts/from_flow_grpo.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    print(f"wrote {OUT.relative_to(ROOT)}")
-    return 0
+    return write_or_check(OUT, render(), args.check, "scripts/from_flow_grpo.py", ROOT)
 
 
 if __name__ == "__main__":

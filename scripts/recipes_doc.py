@@ -18,6 +18,9 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_check import write_or_check  # noqa: E402
 OUT = ROOT / "docs" / "recipes.md"
 BEGIN = "<!-- BEGIN presets: written by scripts/recipes_doc.py from src/digenrl/recipes.py and configs/*.yaml -->"
 END = "<!-- END presets -->"
@@ -112,16 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/recipes.md is not up to date")
     args = ap.parse_args(argv)
-    page = OUT.read_text()
-    text = render(page)
-    if args.check:
-        if text != page:
-            print(f"{OUT.relative_to(ROOT)} is out of date: run python scripts/recipes_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    print(f"wrote {OUT.relative_to(ROOT)}")
-    return 0
+    return write_or_check(OUT, render(OUT.read_text()), args.check, "scripts/recipes_doc.py", ROOT)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ showed, ``control.observed``) and, when it failed, ``failure.json``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -164,8 +163,7 @@ class _Controller:
         run's calibration curves where it has one (``rescaled_profile``), for planning the next run on the same
         machines. A run too short to show every op kind writes none."""
         from digenrl.control.observed import observed_profile, rescaled_profile
-        from digenrl.control.profile import ProfileCost
-        from digenrl.safe_files import atomic_write_bytes
+        from digenrl.control.profile import ProfileCost, save_profile
 
         try:
             data = observed_profile(spans, self.plan.sampling_steps, source=f"spans of {self.cfg.run_dir}",
@@ -175,7 +173,7 @@ class _Controller:
             return
         if isinstance(self._cost, ProfileCost):
             data = rescaled_profile(self._cost, data, self.plan.sampling_steps)
-        atomic_write_bytes(self.out.run_dir / "profile_observed.json", json.dumps(data, indent=1).encode())
+        save_profile(data, self.out.run_dir / "profile_observed.json")
 
     def _recover(self, e: WorkerFailure) -> None:
         """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""
