@@ -149,6 +149,14 @@ def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     """(log p_theta, log p_old, KL to the reference) of the cells (``rows`` of ``group``, trained positions
     ``tpos``), one forward of the packed batch; KL is 0 when ``beta_kl`` is 0. Shared by ``train_cells`` and
     the deferred heads of ``train.loss_scale``."""
+    out, old_logp, kl, _ = _forward(policy, group, rows, tpos, settings, ref_policy)
+    return out.log_prob, old_logp, kl
+
+
+def _forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor,
+             settings: LossSettings, ref_policy: Policy | None):
+    """(SDE step output of the cells' transitions under ``policy``, log p_old, KL to the reference, dt): the one
+    packed forward that every cell loss starts from."""
     device = next(policy.parameters()).device
     x = group.latents[rows, tpos].to(device)
     x_next = group.next_latents[rows, tpos].to(device)
@@ -157,11 +165,12 @@ def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     sigma = group.sigmas[step_idx].to(device)
     sigma_next = group.sigmas[step_idx + 1].to(device)
     cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
-
     v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
                         detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
-    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind, prev_sample=x_next)
-    return out.log_prob, old_logp, _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
+    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
+                                prev_sample=x_next)
+    kl = _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
+    return out, old_logp, kl, (sigma_next - sigma).to(out.log_prob.dtype)
 
 
 def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, settings: LossSettings) -> torch.Tensor:
@@ -186,20 +195,9 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
         raise ValueError("train.algorithm=grpo_guard needs the behaviour means of the trained transitions "
                          "(the sampler records them when the run's algorithm is grpo_guard)")
     device = next(policy.parameters()).device
-    x = group.latents[rows, tpos].to(device)
-    x_next = group.next_latents[rows, tpos].to(device)
-    old_logp = group.log_probs[rows, tpos].to(device)
     old_mean = group.means[rows, tpos].to(device)
     adv = group.advantages[rows].to(device)
-    step_idx = group.trained_steps[tpos]
-    sigma = group.sigmas[step_idx].to(device)
-    sigma_next = group.sigmas[step_idx + 1].to(device)
-    cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
-    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
-    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
-                                prev_sample=x_next)
-    dt = (sigma_next - sigma).to(out.log_prob.dtype)
+    out, old_logp, kl, dt = _forward(policy, group, rows, tpos, settings, ref_policy)
 
     def term(a):
         return guard_policy_loss(out.log_prob, old_logp, out.mean, old_mean, out.std, dt, a, settings.clip_range,
@@ -213,7 +211,6 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
         terms = [term(adv[:, k]) for k in range(adv.shape[1])]
         loss = sum(w * t for w, (t, _) in zip(settings.adv_weights, terms))
         stats = terms[0][1]
-    kl = _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
     total = loss + settings.beta_kl * kl
     (total.sum() * (loss_scale * weight)).backward()
     if weight == 0.0:
