@@ -215,10 +215,12 @@ def test_config_keys_reach_the_scheduler_config():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=st.integers(2, 5), g=st.integers(1, 4), f=st.integers(1, 4), n_gen=st.integers(1, 3),
-       n_train=st.integers(1, 3), gen=st.floats(0.1, 3.0), cell=st.floats(0.01, 2.0), mb=st.integers(2, 3))
-def test_prediction_with_minibatches_is_the_first_rounds_commit(p, g, f, n_gen, n_train, gen, cell, mb):
+       n_train=st.integers(1, 3), gen=st.floats(0.1, 3.0), cell=st.floats(0.01, 2.0), mb=st.integers(2, 3),
+       step_wide=st.booleans())
+def test_prediction_with_minibatches_is_the_first_rounds_commit(p, g, f, n_gen, n_train, gen, cell, mb, step_wide):
     """Several minibatch rounds per step: at every bubble, predict_commit(snapshot, 0) equals the realized end
-    of round 0's commit when BTS always skips (the exact check compares what really happens first)."""
+    of round 0's commit when BTS always skips (the exact check compares what really happens first), also when
+    the plan is step-wide and that commit waits for the step's last reward."""
     from digenrl.schedule import Committed
 
     mb = min(mb, p)
@@ -226,6 +228,7 @@ def test_prediction_with_minibatches_is_the_first_rounds_commit(p, g, f, n_gen, 
                     "publish": (0.2, 0), "tag_switch": (0.1, 0)})
     plan = make_plan("gap_tsp_tag", prompts=p, generations=g, fragment_size=min(f, g), S=2, T=3, cg=2, cs=1,
                      n_gen=n_gen, n_train=n_train, steps=2, minibatches=mb)
+    plan = replace(plan, step_wide=step_wide)
     predictions = []
 
     def skip(self, snap):

@@ -1,18 +1,17 @@
 """Step-wide advantages (global std, batch baseline) in the pipelined modes: no commit of a step before its last
 reward (the trainers rescale by the whole step's statistics at the commit), also with several minibatches; the
-BTS exact model predicts the round-0 commit that then waits."""
+BTS exact model predicts the round-0 commit that then waits
+(``test_sched_tag_policy.test_prediction_with_minibatches_is_the_first_rounds_commit``, step_wide drawn)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from digenrl.schedule import BTS, Commit, FragmentGenerated
+from digenrl.schedule import Commit, FragmentGenerated
 from digenrl.schedule.audit import audit
-from digenrl.schedule.bts import Decision
 from digenrl.sim.executor import simulate
 from sched_helpers import LinCost, make_plan
 
@@ -39,27 +38,3 @@ def test_no_commit_before_the_steps_last_reward(p, g, f, n_gen, n_train, mb, gen
     if plan.rounds > 1:  # the gate can only delay: the plain plan commits no later
         plain = {(a.step, a.round): t for t, a in simulate(plan, cost).actions if isinstance(a, Commit)}
         assert plain[(0, 0)] <= dict(((a.step, a.round), t) for t, a in commits)[(0, 0)] + 1e-12
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(p=st.integers(2, 5), g=st.integers(1, 4), f=st.integers(1, 4), n_gen=st.integers(1, 3),
-       n_train=st.integers(1, 3), gen=st.floats(0.1, 3.0), cell=st.floats(0.01, 2.0), mb=st.integers(2, 3))
-def test_prediction_waits_for_the_last_reward(p, g, f, n_gen, n_train, gen, cell, mb):
-    from digenrl.schedule import Committed
-
-    cost = LinCost({"denoise": (0.0, gen), "train_chunk": (0.01, cell), "allreduce": (0.3, 0), "optimizer": (0.1, 0),
-                    "publish": (0.2, 0), "tag_switch": (0.1, 0)})
-    plan = replace(make_plan("gap_tsp_tag", prompts=p, generations=g, fragment_size=min(f, g), S=2, T=3, cg=2, cs=1,
-                             n_gen=n_gen, n_train=n_train, steps=2, minibatches=min(mb, p)), step_wide=True)
-    predictions = []
-
-    def skip(self, snap):
-        predictions.append((snap.step, self.model.predict_commit(snap, 0)))
-        return Decision(0, float("nan"), 0.0)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(BTS, "decide", skip)
-        res = simulate(plan, cost)
-    first = {e.step: e.time for e in res.events if isinstance(e, Committed) and e.round == 0}
-    for step, pred in predictions:
-        assert pred == first[step]
