@@ -49,7 +49,8 @@ def measure(src: Path) -> list[dict]:
                          "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps],
                          "gen_idle": res.gen_idle, "trainer_idle": res.trainer_idle,
                          "tag_fragments_per_step": res.tag_fragments_per_step,
-                         "tag_copy": bool(getattr(r, "tag_copy", False))}
+                         "tag_copy": bool(getattr(r, "tag_copy", False)),
+                         "publish": getattr(r, "publish", "object_store")}
         rows.append(row)
         print(f"{model} {tb}: full {row['full']['vs_colocated']:.3f}x colocated", flush=True)
     return rows

@@ -134,6 +134,7 @@ def plan_run(cfg: Config) -> RunPlan:
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
         shard_ranks=len(ranks) if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
+        publish_joins=mode.disaggregated and rt.publish == "broadcast",
     )
     profile = None
     if rt.profile is not None:

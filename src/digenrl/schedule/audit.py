@@ -8,7 +8,8 @@ generations; a fragment is a plan fragment, or a gang of at most ``shard_ranks``
 a TAG action of a shard group; each worker runs one action at a time; generators use the newest published version and TAG uses
 the trainers' current version (I3); staleness <= 1, only ``full`` is stale, stale share <= cap (I4); each
 (generation, trained timestep) cell of a step trained exactly once, after its group's rewards are in, after
-the previous commit, before its own commit (I2, I3); commits and publishes in order, one publish per step.
+the previous commit, before its own commit (I2, I3); commits and publishes in order, one publish per step; a
+publish the generators join (``plan.publish_joins``) overlaps no action of theirs.
 With minibatches (``plan.rounds`` > 1 commits per step) a cell is trained once per epoch, in the round of its
 group's minibatch, with the weights after the previous round's commit; TAG only before the step's first commit.
 """
@@ -131,8 +132,8 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
             commit_start[key] = t
             for r in a.ranks:
                 busy[r].append((t, commit_end.get(key, t)))
-        elif isinstance(a, Publish):
-            for r in a.ranks:
+        elif isinstance(a, Publish):  # a joined publish (broadcast) holds the generators too
+            for r in a.ranks + (a.generators if plan.publish_joins else ()):
                 busy[r].append((t, publish_end.get(a.version, t)))
     order = [(k, r) for k in range(first_step, plan.steps) for r in range(R)]
     for prev, key in zip([None] + order, order):

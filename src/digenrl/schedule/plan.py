@@ -83,6 +83,11 @@ class StepPlan:
       shard_ranks: ranks behind each trainer id: 1 for replicated ranks, N for a shard group of N ranks
         (every action of that trainer is a collective of its N ranks, which split its cells or generations;
         the idle statistics count the ranks that wait inside such an action).
+      publish_joins: the generators take part in the publish (``runtime.publish=broadcast``: a collective of
+        trainer rank 0 and every generator). The publish then starts only when every generator is free (a
+        generator joins between fragments) and no generator starts work while it waits or runs; outside
+        TCSS the generators are idle at every final commit anyway, so only ``full`` mode waits. False (the
+        object store): the trainers put the state and each generator fetches it with its next fragment.
     """
 
     prompts: int
@@ -101,6 +106,7 @@ class StepPlan:
     epochs: int = 1
     shard_ranks: int = 1
     step_wide: bool = False
+    publish_joins: bool = False
 
     def __post_init__(self) -> None:
         try:

@@ -70,6 +70,7 @@ class Scheduler:
         self._busy: dict[str, tuple[Action, float] | None] = {w: None for w in plan.generators + plan.trainers}
         self._last_gen = {r: False for r in plan.trainers}
         self._collective: str | None = None  # "commit" / "publish" while the trainer ranks are in one
+        self._pending_publish: Publish | None = None  # issued, not launched (waits for the generators to join)
 
     # ---- public API --------------------------------------------------------------------------------
     @property
@@ -148,7 +149,7 @@ class Scheduler:
         work.outstanding[g] -= e.fragment.size
         if work.outstanding[g] == 0:
             self._group_done(t, s, g)
-        return self._maybe_commit() + self._fill(t, freed)
+        return self._maybe_commit() + self._launch_publish(t) + self._fill(t, freed)
 
     def _on_chunk(self, t: float, e: ChunkTrained) -> list[Action]:
         self._finish(t, e.rank, Train, e.chunk)
@@ -190,9 +191,19 @@ class Scheduler:
         self.train_step += 1
         self._start_round(self.train_step, 0)
         self._collective = "publish"
-        publish = Publish(e.step + 1, self.plan.trainers, self.plan.generators)
+        self._pending_publish = Publish(e.step + 1, self.plan.trainers, self.plan.generators)
+        return self._launch_publish(t) + self._fill(t, set())
+
+    def _launch_publish(self, t: float) -> list[Action]:
+        """The step's publish, once it may start: at once, or (``plan.publish_joins``: the generators take part)
+        when the last generator's in-flight fragment is done; until then no generator gets work."""
+        publish = self._pending_publish
+        if publish is None or (self.plan.publish_joins and any(self._busy[w] is not None
+                                                               for w in self.plan.generators)):
+            return []
+        self._pending_publish = None
         self._collective_launch = (publish, t)
-        return [publish] + self._fill(t, set())
+        return [publish]
 
     def _on_published(self, t: float, e: Published) -> list[Action]:
         if self._collective != "publish" or e.version != self.train_step:
@@ -314,8 +325,9 @@ class Scheduler:
         """Hand work to idle workers: generators take the next fragment; a trainer rank takes a ready chunk
         first, else (colocated) the next fragment of the step; then BTS may hand fragments to idle ranks."""
         p, acts = self.plan, []
+        joined = p.publish_joins and self._collective == "publish"  # the generators wait in the publish
         for w in p.generators:
-            if self._busy[w] is None:
+            if self._busy[w] is None and not joined:
                 work = self._next_generator_work()
                 if work is None:
                     break

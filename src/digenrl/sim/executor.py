@@ -68,8 +68,10 @@ class VirtualExecutor:
                     switch = min(d, self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER) * (d / max(exact, 1e-300)))
             elif isinstance(a, Train):
                 workers = (a.rank,)
-            elif isinstance(a, (Commit, Publish)):
+            elif isinstance(a, Commit):
                 workers = a.ranks
+            elif isinstance(a, Publish):  # the generators are in it too when they join it (a broadcast)
+                workers = a.ranks + (a.generators if self.plan.publish_joins else ())
             else:  # pragma: no cover - the scheduler only emits the four kinds
                 raise SimulationError(f"unknown action {a!r}")
             c = Completion(a, t, t + d, tuple(Interval(w, t, t + d) for w in workers), switch)

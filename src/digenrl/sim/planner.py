@@ -11,7 +11,10 @@ Choices, each made from the cost model alone (never from simulated speedups of o
 * generator/trainer split (when not given; on a heterogeneous testbed also which GPU kind hosts which pool):
   the 5 options with the best analytic bound max(rollout work / N_g, training work / N_t) are simulated
   for a few steps; the fastest is kept. Colocation on a heterogeneous testbed runs on one homogeneous part,
-  or on all GPUs in lock-step at the pace and memory of the weaker kind; the fastest is kept.
+  or on all GPUs in lock-step at the pace and memory of the weaker kind; the fastest is kept;
+* publish path (roofline costs, disaggregated modes; ``publish_paths``): the object store (rank 0 stages the
+  state in host memory, each generator fetches it) or a broadcast the generators join
+  (``StepPlan.publish_joins``). Outside TCSS the cheaper one by the cost model; in ``full`` both are simulated.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class ModeRun:
     result: RunResult
     note: str = ""
     tag_copy: bool = False   # TAG on the shard group builds a bf16 inference copy (Training.tag_copy)
+    publish: str = ""        # the publish path (Training.publish; "" in colocated mode)
 
     @property
     def n_gen(self) -> int:
@@ -153,7 +157,8 @@ def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost,
     trainers, _ = shard_groups(ranks, grouped)
     probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.sampling_steps, 1, 1,
                      gens, trainers, mode, setup.steps, setup.max_stale_fraction,
-                     shard_ranks=len(ranks) if grouped else 1)
+                     shard_ranks=len(ranks) if grouped else 1,
+                     publish_joins=not colocated and w.training.publish == "broadcast")
     dur = Durations(probe, cost)
     max_frag, max_cells = _limits(cost, w)
     f = fragment_size or choose_fragment_size(mode, w, n_train if colocated else n_gen,
@@ -181,22 +186,56 @@ def with_tag_copy(setup: Scenario, on: bool) -> Scenario:
     return replace(setup, workload=replace(setup.workload, training=replace(t, tag_copy=on)))
 
 
+def with_publish(setup: Scenario, path: str) -> Scenario:
+    """``setup`` whose trainers publish through ``path`` (``object_store`` or ``broadcast``)."""
+    t = setup.workload.training
+    if t.publish == path:
+        return setup
+    return replace(setup, workload=replace(setup.workload, training=replace(t, publish=path)))
+
+
 @dataclass(frozen=True)
 class Choice:
-    """What the split search settled on: the split, the fragment size and whether TAG builds an inference copy
-    (None: the scenario's own setting)."""
+    """What the split search settled on: the split, the fragment size, whether TAG builds an inference copy and
+    the publish path (None: the scenario's own setting)."""
 
     split: Split
     fragment_size: int | None = None
     tag_copy: bool | None = None
+    publish: str | None = None
 
 
 def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None = None,
-           tag_copy: bool | None = None):
+           tag_copy: bool | None = None, publish: str | None = None):
     if tag_copy is not None:
         setup = with_tag_copy(setup, tag_copy)
+    if publish is not None:
+        setup = with_publish(setup, publish)
     cost = make_cost(setup, split, mode is Mode.COLOCATED)
     return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
+
+
+PUBLISH_PATHS = ("object_store", "broadcast")
+
+
+def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | None) -> list[str | None]:
+    """The publish paths worth simulating for one split (roofline costs, disaggregated modes): outside TCSS the
+    generators are idle at every final commit (each of the step's fragments is in before it, and no fragment of
+    the next step exists before the publish), so a broadcast they join never waits and the cheaper path is the
+    faster one: it alone is tried. In ``full`` a broadcast waits for the generators' in-flight stale fragments
+    (``StepPlan.publish_joins``), so both are simulated."""
+    if mode is Mode.COLOCATED or setup.profile is not None:
+        return [None]
+    if mode.tcss:
+        return list(PUBLISH_PATHS)
+    priced = []
+    for path in PUBLISH_PATHS:
+        try:
+            cost, plan = _build(setup, mode, split, None, tag_copy, path)
+        except InfeasibleError:
+            continue
+        priced.append((Durations(plan, cost).publish(), path))
+    return [min(priced)[1]] if priced else [None]
 
 
 def candidates(setup: Scenario, mode: Mode, options: list[Split]) -> list[Choice]:
@@ -212,12 +251,13 @@ def candidates(setup: Scenario, mode: Mode, options: list[Split]) -> list[Choice
     out = []
     for split in options:
         for copy in copies:
-            try:
-                cost, plan = _build(setup, mode, split, None, copy)
-            except InfeasibleError:
-                continue
-            sizes = fragment_sizes(w, _limits(cost, w)[0]) if mode.pipelined else [None]
-            out.extend(Choice(split, f, copy) for f in sizes)
+            for path in publish_paths(setup, mode, split, copy):
+                try:
+                    cost, plan = _build(setup, mode, split, None, copy, path)
+                except InfeasibleError:
+                    continue
+                sizes = fragment_sizes(w, _limits(cost, w)[0]) if mode.pipelined else [None]
+                out.extend(Choice(split, f, copy, path) for f in sizes)
     return out
 
 
@@ -235,7 +275,7 @@ def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConf
     short = replace(setup, steps=min(setup.steps, probe_steps))
     best = None
     for i, c in enumerate(cands):
-        cost, plan = _build(short, mode, c.split, c.fragment_size, c.tag_copy)
+        cost, plan = _build(short, mode, c.split, c.fragment_size, c.tag_copy, c.publish)
         t = simulate(plan, cost, bts=bts, record=False).step_time
         if best is None or t < best[0] - 1e-9 * abs(best[0]):
             best = (t, c)
@@ -259,13 +299,15 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     try:
         choice = Choice(options[0]) if len(options) == 1 else choose_split(setup, mode, options, bts)
         split = choice.split
-        cost, plan = _build(setup, mode, split, choice.fragment_size, choice.tag_copy)
+        cost, plan = _build(setup, mode, split, choice.fragment_size, choice.tag_copy, choice.publish)
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
     res = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
     copy = bool(choice.tag_copy if choice.tag_copy is not None else setup.workload.training.tag_copy)
-    return ModeRun(mode, split, plan, res, note=split.label(het), tag_copy=copy and mode.tag)
+    publish = choice.publish or setup.workload.training.publish
+    return ModeRun(mode, split, plan, res, note=split.label(het), tag_copy=copy and mode.tag,
+                   publish=publish if mode.disaggregated else "")
 
 
 __all__ = ["Choice", "ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]
