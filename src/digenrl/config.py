@@ -194,7 +194,8 @@ class RuntimeConfig(_Strict):
     keep_checkpoints: int = Field(2, ge=1)
     max_restarts: int = Field(3, ge=0)  # Ray modes: worker failures recovered (restart + replay) before giving up
     watchdog_s: float | None = Field(None, gt=0.0)  # a call silent this long is a failure; None: derived from the
-    # cost model where the run has one (TAG modes, runtime.profile): 60 s + 20 x the action's modelled time  # resumable checkpoints kept in run_dir/checkpoints/ (newest first)
+    # cost model where the run has one (TAG modes, runtime.profile): 60 s + 20 x the action's modelled time; else
+    # from the run's observed action times (runtime.deadlines.ObservedCosts: 60 s + 20 x the slowest seen so far)
     collective_timeout_s: float = Field(600.0, gt=0.0, allow_inf_nan=False)  # torch.distributed groups (trainer
     # pool, broadcast publish): a collective waiting longer fails with an error naming the rank and the action
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start

@@ -116,5 +116,76 @@ def test_watchdog_of_a_generate_adds_the_remote_reward_window(tiny_model, tmp_pa
         assert _watchdog(plain, cost)(None) == call_deadline(plain.cfg)
         assert _watchdog(served, cost)(None) == call_deadline(served.cfg) + 320
     no_bound = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp", remote))
-    assert _watchdog(no_bound, None)(gen) is None  # no watchdog at all: the client's window bounds the wait
+    # no bound configured nor modelled: the observed action times (none yet: DEFAULT_OP_S), plus the window
+    from digenrl.runtime.deadlines import DEFAULT_OP_S
+
+    assert _watchdog(no_bound, None)(gen) == DEFAULT_OP_S + 320
     assert _watchdog(no_bound, None)(None) == call_deadline(no_bound.cfg) + 320
+
+
+def test_observed_costs_bound_an_action_by_its_kind(tiny_model, tmp_path):
+    from digenrl.control.run_plan import plan_run
+    from digenrl.runtime import deadlines as dl
+    from digenrl.schedule.actions import Generate
+    from digenrl.schedule.scheduler import Scheduler
+
+    plan = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp")).plan
+    gen = next(a for a in Scheduler(plan).start(0.0) if isinstance(a, Generate))
+    obs = dl.ObservedCosts()
+    assert obs.deadline(gen) == dl.DEFAULT_OP_S  # nothing of its kind completed yet
+    obs.observe(gen, 0.5 * len(gen.fragment.generations))
+    obs.observe(gen, 0.1 * len(gen.fragment.generations))  # the slowest per generation counts
+    assert obs.deadline(gen) == pytest.approx(dl.OBSERVED_FLOOR_S + dl.OBSERVED_FACTOR * 0.5 * len(gen.fragment.generations))
+
+
+def _wake_stopped_children() -> int:
+    """SIGCONT this process's stopped descendants (Ray's workers): ends the old code's hang."""
+    import signal
+
+    import psutil
+
+    woken = 0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_STOPPED:
+                p.send_signal(signal.SIGCONT)
+                woken += 1
+        except psutil.Error:
+            pass
+    return woken
+
+
+def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, tiny_model, tmp_path, monkeypatch):
+    """gap_tsp with no runtime.watchdog_s and no cost model: the generator SIGSTOPs itself at step 1; the
+    watchdog from the run's observed times (floor lowered to keep the test short) catches it and the run
+    recovers. The old code had no deadline: the run waits until the test wakes the worker, and fails."""
+    import threading
+
+    from digenrl.runtime import deadlines as dl
+    from digenrl.runtime.driver import run_disaggregated
+
+    monkeypatch.setattr(dl, "OBSERVED_FLOOR_S", 3.0, raising=False)  # (absent in the old code)
+    cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "steps=2",
+                   "runtime.inject_failure=gen0@1:stall")  # fmt: skip
+    assert cfg.runtime.watchdog_s is None and cfg.runtime.profile is None
+    out: dict = {}
+
+    def go():
+        try:
+            out["summary"] = run_disaggregated(cfg)
+        except BaseException as e:  # noqa: BLE001 -- re-raised in the test's thread
+            out["error"] = e
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    th.join(60)
+    hung = th.is_alive()
+    if hung:
+        _wake_stopped_children()
+        th.join(120)
+    assert not hung, f"no deadline: the stopped generator was not caught in {time.monotonic() - t0:.0f} s"
+    if "error" in out:
+        raise out["error"]
+    rec = out["summary"]["recoveries"]
+    assert out["summary"]["version"] == 2 and rec and rec[0]["worker"] == "gen0" and "stalled" in rec[0]["cause"]

@@ -1,7 +1,11 @@
 """Deadlines of the controller's waits outside the schedule (issue 22: no wait without a deadline).
 
 The schedule's actions have the watchdog (``runtime.watchdog_s``, else 60 s + 20 x the modelled time where the
-run has a cost model; ``driver._watchdog``). Every other wait of the controller has a deadline derived from the
+run has a cost model; ``driver._watchdog``). A run with neither (e.g. ``gap_tsp`` with the defaults) derives it
+from its own observed costs (``ObservedCosts``): once an action of a kind has completed, an action of that kind
+gets ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x the slowest per-unit time seen so far (per generation of a
+fragment, per cell of a chunk, per call of a commit or publish) x its units; before the first of its kind has
+completed, ``DEFAULT_OP_S``. Every other wait of the controller has a deadline derived from the
 same configured bound, so a stalled worker becomes a ``WorkerFailure`` naming it (a recovery, or a clear error
 with exit 1) instead of a hang:
 
@@ -29,6 +33,8 @@ DEFAULT_STARTUP_S = 1800.0
 DEFAULT_OP_S = 600.0
 DEFAULT_CALL_S = 1800.0
 CALL_FACTOR = 10.0  # a call outside the schedule (eval, checkpoint, start-up) may take this many watchdogs
+OBSERVED_FLOOR_S = 60.0  # watchdog from observed costs: floor + factor x observed (the cost model's 60 s + 20 x)
+OBSERVED_FACTOR = 20.0
 
 
 def op_deadline(cfg: Config, ops: int = 1) -> float:
@@ -63,3 +69,34 @@ def remote_reward_wait(cfg: Config) -> float:
             opts = {**defaults, **rs.options}
             total += float(opts["retry_window"]) + float(opts["timeout"])
     return total
+
+
+class ObservedCosts:
+    """The run's own action times, for the watchdog of a run without a cost model or ``runtime.watchdog_s``:
+    the slowest seconds per unit seen so far for each kind of action (a fragment's generation on a generator or
+    a trainer rank, a chunk's cell, a commit, a publish), measured by the driver from launch to completion (so
+    including a weight transfer or a queue wait) and kept over the run's attempts."""
+
+    def __init__(self) -> None:
+        self.rate: dict[tuple, float] = {}
+
+    @staticmethod
+    def _kind(action) -> tuple[tuple, int]:
+        from digenrl.schedule.actions import Generate, Train
+
+        if isinstance(action, Generate):
+            return ("generate", action.tag), len(action.fragment.generations)
+        if isinstance(action, Train):
+            return ("train",), action.chunk.size
+        return (type(action).__name__,), 1
+
+    def observe(self, action, seconds: float) -> None:
+        key, units = self._kind(action)
+        self.rate[key] = max(self.rate.get(key, 0.0), seconds / max(1, units))
+
+    def deadline(self, action) -> float:
+        """Seconds ``action`` may take: ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x the slowest observed time
+        per unit of its kind x its units; ``DEFAULT_OP_S`` while none of its kind has completed."""
+        key, units = self._kind(action)
+        r = self.rate.get(key)
+        return DEFAULT_OP_S if r is None else OBSERVED_FLOOR_S + OBSERVED_FACTOR * r * max(1, units)

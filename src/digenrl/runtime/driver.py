@@ -37,7 +37,7 @@ from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
 from .cluster import ActorPools, get_named, ray_session, start_pools
-from .deadlines import call_deadline, remote_reward_wait
+from .deadlines import ObservedCosts, call_deadline, remote_reward_wait
 from .errors import WorkerFailure
 from .executor import Clock, RayExecutor
 from .step_metrics import StepMetrics
@@ -67,6 +67,7 @@ class _Controller:
         self.stats = [StepStats(k, generations=run.plan.batch) for k in range(run.plan.steps)]
         self.recoveries: list[dict] = []
         self._cost = None  # the cost model of the current attempt (a ProfileCost where the run has a profile)
+        self._observed = ObservedCosts()  # the run's action times (all attempts): the watchdog without a cost model
         self.first, self.state, self.counters = 0, None, {}
         if start is not None and start.kind == "resume":
             self.first, self.state = start.step, start.checkpoint.read_bytes()
@@ -128,7 +129,8 @@ class _Controller:
         cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
-        ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost))
+        ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost, self._observed),
+                         self._observed)
         self.metrics.replay_from(self.first, len(self.recoveries), self._attempt_start)
         cpu0 = time.process_time()
         end = run_loop(self.sched, ex, self.timeline, _BetweenSteps(self, ex), t0=self._attempt_start)
@@ -300,10 +302,11 @@ def _eval(pools: ActorPools, plan, grid: int, cfg=None):
     return get_named(pools.on_rank0("evaluate", grid), "eval", deadline)[0].value
 
 
-def _watchdog(run: RunPlan, cost):
+def _watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
     """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
-    model, 60 s + 20 x the action's modelled duration; else no deadline. A side call (``action`` None: an eval or
-    a checkpoint between steps) gets ``deadlines.call_deadline`` in every case. A generation (it scores its samples)
+    model, 60 s + 20 x the action's modelled duration; else the bound from the run's observed action times
+    (``deadlines.ObservedCosts.deadline``: ``DEFAULT_OP_S`` until one of its kind completed). A side call
+    (``action`` None: an eval or a checkpoint between steps) gets ``deadlines.call_deadline`` in every case. A generation (it scores its samples)
     with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the client
     waits out a service outage that long, and only past it is the worker at fault."""
     from digenrl.schedule.actions import Generate
@@ -311,6 +314,7 @@ def _watchdog(run: RunPlan, cost):
     fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
     side = call_deadline(run.cfg) + wait  # a side call (an eval between steps scores; a checkpoint): deadlines.py
     dur = Durations(run.plan, cost) if cost is not None else None
+    observed = ObservedCosts() if observed is None else observed
 
     def budget(action) -> float | None:
         if action is None:
@@ -318,7 +322,7 @@ def _watchdog(run: RunPlan, cost):
         scoring = wait if isinstance(action, Generate) else 0.0
         if fixed is not None:
             return fixed + scoring
-        return None if dur is None else 60.0 + 20.0 * dur.of(action) + scoring
+        return (observed.deadline(action) if dur is None else 60.0 + 20.0 * dur.of(action)) + scoring
 
     return budget
 

@@ -94,11 +94,13 @@ class Clock:
 
 class RayExecutor:
     """``version``: the weights every worker holds at the start (the first step of a resumed or recovered run);
-    ``budget``: the watchdog's seconds for an action, or None for no deadline (side calls: ``budget(None)``)."""
+    ``budget``: the watchdog's seconds for an action, or None for no deadline (side calls: ``budget(None)``);
+    ``observed``: told each completed action's seconds from launch (``deadlines.ObservedCosts``), which a budget
+    without a cost model derives its deadlines from."""
 
     def __init__(self, run: RunPlan, pools: ActorPools, clock: Clock, version: int = 0,
-                 budget: Callable[[Action | None], float | None] = lambda a: None):
-        self.run, self.pools, self.clock, self.budget = run, pools, clock, budget
+                 budget: Callable[[Action | None], float | None] = lambda a: None, observed=None):
+        self.run, self.pools, self.clock, self.budget, self.observed = run, pools, clock, budget, observed
         self.plan = run.plan
         self._calls: dict = {}                 # ref -> _Call
         self._ready: list[_Call] = []          # calls complete without any ref (publish to no generator)
@@ -224,6 +226,8 @@ class RayExecutor:
 
     def _complete(self, call: _Call, now: float) -> Completion:
         a, rel = call.action, self.clock.rel
+        if a is not None and self.observed is not None:
+            self.observed.observe(a, now - call.start)
         results = [call.results[r] for r in call.workers]  # launch order: rank 0 first
         if a is None or not isinstance(a, Publish):
             work = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results])
