@@ -128,6 +128,7 @@ def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_
     assert sorted(p.name for p in d.iterdir() if p.is_dir()) == ["step_00000002.dcp"]  # ... and its shards
     state = ckpt.read_train_state(found[-1][1])
     assert state.sharded == "step_00000002.dcp" and state.model == {} and state.version == 2
+    assert ".metadata" in state.shards and ckpt.verify_checkpoint(found[-1][1]) is None  # every shard file hashed
     cfg = make_cfg(tiny_model, run, *over, "steps=3")
     summary = run_disaggregated(cfg, plan_run_dir(cfg, resume=True))
     assert summary["version"] == 3

@@ -101,3 +101,45 @@ def test_a_checkpoint_without_hash_holding_nan_is_refused(saved):
     with pytest.raises(ValueError, match="not finite"):
         ckpt.read_train_state(new)
     assert ckpt.latest_checkpoint(run_dir) == old
+
+
+@pytest.fixture()
+def sharded_saved(tmp_path, monkeypatch):
+    """Two checkpoints of a sharded run written by ``pack_sharded_state`` (one process: the shard write is a
+    plain ``torch.distributed.checkpoint`` save of a small state, the barriers no-ops)."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    from digenrl.train import sharding
+    from digenrl.train.sharded_checkpoint import pack_sharded_state
+
+    monkeypatch.setattr(dist, "barrier", lambda **kw: None)
+    monkeypatch.setattr(sharding, "save_sharded",
+                        lambda ctx, path: dcp.save({"w": torch.randn(256)}, checkpoint_id=str(path), no_dist=True))
+    tx = SimpleNamespace(open=False, process_group=None, version=0)
+    ctx = SimpleNamespace(transaction=tx, cfg=load_config(None, [f"run_dir={tmp_path}"]), ema=None)
+    for step in (1, 2):
+        tx.version = step
+        data = pack_sharded_state(ctx, tmp_path, step=step, counters={}, rank=0)
+        ckpt.write_checkpoint(tmp_path, step, data, keep=2)
+    return tmp_path, [p for _, p in ckpt.list_checkpoints(tmp_path)]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_flipped_bit_in_a_shard_file_is_refused_and_resume_falls_back(sharded_saved):
+    run_dir, (old, new) = sharded_saved
+    state = ckpt.read_train_state(new)
+    d = new.parent / state.sharded
+    assert sorted(state.shards) == sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file())
+    assert ckpt.verify_checkpoint(new) is None and ckpt.latest_checkpoint(run_dir) == new
+    shard = max((f for f in d.iterdir() if f.name != ".metadata"), key=lambda f: f.stat().st_size)
+    buf = bytearray(shard.read_bytes())
+    buf[len(buf) // 2] ^= 0x01  # one bit of the data: the file's size and the metadata file still check out
+    shard.write_bytes(bytes(buf))
+    why = ckpt.verify_checkpoint(new)
+    assert why is not None and shard.name in why and "sha256" in why
+    assert ckpt.latest_checkpoint(run_dir) == old  # the resume falls back to the older checkpoint
+    (old.parent / ckpt.read_train_state(old).sharded / shard.name).unlink()
+    assert "missing" in ckpt.verify_checkpoint(old) and ckpt.latest_checkpoint(run_dir) is None

@@ -29,8 +29,11 @@ byte; the data section does not depend on the metadata, so the hash is taken bef
 (``read_train_state``, ``unpack``, ``latest_checkpoint``) verifies it and that every weight, EMA and optimizer
 tensor is finite, and refuses the file naming it (``ValueError``); ``latest_checkpoint`` then falls back to the
 older checkpoint, as for a truncated one. A checkpoint written before the hash existed loads with a warning
-(not verified; the finiteness check still applies). The shards of a sharded run (``step_<k>.dcp/``) are not
-covered by the hash.
+(not verified; the finiteness check still applies). The shards of a sharded run (``step_<k>.dcp/``) are
+hashed too: the metadata file records the size and sha256 of every file of the directory (``shard_sha256``,
+``shard_manifest``, taken by rank 0 once every rank wrote), and ``verify_checkpoint`` (hence
+``latest_checkpoint``, which every resume and recovery goes through) checks them (``check_shards``), so a flipped
+bit in a shard file is refused naming it and a resume falls back to the older checkpoint.
 
 For the Ray runtime: trainer rank 0 calls ``pack_train_state`` (bytes), the controller writes them with
 ``write_checkpoint`` where the run lives; on resume the controller finds ``latest_checkpoint`` and every
@@ -83,6 +86,7 @@ class TrainState:
     counters: dict[str, Any] = field(default_factory=dict)
     ema_updates: int = 0  # optimizer steps the EMA has seen (its warm-up and update interval depend on it)
     sharded: str | None = None  # sharded run: the ``torch.distributed.checkpoint`` directory holding the tensors
+    shards: dict[str, list] | None = None  # sharded run: {file in that directory: [size, sha256 hex]}
 
 
 logger = logging.getLogger(__name__)
@@ -185,7 +189,7 @@ def pack(state: TrainState) -> bytes:
             "config_hash": config_hash(state.config), "counters": state.counters,
             "param_groups": state.optimizer["param_groups"], "optim_plain": opt_plain,
             "has_ema": state.ema is not None, "ema_updates": state.ema_updates, "model_keys": list(state.model),
-            "sharded": state.sharded}
+            "sharded": state.sharded, "shard_sha256": state.shards}
     return _with_content_hash(save(tensors, metadata={META_KEY: json.dumps(meta, default=float)}))
 
 
@@ -280,7 +284,8 @@ def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> Trai
     optimizer = {"state": dict(sorted(opt_state.items())), "param_groups": meta["param_groups"]}
     return TrainState(step=meta["step"], version=meta["version"], model={k: model[k] for k in meta["model_keys"]},
                       optimizer=optimizer, ema=ema, rng=rng, config=meta["config"], counters=meta["counters"],
-                      ema_updates=int(meta.get("ema_updates", 0)), sharded=meta.get("sharded"))
+                      ema_updates=int(meta.get("ema_updates", 0)), sharded=meta.get("sharded"),
+                      shards=meta.get("shard_sha256"))
 
 
 def _like(saved: Any, live: Any) -> Any:
@@ -339,13 +344,16 @@ def verify_checkpoint(path: str | Path) -> str | None:
         st = p.stat()
     except OSError as e:
         return f"{str(p)!r} cannot be read: {e.strerror or e}"
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, _shard_stats(p))
     if key not in _VERIFIED:
         try:
             metadata = safetensors_header(p).get("__metadata__") or {}
             if META_KEY not in metadata:
                 raise ValueError(f"{str(p)!r} is not a resumable checkpoint (no {META_KEY} metadata)")
             _check_hash(metadata, _file_digest(p, 8 + _header_len(p)) if HASH_KEY in metadata else "", str(p))
+            meta = json.loads(metadata[META_KEY])
+            if meta.get("sharded"):
+                check_shards(p.parent / meta["sharded"], meta.get("shard_sha256"), str(p))
             with safe_open(str(p), framework="pt") as f:  # one tensor at a time
                 for name in f.keys():
                     if name.startswith(("model/", "ema/", "optim/")):
@@ -385,6 +393,48 @@ def write_checkpoint(run_dir: str | Path, step: int, data: bytes, *, keep: int) 
 def sharded_dir_name(step: int) -> str:
     """The directory of a sharded run's checkpoint of ``step`` (next to its metadata file)."""
     return f"step_{step:08d}.dcp"
+
+
+def _shard_files(d: Path) -> list[Path]:
+    return sorted(f for f in d.rglob("*") if f.is_file())
+
+
+def _shard_stats(p: Path) -> tuple:
+    """(name, size, mtime) of the files of the shard directory next to checkpoint file ``p`` (none: ())."""
+    m = _NAME.match(p.name)
+    d = p.parent / sharded_dir_name(int(m.group(1))) if m else None
+    if d is None or not d.is_dir():
+        return ()
+    return tuple((str(f.relative_to(d)), f.stat().st_size, f.stat().st_mtime_ns) for f in _shard_files(d))
+
+
+def shard_manifest(d: str | Path) -> dict[str, list]:
+    """{file of the shard directory ``d``, relative: [size, sha256 hex]}: what a sharded checkpoint records."""
+    d = Path(d)
+    return {str(f.relative_to(d)): [f.stat().st_size, _file_digest(f, 0)] for f in _shard_files(d)}
+
+
+def check_shards(d: str | Path, manifest: dict[str, list] | None, where: str) -> None:
+    """``ValueError`` naming the file unless the shard directory ``d`` holds every file of ``manifest`` with
+    its recorded size and sha256 (``manifest`` None: a checkpoint from before shard hashes; warned, not verified)."""
+    d = Path(d)
+    if not (d / ".metadata").is_file():
+        raise ValueError(f"{where!r}: its shard directory {str(d)!r} is missing or incomplete")
+    if manifest is None:
+        logger.warning("%s: sharded checkpoint has no shard hashes (written by an older version); its shards are "
+                       "not verified", where)
+        return
+    for name, (size, digest) in sorted(manifest.items()):
+        f = d / name
+        if not f.is_file():
+            raise ValueError(f"{where!r}: shard file {str(f)!r} is missing")
+        if f.stat().st_size != size:
+            raise ValueError(f"{where!r}: shard file {str(f)!r} is corrupt: {f.stat().st_size} bytes, "
+                             f"{size} when it was written")
+        got = _file_digest(f, 0)
+        if got != digest:
+            raise ValueError(f"{where!r}: shard file {str(f)!r} is corrupt: its content does not match the sha256 "
+                             f"recorded when it was written ({got[:12]}... != {digest[:12]}...)")
 
 
 def save_train_state(ctx, run_dir: str | Path, *, step: int, keep: int, counters: dict[str, Any] | None = None) -> Path:

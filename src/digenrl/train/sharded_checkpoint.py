@@ -6,6 +6,9 @@ renames it to ``step_<k>.dcp`` and returns the bytes of the metadata file (``tra
 ``TrainState`` without tensors, ``sharded`` naming the directory), which the controller writes atomically as
 ``step_<k>.safetensors``. The file therefore exists only once the directory is complete, and
 ``latest_checkpoint`` / ``keep_checkpoints`` work as for replicated runs. No rank ever holds the full state.
+The metadata file records the size and sha256 of every file of the directory (``checkpoint.shard_manifest``,
+rank 0 reads the shards once after every rank wrote them); ``latest_checkpoint`` verifies them before a resume
+or a recovery restores, and ``restore_sharded_state`` checks that every recorded file is there with its size.
 The run directory must be reachable under the same path from every trainer rank (a shared file system on a
 multi-node cluster, as for any ``torch.distributed.checkpoint`` user).
 
@@ -22,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import TrainState, checkpoint_dir, pack, sharded_dir_name
+from .checkpoint import TrainState, checkpoint_dir, pack, shard_manifest, sharded_dir_name
 
 
 def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[str, Any] | None, rank: int) -> bytes | None:
@@ -45,12 +48,14 @@ def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[st
     dist.barrier(group=group)
     if rank != 0:
         return None
+    shards = shard_manifest(tmp)  # the file names inside stay those of the final directory
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     state = TrainState(step=step, version=ctx.transaction.version, model={},
                        optimizer={"state": {}, "param_groups": []}, ema=None, rng={"torch_cpu": torch.get_rng_state()},
                        config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
-                       ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0, sharded=final.name)
+                       ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0, sharded=final.name,
+                       shards=shards)
     return pack(state)
 
 
@@ -62,6 +67,11 @@ def restore_sharded_state(ctx, run_dir: str | Path, state: TrainState) -> None:
     if not (path / ".metadata").is_file():
         raise ValueError(f"checkpoint of step {state.step}: its shard directory {str(path)!r} is missing or "
                          f"incomplete")
+    for name, (size, _) in (state.shards or {}).items():  # the sha256: latest_checkpoint, before the restore
+        f = path / name
+        if not f.is_file() or f.stat().st_size != size:
+            raise ValueError(f"checkpoint of step {state.step}: shard file {str(f)!r} is missing or not the size "
+                             f"it was written with")
     load_sharded(ctx, path)
     if ctx.ema is not None:
         ctx.ema.num_updates = state.ema_updates
