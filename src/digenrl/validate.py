@@ -174,7 +174,8 @@ def check_model(cfg: Config) -> None:
         if "tiny_dit_config" not in meta:
             raise ConfigError(f"model.path: {cut(str(path))} is not a tiny_dit checkpoint (no tiny_dit_config metadata)")
         return
-    from digenrl.models.diffusers_files import ModelFilesError, check_model_dir, present_components
+    from digenrl.models.diffusers_files import (ModelFilesError, check_config_types, check_model_dir,
+                                                present_components)
 
     try:
         check_model_dir(m.path, m.kind, ("transformer", "vae", "scheduler"))
@@ -191,6 +192,11 @@ def check_model(cfg: Config) -> None:
                 raise ConfigError(f"model.path: {cut(str(f))} is not valid JSON ({e})") from None
         for f in sorted((root / comp).glob("*.safetensors")):
             _header(f, "model.path")
+    for comp in ("transformer", "vae", "scheduler"):  # values of the type their diffusers class declares
+        try:
+            check_config_types(m.path, comp)
+        except ModelFilesError as e:
+            raise ConfigError(f"model.path: {cut_text(str(e), 400)}") from None
 
 
 def family_spec(kind: str):

@@ -62,6 +62,12 @@ def _bad_diffusers(files: Path, tmp: Path, edit) -> Path:
     return model
 
 
+def _set_json(path: Path, **values) -> None:
+    import json
+
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+
+
 CASES = {
     "truncated tiny_dit weights": lambda f, t: ([f"model.path={_truncate(f / 'tiny.safetensors', t / 'cut.safetensors')}"],
                                                 ["model.path", "truncated"]),
@@ -74,6 +80,8 @@ CASES = {
                                                ["missing", "vae/"]),
     "corrupt diffusers config": lambda f, t: (sd3(f, **{"model.path": _bad_diffusers(f, t, lambda m: (m / "transformer/config.json").write_text("{oops"))}),
                                               ["config.json", "not valid JSON"]),
+    "diffusers config value of the wrong type": lambda f, t: (sd3(f, **{"model.path": _bad_diffusers(f, t, lambda m: _set_json(
+        m / "transformer/config.json", num_layers="two"))}), ["transformer/config.json", "num_layers", '"two"', "int"]),
     "unknown reward option": lambda f, t: (["reward={digits: {weight: 1, foo: 2}}"], ["reward.digits", "foo"]),
     "unknown reward": lambda f, t: (["reward={digitz: {weight: 1}}"], ["reward.digitz", "unknown reward"]),
     "reward weight not a number": lambda f, t: (["reward={digits: {weight: heavy}}"], ["reward.digits.weight"]),
@@ -92,7 +100,8 @@ CASES = {
 
 # the Ray modes share the checks; two cases show that they run before Ray starts
 RUNS = [(c, "colocated") for c in sorted(CASES)] + [(c, "gap_tsp") for c in ("truncated tiny_dit weights",
-                                                                               "prompt missing from the cache")]
+                                                                               "prompt missing from the cache",
+                                                                               "diffusers config value of the wrong type")]
 
 
 @pytest.mark.parametrize("case,mode", RUNS)

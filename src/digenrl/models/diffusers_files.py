@@ -88,6 +88,62 @@ def check_model_dir(path: str | None, kind: str, required: Sequence[str]) -> dic
     return index
 
 
+def _fits(value: Any, hint: Any, default: Any) -> bool:
+    """Does JSON ``value`` fit the scalar annotation ``hint`` (int, float, bool, str, or an Optional / union of
+    them)? Anything else (containers, classes) is not checked: True."""
+    import types
+    import typing
+
+    if value is None and default is None:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = typing.get_args(hint)
+        if not all(m in (int, float, bool, str, type(None)) for m in members):
+            return True
+        return any(_fits(value, m, default) for m in members)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        return isinstance(value, (int, float))  # (a bool is an int to Python, as to diffusers)
+    if hint is bool:
+        return isinstance(value, (bool, int))
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def check_config_types(path: str | Path, component: str) -> None:
+    """``ModelFilesError`` naming the file and the key where a value of ``component``'s config (``config.json``,
+    a scheduler's ``scheduler_config.json``) does not fit the scalar type its diffusers class declares for that
+    argument (``num_layers: "two"``), so it is refused before any model is built. A class diffusers does not
+    know, or arguments without a scalar annotation, are not checked."""
+    import inspect
+    import typing
+
+    sub = Path(path).expanduser() / component
+    f = sub / ("scheduler_config.json" if _kind_of(component) == "scheduler" else "config.json")
+    try:
+        data = json.loads(f.read_text())
+        import diffusers
+
+        cls = getattr(diffusers, str(data.get("_class_name", "")), None) if isinstance(data, dict) else None
+        if cls is None:
+            return
+        hints = typing.get_type_hints(cls.__init__)
+        params = inspect.signature(cls.__init__).parameters
+    except Exception:  # noqa: BLE001 -- unreadable JSON is reported by its own check; no diffusers: nothing to check
+        return
+    for key, value in data.items():
+        if key.startswith("_") or key not in hints or key not in params:
+            continue
+        if not _fits(value, hints[key], params[key].default):
+            want = getattr(hints[key], "__name__", None) or str(hints[key])
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise ModelFilesError(f"{str(f)!r}: {key} is {shown}, expected {want} ({cls.__name__}); fix the "
+                                  f"value in that file")
+
+
 def present_components(path: str, names: Sequence[str]) -> list[str]:
     """The subset of ``names`` that exist as complete components in ``path``."""
     root = Path(path).expanduser()
