@@ -155,7 +155,7 @@ class Scheduler:
         self._finish(t, e.rank, Train, e.chunk)
         self._last_gen[e.rank] = False
         self._work(e.chunk.step).chunks_left -= 1
-        return self._maybe_commit() + self._fill(t, {e.rank})
+        return self._maybe_commit() + self._launch_publish(t) + self._fill(t, {e.rank})
 
     def _maybe_commit(self) -> list[Action]:
         """The round's chunks are all trained and every rank is free (a TAG fragment in flight finishes
@@ -198,8 +198,8 @@ class Scheduler:
         """The step's publish, once it may start: at once, or (``plan.publish_joins``: the generators take part)
         when the last generator's in-flight fragment is done; until then no generator gets work."""
         publish = self._pending_publish
-        if publish is None or (self.plan.publish_joins and any(self._busy[w] is not None
-                                                               for w in self.plan.generators)):
+        if publish is None or any(self._busy[r] is not None for r in self.plan.trainers) or (
+                self.plan.publish_joins and any(self._busy[w] is not None for w in self.plan.generators)):
             return []
         self._pending_publish = None
         self._collective_launch = (publish, t)
@@ -334,6 +334,9 @@ class Scheduler:
                 acts.append(self._dispatch(t, work[0], w, work[1]))
         for r in p.trainers:
             if not self._rank_idle(r):
+                chunk = self._join_wait_chunk(t) if self._busy[r] is None else None
+                if chunk is not None:
+                    acts.append(self._train(t, chunk, r))
                 continue
             chunk = self._next_chunk(r)
             if chunk is not None:
@@ -344,6 +347,18 @@ class Scheduler:
         if self.bts is not None and self._collective is None and any(self._rank_idle(r) for r in freed):
             acts.extend(self._bubble(t))
         return acts
+
+    def _join_wait_chunk(self, t: float) -> Chunk | None:
+        """While a joined publish waits for the generators' in-flight (TCSS) fragments, a free trainer rank trains a
+        ready chunk of the next step (its weights are that step's, committed) if the chunk ends by the last
+        generator's predicted end, so the publish is not held up; None otherwise."""
+        if self._pending_publish is None or not self.plan.publish_joins or self._dur is None or not self._ready:
+            return None
+        ends = [t0 + self._dur.of(a) for w in self.plan.generators if (cur := self._busy[w]) is not None
+                for a, t0 in (cur,)]
+        if not ends or t + self._dur.train(self._ready[0].size) > max(ends) + 1e-9 * max(1.0, abs(t)):
+            return None
+        return self._ready.popleft()
 
     def _bubble(self, t: float) -> list[Action]:
         """A trainer rank is about to idle: ask the TAG policy how many pending fragments to hand to idle ranks."""
