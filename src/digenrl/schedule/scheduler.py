@@ -215,7 +215,8 @@ class Scheduler:
         self._steps.pop(e.version - 1, None)  # nothing of that step is asked for again
         if self.done:
             return []
-        return self._fill(t, set(self.plan.trainers))
+        # chunks trained while a joined publish waited may have finished a round: its commit is due now
+        return self._maybe_commit() + self._fill(t, set(self.plan.trainers))
 
     # ---- work bookkeeping --------------------------------------------------------------------------
     def _work(self, step: int) -> StepWork:
