@@ -16,6 +16,7 @@ from dataclasses import replace
 from ..control.profile import ProfileError, load_profile
 from ..control.timeline import RunResult
 from ..schedule import MODES, TAG_POLICIES, BTSConfig, Mode
+from .algorithms import Algorithm, AlgorithmError
 from .planner import ModeRun, Scenario, ScenarioError, run_mode
 from .presets import WORKLOADS, PresetError, model_preset, testbed_preset
 
@@ -42,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--timestep-fraction", type=float, default=None, help="trained share of T (default 0.6)")
     ap.add_argument("--prompts", type=int, default=None, help="P prompts per step (model default)")
     ap.add_argument("--generations", type=int, default=None, help="G generations per prompt (model default)")
+    ap.add_argument("--algorithm", default="flow_grpo",
+                    help="train.algorithm priced: flow_grpo | grpo_guard | mixgrpo | nft (default flow_grpo)")
+    ap.add_argument("--window", type=int, default=4, help="mixgrpo: SDE window w, the trained steps (default 4)")
+    ap.add_argument("--flash-ratio", type=float, default=1.0,
+                    help="mixgrpo: MixGRPO-Flash's post_compress_ratio (recipe 0.4; default 1.0: no Flash)")
+    ap.add_argument("--nft-timesteps", type=int, default=None,
+                    help="nft: training timesteps K per sample (default int(0.99 T))")
     ap.add_argument("--modes", nargs="+", default=list(MODES), help=f"subset of: {' '.join(MODES)}")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps simulated (default 20)")
     ap.add_argument("--max-stale-fraction", type=float, default=0.5, help="TCSS cap for 'full' (default 0.5)")
@@ -105,6 +113,11 @@ def _setup(args) -> Scenario:
         if not 0.0 < args.timestep_fraction <= 1.0:
             raise CliError(f"--timestep-fraction: must lie in (0, 1] (got {args.timestep_fraction})")
         changes["timestep_fraction"] = args.timestep_fraction
+    try:
+        changes["algorithm"] = Algorithm(args.algorithm, args.window, args.flash_ratio, args.nft_timesteps)
+        replace(w, **changes).trained_timesteps
+    except AlgorithmError as e:
+        raise CliError(str(e)) from None
     if args.steps < 1:
         raise CliError(f"--steps: must be >= 1 (got {args.steps})")
     if not 0.0 <= args.max_stale_fraction <= 1.0:
@@ -214,6 +227,8 @@ def _main_config(args) -> int:
     try:
         if args.model:
             raise CliError("--config: give either --config or --model/--testbed, not both")
+        if (args.algorithm, args.window, args.flash_ratio, args.nft_timesteps) != ("flow_grpo", 4, 1.0, None):
+            raise CliError("--algorithm: with --config the algorithm is the config's (--set train.algorithm=...)")
         # the TAG flags override the config's runtime.tag_policy / runtime.bts (the runtime's own keys)
         args.sets = list(args.sets) + ([f"runtime.tag_policy={args.tag_policy}"] if args.tag_policy != "bts" else [])
         args.sets += [f"runtime.bts.depth={args.bts_depth}"] if args.bts_depth is not None else []

@@ -12,7 +12,9 @@ Testbed path: the config is mapped onto the roofline's inputs (``config_model``,
 * family: ``model.kind`` -> the sim's model preset (``SIM_MODEL_OF_KIND``), text tokens from
   ``model.options.max_sequence_length`` (SD3: 77 CLIP tokens + the T5 length, as ``train.memory`` counts them);
 * workload: P = ``train.prompts_per_step``, G = ``train.generations``, T = ``sampler.num_steps``, S from
-  ``plan_run`` (the trained share is S / T), width / height / frames from ``model.options``;
+  ``plan_run`` (the trained share is S / T), width / height / frames from ``model.options``; the algorithm from
+  ``train.algorithm`` (``sim.algorithms``: MixGRPO's window = S, MixGRPO-Flash's ``sampler.post_compress_ratio``,
+  whose shorter sampling the priced plan takes as its denoising steps; DiffusionNFT's K = S, CFG-free training);
 * training: LoRA rank from ``model.lora``, FSDP from ``train.sharding``, recomputation from
   ``train.activation_checkpointing``, publish path from ``runtime.publish``.
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass, replace
 from ..control.profile import ProfileCost
 from ..control.timeline import RunResult
 from .executor import simulate
+from .algorithms import Algorithm
 from .presets import MODELS, ModelPreset, Testbed, Training, Workload
 
 # SD3.5-Medium (not among the roofline presets of the paper's testbeds): MM-DiT, joint text (CLIP 77 + T5),
@@ -125,13 +128,23 @@ def config_training(cfg) -> Training:
                     tag_copy=cfg.runtime.tag_inference_copy)
 
 
+def config_algorithm(cfg, trained: int) -> Algorithm:
+    """``train.algorithm`` as the roofline's ``Algorithm`` (S = ``trained`` from ``plan_run``)."""
+    t = cfg.train
+    if t.algorithm == "mixgrpo":
+        return Algorithm("mixgrpo", window=trained, flash_ratio=cfg.sampler.post_compress_ratio)
+    if t.algorithm == "nft":
+        return Algorithm("nft", nft_timesteps=trained)
+    return Algorithm(t.algorithm)
+
+
 def config_workload(cfg, trained: int) -> Workload:
     """The roofline's ``Workload`` of ``cfg`` with S = ``trained`` (from ``plan_run``)."""
     o, t, T = cfg.model.options, cfg.train, cfg.sampler.num_steps
     video = config_model(cfg).video
     return Workload(t.prompts_per_step, t.generations, int(o.get("width", 512)), int(o.get("height", 512)),
                     int(o.get("frames", 1)) if video else 1, sampling_steps=T, timestep_fraction=trained / T,
-                    training=config_training(cfg))
+                    training=config_training(cfg), algorithm=config_algorithm(cfg, trained))
 
 
 def pools_for(cfg, gpus: int | None) -> tuple[int, int]:
@@ -211,6 +224,7 @@ def price_on_testbed(config: str | None, sets: list[str], testbed: Testbed, mode
         cfg = fit_to_testbed(cfg, testbed, n_gen, n_train, m == "colocated")
         plan, ranks, note = plan_for_pricing(cfg)
         cost = testbed_cost(cfg, plan, testbed, ranks)
+        plan = replace(plan, sampling_steps=cost.workload.denoise_steps)  # MixGRPO-Flash samples fewer steps
         runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, bts=cfg.runtime.bts_config(),
                                               record=(m == record_mode)), note, ranks)
     return runs

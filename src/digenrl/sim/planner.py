@@ -155,7 +155,7 @@ def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost,
     # a sharded trainer pool is one shard group (the runtime's): the scheduler's single trainer of N ranks
     grouped = w.training.sharded and not colocated
     trainers, _ = shard_groups(ranks, grouped)
-    probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.sampling_steps, 1, 1,
+    probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.denoise_steps, 1, 1,
                      gens, trainers, mode, setup.steps, setup.max_stale_fraction,
                      shard_ranks=len(ranks) if grouped else 1,
                      publish_joins=not colocated and w.training.publish == "broadcast")

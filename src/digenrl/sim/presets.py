@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .algorithms import Algorithm
+
 
 class PresetError(ValueError):
     """Unknown preset; the message names the option and the valid values."""
@@ -206,11 +208,17 @@ class Workload:
     sampling_steps: int = 20
     timestep_fraction: float = 0.6   # Flow-GRPO's timestep_fraction
     training: Training = FULL_SHARDED
+    algorithm: Algorithm = Algorithm()  # train.algorithm and its shape (``sim.algorithms``)
 
     @property
     def trained_timesteps(self) -> int:
-        """S = int(T * fraction), at least 1 (as Flow-GRPO computes it)."""
-        return max(1, int(self.sampling_steps * self.timestep_fraction + 1e-9))
+        """S: int(T * fraction), at least 1 (as Flow-GRPO computes it); MixGRPO's window; DiffusionNFT's K."""
+        return self.algorithm.trained(self.sampling_steps, self.timestep_fraction)
+
+    @property
+    def denoise_steps(self) -> int:
+        """Denoising steps per sample: T; MixGRPO-Flash's mean over its window positions, rounded."""
+        return max(self.trained_timesteps, round(self.algorithm.denoise_steps(self.sampling_steps)))
 
 
 # Images: 16 prompts x 16 generations at 512 px (Flow-GRPO trains at 512). Video: 8 prompts x 12

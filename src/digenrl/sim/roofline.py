@@ -9,10 +9,12 @@ An op's time is ``max(compute, memory, overlapped communication) + overhead`` wi
 Training follows ``workload.training`` (``presets.Training``): LoRA or full, sharded (FSDP) or replicated,
 activation recomputation, publish path. A chunk of c cells is one packed forward+backward::
 
-    FLOPs = c * forwards_per_step * (F + F [input grads] + F_linear [weight grads, full only]
-                                     + F [recomputed forward, with recompute])
+    FLOPs = c * train_forwards * (F + F [input grads] + F_linear [weight grads, full only]
+                                  + F [recomputed forward, with recompute])
 
-(LoRA's own weight gradients are r/h of the linear FLOPs and left out.)
+(LoRA's own weight gradients are r/h of the linear FLOPs and left out.) ``train_forwards`` is the model's
+forwards per step (2 with CFG), 1 for DiffusionNFT (CFG-free training); the workload's algorithm also sets S,
+the denoising steps per sample and the trajectory bytes (``sim.algorithms``).
 
 Sharded trainer pool (``training.sharded``, disaggregated): what the runtime runs (``train.sharding: fsdp``):
 the pool is ONE shard group, the scheduler's single trainer, and each of its actions is a collective of the N
@@ -95,8 +97,10 @@ class RooflineCost:
         self.gather_s = 2.0 * self.params * (n - 1) / n / self.net if self.sharded else 0.0
         self.scatter_s = 4.0 * self.trainable * (n - 1) / n / self.net if self.grouped else 0.0
         layers, hidden, fps = m.layers, m.hidden, m.forwards_per_step
-        self.act_cell = ((2 * layers + 34) if self.training.recompute else 34 * layers) * self.seq * hidden * fps
+        self.train_fps = workload.algorithm.train_forwards(fps)  # DiffusionNFT trains CFG-free
         self.act_infer = 34 * self.seq * hidden * fps
+        fps = self.train_fps
+        self.act_cell = ((2 * layers + 34) if self.training.recompute else 34 * layers) * self.seq * hidden * fps
         self.mem = rank_memory(self.params, self.trainable, n, self.lora, self.sharded, self.eff.reserve_gb,
                                grads_sharded=self.grouped)
         self.switch = None
@@ -188,10 +192,13 @@ class RooflineCost:
         return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
 
     def trajectory_bytes(self) -> float:
-        """Latents of every sampling step, per-step log-probs, cached prompt embeddings (bf16)."""
+        """What the trainers receive of one trajectory (``sim.algorithms``: the trained transitions' input and
+        output latents and their fp32 log-probs, GRPO-Guard's means, DiffusionNFT's x_0 alone) plus the cached
+        prompt embedding, bf16."""
         m, w = self.model, self.workload
         latent = m.latent_channels * self.latent_frames * (w.height // m.spatial_down) * (w.width // m.spatial_down)
-        return (w.sampling_steps + 1) * latent * 2 + w.sampling_steps * 4 + m.text_tokens * m.text_dim * 2
+        latents, scalars = w.algorithm.moved_latents(w.trained_timesteps)
+        return latents * latent * 2 + scalars * 4 + m.text_tokens * m.text_dim * 2
 
     def _transfer(self, n: int, pool: str) -> float:
         if self.colocated:  # the colocated baseline (flow_grpo, VeRL-Omni) keeps trajectories in process
@@ -201,11 +208,11 @@ class RooflineCost:
     def train_flops_per_cell(self) -> float:
         per = 2.0 * self.fwd_flops + (0.0 if self.lora else self.fwd_linear)
         per += self.fwd_flops if self.training.recompute else 0.0
-        return per * self.model.forwards_per_step
+        return per * self.train_fps
 
     def _train_chunk(self, c: int, pool: str) -> float:
         c = self._share(c, TRAINER)
-        fwd = c * self.model.forwards_per_step
+        fwd = c * self.train_fps
         comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
         return max(comp, 2.0 * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
 
@@ -251,12 +258,12 @@ class RooflineCost:
             "fwd_tflop": self.fwd_flops / 1e12,
             "naive_fwd_tflop": (2.0 * self.params * self.seq + self.model.archi.attention_flops(
                 self.latent_tokens, self.model.text_tokens)) / 1e12,
-            "gen_s_per_sample": w.sampling_steps * self._denoise(1, gen_pool) + self._vae_decode(1, gen_pool)
+            "gen_s_per_sample": w.denoise_steps * self._denoise(1, gen_pool) + self._vae_decode(1, gen_pool)
             + self._reward(1, gen_pool),
             # per rank: a shard group's chunk of k x N cells gives each of its N ranks k cells
             "train_s_per_cell": self._train_chunk(ranks, TRAINER),
             "train_s_per_cell_at_8": self._train_chunk(8 * ranks, TRAINER) / 8 if self.max_cells >= 8 else float("nan"),
-            "train_eff_1cell": self.effs[TRAINER](self.model.forwards_per_step * self.seq) / self.eff.plateau,
+            "train_eff_1cell": self.effs[TRAINER](self.train_fps * self.seq) / self.eff.plateau,
             "max_cells": self.max_cells,
             "inference_copy_fits": float(self.inference_copy_fits),
             "commit_s": self._allreduce(1, TRAINER) + self._optimizer(1, TRAINER),
@@ -266,7 +273,7 @@ class RooflineCost:
             "fsdp_gather_s": self.gather_s,
             "fsdp_scatter_s": self.scatter_s,
             "train_compute_s_per_cell": self._compute(self.train_flops_per_cell(),
-                                                      self.model.forwards_per_step * self.seq, TRAINER),
+                                                      self.train_fps * self.seq, TRAINER),
             "plateau_gen": self.effs[gen_pool].plateau,
             "plateau_train": self.effs[TRAINER].plateau,
         }

@@ -1,0 +1,97 @@
+"""What each training algorithm (``train.algorithm``) asks of the hardware: the roofline's per-algorithm work.
+
+Per sample, with T sampling steps, trained cells S, the model's transformer forwards per denoising step
+``fps`` (2 with true CFG, 1 guidance-distilled) and a latent of ``L`` bf16 values:
+
+==============  ====================  ===========================  ===============  ===========================
+algorithm       denoising steps       trained cells S              forwards / cell  moved to the trainers
+==============  ====================  ===========================  ===============  ===========================
+flow_grpo       T                     int(T x fraction)            fps (CFG)        2S latents + S log-probs
+grpo_guard      T                     int(T x fraction)            fps              3S latents (+ S means)
+mixgrpo         T                     window w                     fps              2S latents + S log-probs
+mixgrpo, Flash  L + n_post (mean)     window w                     fps              2S latents + S log-probs
+nft             T (ODE)               K (default int(0.99 T))      1 (CFG-free)     1 latent (x_0)
+==============  ====================  ===========================  ===============  ===========================
+
+(plus the prompt embedding, in every case). MixGRPO-Flash (``sampler.post_solver=dpmpp_2m`` with
+``sampler.post_compress_ratio`` r < 1): after the window's last SDE step L the ODE runs on a rebuilt schedule of
+``n_post = max(int(max((T - L) r, 1)), 2)`` values (``algo.dpm.post_window_sigmas``: sigma_0..sigma_L, then
+those), so a sample takes L + n_post denoising steps; the window's start moves over one cycle of positions 0 .. T - 2, clamped to T - 2 - w, during training
+(``algo.timesteps``, ``mixgrpo``, stride 1 as in MixGRPO's FLUX recipe), and the cost model takes the mean over
+that cycle. DiffusionNFT trains each sample at K freshly noised timesteps of its clean
+result with one CFG-free forward per cell (``algo.nft``: the old policy's velocity comes from the same forward
+on-policy), and needs neither the trajectory's latents nor its log-probs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALGORITHMS = ("flow_grpo", "grpo_guard", "mixgrpo", "nft")
+
+
+class AlgorithmError(ValueError):
+    """A bad algorithm setting of the simulator; the message names the option."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The training algorithm of a simulated workload and its shape parameters.
+
+    ``window``: MixGRPO's SDE window w (its FLUX recipe: 4). ``flash_ratio``: MixGRPO-Flash's
+    ``post_compress_ratio`` (1.0: no Flash). ``nft_timesteps``: DiffusionNFT's K (None: int(0.99 T)).
+    """
+
+    name: str = "flow_grpo"
+    window: int = 4
+    flash_ratio: float = 1.0
+    nft_timesteps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in ALGORITHMS:
+            raise AlgorithmError(f"--algorithm: {self.name!r} is not one of {', '.join(ALGORITHMS)}")
+        if self.window < 1:
+            raise AlgorithmError(f"--window: must be >= 1 (got {self.window})")
+        if not 0.0 < self.flash_ratio <= 1.0:
+            raise AlgorithmError(f"--flash-ratio: must lie in (0, 1] (got {self.flash_ratio})")
+        if self.flash_ratio < 1.0 and self.name != "mixgrpo":
+            raise AlgorithmError("--flash-ratio: MixGRPO-Flash's compressed ODE needs --algorithm mixgrpo")
+        if self.nft_timesteps is not None and (self.nft_timesteps < 1 or self.name != "nft"):
+            raise AlgorithmError(f"--nft-timesteps: needs --algorithm nft and a value >= 1 (got {self.nft_timesteps})")
+
+    def trained(self, T: int, fraction: float) -> int:
+        """S, the trained cells per sample."""
+        if self.name == "mixgrpo":
+            if self.window > T - 2:
+                raise AlgorithmError(f"--window: {self.window} does not fit MixGRPO's range [0, T - 2) of T = {T}")
+            return self.window
+        if self.name == "nft":
+            k = self.nft_timesteps if self.nft_timesteps is not None else int(0.99 * T)
+            if not 1 <= k <= T:
+                raise AlgorithmError(f"--nft-timesteps: {k} is outside 1..T = {T}")
+            return k
+        return max(1, int(T * fraction + 1e-9))
+
+    def denoise_steps(self, T: int) -> float:
+        """Mean denoising steps per sample over a cycle of the window's positions (MixGRPO-Flash)."""
+        if self.name != "mixgrpo" or self.flash_ratio >= 1.0:
+            return float(T)
+        w, M = self.trained(T, 1.0), T - 2
+        steps = []
+        for p in range(M + 1):  # one cycle of MixGRPO's progressive schedule (stride 1), the start clamped
+            last = min(p, M - w) + w - 1
+            n_post = max(int(max((T - last) * self.flash_ratio, 1)), 2)
+            steps.append(last + n_post)
+        return sum(steps) / len(steps)
+
+    def train_forwards(self, model_fps: int) -> int:
+        """Transformer forwards of one trained cell: DiffusionNFT trains CFG-free."""
+        return 1 if self.name == "nft" else model_fps
+
+    def moved_latents(self, S: int) -> tuple[int, int]:
+        """(latents, per-cell scalars) of one trajectory that go to the trainers."""
+        if self.name == "nft":
+            return 1, 0
+        if self.name == "grpo_guard":
+            return 3 * S, S
+        return 2 * S, S
