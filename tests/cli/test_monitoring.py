@@ -8,6 +8,7 @@ import json
 import sys
 import types
 
+import pytest
 import torch
 
 from digenrl.cli import main
@@ -96,3 +97,92 @@ def test_a_readable_line_per_step(tmp_path, capsys):
     run2 = tmp_path / "quiet"
     assert main(["train", f"run_dir={run2}", *TINY, "log.print_every=0"]) == 0
     assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")]
+
+
+MID = [*[a for a in TINY if not a.startswith(("steps=", "eval.every="))], "steps=3", "eval.every=1"]
+
+
+def _tb_images(run) -> dict[str, list[int]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0, "scalars": 0})
+    acc.Reload()
+    return {t: [e.step for e in acc.Images(t)] for t in acc.Tags()["images"]}
+
+
+def test_tensorboard_gets_a_sample_grid_at_every_eval(tmp_path):
+    """eval.every: each mid-run eval's grid goes to TensorBoard (samples/eval at its step), not only the
+    before / after grids; nothing more is written to run_dir."""
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", *MID, "log.tensorboard=true"]) == 0
+    assert _tb_images(run) == {"samples/before": [0], "samples/eval": [1, 2], "samples/after": [3]}
+    assert not list(run.glob("*grid*")) and sorted(p.name for p in run.glob("samples_*.png")) == [
+        "samples_after.png", "samples_before.png"]
+
+
+def _wandb_records(path):
+    """The records of a wandb transaction log (``run-<id>.wandb``: LevelDB log blocks of protobuf Records)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, buf, block = 7, b"", 32768
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if n == 0 and kind == 0:
+            pos += left
+            continue
+        buf += data[pos + 7:pos + 7 + n]
+        pos += 7 + n
+        if kind in (1, 4):  # FULL, LAST
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            buf = b""
+            yield rec
+
+
+def test_wandb_offline_run_gets_the_scalars_and_the_same_images_as_tensorboard(tmp_path, monkeypatch):
+    """The real wandb (offline: no network, no account): its run directory under run_dir/wandb receives every
+    step's scalars and the sample grids (before, each eval, after), the same images at the same steps as
+    TensorBoard."""
+    pytest.importorskip("wandb")
+    for k, v in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": tmp_path / "wb_config",
+                 "WANDB_CACHE_DIR": tmp_path / "wb_cache", "WANDB_DATA_DIR": tmp_path / "wb_data"}.items():
+        monkeypatch.setenv(k, str(v))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", *MID, "log.wandb=true", "log.tensorboard=true"]) == 0
+    (log,) = run.glob("wandb/offline-run-*/run-*.wandb")
+    history = []
+    for rec in _wandb_records(log):
+        if rec.WhichOneof("record_type") == "history":
+            history.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item})
+    steps = {h["_step"]: h for h in history}
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:  # every numeric value of every row, at its step
+        for k, v in r.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
+                assert steps[r["step"]][k] == pytest.approx(v), (r["step"], k)
+    images = {}
+    for h in history:
+        for k, v in h.items():
+            if k.endswith("/_type") and v == "image-file":
+                tag = k[: -len("/_type")]
+                images.setdefault(tag, []).append(h["_step"])
+                png = log.parent / "files" / h[f"{tag}/path"]
+                assert png.read_bytes()[:4] == b"\x89PNG" and h[f"{tag}/width"] > 50
+    assert images == _tb_images(run) == {"samples/before": [0], "samples/eval": [1, 2], "samples/after": [3]}
+
+
+def test_tensorboard_gets_the_eval_grids_in_a_ray_run(tmp_path):
+    """The Ray runtime's mid-run evals (trainer rank 0, between steps) send their grids too."""
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", *MID, "log.tensorboard=true", "runtime.mode=gap", "runtime.generators=1",
+                 "runtime.trainers=1"]) == 0
+    assert _tb_images(run) == {"samples/before": [0], "samples/eval": [1, 2], "samples/after": [3]}

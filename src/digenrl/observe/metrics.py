@@ -45,9 +45,14 @@ class MetricsWriter:
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 
+    @property
+    def sends_images(self) -> bool:
+        """TensorBoard or wandb is on (a picture has somewhere to go besides run_dir)."""
+        return self._tb is not None or self._wandb is not None
+
     def image(self, tag: str, png: str | Path, step: int) -> None:
         """A picture the run wrote (a sample grid PNG) to TensorBoard and wandb, where they are on."""
-        if self._tb is None and self._wandb is None:
+        if not self.sends_images:
             return
         import matplotlib.image as mpimg
         import numpy as np

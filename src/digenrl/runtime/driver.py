@@ -255,7 +255,9 @@ class _BetweenSteps:
         ctl = self.ctl
         ctl.metrics.record(c)
         if c.side == "eval":
-            self._evals[c.step] = c.results[0].value[0]
+            reward, sample = c.results[0].value  # sample: the grid's eval samples (none without TensorBoard / wandb)
+            self._evals[c.step] = reward
+            ctl.out.eval_grid(c.step, reward, sample)
         elif c.side == "checkpoint":
             ctl._save_state(c.step, c.results[0].value)
         elif isinstance(c.action, Commit) and c.action.final:
@@ -268,7 +270,8 @@ class _BetweenSteps:
             return
         if cfg.eval.every and version % cfg.eval.every == 0 and version < cfg.steps:
             self._evals[version] = None
-            self.ex.side(pools.on_rank0("evaluate", 0), "eval", version)
+            grid = cfg.eval.grid_prompts if ctl.out.writer.sends_images else 0  # the grid goes to TensorBoard / wandb
+            self.ex.side(pools.on_rank0("evaluate", grid), "eval", version)
         if ckpt.due(version, cfg.runtime.checkpoint_every) and version < cfg.steps:
             self.ex.side(pools.on_rank0("pack_state", version, ctl._counters()), "checkpoint", version)
 

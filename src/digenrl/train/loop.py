@@ -138,7 +138,7 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None, start: RunStart 
             row = {"step": step + 1, **colocated_step(ctx, step)}
             if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.steps:
                 eval_r, eval_batch = run_eval()
-                row.update(eval_reward=eval_r, **out.guard_eval(step + 1, eval_r, eval_batch, weights))
+                row.update(eval_reward=eval_r, **out.mid_eval(step + 1, eval_r, eval_batch, weights))
             out.log(row)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", eval=f"{eval_r:.3f}", sps=f"{row['samples_per_s']:.0f}")
             stopping = stop is not None and stop.requested
