@@ -101,6 +101,7 @@ def cmd_train(args) -> int:
     cfg = _with_adapter(_load_train(args))  # model.lora from model.lora_path's adapter
     cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
+    _print_prediction(cfg)  # runtime.profile: the plan's predicted step time against colocated (warns if slower)
     plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # refused: still nothing written
     made = not Path(cfg.run_dir).exists()  # a run that fails before its first eval removes the dir it made
     lock_run_dir(cfg.run_dir)  # one writer per run_dir, for the whole run: a second one is refused here (exit 2)
@@ -201,6 +202,18 @@ def _halted(cfg, e) -> int:
 
 class _RayFailure(Exception):
     pass
+
+
+def _print_prediction(cfg) -> None:
+    """A disaggregated run with ``runtime.profile``: its predicted steady step time and colocated's on the same
+    workers (``control.prediction``), on stdout; a warning on stderr when colocated is predicted faster."""
+    from digenrl.control.prediction import predict, report
+
+    line, warn = report(cfg, predict(cfg))
+    if line:
+        print(line, flush=True)
+    if warn:
+        print(warn, file=sys.stderr, flush=True)
 
 
 def _train_ray(cfg, start, stop) -> dict:
