@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from simdoc_algorithms import section as algorithms_section  # noqa: E402
 from simdoc_bias import section as bias_section  # noqa: E402
 from simdoc_bts import load as load_bts  # noqa: E402
 from simdoc_bts import section as bts_section  # noqa: E402
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     bts = bts_section(load_bts(ROOT / "benchmarks" / "results"))  # read fresh: not part of the cached runs
     bar_figures(res, figdir)
     bias = bias_section(ROOT / "benchmarks" / "results")  # measured runs, read fresh as well
-    out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts, bias))
+    algos = algorithms_section(ROOT / "benchmarks" / "results")  # benchmarks/algorithm_costs.py, read fresh
+    out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts, bias, algos))
     print(f"wrote {out}, figures and {RESULTS} in {figdir}")
     return 0
 

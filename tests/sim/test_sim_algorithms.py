@@ -36,6 +36,7 @@ def test_trained_cells_per_algorithm():
     assert Algorithm().trained(20, 0.6) == 12 == Algorithm("grpo_guard").trained(20, 0.6)
     assert Algorithm("nft").trained(20, 0.6) == int(0.99 * 20) == 19  # DiffusionNFT's default K
     assert Algorithm("nft", nft_timesteps=5).trained(20, 0.6) == 5
+    assert Algorithm("nft").trained(1, 0.6) == 1  # at least one slot, as the runtime's plan
     for bad in (dict(name="ppo"), dict(name="flow_grpo", flash_ratio=0.4), dict(name="mixgrpo", window=0),
                 dict(name="flow_grpo", nft_timesteps=3)):
         with pytest.raises(AlgorithmError):

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..algo.timesteps import nft_train_count
+
 ALGORITHMS = ("flow_grpo", "grpo_guard", "mixgrpo", "nft")
 
 
@@ -65,11 +67,11 @@ class Algorithm:
             if self.window > T - 2:
                 raise AlgorithmError(f"--window: {self.window} does not fit MixGRPO's range [0, T - 2) of T = {T}")
             return self.window
-        if self.name == "nft":
-            k = self.nft_timesteps if self.nft_timesteps is not None else int(0.99 * T)
-            if not 1 <= k <= T:
-                raise AlgorithmError(f"--nft-timesteps: {k} is outside 1..T = {T}")
-            return k
+        if self.name == "nft":  # the runtime's rule (default int(0.99 T), at least 1; K <= T)
+            try:
+                return nft_train_count(T, self.nft_timesteps)
+            except ValueError as e:
+                raise AlgorithmError(f"--nft-timesteps: {e}") from None
         return max(1, int(T * fraction + 1e-9))
 
     def denoise_steps(self, T: int) -> float:
