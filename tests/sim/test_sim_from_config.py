@@ -84,9 +84,13 @@ def test_every_preset_prices_on_testbed_b(preset, capsys):
     rows = _rows(capsys, ["--config", preset, "--testbed", "B", "--steps", "2", "--modes", "gap_tsp_tag", "colocated",
                           "--json"])
     cfg = load_config(preset)
-    r = rows["gap_tsp_tag"]
-    assert (r["gen_gpus"], r["trainer_gpus"]) == (cfg.runtime.generators, cfg.runtime.trainers)
-    assert rows["colocated"]["trainer_gpus"] == cfg.runtime.generators + cfg.runtime.trainers
+    r, rt = rows["gap_tsp_tag"], cfg.runtime
+    workers = rt.trainers if rt.mode == "colocated" else rt.generators + rt.trainers
+    if rt.mode == "colocated":  # a preset planned colocated: the disaggregated modes split its workers in half
+        assert (r["gen_gpus"], r["trainer_gpus"]) == (workers // 2, workers - workers // 2)
+    else:
+        assert (r["gen_gpus"], r["trainer_gpus"]) == (rt.generators, rt.trainers)
+    assert rows["colocated"]["trainer_gpus"] == workers
     assert r["step_time_s"] > 0 and r["speedup_vs_naive"] >= 1.0 - 1e-9
     # a sharded pool is one shard group the runtime runs (no note); its colocated baseline is the peers' FSDP one
     assert r["note"] == "" and ("fsdp" in rows["colocated"]["note"].lower()) == (cfg.train.sharding == "fsdp")
@@ -112,8 +116,9 @@ def test_flux_preset_maps_onto_the_roofline_inputs():
 
 def test_gpus_keeps_the_config_ratio(capsys):
     rows = _rows(capsys, ["--config", "configs/flux1_dev.yaml", "--testbed", "B", "--gpus", "16", "--steps", "2",
-                          "--modes", "gap", "colocated", "--json"])
-    assert (rows["gap"]["gen_gpus"], rows["gap"]["trainer_gpus"]) == (12, 4)   # 6 : 2 of the preset
+                          "--modes", "gap", "colocated", "--json", "--set", "runtime.generators=6",
+                          "--set", "runtime.trainers=2"])
+    assert (rows["gap"]["gen_gpus"], rows["gap"]["trainer_gpus"]) == (12, 4)   # 6 : 2 of the config
     assert rows["colocated"]["trainer_gpus"] == 16
 
 

@@ -100,14 +100,14 @@ def test_auto_chunk_cells_fits_the_budget(tmp_path):
     from digenrl.train.memory import inputs_from_config, resolve_chunk_cells
 
     # without recomputation fewer than G = 24 cells fit: the chunk is that many generations of one timestep
-    cfg = _flux_cfg(tmp_path, "train.activation_checkpointing=false", "train.memory_gb=80")
+    cfg = _flux_cfg(tmp_path, "train.activation_checkpointing=false", "train.memory_gb=80", "train.chunk_cells=auto")
     out = resolve_chunk_cells(cfg, trained=5)
     plan = plan_memory(inputs_from_config(cfg))
     cells = out.train.chunk_generations * out.train.chunk_timesteps
     assert out.train.chunk_timesteps == 1 and 1 <= cells < 24
     assert plan.total(cells) <= 80 * GiB < plan.total(cells + 1)
     # with recomputation more than G fit: whole timesteps of the group, as many as fit
-    cfg = _flux_cfg(tmp_path, "train.activation_checkpointing=true", "train.memory_gb=80")
+    cfg = _flux_cfg(tmp_path, "train.activation_checkpointing=true", "train.memory_gb=80", "train.chunk_cells=auto")
     out = resolve_chunk_cells(cfg, trained=5)
     plan = plan_memory(inputs_from_config(cfg))
     cg, ct = out.train.chunk_generations, out.train.chunk_timesteps
