@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from simdoc_algorithms import section as algorithms_section  # noqa: E402
 from simdoc_bias import section as bias_section  # noqa: E402
+from simdoc_hybrid import section as hybrid_section  # noqa: E402
 from simdoc_bts import load as load_bts  # noqa: E402
 from simdoc_bts import section as bts_section  # noqa: E402
 from simdoc_prose import MECH, render  # noqa: E402
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     bar_figures(res, figdir)
     bias = bias_section(ROOT / "benchmarks" / "results")  # measured runs, read fresh as well
     algos = algorithms_section(ROOT / "benchmarks" / "results")  # benchmarks/algorithm_costs.py, read fresh
+    algos += hybrid_section(ROOT / "benchmarks" / "results")  # benchmarks/hybrid_whatif.py, read fresh
     out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts, bias, algos))
     print(f"wrote {out}, figures and {RESULTS} in {figdir}")
     return 0
