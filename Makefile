@@ -7,7 +7,7 @@ BIN     = $(VENV)/bin
 # or install their own torch into .venv first and pass TORCH_SPEC="" to keep it.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test
+.PHONY: setup demo test test-fast
 
 setup:
 	$(PYTHON) -m venv $(VENV)
@@ -20,3 +20,6 @@ demo:  # --overwrite: each `make demo` replaces the previous demo run in runs/de
 
 test:
 	$(BIN)/python -m pytest tests
+
+test-fast:  # the quick subset for development: no Ray runs, no subprocess or demo-length runs (tests/slow.txt)
+	$(BIN)/python -m pytest tests -m "not slow"
