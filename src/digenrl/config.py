@@ -117,7 +117,8 @@ class TrainConfig(_Strict):
     kl_form: Literal["flow_grpo", "exact"] = "flow_grpo"  # exact = Flow-GRPO's KL / (-dt)
     minibatches_per_step: int = Field(1, ge=1)  # M optimizer steps per step, groups split by index (docs/architecture.md, "Minibatches")
     inner_epochs: int = Field(1, ge=1)  # passes over the step's minibatches (Flow-GRPO num_inner_epochs)
-    algorithm: Literal["flow_grpo", "grpo_guard", "mixgrpo"] = "flow_grpo"  # loss + sampler contract (README, "Algorithms")
+    algorithm: Literal["flow_grpo", "grpo_guard", "mixgrpo", "nft"] = "flow_grpo"  # loss + sampler contract (README, "Algorithms")
+    nft_timesteps: int | None = Field(None, ge=1)  # nft: training timesteps K per sample; None: int(0.99 T) (DiffusionNFT)
     timestep_strategy: Literal["fraction", "uniform", "window"] = "fraction"
     timestep_fraction: float = Field(0.5, gt=0.0, le=1.0)
     window_size: int = Field(2, ge=1)
@@ -129,6 +130,15 @@ class TrainConfig(_Strict):
     ema_decay: float | None = Field(0.9, ge=0.0, le=1.0)  # EMA weights are used for eval and saved (Flow-GRPO's 0.9); null: none
     ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
     ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
+    # Flow-GRPO's quirks (train/ema.py, train/step_work.py; README, "Recipes"); each off by default:
+    micro_batch: int | None = Field(None, ge=1)  # samples of one Flow-GRPO micro-batch (its sample.train_batch_size x
+    # GPUs): only the unit of ema_update=per_micro_batch and zero_adv_refill (the forwards are cut by chunk_*)
+    ema_update: Literal["per_commit", "per_micro_batch"] = "per_commit"  # per_micro_batch: Flow-GRPO's ema.step per
+    # micro-batch, k = P G / (M micro_batch) EMA updates per optimizer step with the same n and weights
+    zero_adv_refill: bool = False  # Flow-GRPO: re-add random zero-advantage samples (seeded by run seed, step) until
+    # the step's kept count is a multiple of P G / micro_batch; they train with A = 0 (KL only) and count (not pipelined)
+    minibatch_split: Literal["groups", "samples"] = "groups"  # samples: Flow-GRPO's random permutation of the kept
+    # samples per inner epoch, cut into M parts (every group in every minibatch: single-process loop only)
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
     cfg_detach_uncond: bool = False  # no gradient through the unconditional CFG branch in training
     # --- scale: memory plan, precision, recomputation, sharding ---
@@ -278,7 +288,11 @@ class Config(_Strict):
             if not 1 <= t.window_size <= self.sampler.num_steps - 2:
                 raise ValueError(f"train.window_size: {t.window_size} does not fit MixGRPO's window range "
                                  f"[0, sampler.num_steps - 2) = [0, {self.sampler.num_steps - 2})")
-        elif self.sampler.post_solver != "euler" or self.sampler.post_compress_ratio < 1.0:
+        elif t.algorithm == "nft":
+            self._check_nft()
+        if t.algorithm != "nft" and t.nft_timesteps is not None:
+            raise ValueError("train.nft_timesteps: DiffusionNFT's training timesteps need train.algorithm=nft")
+        if t.algorithm != "mixgrpo" and (self.sampler.post_solver != "euler" or self.sampler.post_compress_ratio < 1.0):
             key = "sampler.post_solver" if self.sampler.post_solver != "euler" else "sampler.post_compress_ratio"
             raise ValueError(f"{key}: the ODE after the SDE window (MixGRPO-Flash) needs train.algorithm=mixgrpo")
         if self.eval.guard and (self.runtime.mode != "colocated" or self.runtime.generators != 1
@@ -286,9 +300,57 @@ class Config(_Strict):
             raise ValueError("eval.guard: runs in the single-process loop only (runtime.mode=colocated with "
                              "runtime.generators=1 and runtime.trainers=1): the Ray runtime's evals return only "
                              "the eval reward, not the samples a guard scores")
+        self._check_quirks()
         if self.train.cpu_offload and self.train.sharding != "fsdp":
             raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         return self
+
+    def _check_nft(self) -> None:
+        """train.algorithm=nft (DiffusionNFT, ``algo.nft``): ODE sampling, its own timestep draw, no ratio."""
+        t, s = self.train, self.sampler
+        if t.nft_timesteps is not None and t.nft_timesteps > s.num_steps:
+            raise ValueError(f"train.nft_timesteps: {t.nft_timesteps} exceeds sampler.num_steps {s.num_steps} (each "
+                             "sample's training timesteps are distinct points of its sampling schedule)")
+        unused = {"train.clip_range": "no ratio to clip", "train.clip_range_low": "no ratio to clip",
+                  "train.clip_range_high": "no ratio to clip", "train.kl_form": "its KL is a velocity MSE",
+                  "train.timestep_strategy": "it draws its own timesteps (train.nft_timesteps)",
+                  "train.timestep_fraction": "it draws its own timesteps (train.nft_timesteps)",
+                  "train.window_size": "it samples with the ODE", "train.window_range": "it samples with the ODE",
+                  "train.cfg_in_training": "its training is CFG-free", "train.cfg_detach_uncond": "its training "
+                  "is CFG-free", "train.adv_per_reward": "one optimality r per sample",
+                  "sampler.kind": "it samples with the ODE", "sampler.noise_level": "it samples with the ODE"}
+        for key, why in unused.items():
+            table, name = key.split(".")
+            model = getattr(self, table)
+            if name in model.model_fields_set and getattr(model, name) != type(model).model_fields[name].default:
+                raise ValueError(f"{key}: train.algorithm=nft does not use it ({why}); leave it unset")
+
+    def _check_quirks(self) -> None:
+        """train.micro_batch, ema_update, zero_adv_refill, minibatch_split (Flow-GRPO's quirks)."""
+        t, rt = self.train, self.runtime
+        B = t.prompts_per_step * t.generations
+        users = [k for k, on in (("train.ema_update=per_micro_batch", t.ema_update == "per_micro_batch"),
+                                 ("train.zero_adv_refill", t.zero_adv_refill)) if on]
+        if users and t.micro_batch is None:
+            raise ValueError(f"train.micro_batch: {users[0]} counts Flow-GRPO micro-batches; set train.micro_batch "
+                             "to its samples per micro-batch (Flow-GRPO sample.train_batch_size x GPUs)")
+        if t.micro_batch is not None and B % t.micro_batch:
+            raise ValueError(f"train.micro_batch: {t.micro_batch} does not divide the step's P x G = {B} samples")
+        if t.ema_update == "per_micro_batch" and (B // t.micro_batch) % t.minibatches_per_step:
+            raise ValueError(f"train.ema_update: per_micro_batch needs the step's {B // t.micro_batch} micro-batches "
+                             f"(P G / train.micro_batch) to split evenly over train.minibatches_per_step = "
+                             f"{t.minibatches_per_step} optimizer steps")
+        if t.zero_adv_refill and not t.filter_zero_advantage:
+            raise ValueError("train.zero_adv_refill: re-adds filtered samples; needs train.filter_zero_advantage=true")
+        if t.zero_adv_refill and Mode(rt.mode).pipelined:
+            raise ValueError(f"train.zero_adv_refill: the re-added samples are drawn from the whole step's "
+                             f"zero-advantage samples, so a group cannot train before the step's last reward: "
+                             f"runtime.mode colocated or naive only (got {rt.mode})")
+        if t.minibatch_split == "samples" and (rt.mode != "colocated" or rt.generators != 1 or rt.trainers != 1):
+            raise ValueError(f"train.minibatch_split: samples puts every prompt group in every minibatch, so a "
+                             f"minibatch needs the whole step: it runs in the single-process loop only "
+                             f"(runtime.mode=colocated, runtime.generators=1, runtime.trainers=1, no --ray); got "
+                             f"runtime.mode={rt.mode}")
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -12,7 +12,9 @@ may continue on the comment lines below, aligned with the ``#``). ``compare`` li
 the peer's and the mark; ``tests/cli/test_presets_recipes.py`` fails on an unmarked difference and on a mark where
 the values agree; ``scripts/recipes_doc.py`` renders the same rows into docs/recipes.md.
 
-``quirks`` name peer behaviours that no DigenRL key selects (they are described, not compared).
+``quirks`` name peer behaviours that no DigenRL key selects (they are described, not compared). Flow-GRPO's
+micro-batch habits do have keys (``train.micro_batch``, ``ema_update``, ``zero_adv_refill``, ``minibatch_split``):
+a preset leaves a quirk that is arguably a bug off, with its DEVIATION mark.
 """
 
 from __future__ import annotations
@@ -120,6 +122,36 @@ def _ema(script: str, on: bool, cfg: str) -> list[PeerValue]:
     ]
 
 
+def _micro_batch_quirks(script: str, cfg: str, *, per_gpu: int, gpus: int, ema_k: int | None, refill: bool,
+                        permuted: bool, gpu_note: str = "") -> list[PeerValue]:
+    """The named options of Flow-GRPO's micro-batch habits (``train.micro_batch``, ``ema_update``,
+    ``zero_adv_refill``, ``minibatch_split``; train/ema.py and train/step_work.py quote the code). ``ema_k``:
+    its micro-batches per optimizer step (None: no EMA in the recipe)."""
+    g = f"{GRPO}::{cfg}"
+    out = [_v("train.micro_batch", per_gpu * gpus, f"sample.train_batch_size {per_gpu} x {gpus} GPUs{gpu_note} "
+                                                   f"(samples_batched[i] on every GPU)", g)]
+    if ema_k is not None:
+        out.append(_v("train.ema_update", "per_micro_batch",
+                      f"ema.step(params, global_step) once per micro-batch: k = {ema_k} per optimizer step", script))
+    if refill:
+        out.append(_v("train.zero_adv_refill", True, "mask[false_indices[torch.randperm(...)[:num_to_change]]] = True "
+                                                      "(kept count a multiple of num_batches_per_epoch)", script))
+    else:
+        out.append(_v("train.zero_adv_refill", False, "no zero-advantage filter, nothing re-added", script))
+    if permuted:
+        out.append(_v("train.minibatch_split", "samples",
+                      "perm = torch.randperm(total_batch_size) per inner epoch (each GPU's samples)", script))
+    else:
+        out.append(_v("train.minibatch_split", "groups", "no permutation: micro-batch i is sampling batch i, whole "
+                                                          "prompt groups over the GPUs (DistributedKRepeatSampler)",
+                      script))
+    return out
+
+
+def _no_filter(script: str) -> PeerValue:
+    return _v("train.filter_zero_advantage", False, "no zero-advantage filter: every sample trains and counts", script)
+
+
 def _lora(family: str, rank: int, alpha: int, script: str) -> list[PeerValue]:
     return [
         _v("model.lora.rank", rank, f"LoraConfig(r={rank}, ...)", script),
@@ -161,6 +193,7 @@ def _sd35_medium() -> Recipe:
         _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
         _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
         *_ema(script, True, cfg),
+        *_micro_batch_quirks(script, cfg, per_gpu=9, gpus=32, ema_k=2, refill=True, permuted=True),
         _v("train.cfg_detach_uncond", True, "compute_log_prob: noise_pred_uncond = noise_pred_uncond.detach()", script),
         *_pickscore(cfg),
         _v("eval.every", 60, "eval_freq = 60", g),
@@ -168,13 +201,9 @@ def _sd35_medium() -> Recipe:
 
 
 _FLOW_GRPO_QUIRKS = (
-    "EMA: flow_grpo calls ema.step once per accumulated train batch, so with k micro-batches per optimizer step "
-    "the same decay is applied k times per step; here once per optimizer step (train.ema_every counts optimizer "
-    "steps).",
-    "Zero-advantage filter: flow_grpo re-adds a few random zero-advantage samples so the kept count divides "
-    "num_batches_per_epoch; here they stay out (no loss, no KL, not counted).",
-    "Minibatches: flow_grpo splits a step's samples by a random permutation of samples; here by whole prompt "
-    "groups in index order (docs/architecture.md, \"Minibatches\").",
+    "Micro-batch options (train.micro_batch, ema_update, zero_adv_refill, minibatch_split): Flow-GRPO rounds and "
+    "permutes each GPU's share of the samples with its global torch RNG; here the whole step's, seeded by (run "
+    "seed, step[, inner epoch]), so the same options do not draw Flow-GRPO's samples.",
     "Noise: flow_grpo seeds per device and batch; here per (seed, step, prompt, generation), so the same seed "
     "does not draw flow_grpo's samples.",
 )
@@ -205,6 +234,8 @@ def _flux1_dev() -> Recipe:
         _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
         _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
         *_ema(script, True, cfg),
+        _no_filter(script),
+        *_micro_batch_quirks(script, cfg, per_gpu=3, gpus=32, ema_k=6, refill=False, permuted=True),
         *_pickscore(cfg),
         _v("eval.every", 30, "eval_freq = 30", g),
     ]), quirks=_FLOW_GRPO_QUIRKS)
@@ -242,11 +273,15 @@ def _wan21_14b() -> Recipe:
         _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
         _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
         *_ema(script, True, cfg),
+        *_micro_batch_quirks(script, cfg, per_gpu=8, gpus=8, ema_k=1, refill=True, permuted=True,
+                             gpu_note=" (one node; the config names no count)"),
         _v("train.cfg_detach_uncond", False, "compute_log_prob: both CFG branches keep their gradient", script),
         _v("reward", {"ocr": 1.0}, 'reward_fn = {"video_ocr": 1.0} (video OCR: the built-in ocr on frames)', g),
         _v("reward.ocr.frame_stride", 4, "OcrScorer_video_or_image: every 4th frame", "flow_grpo/ocr.py"),
         _v("eval.every", 30, "eval_freq = 30", g),
     ]), quirks=(*_FLOW_GRPO_QUIRKS,
+                "Zero-advantage filter: where every sample of a GPU has advantage 0, train_wan2_1.py adds 1e-6 to "
+                "its advantages (none of them is then filtered); here such samples stay out.",
                 "Model: general_ocr_wan2_1 loads Wan2.1-T2V-1.3B (the 14B path is commented out above it); this "
                 "preset trains 14B with the same settings."))
 
@@ -281,6 +316,8 @@ def _qwen_image() -> Recipe:
         _v("train.window_size", 2, "sample.sde_window_size = 2", g),
         _v("train.window_range", (0, 5), "sample.sde_window_range = (0, num_steps // 2)", g),
         *_ema(script, False, cfg),
+        _no_filter(script),
+        *_micro_batch_quirks(script, cfg, per_gpu=4, gpus=32, ema_k=None, refill=False, permuted=False),
         _v("train.cfg_detach_uncond", False, "compute_log_prob: both CFG branches in one forward, with gradient",
            script),
         _v("train.activation_checkpointing", True, "activation_checkpointing = True", g),

@@ -2,10 +2,14 @@
 
     python fault_run.py SIGNAL@STEP[xN] digenrl-args...          (colocated loop)
     python fault_run.py SIGNAL@publishV[xN] digenrl-args...      (Ray runtime)
+    python fault_run.py SIGNAL@stopped[xN] digenrl-args...       (Ray runtime)
 
 Colocated: while step STEP (0-based) trains its first group (its transaction is open, gradients half
 accumulated), the process sends itself SIGNAL (KILL, TERM, INT) N times (default 1), then goes on as the
-signal lets it. Ray runtime: the controller process does the same when it starts publishing version V.
+signal lets it. Ray runtime: the controller process does the same when it starts publishing version V; with
+N > 1 it sends the first there and the others while the controller stops (checkpointing after the first).
+``stopped``: the first once one of the process's descendants is stopped (a worker that SIGSTOPped itself,
+``runtime.inject_failure=<worker>@<step>:stall``), so the others arrive while that worker is still held.
 """
 
 import os
@@ -17,23 +21,65 @@ import torch
 torch.set_num_threads(1)
 
 
+def _signal_when_stopped(sig, timeout_s: float = 120.0) -> None:
+    """Send ``sig`` to this process once one of its descendants is stopped (state T in /proc)."""
+    import time
+
+    def stat(pid: str) -> list[str]:  # state, ppid, ...
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        procs = {}
+        for d in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                procs[int(d)] = stat(d)
+            except (OSError, IndexError):
+                pass
+        mine, grew = {os.getpid()}, True
+        while grew:  # this process's descendants
+            new = {p for p, st in procs.items() if int(st[1]) in mine} - mine
+            mine, grew = mine | new, bool(new)
+        if any(procs[pid][0] == "T" for pid in mine - {os.getpid()}):
+            print(f"fault_run: signal {sig} sent at {time.time():.3f}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), sig)
+            return
+        time.sleep(0.1)
+
+
 def main() -> int:
     spec, argv = sys.argv[1], sys.argv[2:]
     name, rest = spec.split("@")
     step, _, times = rest.partition("x")
     sig, n = getattr(signal, f"SIG{name}"), int(times or 1)
-    if step.startswith("publish"):
-        from digenrl.runtime.cluster import ActorPools as Pools
+    if step.startswith("publish") or step == "stopped":
+        if step == "stopped":
+            import threading
 
-        publish_refs, version = Pools.publish_refs, int(step[len("publish"):])
+            threading.Thread(target=_signal_when_stopped, args=(sig,), daemon=True).start()
+        else:
+            from digenrl.runtime.cluster import ActorPools as Pools
 
-        def faulty_publish(self, v):
-            if v == version:
-                for _ in range(n):
+            publish_refs, version = Pools.publish_refs, int(step[len("publish"):])
+
+            def faulty_publish(self, v):
+                if v == version:
+                    os.kill(os.getpid(), sig)  # (a handler that raises at once would stop a loop of several here)
+                return publish_refs(self, v)
+
+            Pools.publish_refs = faulty_publish
+        if n > 1:
+            from digenrl.runtime import driver
+
+            on_stop = driver._Controller._checkpoint_on_stop
+
+            def faulty_stop(self):
+                for _ in range(n - 1):
                     os.kill(os.getpid(), sig)
-            return publish_refs(self, v)
+                return on_stop(self)
 
-        Pools.publish_refs = faulty_publish
+            driver._Controller._checkpoint_on_stop = faulty_stop
         from digenrl.cli import main as cli
 
         return cli(argv)

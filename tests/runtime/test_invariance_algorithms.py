@@ -1,5 +1,6 @@
-"""I1 for train.algorithm=grpo_guard and mixgrpo (and MixGRPO-Flash): the Ray runtime, colocated and pipelined (gap_tsp_tag), ends with
-the single-process loop's parameters (the cases are few and tiny: the plain algorithm's I1 is test_invariance)."""
+"""I1 for train.algorithm=grpo_guard, mixgrpo (and MixGRPO-Flash) and nft: the Ray runtime, colocated and
+pipelined (gap_tsp, gap_tsp_tag), ends with the single-process loop's parameters (the cases are few and tiny:
+the plain algorithm's I1 is test_invariance)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ MIX = ["train.algorithm=mixgrpo", "sampler.num_steps=6", "train.window_size=2", 
 FLASH = [*MIX, "sampler.num_steps=8", "sampler.static_shift=3", "sampler.post_solver=dpmpp_2m",
          "sampler.post_compress_ratio=0.5"]
 MINIBATCHES = ["train.minibatches_per_step=2", "train.inner_epochs=2"]
+# DiffusionNFT: ODE samples, K = int(0.99 x 4) = 3 training slots per sample, each with its own drawn t and noise
+NFT = ["train.algorithm=nft"]
 
 CASES = {
     "colocated-grpo_guard": ["runtime.trainers=1", *GUARD],
@@ -25,6 +28,10 @@ CASES = {
     "gap_tsp_tag-mixgrpo": MIX,
     "colocated-mixgrpo_flash": ["runtime.trainers=1", *FLASH],
     "gap_tsp_tag-mixgrpo_flash": FLASH,
+    "colocated-nft": ["runtime.trainers=1", *NFT],
+    "gap_tsp_tag-nft-minibatches": [*NFT, *MINIBATCHES],  # old = each optimizer step's weights
+    "gap_tsp_tag-nft-global_std": [*NFT, "train.std_mode=global"],  # deferred heads: A l + m (algo.nft)
+    "gap_tsp-nft-batch_baseline": [*NFT, "train.adv_baseline=batch", "train.beta_kl=0.1"],
 }
 
 
@@ -63,5 +70,5 @@ def test_algorithm_mode_matches_reference(case, ray_local, tiny_model, tmp_path)
     assert _rel_err(load_file(str(tiny_model)), ref) > 100 * RTOL  # the weights really moved
     # ... and the algorithm computes something else than plain Flow-GRPO with the same settings
     plain = _reference(tiny_model, tmp_path / "plain",
-                       [o for o in math if not o.startswith(("train.algorithm", "sampler.post_"))])
+                       [o for o in math if not o.startswith(("train.algorithm", "train.nft_", "sampler.post_"))])
     assert _rel_err(plain, ref) > 100 * RTOL

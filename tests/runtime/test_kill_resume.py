@@ -1,5 +1,6 @@
 """A pipelined Ray run whose whole controller process is SIGKILLed mid-run, then resumed with ``--resume``, ends
-with the weights and optimizer state of an uninterrupted run; the killed run leaves no Ray process behind."""
+with the weights and optimizer state of an uninterrupted run; the killed run leaves no Ray process behind, nor
+does a run that exits at once on a second SIGINT."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from runtime_helpers import SMALL
 
 FAULT = str(Path(__file__).resolve().parents[1] / "cli" / "fault_run.py")
@@ -17,12 +20,15 @@ ARGS = [*SMALL, "steps=4", "runtime.mode=gap_tsp", "runtime.checkpoint_every=1"]
 
 
 def _ray_processes(raytmp: Path) -> list[int]:
+    """The live processes of the Ray that used ``raytmp``: by command line, or by environment (an actor's
+    command line is its title, ``ray::GeneratorWorker``)."""
     import psutil
 
     out = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if str(raytmp) in " ".join(p.info["cmdline"] or []):
+            if p.pid != os.getpid() and (str(raytmp) in " ".join(p.info["cmdline"] or [])
+                                         or p.environ().get("RAY_TMPDIR") == str(raytmp)):
                 out.append(p.pid)
         except psutil.Error:
             pass
@@ -69,3 +75,30 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(tiny_model, tmp_path):
         for k in b:  # weights, AdamW moments and EMA: bitwise
             assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), k
     assert any(k.startswith("optim/") for k in state_run)
+
+
+@pytest.mark.parametrize("fault,code", [("INT@stopped", 75), ("INT@stoppedx2", 130)])
+def test_sigint_while_waiting_on_a_held_worker(tiny_model, tmp_path, fault, code):
+    """A generator is held (SIGSTOPped at step 1) and the controller waits on it inside ``ray.wait`` when the
+    first SIGINT comes: it stops cleanly (75; the old code: a ``SystemError`` traceback, exit 1). A second SIGINT,
+    sent while the controller stops, exits at once (130) after killing its local Ray (the old code left the
+    actors busy at the time running after it: seconds on the demo, minutes in a long call)."""
+    raytmp = Path(tempfile.mkdtemp(prefix="dgr-i-", dir="/tmp"))
+    env = {**os.environ, "RAY_TMPDIR": str(raytmp)}
+    proc = subprocess.run([sys.executable, FAULT, fault, "train", f"model.path={tiny_model}",
+                           f"run_dir={tmp_path / 'run'}", *ARGS, "steps=2", "runtime.inject_failure=gen0@1:stall"], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == code and ("second SIGINT" if code == 130 else "stopped by SIGINT") in proc.stderr, \
+        proc.stderr[-2000:]
+    ended = time.time()
+    assert any(raytmp.rglob("session_*")), "the run did not use the private Ray temp dir: the check proves nothing"
+    sent = float(proc.stderr.split("fault_run: signal ")[1].split(" sent at ")[1].split()[0])
+    assert ended - sent < 20, f"stopped {ended - sent:.0f} s after the signal"  # (old code: after the 60 s watchdog)
+    time.sleep(0.2)  # (killed before the exit: only reaping is left)
+    left = _ray_processes(raytmp)
+    for pid in left:  # never leave them to the next test, but fail below
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    assert left == [], f"processes of the run's Ray left running after its exit: {left}"

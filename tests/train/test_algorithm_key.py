@@ -41,7 +41,7 @@ def _batch(ctx, cfg, step=0):
     ([*MIX, "train.window_range=[0, 3]"], "train.window_range"),
     ([*MIX, "train.timestep_strategy=window"], "train.timestep_strategy"),
     ([*MIX, "train.window_size=5"], "train.window_size"),
-    (["train.algorithm=nft"], "train.algorithm"),
+    (["train.algorithm=nft", "train.clip_range=0.1"], "train.clip_range"),
 ])
 def test_bad_algorithm_configs_are_refused_naming_the_key(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -56,7 +56,7 @@ def test_an_algorithm_change_is_refused_on_resume():
     from digenrl.train.checkpoint import check_resume_config, config_hash
 
     saved = load_config(None, SMALL).model_dump(mode="json")
-    for algo in ("grpo_guard", "mixgrpo"):
+    for algo in ("grpo_guard", "mixgrpo", "nft"):
         cfg = load_config(None, [*SMALL, f"train.algorithm={algo}"])
         assert config_hash(cfg) != config_hash(saved)
         with pytest.raises(ConfigError, match="train.algorithm"):

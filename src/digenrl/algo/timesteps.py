@@ -117,3 +117,24 @@ def mixgrpo_window_start(step: int, num_steps: int, window_size: int, shift_inte
     positions = M // stride + 1
     start = ((step // shift_interval) % positions) * stride
     return min(start, M - window_size)
+
+
+NFT_TIMESTEP_FRACTION = 0.99  # DiffusionNFT config/base.py train.timestep_fraction (its recipes keep it)
+
+
+def nft_train_count(num_steps: int, timesteps: int | None = None) -> int:
+    """K, the training timesteps per sample of DiffusionNFT (``train.nft_timesteps``; None: the reference's
+    ``num_train_timesteps = int(num_steps * timestep_fraction)`` with its 0.99, i.e. 9 of 10, at least 1). They
+    are drawn without replacement from the T points of the sampling schedule (``algo.nft``), so K <= T."""
+    k = max(int(num_steps * NFT_TIMESTEP_FRACTION), 1) if timesteps is None else int(timesteps)
+    if not 1 <= k <= num_steps:
+        raise ValueError(f"train.nft_timesteps {k} must be in [1, sampler.num_steps = {num_steps}] (each sample's "
+                         "training timesteps are distinct points of the sampling schedule)")
+    return k
+
+
+def nft_plan(num_steps: int, timesteps: int | None = None) -> TimestepPlan:
+    """DiffusionNFT's plan: no SDE step (the sampler integrates the ODE, records no transition) and K training
+    *slots* 0..K-1 in place of trained denoising steps (a cell is (sample, slot j); its timestep is drawn per
+    sample in ``algo.nft``), so S = K for the grid, the scheduler and the cost model."""
+    return TimestepPlan(sde_steps=(), trained=tuple(range(nft_train_count(num_steps, timesteps))))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from digenrl.algo.timesteps import TimestepPlan, select_timesteps
+from digenrl.algo.timesteps import TimestepPlan, nft_plan, select_timesteps
 from digenrl.config import Config, ConfigError
 from digenrl.schedule import CostModel, Mode, StepPlan
 
@@ -99,6 +99,8 @@ def shard_groups(ranks: tuple[str, ...], sharded: bool) -> tuple[tuple[str, ...]
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
     """SDE and trained denoising steps of ``step`` (``algo.timesteps.select_timesteps`` with the config's keys)."""
     t = cfg.train
+    if t.algorithm == "nft":  # DiffusionNFT: ODE sampling, K training slots per sample (S = K)
+        return nft_plan(cfg.sampler.num_steps, t.nft_timesteps)
     strategy = "mixgrpo" if t.algorithm == "mixgrpo" else t.timestep_strategy  # MixGRPO's moving window
     return select_timesteps(cfg.sampler.num_steps, strategy=strategy, fraction=t.timestep_fraction,
                             window_size=t.window_size, window_range=t.window_range, seed=cfg.seed, step=step,
@@ -113,6 +115,11 @@ def plan_run(cfg: Config) -> RunPlan:
         raise ConfigError("train.best_of_n: the Ray runtime trains every generation of a group (its cell grid is "
                           "G x S); best-of-n subsampling runs in the single-process loop (runtime.mode=colocated "
                           "with one generator and one trainer, without --ray)")
+    if t.minibatch_split == "samples":
+        raise ConfigError("train.minibatch_split: samples puts every prompt group in every minibatch (a seeded "
+                          "permutation of the kept samples); the Ray runtime's rounds are whole groups, so it runs "
+                          "in the single-process loop only (runtime.mode=colocated, one generator and one trainer, "
+                          "without --ray)")
     if t.adv_per_reward and (t.std_mode == "global" or t.adv_baseline == "batch"):
         raise ConfigError("train.adv_per_reward: per-reward advantages with step-wide statistics (std_mode=global "
                           "or adv_baseline=batch) run in the single-process loop only")

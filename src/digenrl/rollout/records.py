@@ -30,8 +30,8 @@ class TrajectoryBatch:
     version: torch.Tensor  # [N] long: policy version that generated it
     seed: torch.Tensor  # [N] long: the trajectory's noise seed (from run seed, step, uid, generation)
     sigmas: torch.Tensor  # [T + 1] shared schedule
-    trained_steps: torch.Tensor  # [S] long: indices of the trained denoising steps
-    latents: torch.Tensor  # [N, S, *latent_shape]: x entering each trained step
+    trained_steps: torch.Tensor  # [S] long: indices of the trained denoising steps (nft: the K training slots)
+    latents: torch.Tensor  # [N, S, *latent_shape]: x entering each trained step ([N, 0, ...] for nft: x_0 only)
     next_latents: torch.Tensor  # [N, S, *latent_shape]: x leaving each trained step
     log_probs: torch.Tensor  # [N, S]: behaviour log-probs of those transitions
     final: torch.Tensor  # [N, *latent_shape]: x_0
@@ -40,6 +40,7 @@ class TrajectoryBatch:
     reward_parts: dict[str, torch.Tensor] | None = None
     advantages: torch.Tensor | None = None  # [N]
     means: torch.Tensor | None = None  # [N, S, *latent_shape]: behaviour means of those transitions (grpo_guard)
+    keep: torch.Tensor | None = None  # [N] bool: the samples that train and count (train.zero_adv_refill); None: A != 0
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -67,6 +68,7 @@ class TrajectoryBatch:
             reward_parts=None if self.reward_parts is None else {k: v[idx_t] for k, v in self.reward_parts.items()},
             advantages=pick(self.advantages),
             means=pick(self.means),
+            keep=pick(self.keep),
         )
 
     @staticmethod
@@ -102,4 +104,5 @@ class TrajectoryBatch:
             reward_parts=parts,
             advantages=cat_opt("advantages"),
             means=cat_opt("means"),
+            keep=cat_opt("keep"),
         )

@@ -6,7 +6,9 @@ step the input latent, output latent and behaviour log-prob are kept (see ``Traj
 ``record_means`` the transition's mean (GRPO-Guard's RatioNorm needs the behaviour mean: ``algo.guard``).
 MixGRPO-Flash (``post_solver="dpmpp_2m"``, ``post_compress_ratio``): after the plan's last SDE step L the ODE
 takes DPM-Solver++ 2M steps on a schedule rebuilt with fewer steps (``algo.dpm``); the steps up to L are as
-above, so the trained cells do not change. A plan without SDE steps (evaluation) keeps the Euler ODE.
+above, so the trained cells do not change. A plan without SDE steps (evaluation, DiffusionNFT) keeps the Euler
+ODE. Without ``record_cells`` (DiffusionNFT trains on x_0 alone: ``algo.nft``) no transition is kept: the
+latents and log-probs are empty ([N, 0, ...]) and ``trained_steps`` lists the plan's training slots.
 
 Sampling runs with the policy in eval mode (dropout off), as Flow-GRPO samples: the behaviour log-probs are
 those of the deterministic policy, so on-policy the first minibatch's ratio is exactly 1. The mode the policy
@@ -43,6 +45,7 @@ class SamplerSettings:
     record_means: bool = False  # keep each trained transition's mean (train.algorithm=grpo_guard's RatioNorm)
     post_solver: str = "euler"  # "dpmpp_2m": the ODE steps after the last SDE step (MixGRPO-Flash, algo.dpm)
     post_compress_ratio: float = 1.0  # < 1: MixGRPO-Flash's shorter schedule after the last SDE step (algo.dpm)
+    record_cells: bool = True  # False (train.algorithm=nft): no transition recorded, only x_0 (algo.nft)
 
 
 @torch.no_grad()
@@ -78,7 +81,7 @@ def sample_trajectories(
         x = torch.stack([nz[0] for nz in noises]).to(device)
     eps = torch.stack([nz[1] for nz in noises], dim=1).to(device)  # [T, N, ...]
     cond = policy.encode_prompts(list(prompts))
-    sde_steps, trained = set(plan.sde_steps), list(plan.trained)
+    sde_steps, trained = set(plan.sde_steps), list(plan.trained) if settings.record_cells else []
     lat_in, lat_out, logps = [], [], []
     means = [] if settings.record_means else None
     was_training = policy.training
@@ -96,7 +99,7 @@ def sample_trajectories(
         version=torch.full((n,), version, dtype=torch.long),
         seed=torch.as_tensor(seeds, dtype=torch.long),
         sigmas=sigmas.cpu(),
-        trained_steps=torch.as_tensor(trained, dtype=torch.long),
+        trained_steps=torch.as_tensor(list(plan.trained), dtype=torch.long),
         latents=torch.stack(lat_in, 1).cpu() if lat_in else torch.empty(shape),
         next_latents=torch.stack(lat_out, 1).cpu() if lat_out else torch.empty(shape),
         log_probs=torch.stack(logps, 1).float().cpu() if logps else torch.empty(n, 0),

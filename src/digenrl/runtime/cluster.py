@@ -234,14 +234,34 @@ def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None
     get_named(refs, "process-group run", timeout_s)
 
 
+WAIT_SLICE_S = 1.0  # the longest single ray.wait (a signal's handler takes effect only when the call returns)
+
+
+def wait_sliced(refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
+    """``ray.wait(refs, num_returns, timeout)`` as a loop of waits of at most ``WAIT_SLICE_S``: a SIGINT /
+    SIGTERM handler that raises inside ``ray.wait`` surfaces (as ``SystemError`` from ``Interrupted``,
+    ``interrupt.as_interrupted``) only when that wait returns, so a long wait would hold a stop that long."""
+    import time
+
+    import ray
+
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if end is None else max(0.0, end - time.monotonic())
+        ready, rest = ray.wait(refs, num_returns=num_returns,
+                               timeout=WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
+        if len(ready) >= num_returns or (left is not None and left <= WAIT_SLICE_S):
+            return ready, rest
+
+
 def get_named(refs: dict, what: str, timeout_s: float | None = None) -> list:
     """ray.get each ref; a failure raises ``WorkerFailure`` naming the worker. ``timeout_s``: the deadline of
     the whole wait (``runtime.deadlines``); a worker that has not answered by then is stalled (``WorkerFailure``
     naming the first such worker)."""
     import ray
 
-    if timeout_s is not None and refs:
-        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)[0])
+    if refs:  # (in slices: a stop signal is honoured within a second)
+        ready = set(wait_sliced(list(refs.values()), len(refs), timeout_s)[0])
         late = [w for w, r in refs.items() if r not in ready]
         if late:
             raise WorkerFailure(late[0], None, what, f"no answer within {timeout_s:g} s ({what}; runtime.watchdog_s "

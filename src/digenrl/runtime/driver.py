@@ -81,7 +81,7 @@ class _Controller:
 
     # ---- attempts ------------------------------------------------------------------------------------
     def train(self) -> dict:
-        from digenrl.train.interrupt import Interrupted
+        from digenrl.train.interrupt import Interrupted, as_interrupted
 
         failure = self.run.failure  # the test hook fails the first attempt only
         try:
@@ -100,12 +100,18 @@ class _Controller:
                         raise
                     self._recover(e)
                     failure = None
-                except Interrupted as e:  # while the actors still live: checkpoint the last committed state
-                    e.step, e.checkpoint = self._checkpoint_on_stop()
-                    raise
+                except (Interrupted, SystemError) as err:  # (SystemError: the signal came inside a Ray call)
+                    e = as_interrupted(err)
+                    if e is None:
+                        raise
+                    e.step, e.checkpoint = self._checkpoint_on_stop()  # the actors still live: the last commit
+                    raise e from None
                 finally:
                     self.pools.kill()
-        except Interrupted as e:
+        except (Interrupted, SystemError) as err:
+            e = as_interrupted(err)
+            if e is None:
+                raise
             if e.checkpoint is None:  # stopped before an attempt ran: the newest checkpoint stays the one
                 path = ckpt.latest_checkpoint(self.out.run_dir)
                 e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path

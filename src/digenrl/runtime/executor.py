@@ -33,7 +33,7 @@ from digenrl.control.run_plan import RunPlan
 from digenrl.schedule import Action, Commit, Generate, Publish, Train
 from digenrl.schedule.layout import grid_cells
 
-from .cluster import ActorPools, error_cause
+from .cluster import ActorPools, error_cause, wait_sliced
 from .errors import WorkerFailure
 
 
@@ -198,7 +198,7 @@ class RayExecutor:
             refs = list(self._calls)
             due = min((c.deadline for c in self._calls.values() if c.deadline is not None), default=None)
             timeout = None if due is None else max(0.0, due - self.clock.now())
-            ready, rest = ray.wait(refs, num_returns=1, timeout=timeout)
+            ready, rest = wait_sliced(refs, 1, timeout)  # (in slices: a stop signal is honoured within a second)
             if not ready and due is not None and self.clock.now() >= due:
                 self._stalled()
             if rest and ready:

@@ -101,7 +101,7 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
                      settings=worker.sampler, plan=timestep_plan(cfg, 0), reward=worker.reward)
     group.rewards = torch.linspace(0.0, 1.0, G)  # any spread: only the time matters
     assign_advantages(group, std_mode="group", adv_clip_max=cfg.train.adv_clip_max)
-    S = group.latents.shape[1]
+    S = len(group.trained_steps)  # (nft: its training slots; no latents recorded)
     grid = [(g, j) for j in range(S) for g in range(G)]  # timestep-major, like the TSP tiling
     fns = {}
     for c in cell_sizes:

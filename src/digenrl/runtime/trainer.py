@@ -19,8 +19,9 @@ Calls:
   accumulated gradients or the optimizer.
 * ``commit(step, round, final, rewards, parts)``: a deferred round's heads combined and corrected, all-reduce
   (SUM), gradients times the commit scale of ``train.loss_scale`` (1 / the kept trajectories of the round's
-  minibatch, from the final advantages of ``rewards``), clip, optimizer step on every rank at once (a
-  collective), EMA on rank 0; only the ``final`` round bumps the version.
+  minibatch, from the final advantages of ``rewards``, with the re-added samples of ``train.zero_adv_refill``),
+  clip, optimizer step on every rank at once (a collective), EMA on rank 0 (k updates: ``train.ema_update``);
+  only the ``final`` round bumps the version.
   ``abort()`` drops an open transaction (no partial round is ever committed).
 * ``publish(version)``: rank 0's half of a weight publish (``publish`` module).
 * ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0;
@@ -193,6 +194,9 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         else:
             if group.advantages is None:
                 group.advantages = step_advantages(rewards, t, parts)[chunk.group][group.gen_index]
+                keep = self._refill(chunk.step, rewards, parts)
+                if keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train (A = 0)
+                    group.keep = keep[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded)
         if weight == 0.0:  # a throw-away cell that only joined the collectives
@@ -259,7 +263,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             raise RuntimeError(f"{self.name}: commit of step {step} round {round} but the open transaction is step "
                                f"{self.tx.step} round {self._round}")
         t, groups = self.cfg.train, self._plan.round_groups(round)
-        missing = sorted(set(range(self._plan.prompts) if adv_options(t).step_wide else groups) - set(rewards))
+        whole = adv_options(t).step_wide or t.zero_adv_refill
+        missing = sorted(set(range(self._plan.prompts) if whole else groups) - set(rewards))
         if missing:
             raise RuntimeError(f"{self.name}: commit of step {step} round {round} without the rewards of groups "
                                f"{missing}")
@@ -272,7 +277,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                 process_group=self.tx.process_group, piece=self._plan.chunk_generations * self._plan.chunk_timesteps)
             self._deferred = None
         final_adv = step_advantages(rewards, t, parts)
-        scale = loss_scale(S, [final_adv[g] for g in groups], t.filter_zero_advantage)
+        keep = self._refill(step, rewards, parts) or {}
+        scale = loss_scale(S, [final_adv[g] for g in groups], t.filter_zero_advantage, [keep.get(g) for g in groups])
         out = self.tx.commit(check_complete=self._world == 1 or self.sharded, grad_scale=scale.commit, final=final)
         if self.ctx.ema is not None:
             self.ctx.ema.update()
@@ -281,6 +287,24 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             for key in [k for k in self._groups if k[0] <= step]:
                 del self._groups[key]
         return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.time(), stats)
+
+    def _refill(self, step: int, rewards: dict, parts: dict) -> dict | None:
+        """``train.zero_adv_refill``: group -> kept mask (generation order) of ``step``, from every group's rewards
+        (the config allows it in the barrier modes only, where they are all in before the first chunk)."""
+        t = self.cfg.train
+        if not t.zero_adv_refill:
+            return None
+        from digenrl.train.loss_scale import step_advantages
+        from digenrl.train.step_work import zero_adv_refill
+
+        if len(rewards) < self._plan.prompts:
+            raise RuntimeError(f"{self.name}: train.zero_adv_refill at step {step} needs the rewards of all "
+                               f"{self._plan.prompts} groups, got {sorted(rewards)}")
+        adv = step_advantages(rewards, t, parts)
+        groups = sorted(adv)
+        keep = zero_adv_refill([adv[g] for g in groups], run_seed=self.cfg.seed, step=step,
+                               micro_batches=t.prompts_per_step * t.generations // t.micro_batch)
+        return dict(zip(groups, keep))
 
     def abort(self) -> int | None:
         """Drop the open transaction (if any); returns the step it belonged to."""

@@ -10,13 +10,17 @@ repeated)::
 
 With ``loss_scale = 1 / (B_m * S)`` for a minibatch of B_m trajectories and S trained timesteps the accumulated
 gradient is the gradient of the mean cell loss, whatever the chunking: the per-timestep reference of Flow-GRPO.
-KL_t is in Flow-GRPO's units by default (``algo.loss.reference_kl``).
+KL_t is in Flow-GRPO's units by default (``algo.loss.reference_kl``). ``algorithm`` swaps the cell loss:
+GRPO-Guard's normalised ratio (``_train_guard``, ``algo.guard``) or DiffusionNFT's forward-process loss on the
+clean sample (``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), its t and noise drawn
+from the trajectory's seed, no log-prob), each with the same 1 / (B_m S) scale and filtering.
 
 Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training, so it adds neither
 policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
 are dropped before the forward (they still count as done in the transaction) and the caller divides by the
-number of kept trajectories, B_m = kept ones (``step_work.kept_count``). One rule decides what happens when
-no cell is left: alone (``collective=False``) the call returns without a forward; in a collective
+number of kept trajectories, B_m = kept ones (``step_work.kept_count``); a group's ``keep`` mask, where set
+(``train.zero_adv_refill``: ``step_work.zero_adv_refill``), replaces A != 0 as the kept test. One rule decides
+what happens when no cell is left: alone (``collective=False``) the call returns without a forward; in a collective
 (``collective=True``: a rank of a sharded pool, whose forward and backward all-gather the blocks with the
 other ranks) it forwards its first cell with weight 0 instead::
 
@@ -34,6 +38,7 @@ from typing import Sequence
 
 import torch
 
+from digenrl.algo import nft
 from digenrl.algo.guard import guard_policy_loss
 from digenrl.algo.loss import clipped_policy_loss, reference_kl
 from digenrl.algo.sde import sde_step_with_logprob
@@ -56,7 +61,9 @@ class LossSettings:
     detach_uncond: bool = False  # no gradient through the unconditional CFG branch
     integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
     adv_weights: tuple[float, ...] | None = None  # per-reward advantages [N, K]: L = sum_k w_k L(A_k) (DanceGRPO)
-    algorithm: str = "flow_grpo"  # grpo_guard: RatioNorm + per-timestep reweight (algo.guard); else the loss above
+    algorithm: str = "flow_grpo"  # grpo_guard: RatioNorm + reweight (algo.guard); nft: algo.nft; else the above
+    adv_clip_max: float = 5.0  # nft: c of the optimality r = clamp(A / c / 2 + 1/2, 0, 1) and of its loss
+    nft_beta: float = 1.0  # nft: DiffusionNFT's beta (config/nft.py); it cancels in the gradient while old = current
 
 
 @dataclass
@@ -107,6 +114,8 @@ def train_cells(
     if settings.filter_zero_advantage:
         a = group.advantages[rows]
         keep = a != 0 if a.ndim == 1 else (a != 0).any(1)
+        if group.keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train too (A = 0)
+            keep = group.keep[rows].clone()
         if not keep.any():
             if not collective:
                 return CellStats(cells=n_all)
@@ -115,6 +124,8 @@ def train_cells(
         rows, tpos = rows[keep], tpos[keep]
     if settings.algorithm == "grpo_guard":
         return _train_guard(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
+    if settings.algorithm == "nft":
+        return _train_nft(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
     log_prob, old_logp, kl = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy)
     adv = group.advantages[rows].to(log_prob.device)
     clip = dict(clip_low=settings.clip_low, clip_high=settings.clip_high)
@@ -220,3 +231,67 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
                      clipfrac=float(stats.clipfrac) * n, kl=float(kl.detach().sum()),
                      clipfrac_gt_one=float(stats.clipfrac_gt_one) * n,
                      clipfrac_lt_one=float(stats.clipfrac_lt_one) * n, trained=n)
+
+
+def nft_cell_inputs(group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x0, t, eps) of DiffusionNFT cells (``rows`` of ``group``, training slots ``tpos``): the clean samples and
+    each cell's draw from its trajectory seed (``algo.nft``: a point of the T-point sampling schedule, fresh
+    noise), so a cell computes the same whatever chunk, rank or mode trains it (I1)."""
+    x0 = group.final[rows]
+    T = len(group.sigmas) - 1
+    seeds, slots = group.seed[rows].tolist(), tpos.tolist()
+    idx = torch.tensor([nft.slot_timestep_index(s, j, T) for s, j in zip(seeds, slots)], dtype=torch.long)
+    eps = torch.stack([nft.slot_noise(s, j, tuple(x0.shape[1:])) for s, j in zip(seeds, slots)])
+    return x0, group.sigmas[idx], eps
+
+
+def _nft_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor,
+                 settings: LossSettings, ref_policy: Policy | None):
+    """(v, x_t, x0, t, KL) of DiffusionNFT cells: one CFG-free forward on the freshly noised clean samples; the
+    KL to the reference a velocity MSE (0 when beta_kl = 0)."""
+    device = next(policy.parameters()).device
+    x0, sigma, eps = nft_cell_inputs(group, rows, tpos)
+    x0, sigma = x0.to(device), sigma.to(device)
+    x_t, x0_dtype = nft.forward_noise(x0, eps.to(device), sigma), x0.dtype
+    cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
+    kw = dict(guidance=settings.guidance, integer_timesteps=settings.integer_timesteps)
+    v = guided_velocity(policy, x_t, sigma, cond, 1.0, **kw)
+    f32 = torch.float32 if v.dtype in (torch.float16, torch.bfloat16) else v.dtype  # the loss in float32 (autocast)
+    v, x_t, x0 = v.to(f32), x_t.to(f32), x0.to(f32)
+    kl = torch.zeros(len(rows), dtype=v.dtype, device=v.device)
+    if settings.beta_kl > 0:
+        if ref_policy is None:
+            raise ValueError("train.beta_kl > 0 needs a reference policy")
+        with torch.no_grad():
+            v_ref = guided_velocity(ref_policy, x_t.to(x0_dtype), sigma, cond, 1.0, **kw)
+        kl = nft.velocity_kl(v, v_ref.to(f32))
+    return v, x_t, x0, sigma, kl
+
+
+def nft_cell_terms(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, *,
+                   settings: LossSettings, ref_policy: Policy | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(l, m, KL) of DiffusionNFT cells with L_cell = A l + m (``algo.nft.linear_parts``; m includes
+    beta_kl KL): the form the deferred heads of ``train.loss_scale`` train before the advantages are known."""
+    v, x_t, x0, sigma, kl = _nft_forward(policy, group, rows, tpos, settings, ref_policy)
+    pos, neg = nft.nft_parts(v, v.detach(), x_t, x0, sigma, beta=settings.nft_beta)
+    ell, m = nft.linear_parts(pos, neg, beta=settings.nft_beta, adv_clip_max=settings.adv_clip_max)
+    return ell, m + settings.beta_kl * kl, kl
+
+
+def _train_nft(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, n_all: int,
+               weight: float, settings: LossSettings, loss_scale: float, ref_policy: Policy | None) -> CellStats:
+    """``train_cells`` with DiffusionNFT's loss (``algo.nft``): v_old is the forward's detached velocity (old =
+    the weights this optimizer step started from: no second forward)."""
+    v, x_t, x0, sigma, kl = _nft_forward(policy, group, rows, tpos, settings, ref_policy)
+    r = nft.optimality(group.advantages[rows].to(v.device), settings.adv_clip_max)
+    loss, st = nft.nft_loss(v, v.detach(), x_t, x0, sigma, r, beta=settings.nft_beta,
+                            adv_clip_max=settings.adv_clip_max)
+    total = loss + settings.beta_kl * kl
+    (total.sum() * (loss_scale * weight)).backward()
+    if weight == 0.0:
+        return CellStats(cells=n_all)
+    n = len(rows)
+    return CellStats(cells=n_all, loss=float(total.detach().sum()), approx_kl=float(st.old_deviate) * n,
+                     kl=float(kl.detach().sum()), trained=n)

@@ -17,7 +17,7 @@ from digenrl.rewards.base import WeightedSum
 from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.base import Task
 from digenrl.train.chunk_loss import LossSettings
-from digenrl.train.ema import ParamEMA
+from digenrl.train.ema import ParamEMA, make_ema
 from digenrl.train.transaction import GradientTransaction
 
 
@@ -47,6 +47,7 @@ def sampler_settings(cfg: Config) -> SamplerSettings:
     return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
                            eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
                            integer_timesteps=s.integer_timesteps, record_means=cfg.train.algorithm == "grpo_guard",
+                           record_cells=cfg.train.algorithm != "nft",
                            post_solver=s.post_solver, post_compress_ratio=s.post_compress_ratio)
 
 
@@ -67,6 +68,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         integer_timesteps=s.integer_timesteps,
         adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
         algorithm=t.algorithm,
+        adv_clip_max=t.adv_clip_max,
     )
 
 
@@ -117,7 +119,7 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm,
                                       precision=precision if cfg.train.mixed_precision == "fp16" else None)
     t = cfg.train
-    ema = ParamEMA(policy, t.ema_decay, every=t.ema_every, warmup=t.ema_warmup) if t.ema_decay is not None else None
+    ema = make_ema(policy, t)  # train.ema_decay / ema_every / ema_warmup / ema_update
     return RunContext(
         cfg=cfg,
         policy=policy,

@@ -5,7 +5,9 @@ current step, writes a resumable checkpoint and raises ``Interrupted``; with ``a
 blocked in Ray calls) the handler raises ``Interrupted`` at once, the open transaction is dropped and the run
 resumes from its last checkpoint. The CLI then writes ``failure.json``, prints one line saying how to resume
 and exits with ``EXIT_INTERRUPTED`` (75, EX_TEMPFAIL: "try again later"). A second signal exits at once with
-128 + signal number (no cleanup; the last complete checkpoint stays valid: writes are atomic).
+128 + signal number (no cleanup; the last complete checkpoint stays valid: writes are atomic), after killing
+every process this one started (``kill_descendants``: a local Ray's GCS, raylet and actors), so none is left
+running on its own.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ class Interrupted(Exception):
         super().__init__(f"interrupted by {signal_name}" + (f" after step {step}" if step is not None else ""))
 
 
+def as_interrupted(e: BaseException | None) -> Interrupted | None:
+    """``e`` if it is an ``Interrupted``, or the ``Interrupted`` a ``SystemError`` wraps (the handler raised it
+    inside a C extension's call that checks for signals: Ray's ``wait`` / ``get`` then return a result with the
+    exception set, and Python raises ``SystemError`` from it); else None."""
+    for _ in range(8):
+        if isinstance(e, Interrupted) or not isinstance(e, SystemError):
+            return e if isinstance(e, Interrupted) else None
+        e = e.__cause__ or e.__context__
+    return None
+
+
 class StopRequest:
     def __init__(self, *, abandon: bool = False):
         self.abandon = abandon
@@ -46,6 +59,7 @@ class StopRequest:
         name = signal.Signals(signum).name
         if self.signal_name is not None:
             print(f"\ndigenrl: second {name}: exiting now", file=sys.stderr, flush=True)
+            kill_descendants()
             os._exit(128 + signum)
         self.signal_name = name
         what = "abandoning the current step" if self.abandon else "finishing the current step, then checkpoint"
@@ -65,6 +79,46 @@ class StopRequest:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+
+
+def _descendants() -> list[int]:
+    """Pids of every live descendant of this process (psutil where installed, else Linux's /proc)."""
+    try:
+        import psutil
+
+        return [p.pid for p in psutil.Process().children(recursive=True)]
+    except ImportError:
+        pass
+    children: dict[int, list[int]] = {}
+    try:
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as fh:
+                        ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(d))
+    except OSError:
+        return []
+    out, todo = [], [os.getpid()]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process this one started, and theirs (a local Ray: GCS, raylet, the actors), twice over
+    (a process started meanwhile). A joined Ray cluster's processes are not descendants: its GCS ends the
+    actors of a driver that is gone."""
+    for _ in range(2):
+        for pid in _descendants():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def write_failure(run_dir: Path, e: Interrupted, checkpoint: Path | None, resume_cmd: str | None) -> None:

@@ -3,9 +3,12 @@
     for each step k:
         prompts  <- task(k);  trajectories <- sample(policy_k, prompts x G)      (SDE, log-probs recorded)
         rewards  <- reward(decode(x_0));  advantages <- group-normalised rewards
-        for each inner epoch, for each minibatch m = 1..M (groups split by index, docs/architecture.md):
+        [train.zero_adv_refill: re-add seeded zero-advantage samples until kept is a multiple of P G / micro_batch]
+        for each inner epoch, for each minibatch m = 1..M (groups split by index, docs/architecture.md; or
+                train.minibatch_split=samples: part m of a seeded permutation of the kept samples):
             for each group of m, for each chunk of its (generation x timestep) grid: accumulate grad of the loss
-            commit m (one optimizer step; logp_old stays the behaviour log-prob, so from m = 2 on r != 1);  EMA
+            commit m (one optimizer step; logp_old stays the behaviour log-prob, so from m = 2 on r != 1);
+                EMA (k updates: train.ema_update)
         publish: policy_{k+1} after the last commit;  eval every N steps
 
 It does not use the scheduler or the executors (it is their oracle): its minibatch membership is its own. It
@@ -29,7 +32,7 @@ from digenrl.train.evaluate import evaluate
 from digenrl.train.interrupt import StopRequest
 from digenrl.train.loss_scale import loss_scale
 from digenrl.train.step_work import (advantage_options, assign_advantages, best_of_n, generate, kept_count, reward_stats,
-                                     split_groups, train_group)
+                                     sample_minibatches, split_groups, train_group, zero_adv_refill)
 
 
 def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
@@ -48,6 +51,12 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     groups = split_groups(batch)
     if t.best_of_n is not None:
         groups = [best_of_n(g, t.best_of_n, ctx.loss.adv_weights) for g in groups]
+    if t.zero_adv_refill:  # Flow-GRPO's re-added zero-advantage samples (train.step_work.zero_adv_refill)
+        keeps = zero_adv_refill([g.advantages for g in groups], run_seed=cfg.seed, step=step,
+                                micro_batches=t.prompts_per_step * t.generations // t.micro_batch)
+        for g, k in zip(groups, keeps):
+            g.keep = k
+    readded = sum(int(g.keep.sum()) - kept_count(g.advantages, True) for g in groups if g.keep is not None)
     results = train_minibatches(ctx, step, groups, len(plan.trained))
     stats = CellStats()
     for st, _ in results:
@@ -58,7 +67,8 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     timings["timing_s/commit"] = sum(c["commit_s"] for _, c in results)
     step_s = time.perf_counter() - t0
     return {**reward_stats(batch), **stats.means(), **commit, "zero_std_ratio": adv.zero_std_ratio,
-            "kept_fraction": kept_count(batch.advantages, t.filter_zero_advantage) / len(batch), "cells": stats.cells,
+            "kept_fraction": (kept_count(batch.advantages, t.filter_zero_advantage) + readded) / len(batch),
+            "cells": stats.cells,
             **timings, "step_s": step_s, "samples_per_s": len(batch) / step_s}
 
 
@@ -70,7 +80,8 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
     it checks); each ends in its own commit with the loss
     scale of ``train.loss_scale`` (1 / S per cell, 1 / kept trajectories of m at the commit; kept = all, or
     those with a non-zero advantage); the version is bumped by the very last commit only. Returns (cell stats,
-    commit info) per commit, in order.
+    commit info) per commit, in order. ``train.minibatch_split=samples``: minibatch m of each inner epoch is
+    instead part m of a seeded permutation of the step's kept samples (``step_work.sample_minibatches``).
     """
     t = ctx.cfg.train
     M, P = t.minibatches_per_step, len(groups)
@@ -78,8 +89,11 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
     members = [groups[bounds[m]:bounds[m + 1]] for m in range(M)]
     out = []
     for epoch in range(t.inner_epochs):
+        if t.minibatch_split == "samples":
+            members = sample_minibatches(groups, M, run_seed=ctx.cfg.seed, step=step, epoch=epoch,
+                                         filter_zero_advantage=t.filter_zero_advantage)
         for m, mb in enumerate(members):
-            scale = loss_scale(num_trained, [g.advantages for g in mb], t.filter_zero_advantage)
+            scale = loss_scale(num_trained, [g.advantages for g in mb], t.filter_zero_advantage, [g.keep for g in mb])
             cells = {(g.prompts[0].uid, gen, j) for g in mb for gen in g.gen_index.tolist() for j in range(num_trained)}
             ctx.transaction.begin(step, cells)
             stats = CellStats()

@@ -15,7 +15,9 @@ them) normalised exactly as the reference loop normalises its batch (``step_work
 Step-wide statistics (``train.std_mode=global``, ``train.adv_baseline=batch``) in a pipelined mode: a round
 that starts before every reward of its step is in is trained by a ``DeferredRound`` with provisional terms
 and separate gradient accumulators, combined at the commit with the step's scale, plus a correction pass
-(the formulas are in ``algo.deferred_std``).
+(the formulas are in ``algo.deferred_std``). DiffusionNFT's cell loss is affine in A, ``A l + m``
+(``algo.nft.linear_parts``): l is both branches (none leaves a clip interval) and m an A-free term trained
+like the KL, so the same heads and corrections make it exact too.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head_coefficients, provisional_terms,
                                        sign, step_scale)
 from digenrl.algo.loss import clipped_policy_loss
-from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward
+from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, nft_cell_terms
 from digenrl.train.step_work import advantage_options, assign_advantages, kept_count
 
 Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
@@ -53,9 +55,13 @@ class LossScale:
         return 1.0 / max(self.kept, 1)
 
 
-def loss_scale(num_trained: int, advantages: Iterable[torch.Tensor] = (), filter_zero: bool = True) -> LossScale:
-    """The loss scale of a round whose groups have the (final) ``advantages``."""
-    return LossScale(num_trained, sum(kept_count(a, filter_zero) for a in advantages))
+def loss_scale(num_trained: int, advantages: Iterable[torch.Tensor] = (), filter_zero: bool = True,
+               keep: Iterable[torch.Tensor | None] | None = None) -> LossScale:
+    """The loss scale of a round whose groups have the (final) ``advantages``; ``keep``: their kept masks where
+    set (``train.zero_adv_refill``: the re-added zero-advantage samples count too)."""
+    advantages = list(advantages)
+    keep = [None] * len(advantages) if keep is None else list(keep)
+    return LossScale(num_trained, sum(kept_count(a, filter_zero, k) for a, k in zip(advantages, keep, strict=True)))
 
 
 def adv_options(train_cfg) -> AdvOptions:
@@ -106,6 +112,7 @@ class _Sums:
     clipfrac: float = 0.0
     gt: float = 0.0
     lt: float = 0.0
+    const: float = 0.0   # sum of the A-free term (beta KL; DiffusionNFT's m + beta KL)
 
 
 @dataclass
@@ -146,9 +153,27 @@ class DeferredRound:
         names = ["p"]
         if self.opts.baseline == "batch":
             names.append("q")
-        if self.opts.std_mode == "global" and self.settings.beta_kl > 0:
+        if self.opts.std_mode == "global" and self._has_const:
             names.append("kl")
         return tuple(names)
+
+    @property
+    def _has_const(self) -> bool:
+        """Whether the cell loss has an A-free term (the KL; DiffusionNFT's m always)."""
+        return self.settings.beta_kl > 0 or self.settings.algorithm == "nft"
+
+    def _cell_terms(self, policy, batch, rows, tpos, ref_policy):
+        """(ℓ^s as a function of the branch s, the A-free term per cell, a recorder of the cells' statistics)
+        of one packed forward: Flow-GRPO's clipped ratio with beta KL, or DiffusionNFT's L = A ℓ + m
+        (``algo.nft.linear_parts``: one branch, no clip, so no cell ever leaves "the clip interval")."""
+        st = self.settings
+        if st.algorithm == "nft":
+            ell, const, kl = nft_cell_terms(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy)
+            return (lambda s: ell), const, (lambda group, cells: self._record_nft(group, cells, ell.detach(),
+                                                                                   const.detach(), kl.detach()))
+        log_prob, old_logp, kl = cell_forward(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy)
+        return ((lambda s: _branch(log_prob, old_logp, s, st)), st.beta_kl * kl,
+                (lambda group, cells: self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach())))
 
     def group_terms(self, group: int, rewards: Sequence[float]) -> GroupTerms:
         if group not in self.terms:
@@ -186,20 +211,19 @@ class DeferredRound:
         rows, tpos = self._rows(batch, cells)
         terms = self.terms[group]
         gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
-        log_prob, old_logp, kl = cell_forward(policy, batch, rows, tpos, settings=self.settings, ref_policy=ref_policy)
-        dev, f = log_prob.device, log_prob.dtype
-        loss = _branch(log_prob, old_logp, terms.sign[gen].to(dev, f), self.settings)
-        beta = self.settings.beta_kl
+        branch, const, record_cells = self._cell_terms(policy, batch, rows, tpos, ref_policy)
+        dev, f = const.device, const.dtype
+        loss = branch(terms.sign[gen].to(dev, f))
         losses = {"p": (terms.p[gen].to(dev, f) * loss).sum()}
         if terms.q is not None:
             losses["q"] = (terms.q[gen].to(dev, f) * loss).sum()
-        if beta > 0:
+        if self._has_const:
             k = "kl" if "kl" in self.head_names else "p"
-            losses[k] = losses.get(k, 0.0) + beta * kl.sum()
+            losses[k] = losses.get(k, 0.0) + const.sum()
         self._backward({n: losses[n] * scale for n in self.head_names})
         if record:
             self.trained.setdefault(group, []).extend(cells)
-            self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach())
+            record_cells(group, cells)
 
     def _backward(self, losses: dict) -> None:
         """One backward per head into its own accumulator (the parameters' ``.grad`` swapped in and out)."""
@@ -236,6 +260,17 @@ class DeferredRound:
             s.clipfrac += float(abs(r - 1.0) > st.clip_range)
             s.gt += float(r - 1.0 > hi)
             s.lt += float(1.0 - r > lo)
+            s.const += st.beta_kl * k
+
+    def _record_nft(self, group, cells, ell, const, kl) -> None:
+        """DiffusionNFT's per-sample sums: ℓ on both branches, the A-free term and the KL (no ratio)."""
+        for (g, t), e, m, k in zip(cells, ell.tolist(), const.tolist(), kl.tolist()):
+            s = self.sums.setdefault((group, g), _Sums())
+            s.cells += 1
+            s.plus += e
+            s.minus += e
+            s.kl += k
+            s.const += m
 
     def finish(self, policy, batches: Mapping[int, object], rewards: Rewards, train_cfg, *, loss_scale: float,
                ref_policy=None, collective: bool = False, process_group=None, piece: int = 64) -> CellStats:
@@ -285,15 +320,14 @@ class DeferredRound:
         terms = self.terms[group]
         rows, tpos = self._rows(batch, cells)
         gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
-        log_prob, old_logp, kl = cell_forward(policy, batch, rows, tpos, settings=self.settings, ref_policy=ref_policy)
-        dev, f = log_prob.device, log_prob.dtype
+        branch, const, record_cells = self._cell_terms(policy, batch, rows, tpos, ref_policy)
+        dev, f = const.device, const.dtype
         a, held = c.final[gen].to(dev, f), c.held[gen].to(dev, f)
-        loss = (a * _branch(log_prob, old_logp, sign(c.final[gen]).to(dev, f), self.settings)
-                - held * _branch(log_prob, old_logp, terms.sign[gen].to(dev, f), self.settings)
-                + self.settings.beta_kl * c.kl[gen].to(dev, f) * kl)
+        loss = (a * branch(sign(c.final[gen]).to(dev, f)) - held * branch(terms.sign[gen].to(dev, f))
+                + c.kl[gen].to(dev, f) * const)
         (loss.sum() * scale).backward()
         if terms.late and scale > 0:
-            self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach())
+            record_cells(group, cells)
 
     def _stats(self, group: int, c) -> CellStats:
         """The rank's loss statistics of ``group`` with the final advantages (its samples that count)."""
@@ -302,7 +336,7 @@ class DeferredRound:
             if g != group or (self.opts.filter_zero and c.final[i] == 0):
                 continue
             a = float(c.final[i])
-            out = out.add(CellStats(loss=a * (s.plus if a >= 0 else s.minus) + self.settings.beta_kl * s.kl,
+            out = out.add(CellStats(loss=a * (s.plus if a >= 0 else s.minus) + s.const,
                                     approx_kl=s.approx_kl, clipfrac=s.clipfrac, kl=s.kl, clipfrac_gt_one=s.gt,
                                     clipfrac_lt_one=s.lt, trained=s.cells))
         return out

@@ -86,7 +86,7 @@ def shard_policy(policy, mesh, precision=None, cpu_offload: bool = False) -> Non
 def shard_context(ctx, group=None) -> None:
     """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version)."""
     from digenrl.train.context import make_optimizer
-    from digenrl.train.ema import ParamEMA
+    from digenrl.train.ema import make_ema
     from digenrl.train.transaction import GradientTransaction
 
     cfg = ctx.cfg
@@ -103,7 +103,7 @@ def shard_context(ctx, group=None) -> None:
                                           version=old.version, process_group=group, precision=old.precision)
     ctx.transaction.sharded = True
     if ctx.ema is not None:
-        ctx.ema = ParamEMA(ctx.policy, ctx.ema.decay)
+        ctx.ema = make_ema(ctx.policy, cfg.train)  # every key of the EMA (decay, every, warmup, updates)
 
 
 def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):

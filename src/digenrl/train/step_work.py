@@ -86,10 +86,87 @@ def best_of_n(group: TrajectoryBatch, n: int, weights: Sequence[float] | None = 
     return group.select(keep)
 
 
-def kept_count(advantages: torch.Tensor, filter_zero_advantage: bool) -> int:
-    """Trajectories that count in a minibatch's mean: all, or (Flow-GRPO) those with a non-zero advantage."""
+def kept_count(advantages: torch.Tensor, filter_zero_advantage: bool, keep: torch.Tensor | None = None) -> int:
+    """Trajectories that count in a minibatch's mean: all, or (Flow-GRPO) those with a non-zero advantage, or
+    those of the ``keep`` mask where one is given (``zero_adv_refill``: the non-zero ones and the re-added)."""
+    if keep is not None and filter_zero_advantage:
+        return int(keep.sum())
     nonzero = advantages != 0 if advantages.ndim == 1 else (advantages != 0).any(1)
     return int(nonzero.sum()) if filter_zero_advantage else len(advantages)
+
+
+def zero_adv_refill(advantages: Sequence[torch.Tensor], *, micro_batches: int, run_seed: int,
+                    step: int) -> list[torch.Tensor]:
+    """``train.zero_adv_refill``: the kept mask of each of a step's groups (in group index order, rows in
+    generation order) with Flow-GRPO's re-added zero-advantage samples.
+
+    yifan123/flow_grpo@ac4c86e8 ``scripts/train_sd3.py``, after the advantages, on each process's samples::
+
+        mask = (samples["advantages"].abs().sum(dim=1) != 0)
+        if true_count % num_batches != 0:                    # num_batches = sample.num_batches_per_epoch
+            false_indices = torch.where(~mask)[0]
+            num_to_change = num_batches - (true_count % num_batches)
+            if len(false_indices) >= num_to_change:
+                mask[false_indices[torch.randperm(len(false_indices))[:num_to_change]]] = True
+
+    so that its kept samples reshape into ``num_batches_per_epoch`` equal micro-batches; the re-added samples
+    train with A = 0 (no policy gradient, their KL does count) and count in the mean. Here the same rule on the
+    whole step: R = P G / ``train.micro_batch`` (the step's micro-batches), the zero-advantage samples listed
+    group by group in generation order, and the permutation drawn from a generator seeded with
+    ``stable_seed(run_seed, step, "zero_adv_refill")`` (Flow-GRPO: each process rounds its own share with its
+    global torch RNG, so up to GPUs x (R - 1) samples there, up to R - 1 here; ``train_wan2_1.py`` has the same
+    rule with R = ``num_batches_per_epoch x sample_time_per_prompt``). Every mode that runs it
+    (those with a barrier: all the step's advantages before the first training cell) gets the same masks.
+    It is arguably a bug (random samples of no advantage dilute the mean and add KL), hence off by default."""
+    from digenrl.algo.timesteps import stable_seed
+
+    keep = [(a != 0 if a.ndim == 1 else (a != 0).any(1)).clone() for a in advantages]
+    short = -sum(int(k.sum()) for k in keep) % micro_batches
+    zeros = [(i, j) for i, k in enumerate(keep) for j in torch.nonzero(~k).flatten().tolist()]
+    if short and len(zeros) >= short:
+        gen = torch.Generator().manual_seed(stable_seed(run_seed, step, "zero_adv_refill"))
+        for r in torch.randperm(len(zeros), generator=gen)[:short].tolist():
+            keep[zeros[r][0]][zeros[r][1]] = True
+    return keep
+
+
+def sample_minibatches(groups: Sequence[TrajectoryBatch], minibatches: int, *, run_seed: int, step: int, epoch: int,
+                       filter_zero_advantage: bool) -> list[list[TrajectoryBatch]]:
+    """``train.minibatch_split=samples``: the M minibatches of one inner epoch, each a list of (parts of) groups.
+
+    Flow-GRPO (yifan123/flow_grpo@ac4c86e8 ``scripts/train_sd3.py``), per inner epoch, after the filter::
+
+        perm = torch.randperm(total_batch_size); samples = samples[perm]
+        samples_batched = samples.reshape(num_batches_per_epoch, -1, ...)   # k consecutive = one optimizer step
+
+    Here: the step's kept samples (``kept_count``'s: all, the non-zero ones, or the ``keep`` mask), listed group
+    by group in row order, permuted with ``stable_seed(run_seed, step, epoch, "minibatch_split")`` and cut into
+    M contiguous parts of sizes differing by at most one (``torch.tensor_split``; Flow-GRPO's are equal since its
+    refill makes the count divide; it permutes each GPU's share, here the whole step's). Part m, grouped back by
+    prompt group (groups in order, rows in order), is minibatch m; a sample that does not count is in none (it
+    would add nothing). Every group is then in every minibatch, so this runs in the single-process loop only
+    (``config``: ``train.minibatch_split``)."""
+    from digenrl.algo.timesteps import stable_seed
+
+    flat = []
+    for i, g in enumerate(groups):
+        a = g.advantages
+        if not filter_zero_advantage:
+            kept = torch.ones(len(g), dtype=torch.bool)
+        elif g.keep is not None:
+            kept = g.keep
+        else:
+            kept = a != 0 if a.ndim == 1 else (a != 0).any(1)
+        flat += [(i, r) for r in torch.nonzero(kept).flatten().tolist()]
+    gen = torch.Generator().manual_seed(stable_seed(run_seed, step, epoch, "minibatch_split"))
+    perm = torch.randperm(len(flat), generator=gen)
+    out = []
+    for part in torch.tensor_split(perm, minibatches):
+        rows: dict[int, list[int]] = {}
+        for k in part.tolist():
+            rows.setdefault(flat[k][0], []).append(flat[k][1])
+        out.append([groups[i].select(sorted(rows[i])) for i in sorted(rows)])
+    return out
 
 
 def train_group(
@@ -107,7 +184,7 @@ def train_group(
     uid = group.prompts[0].uid
     gens = group.gen_index.tolist()
     total = CellStats()
-    for chunk in tile_grid(gens, group.latents.shape[1], chunk_generations, chunk_timesteps):
+    for chunk in tile_grid(gens, len(group.trained_steps), chunk_generations, chunk_timesteps):
         if record is not None:
             record([(uid, g, t) for g, t in chunk])
         total = total.add(train_cells(policy, group, chunk, settings=settings, loss_scale=loss_scale, ref_policy=ref_policy))

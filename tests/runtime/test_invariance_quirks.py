@@ -1,0 +1,77 @@
+"""I1 for Flow-GRPO's quirk options (issue 21, item 3): the Ray runtime ends where the single-process loop does.
+
+* ``train.ema_update=per_micro_batch`` in a pipelined mode (gap_tsp, 2 trainer ranks, 2 minibatches): the
+  checkpoint holds the EMA weights, k = P G / (M micro_batch) = 12 / (2 x 3) = 2 updates per commit on rank 0, whatever the
+  chunking (the trainers' chunks are not the loop's micro-batches);
+* ``train.zero_adv_refill`` in a barrier mode (naive, 2 trainer ranks, beta_kl > 0, one tied group per step):
+  the re-added samples are the same on every rank and in the loop (seeded by run seed and step), they train
+  (their KL) and count in the commit's mean.
+
+(``train.minibatch_split=samples`` runs in the single-process loop only: tests/train/test_peer_quirks.py.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime_helpers import make_cfg
+from test_invariance_step_wide import TiedReward
+from test_sharded_pool import _errors
+
+STEPS = 2
+RTOL_TENSOR, RTOL_GLOBAL = 5e-5, 1e-6  # M = 2: the second minibatch's clipped ratio amplifies float noise
+# (tests/runtime/test_invariance.py, RTOL_MINIBATCHES)
+
+
+@pytest.fixture(scope="module")
+def reward_url():
+    from digenrl.rewards.service import RewardServer
+    from digenrl.tasks.digits import DigitsTask
+
+    cfg = make_cfg("unused", "unused")
+    first = [DigitsTask().train_prompts(k, 3, cfg.seed)[0].uid for k in range(STEPS)]
+    with RewardServer(TiedReward(first)) as server:
+        yield server.url
+
+
+def _reference(tiny_model, run_dir, overrides):
+    """The single-process loop's eval weights (the EMA's where it keeps one) and its metric rows."""
+    from digenrl.train.context import build_context
+    from digenrl.train.loop import colocated_step
+
+    cfg = make_cfg(tiny_model, run_dir, *overrides)
+    ctx = build_context(cfg)
+    rows = [colocated_step(ctx, k) for k in range(cfg.steps)]
+    with ctx.eval_weights():
+        return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
+
+
+EMA = [f"steps={STEPS}", "train.prompts_per_step=3", "train.ema_decay=0.9", "train.ema_every=1",
+       "train.minibatches_per_step=2", "runtime.trainers=2", "runtime.mode=gap_tsp"]
+REFILL = [f"steps={STEPS}", "train.prompts_per_step=3", "train.beta_kl=0.05", "train.zero_adv_refill=true",
+          "train.micro_batch=4", "runtime.trainers=2", "runtime.mode=naive"]  # R = 12 / 4 = 3: 8 kept -> 9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ema", "refill"])
+def test_quirk_option_matches_the_reference(case, ray_local, tiny_model, tmp_path, reward_url):
+    from safetensors.torch import load_file
+
+    from digenrl.runtime.driver import run_disaggregated
+
+    remote = f"reward={{remote: {{url: '{reward_url}'}}}}"
+    if case == "ema":
+        on, off = [*EMA, remote, "train.ema_update=per_micro_batch", "train.micro_batch=3"], [*EMA, remote]  # k = 2
+    else:
+        on, off = [*REFILL, remote], [*REFILL[:3], remote]
+    ref, rows = _reference(tiny_model, tmp_path / "ref", on)
+    if case == "refill":
+        assert [r["kept_fraction"] for r in rows] == [0.75] * STEPS  # 9 of 12: one of the tied group re-added
+    cfg = make_cfg(tiny_model, tmp_path / "run", *on)
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == [] and summary["version"] == STEPS
+    per, glob = _errors(load_file(str(tmp_path / "run" / "checkpoint.safetensors")), ref)
+    print(f"{case}: max relative error per tensor {per:.2e}, global {glob:.2e}")
+    assert per <= RTOL_TENSOR and glob <= RTOL_GLOBAL, (per, glob)
+    other, _ = _reference(tiny_model, tmp_path / "off", off)
+    assert _errors(other, ref)[0] > 100 * RTOL_TENSOR  # the option changes the result (the test can fail)

@@ -1,0 +1,242 @@
+"""train.algorithm=nft (DiffusionNFT, ``algo.nft``) in the trainer: config checks, the ODE sampler contract (x_0
+only), the cell loss against the reference formula on a tiny model, chunking invariance, the plan and the hash."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from digenrl.config import ConfigError, load_config
+
+SMALL = ["train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=6", "log.progress=false",
+         "train.ema_decay=null"]
+NFT = ["train.algorithm=nft", "train.nft_timesteps=3"]
+
+
+def _ctx(tiny_policy, *overrides):
+    from digenrl.train.context import build_context
+
+    cfg = load_config(None, [*SMALL, *overrides])
+    return cfg, build_context(cfg, policy=tiny_policy)
+
+
+def _group(ctx, cfg, step=0):
+    from digenrl.train.step_work import advantage_options, assign_advantages, generate
+
+    prompts = ctx.task.train_prompts(step, 1, cfg.seed)
+    G = cfg.train.generations
+    batch = generate(ctx.policy, prompts * G, list(range(G)), step=step, run_seed=cfg.seed, version=0,
+                     settings=ctx.sampler, plan=ctx.plan(step), reward=ctx.reward)
+    batch.rewards = torch.tensor([0.1, 0.9, 0.4, 0.7])[:G]
+    assign_advantages(batch, **advantage_options(cfg.train))
+    return batch
+
+
+# ---- config ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides,match", [
+    ([*NFT, "train.clip_range=0.1"], "train.clip_range"),
+    ([*NFT, "train.clip_range_high=0.1"], "train.clip_range_high"),
+    ([*NFT, "train.kl_form=exact"], "train.kl_form"),
+    ([*NFT, "train.timestep_fraction=0.9"], "train.timestep_fraction"),
+    ([*NFT, "train.timestep_strategy=window"], "train.timestep_strategy"),
+    ([*NFT, "sampler.kind=cps"], "sampler.kind"),
+    ([*NFT, "sampler.noise_level=1.0"], "sampler.noise_level"),
+    ([*NFT, "train.cfg_detach_uncond=true"], "train.cfg_detach_uncond"),
+    ([*NFT, "train.adv_per_reward=true"], "train.adv_per_reward"),
+    ([*NFT, "sampler.post_solver=dpmpp_2m"], "sampler.post_solver"),
+    (["train.algorithm=nft", "train.nft_timesteps=7"], "train.nft_timesteps"),
+    (["train.nft_timesteps=3"], "train.nft_timesteps"),
+])
+def test_bad_nft_configs_are_refused_naming_the_key(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [*SMALL, *overrides])
+
+
+def test_nft_configs_that_work():
+    for extra in ([], ["train.std_mode=global", "runtime.mode=gap_tsp"], ["train.clip_range=0.2"],  # the default value
+                  ["train.adv_baseline=batch", "runtime.mode=full"],
+                  ["train.minibatches_per_step=2", "train.inner_epochs=2", "runtime.mode=gap_tsp_tag"],
+                  ["runtime.mode=full"]):
+        cfg = load_config(None, [*SMALL, *NFT, *extra])
+    # a run's own dumped config.yaml (every key written out) loads again
+    from digenrl.config import Config
+
+    Config.model_validate(cfg.model_dump(mode="json"))
+
+
+def test_nft_plan_trains_k_slots_and_changes_the_hash():
+    from digenrl.control.run_plan import plan_run, timestep_plan
+    from digenrl.train.checkpoint import check_resume_config, config_hash
+
+    cfg = load_config(None, [*SMALL, *NFT, "runtime.mode=gap_tsp"])
+    assert timestep_plan(cfg, 0).sde_steps == () and timestep_plan(cfg, 5).trained == (0, 1, 2)
+    assert plan_run(cfg).trained_timesteps == 3 and plan_run(cfg).plan.trained_timesteps == 3
+    default = load_config(None, [*SMALL, "train.algorithm=nft"])
+    assert plan_run(default).trained_timesteps == 5  # int(0.99 x 6)
+    with pytest.raises(ConfigError, match="train.nft_timesteps"):
+        check_resume_config(cfg.model_dump(mode="json"), load_config(None, [*SMALL, "train.algorithm=nft",
+                                                                           "train.nft_timesteps=2"]))
+    assert config_hash(cfg) != config_hash(load_config(None, SMALL))
+
+
+# ---- the sampler: the Euler ODE, x_0 kept, no transition recorded -----------------------------------------
+def test_nft_sampler_records_the_clean_sample_only(tiny_policy):
+    from digenrl.models.base import guided_velocity
+    from digenrl.rollout.noise import trajectory_noise
+
+    cfg, ctx = _ctx(tiny_policy, *NFT)
+    batch = _group(ctx, cfg)
+    assert batch.latents.shape[:2] == (4, 0) and batch.next_latents.shape[:2] == (4, 0)
+    assert batch.log_probs.shape == (4, 0) and batch.means is None
+    assert batch.trained_steps.tolist() == [0, 1, 2]  # the training slots
+    assert batch.select([2, 0]).final.shape == batch.final[[2, 0]].shape
+    ctx.policy.eval()
+    with torch.no_grad():  # x_0 is the deterministic Euler ODE from x_T (the SDE noise plays no part)
+        x = torch.stack([trajectory_noise(int(s), tuple(ctx.policy.latent_shape), 6)[0] for s in batch.seed])
+        cond = ctx.policy.encode_prompts(batch.prompts)
+        for i in range(6):
+            v = guided_velocity(ctx.policy, x, batch.sigmas[i].expand(4), cond, 1.0)
+            x = x + v * (batch.sigmas[i + 1] - batch.sigmas[i])
+    torch.testing.assert_close(batch.final, x, rtol=1e-5, atol=1e-5)
+
+
+# ---- the cell loss ---------------------------------------------------------------------------------------
+def _reference_grad(policy, group, cells, scale, beta_kl=0.0, ref=None):
+    """The reference's loss per cell (scripts/train_nft_sd3.py; beta = 1, c = 5, old = the current weights),
+    the draws written out from the trajectory seed as algo.nft documents them."""
+    from digenrl.algo.timesteps import stable_seed
+
+    policy.zero_grad()
+    total = 0.0
+    for g, j in cells:
+        seed = int(group.seed[g])
+        perm = torch.randperm(6, generator=torch.Generator().manual_seed(stable_seed(seed, "nft_t")))
+        t = group.sigmas[int(perm[j])]
+        x0 = group.final[g:g + 1]
+        eps = torch.randn(x0.shape[1:], generator=torch.Generator().manual_seed(stable_seed(seed, "nft_eps", j)))
+        xt = (1 - t) * x0 + t * eps[None]
+        cond = policy.encode_prompts([group.prompts[g]])
+        v = policy(xt, t.reshape(1), cond)
+        old = v.detach()
+        a = float(group.advantages[g])
+        r = min(max(a / 5.0 / 2.0 + 0.5, 0.0), 1.0)
+        x0p, x0n = xt - t * v, xt - t * (2 * old - v)
+        wp = (x0p - x0).abs().mean().detach().clamp_min(1e-5)
+        wn = (x0n - x0).abs().mean().detach().clamp_min(1e-5)
+        loss = 5.0 * (r * ((x0p - x0) ** 2 / wp).mean() + (1 - r) * ((x0n - x0) ** 2 / wn).mean())
+        if beta_kl:
+            with torch.no_grad():
+                v_ref = ref(xt, t.reshape(1), cond)
+            loss = loss + beta_kl * ((v - v_ref) ** 2).mean()
+        total = total + loss
+    (total * scale).backward()
+    return [p.grad.clone() for p in policy.parameters()], float(total.detach())
+
+
+@pytest.mark.parametrize("beta_kl", [0.0, 0.5])
+def test_nft_cells_give_the_reference_gradient(tiny_policy, beta_kl):
+    from digenrl.train.chunk_loss import train_cells
+
+    cfg, ctx = _ctx(tiny_policy, *NFT, f"train.beta_kl={beta_kl}", "train.filter_zero_advantage=false")
+    group = _group(ctx, cfg)
+    if beta_kl:  # move the weights off the reference so the KL term acts
+        with torch.no_grad():
+            for p in ctx.policy.parameters():
+                p.add_(1e-2 * torch.randn_like(p))
+    cells = [(g, j) for g in range(4) for j in range(3)]
+    ctx.policy.zero_grad()
+    stats = train_cells(ctx.policy, group, cells, settings=ctx.loss, loss_scale=0.125, ref_policy=ctx.ref_policy)
+    got = [p.grad.clone() for p in ctx.policy.parameters()]
+    want, loss = _reference_grad(ctx.policy, group, cells, 0.125, beta_kl, ctx.ref_policy)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-8)
+    assert stats.trained == 12 and stats.loss == pytest.approx(loss, rel=1e-5)
+    assert (stats.kl > 0) == (beta_kl > 0) and stats.approx_kl == 0.0
+    assert any(float(a.abs().max()) > 0 for a in got)
+
+
+def test_nft_chunking_does_not_change_the_gradient(tiny_policy):
+    from digenrl.train.chunk_loss import train_cells
+    from digenrl.train.step_work import train_group
+
+    cfg, ctx = _ctx(tiny_policy, *NFT)
+    group = _group(ctx, cfg)
+    cells = [(g, j) for j in range(3) for g in range(4)]
+    ctx.policy.zero_grad()
+    train_cells(ctx.policy, group, cells, settings=ctx.loss, loss_scale=1.0)
+    whole = [p.grad.clone() for p in ctx.policy.parameters()]
+    for cg, ct in ((1, 1), (3, 2), (4, 3), (2, 1)):
+        ctx.policy.zero_grad()
+        stats = train_group(ctx.policy, group, settings=ctx.loss, loss_scale=1.0, chunk_generations=cg,
+                            chunk_timesteps=ct)
+        assert stats.cells == 12
+        for a, b in zip(whole, (p.grad for p in ctx.policy.parameters())):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
+
+
+def test_nft_reference_loop_trains_k_cells_per_sample(tiny_policy):
+    from digenrl.train.loop import colocated_step
+
+    cfg, ctx = _ctx(tiny_policy, *NFT, "train.filter_zero_advantage=false")
+    for k in range(2):
+        row = colocated_step(ctx, k)
+        assert row["cells"] == 2 * 4 * 3 and row["grad_norm"] > 0 and math.isfinite(row["loss"])
+        assert row["approx_kl"] == 0.0 and row["clipfrac"] == 0.0
+
+
+# ---- step-wide statistics in a pipelined trainer: the deferred heads train NFT's A l + m exactly ----------
+@pytest.mark.parametrize("std_mode,baseline", [("global", "group"), ("group", "batch"), ("global", "batch")])
+def test_nft_deferred_round_equals_training_with_the_final_advantages(tiny_policy, std_mode, baseline):
+    import copy
+
+    from digenrl.algo.timesteps import nft_plan
+    from digenrl.rollout.sampler import SamplerSettings
+    from digenrl.schedule.layout import tile_grid
+    from digenrl.tasks.digits import DigitsTask
+    from digenrl.train.chunk_loss import LossSettings
+    from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
+    from digenrl.train.step_work import generate, split_groups, train_group
+
+    G, K = 4, 2
+    prompts = DigitsTask().train_prompts(0, 3, seed=0)
+    batch = generate(tiny_policy, [p for p in prompts for _ in range(G)], [g for _ in prompts for g in range(G)],
+                     step=0, run_seed=1, version=0, settings=SamplerSettings(num_steps=4, record_cells=False),
+                     plan=nft_plan(4, K))
+    groups, ref = split_groups(batch), copy.deepcopy(tiny_policy)
+    with torch.no_grad():  # the reference differs from the policy: the KL term acts
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    # group 0 ties (zero advantage with the group baseline); the step's mean is 0.5 (ties it with the batch one)
+    rewards = {0: (0.5, 0.5, 0.5, 0.5), 1: (0.0, 0.25, 0.5, 0.25), 2: (0.75, 1.0, 0.5, 0.75)}
+    cfg = load_config(None, [f"train.std_mode={std_mode}", f"train.adv_baseline={baseline}", "train.adv_clip_max=0.8",
+                             "train.algorithm=nft", f"train.nft_timesteps={K}"]).train
+    settings = LossSettings(algorithm="nft", beta_kl=0.05, filter_zero_advantage=True, adv_clip_max=0.8)
+    final = step_advantages(rewards, cfg)
+    assert any(bool((final[k] != step_advantages(rewards, cfg, clip=float("inf"))[k]).any()) for k in final)
+    scale = loss_scale(K, final.values(), True)
+    params = [p for p in tiny_policy.parameters() if p.requires_grad]
+
+    for k, g in enumerate(groups):
+        g.advantages = final[k][g.gen_index]
+    tiny_policy.zero_grad(set_to_none=True)
+    want_stats = None
+    for g in groups:
+        st = train_group(tiny_policy, g, settings=settings, loss_scale=scale.cell(), chunk_generations=2,
+                         chunk_timesteps=1, ref_policy=ref)
+        want_stats = st if want_stats is None else want_stats.add(st)
+    want = [p.grad.clone() for p in params]
+
+    tiny_policy.zero_grad(set_to_none=True)
+    dr = DeferredRound(adv_options(cfg), settings, params, {1: rewards[1]})
+    for k in (1, 2, 0):
+        for chunk in tile_grid(list(range(G)), K, 3, 1):
+            dr.train(tiny_policy, groups[k], k, rewards[k], chunk, loss_scale=1 / K, ref_policy=ref)
+    stats = dr.finish(tiny_policy, dict(enumerate(groups)), rewards, cfg, loss_scale=1 / K, ref_policy=ref, piece=3)
+    got = [p.grad.clone() for p in params]
+    err = max(float((a - b).norm() / b.norm().clamp_min(1e-12)) for a, b in zip(got, want))
+    assert err < 2e-5, f"deferred gradient differs by {err:.2e}"
+    assert not dr.outside and stats.trained == want_stats.trained
+    for key in ("loss", "kl"):
+        assert getattr(stats, key) == pytest.approx(getattr(want_stats, key), rel=1e-4, abs=1e-6), key
