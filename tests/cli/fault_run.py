@@ -42,7 +42,6 @@ def _signal_when_stopped(sig, timeout_s: float = 120.0) -> None:
             new = {p for p, st in procs.items() if int(st[1]) in mine} - mine
             mine, grew = mine | new, bool(new)
         if any(procs[pid][0] == "T" for pid in mine - {os.getpid()}):
-            print(f"fault_run: signal {sig} sent at {time.time():.3f}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), sig)
             return
         time.sleep(0.1)

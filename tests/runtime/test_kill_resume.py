@@ -86,14 +86,12 @@ def test_sigint_while_waiting_on_a_held_worker(tiny_model, tmp_path, fault, code
     raytmp = Path(tempfile.mkdtemp(prefix="dgr-i-", dir="/tmp"))
     env = {**os.environ, "RAY_TMPDIR": str(raytmp)}
     proc = subprocess.run([sys.executable, FAULT, fault, "train", f"model.path={tiny_model}",
-                           f"run_dir={tmp_path / 'run'}", *ARGS, "steps=2", "runtime.inject_failure=gen0@1:stall"], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+                           f"run_dir={tmp_path / 'run'}", *ARGS, "steps=2", "runtime.inject_failure=gen0@1:stall",
+                           "runtime.watchdog_s=900"], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip  (a stop held until the 900 s watchdog: the old one-long-ray.wait code)
     assert proc.returncode == code and ("second SIGINT" if code == 130 else "stopped by SIGINT") in proc.stderr, \
         proc.stderr[-2000:]
-    ended = time.time()
     assert any(raytmp.rglob("session_*")), "the run did not use the private Ray temp dir: the check proves nothing"
-    sent = float(proc.stderr.split("fault_run: signal ")[1].split(" sent at ")[1].split()[0])
-    assert ended - sent < 20, f"stopped {ended - sent:.0f} s after the signal"  # (old code: after the 60 s watchdog)
     time.sleep(0.2)  # (killed before the exit: only reaping is left)
     left = _ray_processes(raytmp)
     for pid in left:  # never leave them to the next test, but fail below
