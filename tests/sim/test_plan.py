@@ -190,3 +190,26 @@ def test_a_large_space_descends_only_on_the_best_splits(tmp_path, capsys):
     assert cut["best"]["step_time_s"] >= full["best"]["step_time_s"] * (1 - 1e-12)  # never better than exhaustive
     assert main(base + ["--out", str(tmp_path / "c.yaml"), "--descend-splits", "0"]) == 2
     assert "--descend-splits" in capsys.readouterr().err
+
+
+def test_plan_prices_colocated_fsdp_like_simulate_config():
+    """A colocated FSDP config (hunyuan_video: train.sharding=fsdp) is planned one worker per rank, priced as the
+    peers' colocated FSDP, like `digenrl simulate --config`: the plan's colocated step equals the simulator's for
+    the same values (before, the whole pool ran as one worker generating each fragment alone: hunyuan_video's
+    planned preset priced colocated at 33580 s against simulate's 3487 s)."""
+    from digenrl.sim.from_config import price_on_testbed
+    from digenrl.sim.plan_cli import _testbed_costs
+    from digenrl.sim.plan_search import Candidate, search
+    from digenrl.sim.presets import testbed_preset
+
+    sets = ["runtime.mode=colocated", "runtime.generators=1", "runtime.trainers=16", "runtime.fragment_size=6",
+            "train.chunk_generations=4", "train.chunk_timesteps=1"]
+    cfg = load_config("configs/hunyuan_video.yaml", sets)
+    trained = plan_run(cfg).trained_timesteps
+    cost_of, fit, _ = _testbed_costs(cfg, "A", 16, trained)
+    res = search(cfg, 16, cost_of, probe_steps=4, exhaustive=1, fit=fit, robust=False, descend_splits=1)
+    probe = next(p for p in res.probes if p.candidate == Candidate(0, 16, 6, (4, 1), cfg.runtime.max_stale_fraction))
+    assert len(probe.plan.trainers) == 16  # one scheduler worker per rank, not one shard group
+    sim = price_on_testbed("configs/hunyuan_video.yaml", sets + ["steps=4"], testbed_preset("A"), ["colocated"])
+    want = sim["colocated"].result.timing()["steady_step_time_s"]
+    assert abs(probe.step_time - want) <= 1e-6 * want

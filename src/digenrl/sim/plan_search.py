@@ -12,8 +12,9 @@ Candidates of a mode with W workers (``candidates_of_split``):
 Per split the product is probed exhaustively when it has at most ``exhaustive`` members; else every split is
 probed once at the config's own values and the ``descend_splits`` (3) fastest of them get a coordinate descent
 from there (fragment, then chunk, then stale cap, then fragment again). A probe is
-``plan_run`` of the candidate config (the plan ``digenrl train`` would execute) with ``steps`` = the probe
-length, simulated by ``sim.executor.simulate``; its figure is the steady step time (first publish to last,
+``plan_run`` of the candidate config (the plan ``digenrl train`` would execute; a colocated FSDP config is
+planned with one worker per rank and priced as the peers' colocated FSDP, as ``digenrl simulate --config`` does:
+``sim.from_config.plan_for_pricing``) with ``steps`` = the probe length, simulated by ``sim.executor.simulate``; its figure is the steady step time (first publish to last,
 over steps - 1 intervals: no pipeline fill). The plan is the probe with the smallest figure (ties: the
 earlier probe).
 
@@ -164,6 +165,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     config to the hardware (e.g. ``train.memory_gb``) before it is planned. ``progress(probes, split, best)``
     is called after every probe (probes so far, the split probed, the best step time so far)."""
     from ..control.run_plan import plan_run
+    from .from_config import plan_for_pricing
 
     if probe_steps < 4:
         raise PlanSearchError(f"--probe-steps: must be >= 4 for a stable steady step time (got {probe_steps})")
@@ -187,7 +189,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
             cc = fit(cc)
         p = None
         if _fits(cc):
-            plan = plan_run(cc).plan
+            plan = plan_for_pricing(cc)[0]  # a colocated FSDP config: one worker per rank, as `simulate --config`
             res = simulate(replace(plan, steps=probe_steps), costs[(c.n_gen, c.n_train)], record=False)
             p = Probe(c, plan, res.timing()["steady_step_time_s"])
             probes.append(p)
