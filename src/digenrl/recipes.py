@@ -38,6 +38,10 @@ SOURCES = {
                       "the index searched)",
     "dancegrpo": "XueZeyue/DanceGRPO@15cc71d5 (scripts/finetune/finetune_hunyuan_grpo.sh, "
                  "fastvideo/train_grpo_hunyuan.py)",
+    "diffusionnft": "NVlabs/DiffusionNFT@24af5554 (config/nft.py, config/base.py, scripts/train_nft_sd3.py, "
+                    "flow_grpo/stat_tracking.py, flow_grpo/ema.py, flow_grpo/pickscore_scorer.py)",
+    "mixgrpo": "Tencent-Hunyuan/MixGRPO@e5cdd6a4 (scripts/finetune/finetune_flux_grpo_MixGRPO{,_Flash}.sh, "
+               "fastvideo/train_grpo_flux.py, fastvideo/utils/{grpo_states,sampling_utils}.py)",
 }
 
 BASE = "config/base.py"
@@ -381,8 +385,10 @@ def _hunyuan_video() -> Recipe:
     ))
 
 
+from .recipe_algorithms import algorithm_recipes  # noqa: E402 (the train.algorithm presets: NFT, MixGRPO)
+
 RECIPES: dict[str, Recipe] = {r.preset: r for r in (_sd35_medium(), _flux1_dev(), _wan21_14b(), _hunyuan_video(),
-                                                    _qwen_image())}
+                                                    _qwen_image(), *algorithm_recipes())}
 
 
 # --- our side -----------------------------------------------------------------------------------------------

@@ -74,7 +74,8 @@ def test_trace_and_gantt_of_a_config_run(tmp_path, capsys):
 # ---- --config on a named GPU testbed (roofline) ---------------------------------------------------------------
 
 PRESETS = ["configs/flux1_dev.yaml", "configs/wan21_14b.yaml", "configs/qwen_image.yaml",
-           "configs/sd35_medium.yaml", "configs/hunyuan_video.yaml"]
+           "configs/sd35_medium.yaml", "configs/hunyuan_video.yaml", "configs/sd35_medium_nft.yaml",
+           "configs/flux1_dev_mixgrpo.yaml", "configs/flux1_dev_mixgrpo_flash.yaml"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
