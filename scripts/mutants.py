@@ -92,7 +92,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # test's Flow-GRPO reference (written from its scripts, one group of four with a constant reward) can
     Mutant("loss scale 1/B instead of 1/kept", (
         Site("src/digenrl/train/loss_scale.py",
-             "    return LossScale(num_trained, sum(kept_count(a, filter_zero) for a in advantages))",
+             "    return LossScale(num_trained, sum(kept_count(a, filter_zero, k) for a, k in zip(advantages, keep, "
+             "strict=True)))",
              "    return LossScale(num_trained, sum(len(a) for a in advantages))", optional=True),
         # (before the refactor the reference loop computed its own)
         Site("src/digenrl/train/loop.py",

@@ -334,8 +334,9 @@ class Config(_Strict):
         if users and t.micro_batch is None:
             raise ValueError(f"train.micro_batch: {users[0]} counts Flow-GRPO micro-batches; set train.micro_batch "
                              "to its samples per micro-batch (Flow-GRPO sample.train_batch_size x GPUs)")
-        if t.micro_batch is not None and B % t.micro_batch:
-            raise ValueError(f"train.micro_batch: {t.micro_batch} does not divide the step's P x G = {B} samples")
+        if users and B % t.micro_batch:  # unused (the options off) it is only a note, e.g. in a shrunk preset
+            raise ValueError(f"train.micro_batch: {t.micro_batch} does not divide the step's P x G = {B} samples "
+                             f"({users[0]} counts micro-batches per step)")
         if t.ema_update == "per_micro_batch" and (B // t.micro_batch) % t.minibatches_per_step:
             raise ValueError(f"train.ema_update: per_micro_batch needs the step's {B // t.micro_batch} micro-batches "
                              f"(P G / train.micro_batch) to split evenly over train.minibatches_per_step = "

@@ -254,7 +254,7 @@ def test_loop_trains_sample_minibatches(tiny_policy):
     (["train.zero_adv_refill=true", "train.micro_batch=4", "train.filter_zero_advantage=false"],
      "train.zero_adv_refill"),
     (["train.ema_update=per_micro_batch"], "train.micro_batch"),
-    (["train.micro_batch=5"], "train.micro_batch"),
+    (["train.micro_batch=5", "train.zero_adv_refill=true"], "train.micro_batch"),
     (["train.ema_update=per_micro_batch", "train.micro_batch=8", "train.minibatches_per_step=4"],
      "train.ema_update"),
 ])
@@ -263,6 +263,11 @@ def test_quirk_options_are_validated(overrides, match):
 
     with pytest.raises(ConfigError, match=match):
         load_config(None, [*SMALL, *overrides])
+
+
+def test_unused_micro_batch_is_not_checked():
+    """A preset's micro_batch stays a note when its options are off (a shrunk preset still loads)."""
+    assert load_config(None, [*SMALL, "train.micro_batch=5"]).train.micro_batch == 5
 
 
 def test_ray_refuses_sample_minibatches():
