@@ -2,11 +2,17 @@
 rank killed mid-step (``runtime.inject_failure=<worker>@<step>:exit``). Writes the seconds each failure cost.
 
     python benchmarks/recovery_demo.py [--steps 30] [--fail-step 12] [--out benchmarks/results/recovery_demo.json]
+    python benchmarks/recovery_demo.py --part full [--steps 16 --fail-step 8 --checkpoint-every 4]
 
 Per run: wall time, restarts, and per recovery the restart time (failure detected -> fresh pools restored and
 publishing) and the lost time (the publish of the replayed-from step -> restart done: the work that had to be
 redone plus the restart), the step replayed from (the newest checkpoint, ``runtime.checkpoint_every``), and
 whether the final weights equal the clean run's (max relative difference).
+
+``--part full`` (also part of the default ``all``) measures ``runtime.mode=full`` (TCSS), whose step content
+depends on timing (which fragments run one version stale): two clean runs and one with a generator killed, and
+the max relative differences of their final weights (clean vs clean, killed vs clean), under ``full_mode`` in the
+results file (``--part full`` replaces only that entry of an existing file).
 """
 
 from __future__ import annotations
@@ -39,16 +45,42 @@ def max_rel(a: Path, b: Path) -> float:
     return max(float((ta[k] - tb[k]).norm() / tb[k].norm().clamp_min(1e-12)) for k in tb)
 
 
+def full_mode(base: list[str], fail_step: int) -> dict:
+    """Two clean ``full`` runs and one with gen0 killed at ``fail_step``; the differences of their weights."""
+    out: dict = {"config": base, "fail_step": fail_step, "load_avg_1m": os.getloadavg()[0], "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name, extra in (("clean", []), ("clean_again", []),
+                            ("generator_killed", [f"runtime.inject_failure=gen0@{fail_step}:exit"])):
+            out["runs"][name] = run(base + extra, tmp / name)
+            print("full", name, json.dumps(out["runs"][name]))
+        final = {n: tmp / n / "checkpoint.safetensors" for n in out["runs"]}
+        out["max_rel_diff_clean_vs_clean"] = max_rel(final["clean_again"], final["clean"])
+        out["max_rel_diff_killed_vs_clean"] = max_rel(final["generator_killed"], final["clean"])
+        out["max_rel_diff_killed_vs_clean_again"] = max_rel(final["generator_killed"], final["clean_again"])
+    out["load_avg_1m_after"] = os.getloadavg()[0]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--fail-step", type=int, default=12)
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--out", default=str(HERE / "results" / "recovery_demo.json"))
+    ap.add_argument("--part", choices=("all", "gap_tsp", "full"), default="all")
     args = ap.parse_args(argv)
-    base = ["runtime.mode=gap_tsp", f"steps={args.steps}", f"runtime.checkpoint_every={args.checkpoint_every}",
-            "eval.every=0", "log.progress=false"]
+    common = [f"steps={args.steps}", f"runtime.checkpoint_every={args.checkpoint_every}", "eval.every=0",
+              "log.progress=false"]
+    base = ["runtime.mode=gap_tsp", *common]
     out: dict = {"config": base, "fail_step": args.fail_step, "load_avg_1m": os.getloadavg()[0], "runs": {}}
+    if args.part == "full":
+        old = Path(args.out)
+        out = json.loads(old.read_text()) if old.is_file() else {}
+        out["full_mode"] = full_mode(["runtime.mode=full", *common], args.fail_step)
+        Path(args.out).write_text(json.dumps(out, indent=1))
+        print(f"wrote {args.out}")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name, extra in (("clean", []), ("generator_killed", [f"runtime.inject_failure=gen0@{args.fail_step}:exit"]),
@@ -60,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             out["runs"][name] = res
             print(name, json.dumps(res))
     out["load_avg_1m_after"] = os.getloadavg()[0]
+    if args.part == "all":
+        out["full_mode"] = full_mode(["runtime.mode=full", *common], args.fail_step)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")
     return 0

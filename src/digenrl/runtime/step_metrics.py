@@ -79,7 +79,11 @@ class StepMetrics:
         self.attempt, self._t0 = attempt, t0
         for k in [k for k in self.steps if k >= step]:
             del self.steps[k]
-        self._next_row = max(self._next_row, step)
+        for k in range(self._next_row, step):  # committed (the checkpoint holds it) but its row not out yet (TCSS:
+            if k in self.steps and self.steps[k].published is None:  # a failure before its publish): its version
+                self.steps[k].published = t0  # reached the workers with the restarted pools; its row comes next
+        while self._next_row < step and self._next_row not in self.steps:  # a resumed run: rows up to it are kept
+            self._next_row += 1
 
     def record(self, c: Completion) -> None:
         a = c.action
