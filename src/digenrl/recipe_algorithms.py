@@ -17,13 +17,7 @@ steps the optimizer every ``--gradient_accumulation_steps 3`` of each GPU's 12 s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .recipes import PeerValue, Recipe
-
-# recipes.py builds RECIPES from algorithm_recipes() at import time, so its helpers are imported in the functions
-# (a module-level import would be circular when this module is imported first).
+from .recipe_base import SOURCES, PeerValue, Recipe, _lora, _merge, _v
 
 NFT_CFG = "config/nft.py::sd3_pickscore"  # its _get_config(base_model="sd3", n_gpus=8, gradient_step_per_epoch=1)
 NFT_BASE = "config/base.py"
@@ -31,7 +25,6 @@ NFT_SCRIPT = "scripts/train_nft_sd3.py"
 
 
 def sd35_medium_nft() -> Recipe:
-    from .recipes import SOURCES, Recipe, _lora, _merge, _v
 
     g, b, s = NFT_CFG, NFT_BASE, NFT_SCRIPT
     return Recipe("sd35_medium_nft", "DiffusionNFT sd3_pickscore", SOURCES["diffusionnft"], _merge([
@@ -107,7 +100,6 @@ MIX_SAMPLING = "fastvideo/utils/sampling_utils.py"
 
 def _mixgrpo_common(sh: str, interval: int) -> list[PeerValue]:
     """The values both MixGRPO scripts share (``sh`` sets the flags; ``interval``: its ``iters_per_group``)."""
-    from .recipes import _v
 
     py, third = MIX_PY, 1 / 3
     return [
@@ -189,7 +181,6 @@ _MIXGRPO_QUIRKS = (
 
 
 def flux1_dev_mixgrpo() -> Recipe:
-    from .recipes import SOURCES, Recipe, _merge, _v
 
     return Recipe("flux1_dev_mixgrpo", "MixGRPO FLUX.1-dev (finetune_flux_grpo_MixGRPO.sh)", SOURCES["mixgrpo"],
                   _merge([
@@ -201,7 +192,6 @@ def flux1_dev_mixgrpo() -> Recipe:
 
 
 def flux1_dev_mixgrpo_flash() -> Recipe:
-    from .recipes import SOURCES, Recipe, _merge, _v
 
     return Recipe("flux1_dev_mixgrpo_flash", "MixGRPO-Flash FLUX.1-dev (finetune_flux_grpo_MixGRPO_Flash.sh)",
                   SOURCES["mixgrpo"], _merge([

@@ -207,6 +207,7 @@ def price_on_testbed(config: str | None, sets: list[str], testbed: Testbed, mode
     """Every requested mode plus the baselines, on ``testbed`` with the config's pools (or ``gpus``).
     Raises ConfigError / ConfigSimError (exit 2 in the CLI)."""
     from ..config import load_config
+    from .plan_search import plan_for_pricing
 
     base = load_config(config, sets)
     config_model(base)  # refuses an unknown family before anything else
@@ -222,23 +223,9 @@ def price_on_testbed(config: str | None, sets: list[str], testbed: Testbed, mode
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
         cfg = load_config(config, sets + pool_overrides(m, n_gen, n_train))
         cfg = fit_to_testbed(cfg, testbed, n_gen, n_train, m == "colocated")
-        plan, ranks, note = plan_for_pricing(cfg)
+        plan, ranks, note = plan_for_pricing(cfg)  # sim.plan_search (``digenrl plan`` prices the same way)
         cost = testbed_cost(cfg, plan, testbed, ranks)
         plan = replace(plan, sampling_steps=cost.workload.denoise_steps)  # MixGRPO-Flash samples fewer steps
         runs[m] = ConfigRun(m, plan, simulate(plan, cost, jitter=jitter, seed=seed, bts=cfg.runtime.bts_config(),
                                               record=(m == record_mode)), note, ranks)
     return runs
-
-
-def plan_for_pricing(cfg):
-    """(plan, trainer ranks, note): ``plan_run(cfg)``'s plan, in which a sharded pool (``train.sharding: fsdp``)
-    is one shard group. A colocated sharded config is priced as the colocated FSDP baseline of the peers
-    (``sim.colocation``: N ranks that each build an inference copy per step), planned with one scheduler
-    worker per rank, and the row says so."""
-    from ..control.run_plan import plan_run
-
-    run = plan_run(cfg)
-    if cfg.train.sharding != "fsdp" or run.plan.generators:
-        return run.plan, len(run.trainer_ids), ""
-    unsharded = cfg.model_copy(update={"train": cfg.train.model_copy(update={"sharding": "none"})})
-    return plan_run(unsharded).plan, len(run.trainer_ids), "colocated FSDP priced as the peers' (inference copy)"

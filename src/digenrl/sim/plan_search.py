@@ -14,7 +14,7 @@ probed once at the config's own values and the ``descend_splits`` (3) fastest of
 from there (fragment, then chunk, then stale cap, then fragment again). A probe is
 ``plan_run`` of the candidate config (the plan ``digenrl train`` would execute; a colocated FSDP config is
 planned with one worker per rank and priced as the peers' colocated FSDP, as ``digenrl simulate --config`` does:
-``sim.from_config.plan_for_pricing``) with ``steps`` = the probe length, simulated by ``sim.executor.simulate``; its figure is the steady step time (first publish to last,
+``plan_for_pricing``) with ``steps`` = the probe length, simulated by ``sim.executor.simulate``; its figure is the steady step time (first publish to last,
 over steps - 1 intervals: no pipeline fill). The plan is the probe with the smallest figure (ties: the
 earlier probe).
 
@@ -155,6 +155,20 @@ def _fits(cfg) -> bool:
     return True
 
 
+def plan_for_pricing(cfg):
+    """(plan, trainer ranks, note): ``plan_run(cfg)``'s plan, in which a sharded pool (``train.sharding: fsdp``)
+    is one shard group. A colocated sharded config is priced as the colocated FSDP baseline of the peers
+    (``sim.colocation``: N ranks that each build an inference copy per step), planned with one scheduler
+    worker per rank, and the row says so."""
+    from ..control.run_plan import plan_run
+
+    run = plan_run(cfg)
+    if cfg.train.sharding != "fsdp" or run.plan.generators:
+        return run.plan, len(run.trainer_ids), ""
+    unsharded = cfg.model_copy(update={"train": cfg.train.model_copy(update={"sharding": "none"})})
+    return plan_run(unsharded).plan, len(run.trainer_ids), "colocated FSDP priced as the peers' (inference copy)"
+
+
 def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_steps: int = 4,
            exhaustive: int = 64, fit: Callable | None = None,
            progress: Callable[[int, str, float], None] | None = None, robust: bool = True,
@@ -165,7 +179,6 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     config to the hardware (e.g. ``train.memory_gb``) before it is planned. ``progress(probes, split, best)``
     is called after every probe (probes so far, the split probed, the best step time so far)."""
     from ..control.run_plan import plan_run
-    from .from_config import plan_for_pricing
 
     if probe_steps < 4:
         raise PlanSearchError(f"--probe-steps: must be >= 4 for a stable steady step time (got {probe_steps})")
