@@ -115,7 +115,7 @@ class _Controller:
             if e.checkpoint is None:  # stopped before an attempt ran: the newest checkpoint stays the one
                 path = ckpt.latest_checkpoint(self.out.run_dir)
                 e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
-            raise
+            raise e from None
         except WorkerFailure as e:
             resumable = ckpt.latest_checkpoint(self.out.run_dir) is not None  # --resume only from a checkpoint
             self.out.failure({"worker": e.worker, "step": e.step, "action": e.action, "error": str(e),
