@@ -124,7 +124,22 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--runs", default=str(ROOT / "runs"))
     ap.add_argument("--render", action="store_true", help="only write the page and figure from the results file")
+    ap.add_argument("--flow-grpo-from", metavar="DEMO_SEEDS_JSON",
+                    help="take flow_grpo's runs from a scripts/demo_seeds.py results file (the same command: the "
+                         "demo with no override) instead of running them again")
     args = ap.parse_args(argv)
+    if args.flow_grpo_from:
+        demo = json.loads(Path(args.flow_grpo_from).read_text())
+        if demo.get("command", "").split() != ["digenrl", "train", "seed=N"]:
+            print(f"algorithms_digits: error: --flow-grpo-from: {args.flow_grpo_from} ran {demo.get('command')!r}, "
+                  "not the demo without overrides", file=sys.stderr)
+            return 2
+        data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
+        picked = [dict(r, algorithm="flow_grpo", overrides=[]) for r in demo["runs"] if r["seed"] in args.seeds]
+        data["runs"] = [x for x in data["runs"] if x["algorithm"] != "flow_grpo"] + picked
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(RESULTS, json.dumps(data, indent=1).encode())
+        args.algorithms = [a for a in args.algorithms if a != "flow_grpo"]
     if args.render:
         if not RESULTS.exists():
             print(f"algorithms_digits: error: --render: no results file {RESULTS}", file=sys.stderr)
