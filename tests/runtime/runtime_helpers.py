@@ -12,3 +12,46 @@ def make_cfg(model_path, run_dir, *overrides):
     from digenrl.config import load_config
 
     return load_config(None, [f"model.path={model_path}", f"run_dir={run_dir}", *SMALL, *overrides])
+
+
+class TiedReward:
+    """Mean brightness of each image (float64), except the prompts in ``tied``: a constant 0.5 (about the others'
+    mean), so their group ties (zero advantage with the group baseline: kept < B under the zero-advantage filter)."""
+
+    name = "tied"
+
+    def __init__(self, tied):
+        self.tied = set(tied)
+
+    def __call__(self, images, prompts):
+        import torch
+
+        r = images.double().flatten(1).mean(1)
+        flat = torch.tensor([p.uid in self.tied for p in prompts])
+        return torch.where(flat, torch.full_like(r, 0.5), r)
+
+
+def tied_reward_server(steps: int, prompts: int = 3):
+    """A loopback reward service (``rewards.service``) scoring with ``TiedReward``: the first prompt of each of the
+    ``steps`` first steps ties, so the Ray workers and the reference loop score alike. A context manager."""
+    from digenrl.rewards.service import RewardServer
+    from digenrl.tasks.digits import DigitsTask
+
+    cfg = make_cfg("unused", "unused")
+    first = [DigitsTask().train_prompts(k, prompts, cfg.seed)[0].uid for k in range(steps)]
+    return RewardServer(TiedReward(first))
+
+
+def reference_run(tiny_model, run_dir, overrides, *, eval_weights: bool = False):
+    """The single-process loop's weights after ``steps`` (the eval weights, the EMA's where it keeps one, with
+    ``eval_weights``) and its metric rows: the oracle of the invariance tests."""
+    from digenrl.train.context import build_context
+    from digenrl.train.loop import colocated_step
+
+    cfg = make_cfg(tiny_model, run_dir, *overrides)
+    ctx = build_context(cfg)
+    rows = [colocated_step(ctx, k) for k in range(cfg.steps)]
+    if eval_weights:
+        with ctx.eval_weights():
+            return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
+    return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows

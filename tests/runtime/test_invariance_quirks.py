@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_helpers import make_cfg
-from test_invariance_step_wide import TiedReward
+from runtime_helpers import make_cfg, reference_run, tied_reward_server
 from test_sharded_pool import _errors
 
 STEPS = 2
@@ -25,25 +24,8 @@ RTOL_TENSOR, RTOL_GLOBAL = 5e-5, 1e-6  # M = 2: the second minibatch's clipped r
 
 @pytest.fixture(scope="module")
 def reward_url():
-    from digenrl.rewards.service import RewardServer
-    from digenrl.tasks.digits import DigitsTask
-
-    cfg = make_cfg("unused", "unused")
-    first = [DigitsTask().train_prompts(k, 3, cfg.seed)[0].uid for k in range(STEPS)]
-    with RewardServer(TiedReward(first)) as server:
+    with tied_reward_server(STEPS) as server:
         yield server.url
-
-
-def _reference(tiny_model, run_dir, overrides):
-    """The single-process loop's eval weights (the EMA's where it keeps one) and its metric rows."""
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
-
-    cfg = make_cfg(tiny_model, run_dir, *overrides)
-    ctx = build_context(cfg)
-    rows = [colocated_step(ctx, k) for k in range(cfg.steps)]
-    with ctx.eval_weights():
-        return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
 
 
 EMA = [f"steps={STEPS}", "train.prompts_per_step=3", "train.ema_decay=0.9", "train.ema_every=1",
@@ -64,7 +46,7 @@ def test_quirk_option_matches_the_reference(case, ray_local, tiny_model, tmp_pat
         on, off = [*EMA, remote, "train.ema_update=per_micro_batch", "train.micro_batch=3"], [*EMA, remote]  # k = 2
     else:
         on, off = [*REFILL, remote], [*REFILL[:3], remote]
-    ref, rows = _reference(tiny_model, tmp_path / "ref", on)
+    ref, rows = reference_run(tiny_model, tmp_path / "ref", on, eval_weights=True)
     if case == "refill":
         assert [r["kept_fraction"] for r in rows] == [0.75] * STEPS  # 9 of 12: one of the tied group re-added
     cfg = make_cfg(tiny_model, tmp_path / "run", *on)
@@ -73,5 +55,5 @@ def test_quirk_option_matches_the_reference(case, ray_local, tiny_model, tmp_pat
     per, glob = _errors(load_file(str(tmp_path / "run" / "checkpoint.safetensors")), ref)
     print(f"{case}: max relative error per tensor {per:.2e}, global {glob:.2e}")
     assert per <= RTOL_TENSOR and glob <= RTOL_GLOBAL, (per, glob)
-    other, _ = _reference(tiny_model, tmp_path / "off", off)
+    other, _ = reference_run(tiny_model, tmp_path / "off", off, eval_weights=True)
     assert _errors(other, ref)[0] > 100 * RTOL_TENSOR  # the option changes the result (the test can fail)

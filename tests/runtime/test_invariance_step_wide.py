@@ -10,9 +10,8 @@ reward is served from this process (``rewards.service``), so the Ray workers and
 from __future__ import annotations
 
 import pytest
-import torch
 
-from runtime_helpers import make_cfg
+from runtime_helpers import make_cfg, reference_run, tied_reward_server
 from test_sharded_pool import _errors, _profile
 
 # The trainers round differently from the reference (the heads are combined, the clipped samples' cells run
@@ -26,39 +25,10 @@ SMALL = [f"steps={STEPS}", "train.prompts_per_step=3", "train.beta_kl=0.05", "tr
          "eval.num_prompts=2", "eval.grid_prompts=2", "runtime.trainers=2"]
 
 
-class TiedReward:
-    """Mean brightness of each image (float64), except the prompts in ``tied``: a constant 0.5 (about the others' mean)."""
-
-    name = "tied"
-
-    def __init__(self, tied):
-        self.tied = set(tied)
-
-    def __call__(self, images, prompts):
-        r = images.double().flatten(1).mean(1)
-        flat = torch.tensor([p.uid in self.tied for p in prompts])
-        return torch.where(flat, torch.full_like(r, 0.5), r)
-
-
 @pytest.fixture(scope="module")
 def reward_url():
-    from digenrl.rewards.service import RewardServer
-    from digenrl.tasks.digits import DigitsTask
-
-    cfg = make_cfg("unused", "unused")
-    first = [DigitsTask().train_prompts(k, 3, cfg.seed)[0].uid for k in range(STEPS)]
-    with RewardServer(TiedReward(first)) as server:
+    with tied_reward_server(STEPS) as server:
         yield server.url
-
-
-def _reference(tiny_model, run_dir, overrides):
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
-
-    cfg = make_cfg(tiny_model, run_dir, *overrides)
-    ctx = build_context(cfg)
-    rows = [colocated_step(ctx, k) for k in range(cfg.steps)]
-    return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
 
 
 CASES = {
@@ -87,7 +57,7 @@ def test_step_wide_advantages_match_the_reference(case, ray_local, tiny_model, t
     overrides = [*SMALL, f"reward={{remote: {{url: '{reward_url}'}}}}", *CASES[case]]
     if "tag" in case:
         overrides.append(f"runtime.profile={_profile(tmp_path / 'profile.json')}")
-    ref, ref_rows = _reference(tiny_model, tmp_path / "ref", overrides)
+    ref, ref_rows = reference_run(tiny_model, tmp_path / "ref", overrides)
     assert all(r["kept_fraction"] < 1 for r in ref_rows) or "batch" in case  # the tied group is filtered
     cfg = make_cfg(tiny_model, tmp_path / "run", *overrides)
     summary = run_disaggregated(cfg)
