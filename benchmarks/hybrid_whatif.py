@@ -47,11 +47,11 @@ class HybridCost:
 def plan_for(setup, split, k: int, fragment: int | None, copy: bool, publish: str):
     from digenrl.schedule import Durations, StepPlan
     from digenrl.schedule.layout import choose_chunk_shape
-    from digenrl.sim.planner import with_publish, with_tag_copy
+    from digenrl.sim.planner import with_training
     from digenrl.sim.roofline import RooflineCost
 
     g = split.n_train // k
-    s = with_publish(with_tag_copy(setup, copy), publish)
+    s = with_training(setup, copy, publish)
     w = s.workload
     base = RooflineCost(s.model, w, s.testbed, split.n_gen, g, False, gen_gpu=split.gen_gpu, train_gpu=split.train_gpu)
     cost = HybridCost(base, k, g)

@@ -355,8 +355,8 @@ class Scheduler:
         generator's predicted end, so the publish is not held up; None otherwise."""
         if self._pending_publish is None or not self.plan.publish_joins or self._dur is None or not self._ready:
             return None
-        ends = [t0 + self._dur.of(a) for w in self.plan.generators if (cur := self._busy[w]) is not None
-                for a, t0 in (cur,)]
+        busy = [self._busy[w] for w in self.plan.generators if self._busy[w] is not None]
+        ends = [t0 + self._dur.of(a) for a, t0 in busy]
         if not ends or t + self._dur.train(self._ready[0].size) > max(ends) + 1e-9 * max(1.0, abs(t)):
             return None
         return self._ready.popleft()

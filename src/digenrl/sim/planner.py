@@ -26,6 +26,7 @@ from typing import Callable
 from ..control.run_plan import shard_groups, worker_ids
 from ..control.timeline import RunResult
 from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fragments, tsp_chunks
+from ..schedule.cost import TRAINER, Op
 from ..schedule.layout import choose_chunk_shape as layout_chunk_shape
 from .executor import simulate
 from .presets import GPU, ModelPreset, Testbed, Workload
@@ -178,20 +179,14 @@ def analytic_bound(plan: StepPlan, cost) -> float:
     return max(gen / len(plan.generators), train / len(plan.trainers)) + d.commit() + d.publish()
 
 
-def with_tag_copy(setup: Scenario, on: bool) -> Scenario:
-    """``setup`` whose training builds (``on``) or does not build a TAG inference copy on a shard group."""
+def with_training(setup: Scenario, tag_copy: bool | None = None, publish: str | None = None) -> Scenario:
+    """``setup`` whose training builds (or not) a TAG inference copy on a shard group (``tag_copy``) and publishes
+    through ``publish`` (``object_store`` or ``broadcast``); None keeps the scenario's own setting."""
     t = setup.workload.training
-    if t.tag_copy == on:
+    changes = {k: v for k, v in (("tag_copy", tag_copy), ("publish", publish)) if v is not None and getattr(t, k) != v}
+    if not changes:
         return setup
-    return replace(setup, workload=replace(setup.workload, training=replace(t, tag_copy=on)))
-
-
-def with_publish(setup: Scenario, path: str) -> Scenario:
-    """``setup`` whose trainers publish through ``path`` (``object_store`` or ``broadcast``)."""
-    t = setup.workload.training
-    if t.publish == path:
-        return setup
-    return replace(setup, workload=replace(setup.workload, training=replace(t, publish=path)))
+    return replace(setup, workload=replace(setup.workload, training=replace(t, **changes)))
 
 
 @dataclass(frozen=True)
@@ -207,10 +202,7 @@ class Choice:
 
 def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None = None,
            tag_copy: bool | None = None, publish: str | None = None):
-    if tag_copy is not None:
-        setup = with_tag_copy(setup, tag_copy)
-    if publish is not None:
-        setup = with_publish(setup, publish)
+    setup = with_training(setup, tag_copy, publish)
     cost = make_cost(setup, split, mode is Mode.COLOCATED)
     return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
 
@@ -231,10 +223,10 @@ def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | No
     priced = []
     for path in PUBLISH_PATHS:
         try:
-            cost, plan = _build(setup, mode, split, None, tag_copy, path)
+            cost = make_cost(with_training(setup, tag_copy, path), split)
         except InfeasibleError:
             continue
-        priced.append((Durations(plan, cost).publish(), path))
+        priced.append((cost.time(Op.PUBLISH.value, 1, TRAINER), path))
     return [min(priced)[1]] if priced else [None]
 
 
