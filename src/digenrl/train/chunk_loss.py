@@ -128,30 +128,38 @@ def train_cells(
         return _train_nft(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
     log_prob, old_logp, kl = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy)
     adv = group.advantages[rows].to(log_prob.device)
-    clip = dict(clip_low=settings.clip_low, clip_high=settings.clip_high)
+    loss, stats = _reward_terms(adv, settings, lambda a: clipped_policy_loss(
+        log_prob, old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
+    return _backward(loss, kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+
+
+def _reward_terms(adv: torch.Tensor, settings: LossSettings, term):
+    """(loss per cell, statistics) of ``term(advantages)``: one term, or (DanceGRPO's multi-reward loss, [N, K]
+    advantages) each reward's own term weighted, sum_k w_k term(A_k), with the first reward's statistics."""
     if adv.ndim == 1:
-        loss, stats = clipped_policy_loss(log_prob, old_logp, adv, settings.clip_range, **clip)
-    else:  # DanceGRPO's multi-reward loss: each reward's own clipped term, weighted
-        if settings.adv_weights is None or len(settings.adv_weights) != adv.shape[1]:
-            raise ValueError(f"{adv.shape[1]} advantage columns need as many reward weights, got {settings.adv_weights}")
-        terms = [clipped_policy_loss(log_prob, old_logp, adv[:, k], settings.clip_range, **clip) for k in range(adv.shape[1])]
-        loss = sum(w * term for w, (term, _) in zip(settings.adv_weights, terms))
-        stats = terms[0][1]
+        return term(adv)
+    if settings.adv_weights is None or len(settings.adv_weights) != adv.shape[1]:
+        raise ValueError(f"{adv.shape[1]} advantage columns need as many reward weights, got {settings.adv_weights}")
+    terms = [term(adv[:, k]) for k in range(adv.shape[1])]
+    return sum(w * t for w, (t, _) in zip(settings.adv_weights, terms)), terms[0][1]
+
+
+def _ratio_stats(stats) -> dict[str, float]:
+    """The per-cell means of a clipped ratio loss's statistics (``algo.loss`` / ``algo.guard``)."""
+    return {"approx_kl": float(stats.approx_kl), "clipfrac": float(stats.clipfrac),
+            "clipfrac_gt_one": float(stats.clipfrac_gt_one), "clipfrac_lt_one": float(stats.clipfrac_lt_one)}
+
+
+def _backward(loss: torch.Tensor, kl: torch.Tensor, settings: LossSettings, loss_scale: float, weight: float,
+              n_all: int, n: int, means: dict[str, float]) -> CellStats:
+    """``backward(weight * loss_scale * sum(loss + beta_kl KL))`` of the n trained cells and their statistics (sums;
+    ``means`` are per-cell means); a throw-away collective cell (weight 0) counts only in ``cells``."""
     total = loss + settings.beta_kl * kl
     (total.sum() * (loss_scale * weight)).backward()
     if weight == 0.0:
         return CellStats(cells=n_all)
-    n = len(rows)
-    return CellStats(
-        cells=n_all,
-        loss=float(total.detach().sum()),
-        approx_kl=float(stats.approx_kl) * n,
-        clipfrac=float(stats.clipfrac) * n,
-        kl=float(kl.detach().sum()),
-        clipfrac_gt_one=float(stats.clipfrac_gt_one) * n,
-        clipfrac_lt_one=float(stats.clipfrac_lt_one) * n,
-        trained=n,
-    )
+    return CellStats(cells=n_all, loss=float(total.detach().sum()), kl=float(kl.detach().sum()), trained=n,
+                     **{k: v * n for k, v in means.items()})
 
 
 def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, *,
@@ -210,27 +218,10 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     adv = group.advantages[rows].to(device)
     out, old_logp, kl, dt = _forward(policy, group, rows, tpos, settings, ref_policy)
 
-    def term(a):
-        return guard_policy_loss(out.log_prob, old_logp, out.mean, old_mean, out.std, dt, a, settings.clip_range,
-                                 clip_low=settings.clip_low, clip_high=settings.clip_high)
-
-    if adv.ndim == 1:
-        loss, stats = term(adv)
-    else:  # DanceGRPO's multi-reward loss, each reward's own term
-        if settings.adv_weights is None or len(settings.adv_weights) != adv.shape[1]:
-            raise ValueError(f"{adv.shape[1]} advantage columns need as many reward weights, got {settings.adv_weights}")
-        terms = [term(adv[:, k]) for k in range(adv.shape[1])]
-        loss = sum(w * t for w, (t, _) in zip(settings.adv_weights, terms))
-        stats = terms[0][1]
-    total = loss + settings.beta_kl * kl
-    (total.sum() * (loss_scale * weight)).backward()
-    if weight == 0.0:
-        return CellStats(cells=n_all)
-    n = len(rows)
-    return CellStats(cells=n_all, loss=float(total.detach().sum()), approx_kl=float(stats.approx_kl) * n,
-                     clipfrac=float(stats.clipfrac) * n, kl=float(kl.detach().sum()),
-                     clipfrac_gt_one=float(stats.clipfrac_gt_one) * n,
-                     clipfrac_lt_one=float(stats.clipfrac_lt_one) * n, trained=n)
+    loss, stats = _reward_terms(adv, settings, lambda a: guard_policy_loss(
+        out.log_prob, old_logp, out.mean, old_mean, out.std, dt, a, settings.clip_range,
+        clip_low=settings.clip_low, clip_high=settings.clip_high))
+    return _backward(loss, kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
 
 
 def nft_cell_inputs(group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor
@@ -288,10 +279,4 @@ def _train_nft(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos:
     r = nft.optimality(group.advantages[rows].to(v.device), settings.adv_clip_max)
     loss, st = nft.nft_loss(v, v.detach(), x_t, x0, sigma, r, beta=settings.nft_beta,
                             adv_clip_max=settings.adv_clip_max)
-    total = loss + settings.beta_kl * kl
-    (total.sum() * (loss_scale * weight)).backward()
-    if weight == 0.0:
-        return CellStats(cells=n_all)
-    n = len(rows)
-    return CellStats(cells=n_all, loss=float(total.detach().sum()), approx_kl=float(st.old_deviate) * n,
-                     kl=float(kl.detach().sum()), trained=n)
+    return _backward(loss, kl, settings, loss_scale, weight, n_all, len(rows), {"approx_kl": float(st.old_deviate)})
