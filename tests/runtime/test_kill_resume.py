@@ -41,6 +41,18 @@ def _tensors(path: Path) -> dict:
     return load_file(str(path))
 
 
+def _reap(raytmp: Path) -> list[int]:
+    """The processes of the Ray under ``raytmp`` still alive, SIGKILLed so that none is left to the next test
+    (the caller fails on them)."""
+    left = _ray_processes(raytmp)
+    for pid in left:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    return left
+
+
 def test_sigkill_then_resume_equals_the_uninterrupted_run(tiny_model, tmp_path):
     from digenrl.cli import main
 
@@ -57,12 +69,7 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(tiny_model, tmp_path):
     deadline = time.time() + 30  # Ray's processes notice their driver is gone
     while _ray_processes(raytmp) and time.time() < deadline:
         time.sleep(1)
-    left = _ray_processes(raytmp)
-    for pid in left:  # never leave them to the next test, but fail below
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
+    left = _reap(raytmp)
     assert left == [], f"processes of the killed run's Ray left running: {left}"
     assert not (run / "summary.json").exists()
 
@@ -93,10 +100,5 @@ def test_sigint_while_waiting_on_a_held_worker(tiny_model, tmp_path, fault, code
         proc.stderr[-2000:]
     assert any(raytmp.rglob("session_*")), "the run did not use the private Ray temp dir: the check proves nothing"
     time.sleep(0.2)  # (killed before the exit: only reaping is left)
-    left = _ray_processes(raytmp)
-    for pid in left:  # never leave them to the next test, but fail below
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
+    left = _reap(raytmp)
     assert left == [], f"processes of the run's Ray left running after its exit: {left}"

@@ -1,13 +1,12 @@
 """Minibatches (docs/architecture.md, "Minibatches"): M optimizer steps per step, groups split by index, logp_old = behaviour log-prob."""
 
 import pytest
-import torch
 
 from digenrl.config import ConfigError, load_config
-from digenrl.train.context import build_context
 from digenrl.train.loop import train_minibatches
 from digenrl.schedule.plan import minibatch_of
-from digenrl.train.step_work import advantage_options, assign_advantages, generate, split_groups
+
+from train_helpers import scored_groups
 
 SMALL = ["train.prompts_per_step=4", "train.generations=4", "sampler.num_steps=4", "train.timestep_fraction=0.5",
          "log.progress=false", "train.clip_range=1e-4"]
@@ -20,16 +19,7 @@ def test_minibatch_membership_is_contiguous_by_group_index():
 
 
 def _step(tiny_policy, *overrides):
-    cfg = load_config(None, [*SMALL, *overrides])
-    ctx = build_context(cfg, policy=tiny_policy)
-    prompts = ctx.task.train_prompts(0, 4, cfg.seed)
-    rep = [p for p in prompts for _ in range(4)]
-    gens = [g for _ in prompts for g in range(4)]
-    batch = generate(ctx.policy, rep, gens, step=0, run_seed=cfg.seed, version=0, settings=ctx.sampler,
-                     plan=ctx.plan(0), reward=ctx.reward)
-    batch.rewards = torch.rand(len(batch), generator=torch.Generator().manual_seed(1))
-    assign_advantages(batch, **advantage_options(cfg.train))
-    return ctx, split_groups(batch)
+    return scored_groups(tiny_policy, [*SMALL, *overrides])
 
 
 def test_second_minibatch_is_off_policy_and_clipped(tiny_policy):

@@ -16,8 +16,9 @@ from digenrl.algo.timesteps import stable_seed
 from digenrl.config import load_config
 from digenrl.train.context import build_context
 from digenrl.train.loop import colocated_step, train_minibatches
-from digenrl.train.step_work import (advantage_options, assign_advantages, generate, sample_minibatches,
-                                     split_groups, zero_adv_refill)
+from digenrl.train.step_work import sample_minibatches, zero_adv_refill
+
+from train_helpers import scored_groups
 
 SMALL = ["train.prompts_per_step=4", "train.generations=4", "sampler.num_steps=4", "train.timestep_fraction=0.5",
          "log.progress=false"]
@@ -195,18 +196,7 @@ def test_loop_refill_trains_and_counts_the_readded(tiny_policy, monkeypatch):
 # ---- random-sample minibatches -----------------------------------------------------------------------------
 
 def _groups(policy, *overrides, ties=()):
-    cfg = load_config(None, [*SMALL, *overrides])
-    ctx = build_context(cfg, policy=policy)
-    prompts = ctx.task.train_prompts(0, 4, cfg.seed)
-    rep = [p for p in prompts for _ in range(4)]
-    gens = [g for _ in prompts for g in range(4)]
-    batch = generate(ctx.policy, rep, gens, step=0, run_seed=cfg.seed, version=0, settings=ctx.sampler,
-                     plan=ctx.plan(0), reward=ctx.reward)
-    batch.rewards = torch.rand(len(batch), generator=torch.Generator().manual_seed(1))
-    for g in ties:
-        batch.rewards[4 * g: 4 * g + 4] = 0.5
-    assign_advantages(batch, **advantage_options(cfg.train))
-    return ctx, split_groups(batch)
+    return scored_groups(policy, [*SMALL, *overrides], ties)
 
 
 def _flow_grpo_minibatches(groups, M, seed, step, epoch):

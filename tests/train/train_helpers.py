@@ -1,0 +1,27 @@
+"""Helpers of the training tests (imported by name: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+
+def scored_groups(policy, overrides, ties=()):
+    """(context, prompt groups) of step 0 of the config ``overrides`` (4 prompts x 4 generations), sampled by
+    ``policy``, scored with seeded random rewards (the groups in ``ties``: every reward 0.5) and their advantages
+    assigned: the input of a step's training, without the loop around it."""
+    import torch
+
+    from digenrl.config import load_config
+    from digenrl.train.context import build_context
+    from digenrl.train.step_work import advantage_options, assign_advantages, generate, split_groups
+
+    cfg = load_config(None, list(overrides))
+    ctx = build_context(cfg, policy=policy)
+    prompts = ctx.task.train_prompts(0, 4, cfg.seed)
+    rep = [p for p in prompts for _ in range(4)]
+    gens = [g for _ in prompts for g in range(4)]
+    batch = generate(ctx.policy, rep, gens, step=0, run_seed=cfg.seed, version=0, settings=ctx.sampler,
+                     plan=ctx.plan(0), reward=ctx.reward)
+    batch.rewards = torch.rand(len(batch), generator=torch.Generator().manual_seed(1))
+    for g in ties:
+        batch.rewards[4 * g: 4 * g + 4] = 0.5
+    assign_advantages(batch, **advantage_options(cfg.train))
+    return ctx, split_groups(batch)
