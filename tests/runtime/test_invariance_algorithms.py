@@ -1,6 +1,7 @@
-"""I1 for train.algorithm=grpo_guard, mixgrpo (and MixGRPO-Flash) and nft: the Ray runtime, colocated and
-pipelined (gap_tsp, gap_tsp_tag), ends with the single-process loop's parameters (the cases are few and tiny:
-the plain algorithm's I1 is test_invariance)."""
+"""I1 for train.algorithm=grpo_guard, mixgrpo (and MixGRPO-Flash) and nft: the Ray runtime ends with the
+single-process loop's parameters in every on-policy mode (colocated, naive, gap, gap_tsp, gap_tsp_tag: each
+algorithm in each, one case per pair; the cases are tiny: the plain algorithm's I1 is test_invariance), and
+each algorithm runs in ``full`` (TCSS, off-policy: no I1) with a clean audit and its staleness bound."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ CASES = {
     "gap_tsp_tag-nft-minibatches": [*NFT, *MINIBATCHES],  # old = each optimizer step's weights
     "gap_tsp_tag-nft-global_std": [*NFT, "train.std_mode=global"],  # deferred heads: A l + m (algo.nft)
     "gap_tsp-nft-batch_baseline": [*NFT, "train.adv_baseline=batch", "train.beta_kl=0.1"],
+    # the barrier modes and gap_tsp of each algorithm (one case per pair; Flash shares MixGRPO's trainer path)
+    "naive-grpo_guard": GUARD,
+    "gap-grpo_guard": GUARD,
+    "gap_tsp-grpo_guard": GUARD,
+    "naive-mixgrpo": MIX,
+    "gap-mixgrpo_flash": FLASH,
+    "gap_tsp-mixgrpo": MIX,
+    "naive-nft": NFT,
+    "gap-nft": NFT,
 }
 
 
@@ -72,3 +82,26 @@ def test_algorithm_mode_matches_reference(case, ray_local, tiny_model, tmp_path)
     plain = _reference(tiny_model, tmp_path / "plain",
                        [o for o in math if not o.startswith(("train.algorithm", "train.nft_", "sampler.post_"))])
     assert _rel_err(plain, ref) > 100 * RTOL
+
+
+@pytest.mark.parametrize("algorithm", ["grpo_guard", "mixgrpo", "nft"])
+def test_algorithm_runs_in_full_mode(algorithm, ray_local, tiny_model, tmp_path):
+    """full (TCSS): stale samples (version k - 1 in step k) train, the audit is clean, staleness <= 1 and
+    within runtime.max_stale_fraction (no I1: the stale samples make it another computation)."""
+    import json
+
+    from digenrl.runtime.driver import run_disaggregated
+
+    math = {"grpo_guard": GUARD, "mixgrpo": MIX, "nft": NFT}[algorithm]
+    run = tmp_path / "run"
+    cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5", *math)
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
+    trajs = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+    per_step = cfg.train.prompts_per_step * cfg.train.generations
+    assert len(trajs) == cfg.steps * per_step
+    assert all(t["version"] in (t["step"], t["step"] - 1) for t in trajs)
+    stale = [sum(t["version"] == t["step"] - 1 for t in trajs if t["step"] == k) for k in range(cfg.steps)]
+    assert stale[0] == 0 and sum(stale) > 0 and max(stale) <= int(0.5 * per_step), stale  # TCSS really ran
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "reward_mean" in x]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["loss"] == r["loss"] for r in rows)  # no NaN
