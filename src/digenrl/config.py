@@ -347,11 +347,10 @@ class Config(_Strict):
             raise ValueError(f"train.zero_adv_refill: the re-added samples are drawn from the whole step's "
                              f"zero-advantage samples, so a group cannot train before the step's last reward: "
                              f"runtime.mode colocated or naive only (got {rt.mode})")
-        if t.minibatch_split == "samples" and (rt.mode != "colocated" or rt.generators != 1 or rt.trainers != 1):
+        if t.minibatch_split == "samples" and Mode(rt.mode).pipelined:
             raise ValueError(f"train.minibatch_split: samples puts every prompt group in every minibatch, so a "
-                             f"minibatch needs the whole step: it runs in the single-process loop only "
-                             f"(runtime.mode=colocated, runtime.generators=1, runtime.trainers=1, no --ray); got "
-                             f"runtime.mode={rt.mode}")
+                             f"minibatch needs the whole step's rewards before its first training cell: "
+                             f"runtime.mode colocated or naive only (got {rt.mode})")
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -7,7 +7,7 @@
   the re-added samples are the same on every rank and in the loop (seeded by run seed and step), they train
   (their KL) and count in the commit's mean.
 
-(``train.minibatch_split=samples`` runs in the single-process loop only: tests/train/test_peer_quirks.py.)
+(``train.minibatch_split=samples`` and ``train.best_of_n``: tests/runtime/test_invariance_selection.py.)
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def test_cli_refuses_before_writing(tiny_model, tmp_path):
 
     run = tmp_path / "run"
     assert main(["train", f"run_dir={run}", f"model.path={tiny_model}", "runtime.mode=gap",
-                 "train.best_of_n=2"]) == 2  # best-of-n runs in the single-process loop only
+                 "train.minibatch_split=samples"]) == 2  # sample minibatches run in the barrier modes only
     assert not run.exists()
 
 

@@ -55,7 +55,8 @@ def test_minibatches_reach_the_runtime_plan():
 
 def test_advantage_options_in_the_runtime_plan():
     """Step-wide statistics run in a pipelined mode, also with several minibatches (the plan is step-wide: its
-    commits wait for the step's last reward); best-of-n runs only in the single-process loop."""
+    commits wait for the step's last reward); best-of-n runs in every mode (a plain plan: the trainers drop the
+    unselected generations' cells)."""
     from digenrl.control.run_plan import plan_run
 
     assert plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=naive"])).plan.mode.value == "naive"
@@ -65,5 +66,6 @@ def test_advantage_options_in_the_runtime_plan():
     wide = plan_run(load_config(None, ["train.adv_baseline=batch", "runtime.mode=gap", "train.minibatches_per_step=2"]))
     assert wide.plan.step_wide and wide.plan.minibatches == 2
     assert not plan_run(load_config(None, ["runtime.mode=gap", "train.minibatches_per_step=2"])).plan.step_wide
-    with pytest.raises(ConfigError, match="train.best_of_n"):
-        plan_run(load_config(None, ["train.best_of_n=4", "runtime.mode=naive"]))
+    for mode in ("naive", "colocated", "gap", "gap_tsp", "gap_tsp_tag", "full"):
+        plan = plan_run(load_config(None, ["train.best_of_n=4", f"runtime.mode={mode}"])).plan
+        assert plan.mode.value == mode and not plan.sample_split

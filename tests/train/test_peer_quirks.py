@@ -238,7 +238,7 @@ def test_loop_trains_sample_minibatches(tiny_policy):
 
 @pytest.mark.parametrize("overrides,match", [
     (["train.minibatch_split=samples", "runtime.mode=gap_tsp"], "train.minibatch_split"),
-    (["train.minibatch_split=samples", "runtime.mode=naive"], "train.minibatch_split"),
+    (["train.minibatch_split=samples", "runtime.mode=full"], "train.minibatch_split"),
     (["train.zero_adv_refill=true", "train.micro_batch=4", "runtime.mode=gap"], "train.zero_adv_refill"),
     (["train.zero_adv_refill=true"], "train.micro_batch"),
     (["train.zero_adv_refill=true", "train.micro_batch=4", "train.filter_zero_advantage=false"],
@@ -260,9 +260,11 @@ def test_unused_micro_batch_is_not_checked():
     assert load_config(None, [*SMALL, "train.micro_batch=5"]).train.micro_batch == 5
 
 
-def test_ray_refuses_sample_minibatches():
-    from digenrl.config import ConfigError
+def test_ray_plans_sample_minibatches_in_barrier_modes():
+    """minibatch_split=samples on Ray: every round plans every group (the trainers train the round's samples)."""
     from digenrl.control.run_plan import plan_run
 
-    with pytest.raises(ConfigError, match="train.minibatch_split"):
-        plan_run(load_config(None, [*SMALL, "train.minibatch_split=samples"]))  # colocated 1 x 1 with --ray
+    for mode in ("colocated", "naive"):
+        plan = plan_run(load_config(None, [*SMALL, f"runtime.mode={mode}", "train.minibatch_split=samples",
+                                           "train.minibatches_per_step=2"])).plan
+        assert plan.sample_split and [plan.round_groups(r) for r in range(plan.rounds)] == [(0, 1, 2, 3)] * 2

@@ -10,6 +10,9 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
   ``step_wide`` and the scheduler holds every commit until the step's last group is rewarded (with several
   minibatches, round 0's commit waits for it; the later rounds start after it).
 * ``train.minibatches_per_step`` x ``train.inner_epochs`` commits per step (the plan's rounds).
+* ``train.minibatch_split = samples`` (barrier modes only: ``config``): every round plans every group
+  (``StepPlan.sample_split``) and the trainers train the round's samples; ``train.best_of_n`` needs nothing
+  here (the trainers drop the unselected generations' cells, ``train.sample_masks``).
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
   stay 1 (it is not used).
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
@@ -111,15 +114,6 @@ def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
 def plan_run(cfg: Config) -> RunPlan:
     rt, t = cfg.runtime, cfg.train
     mode = Mode(rt.mode)
-    if t.best_of_n is not None:
-        raise ConfigError("train.best_of_n: the Ray runtime trains every generation of a group (its cell grid is "
-                          "G x S); best-of-n subsampling runs in the single-process loop (runtime.mode=colocated "
-                          "with one generator and one trainer, without --ray)")
-    if t.minibatch_split == "samples":
-        raise ConfigError("train.minibatch_split: samples puts every prompt group in every minibatch (a seeded "
-                          "permutation of the kept samples); the Ray runtime's rounds are whole groups, so it runs "
-                          "in the single-process loop only (runtime.mode=colocated, one generator and one trainer, "
-                          "without --ray)")
     if t.adv_per_reward and (t.std_mode == "global" or t.adv_baseline == "batch"):
         raise ConfigError("train.adv_per_reward: per-reward advantages with step-wide statistics (std_mode=global "
                           "or adv_baseline=batch) run in the single-process loop only")
@@ -142,6 +136,7 @@ def plan_run(cfg: Config) -> RunPlan:
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
         shard_ranks=len(ranks) if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
         publish_joins=mode.disaggregated and rt.publish == "broadcast",
+        sample_split=t.minibatch_split == "samples",
     )
     profile = None
     if rt.profile is not None:

@@ -10,7 +10,9 @@ Calls:
   compute its advantages from ``rewards`` (the step's complete groups so far, plain numbers from the executor;
   deterministic: every rank gets the same), record the chunk's cells in the round's transaction (a cell
   trained twice or foreign to the round is refused: I2) and accumulate the gradient of ``train_cells`` with
-  the cell scale of ``train.loss_scale`` (1 / S). The transaction opens at the rank's first chunk of the round
+  the cell scale of ``train.loss_scale`` (1 / S); with ``train.best_of_n``, ``zero_adv_refill`` or
+  ``minibatch_split=samples`` only the round's samples (``train.sample_masks.round_masks``: the other cells
+  are recorded, not run). The transaction opens at the rank's first chunk of the round
   (a step has ``rounds`` = epochs x minibatches). With step-wide advantage statistics (``std_mode=global``,
   ``adv_baseline=batch``) a round that opens before every reward of the step is in is trained as a
   ``loss_scale.DeferredRound`` (provisional heads, rescaled and corrected at the commit: ``algo.deferred_std``).
@@ -19,7 +21,8 @@ Calls:
   accumulated gradients or the optimizer.
 * ``commit(step, round, final, rewards, parts)``: a deferred round's heads combined and corrected, all-reduce
   (SUM), gradients times the commit scale of ``train.loss_scale`` (1 / the kept trajectories of the round's
-  minibatch, from the final advantages of ``rewards``, with the re-added samples of ``train.zero_adv_refill``),
+  minibatch, from the final advantages of ``rewards``, with the re-added samples of ``train.zero_adv_refill``;
+  ``train.best_of_n`` / ``minibatch_split=samples``: the round's samples, ``train.sample_masks``),
   clip, optimizer step on every rank at once (a collective), EMA on rank 0 (k updates: ``train.ema_update``);
   only the ``final`` round bumps the version.
   ``abort()`` drops an open transaction (no partial round is ever committed).
@@ -163,6 +166,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         from digenrl.schedule.layout import grid_cells
         from digenrl.train.chunk_loss import train_cells
         from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
+        from digenrl.train.sample_masks import masked_cells, round_masks
 
         self.check_failure(chunk.step)
         t0 = time.time()
@@ -187,8 +191,13 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             from digenrl.train.sharding import rank_cells
 
             mine, weight = rank_cells(chunk.cells, self.rank, self._world)
+        masks = round_masks(self.cfg, self._plan, rewards, parts, step=chunk.step, round=chunk.round)
+        if masks is not None:  # best_of_n / zero_adv_refill / minibatch_split=samples: the round's samples only
+            mine, weight = masked_cells(mine, weight, masks[chunk.group], collective=self.sharded)
         scale = loss_scale(S).cell(weight)
-        if self._deferred is not None:
+        if not mine:  # none of the share's cells trains this round (unsharded: nothing to run)
+            pass
+        elif self._deferred is not None:
             stats = self._deferred.train(self.policy, group, chunk.group, rewards[chunk.group], mine,
                                          loss_scale=scale, ref_policy=self.ctx.ref_policy, collective=self.sharded)
         else:
@@ -199,7 +208,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                     group.keep = keep[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded)
-        if weight == 0.0:  # a throw-away cell that only joined the collectives
+        if weight == 0.0 or not mine:  # a throw-away cell that only joined the collectives, or none
             from digenrl.train.chunk_loss import CellStats
 
             stats = CellStats()
@@ -253,6 +262,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
     @collective_action
     def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
         from digenrl.train.loss_scale import adv_options, loss_scale, step_advantages
+        from digenrl.train.sample_masks import round_masks
 
         self.check_failure(step)
         t0 = time.time()
@@ -277,7 +287,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                 process_group=self.tx.process_group, piece=self._plan.chunk_generations * self._plan.chunk_timesteps)
             self._deferred = None
         final_adv = step_advantages(rewards, t, parts)
-        keep = self._refill(step, rewards, parts) or {}
+        keep = round_masks(self.cfg, self._plan, rewards, parts, step=step, round=round) or {}
         scale = loss_scale(S, [final_adv[g] for g in groups], t.filter_zero_advantage, [keep.get(g) for g in groups])
         out = self.tx.commit(check_complete=self._world == 1 or self.sharded, grad_scale=scale.commit, final=final)
         if self.ctx.ema is not None:
@@ -290,21 +300,18 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
     def _refill(self, step: int, rewards: dict, parts: dict) -> dict | None:
         """``train.zero_adv_refill``: group -> kept mask (generation order) of ``step``, from every group's rewards
+        (drawn among the ``train.best_of_n`` selection where set)
         (the config allows it in the barrier modes only, where they are all in before the first chunk)."""
         t = self.cfg.train
         if not t.zero_adv_refill:
             return None
         from digenrl.train.loss_scale import step_advantages
-        from digenrl.train.step_work import zero_adv_refill
+        from digenrl.train.sample_masks import kept_masks
 
         if len(rewards) < self._plan.prompts:
             raise RuntimeError(f"{self.name}: train.zero_adv_refill at step {step} needs the rewards of all "
                                f"{self._plan.prompts} groups, got {sorted(rewards)}")
-        adv = step_advantages(rewards, t, parts)
-        groups = sorted(adv)
-        keep = zero_adv_refill([adv[g] for g in groups], run_seed=self.cfg.seed, step=step,
-                               micro_batches=t.prompts_per_step * t.generations // t.micro_batch)
-        return dict(zip(groups, keep))
+        return kept_masks(self.cfg, step_advantages(rewards, t, parts), rewards, parts, step=step)
 
     def abort(self) -> int | None:
         """Drop the open transaction (if any); returns the step it belonged to."""

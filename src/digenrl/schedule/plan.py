@@ -77,6 +77,9 @@ class StepPlan:
         commit (optimizer step); round r trains the groups of minibatch ``r mod M`` (``layout.minibatch_of``:
         fixed by group index) with the weights after the previous commit; only the last commit of a step
         makes the new version. M = epochs = 1 is one commit per step.
+      sample_split: ``train.minibatch_split=samples`` (barrier modes): a minibatch is a seeded set of samples of
+        every group, known only once the step is rewarded, so every round plans every group's full grid and
+        the trainers train only the round's samples (``train.sample_masks``; the others' cells cost nothing).
       step_wide: the advantages need every reward of the step (global std, batch baseline): no commit before
         the step's last group is rewarded (the trainers rescale at the commit, ``algo.deferred_std``), which
         with several minibatches holds round 0's commit back until then.
@@ -107,6 +110,7 @@ class StepPlan:
     shard_ranks: int = 1
     step_wide: bool = False
     publish_joins: bool = False
+    sample_split: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -125,7 +129,7 @@ class StepPlan:
         if self.trained_timesteps > self.sampling_steps:
             raise PlanError(f"trained_timesteps: {self.trained_timesteps} exceeds sampling_steps "
                             f"{self.sampling_steps}")
-        if self.minibatches > self.prompts:
+        if self.minibatches > self.prompts and not self.sample_split:
             raise PlanError(f"minibatches: {self.minibatches} exceeds prompts {self.prompts} (a minibatch is a set "
                             f"of whole prompt groups)")
         if not 0.0 <= self.max_stale_fraction <= 1.0:
@@ -152,7 +156,10 @@ class StepPlan:
         return self.epochs * self.minibatches
 
     def round_groups(self, r: int) -> tuple[int, ...]:
-        """The prompt groups trained in round ``r`` of a step (those of minibatch ``r mod M``)."""
+        """The prompt groups trained in round ``r`` of a step (those of minibatch ``r mod M``; all of them with
+        ``sample_split``)."""
+        if self.sample_split:
+            return tuple(range(self.prompts))
         m = r % self.minibatches
         return tuple(g for g in range(self.prompts) if minibatch_of(g, self.prompts, self.minibatches) == m)
 

@@ -50,7 +50,7 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     t1 = time.perf_counter()
     groups = split_groups(batch)
     if t.best_of_n is not None:
-        groups = [best_of_n(g, t.best_of_n, ctx.loss.adv_weights) for g in groups]
+        groups = [best_of_n(g, cfg) for g in groups]
     if t.zero_adv_refill:  # Flow-GRPO's re-added zero-advantage samples (train.step_work.zero_adv_refill)
         keeps = zero_adv_refill([g.advantages for g in groups], run_seed=cfg.seed, step=step,
                                 micro_batches=t.prompts_per_step * t.generations // t.micro_batch)

@@ -3,7 +3,7 @@ generating trajectories, scoring + advantages of a complete group, and training 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -72,24 +72,69 @@ def advantage_options(train_cfg) -> dict:
             "unbiased": t.adv_std_unbiased, "eps": t.adv_eps, "per_reward": t.adv_per_reward}
 
 
-def best_of_n(group: TrajectoryBatch, n: int, weights: Sequence[float] | None = None) -> TrajectoryBatch:
-    """DanceGRPO's best-of-n: of a scored group (advantages computed on the whole group), keep the n/2
-    generations with the highest and the n/2 with the lowest score (the advantage, or sum_k w_k A_k for
-    per-reward advantages); train only those."""
-    if n % 2 or not 2 <= n <= len(group):
-        raise ValueError(f"train.best_of_n must be even and in [2, {len(group)}], got {n}")
-    score = group.advantages
-    if score.ndim == 2:
-        score = (score * torch.tensor(weights, dtype=score.dtype)).sum(1)
+def best_of_n_mask(rewards: Sequence[float], parts: Mapping[str, Sequence[float]] | None, n: int, *,
+                   weights: Mapping[str, float] | None = None, unbiased: bool = False, eps: float = 1e-4) -> torch.Tensor:
+    """``train.best_of_n``: the mask [G] (generation order) of the n/2 lowest- and n/2 highest-scored generations
+    of one group, DanceGRPO's ``--bestofn``.
+
+    XueZeyue/DanceGRPO@15cc71d5 ``fastvideo/train_grpo_hunyuan.py`` (``train_one_step``): the advantages are
+    computed over the whole group first (group mean, group std, not clipped yet), then::
+
+        total_scores = vq_coef * vq_advantages + mq_coef * mq_advantages
+        sorted_indices = torch.argsort(total_scores)
+        selected = cat([sorted_indices[-bestofn // 2:], sorted_indices[:bestofn // 2]])
+        samples[key] = samples[key][selected]          # the advantages are NOT recomputed on the subset
+
+    and only the selected generations train, with their whole-group advantages (clipped in the loss). Here the
+    score is the same: the group-statistics advantage (r - mean_G) / (std_G + eps), unclipped, of the reward, or
+    (``weights`` given: ``train.adv_per_reward``) sum_k w_k A_k of the per-reward ones; ties go to the lower
+    generation index (stable sort). It needs only the group's own rewards, so a pipelined mode selects a group
+    as soon as it is scored; under ``std_mode=global`` / ``adv_baseline=batch`` a group's trained advantages
+    are a positive multiple of r - c for one constant c, so they rank its generations exactly as this score."""
+    from digenrl.algo.advantage import group_advantages
+
+    G = len(rewards)
+    if n % 2 or not 2 <= n <= G:
+        raise ValueError(f"train.best_of_n must be even and in [2, {G}], got {n}")
+    ids = torch.zeros(G, dtype=torch.long)
+
+    def adv(values) -> torch.Tensor:
+        v = torch.tensor([float(x) for x in values], dtype=torch.float64)
+        return group_advantages(v, ids, std_mode="group", baseline="group", adv_clip_max=float("inf"),
+                                unbiased=unbiased, eps=eps)[0]
+
+    if weights is None:
+        score = adv(rewards)
+    else:
+        missing = sorted(set(weights) - set(parts or {}))
+        if missing:
+            raise ValueError(f"train.best_of_n with train.adv_per_reward needs the reward parts {missing}")
+        score = sum(w * adv(parts[k]) for k, w in weights.items())
     order = torch.argsort(score, stable=True).tolist()
-    keep = sorted(order[: n // 2] + order[-(n // 2):])
-    return group.select(keep)
+    mask = torch.zeros(G, dtype=torch.bool)
+    mask[order[: n // 2] + order[-(n // 2):]] = True
+    return mask
+
+
+def reward_weights(cfg) -> dict[str, float] | None:
+    """reward name -> weight where ``train.adv_per_reward`` (the per-reward score of ``best_of_n_mask``), else None."""
+    return {k: float(v.get("weight", 1.0)) for k, v in cfg.reward.items()} if cfg.train.adv_per_reward else None
+
+
+def best_of_n(group: TrajectoryBatch, cfg) -> TrajectoryBatch:
+    """The generations of a scored group that ``train.best_of_n`` trains (``best_of_n_mask``), as a group."""
+    t = cfg.train
+    parts = {k: v.tolist() for k, v in (group.reward_parts or {}).items()}
+    mask = best_of_n_mask(group.rewards.tolist(), parts, t.best_of_n, weights=reward_weights(cfg),
+                          unbiased=t.adv_std_unbiased, eps=t.adv_eps)
+    return group.select(torch.nonzero(mask).flatten().tolist())
 
 
 def kept_count(advantages: torch.Tensor, filter_zero_advantage: bool, keep: torch.Tensor | None = None) -> int:
     """Trajectories that count in a minibatch's mean: all, or (Flow-GRPO) those with a non-zero advantage, or
-    those of the ``keep`` mask where one is given (``zero_adv_refill``: the non-zero ones and the re-added)."""
-    if keep is not None and filter_zero_advantage:
+    those of the ``keep`` mask where one is given (``zero_adv_refill``: the non-zero ones and the re-added;
+    the Ray trainers' ``sample_masks.round_masks``: the samples a round trains)."""
+    if keep is not None:  # train.best_of_n may restrict it without the filter
         return int(keep.sum())
     nonzero = advantages != 0 if advantages.ndim == 1 else (advantages != 0).any(1)
     return int(nonzero.sum()) if filter_zero_advantage else len(advantages)
@@ -144,8 +189,8 @@ def sample_minibatches(groups: Sequence[TrajectoryBatch], minibatches: int, *, r
     M contiguous parts of sizes differing by at most one (``torch.tensor_split``; Flow-GRPO's are equal since its
     refill makes the count divide; it permutes each GPU's share, here the whole step's). Part m, grouped back by
     prompt group (groups in order, rows in order), is minibatch m; a sample that does not count is in none (it
-    would add nothing). Every group is then in every minibatch, so this runs in the single-process loop only
-    (``config``: ``train.minibatch_split``)."""
+    would add nothing). Every group is then in every minibatch, so a minibatch needs the whole step: the barrier
+    modes only (``config``: ``train.minibatch_split``; the Ray trainers' masks: ``sample_masks.minibatch_masks``)."""
     from digenrl.algo.timesteps import stable_seed
 
     flat = []

@@ -1,0 +1,125 @@
+"""Which samples of its groups a round trains, as masks: the Ray trainers' form of ``train.best_of_n``,
+``train.zero_adv_refill`` and ``train.minibatch_split=samples``.
+
+The single-process loop selects rows (``step_work.best_of_n``, ``zero_adv_refill`` on the selected groups,
+``sample_minibatches``); the trainer ranks keep every group whole (a chunk's cells are (generation, trained
+position) of the full G x S grid, the scheduler plans those) and instead get, per round, a mask [G] per group
+in generation order: the samples the round trains and counts. A rank drops the chunk cells outside it before
+the forward (``masked_cells``: nothing to compute for them; on a sharded pool a rank left without a cell still
+joins the collectives with a weight-0 cell), and the commit divides by the masks' sum (``step_work.kept_count``),
+so the round's gradient is the loop's::
+
+    grad_m = (1 / |K_m|) sum_{i in K_m} sum_{t} grad (1 / S) L(i, t),    K_m = the round's mask
+
+* ``best_of_n``: K = the group's best-of-n selection (``step_work.best_of_n_mask``, group-local), intersected
+  with A != 0 under ``train.filter_zero_advantage``;
+* ``zero_adv_refill``: Flow-GRPO's re-added zero-advantage samples, drawn among the selected samples (the loop
+  runs it on its best-of-n groups);
+* ``minibatch_split=samples``: round r = (epoch r // M, minibatch r mod M) trains part r mod M of the seeded
+  permutation of the step's kept samples (every group is in every round: ``StepPlan.sample_split``).
+
+These are the loop's rules written again on masks (not the loop's code: the loop is the oracle of I1).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+from digenrl.train.step_work import best_of_n_mask, reward_weights, zero_adv_refill
+
+Rewards = Mapping[int, Sequence[float]]
+Parts = Mapping[int, Mapping[str, Sequence[float]]]
+
+
+def _nonzero(a: torch.Tensor) -> torch.Tensor:
+    return a != 0 if a.ndim == 1 else (a != 0).any(1)
+
+
+def kept_masks(cfg, adv: Mapping[int, torch.Tensor], rewards: Rewards, parts: Parts | None, *,
+               step: int) -> dict[int, torch.Tensor]:
+    """group -> the samples that train and count (generation order) for the groups of ``adv`` (final advantages):
+    the best-of-n selection (or all), then A != 0 under the filter, or Flow-GRPO's refill on the selected ones."""
+    t = cfg.train
+    groups = sorted(adv)
+    sel = {}
+    for g in groups:
+        if t.best_of_n is None:
+            sel[g] = torch.ones(len(adv[g]), dtype=torch.bool)
+        else:
+            sel[g] = best_of_n_mask(rewards[g], (parts or {}).get(g), t.best_of_n, weights=reward_weights(cfg),
+                                    unbiased=t.adv_std_unbiased, eps=t.adv_eps)
+    if t.zero_adv_refill:  # the loop's zero_adv_refill on its (selected) groups, in group order
+        sub = zero_adv_refill([adv[g][sel[g]] for g in groups], run_seed=cfg.seed, step=step,
+                              micro_batches=t.prompts_per_step * t.generations // t.micro_batch)
+        out = {}
+        for g, k in zip(groups, sub):
+            out[g] = torch.zeros(len(adv[g]), dtype=torch.bool)
+            out[g][sel[g]] = k
+        return out
+    if not t.filter_zero_advantage:
+        return sel
+    return {g: sel[g] & _nonzero(adv[g]) for g in groups}
+
+
+def minibatch_masks(kept: Mapping[int, torch.Tensor], minibatches: int, *, run_seed: int, step: int,
+                    epoch: int) -> list[dict[int, torch.Tensor]]:
+    """``minibatch_split=samples``: per minibatch m, group -> its samples in part m of the permutation.
+
+    The kept samples (i, j) listed group by group (ascending), generation j ascending; perm = randperm of their
+    count under ``stable_seed(run_seed, step, epoch, "minibatch_split")``; part m = ``tensor_split(perm, M)[m]``
+    (Flow-GRPO ``train_sd3.py``: ``samples[perm].reshape(num_batches_per_epoch, ...)``)."""
+    from digenrl.algo.timesteps import stable_seed
+
+    flat = [(g, j) for g in sorted(kept) for j in torch.nonzero(kept[g]).flatten().tolist()]
+    gen = torch.Generator().manual_seed(stable_seed(run_seed, step, epoch, "minibatch_split"))
+    perm = torch.randperm(len(flat), generator=gen)
+    out = []
+    for part in torch.tensor_split(perm, minibatches):
+        masks = {g: torch.zeros_like(kept[g]) for g in kept}
+        for k in part.tolist():
+            masks[flat[k][0]][flat[k][1]] = True
+        out.append(masks)
+    return out
+
+
+def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
+                round: int) -> dict[int, torch.Tensor] | None:
+    """group -> the samples round ``round`` of ``step`` trains and counts, for the groups in ``rewards``; None
+    where no option restricts them (every sample, the zero-advantage filter left to the loss).
+
+    Before every reward of a step-wide step is in (a pipelined round trained provisionally,
+    ``loss_scale.DeferredRound``) only the best-of-n selection is known; the filter then comes with the commit,
+    which calls this again with every reward. ``zero_adv_refill`` and ``minibatch_split=samples`` need the
+    whole step (the config allows them in the barrier modes only)."""
+    from digenrl.train.loss_scale import adv_options, step_advantages
+
+    t = cfg.train
+    samples = t.minibatch_split == "samples"
+    if t.best_of_n is None and not t.zero_adv_refill and not samples:
+        return None
+    if len(rewards) < plan.prompts:
+        if t.zero_adv_refill or samples:
+            raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
+                               f"all {plan.prompts} groups, got {sorted(rewards)}")
+        if adv_options(t).step_wide:
+            return {g: best_of_n_mask(rewards[g], (parts or {}).get(g), t.best_of_n, weights=reward_weights(cfg),
+                                      unbiased=t.adv_std_unbiased, eps=t.adv_eps) for g in rewards}
+    adv = step_advantages(rewards, t, parts)
+    kept = kept_masks(cfg, adv, rewards, parts, step=step)
+    if samples:
+        M = plan.minibatches
+        kept = minibatch_masks(kept, M, run_seed=cfg.seed, step=step, epoch=round // M)[round % M]
+    return kept
+
+
+def masked_cells(cells: Sequence[tuple[int, int]], weight: float, mask: torch.Tensor, *,
+                 collective: bool) -> tuple[list, float]:
+    """The (generation, position) ``cells`` of a rank's share whose generation is in ``mask``, and their weight;
+    none left: [] (nothing to run), or on a sharded pool (``collective``) the first cell with weight 0 so that
+    the rank still joins the chunk's all-gathers (as ``sharding.rank_cells`` does)."""
+    mine = [c for c in cells if bool(mask[c[0]])]
+    if mine:
+        return mine, weight
+    return (list(cells[:1]), 0.0) if collective else ([], weight)

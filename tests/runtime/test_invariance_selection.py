@@ -1,0 +1,64 @@
+"""I1 for the options that train a subset of a step's samples (issue 21, item 2): the Ray runtime ends where the
+single-process loop does.
+
+* ``train.best_of_n`` (DanceGRPO ``--bestofn``) in a pipelined mode (gap_tsp, 2 trainer ranks, 2 minibatches,
+  beta_kl > 0, no zero-advantage filter: the tied group's selected samples train their KL and count) and on a
+  sharded pool (``train.sharding=fsdp``, 2 ranks, gap, ``std_mode=global``: the rounds start before the step's
+  last reward, trained provisionally), with a tied group (its selected samples have A = 0: filtered, so the
+  commit divides by fewer samples than the selection);
+* ``train.minibatch_split=samples`` (Flow-GRPO's random permutation of the samples into minibatches) in the
+  barrier modes: naive (2 trainer ranks, 2 minibatches x 2 inner epochs, beta_kl > 0) and colocated (2 workers,
+  with best-of-n too).
+
+Oracle: ``train.loop.colocated_step`` in one process (it selects rows; the trainers mask cells). Each case also
+checks that the option changes the result (the test can fail).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime_helpers import make_cfg, reference_run, tied_reward_server
+from test_sharded_pool import _errors
+
+STEPS = 2
+RTOL_TENSOR, RTOL_GLOBAL = 5e-5, 1e-6  # M = 2 (tests/runtime/test_invariance_quirks.py)
+
+BASE = [f"steps={STEPS}", "train.prompts_per_step=3"]
+CASES = {
+    "best_of_n_gap_tsp": (["train.best_of_n=2", "train.minibatches_per_step=2", "train.beta_kl=0.05",
+                           "train.filter_zero_advantage=false", "runtime.trainers=2", "runtime.mode=gap_tsp"], 1),
+    "best_of_n_fsdp": (["train.best_of_n=2", "train.std_mode=global", "runtime.trainers=2",
+                        "train.sharding=fsdp", "runtime.mode=gap"], 1),
+    "samples_naive": (["train.minibatch_split=samples", "train.minibatches_per_step=2", "train.inner_epochs=2",
+                       "train.beta_kl=0.05", "runtime.trainers=2", "runtime.mode=naive"], 1),
+    "samples_colocated": (["train.minibatch_split=samples", "train.best_of_n=2", "train.minibatches_per_step=2",
+                           "runtime.trainers=2", "runtime.mode=colocated"], 2),  # the option(s) to switch off
+}
+
+
+@pytest.fixture(scope="module")
+def reward_url():
+    with tied_reward_server(STEPS) as server:
+        yield server.url
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_selection_option_matches_the_reference(case, ray_local, tiny_model, tmp_path, reward_url):
+    from safetensors.torch import load_file
+
+    from digenrl.runtime.driver import run_disaggregated
+
+    opts, n_opts = CASES[case]
+    on = [*BASE, *opts, f"reward={{remote: {{url: '{reward_url}'}}}}"]
+    ref, _ = reference_run(tiny_model, tmp_path / "ref", on)
+    cfg = make_cfg(tiny_model, tmp_path / "run", *on)
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == [] and summary["version"] == STEPS
+    per, glob = _errors(load_file(str(tmp_path / "run" / "checkpoint.safetensors")), ref)
+    print(f"{case}: max relative error per tensor {per:.2e}, global {glob:.2e}")
+    assert per <= RTOL_TENSOR and glob <= RTOL_GLOBAL, (per, glob)
+    off = [o for o in on if o not in opts[:n_opts]]
+    other, _ = reference_run(tiny_model, tmp_path / "off", off)
+    assert _errors(other, ref)[0] > 100 * RTOL_TENSOR  # the option changes the result
