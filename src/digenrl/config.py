@@ -149,6 +149,9 @@ class TrainConfig(_Strict):
     activation_checkpointing: bool = False  # recompute each transformer block's activations in backward
     sharding: Literal["none", "fsdp"] = "none"  # FSDP2 over the trainer ranks (fully_shard per block)
     cpu_offload: bool = False  # fsdp only: sharded weights, grads, AdamW state and EMA live in host memory
+    shard_groups: int = Field(1, ge=1)  # fsdp only: hybrid sharding (HSDP): the trainer ranks form this many shard
+    # groups of runtime.trainers / shard_groups ranks, data-parallel replicas of each other (the commit all-reduces
+    # the gradient shards across them); each group is one trainer of the scheduler
 
 
 class EvalConfig(_Strict):
@@ -303,6 +306,12 @@ class Config(_Strict):
         self._check_quirks()
         if self.train.cpu_offload and self.train.sharding != "fsdp":
             raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
+        k = self.train.shard_groups
+        if k > 1 and self.train.sharding != "fsdp":
+            raise ValueError(f"train.shard_groups: {k} shard groups (hybrid sharding) need train.sharding=fsdp")
+        if self.runtime.trainers % k:
+            raise ValueError(f"train.shard_groups: {k} does not divide runtime.trainers {self.runtime.trainers} "
+                             "(every shard group has the same number of ranks)")
         return self
 
     def _check_nft(self) -> None:

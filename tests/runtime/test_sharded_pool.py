@@ -175,3 +175,53 @@ def test_sharded_lora_diffusers_matches_reference(ray_local, tmp_path):
     per, glob = _errors(got, ref)
     assert per <= RTOL and glob <= RTOL, (per, glob)
     assert _errors(init, ref)[0] > 100 * RTOL
+
+
+HYBRID = ["runtime.trainers=4", "train.sharding=fsdp", "train.shard_groups=2",
+          "runtime.trainer_resources={CPU: 0.75}"]  # 2 shard groups x 2 ranks (+ a generator on 4 CPUs)
+
+
+@pytest.mark.slow
+def test_hybrid_sharding_with_gang_tag_matches_reference(ray_local, tiny_model, tmp_path, reference):
+    """Hybrid sharding: 4 ranks as 2 shard groups of 2 (each a data-parallel replica of the other). The
+    scheduler sees two trainers, TSP spreads the chunks over them, TAG gangs run on either group, and the commit
+    sums the gradient shards across the groups; the run ends with the single-process loop's parameters."""
+    from digenrl.observe.trace import read_chrome_trace
+    from digenrl.runtime.driver import run_disaggregated
+
+    run = tmp_path / "run"
+    cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *HYBRID, "runtime.fragment_size=1",
+                   f"runtime.profile={_profile(tmp_path / 'profile.json')}")
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
+    _check_params(run, reference, tiny_model)
+    trace = json.loads((run / "trace.json").read_text())
+    rows_named = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert rows_named == {"gen0", "shard0", "shard1"}  # the scheduler's trainers: one per shard group
+    spans = read_chrome_trace(run / "trace.json")
+    trained_on = {s.worker for s in spans if s.kind == "train"}
+    assert trained_on == {"shard0", "shard1"}  # both groups trained chunks of the same step (TSP)
+    assert any(s.kind == "tag" and " x2 " in f" {s.label} " for s in spans)  # a gang of 2 fragments on a group
+    traj = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert len(traj) == cfg.steps * cfg.train.prompts_per_step * cfg.train.generations  # each generation once
+
+
+@pytest.mark.slow
+def test_hybrid_sharding_broadcast_publish_and_resume(ray_local, tiny_model, tmp_path, reference):
+    """Hybrid sharding with the broadcast publish (the generator joins the world and creates the shard and
+    replica groups too) and a resume: rank 0's group writes the shards, every group loads them back."""
+    from digenrl.observe.run_outputs import plan_run_dir
+    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.train import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    over = ["runtime.mode=gap_tsp", *HYBRID, "runtime.checkpoint_every=1", "runtime.keep_checkpoints=1",
+            "runtime.publish=broadcast"]
+    run_disaggregated(make_cfg(tiny_model, run, *over, "steps=2"))
+    state = ckpt.read_train_state(ckpt.list_checkpoints(run)[-1][1])
+    assert state.sharded == "step_00000002.dcp" and sorted(state.shards) == [".metadata", "__0_0.distcp",
+                                                                             "__1_0.distcp"]  # one group's 2 ranks
+    cfg = make_cfg(tiny_model, run, *over, "steps=3")
+    summary = run_disaggregated(cfg, plan_run_dir(cfg, resume=True))
+    assert summary["version"] == 3 and summary["audit_violations"] == []
+    _check_params(run, reference, tiny_model)

@@ -20,7 +20,7 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
 
 Sharded trainer pool (``train.sharding: fsdp``, docs/architecture.md): a forward or backward of an FSDP module needs
 every rank of its shard group, so the scheduler does not see the ranks: it sees one trainer per shard group
-(``shard0``; today all trainer ranks form one group) and every action of that trainer (a training chunk, a TAG
+(``shard0``, ..., ``shard<k-1>`` for ``train.shard_groups`` = k; k = 1: all trainer ranks form one group) and every action of that trainer (a training chunk, a TAG
 or colocated fragment, a commit) is a collective action the executor runs on all the group's ranks
 (``RunPlan.ranks_of``). A chunk's cells and a fragment's generations are split over the ranks inside the
 action; TSP then spreads chunks over shard groups, not over ranks.
@@ -88,15 +88,17 @@ def worker_ids(mode: Mode | str, generators: int, trainers: int) -> tuple[tuple[
     return tuple(f"gen{i}" for i in range(generators)), tuple(f"trn{i}" for i in range(trainers))
 
 
-SHARD_GROUP = "shard0"
-
-
-def shard_groups(ranks: tuple[str, ...], sharded: bool) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]] | None]:
-    """(the scheduler's trainer ids, shard group -> rank ids): one group ``shard0`` of every rank when
-    ``sharded`` (a place for hybrid sharding: several groups, each a data-parallel replica), else the ranks."""
+def shard_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]] | None]:
+    """(the scheduler's trainer ids, shard group -> rank ids): ``groups`` shard groups ``shard<i>`` of
+    len(ranks) / groups consecutive ranks each when ``sharded`` (``groups`` > 1: hybrid sharding, each group a
+    data-parallel replica of the others), else the ranks themselves."""
     if not sharded:
         return ranks, None
-    return (SHARD_GROUP,), {SHARD_GROUP: ranks}
+    if groups < 1 or len(ranks) % groups:
+        raise ValueError(f"{len(ranks)} trainer ranks do not split into {groups} equal shard groups")
+    g = len(ranks) // groups
+    return (tuple(f"shard{i}" for i in range(groups)),
+            {f"shard{i}": ranks[i * g:(i + 1) * g] for i in range(groups)})
 
 
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
@@ -127,14 +129,14 @@ def plan_run(cfg: Config) -> RunPlan:
     if S < 1:
         raise ConfigError("train.timestep_fraction: no trained timestep (nothing to train)")
     gens, ranks = worker_ids(mode, rt.generators, rt.trainers)
-    trainers, shards = shard_groups(ranks, t.sharding == "fsdp")
+    trainers, shards = shard_groups(ranks, t.sharding == "fsdp", t.shard_groups)
     plan = StepPlan(
         prompts=t.prompts_per_step, generations=t.generations,
         fragment_size=min(rt.fragment_size, t.generations), trained_timesteps=S,
         sampling_steps=cfg.sampler.num_steps, chunk_generations=t.chunk_generations,
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
-        shard_ranks=len(ranks) if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
+        shard_ranks=len(ranks) // t.shard_groups if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
         publish_joins=mode.disaggregated and rt.publish == "broadcast",
         sample_split=t.minibatch_split == "samples",
     )

@@ -117,7 +117,8 @@ class ActorPools:
     generators: dict[str, object]   # id -> Ray handle of a ``workers.GeneratorAPI`` actor
     trainers: dict[str, object]     # id -> Ray handle of a ``workers.TrainerAPI`` actor
     publish: str = "object_store"
-    sharded: bool = False           # FSDP pool: rank 0's calls that gather state are collectives of all ranks
+    sharded: bool = False           # FSDP pool: rank 0's calls that gather state are collectives of its group
+    first_group: tuple[str, ...] = ()  # the ranks of rank 0's shard group (hybrid sharding: one of several)
 
     def actor(self, worker: str):
         return self.generators.get(worker) or self.trainers[worker]
@@ -132,9 +133,12 @@ class ActorPools:
 
     @property
     def rank0_group(self) -> dict:
-        """The trainers that take part in a rank-0 call: rank 0 alone, or every rank of a sharded pool (such a
-        call gathers the shards: a collective; only rank 0's result carries the value)."""
-        return self.trainers if self.sharded else {self.rank0_id: self.rank0}
+        """The trainers that take part in a rank-0 call: rank 0 alone, or every rank of rank 0's shard group
+        (such a call gathers the shards: a collective; only rank 0's result carries the value). Under hybrid
+        sharding the other groups hold the same weights, optimizer state and EMA, so they are not asked."""
+        if not self.sharded:
+            return {self.rank0_id: self.rank0}
+        return {w: self.trainers[w] for w in self.first_group} if self.first_group else self.trainers
 
     def on_rank0(self, method: str, *args) -> dict:
         """{rank id: ref} of a rank-0 call (eval, checkpoint), rank 0 first (``rank0_group``)."""
@@ -188,7 +192,8 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
     pools = ActorPools({w: gen_cls.remote(w, conf, failure) for w in run.generator_ids},
                        {w: trn_cls.remote(w, conf, i, failure) for i, w in enumerate(run.trainer_ids)},
-                       cfg.runtime.publish if run.generator_ids else "object_store", run.sharded)
+                       cfg.runtime.publish if run.generator_ids else "object_store", run.sharded,
+                       run.ranks_of(run.plan.trainers[0]) if run.sharded else ())
     try:
         get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup", up)
         _form_groups(run, pools, up)
@@ -223,14 +228,16 @@ def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None
     world = n_t + (n_g if broadcast else 0)
     trainer_ranks = tuple(range(n_t))
     publish_ranks = (0,) + tuple(range(n_t, n_t + n_g)) if broadcast else ()
+    shard_size = n_t // run.cfg.train.shard_groups if run.sharded and run.cfg.train.shard_groups > 1 else 0
     refs = {}
     for i, w in enumerate(run.trainer_ids):
         refs[w] = pools.trainers[w].setup_dist.remote(
-            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks))
+            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks, shard_size))
     if broadcast:
         for j, w in enumerate(run.generator_ids):
             refs[w] = pools.generators[w].setup_dist.remote(
-                GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks))
+                GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks,
+                          shard_size))
     get_named(refs, "process-group run", timeout_s)
 
 

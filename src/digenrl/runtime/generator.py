@@ -46,7 +46,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self._publish_group = None
 
     def setup_dist(self, spec) -> bool:
-        _, self._publish_group = init_groups(spec, self.cfg.runtime.collective_timeout_s)
+        self._publish_group = init_groups(spec, self.cfg.runtime.collective_timeout_s).publish
         return True
 
     def _swap_in(self, version: int, weights: list | None) -> None:

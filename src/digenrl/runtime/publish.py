@@ -22,6 +22,7 @@ records.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 
 def state_copy(policy) -> dict:
@@ -62,13 +63,38 @@ class GroupSpec:
     rank: int
     trainer_ranks: tuple[int, ...]
     publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
+    shard_size: int = 0           # ranks per shard group under hybrid sharding (train.shard_groups > 1), else 0
 
 
-def init_groups(setup: GroupSpec, timeout_s: float):
-    """Join the world; returns (trainer group or None, publish group or None). Collective over the world.
-    ``timeout_s`` (``runtime.collective_timeout_s``) bounds the rendezvous and every collective of each group
-    (``new_group`` would otherwise take torch's 30 min default, not the world's): under gloo a collective that
-    waits longer raises; under NCCL its watchdog aborts the process."""
+class ProcessGroups(NamedTuple):
+    """The groups a worker takes part in (None: the default world, or not a member).
+
+    trainer: every trainer rank (the unsharded commit's all-reduce); publish: rank 0 and the generators
+    (broadcast publish); shard: the worker's shard group (FSDP's mesh; the trainer group without hybrid
+    sharding); replica: the ranks holding the same shard in every shard group (hybrid sharding's commit
+    all-reduce), None without hybrid sharding."""
+
+    trainer: object = None
+    publish: object = None
+    shard: object = None
+    replica: object = None
+
+
+def hybrid_layout(trainer_ranks: Sequence[int], shard_size: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(shard groups, replica groups) of ``trainer_ranks`` in k = N / shard_size consecutive shard groups:
+    group i = ranks[i g : (i + 1) g]; replica j = the j-th rank of every group (they hold the same shards)."""
+    ranks, g = list(trainer_ranks), shard_size
+    if g < 1 or len(ranks) % g:
+        raise ValueError(f"{len(ranks)} trainer ranks do not split into shard groups of {g}")
+    shards = [ranks[i:i + g] for i in range(0, len(ranks), g)]
+    return shards, [[grp[j] for grp in shards] for j in range(g)]
+
+
+def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
+    """Join the world and create every group (collective over the world: every process creates every group,
+    in the same order). ``timeout_s`` (``runtime.collective_timeout_s``) bounds the rendezvous and every
+    collective of each group (``new_group`` would otherwise take torch's 30 min default, not the world's):
+    under gloo a collective that waits longer raises; under NCCL its watchdog aborts the process."""
     import datetime
 
     import torch.distributed as dist
@@ -77,10 +103,19 @@ def init_groups(setup: GroupSpec, timeout_s: float):
     dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
                             rank=setup.rank, timeout=timeout)
     trainer_group = publish_group = None
-    if setup.publish_ranks:  # every process must create every group, in the same order
+    if setup.publish_ranks:
         trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
         publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
-    return trainer_group, publish_group
+    shard_group, replica_group = trainer_group, None
+    if setup.shard_size and setup.shard_size < len(setup.trainer_ranks):
+        shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size)
+        for ranks in shards:
+            pg = dist.new_group(ranks, timeout=timeout)
+            shard_group = pg if setup.rank in ranks else shard_group
+        for ranks in replicas:
+            pg = dist.new_group(ranks, timeout=timeout)
+            replica_group = pg if setup.rank in ranks else replica_group
+    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group)
 
 
 def broadcast_send(state: dict, group) -> None:

@@ -64,7 +64,7 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
     for size in sizes:
         gens = list(range(size))
         if getattr(worker, "sharded", False):  # this rank's share of the group's fragment
-            gens = gens[worker.rank::worker._world] or gens[:1]
+            gens = gens[worker._local::worker._gsize] or gens[:1]
 
         def sample(gens=gens):
             return sample_trajectories(policy, [prompt] * len(gens), gens, step=0, run_seed=worker.cfg.seed,
@@ -109,7 +109,7 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
         if worker.sharded:
             from digenrl.train.sharding import rank_cells
 
-            cells = rank_cells(cells, worker.rank, worker._world)[0]
+            cells = rank_cells(cells, worker._local, worker._gsize)[0]
         fns[c] = lambda cells=cells: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
                                                  ref_policy=worker.ctx.ref_policy, collective=worker.sharded)
     train = _mean_times(fns, repeats)
@@ -120,6 +120,10 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
         group_pg = worker.tx.process_group
         bufs = [torch.zeros_like(p) for p in params]  # gradient-sized: what the commit all-reduces
         allreduce = _mean_time(lambda: [dist.all_reduce(b, group=group_pg) for b in bufs], repeats)
+    elif dist.is_initialized() and worker.sharded and worker.tx.replica_group is not None:  # hybrid sharding
+        replicas = worker.tx.replica_group  # the commit sums the gradient shards across the replicas
+        bufs = [torch.zeros_like(p.to_local() if hasattr(p, "to_local") else p) for p in params]
+        allreduce = _mean_time(lambda: [dist.all_reduce(b, group=replicas) for b in bufs], repeats)
 
     optimizer = _mean_time(_commit_work(worker, params), repeats)
 

@@ -114,6 +114,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._plan = plan_run(self.cfg).plan
         self._publish_group = None
         self._world = 1
+        self._gsize, self._local = 1, 0  # this rank's shard group size and rank in it (set by ``setup_dist``)
         self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
         self._copy, self._copy_version = None, None  # TAG inference copy (runtime.tag_inference_copy)
 
@@ -122,21 +123,26 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         return self.ctx.policy
 
     def setup_dist(self, spec) -> bool:
-        """Join the process group(s); then every rank starts from rank 0's weights (as DDP does)."""
+        """Join the process group(s); then every rank starts from rank 0's weights (as DDP does). Hybrid
+        sharding (``spec.shard_size``): the rank's shard group is its FSDP mesh, and its replica group (the
+        ranks of the same shard in the other groups) sums the gradient shards at the commit."""
         import torch.distributed as dist
 
-        trainer_group, self._publish_group = init_groups(spec, self.cfg.runtime.collective_timeout_s)
-        self.tx.process_group = trainer_group
+        groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
+        self._publish_group = groups.publish
+        self.tx.process_group = groups.trainer
         self._world = len(spec.trainer_ranks)
+        self._gsize = spec.shard_size or self._world  # ranks of this rank's shard group
+        self._local = self.rank % self._gsize          # its rank inside the group
         if self.cfg.train.sharding == "fsdp":  # every rank built the same weights (same seed / checkpoint)
             from digenrl.train.sharding import shard_context
 
-            shard_context(self.ctx, trainer_group)
+            shard_context(self.ctx, groups.shard, replica_group=groups.replica)
             self.tx = self.ctx.transaction
             self.sharded = True
         elif self._world > 1:
             for p in self.policy.parameters():
-                dist.broadcast(p.data, src=0, group=trainer_group)
+                dist.broadcast(p.data, src=0, group=groups.trainer)
         return True
 
     # ---- training ------------------------------------------------------------------------------------
@@ -190,7 +196,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if self.sharded:  # a collective: every rank gets this chunk and trains its share of the cells
             from digenrl.train.sharding import rank_cells
 
-            mine, weight = rank_cells(chunk.cells, self.rank, self._world)
+            mine, weight = rank_cells(chunk.cells, self._local, self._gsize)
         masks = round_masks(self.cfg, self._plan, rewards, parts, step=chunk.step, round=chunk.round)
         if masks is not None:  # best_of_n / zero_adv_refill / minibatch_split=samples: the round's samples only
             mine, weight = masked_cells(mine, weight, masks[chunk.group], collective=self.sharded)
@@ -224,7 +230,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             return self.generate_fragment(self.policy, fragment, version)
         from dataclasses import replace
 
-        mine = fragment.generations[self.rank::self._world]
+        mine = fragment.generations[self._local::self._gsize]
         if self.cfg.runtime.tag_inference_copy:
             copy = self._inference_copy(version)  # a collective once per version, then no collective
             if mine:
@@ -289,7 +295,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         final_adv = step_advantages(rewards, t, parts)
         keep = round_masks(self.cfg, self._plan, rewards, parts, step=step, round=round) or {}
         scale = loss_scale(S, [final_adv[g] for g in groups], t.filter_zero_advantage, [keep.get(g) for g in groups])
-        out = self.tx.commit(check_complete=self._world == 1 or self.sharded, grad_scale=scale.commit, final=final)
+        seen_all = self._world == 1 or (self.sharded and self._gsize == self._world)  # this rank ran every chunk
+        out = self.tx.commit(check_complete=seen_all, grad_scale=scale.commit, final=final)
         if self.ctx.ema is not None:
             self.ctx.ema.update()
         self._round = 0 if final else round + 1

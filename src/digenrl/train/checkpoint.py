@@ -144,10 +144,13 @@ def check_resume_config(saved: dict, cfg: Config) -> None:
                           + ". Resume with the run's own config (run_dir/config.yaml)")
     sharding = saved.get("train", {}).get("sharding", "none")
     ranks = saved.get("runtime", {}).get("trainers", 1)
-    if sharding != "none" and ranks != cfg.runtime.trainers:  # (sharded_checkpoint: the same mesh size only)
-        raise ConfigError(f"runtime.trainers: the checkpoint holds the shards of {ranks} trainer ranks "
-                          f"(train.sharding={sharding}) and loads only onto as many; resume with "
-                          f"runtime.trainers={ranks}")
+    groups = saved.get("train", {}).get("shard_groups", 1)
+    now = cfg.runtime.trainers // cfg.train.shard_groups
+    if sharding != "none" and ranks // groups != now:  # (sharded_checkpoint: the same mesh size only)
+        raise ConfigError(f"runtime.trainers: the checkpoint holds the shards of a shard group of {ranks // groups} "
+                          f"trainer ranks (train.sharding={sharding}, runtime.trainers={ranks}, "
+                          f"train.shard_groups={groups}) and loads only onto groups of as many; resume with "
+                          f"runtime.trainers={ranks} and train.shard_groups={groups}")
 
 
 # ---- packing ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The memory plan: bytes per trainer rank of a config, before anything is loaded (pure Python, no torch).
 
-Per rank (``N`` = ranks the state is sharded over: 1 without sharding, ``runtime.trainers`` under FSDP)::
+Per rank (``N`` = ranks the state is sharded over: 1 without sharding, ``runtime.trainers / train.shard_groups`` under FSDP)::
 
     weights   = (trainable * b_master + frozen * b_model) / N        b_master = 4 under mixed precision,
     grads     = trainable * b_master / N                                 else the load dtype (LoRA: always 4)
@@ -299,7 +299,7 @@ def inputs_from_config(cfg) -> PlanInputs | None:
         frames=int(o.get("frames", 1)) if f.video else 1, text_tokens=int(txt) if txt is not None else None,
         lora_rank=m.lora.rank if m.lora.enabled else None, model_dtype=m.dtype,
         mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
-        sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=cfg.runtime.trainers, beta_kl=t.beta_kl, ema=t.ema_decay is not None,
+        sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=shard_ranks(cfg), beta_kl=t.beta_kl, ema=t.ema_decay is not None,
         forwards_per_cell=cfg_forwards, text_encoders=text_loaded,
     )  # fmt: skip
 
@@ -308,8 +308,12 @@ def chunk_cells(cfg) -> int:
     """Cells per rank of the chunk the config asks for: ``chunk_generations * chunk_timesteps``, split over the
     ranks under FSDP (a sharded pool trains each chunk together, ``train.sharding.rank_cells``)."""
     cells = cfg.train.chunk_generations * cfg.train.chunk_timesteps
-    ranks = cfg.runtime.trainers if cfg.train.sharding == "fsdp" else 1
-    return -(-cells // ranks)
+    return -(-cells // shard_ranks(cfg))
+
+
+def shard_ranks(cfg) -> int:
+    """Ranks the trainable state is sharded over: runtime.trainers / train.shard_groups under FSDP, else 1."""
+    return cfg.runtime.trainers // cfg.train.shard_groups if cfg.train.sharding == "fsdp" else 1
 
 
 def auto_chunk_shape(max_cells: int, generations: int, trained: int) -> tuple[int, int]:
@@ -411,13 +415,13 @@ def resolve_chunk_cells(cfg, trained: int):
     fits = plan_memory(p).max_cells(t.memory_gb * GiB)
     if fits < 1:
         check_config(cfg)  # raises with the numbers and the keys
-    if t.sharding == "fsdp":  # one shard group: every rank trains ceil(c / N) cells of each chunk, serially
+    if t.sharding == "fsdp":  # k shard groups of N ranks: every rank trains ceil(c / N) cells of a chunk, serially
         from ..schedule.layout import choose_chunk_shape, rank_share
 
-        ranks = cfg.runtime.trainers
+        ranks = shard_ranks(cfg)
         # fewest per-rank cell rounds per group (the planner's rule with per-rank cells as the price), then
         # the larger chunk; a tiny per-chunk term prefers fewer forwards at equal rounds
-        cg, ct = choose_chunk_shape(t.generations, trained, 1, lambda c: rank_share(c, ranks) + 1e-6,
+        cg, ct = choose_chunk_shape(t.generations, trained, t.shard_groups, lambda c: rank_share(c, ranks) + 1e-6,
                                     fits * ranks)
     else:
         cg, ct = auto_chunk_shape(fits, t.generations, trained)

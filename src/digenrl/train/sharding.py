@@ -83,8 +83,10 @@ def shard_policy(policy, mesh, precision=None, cpu_offload: bool = False) -> Non
             m.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
 
 
-def shard_context(ctx, group=None) -> None:
-    """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version)."""
+def shard_context(ctx, group=None, replica_group=None) -> None:
+    """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version).
+    ``replica_group`` (hybrid sharding): the ranks holding the same shards in the other shard groups, over
+    which the commit sums the gradient shards (``GradientTransaction._all_reduce``)."""
     from digenrl.train.context import make_optimizer
     from digenrl.train.ema import make_ema
     from digenrl.train.transaction import GradientTransaction
@@ -102,6 +104,7 @@ def shard_context(ctx, group=None) -> None:
     ctx.transaction = GradientTransaction(ctx.policy.parameters(), ctx.optimizer, max_grad_norm=old.max_grad_norm,
                                           version=old.version, process_group=group, precision=old.precision)
     ctx.transaction.sharded = True
+    ctx.transaction.replica_group = replica_group
     if ctx.ema is not None:
         ctx.ema = make_ema(ctx.policy, cfg.train)  # every key of the EMA (decay, every, warmup, updates)
 

@@ -2,7 +2,8 @@
 
 Between ``begin(step, expected_cells)`` and ``commit()`` gradients only accumulate (each trained cell is
 ``record``-ed, and a cell trained twice is refused: invariant I2). ``commit`` refuses an incomplete minibatch,
-sums the gradients over the trainer ranks (one all-reduce per parameter, the only gradient sync), multiplies
+sums the gradients over the trainer ranks (one all-reduce per parameter, the only gradient sync; under hybrid
+sharding, one of the gradient shards across the shard groups), multiplies
 them by ``grad_scale`` (a deferred loss scale, e.g. B / kept trajectories when zero-advantage samples are
 filtered), clips, takes one optimizer step and clears the gradients. A step trained as M minibatches
 (docs/architecture.md, "Minibatches") opens and commits M transactions; only the last one (``final=True``, the default) bumps the policy
@@ -52,6 +53,7 @@ class GradientTransaction:
         self.process_group = process_group
         self.precision = precision  # train.precision.Precision: fp16 unscale / skip / scale update at commit
         self.sharded = False  # FSDP (train.sharding): every chunk's backward already reduce-scattered the grads
+        self.replica_group = None  # hybrid sharding: the ranks holding the same shards in the other shard groups
         self.step: int | None = None
         self._expected: set[Hashable] | None = None
         self._done: set[Hashable] = set()
@@ -126,11 +128,23 @@ class GradientTransaction:
         self._done = set()
 
     def _all_reduce(self) -> None:
+        """Sum the gradients over the trainer ranks: unsharded, one all-reduce per parameter over
+        ``process_group``; FSDP, nothing left (the backward reduce-scattered them within the shard group), except
+        under hybrid sharding, where each rank all-reduces its gradient shards over ``replica_group`` (the same
+        shard of every shard group): sum over groups of the per-group sums = the sum over all ranks' cells."""
         import torch.distributed as dist
 
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(self.process_group) == 1:
+        if not (dist.is_available() and dist.is_initialized()):
             return
         if self.sharded:
+            if self.replica_group is not None and dist.get_world_size(self.replica_group) > 1:
+                for p in self.params:
+                    if p.grad is None:  # this group trained no cell of the round: it adds zeros
+                        p.grad = torch.zeros_like(p)
+                    local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                    dist.all_reduce(local, op=dist.ReduceOp.SUM, group=self.replica_group)
+            return
+        if dist.get_world_size(self.process_group) == 1:
             return
         for p in self.params:
             if p.grad is None:
