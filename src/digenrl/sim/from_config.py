@@ -125,7 +125,8 @@ def config_training(cfg) -> Training:
     lora = cfg.model.lora
     return Training(lora_rank=lora.rank if lora.enabled else 0, sharded=cfg.train.sharding == "fsdp",
                     publish=cfg.runtime.publish, recompute=cfg.train.activation_checkpointing,
-                    tag_copy=cfg.runtime.tag_inference_copy)
+                    tag_copy=cfg.runtime.tag_inference_copy,
+                    shard_groups=cfg.train.shard_groups if cfg.train.sharding == "fsdp" else 1)
 
 
 def config_algorithm(cfg, trained: int) -> Algorithm:
@@ -134,7 +135,7 @@ def config_algorithm(cfg, trained: int) -> Algorithm:
     if t.algorithm == "mixgrpo":
         return Algorithm("mixgrpo", window=trained, flash_ratio=cfg.sampler.post_compress_ratio)
     if t.algorithm == "nft":
-        return Algorithm("nft", nft_timesteps=trained)
+        return Algorithm("nft", nft_timesteps=trained, nft_old=t.nft_old_policy)
     return Algorithm(t.algorithm)
 
 

@@ -5,13 +5,15 @@ Choices, each made from the cost model alone (never from simulated speedups of o
 * fragment size f (a divisor of G): pipelined modes take the smallest f whose per-generation time is within
   10 % of the best batch (fine fragments make groups complete early); barrier modes (``naive``,
   ``colocated``) minimise ceil(B / f / workers) * Generate(f) (only the end of the rollout matters);
-* TSP chunk shape (cg x cs cells, at most ``max_chunk`` for memory: N x the per-rank cells on a sharded pool,
-  which is one shard group, the scheduler's single trainer): minimise
+* TSP chunk shape (cg x cs cells, at most ``max_chunk`` for memory: g x the per-rank cells on a sharded pool
+  of k shard groups of g ranks, each a scheduler trainer): minimise
   n_chunks * Train(cg * cs) / N_t + Train(cg * cs) (pool throughput plus the last chunk's tail);
 * generator/trainer split (when not given; on a heterogeneous testbed also which GPU kind hosts which pool):
   the 5 options with the best analytic bound max(rollout work / N_g, training work / N_t) are simulated
   for a few steps; the fastest is kept. Colocation on a heterogeneous testbed runs on one homogeneous part,
   or on all GPUs in lock-step at the pace and memory of the weaker kind; the fastest is kept;
+* shard groups (sharded pool under TSP, roofline costs; ``group_options``): k = 1 (one group of all ranks)
+  or hybrid sharding, k <= 6 groups of at least 2 ranks, each simulated;
 * publish path (roofline costs, disaggregated modes; ``publish_paths``): the object store (rank 0 stages the
   state in host memory, each generator fetches it) or a broadcast the generators join
   (``StepPlan.publish_joins``). Outside TCSS the cheaper one by the cost model; in ``full`` both are simulated.
@@ -82,6 +84,7 @@ class ModeRun:
     note: str = ""
     tag_copy: bool = False   # TAG on the shard group builds a bf16 inference copy (Training.tag_copy)
     publish: str = ""        # the publish path (Training.publish; "" in colocated mode)
+    shard_groups: int = 1    # hybrid sharding: shard groups of the sharded trainer pool (Training.shard_groups)
 
     @property
     def n_gen(self) -> int:
@@ -153,12 +156,14 @@ def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost,
     w = setup.workload
     colocated = mode is Mode.COLOCATED
     gens, ranks = worker_ids(mode, n_gen, n_train)
-    # a sharded trainer pool is one shard group (the runtime's): the scheduler's single trainer of N ranks
+    # a sharded trainer pool is k shard groups (the runtime's; k = training.shard_groups, 1 without hybrid
+    # sharding): k scheduler trainers of N / k ranks each
     grouped = w.training.sharded and not colocated
-    trainers, _ = shard_groups(ranks, grouped)
+    k = w.training.shard_groups if grouped else 1
+    trainers, _ = shard_groups(ranks, grouped, k)
     probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.denoise_steps, 1, 1,
                      gens, trainers, mode, setup.steps, setup.max_stale_fraction,
-                     shard_ranks=len(ranks) if grouped else 1,
+                     shard_ranks=len(ranks) // k if grouped else 1,
                      publish_joins=not colocated and w.training.publish == "broadcast")
     dur = Durations(probe, cost)
     max_frag, max_cells = _limits(cost, w)
@@ -179,11 +184,14 @@ def analytic_bound(plan: StepPlan, cost) -> float:
     return max(gen / len(plan.generators), train / len(plan.trainers)) + d.commit() + d.publish()
 
 
-def with_training(setup: Scenario, tag_copy: bool | None = None, publish: str | None = None) -> Scenario:
-    """``setup`` whose training builds (or not) a TAG inference copy on a shard group (``tag_copy``) and publishes
-    through ``publish`` (``object_store`` or ``broadcast``); None keeps the scenario's own setting."""
+def with_training(setup: Scenario, tag_copy: bool | None = None, publish: str | None = None,
+                  shard_groups: int | None = None) -> Scenario:
+    """``setup`` whose training builds (or not) a TAG inference copy on a shard group (``tag_copy``), publishes
+    through ``publish`` (``object_store`` or ``broadcast``) and shards over ``shard_groups`` groups (hybrid
+    sharding); None keeps the scenario's own setting."""
     t = setup.workload.training
-    changes = {k: v for k, v in (("tag_copy", tag_copy), ("publish", publish)) if v is not None and getattr(t, k) != v}
+    changes = {k: v for k, v in (("tag_copy", tag_copy), ("publish", publish), ("shard_groups", shard_groups))
+               if v is not None and getattr(t, k) != v}
     if not changes:
         return setup
     return replace(setup, workload=replace(setup.workload, training=replace(t, **changes)))
@@ -191,18 +199,19 @@ def with_training(setup: Scenario, tag_copy: bool | None = None, publish: str | 
 
 @dataclass(frozen=True)
 class Choice:
-    """What the split search settled on: the split, the fragment size, whether TAG builds an inference copy and
-    the publish path (None: the scenario's own setting)."""
+    """What the split search settled on: the split, the fragment size, whether TAG builds an inference copy,
+    the publish path and the shard groups (None: the scenario's own setting)."""
 
     split: Split
     fragment_size: int | None = None
     tag_copy: bool | None = None
     publish: str | None = None
+    shard_groups: int | None = None
 
 
 def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None = None,
-           tag_copy: bool | None = None, publish: str | None = None):
-    setup = with_training(setup, tag_copy, publish)
+           tag_copy: bool | None = None, publish: str | None = None, shard_groups: int | None = None):
+    setup = with_training(setup, tag_copy, publish, shard_groups)
     cost = make_cost(setup, split, mode is Mode.COLOCATED)
     return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
 
@@ -210,7 +219,8 @@ def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None 
 PUBLISH_PATHS = ("object_store", "broadcast")
 
 
-def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | None) -> list[str | None]:
+def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | None,
+                  shard_groups: int | None = None) -> list[str | None]:
     """The publish paths worth simulating for one split (roofline costs, disaggregated modes): outside TCSS the
     generators are idle at every final commit (each of the step's fragments is in before it, and no fragment of
     the next step exists before the publish), so a broadcast they join never waits and the cheaper path is the
@@ -223,33 +233,50 @@ def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | No
     priced = []
     for path in PUBLISH_PATHS:
         try:
-            cost = make_cost(with_training(setup, tag_copy, path), split)
+            cost = make_cost(with_training(setup, tag_copy, path, shard_groups), split)
         except InfeasibleError:
             continue
         priced.append((cost.time(Op.PUBLISH.value, 1, TRAINER), path))
     return [min(priced)[1]] if priced else [None]
 
 
+MAX_SHARD_GROUPS = 6  # hybrid sharding: the planner tries k <= 6 shard groups (benchmarks/hybrid_whatif.py: k = 2-6)
+
+
+def group_options(setup: Scenario, mode: Mode, split: Split) -> list[int | None]:
+    """The shard-group counts k worth trying for one split: a sharded pool under TSP (roofline costs) tries
+    every k <= ``MAX_SHARD_GROUPS`` that divides the trainer ranks into groups of at least 2 (hybrid sharding:
+    k scheduler trainers that train chunks side by side, against one group whose every chunk is a collective
+    of all ranks); otherwise the scenario's own setting."""
+    w = setup.workload
+    if mode is Mode.COLOCATED or not mode.tsp or not w.training.sharded or setup.profile is not None:
+        return [None]
+    n = split.n_train
+    return [k for k in range(1, MAX_SHARD_GROUPS + 1) if n % k == 0 and n // k >= 2] or [None]
+
+
 def candidates(setup: Scenario, mode: Mode, options: list[Split]) -> list[Choice]:
-    """Every feasible (split, fragment size, inference copy) of ``options``. A pipelined mode tries every
-    fragment size that fits (fine fragments make groups complete early, coarse ones batch the generators
-    better: which wins depends on the split); a barrier mode keeps the cost-model rule (only the end of its
-    rollout matters). A TAG mode on a shard group (roofline costs) tries TAG with and without an inference copy
-    (``Training.tag_copy``) where the copy fits."""
+    """Every feasible (split, shard groups, inference copy, publish path, fragment size) of ``options``. A
+    pipelined mode tries every fragment size that fits (fine fragments make groups complete early, coarse ones
+    batch the generators better: which wins depends on the split); a barrier mode keeps the cost-model rule
+    (only the end of its rollout matters). A TAG mode on a shard group (roofline costs) tries TAG with and
+    without an inference copy (``Training.tag_copy``) where the copy fits; a sharded pool under TSP tries the
+    shard-group counts of ``group_options``."""
     copies: list[bool | None] = [None]
     w = setup.workload
     if mode.tag and w.training.sharded and setup.profile is None:
         copies = [False, True]
     out = []
     for split in options:
-        for copy in copies:
-            for path in publish_paths(setup, mode, split, copy):
-                try:
-                    cost, plan = _build(setup, mode, split, None, copy, path)
-                except InfeasibleError:
-                    continue
-                sizes = fragment_sizes(w, _limits(cost, w)[0]) if mode.pipelined else [None]
-                out.extend(Choice(split, f, copy, path) for f in sizes)
+        for k in group_options(setup, mode, split):
+            for copy in copies:
+                for path in publish_paths(setup, mode, split, copy, k):
+                    try:
+                        cost, plan = _build(setup, mode, split, None, copy, path, k)
+                    except InfeasibleError:
+                        continue
+                    sizes = fragment_sizes(w, _limits(cost, w)[0]) if mode.pipelined else [None]
+                    out.extend(Choice(split, f, copy, path, k) for f in sizes)
     return out
 
 
@@ -267,7 +294,7 @@ def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConf
     short = replace(setup, steps=min(setup.steps, probe_steps))
     best = None
     for i, c in enumerate(cands):
-        cost, plan = _build(short, mode, c.split, c.fragment_size, c.tag_copy, c.publish)
+        cost, plan = _build(short, mode, c.split, c.fragment_size, c.tag_copy, c.publish, c.shard_groups)
         t = simulate(plan, cost, bts=bts, record=False).step_time
         if best is None or t < best[0] - 1e-9 * abs(best[0]):
             best = (t, c)
@@ -291,15 +318,18 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     try:
         choice = Choice(options[0]) if len(options) == 1 else choose_split(setup, mode, options, bts)
         split = choice.split
-        cost, plan = _build(setup, mode, split, choice.fragment_size, choice.tag_copy, choice.publish)
+        cost, plan = _build(setup, mode, split, choice.fragment_size, choice.tag_copy, choice.publish,
+                            choice.shard_groups)
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
     res = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
     copy = bool(choice.tag_copy if choice.tag_copy is not None else setup.workload.training.tag_copy)
     publish = choice.publish or setup.workload.training.publish
+    groups = choice.shard_groups or setup.workload.training.shard_groups
     return ModeRun(mode, split, plan, res, note=split.label(het), tag_copy=copy and mode.tag,
-                   publish=publish if mode.disaggregated else "")
+                   publish=publish if mode.disaggregated else "",
+                   shard_groups=groups if plan.shard_ranks > 1 or len(plan.trainers) < split.n_train else 1)
 
 
 __all__ = ["Choice", "ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]

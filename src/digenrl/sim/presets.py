@@ -175,19 +175,24 @@ class Training:
     ``broadcast`` (pipelined link-rate broadcast). ``recompute``: activation checkpointing (one extra forward
     per cell, only the layer inputs are kept). ``tag_copy``: TAG on a shard group first all-gathers a bf16
     inference copy (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without
-    per-forward gathers (only where the copy fits beside the training state)."""
+    per-forward gathers (only where the copy fits beside the training state). ``shard_groups`` k (sharded only):
+    hybrid sharding, the pool as k shard groups of N / k ranks, data-parallel replicas of each other, each one
+    trainer of the scheduler (``train.shard_groups``); the commit all-reduces the gradient shards across them."""
 
     lora_rank: int = 0
     sharded: bool = True
     publish: str = "object_store"
     recompute: bool = True
     tag_copy: bool = False
+    shard_groups: int = 1
 
     def __post_init__(self) -> None:
         if self.lora_rank < 0:
             raise PresetError(f"training.lora_rank: must be >= 0 (got {self.lora_rank})")
         if self.publish not in ("object_store", "broadcast"):
             raise PresetError(f"training.publish: {self.publish!r} is not object_store or broadcast")
+        if self.shard_groups < 1 or (self.shard_groups > 1 and not self.sharded):
+            raise PresetError(f"training.shard_groups: {self.shard_groups} needs >= 1 and, above 1, sharded training")
 
 
 FULL_SHARDED = Training()

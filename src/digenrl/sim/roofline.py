@@ -22,6 +22,10 @@ ranks with the action's cells or generations split over them (``ceil(c / N)`` pe
 backward all-gather the parameters (2 x 2P (N-1)/N bytes) and its backward reduce-scatters the fp32
 gradients (4 x trainable x (N-1)/N bytes), overlapped with compute; the commit then only steps the shards.
 TAG on the group: every generation forward gathers the shards (no inference copy is built: switch 0).
+Hybrid sharding (``training.shard_groups`` = k): k such groups of g = N / k ranks, each a scheduler trainer
+(parameters, master weights and Adam moments sharded over g; gathers priced at the testbed's link rate as for
+one group, so intra-node NVLink is not credited); the commit adds the ring all-reduce of the fp32 gradient
+shards across the k replicas, 2 (k - 1) / k x 4 x trainable / g bytes.
 
 * commit: gradient sync (shard group: none left, a norm all-reduce; replicated: ring all-reduce of
   2 (N-1)/N x gradient bytes; colocated FSDP baseline: reduce-scatter of 2P (N-1)/N bytes) + Adam over the
@@ -91,9 +95,12 @@ class RooflineCost:
         self.fwd_flops = arch.forward_flops(self.latent_tokens, n_txt)
         self.fwd_linear = arch.linear_flops(self.latent_tokens, n_txt)
         self.net = testbed.net_bytes_s
-        n = max(1, n_train)
         self.sharded = self.training.sharded
-        self.grouped = self.sharded and not colocated  # the runtime's shard group: one scheduler trainer
+        self.grouped = self.sharded and not colocated  # the runtime's shard group(s): one scheduler trainer each
+        self.groups = self.training.shard_groups if self.grouped else 1  # hybrid sharding: k replica groups
+        if max(1, n_train) % self.groups:
+            raise InfeasibleError(f"{n_train} trainer ranks do not split into {self.groups} shard groups")
+        n = self.group_ranks = max(1, n_train) // self.groups  # the ranks one shard group shards over
         self.gather_s = 2.0 * self.params * (n - 1) / n / self.net if self.sharded else 0.0
         self.scatter_s = 4.0 * self.trainable * (n - 1) / n / self.net if self.grouped else 0.0
         layers, hidden, fps = m.layers, m.hidden, m.forwards_per_step
@@ -127,11 +134,11 @@ class RooflineCost:
     @property
     def max_chunk(self) -> int:
         """Largest chunk of the scheduler's trainer: a shard group trains N x ``max_cells`` together."""
-        return self.max_cells * (max(1, self.n_train) if self.grouped else 1)
+        return self.max_cells * (self.group_ranks if self.grouped else 1)
 
     def _share(self, n: int, pool: str) -> int:
         """Items of an action of ``n`` one rank handles: ceil(n / N) on a shard group, else n."""
-        return math.ceil(n / max(1, self.n_train)) if self.grouped and pool == TRAINER else n
+        return math.ceil(n / self.group_ranks) if self.grouped and pool == TRAINER else n
 
     @property
     def inference_copy_fits(self) -> bool:
@@ -208,27 +215,35 @@ class RooflineCost:
     def train_flops_per_cell(self) -> float:
         per = 2.0 * self.fwd_flops + (0.0 if self.lora else self.fwd_linear)
         per += self.fwd_flops if self.training.recompute else 0.0
+        per += self.fwd_flops * self.workload.algorithm.old_forwards()  # DiffusionNFT's soft old policy: v_old
         return per * self.train_fps
 
     def _train_chunk(self, c: int, pool: str) -> float:
         c = self._share(c, TRAINER)
         fwd = c * self.train_fps
         comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
-        return max(comp, 2.0 * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
+        alg = self.workload.algorithm  # (+ DiffusionNFT's soft old policy: its forward's gather, the exchanges)
+        return (max(comp, (2.0 + alg.old_forwards()) * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
+                + alg.chunk_copy_bytes() * self._local_trainable() / (self.gpu[TRAINER].hbm_gbs * GB))
 
     def grad_bytes(self) -> float:
         return (4.0 if self.lora else 2.0) * self.trainable
 
     def _allreduce(self, _: int, pool: str) -> float:
-        if self.grouped:  # reduce-scattered inside every chunk's backward; the clip norm's all-reduce is left
-            return 1e-3
+        if self.grouped:  # reduce-scattered inside every chunk's backward; the clip norm's all-reduce is left,
+            k = self.groups  # and with k shard groups the ring all-reduce of the fp32 gradient shards across them
+            return 2.0 * (k - 1) / k * 4.0 * self.trainable / self.group_ranks / self.net + 1e-3
         n = max(1, self.n_train)
         factor = 1.0 if self.sharded and not self.lora else 2.0   # reduce-scatter vs ring all-reduce
         return factor * self.grad_bytes() * (n - 1) / n / self.net + 1e-3
 
+    def _local_trainable(self) -> float:
+        """Trainable parameters of one trainer rank (its shard of them under FSDP without LoRA)."""
+        return self.trainable / self.group_ranks if self.sharded and not self.lora else self.trainable
+
     def _optimizer(self, _: int, pool: str) -> float:
-        local = self.trainable / max(1, self.n_train) if self.sharded and not self.lora else self.trainable
-        return 28.0 * local / (self.gpu[TRAINER].hbm_gbs * GB) + 1e-3
+        per = 28.0 + self.workload.algorithm.commit_copy_bytes()  # Adam (+ DiffusionNFT's soft old update)
+        return per * self._local_trainable() / (self.gpu[TRAINER].hbm_gbs * GB) + 1e-3
 
     def publish_bytes(self) -> float:
         return 2.0 * self.trainable
@@ -252,7 +267,7 @@ class RooflineCost:
         """Key derived numbers (for docs and sanity checks)."""
         w = self.workload
         gen_pool = TRAINER if self.colocated else GENERATOR
-        ranks = max(1, self.n_train) if self.grouped else 1
+        ranks = self.group_ranks if self.grouped else 1
         out = {
             "seq_tokens": self.seq,
             "fwd_tflop": self.fwd_flops / 1e12,
