@@ -76,7 +76,7 @@ ROWS: list[tuple[str, str, str, str, object, str]] = [
     ("sample.train_batch_size x GPUs", "1 x GPUs", BASE, "train.micro_batch", None, "samples of one micro-batch; only the unit of `train.ema_update` and `train.zero_adv_refill` (the forwards are cut by `train.chunk_*`)"),
     ("ema.step(params, global_step) per micro-batch", "per micro-batch", "scripts/train_sd3.py", "train.ema_update", "per_micro_batch", "k = P G / (M micro_batch) updates per optimizer step with the same n and weights; `per_commit`: once (arguably Flow-GRPO's bug)"),
     ("zero-advantage samples re-added at random", "always", "scripts/train_sd3.py", "train.zero_adv_refill", True, "until the kept count divides `num_batches_per_epoch` (= P G / micro_batch); seeded by (seed, step); runtime.mode colocated / naive"),
-    ("torch.randperm of the samples per inner epoch", "always", "scripts/train_sd3.py", "train.minibatch_split", "samples", "`groups`: whole prompt groups by index; `samples` (seeded by (seed, step, inner epoch)) runs in the single-process loop only"),
+    ("torch.randperm of the samples per inner epoch", "always", "scripts/train_sd3.py", "train.minibatch_split", "samples", "`groups`: whole prompt groups by index; `samples` (seeded by (seed, step, inner epoch)) runs in the barrier modes (naive, colocated)"),
     ("per_prompt_stat_tracking", "True", BASE, "train.adv_baseline", "group", "True = group, False = batch"),
     ("reward_fn", "{} (recipes: {\"pickscore\": 1.0})", BASE, "reward", None, "the same `{name: weight}` table; see the reward names below"),
 ]

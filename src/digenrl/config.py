@@ -138,7 +138,7 @@ class TrainConfig(_Strict):
     zero_adv_refill: bool = False  # Flow-GRPO: re-add random zero-advantage samples (seeded by run seed, step) until
     # the step's kept count is a multiple of P G / micro_batch; they train with A = 0 (KL only) and count (not pipelined)
     minibatch_split: Literal["groups", "samples"] = "groups"  # samples: Flow-GRPO's random permutation of the kept
-    # samples per inner epoch, cut into M parts (every group in every minibatch: single-process loop only)
+    # samples per inner epoch, cut into M parts (every group in every minibatch: runtime.mode naive / colocated only)
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
     cfg_detach_uncond: bool = False  # no gradient through the unconditional CFG branch in training
     # --- scale: memory plan, precision, recomputation, sharding ---
