@@ -119,6 +119,9 @@ class TrainConfig(_Strict):
     inner_epochs: int = Field(1, ge=1)  # passes over the step's minibatches (Flow-GRPO num_inner_epochs)
     algorithm: Literal["flow_grpo", "grpo_guard", "mixgrpo", "nft"] = "flow_grpo"  # loss + sampler contract (README, "Algorithms")
     nft_timesteps: int | None = Field(None, ge=1)  # nft: training timesteps K per sample; None: int(0.99 T) (DiffusionNFT)
+    nft_old_policy: Literal["soft", "current"] = "soft"  # nft: old = soft-updated copy (DiffusionNFT's default) | live weights (train/nft_old.py)
+    nft_old_decay: tuple[int, float, float] = (0, 0.001, 0.5)  # nft soft: (flat, rate, cap), d_n = min(rate (n - flat), cap) (decay_type 1)
+    nft_beta: float = Field(1.0, gt=0.0)  # nft: the implicit policies' mix beta (DiffusionNFT config.beta; cancels under current)
     timestep_strategy: Literal["fraction", "uniform", "window"] = "fraction"
     timestep_fraction: float = Field(0.5, gt=0.0, le=1.0)
     window_size: int = Field(2, ge=1)
@@ -295,6 +298,9 @@ class Config(_Strict):
             self._check_nft()
         if t.algorithm != "nft" and t.nft_timesteps is not None:
             raise ValueError("train.nft_timesteps: DiffusionNFT's training timesteps need train.algorithm=nft")
+        for key in ("nft_old_policy", "nft_old_decay", "nft_beta"):  # a value other than the default (a worker's
+            if t.algorithm != "nft" and getattr(t, key) != type(t).model_fields[key].default:  # config sets all)
+                raise ValueError(f"train.{key}: DiffusionNFT's old policy needs train.algorithm=nft")
         if t.algorithm != "mixgrpo" and (self.sampler.post_solver != "euler" or self.sampler.post_compress_ratio < 1.0):
             key = "sampler.post_solver" if self.sampler.post_solver != "euler" else "sampler.post_compress_ratio"
             raise ValueError(f"{key}: the ODE after the SDE window (MixGRPO-Flash) needs train.algorithm=mixgrpo")
@@ -320,6 +326,12 @@ class Config(_Strict):
         if t.nft_timesteps is not None and t.nft_timesteps > s.num_steps:
             raise ValueError(f"train.nft_timesteps: {t.nft_timesteps} exceeds sampler.num_steps {s.num_steps} (each "
                              "sample's training timesteps are distinct points of its sampling schedule)")
+        flat, rate, cap = t.nft_old_decay
+        if flat < 0 or rate < 0 or not 0.0 <= cap < 1.0:
+            raise ValueError(f"train.nft_old_decay: {list(t.nft_old_decay)} needs flat >= 0, rate >= 0 and 0 <= cap < 1 "
+                             "(d_n = min(rate (n - flat), cap), train/nft_old.py)")
+        if t.nft_old_policy == "current" and t.nft_old_decay != type(t).model_fields["nft_old_decay"].default:
+            raise ValueError("train.nft_old_decay: the soft update's schedule needs train.nft_old_policy=soft")
         unused = {"train.clip_range": "no ratio to clip", "train.clip_range_low": "no ratio to clip",
                   "train.clip_range_high": "no ratio to clip", "train.kl_form": "its KL is a velocity MSE",
                   "train.timestep_strategy": "it draws its own timesteps (train.nft_timesteps)",

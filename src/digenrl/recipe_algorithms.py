@@ -49,6 +49,11 @@ def sd35_medium_nft() -> Recipe:
         _v("task.prompts_file", "dataset/pickscore/train.txt", 'dataset = "dataset/pickscore" (train.txt)', g),
         _v("train.algorithm", "nft", "positive_prediction / implicit_negative_prediction, ori_policy_loss", s),
         _v("train.nft_timesteps", 9, "num_train_timesteps = int(num_steps 10 * train.timestep_fraction 0.99)", s),
+        _v("train.nft_old_policy", "soft", 'decay_type = 1: sampling and old_prediction with the "old" adapter, '
+           "after each epoch old <- d old + (1 - d) theta", f"{g}, {s}"),
+        _v("train.nft_old_decay", (0, 0.001, 0.5), "return_decay(global_step, 1): flat 0, uprate 0.001, uphold 0.5",
+           s),
+        _v("train.nft_beta", 1.0, "beta = 1.0 (_get_config; 0.1 in sd3_ocr / sd3_multi_reward)", g),
         _v("train.prompts_per_step", 48, "num_groups = 48", g),
         _v("train.generations", 24, "sample.num_image_per_prompt = 24", g),
         _v("train.lr", 3e-4, "train.learning_rate = 3e-4", b),
@@ -78,12 +83,6 @@ def sd35_medium_nft() -> Recipe:
         _v("eval.num_prompts", 2048, "eval_fn over the whole test split (dataset/pickscore/test.txt: 2048 prompts)",
            s),
     ]), quirks=(
-        "Old policy: the reference samples with an 'old' LoRA adapter and after each epoch sets old <- d old + "
-        "(1 - d) theta with d = return_decay(global_step, decay_type 1) = min(0.001 step, 0.5); here old is the "
-        "policy each optimizer step starts from (its decay_type 0), so v_old is the training forward's own "
-        "detached velocity (README, \"Algorithms\"). No key selects the soft update.",
-        "beta = 1.0 (_get_config; 0.1 in sd3_ocr / sd3_multi_reward): the implicit-policy mix is fixed at 1.0 in "
-        "algo.nft, where it cancels from the gradient.",
         "Timesteps and noise: the reference draws each sample's training timesteps (a permutation of the sampling "
         "schedule) and the forward noise from its global torch RNG per inner epoch; here both are seeded by the "
         "trajectory (the same in every inner epoch), so the same seed does not draw the reference's cells.",

@@ -21,6 +21,10 @@ FLASH = [*MIX, "sampler.num_steps=8", "sampler.static_shift=3", "sampler.post_so
 MINIBATCHES = ["train.minibatches_per_step=2", "train.inner_epochs=2"]
 # DiffusionNFT: ODE samples, K = int(0.99 x 4) = 3 training slots per sample, each with its own drawn t and noise
 NFT = ["train.algorithm=nft"]
+# its old policy (train.nft_old_policy=soft, the default): a fast schedule so that old_k is far from theta_k; the
+# generators sample with old_k (the publish, TAG and the broadcast swap it in) and v_old is its forward
+SOFT = [*NFT, "train.nft_old_decay=[0, 0.25, 0.5]"]
+RTOL_FSDP = 1e-4  # the sharded pool's reduce-scatter sums in another order (test_invariance_step_wide: 1e-4)
 
 CASES = {
     "colocated-grpo_guard": ["runtime.trainers=1", *GUARD],
@@ -42,6 +46,11 @@ CASES = {
     "gap_tsp-mixgrpo": MIX,
     "naive-nft": NFT,
     "gap-nft": NFT,
+    # the soft old policy with weight: replicated and sharded (FSDP, 2 ranks), broadcast publish, and current
+    "colocated-nft-soft": ["runtime.trainers=1", *SOFT],
+    "gap_tsp-nft-soft-fsdp": [*SOFT, "runtime.trainers=2", "train.sharding=fsdp"],
+    "gap_tsp_tag-nft-soft-broadcast": [*SOFT, "runtime.publish=broadcast"],
+    "gap_tsp-nft-current": [*NFT, "train.nft_old_policy=current"],
 }
 
 
@@ -76,12 +85,17 @@ def test_algorithm_mode_matches_reference(case, ray_local, tiny_model, tmp_path)
     assert summary["version"] == cfg.steps
     got = load_file(str(tmp_path / "run" / "checkpoint.safetensors"))
     err = _rel_err(got, ref)
-    assert err <= (RTOL_MINIBATCHES if "minibatches" in case else RTOL), f"{case}: {err:.2e} from the reference"
+    rtol = RTOL_FSDP if "fsdp" in case else RTOL_MINIBATCHES if "minibatches" in case else RTOL
+    assert err <= rtol, f"{case}: {err:.2e} from the reference"
     assert _rel_err(load_file(str(tiny_model)), ref) > 100 * RTOL  # the weights really moved
     # ... and the algorithm computes something else than plain Flow-GRPO with the same settings
     plain = _reference(tiny_model, tmp_path / "plain",
                        [o for o in math if not o.startswith(("train.algorithm", "train.nft_", "sampler.post_"))])
     assert _rel_err(plain, ref) > 100 * RTOL
+    if "soft" in case:  # ... and the soft old policy something else than old = the live weights
+        current = _reference(tiny_model, tmp_path / "current",
+                             [o for o in math if not o.startswith("train.nft_old")] + ["train.nft_old_policy=current"])
+        assert _rel_err(current, ref) > 100 * RTOL
 
 
 @pytest.mark.parametrize("algorithm", ["grpo_guard", "mixgrpo", "nft"])

@@ -52,7 +52,7 @@ def _cost(model, algo, n_gen=8, n_train=24):
 
 def test_nft_trains_cfg_free_and_moves_only_x0():
     # Qwen-Image samples with true CFG (2 forwards per step): DiffusionNFT's cell is one forward + backward
-    flow, nft = _cost("qwen-image", Algorithm()), _cost("qwen-image", Algorithm("nft"))
+    flow, nft = _cost("qwen-image", Algorithm()), _cost("qwen-image", Algorithm("nft", nft_old="current"))
     assert flow.model.forwards_per_step == 2
     assert nft.train_flops_per_cell() == pytest.approx(flow.train_flops_per_cell() / 2)
     assert nft.act_cell == pytest.approx(flow.act_cell / 2)
@@ -78,3 +78,28 @@ def test_config_path_prices_the_configs_algorithm(tmp_path):
     plan = runs["gap_tsp"].plan
     assert plan.trained_timesteps == 4
     assert plan.sampling_steps == round(Algorithm("mixgrpo", window=4, flash_ratio=0.4).denoise_steps(25)) < 25
+
+
+@pytest.mark.parametrize("model,training", [("qwen-image", {}), ("flux", {}), ("flux", {"sharded": False, "lora_rank": 32})])
+def test_nft_soft_old_policy_adds_a_forward_per_cell_and_the_copys_updates(model, training):
+    """train.nft_old_policy=soft over current: + F per cell (the no-grad v_old forward), + one all-gather per
+    chunk under FSDP, + 48 bytes per rank trainable parameter per chunk (two in-place exchanges, 3 copies each,
+    read + write, fp32) and + 20 per commit (the soft update) at HBM bandwidth."""
+    def cost(old):
+        w = presets.WORKLOADS[model]
+        w = replace(w, algorithm=Algorithm("nft", nft_old=old))
+        w = replace(w, training=replace(w.training, **training))
+        return RooflineCost(presets.model_preset(model), w, presets.testbed_preset("B"), 8, 24)
+
+    soft, cur = cost("soft"), cost("current")
+    sharded = soft.sharded
+    assert soft.train_flops_per_cell() - cur.train_flops_per_cell() == pytest.approx(soft.fwd_flops)
+    hbm = soft.gpu["trainer"].hbm_gbs * 1e9
+    n = max(1, soft.n_train) if sharded else 1
+    local = soft.trainable / n if sharded and not soft.lora else soft.trainable
+    assert soft._optimizer(1, "trainer") - cur._optimizer(1, "trainer") == pytest.approx(20 * local / hbm)
+    c = 4
+    comp = soft._compute(c * soft.train_flops_per_cell(), c * soft.train_fps * soft.seq, "trainer")
+    want = max(comp, 3 * soft.gather_s + soft.scatter_s) + 3 * soft.eff.overhead_s + 48 * local / hbm
+    assert soft._train_chunk(c * n, "trainer") == pytest.approx(want)
+    assert soft._train_chunk(c * n, "trainer") > cur._train_chunk(c * n, "trainer")

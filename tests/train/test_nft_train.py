@@ -103,9 +103,9 @@ def test_nft_sampler_records_the_clean_sample_only(tiny_policy):
 
 
 # ---- the cell loss ---------------------------------------------------------------------------------------
-def _reference_grad(policy, group, cells, scale, beta_kl=0.0, ref=None):
-    """The reference's loss per cell (scripts/train_nft_sd3.py; beta = 1, c = 5, old = the current weights),
-    the draws written out from the trajectory seed as algo.nft documents them."""
+def _reference_grad(policy, group, cells, scale, beta_kl=0.0, ref=None, old_model=None, beta=1.0):
+    """The reference's loss per cell (scripts/train_nft_sd3.py; c = 5; old = ``old_model``'s prediction, or the
+    current weights' when None), the draws written out from the trajectory seed as algo.nft documents them."""
     from digenrl.algo.timesteps import stable_seed
 
     policy.zero_grad()
@@ -119,13 +119,15 @@ def _reference_grad(policy, group, cells, scale, beta_kl=0.0, ref=None):
         xt = (1 - t) * x0 + t * eps[None]
         cond = policy.encode_prompts([group.prompts[g]])
         v = policy(xt, t.reshape(1), cond)
-        old = v.detach()
+        with torch.no_grad():
+            old = v.detach() if old_model is None else old_model(xt, t.reshape(1), cond)
         a = float(group.advantages[g])
         r = min(max(a / 5.0 / 2.0 + 0.5, 0.0), 1.0)
-        x0p, x0n = xt - t * v, xt - t * (2 * old - v)
+        x0p = xt - t * (beta * v + (1 - beta) * old)
+        x0n = xt - t * ((1 + beta) * old - beta * v)
         wp = (x0p - x0).abs().mean().detach().clamp_min(1e-5)
         wn = (x0n - x0).abs().mean().detach().clamp_min(1e-5)
-        loss = 5.0 * (r * ((x0p - x0) ** 2 / wp).mean() + (1 - r) * ((x0n - x0) ** 2 / wn).mean())
+        loss = 5.0 * (r * ((x0p - x0) ** 2 / wp).mean() + (1 - r) * ((x0n - x0) ** 2 / wn).mean()) / beta
         if beta_kl:
             with torch.no_grad():
                 v_ref = ref(xt, t.reshape(1), cond)
@@ -135,26 +137,38 @@ def _reference_grad(policy, group, cells, scale, beta_kl=0.0, ref=None):
     return [p.grad.clone() for p in policy.parameters()], float(total.detach())
 
 
-@pytest.mark.parametrize("beta_kl", [0.0, 0.5])
-def test_nft_cells_give_the_reference_gradient(tiny_policy, beta_kl):
+@pytest.mark.parametrize("beta_kl,old,beta", [(0.0, "current", 1.0), (0.5, "current", 1.0), (0.5, "soft", 1.0),
+                                              (0.0, "soft", 0.1)])
+def test_nft_cells_give_the_reference_gradient(tiny_policy, beta_kl, old, beta):
+    """``soft``: the old copy is the weights at build time (before the move below), the reference's ``old``
+    adapter: its prediction comes from a separate copy of the policy holding them (not from the swap)."""
+    import copy
+
     from digenrl.train.chunk_loss import train_cells
 
-    cfg, ctx = _ctx(tiny_policy, *NFT, f"train.beta_kl={beta_kl}", "train.filter_zero_advantage=false")
+    cfg, ctx = _ctx(tiny_policy, *NFT, f"train.beta_kl={beta_kl}", "train.filter_zero_advantage=false",
+                    f"train.nft_old_policy={old}", f"train.nft_beta={beta}")
     group = _group(ctx, cfg)
-    if beta_kl:  # move the weights off the reference so the KL term acts
+    old_model = copy.deepcopy(ctx.policy).requires_grad_(False) if old == "soft" else None
+    if beta_kl or old == "soft":  # move the weights off the reference (and the old copy) so those terms act
         with torch.no_grad():
             for p in ctx.policy.parameters():
                 p.add_(1e-2 * torch.randn_like(p))
+    before = [p.detach().clone() for p in ctx.policy.parameters()]
     cells = [(g, j) for g in range(4) for j in range(3)]
     ctx.policy.zero_grad()
     stats = train_cells(ctx.policy, group, cells, settings=ctx.loss, loss_scale=0.125, ref_policy=ctx.ref_policy)
     got = [p.grad.clone() for p in ctx.policy.parameters()]
-    want, loss = _reference_grad(ctx.policy, group, cells, 0.125, beta_kl, ctx.ref_policy)
+    assert all(torch.equal(a, p) for a, p in zip(before, ctx.policy.parameters()))  # the swap left theta as it was
+    want, loss = _reference_grad(ctx.policy, group, cells, 0.125, beta_kl, ctx.ref_policy, old_model, beta)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-8)
     assert stats.trained == 12 and stats.loss == pytest.approx(loss, rel=1e-5)
-    assert (stats.kl > 0) == (beta_kl > 0) and stats.approx_kl == 0.0
+    assert (stats.kl > 0) == (beta_kl > 0) and (stats.approx_kl > 0) == (old == "soft")
     assert any(float(a.abs().max()) > 0 for a in got)
+    if old == "soft":  # the test can fail: with old = current the gradient is another one
+        cur, _ = _reference_grad(ctx.policy, group, cells, 0.125, beta_kl, ctx.ref_policy, None, beta)
+        assert max(float((a - b).abs().max()) for a, b in zip(cur, want)) > 1e-3 * max(float(b.abs().max()) for b in want)
 
 
 def test_nft_chunking_does_not_change_the_gradient(tiny_policy):
@@ -176,14 +190,16 @@ def test_nft_chunking_does_not_change_the_gradient(tiny_policy):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
 
 
-def test_nft_reference_loop_trains_k_cells_per_sample(tiny_policy):
+@pytest.mark.parametrize("old", ["current", "soft"])
+def test_nft_reference_loop_trains_k_cells_per_sample(tiny_policy, old):
     from digenrl.train.loop import colocated_step
 
-    cfg, ctx = _ctx(tiny_policy, *NFT, "train.filter_zero_advantage=false")
+    cfg, ctx = _ctx(tiny_policy, *NFT, "train.filter_zero_advantage=false", f"train.nft_old_policy={old}")
     for k in range(2):
         row = colocated_step(ctx, k)
         assert row["cells"] == 2 * 4 * 3 and row["grad_norm"] > 0 and math.isfinite(row["loss"])
-        assert row["approx_kl"] == 0.0 and row["clipfrac"] == 0.0
+        assert row["clipfrac"] == 0.0  # old_deviate: 0 while old = theta (current; soft before its first move)
+        assert (row["approx_kl"] > 0) == (old == "soft" and k > 0), row["approx_kl"]
 
 
 # ---- step-wide statistics in a pipelined trainer: the deferred heads train NFT's A l + m exactly ----------

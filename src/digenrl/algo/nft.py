@@ -20,10 +20,11 @@ Per cell (sample i with clean sample x0 and advantage A, training slot j)::
 ``_get_config``; 0.1 in its ``sd3_ocr`` and ``sd3_multi_reward`` recipes); the KL to the reference is a velocity
 MSE with the reference's ``config.train.beta`` (1e-4 for SD3) as weight (here ``train.beta_kl``).
 
-Why it trains: with v_old = v (the old policy is the one the step started from, see below) every x0_hat is
-x0_hat(v), w+ = w- = w, and dL/dv = c (2r - 1) dE/dv = A dE/dv with E = mean((x0_hat(v) - x0)^2) / w (beta
-and c cancel): advantage-weighted flow matching on fresh noise, with the per-sample weight 1 / w that
-normalises the loss by the sample's own error.
+Why ``beta`` matters only with a separate old policy: with v_old = v (``train.nft_old_policy=current``) every
+x0_hat is x0_hat(v), w+ = w- = w, and dL/dv = c (2r - 1) dE/dv = A dE/dv with E = mean((x0_hat(v) - x0)^2) / w
+(beta and c cancel): advantage-weighted flow matching on fresh noise, with the per-sample weight 1 / w that
+normalises the loss by the sample's own error. With the reference's soft old policy (``soft``, the default)
+v_old != v once old has moved, and beta sets how far the implicit policies reach from it.
 
 The draw of a slot (every mode and partition computes the same cells: invariant I1). The reference draws, per
 sample and inner epoch, a random permutation of the T sampling timesteps (``pipeline.scheduler.timesteps``, the
@@ -36,14 +37,14 @@ trajectory's seed (itself ``stable_seed(run seed, step, prompt uid, generation)`
 
 The same draw in every inner epoch (the reference redraws per inner epoch; its recipes run one).
 
-The old policy. The reference samples with an "old" adapter and, after every epoch, updates it softly:
-``old <- d old + (1 - d) theta`` with ``d = return_decay(global_step, config.decay_type)`` (type 0: d = 0;
-type 1, the default: min(0.001 step, 0.5); type 2: 0 for 75 steps, then min(0.0075 (step - 75), 0.999)). Here
-old is the policy an optimizer step starts from, which is also the policy the generators sample with (on
-policy): the reference's decay type 0. Then v_old is v detached, taken from the same forward (no second one).
-With ``train.minibatches_per_step`` or ``inner_epochs`` > 1 old is the weights at the start of each optimizer
-step (the reference keeps them for the epoch: not built here), and with TCSS staleness a stale sample is data
-from an older sampler while old is still the trainer's current weights: NFT needs nothing of the sampling
+The old policy (``train.nft_old_policy``, ``train.nft_old``). The reference samples with an "old" adapter
+and, after every epoch, updates it softly: ``old <- d old + (1 - d) theta`` with ``d = return_decay(global_step,
+config.decay_type)`` (type 0: d = 0; type 1, the default: min(0.001 step, 0.5); type 2: 0 for 75 steps, then
+min(0.0075 (step - 75), 0.999)). ``soft`` (the default) builds that: a copy of the trainable parameters that the
+generators sample with and that gives v_old by a second, no-grad forward (the schedule is
+``train.nft_old_decay``). ``current``: old is the live weights, v_old is v detached from the same forward (no
+second forward; the reference's type 0 when a step has one optimizer step). With TCSS staleness a stale sample
+is data from an older sampler while old and theta are still the trainer's: NFT needs nothing of the sampling
 policy (no log-prob, no behaviour mean), only the clean sample, so stale samples are simply off-policy data.
 
 Source: NVlabs/DiffusionNFT, ``scripts/train_nft_sd3.py`` (``main``: the advantages of ``PerPromptStatTracker``,

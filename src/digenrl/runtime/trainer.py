@@ -52,6 +52,7 @@ import re
 import time
 
 from digenrl.control.run_plan import plan_run
+from digenrl.train.nft_old import after_commit, sampling_weights
 
 from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, state_copy
@@ -227,7 +228,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             raise RuntimeError(f"{self.name}: asked to generate {fragment} with version {version} but its weights "
                                f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
         if not self.sharded:
-            return self.generate_fragment(self.policy, fragment, version)
+            with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
+                return self.generate_fragment(self.policy, fragment, version)
         from dataclasses import replace
 
         mine = fragment.generations[self._local::self._gsize]
@@ -236,8 +238,9 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             if mine:
                 return self.generate_fragment(copy, replace(fragment, generations=mine), version)
             return None, self._empty_info(fragment)
-        batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
-                                             version)
+        with sampling_weights(self.policy):
+            batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
+                                                 version)
         if not mine:  # joined the collective forwards only
             return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
         return batch, info
@@ -249,7 +252,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             from digenrl.models.registry import build_policy
             from digenrl.train.sharding import full_trainable_state
 
-            state = full_trainable_state(self.policy)  # every rank of the group calls it (a collective)
+            with sampling_weights(self.policy):
+                state = full_trainable_state(self.policy)  # every rank of the group calls it (a collective)
             if self._copy is None:
                 self._copy = build_policy(self.cfg.model)
             self._copy.load_trainable_state_dict(state)
@@ -299,6 +303,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         out = self.tx.commit(check_complete=seen_all, grad_scale=scale.commit, final=final)
         if self.ctx.ema is not None:
             self.ctx.ema.update()
+        after_commit(self.policy, final)  # DiffusionNFT's old copy moves after the step's last commit
         self._round = 0 if final else round + 1
         if final:
             for key in [k for k in self._groups if k[0] <= step]:
@@ -335,7 +340,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         t0 = time.time()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
-        state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
+        with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
+            state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
         if self.sharded and self.rank != 0:
             state = None
         return state, TimedResult(self.name, "publish", t0, time.time(), version)
@@ -345,9 +351,10 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         t0 = time.time()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
-        state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
-        if self.rank == 0:
-            broadcast_send(state, self._publish_group)
+        with sampling_weights(self.policy):  # (unsharded: views of the parameters, sent inside the block)
+            state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
+            if self.rank == 0:
+                broadcast_send(state, self._publish_group)
         return TimedResult(self.name, "publish", t0, time.time(), version)
 
     @collective_action

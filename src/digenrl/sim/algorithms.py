@@ -19,8 +19,15 @@ nft             T (ODE)               K (default int(0.99 T))      1 (CFG-free) 
 those), so a sample takes L + n_post denoising steps; the window's start moves over one cycle of positions 0 .. T - 2, clamped to T - 2 - w, during training
 (``algo.timesteps``, ``mixgrpo``, stride 1 as in MixGRPO's FLUX recipe), and the cost model takes the mean over
 that cycle. DiffusionNFT trains each sample at K freshly noised timesteps of its clean
-result with one CFG-free forward per cell (``algo.nft``: the old policy's velocity comes from the same forward
-on-policy), and needs neither the trajectory's latents nor its log-probs.
+result with one CFG-free forward per cell, and needs neither the trajectory's latents nor its log-probs. Its
+old policy (``train.nft_old_policy``, ``train.nft_old``): ``current`` takes v_old from that same forward;
+``soft`` (the default, DiffusionNFT's) keeps a copy of the trainable parameters and adds, per trained cell, a
+no-grad forward with the copy swapped in (its FLOPs, and under FSDP its all-gather), per chunk the two in-place
+exchanges of the copy (3 tensor copies each: 2 x 3 x (read + write) x 4 bytes = 48 bytes per trainable parameter
+of the rank, at HBM bandwidth), and per commit the soft update ``old <- d old + (1 - d) theta`` (read and write
+old, read theta, write old again: 5 x 4 = 20 bytes per parameter; priced on every commit, exact with one
+optimizer step per step). The copy's memory (4 bytes per trainable parameter) is not in the memory plan; the
+publishes and TAG generations that swap it in are not priced either (two exchanges each).
 """
 
 from __future__ import annotations
@@ -42,12 +49,14 @@ class Algorithm:
 
     ``window``: MixGRPO's SDE window w (its FLUX recipe: 4). ``flash_ratio``: MixGRPO-Flash's
     ``post_compress_ratio`` (1.0: no Flash). ``nft_timesteps``: DiffusionNFT's K (None: int(0.99 T)).
+    ``nft_old``: DiffusionNFT's old policy, ``soft`` (its default) or ``current`` (module docstring).
     """
 
     name: str = "flow_grpo"
     window: int = 4
     flash_ratio: float = 1.0
     nft_timesteps: int | None = None
+    nft_old: str = "soft"
 
     def __post_init__(self) -> None:
         if self.name not in ALGORITHMS:
@@ -60,6 +69,8 @@ class Algorithm:
             raise AlgorithmError("--flash-ratio: MixGRPO-Flash's compressed ODE needs --algorithm mixgrpo")
         if self.nft_timesteps is not None and (self.nft_timesteps < 1 or self.name != "nft"):
             raise AlgorithmError(f"--nft-timesteps: needs --algorithm nft and a value >= 1 (got {self.nft_timesteps})")
+        if self.nft_old not in ("soft", "current"):
+            raise AlgorithmError(f"--nft-old-policy: {self.nft_old!r} is not one of soft, current")
 
     def trained(self, T: int, fraction: float) -> int:
         """S, the trained cells per sample."""
@@ -89,6 +100,22 @@ class Algorithm:
     def train_forwards(self, model_fps: int) -> int:
         """Transformer forwards of one trained cell: DiffusionNFT trains CFG-free."""
         return 1 if self.name == "nft" else model_fps
+
+    @property
+    def soft_old(self) -> bool:
+        return self.name == "nft" and self.nft_old == "soft"
+
+    def old_forwards(self) -> int:
+        """No-grad forwards per trained cell besides the training one: the soft old policy's v_old."""
+        return 1 if self.soft_old else 0
+
+    def chunk_copy_bytes(self) -> float:
+        """Bytes moved per trainable parameter of a rank per training chunk: the old copy's two exchanges."""
+        return 48.0 if self.soft_old else 0.0
+
+    def commit_copy_bytes(self) -> float:
+        """Bytes moved per trainable parameter of a rank per commit: the old copy's soft update."""
+        return 20.0 if self.soft_old else 0.0
 
     def moved_latents(self, S: int) -> tuple[int, int]:
         """(latents, per-cell scalars) of one trajectory that go to the trainers."""

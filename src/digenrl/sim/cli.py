@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="mixgrpo: MixGRPO-Flash's post_compress_ratio (recipe 0.4; default 1.0: no Flash)")
     ap.add_argument("--nft-timesteps", type=int, default=None,
                     help="nft: training timesteps K per sample (default int(0.99 T))")
+    ap.add_argument("--nft-old-policy", default="soft",
+                    help="nft: old policy soft (a swapped-in copy: one more forward per cell; default) | current")
     ap.add_argument("--modes", nargs="+", default=list(MODES), help=f"subset of: {' '.join(MODES)}")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps simulated (default 20)")
     ap.add_argument("--max-stale-fraction", type=float, default=0.5, help="TCSS cap for 'full' (default 0.5)")
@@ -114,7 +116,10 @@ def _setup(args) -> Scenario:
             raise CliError(f"--timestep-fraction: must lie in (0, 1] (got {args.timestep_fraction})")
         changes["timestep_fraction"] = args.timestep_fraction
     try:
-        changes["algorithm"] = Algorithm(args.algorithm, args.window, args.flash_ratio, args.nft_timesteps)
+        if args.nft_old_policy != "soft" and args.algorithm != "nft":
+            raise AlgorithmError("--nft-old-policy: DiffusionNFT's old policy needs --algorithm nft")
+        changes["algorithm"] = Algorithm(args.algorithm, args.window, args.flash_ratio, args.nft_timesteps,
+                                         args.nft_old_policy)
         replace(w, **changes).trained_timesteps
     except AlgorithmError as e:
         raise CliError(str(e)) from None
@@ -227,7 +232,8 @@ def _main_config(args) -> int:
     try:
         if args.model:
             raise CliError("--config: give either --config or --model/--testbed, not both")
-        if (args.algorithm, args.window, args.flash_ratio, args.nft_timesteps) != ("flow_grpo", 4, 1.0, None):
+        if (args.algorithm, args.window, args.flash_ratio, args.nft_timesteps, args.nft_old_policy) != (
+                "flow_grpo", 4, 1.0, None, "soft"):
             raise CliError("--algorithm: with --config the algorithm is the config's (--set train.algorithm=...)")
         # the TAG flags override the config's runtime.tag_policy / runtime.bts (the runtime's own keys)
         args.sets = list(args.sets) + ([f"runtime.tag_policy={args.tag_policy}"] if args.tag_policy != "bts" else [])

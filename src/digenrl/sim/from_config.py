@@ -135,7 +135,7 @@ def config_algorithm(cfg, trained: int) -> Algorithm:
     if t.algorithm == "mixgrpo":
         return Algorithm("mixgrpo", window=trained, flash_ratio=cfg.sampler.post_compress_ratio)
     if t.algorithm == "nft":
-        return Algorithm("nft", nft_timesteps=trained)
+        return Algorithm("nft", nft_timesteps=trained, nft_old=t.nft_old_policy)
     return Algorithm(t.algorithm)
 
 

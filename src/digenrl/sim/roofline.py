@@ -215,13 +215,16 @@ class RooflineCost:
     def train_flops_per_cell(self) -> float:
         per = 2.0 * self.fwd_flops + (0.0 if self.lora else self.fwd_linear)
         per += self.fwd_flops if self.training.recompute else 0.0
+        per += self.fwd_flops * self.workload.algorithm.old_forwards()  # DiffusionNFT's soft old policy: v_old
         return per * self.train_fps
 
     def _train_chunk(self, c: int, pool: str) -> float:
         c = self._share(c, TRAINER)
         fwd = c * self.train_fps
         comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
-        return max(comp, 2.0 * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
+        alg = self.workload.algorithm  # (+ DiffusionNFT's soft old policy: its forward's gather, the exchanges)
+        return (max(comp, (2.0 + alg.old_forwards()) * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
+                + alg.chunk_copy_bytes() * self._local_trainable() / (self.gpu[TRAINER].hbm_gbs * GB))
 
     def grad_bytes(self) -> float:
         return (4.0 if self.lora else 2.0) * self.trainable
@@ -234,9 +237,13 @@ class RooflineCost:
         factor = 1.0 if self.sharded and not self.lora else 2.0   # reduce-scatter vs ring all-reduce
         return factor * self.grad_bytes() * (n - 1) / n / self.net + 1e-3
 
+    def _local_trainable(self) -> float:
+        """Trainable parameters of one trainer rank (its shard of them under FSDP without LoRA)."""
+        return self.trainable / self.group_ranks if self.sharded and not self.lora else self.trainable
+
     def _optimizer(self, _: int, pool: str) -> float:
-        local = self.trainable / self.group_ranks if self.sharded and not self.lora else self.trainable
-        return 28.0 * local / (self.gpu[TRAINER].hbm_gbs * GB) + 1e-3
+        per = 28.0 + self.workload.algorithm.commit_copy_bytes()  # Adam (+ DiffusionNFT's soft old update)
+        return per * self._local_trainable() / (self.gpu[TRAINER].hbm_gbs * GB) + 1e-3
 
     def publish_bytes(self) -> float:
         return 2.0 * self.trainable

@@ -6,6 +6,7 @@ so the state after commit k is exactly:
 * the trainable weights (LoRA adapters only under LoRA; the frozen base comes from ``model.path``),
 * the optimizer state (AdamW moments and step counts, param groups),
 * the EMA shadow (``train.ema_decay``), the step / policy-version counters,
+* DiffusionNFT's old copy and its optimizer-step count (``train.nft_old_policy=soft``, ``train.nft_old``),
 * torch's global RNG state (CPU and CUDA; nothing in the step math draws from it today, but dropout would),
 * run counters (wall time, samples, eval rewards) so the summary of a resumed run covers the whole run,
 * the config, and the hash of its math-relevant part (``math_config``).
@@ -20,7 +21,7 @@ shards with ``torch.distributed.checkpoint``, ``train.sharded_checkpoint``) and 
 
 Layout: ``run_dir/checkpoints/step_<k:08d>.safetensors`` (one file per checkpoint, written atomically by
 ``digenrl.safe_files``; the newest ``runtime.keep_checkpoints`` are kept). Tensors are named ``model/<param>``,
-``ema/<param>``, ``optim/<i>/<key>`` (i = index of the parameter in the optimizer) and ``rng/...``; the rest is
+``ema/<param>``, ``nft_old/<param>``, ``optim/<i>/<key>`` (i = index of the parameter in the optimizer) and ``rng/...``; the rest is
 JSON in the ``digenrl_train_state`` metadata entry. ``run_dir/checkpoint.safetensors`` stays the final trained
 (EMA) weights that ``eval`` / ``sample`` load.
 
@@ -87,6 +88,8 @@ class TrainState:
     ema_updates: int = 0  # optimizer steps the EMA has seen (its warm-up and update interval depend on it)
     sharded: str | None = None  # sharded run: the ``torch.distributed.checkpoint`` directory holding the tensors
     shards: dict[str, list] | None = None  # sharded run: {file in that directory: [size, sha256 hex]}
+    nft_old: dict[str, torch.Tensor] | None = None  # DiffusionNFT's old copy (train.nft_old_policy=soft)
+    nft_old_commits: int = 0  # optimizer steps it has seen (its decay d_n depends on them)
 
 
 logger = logging.getLogger(__name__)
@@ -166,7 +169,31 @@ def capture(ctx, *, step: int, counters: dict[str, Any] | None = None) -> TrainS
         step=step, version=ctx.transaction.version, model=dict(ctx.policy.trainable_state_dict()),
         optimizer=ctx.optimizer.state_dict(), ema=dict(ctx.ema.shadow) if ctx.ema is not None else None,
         rng=rng, config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
-        ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0)
+        ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0,
+        **_old_state(ctx.policy))
+
+
+def _old_state(policy) -> dict[str, Any]:
+    """``nft_old`` / ``nft_old_commits`` of the policy's DiffusionNFT old copy (none: {})."""
+    from digenrl.train.nft_old import old_of
+
+    old = old_of(policy)
+    if old is None:
+        return {}
+    shadow, commits = old.state()
+    return {"nft_old": shadow, "nft_old_commits": commits}
+
+
+def restore_old(policy, state: TrainState) -> None:
+    """Load the checkpoint's DiffusionNFT old copy (``train.nft_old_policy=soft``) into the policy's."""
+    from digenrl.train.nft_old import old_of
+
+    old = old_of(policy)
+    if old is None:
+        return
+    if state.nft_old is None:
+        raise ValueError("checkpoint has no DiffusionNFT old policy but train.nft_old_policy is soft")
+    old.load(state.nft_old, state.nft_old_commits)
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -180,6 +207,8 @@ def pack(state: TrainState) -> bytes:
     tensors = {f"model/{k}": _cpu(v) for k, v in state.model.items()}
     for k, v in (state.ema or {}).items():
         tensors[f"ema/{k}"] = _cpu(v)
+    for k, v in (state.nft_old or {}).items():
+        tensors[f"nft_old/{k}"] = _cpu(v)
     tensors.update({f"rng/{k}": _cpu(v) for k, v in state.rng.items()})
     opt_plain: dict[str, dict[str, Any]] = {}
     for idx, entry in state.optimizer["state"].items():
@@ -192,7 +221,8 @@ def pack(state: TrainState) -> bytes:
             "config_hash": config_hash(state.config), "counters": state.counters,
             "param_groups": state.optimizer["param_groups"], "optim_plain": opt_plain,
             "has_ema": state.ema is not None, "ema_updates": state.ema_updates, "model_keys": list(state.model),
-            "sharded": state.sharded, "shard_sha256": state.shards}
+            "sharded": state.sharded, "shard_sha256": state.shards, "has_nft_old": state.nft_old is not None,
+            "nft_old_commits": state.nft_old_commits}
     return _with_content_hash(save(tensors, metadata={META_KEY: json.dumps(meta, default=float)}))
 
 
@@ -228,7 +258,7 @@ def _file_digest(path: Path, offset: int) -> str:
 
 def _check_finite(tensors: dict[str, torch.Tensor], where: str) -> None:
     for name, t in tensors.items():
-        if name.startswith(("model/", "ema/", "optim/")) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if name.startswith(("model/", "ema/", "nft_old/", "optim/")) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise ValueError(f"{where!r} is corrupt: tensor {name[:80]!r} holds values that are not finite")
 
 
@@ -277,6 +307,7 @@ def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> Trai
     model = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
     ema = {k[len("ema/"):]: v for k, v in tensors.items() if k.startswith("ema/")} if meta["has_ema"] else None
     rng = {k[len("rng/"):]: v for k, v in tensors.items() if k.startswith("rng/")}
+    old = {k[len("nft_old/"):]: v for k, v in tensors.items() if k.startswith("nft_old/")}
     opt_state: dict[int, dict[str, Any]] = {}
     for k, v in tensors.items():
         if k.startswith("optim/"):
@@ -288,7 +319,8 @@ def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> Trai
     return TrainState(step=meta["step"], version=meta["version"], model={k: model[k] for k in meta["model_keys"]},
                       optimizer=optimizer, ema=ema, rng=rng, config=meta["config"], counters=meta["counters"],
                       ema_updates=int(meta.get("ema_updates", 0)), sharded=meta.get("sharded"),
-                      shards=meta.get("shard_sha256"))
+                      shards=meta.get("shard_sha256"), nft_old=old if meta.get("has_nft_old") else None,
+                      nft_old_commits=int(meta.get("nft_old_commits", 0)))
 
 
 def _like(saved: Any, live: Any) -> Any:
@@ -315,6 +347,7 @@ def restore_train_state(ctx, state: TrainState) -> None:
             for k, v in state.ema.items():
                 ctx.ema.shadow[k].copy_(v)
         ctx.ema.num_updates = state.ema_updates
+    restore_old(ctx.policy, state)
     ctx.transaction.version = state.version
     torch.set_rng_state(state.rng["torch_cpu"])
     cuda = [state.rng[k] for k in sorted(state.rng) if k.startswith("torch_cuda_")]
@@ -359,7 +392,7 @@ def verify_checkpoint(path: str | Path) -> str | None:
                 check_shards(p.parent / meta["sharded"], meta.get("shard_sha256"), str(p))
             with safe_open(str(p), framework="pt") as f:  # one tensor at a time
                 for name in f.keys():
-                    if name.startswith(("model/", "ema/", "optim/")):
+                    if name.startswith(("model/", "ema/", "nft_old/", "optim/")):
                         _check_finite({name: f.get_tensor(name)}, str(p))
             _VERIFIED[key] = None
         except (ValueError, OSError, RuntimeError) as e:  # (safetensors raises its own error type for bad bytes)

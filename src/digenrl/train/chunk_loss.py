@@ -44,6 +44,7 @@ from digenrl.algo.loss import clipped_policy_loss, reference_kl
 from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
+from digenrl.train.nft_old import old_of
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class LossSettings:
     adv_weights: tuple[float, ...] | None = None  # per-reward advantages [N, K]: L = sum_k w_k L(A_k) (DanceGRPO)
     algorithm: str = "flow_grpo"  # grpo_guard: RatioNorm + reweight (algo.guard); nft: algo.nft; else the above
     adv_clip_max: float = 5.0  # nft: c of the optimality r = clamp(A / c / 2 + 1/2, 0, 1) and of its loss
-    nft_beta: float = 1.0  # nft: DiffusionNFT's beta (config/nft.py); it cancels in the gradient while old = current
+    nft_beta: float = 1.0  # nft: DiffusionNFT's beta (config/nft.py); it cancels in the gradient when old = current
 
 
 @dataclass
@@ -239,17 +240,25 @@ def nft_cell_inputs(group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tens
 
 def _nft_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor,
                  settings: LossSettings, ref_policy: Policy | None):
-    """(v, x_t, x0, t, KL) of DiffusionNFT cells: one CFG-free forward on the freshly noised clean samples; the
-    KL to the reference a velocity MSE (0 when beta_kl = 0)."""
+    """(v, v_old, x_t, x0, t, KL) of DiffusionNFT cells: one CFG-free forward on the freshly noised clean
+    samples; v_old from a no-grad forward with the old copy swapped in (``train.nft_old_policy=soft``, first, so
+    the graph of v never sees swapped weights) or v detached (``current``); the KL to the reference a velocity
+    MSE (0 when beta_kl = 0)."""
     device = next(policy.parameters()).device
     x0, sigma, eps = nft_cell_inputs(group, rows, tpos)
     x0, sigma = x0.to(device), sigma.to(device)
     x_t, x0_dtype = nft.forward_noise(x0, eps.to(device), sigma), x0.dtype
     cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
     kw = dict(guidance=settings.guidance, integer_timesteps=settings.integer_timesteps)
+    old = old_of(policy)
+    v_old = None
+    if old is not None:
+        with torch.no_grad(), old.swapped():
+            v_old = guided_velocity(policy, x_t, sigma, cond, 1.0, **kw)
     v = guided_velocity(policy, x_t, sigma, cond, 1.0, **kw)
     f32 = torch.float32 if v.dtype in (torch.float16, torch.bfloat16) else v.dtype  # the loss in float32 (autocast)
     v, x_t, x0 = v.to(f32), x_t.to(f32), x0.to(f32)
+    v_old = v.detach() if v_old is None else v_old.to(f32)
     kl = torch.zeros(len(rows), dtype=v.dtype, device=v.device)
     if settings.beta_kl > 0:
         if ref_policy is None:
@@ -257,7 +266,7 @@ def _nft_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
         with torch.no_grad():
             v_ref = guided_velocity(ref_policy, x_t.to(x0_dtype), sigma, cond, 1.0, **kw)
         kl = nft.velocity_kl(v, v_ref.to(f32))
-    return v, x_t, x0, sigma, kl
+    return v, v_old, x_t, x0, sigma, kl
 
 
 def nft_cell_terms(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, *,
@@ -265,18 +274,18 @@ def nft_cell_terms(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, t
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(l, m, KL) of DiffusionNFT cells with L_cell = A l + m (``algo.nft.linear_parts``; m includes
     beta_kl KL): the form the deferred heads of ``train.loss_scale`` train before the advantages are known."""
-    v, x_t, x0, sigma, kl = _nft_forward(policy, group, rows, tpos, settings, ref_policy)
-    pos, neg = nft.nft_parts(v, v.detach(), x_t, x0, sigma, beta=settings.nft_beta)
+    v, v_old, x_t, x0, sigma, kl = _nft_forward(policy, group, rows, tpos, settings, ref_policy)
+    pos, neg = nft.nft_parts(v, v_old, x_t, x0, sigma, beta=settings.nft_beta)
     ell, m = nft.linear_parts(pos, neg, beta=settings.nft_beta, adv_clip_max=settings.adv_clip_max)
     return ell, m + settings.beta_kl * kl, kl
 
 
 def _train_nft(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, n_all: int,
                weight: float, settings: LossSettings, loss_scale: float, ref_policy: Policy | None) -> CellStats:
-    """``train_cells`` with DiffusionNFT's loss (``algo.nft``): v_old is the forward's detached velocity (old =
-    the weights this optimizer step started from: no second forward)."""
-    v, x_t, x0, sigma, kl = _nft_forward(policy, group, rows, tpos, settings, ref_policy)
+    """``train_cells`` with DiffusionNFT's loss (``algo.nft``): v_old from the old copy (``soft``, a second
+    no-grad forward) or the forward's detached velocity (``current``: no second forward)."""
+    v, v_old, x_t, x0, sigma, kl = _nft_forward(policy, group, rows, tpos, settings, ref_policy)
     r = nft.optimality(group.advantages[rows].to(v.device), settings.adv_clip_max)
-    loss, st = nft.nft_loss(v, v.detach(), x_t, x0, sigma, r, beta=settings.nft_beta,
+    loss, st = nft.nft_loss(v, v_old, x_t, x0, sigma, r, beta=settings.nft_beta,
                             adv_clip_max=settings.adv_clip_max)
     return _backward(loss, kl, settings, loss_scale, weight, n_all, len(rows), {"approx_kl": float(st.old_deviate)})

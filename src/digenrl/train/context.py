@@ -69,6 +69,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
         algorithm=t.algorithm,
         adv_clip_max=t.adv_clip_max,
+        nft_beta=t.nft_beta,
     )
 
 
@@ -120,7 +121,7 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
                                       precision=precision if cfg.train.mixed_precision == "fp16" else None)
     t = cfg.train
     ema = make_ema(policy, t)  # train.ema_decay / ema_every / ema_warmup / ema_update
-    return RunContext(
+    ctx = RunContext(
         cfg=cfg,
         policy=policy,
         ref_policy=make_reference(policy) if cfg.train.beta_kl > 0 else None,
@@ -132,3 +133,7 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
         sampler=sampler_settings(cfg),
         loss=loss_settings(cfg),
     )
+    from digenrl.train.nft_old import attach
+
+    attach(policy, t)  # DiffusionNFT's old policy (train.nft_old_policy=soft), after the reference's copy
+    return ctx

@@ -31,6 +31,7 @@ from digenrl.train.context import RunContext, build_context
 from digenrl.train.evaluate import evaluate
 from digenrl.train.interrupt import StopRequest
 from digenrl.train.loss_scale import loss_scale
+from digenrl.train.nft_old import after_commit, sampling_weights
 from digenrl.train.step_work import (advantage_options, assign_advantages, best_of_n, generate, kept_count, reward_stats,
                                      sample_minibatches, split_groups, train_group, zero_adv_refill)
 
@@ -43,7 +44,8 @@ def colocated_step(ctx: RunContext, step: int) -> dict[str, float]:
     plan = ctx.plan(step)
     rep = [p for p in prompts for _ in range(t.generations)]
     gens = [g for _ in prompts for g in range(t.generations)]
-    batch = generate(ctx.policy, rep, gens, step=step, run_seed=cfg.seed, version=ctx.transaction.version, settings=ctx.sampler, plan=plan, reward=ctx.reward)
+    with sampling_weights(ctx.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else the policy
+        batch = generate(ctx.policy, rep, gens, step=step, run_seed=cfg.seed, version=ctx.transaction.version, settings=ctx.sampler, plan=plan, reward=ctx.reward)
     timings["timing_s/gen"] = time.perf_counter() - t0
     adv = assign_advantages(batch, **advantage_options(t))
 
@@ -106,6 +108,7 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
                                             grad_scale=scale.commit)
             if ctx.ema is not None:
                 ctx.ema.update()
+            after_commit(ctx.policy, epoch == t.inner_epochs - 1 and m == M - 1)  # DiffusionNFT's old copy
             commit["commit_s"] = time.perf_counter() - tc
             out.append((stats, commit))
     return out

@@ -107,6 +107,9 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
     ctx.transaction.replica_group = replica_group
     if ctx.ema is not None:
         ctx.ema = make_ema(ctx.policy, cfg.train)  # every key of the EMA (decay, every, warmup, updates)
+    from digenrl.train.nft_old import attach
+
+    attach(ctx.policy, cfg.train)  # DiffusionNFT's old copy of the shards (train.nft_old_policy=soft)
 
 
 def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
@@ -199,6 +202,8 @@ def _dcp_state(ctx) -> dict:
     state = {"model": get_model_state_dict(root), "optim": get_optimizer_state_dict(root, ctx.optimizer)}
     if ctx.ema is not None:
         state["ema"] = dict(ctx.ema.shadow)
+    if getattr(ctx.policy, "nft_old", None) is not None:  # DiffusionNFT's old copy (train.nft_old)
+        state["nft_old"] = dict(ctx.policy.nft_old.shadow)
     return state
 
 
@@ -208,6 +213,8 @@ def save_sharded(ctx, path: str | Path) -> None:
 
     state = _dcp_state(ctx)
     state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
+    if "nft_old" in state:
+        state["meta"]["nft_old_commits"] = torch.tensor(ctx.policy.nft_old.commits)
     dcp.save(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
 
 
@@ -218,6 +225,8 @@ def load_sharded(ctx, path: str | Path) -> None:
 
     state = _dcp_state(ctx)
     state["meta"] = {"version": torch.tensor(0)}
+    if "nft_old" in state:
+        state["meta"]["nft_old_commits"] = torch.tensor(0)
     dcp.load(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
     root = sharded_root(ctx.policy)
     set_model_state_dict(root, state["model"])
@@ -226,6 +235,8 @@ def load_sharded(ctx, path: str | Path) -> None:
         with torch.no_grad():
             for k, v in state["ema"].items():
                 ctx.ema.shadow[k].copy_(v)
+    if "nft_old" in state:  # loaded in place into the old copy's shards
+        ctx.policy.nft_old.commits = int(state["meta"]["nft_old_commits"])
     ctx.transaction.version = int(state["meta"]["version"])
 
 
