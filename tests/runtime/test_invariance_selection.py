@@ -6,9 +6,11 @@ single-process loop does.
   sharded pool (``train.sharding=fsdp``, 2 ranks, gap, ``std_mode=global``: the rounds start before the step's
   last reward, trained provisionally), with a tied group (its selected samples have A = 0: filtered, so the
   commit divides by fewer samples than the selection);
+  and in full mode (TCSS with a stale cap of 0, TAG, 2 trainer ranks);
 * ``train.minibatch_split=samples`` (Flow-GRPO's random permutation of the samples into minibatches) in the
-  barrier modes: naive (2 trainer ranks, 2 minibatches x 2 inner epochs, beta_kl > 0) and colocated (2 workers,
-  with best-of-n too).
+  barrier modes: naive (2 trainer ranks, 2 minibatches x 2 inner epochs, beta_kl > 0), colocated (2 workers,
+  with best-of-n too) and naive on a sharded pool with best-of-n (chunks of 2 cells: a rank whose one cell is
+  masked joins the collectives with weight 0 while the other trains).
 
 Oracle: ``train.loop.colocated_step`` in one process (it selects rows; the trainers mask cells). Each case also
 checks that the option changes the result (the test can fail).
@@ -30,6 +32,11 @@ CASES = {
                            "train.filter_zero_advantage=false", "runtime.trainers=2", "runtime.mode=gap_tsp"], 1),
     "best_of_n_fsdp": (["train.best_of_n=2", "train.std_mode=global", "runtime.trainers=2",
                         "train.sharding=fsdp", "runtime.mode=gap"], 1),
+    "best_of_n_full": (["train.best_of_n=2", "runtime.mode=full", "runtime.max_stale_fraction=0",
+                        "runtime.trainers=2"], 1),  # TCSS without stale samples: I1 holds
+    "samples_fsdp_naive": (["train.minibatch_split=samples", "train.best_of_n=2", "train.minibatches_per_step=2",
+                            "train.chunk_timesteps=1", "runtime.trainers=2", "train.sharding=fsdp",
+                            "runtime.mode=naive"], 2),  # a chunk = 2 generations: often one rank's only is masked
     "samples_naive": (["train.minibatch_split=samples", "train.minibatches_per_step=2", "train.inner_epochs=2",
                        "train.beta_kl=0.05", "runtime.trainers=2", "runtime.mode=naive"], 1),
     "samples_colocated": (["train.minibatch_split=samples", "train.best_of_n=2", "train.minibatches_per_step=2",
