@@ -89,6 +89,7 @@ class SamplerConfig(_Strict):
     same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
     post_solver: Literal["euler", "dpmpp_2m"] = "euler"  # mixgrpo: ODE solver after the window (dpmpp_2m: MixGRPO-Flash)
     post_compress_ratio: float = Field(1.0, gt=0.0, le=1.0)  # mixgrpo: steps kept after the window (Flash: 0.4)
+    nft_solver: Literal["dpmpp_2m", "euler"] = "dpmpp_2m"  # nft: its ODE (DiffusionNFT sample.solver="dpm2"; eval: Euler)
 
 
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
@@ -301,6 +302,8 @@ class Config(_Strict):
         for key in ("nft_old_policy", "nft_old_decay", "nft_beta"):  # a value other than the default (a worker's
             if t.algorithm != "nft" and getattr(t, key) != type(t).model_fields[key].default:  # config sets all)
                 raise ValueError(f"train.{key}: DiffusionNFT's old policy needs train.algorithm=nft")
+        if t.algorithm != "nft" and self.sampler.nft_solver != "dpmpp_2m":
+            raise ValueError("sampler.nft_solver: DiffusionNFT's sampler needs train.algorithm=nft")
         if t.algorithm != "mixgrpo" and (self.sampler.post_solver != "euler" or self.sampler.post_compress_ratio < 1.0):
             key = "sampler.post_solver" if self.sampler.post_solver != "euler" else "sampler.post_compress_ratio"
             raise ValueError(f"{key}: the ODE after the SDE window (MixGRPO-Flash) needs train.algorithm=mixgrpo")

@@ -42,7 +42,7 @@ def sd35_medium_nft() -> Recipe:
         _v("sampler.eval_num_steps", 40, "sample.eval_num_steps = 40", g),
         _v("sampler.cfg_scale", 1.0, "sample.guidance_scale = 1.0 (set last in _get_config: CFG-free)", g),
         _v("sampler.eval_cfg_scale", 1.0, "eval_fn: guidance_scale=config.sample.guidance_scale", s),
-        _v("sampler.post_solver", "dpmpp_2m",
+        _v("sampler.nft_solver", "dpmpp_2m",
            'sample.solver = "dpm2", sample.deterministic = True (DPM-Solver++ 2M, flow_grpo/diffusers_patch/solver.py)',
            g),
         _v("sampler.same_latent", False, "pipeline_with_logprob: fresh initial noise per image", s),

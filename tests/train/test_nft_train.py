@@ -48,6 +48,12 @@ def _group(ctx, cfg, step=0):
     ([*NFT, "sampler.post_solver=dpmpp_2m"], "sampler.post_solver"),
     (["train.algorithm=nft", "train.nft_timesteps=7"], "train.nft_timesteps"),
     (["train.nft_timesteps=3"], "train.nft_timesteps"),
+    (["sampler.nft_solver=euler"], "sampler.nft_solver"),
+    (["train.nft_old_policy=current"], "train.nft_old_policy"),
+    (["train.nft_beta=0.1"], "train.nft_beta"),
+    ([*NFT, "train.nft_old_decay=[0, 0.001, 1.0]"], "train.nft_old_decay"),
+    ([*NFT, "train.nft_old_decay=[-1, 0.001, 0.5]"], "train.nft_old_decay"),
+    ([*NFT, "train.nft_old_policy=current", "train.nft_old_decay=[0, 0.01, 0.5]"], "train.nft_old_decay"),
 ])
 def test_bad_nft_configs_are_refused_naming_the_key(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -86,7 +92,8 @@ def test_nft_sampler_records_the_clean_sample_only(tiny_policy):
     from digenrl.models.base import guided_velocity
     from digenrl.rollout.noise import trajectory_noise
 
-    cfg, ctx = _ctx(tiny_policy, *NFT)
+    cfg, ctx = _ctx(tiny_policy, *NFT, "sampler.nft_solver=euler")
+    _move(ctx.policy)
     batch = _group(ctx, cfg)
     assert batch.latents.shape[:2] == (4, 0) and batch.next_latents.shape[:2] == (4, 0)
     assert batch.log_probs.shape == (4, 0) and batch.means is None
@@ -100,6 +107,52 @@ def test_nft_sampler_records_the_clean_sample_only(tiny_policy):
             v = guided_velocity(ctx.policy, x, batch.sigmas[i].expand(4), cond, 1.0)
             x = x + v * (batch.sigmas[i + 1] - batch.sigmas[i])
     torch.testing.assert_close(batch.final, x, rtol=1e-5, atol=1e-5)
+
+
+def _move(policy):
+    """Random weights everywhere (the tiny DiT's zero-initialised output layers give v = 0, which every solver
+    integrates alike)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+
+
+def test_nft_default_sampler_is_the_references_dpm2(tiny_policy):
+    """sampler.nft_solver=dpmpp_2m (the default): DiffusionNFT's sample.solver = "dpm2" (deterministic), the
+    updates of its flow_grpo/diffusers_patch/solver.py written out here with alpha = 1 - sigma, lambda =
+    log(alpha / sigma): step 0 and the last step ``ddim_update`` with eta 0, the others
+    ``multistep_dpm_solver_second_order_update`` on the data predictions x0 = x - sigma v."""
+    from digenrl.models.base import guided_velocity
+    from digenrl.rollout.noise import trajectory_noise
+
+    cfg, ctx = _ctx(tiny_policy, *NFT)
+    assert cfg.sampler.nft_solver == "dpmpp_2m"
+    _move(ctx.policy)
+    batch = _group(ctx, cfg)
+    ctx.policy.eval()
+    sig = batch.sigmas.double()
+    lam = lambda v: torch.log(1 - v) - torch.log(v)  # noqa: E731
+    with torch.no_grad():
+        x = torch.stack([trajectory_noise(int(s), tuple(ctx.policy.latent_shape), 6)[0] for s in batch.seed])
+        euler = x.clone()
+        cond = ctx.policy.encode_prompts(batch.prompts)
+        prev = None
+        for i in range(6):
+            s, t = sig[i], sig[i + 1]
+            v = guided_velocity(ctx.policy, x, batch.sigmas[i].expand(4), cond, 1.0)
+            x0 = x - batch.sigmas[i] * v
+            if i in (0, 5):  # ddim_update(eta=0): (1 - t) x0 + t (x - (1 - s) x0) / s
+                x = ((1 - t) * x0 + t * (x - (1 - s) * x0) / s).float()
+            else:
+                h, h0 = lam(t) - lam(s), lam(s) - lam(sig[i - 1])
+                d0, d1 = x0, (x0 - prev) / (h0 / h)
+                x = ((t / s) * x - (1 - t) * (torch.exp(-h) - 1) * d0 - 0.5 * (1 - t) * (torch.exp(-h) - 1) * d1).float()
+            prev = x0
+            ve = guided_velocity(ctx.policy, euler, batch.sigmas[i].expand(4), cond, 1.0)
+            euler = euler + ve * (batch.sigmas[i + 1] - batch.sigmas[i])
+    torch.testing.assert_close(batch.final, x, rtol=1e-5, atol=1e-5)
+    assert float((batch.final - euler).abs().max()) > 1e-3  # the test can fail: the Euler ODE ends elsewhere
 
 
 # ---- the cell loss ---------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ step the input latent, output latent and behaviour log-prob are kept (see ``Traj
 MixGRPO-Flash (``post_solver="dpmpp_2m"``, ``post_compress_ratio``): after the plan's last SDE step L the ODE
 takes DPM-Solver++ 2M steps on a schedule rebuilt with fewer steps (``algo.dpm``); the steps up to L are as
 above, so the trained cells do not change. A plan without SDE steps (evaluation, DiffusionNFT) keeps the Euler
-ODE. Without ``record_cells`` (DiffusionNFT trains on x_0 alone: ``algo.nft``) no transition is kept: the
+ODE, or with ``ode_solver="dpmpp_2m"`` (DiffusionNFT's ``sample.solver = "dpm2"``: ``sampler.nft_solver``) takes
+DPM-Solver++ 2M from the first step (first order at the first step, which has no history, and at the last).
+Without ``record_cells`` (DiffusionNFT trains on x_0 alone: ``algo.nft``) no transition is kept: the
 latents and log-probs are empty ([N, 0, ...]) and ``trained_steps`` lists the plan's training slots.
 
 Sampling runs with the policy in eval mode (dropout off), as Flow-GRPO samples: the behaviour log-probs are
@@ -46,6 +48,7 @@ class SamplerSettings:
     post_solver: str = "euler"  # "dpmpp_2m": the ODE steps after the last SDE step (MixGRPO-Flash, algo.dpm)
     post_compress_ratio: float = 1.0  # < 1: MixGRPO-Flash's shorter schedule after the last SDE step (algo.dpm)
     record_cells: bool = True  # False (train.algorithm=nft): no transition recorded, only x_0 (algo.nft)
+    ode_solver: str = "euler"  # "dpmpp_2m": a trajectory without SDE steps (nft) takes DPM-Solver++ 2M (algo.dpm)
 
 
 @torch.no_grad()
@@ -118,7 +121,7 @@ def static_shift_sigmas(num_steps: int, shift: float) -> torch.Tensor:
 def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in, lat_out, logps, decode, means=None):
     n, device = x.shape[0], x.device
     last_sde = max(sde_steps) if sde_steps else -1
-    dpm = settings.post_solver == "dpmpp_2m" and last_sde >= 0
+    dpm = (settings.post_solver == "dpmpp_2m" and last_sde >= 0) or (settings.ode_solver == "dpmpp_2m" and last_sde < 0)
     x0_prev = None
     steps = len(sigmas) - 1  # num_steps, or fewer after MixGRPO-Flash's compressed tail
     for i in range(steps):
@@ -126,7 +129,7 @@ def _denoise(policy, x, eps, cond, sigmas, settings, sde_steps, trained, lat_in,
         v = guided_velocity(policy, x, sig, cond, settings.cfg_scale, integer_timesteps=settings.integer_timesteps)
         if dpm and i > last_sde:  # MixGRPO-Flash: DPM-Solver++ 2M on the data prediction (first order at the end)
             x0 = x - sigmas[i].to(device) * v
-            if i == steps - 1:
+            if i == steps - 1 or x0_prev is None:  # (the first step of a DPM-only trajectory: no history)
                 x = dpmpp_first_order(x, x0, sigmas[i], sigmas[i + 1]).to(x.dtype)
             else:
                 x = dpmpp_2m(x, x0, x0_prev, sigmas[i - 1], sigmas[i], sigmas[i + 1]).to(x.dtype)

@@ -48,6 +48,7 @@ def sampler_settings(cfg: Config) -> SamplerSettings:
                            eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
                            integer_timesteps=s.integer_timesteps, record_means=cfg.train.algorithm == "grpo_guard",
                            record_cells=cfg.train.algorithm != "nft",
+                           ode_solver=s.nft_solver if cfg.train.algorithm == "nft" else "euler",
                            post_solver=s.post_solver, post_compress_ratio=s.post_compress_ratio)
 
 

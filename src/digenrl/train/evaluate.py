@@ -19,7 +19,8 @@ EVAL_SEED_OFFSET = 1_000_003  # eval noise is independent of any training step's
 @torch.no_grad()
 def evaluate(policy: Policy, prompts, reward: WeightedSum, settings: SamplerSettings, *, run_seed: int, num_steps: int | None = None) -> tuple[float, TrajectoryBatch]:
     cfg = settings.cfg_scale if settings.eval_cfg_scale is None else settings.eval_cfg_scale
-    ode = replace(settings, noise_level=0.0, num_steps=num_steps or settings.num_steps, cfg_scale=cfg, same_latent=False)
+    ode = replace(settings, noise_level=0.0, num_steps=num_steps or settings.num_steps, cfg_scale=cfg, same_latent=False,
+                  ode_solver="euler")  # (DiffusionNFT's eval_fn: solver="flow", the Euler ODE, whatever it samples with)
     was_training = policy.training
     policy.eval()
     batch = generate(
