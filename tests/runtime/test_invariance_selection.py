@@ -6,9 +6,11 @@ single-process loop does.
   sharded pool (``train.sharding=fsdp``, 2 ranks, gap, ``std_mode=global``: the rounds start before the step's
   last reward, trained provisionally), with a tied group (its selected samples have A = 0: filtered, so the
   commit divides by fewer samples than the selection);
-  and in full mode (TCSS with a stale cap of 0, TAG, 2 trainer ranks);
+  in full mode (TCSS with a stale cap of 0, TAG, 2 trainer ranks) and with Flow-GRPO's refill drawn among
+  the selected samples (naive);
 * ``train.minibatch_split=samples`` (Flow-GRPO's random permutation of the samples into minibatches) in the
-  barrier modes: naive (2 trainer ranks, 2 minibatches x 2 inner epochs, beta_kl > 0), colocated (2 workers,
+  barrier modes: naive (2 trainer ranks, 2 minibatches x 2 inner epochs, beta_kl > 0, with the refill as
+  train_sd3.py), colocated (2 workers,
   with best-of-n too) and naive on a sharded pool with best-of-n (chunks of 2 cells: a rank whose one cell is
   masked joins the collectives with weight 0 while the other trains).
 
@@ -37,8 +39,12 @@ CASES = {
     "samples_fsdp_naive": (["train.minibatch_split=samples", "train.best_of_n=2", "train.minibatches_per_step=2",
                             "train.chunk_timesteps=1", "runtime.trainers=2", "train.sharding=fsdp",
                             "runtime.mode=naive"], 2),  # a chunk = 2 generations: often one rank's only is masked
+    "best_of_n_refill_naive": (["train.best_of_n=2", "train.zero_adv_refill=true", "train.micro_batch=4",
+                                "train.beta_kl=0.05", "runtime.trainers=2", "runtime.mode=naive"], 1),
+    # kept 2 + 2 + 0 of the selected -> R = 12 / 4 = 3 needs 6: both selected samples of the tied group re-added
     "samples_naive": (["train.minibatch_split=samples", "train.minibatches_per_step=2", "train.inner_epochs=2",
-                       "train.beta_kl=0.05", "runtime.trainers=2", "runtime.mode=naive"], 1),
+                       "train.zero_adv_refill=true", "train.micro_batch=4", "train.beta_kl=0.05",
+                       "runtime.trainers=2", "runtime.mode=naive"], 1),  # train_sd3.py's refill + permutation
     "samples_colocated": (["train.minibatch_split=samples", "train.best_of_n=2", "train.minibatches_per_step=2",
                            "runtime.trainers=2", "runtime.mode=colocated"], 2),  # the option(s) to switch off
 }
