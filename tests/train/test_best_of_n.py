@@ -50,13 +50,16 @@ def test_best_of_n_step_trains_only_the_kept_generations(tiny_policy):
 
 def test_masks_drop_unselected_cells_before_the_forward():
     """The trainers' form: a rank's cells outside the mask are dropped (nothing to run), except on a sharded pool,
-    where a rank left with none joins the collectives with its first cell at weight 0."""
+    where a rank left with none joins the collectives with its first cell at weight 0 (unless the whole chunk is
+    masked: then every rank skips it)."""
     from digenrl.train.sample_masks import masked_cells
 
     mask = torch.tensor([True, False, False, True])
     assert masked_cells([(0, 0), (1, 0), (3, 1)], 1.0, mask, collective=False) == ([(0, 0), (3, 1)], 1.0)
     assert masked_cells([(1, 0), (2, 1)], 1.0, mask, collective=False) == ([], 1.0)
-    assert masked_cells([(1, 0), (2, 1)], 1.0, mask, collective=True) == ([(1, 0)], 0.0)
+    chunk = [(0, 0), (1, 0), (2, 1)]  # rank 0's share [(0, 0)], rank 1's [(1, 0), (2, 1)]
+    assert masked_cells([(1, 0), (2, 1)], 1.0, mask, collective=True, chunk=chunk) == ([(1, 0)], 0.0)
+    assert masked_cells([(1, 0), (2, 1)], 1.0, mask, collective=True, chunk=[(1, 0), (2, 1)]) == ([], 1.0)  # all skip
 
 
 def test_kept_masks_count_what_the_loop_trains():

@@ -200,7 +200,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             mine, weight = rank_cells(chunk.cells, self._local, self._gsize)
         masks = round_masks(self.cfg, self._plan, rewards, parts, step=chunk.step, round=chunk.round)
         if masks is not None:  # best_of_n / zero_adv_refill / minibatch_split=samples: the round's samples only
-            mine, weight = masked_cells(mine, weight, masks[chunk.group], collective=self.sharded)
+            mine, weight = masked_cells(mine, weight, masks[chunk.group], collective=self.sharded,
+                                        chunk=chunk.cells)
         scale = loss_scale(S).cell(weight)
         if not mine:  # none of the share's cells trains this round (unsharded: nothing to run)
             pass

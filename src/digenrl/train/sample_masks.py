@@ -114,12 +114,16 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
     return kept
 
 
-def masked_cells(cells: Sequence[tuple[int, int]], weight: float, mask: torch.Tensor, *,
-                 collective: bool) -> tuple[list, float]:
+def masked_cells(cells: Sequence[tuple[int, int]], weight: float, mask: torch.Tensor, *, collective: bool,
+                 chunk: Sequence[tuple[int, int]] = ()) -> tuple[list, float]:
     """The (generation, position) ``cells`` of a rank's share whose generation is in ``mask``, and their weight;
     none left: [] (nothing to run), or on a sharded pool (``collective``) the first cell with weight 0 so that
-    the rank still joins the chunk's all-gathers (as ``sharding.rank_cells`` does)."""
+    the rank still joins the chunk's all-gathers (as ``sharding.rank_cells`` does) — unless no cell of the
+    whole ``chunk`` is in the mask: every rank of the shard group has the same mask, so all of them skip it
+    and no collective is left waiting."""
     mine = [c for c in cells if bool(mask[c[0]])]
     if mine:
         return mine, weight
-    return (list(cells[:1]), 0.0) if collective else ([], weight)
+    if collective and any(bool(mask[g]) for g, _ in chunk):
+        return list(cells[:1]), 0.0
+    return [], weight

@@ -73,7 +73,8 @@ def advantage_options(train_cfg) -> dict:
 
 
 def best_of_n_mask(rewards: Sequence[float], parts: Mapping[str, Sequence[float]] | None, n: int, *,
-                   weights: Mapping[str, float] | None = None, unbiased: bool = False, eps: float = 1e-4) -> torch.Tensor:
+                   weights: Mapping[str, float] | None = None, unbiased: bool = False,
+                   eps: float = 1e-4) -> torch.Tensor:
     """``train.best_of_n``: the mask [G] (generation order) of the n/2 lowest- and n/2 highest-scored generations
     of one group, DanceGRPO's ``--bestofn``.
 
