@@ -49,7 +49,9 @@ def test_sweep_picks_the_fastest_of_an_exhaustive_loop(tmp_path, capsys):
 
     prof = _profile(tmp_path)
     rep = _run(capsys, ["--config", "default", "--profile", str(prof), "--out", str(tmp_path / "plan.yaml"),
-                        *_sets()])
+                        *_sets(), "--no-prune"])
+    pruned = _run(capsys, ["--config", "default", "--profile", str(prof), "--out", str(tmp_path / "plan2.yaml"),
+                           *_sets()])
     cost = load_profile(prof)
     times = {}
     for g in (1, 2):
@@ -68,6 +70,7 @@ def test_sweep_picks_the_fastest_of_an_exhaustive_loop(tmp_path, capsys):
     assert rep["best"]["step_time_s"] == pytest.approx(best, rel=1e-12)
     b = rep["best"]
     assert times[(b["generators"], b["fragment_size"], *b["chunk"])] == pytest.approx(best, rel=1e-12)
+    assert pruned["best"] == b and pruned["probes"] < rep["probes"] and pruned["pruned"] > 0  # same plan, fewer runs
 
 
 def test_written_plan_loads_and_plans_as_priced(tmp_path, capsys):
@@ -145,9 +148,10 @@ def test_unknown_testbed_exits_2(tmp_path, capsys):
 
 def test_coordinate_descent_probes_fewer_and_never_beats_the_exhaustive_best(tmp_path, capsys):
     prof = str(_profile(tmp_path))
-    full = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "a.yaml"), *_sets()])
+    full = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "a.yaml"), *_sets(),
+                         "--no-prune"])
     cd = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "b.yaml"), *_sets(),
-                       "--exhaustive", "1"])
+                       "--exhaustive", "1", "--no-prune"])
     assert cd["probes"] < full["probes"]
     assert cd["best"]["step_time_s"] >= full["best"]["step_time_s"] * (1 - 1e-12)
     assert min(cd["best_per_split_s"].values()) == cd["best"]["step_time_s"]

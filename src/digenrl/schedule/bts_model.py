@@ -198,14 +198,18 @@ class TickModel:
             g = i // F
             if done.get(g, 0) < e:
                 done[g] = e
-        jobs = [(0, c) for rem in ready for c in self.chunk[C - rem:]]
-        for g in sorted(done, key=lambda g: (done[g], g)):
-            jobs.extend((done[g], c) for c in self.chunk)
+        # the training list schedule: ready chunks (released now, tick 0; every rank is free at >= 0), then each
+        # group's chunks in completion order, each on the earliest-free rank
+        chunk, replace = self.chunk, heapq.heapreplace
         rf = [e for e, _, _ in ranks]
         heapq.heapify(rf)
-        for rel, c in jobs:
-            s = rf[0] if rf[0] > rel else rel
-            heapq.heapreplace(rf, s + c)
+        for rem in ready:
+            for c in chunk[C - rem:]:
+                replace(rf, rf[0] + c)
+        for rel, _ in sorted((e, g) for g, e in done.items()):
+            for c in chunk:
+                s = rf[0]
+                replace(rf, (s if s > rel else rel) + c)
         return max(rf) + self.commit
 
     def idle_count(self, st: State) -> int:

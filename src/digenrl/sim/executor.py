@@ -117,6 +117,60 @@ def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, fl
     return res
 
 
+class _Untimed:
+    """The control loop's timeline hooks, keeping nothing (``steady_step_time``)."""
+
+    @staticmethod
+    def launched(actions, t):
+        return actions
+
+    @staticmethod
+    def record(c) -> None:
+        pass
+
+
+class _Above(Exception):
+    pass
+
+
+class _CappedExecutor(VirtualExecutor):
+    """``VirtualExecutor`` that stops the run once the time since the first publish proves the steady step time
+    above ``cap`` seconds: events come in time order and the last publish is the last event, so at an event at
+    t, t_pub(K) - t_pub(1) >= t - t_pub(1)."""
+
+    def __init__(self, plan, cost, max_events, stats, cap):
+        super().__init__(plan, cost, 0.0, 0, max_events)
+        self.stats, self.limit = stats, cap * (plan.steps - 1) * (1.0 + 1e-9)  # margin: float rounding
+
+    def wait(self):
+        done = super().wait()
+        first = self.stats[0].published
+        if first is not None and self.now - first > self.limit:
+            raise _Above
+        return done
+
+
+def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None = None,
+                     max_events: int = 10_000_000, above: float = float("inf")) -> float | None:
+    """``simulate(plan, cost, bts=bts, record=False).timing()["steady_step_time_s"]``, the same run and the same
+    float, (t_pub(K) - t_pub(1)) / (K - 1) from the scheduler's step statistics, without building spans, the
+    log or the other run figures (the planner's probes). Needs K = ``plan.steps`` >= 3. ``above``: None as soon
+    as the run shows its figure is strictly above it (the rest is not simulated)."""
+    if plan.steps < 3:
+        raise ValueError(f"steps: a steady step time needs at least 3 steps (got {plan.steps})")
+    sched = Scheduler(plan, cost=cost, bts_config=bts)
+    ex = (VirtualExecutor(plan, cost, 0.0, 0, max_events) if above == float("inf")
+          else _CappedExecutor(plan, cost, max_events, sched.stats, above))
+    try:
+        run_loop(sched, ex, _Untimed)
+    except LoopError as e:
+        raise SimulationError(str(e)) from None
+    except _Above:
+        return None
+    pubs = [s.published for s in sched.stats]
+    return (pubs[-1] - pubs[0]) / (plan.steps - 1)
+
+
 SimResult = RunResult  # the simulator's name for the shared result type
 
-__all__ = ["JITTER_KINDS", "SimResult", "SimulationError", "VirtualExecutor", "simulate"]
+__all__ = ["JITTER_KINDS", "SimResult", "SimulationError", "VirtualExecutor", "simulate", "steady_step_time"]

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--descend-splits", type=int, default=3,
                     help="beyond --exhaustive: the splits (best at the config's own values) that get the coordinate "
                          "descent (default 3)")
+    ap.add_argument("--no-prune", action="store_true",
+                    help="simulate every candidate, also those whose step-time floor shows they cannot win (the same "
+                         "plan and report, more probes; sim.plan_bound)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, the same as --set KEY=VALUE")
     return ap
@@ -108,14 +111,14 @@ def plan_from_args(args):
         cost_of, fit, source = _testbed_costs(cfg, args.testbed, workers, trained)
     with _progress(args) as tick:
         res = search(cfg, workers, cost_of, probe_steps=args.probe_steps, exhaustive=args.exhaustive, fit=fit,
-                     progress=tick(cfg.runtime.mode), descend_splits=args.descend_splits)
+                     progress=tick(cfg.runtime.mode), descend_splits=args.descend_splits, prune=not args.no_prune)
         if cfg.runtime.mode != "colocated":  # the baseline on the same workers, planned the same way
             coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
                 update={"mode": "colocated", "generators": 1, "trainers": workers})})
             try:
                 res.colocated = search(coloc, workers, cost_of, probe_steps=args.probe_steps,
                                        exhaustive=args.exhaustive, fit=fit, progress=tick("colocated"),
-                                       robust=False).best
+                                       robust=False, prune=not args.no_prune).best
             except (PlanSearchError, ConfigError) as e:
                 res.colocated_refused = str(e)
     return cfg, res, source
@@ -163,7 +166,7 @@ def report_of(res, source: str, out: str) -> dict:
             "best": {"generators": c.n_gen, "trainers": c.n_train, "fragment_size": c.fragment_size,
                      "chunk": list(c.chunk), "max_stale_fraction": c.max_stale_fraction,
                      "step_time_s": res.best.step_time, "label": c.label()},
-            "probes": len(res.probes), "best_per_split_s": per_split, "refused": res.refused,
+            "probes": len(res.probes), "pruned": res.pruned, "best_per_split_s": per_split, "refused": res.refused,
             "robustness": res.robustness, **_colocated_report(res)}
 
 
@@ -198,7 +201,8 @@ def write_plan(cfg, res, out: Path, header: str) -> None:
 
 def _print(rep: dict) -> None:
     b = rep["best"]
-    print(f"{rep['mode']} on {rep['workers']} workers, {rep['source']}: {rep['probes']} probes")
+    print(f"{rep['mode']} on {rep['workers']} workers, {rep['source']}: {rep['probes']} probes "
+          f"({rep['pruned']} candidates skipped by their step-time floor)")
     print(f"best: {b['label']}: {b['step_time_s']:.4g} s/step (steady)")
     print("best per split: " + ", ".join(f"{k} {v:.4g}" for k, v in rep["best_per_split_s"].items()))
     for k, v in rep["refused"].items():

@@ -14,9 +14,15 @@ probed once at the config's own values and the ``descend_splits`` (3) fastest of
 from there (fragment, then chunk, then stale cap, then fragment again). A probe is
 ``plan_run`` of the candidate config (the plan ``digenrl train`` would execute; a colocated FSDP config is
 planned with one worker per rank and priced as the peers' colocated FSDP, as ``digenrl simulate --config`` does:
-``plan_for_pricing``) with ``steps`` = the probe length, simulated by ``sim.executor.simulate``; its figure is the steady step time (first publish to last,
-over steps - 1 intervals: no pipeline fill). The plan is the probe with the smallest figure (ties: the
-earlier probe).
+``plan_for_pricing``) with ``steps`` = the probe length, simulated by ``sim.executor.steady_step_time``; its
+figure is the steady step time (first publish to last, over steps - 1 intervals: no pipeline fill). The plan
+is the probe with the smallest figure (ties: the earlier probe).
+
+Pruning (exact): a candidate whose step-time floor (``sim.plan_bound``, never above its simulated figure) is
+above the best of its split so far (exhaustive; probed lowest floor first) or of its descent sweep so far is
+strictly slower than a probe already run, so it is not simulated; a probe run is stopped as soon as its
+time since the first publish shows it strictly slower than that best (``steady_step_time(above=...)``). The plan, its step time, every split's best
+and the robustness report are those of the unpruned search (``prune=False``); only the probe count drops.
 
 A measured profile used at other pool sizes (``profile_costs``): per-worker op costs (denoise, VAE, reward,
 transfer, train chunk, optimizer, TAG switch, publish) are kept: each worker does the same work at any pool
@@ -35,7 +41,8 @@ from typing import Callable
 from ..control.profile import ProfileCost
 from ..schedule import CostModel, Mode
 from ..schedule.cost import Op
-from .executor import simulate
+from .executor import steady_step_time
+from .plan_bound import step_time_floor
 
 STALE_CAPS = (0.0, 0.25, 0.5)
 GEN_OPS = {Op.DENOISE.value, Op.VAE_DECODE.value, Op.REWARD.value, Op.TRANSFER.value, Op.TAG_SWITCH.value}
@@ -64,6 +71,11 @@ class Probe:
     candidate: Candidate
     plan: object  # the StepPlan of the full run (steps of the config)
     step_time: float
+    order: int = 0  # position in the search's probe order (ties between equal step times go to the earlier)
+
+
+def _rank(p: Probe) -> tuple[float, int]:
+    return p.step_time, p.order
 
 
 @dataclass
@@ -77,6 +89,7 @@ class SearchResult:
     config: object = None  # the Config of the best plan
     colocated: Probe | None = None       # the colocated baseline on the same workers (``digenrl plan``)
     colocated_refused: str | None = None
+    pruned: int = 0  # candidates skipped: their step-time floor was above a probe already run
 
 
 class ScaledCost:
@@ -172,12 +185,14 @@ def plan_for_pricing(cfg):
 def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_steps: int = 4,
            exhaustive: int = 64, fit: Callable | None = None,
            progress: Callable[[int, str, float], None] | None = None, robust: bool = True,
-           descend_splits: int = 3) -> SearchResult:
+           descend_splits: int = 3, prune: bool = True) -> SearchResult:
     """The fastest candidate of ``cfg.runtime.mode`` on ``workers`` workers (module docstring).
 
     ``cost_of(n_gen, n_train)`` returns a ``CostModel`` or a refusal reason; ``fit(cfg)`` adjusts a candidate
     config to the hardware (e.g. ``train.memory_gb``) before it is planned. ``progress(probes, split, best)``
-    is called after every probe (probes so far, the split probed, the best step time so far)."""
+    is called after every probe (probes so far, the split probed, the best step time so far). ``prune``: skip
+    candidates whose step-time floor (``sim.plan_bound``) shows they cannot win; False simulates every one (the
+    same result, more probes)."""
     from ..control.run_plan import plan_run
 
     if probe_steps < 4:
@@ -191,20 +206,44 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     stales = list(STALE_CAPS) if mode is Mode.FULL else [cfg.runtime.max_stale_fraction]
     probes: list[Probe] = []
     refused: dict[str, str] = {}
-    seen: dict[Candidate, Probe | None] = {}
+    seen: dict[Candidate, Probe | None] = {}     # simulated (None: does not fit the memory plan)
+    order: dict[Candidate, int] = {}             # position in the unpruned search's probe order
+    priced_: dict[Candidate, tuple | None] = {}  # (plan, step-time floor), None: does not fit
     costs: dict[tuple[int, int], object] = {}
+    pruned = [0]
 
-    def probe(c: Candidate) -> Probe | None:
+    def priced(c: Candidate):
+        if c not in priced_:
+            cc = apply(cfg, c)
+            if fit is not None:
+                cc = fit(cc)
+            priced_[c] = None
+            if _fits(cc):
+                plan = plan_for_pricing(cc)[0]  # a colocated FSDP config: one worker per rank, as `simulate --config`
+                floor = step_time_floor(replace(plan, steps=probe_steps), costs[(c.n_gen, c.n_train)]) if prune \
+                    else 0.0
+                priced_[c] = (plan, floor)
+        return priced_[c]
+
+    def probe(c: Candidate, above: float = float("inf")) -> Probe | None:
+        """The probe of ``c``; None when it does not fit, or (not cached) when its floor is above ``above``: it is
+        then strictly slower than a probe that was run, and is simulated only if asked for again without one."""
+        order.setdefault(c, len(order))
         if c in seen:
             return seen[c]
-        cc = apply(cfg, c)
-        if fit is not None:
-            cc = fit(cc)
+        pc = priced(c)
+        if pc is not None and pc[1] > above:
+            pruned[0] += 1
+            return None
         p = None
-        if _fits(cc):
-            plan = plan_for_pricing(cc)[0]  # a colocated FSDP config: one worker per rank, as `simulate --config`
-            res = simulate(replace(plan, steps=probe_steps), costs[(c.n_gen, c.n_train)], record=False)
-            p = Probe(c, plan, res.timing()["steady_step_time_s"])
+        if pc is not None:
+            plan = pc[0]
+            t = steady_step_time(replace(plan, steps=probe_steps), costs[(c.n_gen, c.n_train)],
+                                 above=above if prune else float("inf"))
+            if t is None:  # the run passed ``above`` (strictly): stopped, as a floor above it would have
+                pruned[0] += 1
+                return None
+            p = Probe(c, plan, t, order[c])
             probes.append(p)
             if progress is not None:
                 progress(len(probes), f"{c.n_gen}+{c.n_train}", min(q.step_time for q in probes))
@@ -222,27 +261,45 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
             continue
         costs[(g, t)] = cost
         if len(frags) * len(chunks) * len(stales) <= exhaustive:
-            for f in frags:
-                for ch in chunks:
-                    for st in stales:
-                        probe(Candidate(g, t, f, ch, st))
+            # every combination, probed lowest floor first; one whose floor is above the split's best so far
+            # cannot be the split's best (nor the plan) and is skipped (``sim.plan_bound``)
+            cands = [Candidate(g, t, f, ch, st) for f in frags for ch in chunks for st in stales]
+            for c in cands:
+                order.setdefault(c, len(order))
+            ranked = sorted((pc[1], order[c], c) for c in cands if (pc := priced(c)) is not None)
+            split_best = float("inf")
+            for _, _, c in ranked:
+                p = probe(c, split_best)
+                if p is not None:
+                    split_best = min(split_best, p.step_time)
             continue
         first = probe(Candidate(g, t, *start))  # every split once at the config's own values ...
         descend.append((first.step_time if first is not None else float("inf"), g, t))
     # ... and the coordinate descent on the ``descend_splits`` best of them (a large space: most splits are far
-    # off at any setting, and the neighbouring-split check below still probes around the best)
+    # off at any setting, and the neighbouring-split check below still probes around the best). A sweep keeps
+    # its fastest value; a value whose floor is above the sweep's best so far (the current point's included)
+    # cannot be it and is skipped.
     for _, g, t in sorted(descend)[:descend_splits]:
         cur = Candidate(g, t, *start)
         for axis in ("fragment_size", "chunk", "max_stale_fraction", "fragment_size"):
             values = {"fragment_size": frags, "chunk": chunks, "max_stale_fraction": stales}[axis]
-            tried = [(probe(replace(cur, **{axis: v})), v) for v in values]
-            tried = [(p, v) for p, v in tried if p is not None]
+            here = seen.get(cur)
+            above = here.step_time if here is not None else float("inf")
+            sweep = [(i, replace(cur, **{axis: v})) for i, v in enumerate(values)]
+            for _, c in sweep:
+                order.setdefault(c, len(order))
+            tried = []  # (step time, position in the sweep, value): the first fastest value, lowest floor first
+            for _, i, c in sorted((pc[1], i, c) for i, c in sweep if (pc := priced(c)) is not None):
+                p = probe(c, above)
+                if p is not None:
+                    tried.append((p.step_time, i, values[i]))
+                    above = min(above, p.step_time)
             if tried:
-                cur = replace(cur, **{axis: min(tried, key=lambda pv: pv[0].step_time)[1]})
+                cur = replace(cur, **{axis: min(tried)[2]})
     # the neighbouring splits of the best with its fragment, chunk and stale cap (probed, so they compete)
     checked: set = set()
     while probes:
-        best = min(probes, key=lambda p: p.step_time).candidate
+        best = min(probes, key=_rank).candidate
         if best in checked:
             break
         checked.add(best)
@@ -252,8 +309,9 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     if not probes:
         why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no candidate fits train.memory_gb"
         raise PlanSearchError(f"no plan of {mode.value} on {workers} workers can be priced ({why})")
-    best = min(probes, key=lambda p: p.step_time)
-    out = SearchResult(mode.value, workers, best, probes, refused)
+    probes.sort(key=lambda p: p.order)  # the unpruned search's order (its ties go to the earlier probe)
+    best = min(probes, key=_rank)
+    out = SearchResult(mode.value, workers, best, probes, refused, pruned=pruned[0])
     best_cfg = apply(cfg, best.candidate)
     out.config = fit(best_cfg) if fit is not None else best_cfg
     out.robustness = robustness(out, costs, probe_steps) if robust else {}
@@ -269,7 +327,7 @@ def robustness(res: SearchResult, costs: dict, probe_steps: int) -> dict:
     cost = costs[(b.candidate.n_gen, b.candidate.n_train)]
 
     def at(p, c) -> float:
-        return simulate(p, c, record=False).timing()["steady_step_time_s"]
+        return steady_step_time(p, c)
 
     out = {"uniform": {f"x{f:g}": at(plan, ScaledCost(cost, f, f)) for f in (0.8, 1.2)}, "skewed": {}}
     per_split: dict[tuple[int, int], Probe] = {}

@@ -1,0 +1,100 @@
+"""A lower bound on a probe's steady step time, from the plan and the cost model alone (no simulation).
+
+``digenrl plan`` uses it to skip a candidate that cannot beat one already probed (``sim.plan_search``): the
+bound is never above the simulated figure, so a skipped candidate is strictly slower and the search returns
+the plan, the step time and the per-split bests of the exhaustive search.
+
+The figure bounded is the probe's steady step time L / (K - 1), L = t_pub(K) - t_pub(1) (first publish to last,
+K = ``plan.steps``). Durations d are those the executor charges (``Durations(plan, cost)``, no jitter); N_t
+scheduler trainers (a shard group is one), N_g generators, R = ``plan.rounds`` commits of C = d.commit() per
+step, a publish of Pb = d.publish(), W = P x G generations per step. Facts of the scheduler used:
+
+* a trainer worker runs one action at a time; a commit and a publish occupy every trainer worker, and the
+  commits of step k start after publish k ends (``_collective``), so [t_pub(1), t_pub(K)] holds every trainer
+  worker's (K - 1)(R C + Pb) seconds of collectives;
+* a step's chunks exist only after the previous step's final commit and are trained before its own, so the
+  window holds the training of steps 2 .. K-1, and of step 1 too unless a joined publish lets a free rank
+  train during the wait (``plan.publish_joins``): T = sum of d.train over one step's chunks, every round;
+* a fragment of step k is dispatched once version k - 1 (TCSS, stale) or k is published and done before step
+  k's commit: the window holds the generation of steps 2 .. K-1 (and of step 1 outside TCSS). On a
+  generator one generation costs at least a_g = min over the plan's fragment sizes s of d.generate(s) / s;
+  on a trainer rank (TAG, colocated) at least a_t = min over n in 1..G, with or without a switch, of
+  d.generate_on_trainer(n) / n (a gang merges up to G of one group).
+
+Work bound (every mode): with n_w generations in the window split as x on the trainers and n_w - x on the
+generators,
+
+    L >= min_x max( (K-1)(R C + Pb) + ((K - k_lo) T + x a_t) / N_t,  (n_w - x) a_g / N_g )
+
+(x = 0 without TAG, x = n_w colocated): the larger of the two when the trainer side alone is the larger at
+x = 0, else the crossing A + b (D - A) / (b + e) with A, D the two sides at x = 0 and b = a_t / N_t,
+e = a_g / N_g.
+
+Step bound (outside TCSS): all of step k's work lies in [t_pub(k), t_pub(k+1)]; its last generation ends no
+earlier than W / (N_g / a_g + N_t / a_t) after t_pub(k) (trainer ranks count only where they generate), and
+after it the last group's chunks (all its rounds: at least min_g T_g / N_t), the final commit and the publish
+follow. The mean of the K - 1 intervals is at least that.
+
+Floating point: the simulator sums the same durations in another order; the bound is scaled by
+(1 - 1e-9) so rounding never puts it above the simulated figure.
+"""
+
+from __future__ import annotations
+
+from ..schedule import CostModel, Durations, StepPlan
+from ..schedule.layout import classic_chunks, step_fragments, tsp_chunks
+
+SAFETY = 1.0 - 1e-9
+
+
+def _chunk_times(plan: StepPlan, d: Durations) -> dict[int, float]:
+    """group -> seconds of its chunks over all rounds of one step (what the executor charges)."""
+    out = {g: 0.0 for g in range(plan.prompts)}
+    for r in range(plan.rounds):
+        for g in plan.round_groups(r):
+            chunks = (tsp_chunks(plan, 0, g, r) if plan.mode.tsp
+                      else [c for cs in classic_chunks(plan, 0, g, r).values() for c in cs])
+            out[g] += sum(d.train(c.size) for c in chunks)
+    return out
+
+
+def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
+    """A lower bound on ``simulate(plan, cost)``'s steady step time (module docstring); 0 below 3 steps."""
+    K = plan.steps
+    if K < 3:
+        return 0.0
+    d = Durations(plan, cost)
+    mode = plan.mode
+    n_t, n_g = len(plan.trainers), len(plan.generators)
+    W = plan.batch
+    per_group = _chunk_times(plan, d)
+    T = sum(per_group.values())
+    coll = plan.rounds * d.commit() + d.publish()
+    sizes = {f.size for f in step_fragments(plan, 0)}
+    a_g = min(d.generate(s, False, False) / s for s in sizes) if n_g else float("inf")
+    on_trainer = (not mode.disaggregated) or mode.tag
+    a_t = (min(d.generate(n, True, sw) / n for n in range(1, plan.generations + 1) for sw in (False, True))
+           if on_trainer else float("inf"))
+    k_lo = 2 if plan.publish_joins else 1
+    n_w = (K - 2 if mode.tcss else K - 1) * W
+    # work bound over the window (K - 1 intervals)
+    A = (K - 1) * coll + (K - k_lo) * T / n_t
+    if not mode.disaggregated:
+        L = A + n_w * a_t / n_t
+    else:
+        D = n_w * a_g / n_g
+        if A >= D or not on_trainer:
+            L = max(A, D)
+        else:
+            b, e = a_t / n_t, a_g / n_g
+            L = A + b * (D - A) / (b + e)
+    bound = L / (K - 1)
+    if not mode.tcss:  # step bound: one interval holds all of its step's work
+        rates = ([n_g / a_g if a_g > 0 else float("inf")] if n_g else []) + (
+            [n_t / a_t if a_t > 0 else float("inf")] if on_trainer else [])
+        gen = W / sum(rates)
+        bound = max(bound, gen + min(per_group.values()) / n_t + d.commit() + d.publish())
+    return bound * SAFETY
+
+
+__all__ = ["step_time_floor"]

@@ -1,0 +1,118 @@
+"""The plan search's pruning: the step-time floor is never above the simulated figure, the pruned search returns
+what the exhaustive one does, and an optimistic floor would be caught."""
+
+import itertools
+import json
+import random
+
+import pytest
+
+from digenrl.config import load_config
+from digenrl.control.profile import load_profile
+from digenrl.schedule import Mode, StepPlan
+from digenrl.sim import plan_search
+from digenrl.sim.executor import simulate, steady_step_time
+from digenrl.sim.plan_bound import step_time_floor
+from digenrl.sim.plan_search import ScaledCost, profile_costs, search
+
+OPS = {"denoise": [[1, 0.004], [4, 0.010]], "vae_decode": [[1, 0.001]], "reward": [[1, 0.0005]],
+       "transfer": [[1, 0.0001]], "train_chunk": [[1, 0.006], [8, 0.03]], "allreduce": [[1, 0.004]],
+       "optimizer": [[1, 0.003]], "publish": [[1, 0.002]], "tag_switch": [[1, 0.001]]}
+TINY = ["steps=6", "train.prompts_per_step=3", "train.generations=4", "sampler.num_steps=4",
+        "train.timestep_fraction=0.5", "runtime.generators=2", "runtime.trainers=1"]
+
+
+def _profile(tmp_path, trainers):
+    p = tmp_path / f"p{trainers}.json"
+    p.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "source": "hand-made", "ops": OPS,
+                             "trainers": trainers}))
+    return load_profile(p)
+
+
+def _plans():
+    """Small plans of every mode, pool split, fragment and chunk shape, minibatch count, publish path."""
+    rng = random.Random(7)
+    grid = list(itertools.product(list(Mode), [(1, 2), (2, 1), (2, 2), (1, 3)], [1, 2, 4], [(1, 1), (2, 2), (4, 2)],
+                                  [(1, 1), (3, 1), (1, 2)], [False, True], [False, True]))
+    for mode, (g, t), f, (cg, cs), (mb, ep), joins, wide in rng.sample(grid, 160):
+        gens = () if mode is Mode.COLOCATED else tuple(f"g{i}" for i in range(g))
+        yield StepPlan(3, 4, f, 2, 4, cg, cs, gens, tuple(f"t{i}" for i in range(t)), mode, 4,
+                       0.5 if mode is Mode.FULL else 0.0, minibatches=mb, epochs=ep,
+                       publish_joins=joins and mode.disaggregated, step_wide=wide)
+
+
+def test_steady_step_time_is_the_simulated_figure(tmp_path):
+    """The probes' lean run gives the full simulation's float; capped at a figure (``above``) it gives it too
+    when the figure is not above the cap, and None (stopped) when it is."""
+    cost = _profile(tmp_path, 2)
+    for plan in list(_plans())[:40]:
+        want = simulate(plan, cost, record=False).timing()["steady_step_time_s"]
+        assert steady_step_time(plan, cost) == want
+        assert steady_step_time(plan, cost, above=want) == want
+        assert steady_step_time(plan, cost, above=want * 1.01) == want
+        assert steady_step_time(plan, cost, above=want * 0.999) is None
+
+
+def test_the_floor_is_never_above_the_simulated_step_time(tmp_path):
+    """Every plan of the grid, with rollout or training made the bottleneck (x 0.2 / x 5): the floor is at most
+    the full simulation's steady step time, and close to it where one pool's work decides."""
+    base = _profile(tmp_path, 2)
+    ratios = []
+    for plan in _plans():
+        for cost in (base, ScaledCost(base, 5.0, 0.2), ScaledCost(base, 0.2, 5.0)):
+            sim = simulate(plan, cost, record=False).timing()["steady_step_time_s"]
+            floor = step_time_floor(plan, cost)
+            assert 0.0 < floor <= sim, (plan, floor, sim)
+            ratios.append(floor / sim)
+    assert max(ratios) > 0.95  # tight where a pool's work alone decides (so the pruning has teeth)
+
+
+def _both(cfg, workers, cost_of, **kw):
+    a = search(cfg, workers, cost_of, probe_steps=4, prune=False, **kw)
+    b = search(cfg, workers, cost_of, probe_steps=4, prune=True, **kw)
+    return a, b
+
+
+def _summary(res):
+    per_split = {}
+    for p in res.probes:
+        k = (p.candidate.n_gen, p.candidate.n_train)
+        per_split[k] = min(per_split.get(k, float("inf")), p.step_time)
+    return res.best.candidate, res.best.step_time, per_split, res.robustness
+
+
+CASES = [("gap_tsp", 2, {}), ("gap_tsp_tag", 2, {}), ("full", 2, {}), ("gap", 2, {}),
+         ("gap_tsp_tag", 2, {"exhaustive": 1, "descend_splits": 1}), ("full", 2, {"exhaustive": 1}),
+         ("colocated", 3, {})]
+SKEWS = [(1.0, 1.0), (4.0, 1.0), (1.0, 4.0)]
+
+
+def _case_runs(tmp_path):
+    for (mode, trainers, kw), (gf, tf) in itertools.product(CASES, SKEWS):
+        pools = ["runtime.generators=1", "runtime.trainers=3"] if mode == "colocated" else []
+        cfg = load_config(None, TINY + [f"runtime.mode={mode}"] + pools)
+        prof = _profile(tmp_path, trainers)
+        inner = profile_costs(prof, trainers)
+
+        def cost_of(g, t, inner=inner, gf=gf, tf=tf):
+            c = inner(g, t)
+            return c if isinstance(c, str) else ScaledCost(c, gf, tf)
+        yield (mode, kw, gf, tf), _both(cfg, 3, cost_of, **kw)
+
+
+def test_pruned_search_returns_the_exhaustive_result(tmp_path):
+    """Plan, step time, every split's best and the robustness report are those of prune=False (which simulates
+    every candidate), in both search regimes; the pruning skips candidates in the set as a whole."""
+    skipped = 0
+    for key, (full, pruned) in _case_runs(tmp_path):
+        assert _summary(pruned) == _summary(full), key
+        assert full.pruned == 0 and len(pruned.probes) <= len(full.probes), key
+        skipped += pruned.pruned
+    assert skipped > 20
+
+
+def test_an_optimistic_floor_would_be_caught(tmp_path, monkeypatch):
+    """The comparison above has teeth: a floor 30 % above the true one (so it prunes candidates that win)
+    changes the result of at least one case."""
+    monkeypatch.setattr(plan_search, "step_time_floor", lambda plan, cost: 1.3 * step_time_floor(plan, cost))
+    assert any(_summary(pruned) != _summary(full) for _, (full, pruned) in _case_runs(tmp_path))
