@@ -50,7 +50,8 @@ def measure(src: Path) -> list[dict]:
                          "gen_idle": res.gen_idle, "trainer_idle": res.trainer_idle,
                          "tag_fragments_per_step": res.tag_fragments_per_step,
                          "tag_copy": bool(getattr(r, "tag_copy", False)),
-                         "publish": getattr(r, "publish", "object_store")}
+                         "publish": getattr(r, "publish", "object_store"),
+                         "shard_groups": getattr(r, "shard_groups", 1)}
         rows.append(row)
         print(f"{model} {tb}: full {row['full']['vs_colocated']:.3f}x colocated", flush=True)
     return rows
@@ -58,7 +59,7 @@ def measure(src: Path) -> list[dict]:
 
 def table(entries: list[dict]) -> str:
     head = "| model | testbed | colocated (s) | " + " | ".join(
-        f"full, {e['label']}" for e in entries) + " | +TAG over +TSP (last) | idle gen / trainer, full (last) | TAG frags/step (last) |"
+        f"full, {e['label']}" for e in entries) + " | +TAG over +TSP (last) | idle gen / trainer, full (last) | TAG frags/step (last) | shard groups, full (last) |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     last = entries[-1]
     for i, row in enumerate(last["rows"]):
@@ -68,6 +69,7 @@ def table(entries: list[dict]) -> str:
         cells.append(f"{tsp['step_s'] / tag['step_s']:.3f}x" + (" (copy)" if tag["tag_copy"] else ""))
         cells.append(f"{f['gen_idle']:.0%} / {f['trainer_idle']:.0%}")
         cells.append(f"{f['tag_fragments_per_step']:.2f}")
+        cells.append(str(f.get("shard_groups", 1)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

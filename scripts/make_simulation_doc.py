@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     bar_figures(res, figdir)
     bias = bias_section(ROOT / "benchmarks" / "results")  # measured runs, read fresh as well
     algos = algorithms_section(ROOT / "benchmarks" / "results")  # benchmarks/algorithm_costs.py, read fresh
-    algos += hybrid_section(ROOT / "benchmarks" / "results")  # benchmarks/hybrid_whatif.py, read fresh
+    algos += hybrid_section(ROOT / "benchmarks" / "results")  # benchmarks/hybrid_sharding.py, read fresh
     out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts, bias, algos))
     print(f"wrote {out}, figures and {RESULTS} in {figdir}")
     return 0

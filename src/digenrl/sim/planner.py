@@ -243,32 +243,37 @@ def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | No
 MAX_SHARD_GROUPS = 6  # hybrid sharding: the planner tries k <= 6 shard groups (benchmarks/hybrid_whatif.py: k = 2-6)
 
 
-def group_options(setup: Scenario, mode: Mode, split: Split) -> list[int | None]:
+def group_options(setup: Scenario, mode: Mode, split: Split, pinned: int | None = None) -> list[int | None]:
     """The shard-group counts k worth trying for one split: a sharded pool under TSP (roofline costs) tries
     every k <= ``MAX_SHARD_GROUPS`` that divides the trainer ranks into groups of at least 2 (hybrid sharding:
     k scheduler trainers that train chunks side by side, against one group whose every chunk is a collective
-    of all ranks); otherwise the scenario's own setting."""
+    of all ranks); otherwise the scenario's own setting. ``pinned``: only k = ``pinned`` (none where it does
+    not divide the split's trainer ranks)."""
     w = setup.workload
-    if mode is Mode.COLOCATED or not mode.tsp or not w.training.sharded or setup.profile is not None:
+    if mode is Mode.COLOCATED or not w.training.sharded or setup.profile is not None:
         return [None]
     n = split.n_train
+    if pinned is not None:
+        return [pinned] if n % pinned == 0 else []
+    if not mode.tsp:
+        return [None]
     return [k for k in range(1, MAX_SHARD_GROUPS + 1) if n % k == 0 and n // k >= 2] or [None]
 
 
-def candidates(setup: Scenario, mode: Mode, options: list[Split]) -> list[Choice]:
+def candidates(setup: Scenario, mode: Mode, options: list[Split], shard_groups: int | None = None) -> list[Choice]:
     """Every feasible (split, shard groups, inference copy, publish path, fragment size) of ``options``. A
     pipelined mode tries every fragment size that fits (fine fragments make groups complete early, coarse ones
     batch the generators better: which wins depends on the split); a barrier mode keeps the cost-model rule
     (only the end of its rollout matters). A TAG mode on a shard group (roofline costs) tries TAG with and
     without an inference copy (``Training.tag_copy``) where the copy fits; a sharded pool under TSP tries the
-    shard-group counts of ``group_options``."""
+    shard-group counts of ``group_options`` (``shard_groups``: that k only)."""
     copies: list[bool | None] = [None]
     w = setup.workload
     if mode.tag and w.training.sharded and setup.profile is None:
         copies = [False, True]
     out = []
     for split in options:
-        for k in group_options(setup, mode, split):
+        for k in group_options(setup, mode, split, shard_groups):
             for copy in copies:
                 for path in publish_paths(setup, mode, split, copy, k):
                     try:
@@ -281,29 +286,40 @@ def candidates(setup: Scenario, mode: Mode, options: list[Split]) -> list[Choice
 
 
 def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConfig | None = None,
-                 probe_steps: int = 3) -> Choice:
-    """Simulate every feasible (split, fragment size) for ``probe_steps`` steps and return the fastest (no
+                 probe_steps: int = 3, shard_groups: int | None = None) -> Choice:
+    """Simulate every feasible (split, fragment size, ...) for ``probe_steps`` steps and return the fastest (no
     analytic pre-selection: on a shard group the step time is a staircase in the trainer count, which a
-    work bound cannot see)."""
-    cands = candidates(setup, mode, options)
+    work bound cannot see). Where several shard-group counts are tried, the fastest probe of each k is run
+    for the scenario's own steps and the fastest of those wins: a short probe flatters some k (their
+    pipelines fill sooner), and this way the pick is never slower over the run than the best one-group
+    candidate the probe alone would have chosen."""
+    cands = candidates(setup, mode, options, shard_groups)
     if not cands:
         raise ScenarioError(f"--gpus: no generator/trainer split of {setup.gpus} GPUs fits "
                          f"{setup.model.name} on testbed {setup.testbed.name}")
     if len(cands) == 1:
         return cands[0]
     short = replace(setup, steps=min(setup.steps, probe_steps))
-    best = None
-    for i, c in enumerate(cands):
+    best: dict[int | None, tuple[float, Choice]] = {}  # shard groups -> fastest probe
+    for c in cands:
         cost, plan = _build(short, mode, c.split, c.fragment_size, c.tag_copy, c.publish, c.shard_groups)
         t = simulate(plan, cost, bts=bts, record=False).step_time
-        if best is None or t < best[0] - 1e-9 * abs(best[0]):
-            best = (t, c)
-    return best[1]
+        b = best.get(c.shard_groups)
+        if b is None or t < b[0] - 1e-9 * abs(b[0]):
+            best[c.shard_groups] = (t, c)
+    if len(best) == 1 or short.steps == setup.steps:
+        return min(best.values(), key=lambda tc: tc[0])[1]
+    finals = []
+    for _, c in best.values():
+        cost, plan = _build(setup, mode, c.split, c.fragment_size, c.tag_copy, c.publish, c.shard_groups)
+        finals.append((simulate(plan, cost, bts=bts, record=False).step_time, c))
+    return min(finals, key=lambda tc: tc[0])[1]
 
 
 def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jitter: float = 0.0, seed: int = 0,
-             bts: BTSConfig | None = None, record: bool = False) -> ModeRun:
-    """Simulate one mode; without ``gen_gpus`` the split (and, heterogeneous, the pool kinds) is searched."""
+             bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None) -> ModeRun:
+    """Simulate one mode; without ``gen_gpus`` the split (and, heterogeneous, the pool kinds) is searched, and
+    without ``shard_groups`` the shard groups of a sharded pool (``group_options``)."""
     mode = Mode(mode)
     het = setup.testbed.heterogeneous
     if mode is Mode.COLOCATED:
@@ -316,7 +332,10 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
                 raise ScenarioError(f"--gen-gpus: {gen_gpus} generators cannot be placed with --gpus {setup.gpus} "
                                  f"on testbed {setup.testbed.name}")
     try:
-        choice = Choice(options[0]) if len(options) == 1 else choose_split(setup, mode, options, bts)
+        if len(options) == 1 and shard_groups is None:  # a pinned split runs as the scenario sets it
+            choice = Choice(options[0])
+        else:
+            choice = choose_split(setup, mode, options, bts, shard_groups=shard_groups)
         split = choice.split
         cost, plan = _build(setup, mode, split, choice.fragment_size, choice.tag_copy, choice.publish,
                             choice.shard_groups)
