@@ -28,7 +28,9 @@ Flow-GRPO's SD3 / FLUX scripts use decay 0.9 and ``update_step_interval=8``.
 
 Only trainable tensors are shadowed (LoRA adapters under
 LoRA), so a 12B model with LoRA does not get a second copy. ``swapped()`` temporarily loads the EMA values into
-the policy (e.g. for eval) and restores them after.
+the policy (e.g. for eval) and restores them after; under FSDP2 it reshards the modules first and after
+(``reshard``): the root keeps its all-gathered weights after a forward (FSDP2 turns ``reshard_after_forward``
+off for it), and a forward after the swap back would otherwise run on the eval weights' gathered copy.
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+
+
+def reshard(module: torch.nn.Module) -> None:
+    """Drop every FSDP2 module's unsharded parameter copy, so that the next forward gathers the weights the
+    shards hold now (a swap of the shards in place is not seen by an already gathered root; no-op unsharded)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover (a torch without FSDP2)
+        return
+    for m in module.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
 
 
 def ema_updates_per_commit(train_cfg) -> int:
@@ -66,6 +80,7 @@ class ParamEMA:
             raise ValueError(f"EMA updates per optimizer step must be >= 1 (train.ema_update), got {updates}")
         self.decay, self.every, self.warmup, self.updates = decay, every, warmup, updates
         self.num_updates = 0  # optimizer steps seen (Flow-GRPO's global_step)
+        self.module = module
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
         self.shadow = {n: p.detach().clone() for n, p in self.params.items()}
 
@@ -87,12 +102,14 @@ class ParamEMA:
     @contextmanager
     def swapped(self):
         backup = {n: p.detach().clone() for n, p in self.params.items()}
+        reshard(self.module)
         with torch.no_grad():
             for n, p in self.params.items():
                 p.copy_(self.shadow[n])
         try:
             yield
         finally:
+            reshard(self.module)
             with torch.no_grad():
                 for n, p in self.params.items():
                     p.copy_(backup[n])

@@ -35,6 +35,8 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from digenrl.train.ema import reshard
+
 ATTR = "nft_old"  # the policy's attribute holding its OldPolicy (soft only)
 
 
@@ -77,20 +79,9 @@ class OldPolicy:
         finally:
             self._exchange()
 
-    def _reshard(self) -> None:
-        """Under FSDP2 drop every unsharded parameter copy (the root keeps its all-gathered weights after a
-        forward, ``reshard_after_forward`` off for it), so the next forward gathers the weights now in place."""
-        try:
-            from torch.distributed.fsdp import FSDPModule
-        except ImportError:  # pragma: no cover (no FSDP2 in this torch)
-            return
-        for m in self.module.modules():
-            if isinstance(m, FSDPModule):
-                m.reshard()
-
     @torch.no_grad()
     def _exchange(self) -> None:
-        self._reshard()
+        reshard(self.module)  # (train.ema.reshard: no gathered copy of the other weights outlives the exchange)
         for name, p in self.params.items():
             s = self.shadow[name]
             tmp = p.detach().clone()
