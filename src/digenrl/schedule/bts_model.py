@@ -29,6 +29,7 @@ Equal situations (up to a shift of time and group numbering, and up to the quant
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass
 
@@ -129,6 +130,25 @@ class StepModel:
         return start + dur.commit()
 
 
+def _equal_jobs(free: list[int], n: int, c: int, release: int) -> None:
+    """``n`` jobs of ``c`` ticks released at ``release``, each on the earliest-free rank (``free``: the ranks'
+    free ticks, sorted; updated in place, still sorted): the greedy list schedule of ``leaf``, in closed form.
+    A rank free before the release starts at it (raising it to ``release`` first changes no start). While the
+    free ticks spread over more than c, the earliest rank takes the next job; once within c of each other the
+    ranks take jobs in free order, round after round: q = n // N rounds add q c to every rank and the n mod N
+    earliest take one more (their ends come after every other rank's, so the list stays sorted)."""
+    if n <= 0:
+        return
+    k = bisect.bisect_left(free, release)
+    free[:k] = [release] * k
+    while n and free[-1] - free[0] > c:
+        bisect.insort(free, free.pop(0) + c)
+        n -= 1
+    if n:
+        q, s = divmod(n, len(free))
+        free[:] = [e + q * c for e in free[s:]] + [e + (q + 1) * c for e in free[:s]]
+
+
 class TickModel:
     """The step structure in integer ticks, and the abstract dynamics the search explores."""
 
@@ -143,6 +163,7 @@ class TickModel:
         self.shard_ranks = model.plan.shard_ranks
         self._gang: dict[tuple[int, int, bool], int] = {}
         self.chunk = tuple(self.ticks(d.train(c)) for c in model.chunk_sizes)
+        self._uniform = self.chunk[0] if self.chunk and len(set(self.chunk)) == 1 else None  # every chunk c ticks
         self.commit = self.ticks(d.commit())
         self.F, self.C, self.P = model.F, model.C, model.P
         self.n_gen, self.n_rank = model.n_gen, model.n_rank
@@ -192,21 +213,35 @@ class TickModel:
                 done[g] = max(done.get(g, 0), e)
         free = [e for e, _ in gens] + [0] * (self.n_gen - len(gens))
         heapq.heapify(free)
-        for i in range(nxt, left * F):
-            e = free[0] + self.gen[i % F]
-            heapq.heapreplace(free, e)
+        gen, replace = self.gen, heapq.heapreplace
+        i, end = nxt, left * F
+        while i < end:  # group by group: its fragments in dispatch order, each on the earliest-free generator
             g = i // F
-            if done.get(g, 0) < e:
-                done[g] = e
+            stop = min(end, (g + 1) * F)
+            last = done.get(g, 0)
+            for pos in range(i - g * F, stop - g * F):
+                e = free[0] + gen[pos]
+                replace(free, e)
+                if e > last:
+                    last = e
+            done[g] = last
+            i = stop
         # the training list schedule: ready chunks (released now, tick 0; every rank is free at >= 0), then each
         # group's chunks in completion order, each on the earliest-free rank
-        chunk, replace = self.chunk, heapq.heapreplace
+        chunk = self.chunk
+        order = sorted((e, g) for g, e in done.items())
+        if self._uniform is not None:
+            rf = sorted(e for e, _, _ in ranks)
+            _equal_jobs(rf, sum(ready), self._uniform, 0)
+            for rel, _ in order:
+                _equal_jobs(rf, C, self._uniform, rel)
+            return rf[-1] + self.commit
         rf = [e for e, _, _ in ranks]
         heapq.heapify(rf)
         for rem in ready:
             for c in chunk[C - rem:]:
                 replace(rf, rf[0] + c)
-        for rel, _ in sorted((e, g) for g, e in done.items()):
+        for rel, _ in order:
             for c in chunk:
                 s = rf[0]
                 replace(rf, (s if s > rel else rel) + c)
