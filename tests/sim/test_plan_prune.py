@@ -116,3 +116,33 @@ def test_an_optimistic_floor_would_be_caught(tmp_path, monkeypatch):
     changes the result of at least one case."""
     monkeypatch.setattr(plan_search, "step_time_floor", lambda plan, cost: 1.3 * step_time_floor(plan, cost))
     assert any(_summary(pruned) != _summary(full) for _, (full, pruned) in _case_runs(tmp_path))
+
+
+def test_progress_reports_probes_and_skipped_candidates(tmp_path, capsys, monkeypatch):
+    """The search tells its progress after every probe and every skipped candidate; `digenrl plan` draws it as a
+    live rich line on a terminal (stderr), naming both counts."""
+    import io
+
+    from digenrl.sim import plan_cli
+
+    cfg = load_config(None, TINY + ["runtime.mode=gap_tsp"])
+    calls = []
+    res = search(cfg, 3, profile_costs(_profile(tmp_path, 2), 2), probe_steps=4,
+                 progress=lambda *a: calls.append(a))
+    assert res.pruned > 0 and calls[-1][0] == len(res.probes) and calls[-1][3] == res.pruned
+    assert len(calls) == len(res.probes) + res.pruned
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls) and calls[-1][2] == res.best.step_time
+
+    class _Tty(io.StringIO):
+        def isatty(self):
+            return True
+    err = _Tty()
+    monkeypatch.setattr("sys.stderr", err)
+    prof = tmp_path / "p2.json"
+    prof.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "source": "hand-made", "ops": OPS,
+                                "trainers": 2}))
+    argv = ["--config", "default", "--profile", str(prof), "--out", str(tmp_path / "plan.yaml")]
+    for kv in TINY + ["runtime.mode=gap_tsp"]:
+        argv += ["--set", kv]
+    assert plan_cli.main(argv) == 0
+    assert "skipped by their floor" in err.getvalue() and "probes" in err.getvalue()

@@ -133,10 +133,11 @@ class _progress:
 
     def __enter__(self):
         if self.on:
+            from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                transient=True, console=None)
+                                transient=True, console=Console(file=sys.stderr))
             self.bar.start()
         return self.tick
 
@@ -145,8 +146,9 @@ class _progress:
             return None
         task = self.bar.add_task(f"planning {mode}")
 
-        def update(n: int, split: str, best: float) -> None:
-            self.bar.update(task, description=f"planning {mode}: {n} probes, split {split}, best {best:.4g} s/step")
+        def update(n: int, split: str, best: float, skipped: int = 0) -> None:
+            self.bar.update(task, description=f"planning {mode}: {n} probes, {skipped} skipped by their floor, "
+                                              f"split {split}, best {best:.4g} s/step")
         return update
 
     def __exit__(self, *exc):

@@ -189,8 +189,9 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     """The fastest candidate of ``cfg.runtime.mode`` on ``workers`` workers (module docstring).
 
     ``cost_of(n_gen, n_train)`` returns a ``CostModel`` or a refusal reason; ``fit(cfg)`` adjusts a candidate
-    config to the hardware (e.g. ``train.memory_gb``) before it is planned. ``progress(probes, split, best)``
-    is called after every probe (probes so far, the split probed, the best step time so far). ``prune``: skip
+    config to the hardware (e.g. ``train.memory_gb``) before it is planned. ``progress(probes, split, best,
+    skipped)`` is called after every probe and every skipped candidate (probes so far, the split of the candidate,
+    the best step time so far, candidates skipped so far). ``prune``: skip
     candidates whose step-time floor (``sim.plan_bound``) shows they cannot win; False simulates every one (the
     same result, more probes)."""
     from ..control.run_plan import plan_run
@@ -225,6 +226,10 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
                 priced_[c] = (plan, floor)
         return priced_[c]
 
+    def tell(c: Candidate) -> None:
+        if progress is not None and probes:
+            progress(len(probes), f"{c.n_gen}+{c.n_train}", min(q.step_time for q in probes), pruned[0])
+
     def probe(c: Candidate, above: float = float("inf")) -> Probe | None:
         """The probe of ``c``; None when it does not fit, or (not cached) when its floor is above ``above``: it is
         then strictly slower than a probe that was run, and is simulated only if asked for again without one."""
@@ -234,6 +239,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
         pc = priced(c)
         if pc is not None and pc[1] > above:
             pruned[0] += 1
+            tell(c)
             return None
         p = None
         if pc is not None:
@@ -242,11 +248,11 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
                                  above=above if prune else float("inf"))
             if t is None:  # the run passed ``above`` (strictly): stopped, as a floor above it would have
                 pruned[0] += 1
+                tell(c)
                 return None
             p = Probe(c, plan, t, order[c])
             probes.append(p)
-            if progress is not None:
-                progress(len(probes), f"{c.n_gen}+{c.n_train}", min(q.step_time for q in probes))
+            tell(c)
         seen[c] = p
         return p
 
