@@ -79,7 +79,9 @@ def step_advantages(rewards: Rewards, train_cfg, parts: Parts | None = None, *,
     groups = sorted(rewards)
     r = torch.tensor([float(x) for g in groups for x in rewards[g]], dtype=torch.float64)
     ids = torch.tensor([g for g in groups for _ in rewards[g]], dtype=torch.long)
-    names = sorted({k for g in groups for k in (parts or {}).get(g, {})})
+    # the parts in the order the reward reported them (the config's order, that of ``LossSettings.adv_weights``
+    # and of the reference loop's ``reward_parts``), not sorted by name
+    names = list(dict.fromkeys(k for g in groups for k in (parts or {}).get(g, {})))
     batch = SimpleNamespace(rewards=r, uids=ids, reward_parts={
         k: torch.tensor([float(x) for g in groups for x in parts[g][k]], dtype=torch.float64) for k in names})
     opts = advantage_options(train_cfg)
