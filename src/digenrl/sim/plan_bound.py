@@ -58,6 +58,19 @@ def _chunk_times(plan: StepPlan, d: Durations) -> dict[int, float]:
     return out
 
 
+def _per_generation(d: Durations, sizes, on_trainer: bool, switches) -> float:
+    """min over ``sizes`` (and switch or not) of d.generate(n) / n; a size the cost model refuses is left out (a run
+    that generated it would fail the same way)."""
+    best = float("inf")
+    for n in sizes:
+        for sw in switches:
+            try:
+                best = min(best, d.generate(n, on_trainer, sw) / n)
+            except ValueError:
+                continue
+    return best
+
+
 def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
     """A lower bound on ``simulate(plan, cost)``'s steady step time (module docstring); 0 below 3 steps."""
     K = plan.steps
@@ -70,11 +83,12 @@ def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
     per_group = _chunk_times(plan, d)
     T = sum(per_group.values())
     coll = plan.rounds * d.commit() + d.publish()
-    sizes = {f.size for f in step_fragments(plan, 0)}
-    a_g = min(d.generate(s, False, False) / s for s in sizes) if n_g else float("inf")
+    a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
     on_trainer = (not mode.disaggregated) or mode.tag
-    a_t = (min(d.generate(n, True, sw) / n for n in range(1, plan.generations + 1) for sw in (False, True))
-           if on_trainer else float("inf"))
+    a_t = _per_generation(d, range(1, plan.generations + 1), True, (False, True)) if on_trainer else float("inf")
+    if (n_g and a_g == float("inf")) or (not mode.disaggregated and a_t == float("inf")):
+        return 0.0  # nothing priced: no bound
+    on_trainer = on_trainer and a_t < float("inf")
     k_lo = 2 if plan.publish_joins else 1
     n_w = (K - 2 if mode.tcss else K - 1) * W
     # work bound over the window (K - 1 intervals)
