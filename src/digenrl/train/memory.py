@@ -346,7 +346,9 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
     if p.sharding == "none":
         hints.append("train.sharding=fsdp with more runtime.trainers")
     elif p.sharding == "fsdp":
-        hints.append(f"more runtime.trainers (now {p.ranks})")
+        k = cfg.train.shard_groups
+        hints.append(f"more runtime.trainers (now {p.ranks})" if k == 1 else
+                     f"fewer train.shard_groups or more runtime.trainers (now {k} groups of {p.ranks} ranks)")
         if not p.cpu_offload:
             hints.append("train.cpu_offload=true")
     if p.lora_rank is None:
