@@ -6,7 +6,8 @@
 For FLUX.1-dev and Wan2.1 on testbed B (exact roofline costs, 20 steps, split searched per mode): colocated,
 gap_tsp, gap_tsp_tag and full step times of Flow-GRPO (T = 20, S = 12), GRPO-Guard (its means are 50 % more
 trajectory bytes), MixGRPO (window 4 of T = 25, its FLUX recipe), MixGRPO-Flash (DPM-Solver++ 2M after the window,
-compress ratio 0.4) and DiffusionNFT (ODE sampling, K = int(0.99 T) CFG-free training cells per sample). The
+compress ratio 0.4) and DiffusionNFT (ODE sampling, K = int(0.99 T) CFG-free training cells per sample; ``nft``
+with its default soft old policy, one more no-grad forward per cell, ``nft_current`` without). The
 simulator is deterministic, so the machine's load does not change the numbers; docs/simulation.md shows the
 table (``scripts/simdoc_algorithms.py``).
 """
@@ -32,7 +33,8 @@ MODES = ("colocated", "gap_tsp", "gap_tsp_tag", "full")
 ALGORITHMS = (("flow_grpo", {}, 20), ("grpo_guard", {"name": "grpo_guard"}, 20),
               ("mixgrpo", {"name": "mixgrpo", "window": 4}, 25),
               ("mixgrpo_flash", {"name": "mixgrpo", "window": 4, "flash_ratio": 0.4}, 25),
-              ("nft", {"name": "nft"}, 20))
+              ("nft", {"name": "nft"}, 20),  # its soft old policy (the default): + 1 no-grad forward per cell
+              ("nft_current", {"name": "nft", "nft_old": "current"}, 20))  # old = the live weights: no second forward
 
 
 def measure(steps: int = 20) -> list[dict]:

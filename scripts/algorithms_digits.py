@@ -125,7 +125,11 @@ def render(data: dict) -> str:
         lines.append(f"| {r['algorithm']} | {ov} | {', '.join(map(str, r['seeds']))} | {r['initial']:.3f} | "
                      f"{r['final']:.3f}, {r['final_min']:.3f} | {r['peak']:.3f} | {hit} | {r['cpu_s']:.0f} | "
                      f"{r['wall_s']:.0f} | {'yes' if r['learns'] else 'no'} |")
-    lines += ["", f"![eval reward per step and per CPU second](figures/{FIGURE.name})\n",
+    lines += ["", "nft runs with DiffusionNFT's own defaults: the soft old policy (`train.nft_old_policy=soft`, "
+              "`nft_old_decay` (0, 0.001, 0.5): the generators sample with it and v_old is its forward) and the "
+              "DPM-Solver++ 2M sampler (`sampler.nft_solver=dpmpp_2m`, the reference's `dpm2`), eval with the Euler "
+              "ODE like every algorithm.\n",
+              f"![eval reward per step and per CPU second](figures/{FIGURE.name})\n",
               "The simulator's price of each algorithm's step on GPU testbeds is in docs/simulation.md "
               "(\"Per algorithm\").\n"]
     return "\n".join(lines)

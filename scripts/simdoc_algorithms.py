@@ -21,7 +21,9 @@ def section(results_dir: Path) -> list[str]:
            "What each algorithm asks of the hardware (`sim.algorithms`): the trained cells per sample S (MixGRPO: its "
            "window; DiffusionNFT: K freshly noised timesteps), the denoising steps per sample (MixGRPO-Flash: "
            "DPM-Solver++ 2M on a compressed schedule after the window, the mean over a cycle of window positions), "
-           "the forwards per trained cell (DiffusionNFT trains CFG-free) and the bytes each trajectory moves to the "
+           "the forwards per trained cell (DiffusionNFT trains CFG-free; `nft` with its default soft old policy adds a "
+           "no-grad forward per cell and the copy's updates, `nft_current` is `train.nft_old_policy=current`) and "
+           "the bytes each trajectory moves to the "
            f"trainers. Testbed B, exact roofline costs, {data['steps']} steps, split searched per mode "
            "(`benchmarks/algorithm_costs.py`, results in `benchmarks/results/algorithm_costs.json`).\n",
            table(rows) + "\n"]
