@@ -24,7 +24,8 @@ faster of the two: where colocated is predicted faster the preset defaults to ``
 so. Train keys other than the chunk shape are never touched (they are pinned to the peer recipes). The
 rewritten file is loaded back and must plan (``control.run_plan.plan_run``) to the priced plan.
 
-Each preset takes about a minute of CPU; they are planned one after the other.
+Each preset takes 1-60 s of CPU (``digenrl plan``'s pruned search; the README's table); they are planned one
+after the other.
 """
 
 import argparse
