@@ -55,3 +55,22 @@ def reference_run(tiny_model, run_dir, overrides, *, eval_weights: bool = False)
         with ctx.eval_weights():
             return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
     return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
+
+
+def run_matches(cfg, ref, rtol_tensor: float, rtol_global: float, label: str = ""):
+    """Run ``cfg`` on Ray and check it against the reference loop's weights ``ref``: a clean audit, every step
+    committed, and the run's committed parameters within ``rtol_tensor`` (max relative error per tensor) and
+    ``rtol_global`` (the whole state) of ``ref``. Returns the run's summary."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    from test_sharded_pool import _errors
+
+    from digenrl.runtime.driver import run_disaggregated
+
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
+    per, glob = _errors(load_file(str(Path(cfg.run_dir) / "checkpoint.safetensors")), ref)
+    print(f"{label}: max relative error per tensor {per:.2e}, global {glob:.2e}")
+    assert per <= rtol_tensor and glob <= rtol_global, (per, glob)
+    return summary

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_helpers import make_cfg, reference_run, tied_reward_server
+from runtime_helpers import make_cfg, reference_run, run_matches, tied_reward_server
 from test_sharded_pool import _errors
 
 STEPS = 2
@@ -37,10 +37,6 @@ REFILL = [f"steps={STEPS}", "train.prompts_per_step=3", "train.beta_kl=0.05", "t
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ema", "refill"])
 def test_quirk_option_matches_the_reference(case, ray_local, tiny_model, tmp_path, reward_url):
-    from safetensors.torch import load_file
-
-    from digenrl.runtime.driver import run_disaggregated
-
     remote = f"reward={{remote: {{url: '{reward_url}'}}}}"
     if case == "ema":
         on, off = [*EMA, remote, "train.ema_update=per_micro_batch", "train.micro_batch=3"], [*EMA, remote]  # k = 2
@@ -50,10 +46,7 @@ def test_quirk_option_matches_the_reference(case, ray_local, tiny_model, tmp_pat
     if case == "refill":
         assert [r["kept_fraction"] for r in rows] == [0.75] * STEPS  # 9 of 12: one of the tied group re-added
     cfg = make_cfg(tiny_model, tmp_path / "run", *on)
-    summary = run_disaggregated(cfg)
-    assert summary["audit_violations"] == [] and summary["version"] == STEPS
-    per, glob = _errors(load_file(str(tmp_path / "run" / "checkpoint.safetensors")), ref)
-    print(f"{case}: max relative error per tensor {per:.2e}, global {glob:.2e}")
-    assert per <= RTOL_TENSOR and glob <= RTOL_GLOBAL, (per, glob)
+    assert cfg.steps == STEPS
+    run_matches(cfg, ref, RTOL_TENSOR, RTOL_GLOBAL, case)
     other, _ = reference_run(tiny_model, tmp_path / "off", off, eval_weights=True)
     assert _errors(other, ref)[0] > 100 * RTOL_TENSOR  # the option changes the result (the test can fail)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_helpers import make_cfg, reference_run, tied_reward_server
+from runtime_helpers import make_cfg, reference_run, run_matches, tied_reward_server
 from test_sharded_pool import _errors
 
 STEPS = 2
@@ -59,19 +59,12 @@ def reward_url():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_selection_option_matches_the_reference(case, ray_local, tiny_model, tmp_path, reward_url):
-    from safetensors.torch import load_file
-
-    from digenrl.runtime.driver import run_disaggregated
-
     opts, n_opts = CASES[case]
     on = [*BASE, *opts, f"reward={{remote: {{url: '{reward_url}'}}}}"]
     ref, _ = reference_run(tiny_model, tmp_path / "ref", on)
     cfg = make_cfg(tiny_model, tmp_path / "run", *on)
-    summary = run_disaggregated(cfg)
-    assert summary["audit_violations"] == [] and summary["version"] == STEPS
-    per, glob = _errors(load_file(str(tmp_path / "run" / "checkpoint.safetensors")), ref)
-    print(f"{case}: max relative error per tensor {per:.2e}, global {glob:.2e}")
-    assert per <= RTOL_TENSOR and glob <= RTOL_GLOBAL, (per, glob)
+    assert cfg.steps == STEPS
+    run_matches(cfg, ref, RTOL_TENSOR, RTOL_GLOBAL, case)
     off = [o for o in on if o not in opts[:n_opts]]
     other, _ = reference_run(tiny_model, tmp_path / "off", off)
     assert _errors(other, ref)[0] > 100 * RTOL_TENSOR  # the option changes the result

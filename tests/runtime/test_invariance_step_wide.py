@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_helpers import make_cfg, reference_run, tied_reward_server
+from runtime_helpers import make_cfg, reference_run, run_matches, tied_reward_server
 from test_sharded_pool import _errors, _profile
 
 # The trainers round differently from the reference (the heads are combined, the clipped samples' cells run
@@ -52,19 +52,14 @@ def test_step_wide_advantages_match_the_reference(case, ray_local, tiny_model, t
 
     from safetensors.torch import load_file
 
-    from digenrl.runtime.driver import run_disaggregated
-
     overrides = [*SMALL, f"reward={{remote: {{url: '{reward_url}'}}}}", *CASES[case]]
     if "tag" in case:
         overrides.append(f"runtime.profile={_profile(tmp_path / 'profile.json')}")
     ref, ref_rows = reference_run(tiny_model, tmp_path / "ref", overrides)
     assert all(r["kept_fraction"] < 1 for r in ref_rows) or "batch" in case  # the tied group is filtered
     cfg = make_cfg(tiny_model, tmp_path / "run", *overrides)
-    summary = run_disaggregated(cfg)
-    assert summary["audit_violations"] == [] and summary["version"] == STEPS
-    per, glob = _errors(load_file(str(tmp_path / "run" / "checkpoint.safetensors")), ref)
-    print(f"{case}: max relative error per tensor {per:.2e}, global {glob:.2e}")
-    assert per <= RTOL_TENSOR and glob <= RTOL_GLOBAL, (per, glob)
+    assert cfg.steps == STEPS
+    run_matches(cfg, ref, RTOL_TENSOR, RTOL_GLOBAL, case)
     assert _errors(load_file(str(tiny_model)), ref)[0] > 100 * RTOL_TENSOR  # the run really moved the weights
     _assert_clipped(tmp_path / "run" / "trajectories.jsonl", cfg)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
