@@ -145,7 +145,16 @@ def config_workload(cfg, trained: int) -> Workload:
     video = config_model(cfg).video
     return Workload(t.prompts_per_step, t.generations, int(o.get("width", 512)), int(o.get("height", 512)),
                     int(o.get("frames", 1)) if video else 1, sampling_steps=T, timestep_fraction=trained / T,
-                    training=config_training(cfg), algorithm=config_algorithm(cfg, trained))
+                    training=config_training(cfg), algorithm=config_algorithm(cfg, trained),
+                    trained_share=trained_share(cfg))
+
+
+def trained_share(cfg) -> float:
+    """The share of a planned chunk's cells the trainers run: best_of_n / G, times 1 / M for sample minibatches
+    (``Workload.trained_share``)."""
+    t = cfg.train
+    share = t.best_of_n / t.generations if t.best_of_n is not None else 1.0
+    return share / t.minibatches_per_step if t.minibatch_split == "samples" else share
 
 
 def pools_for(cfg, gpus: int | None) -> tuple[int, int]:

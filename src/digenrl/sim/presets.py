@@ -214,6 +214,14 @@ class Workload:
     timestep_fraction: float = 0.6   # Flow-GRPO's timestep_fraction
     training: Training = FULL_SHARDED
     algorithm: Algorithm = Algorithm()  # train.algorithm and its shape (``sim.algorithms``)
+    # the share of a planned chunk's cells that train: train.best_of_n (n / G: the trainers drop the other
+    # generations' cells before the forward) times 1 / M with train.minibatch_split=samples (every round plans
+    # every group and trains its part of the sample permutation); a chunk of c cells runs ceil(c x share) cells
+    trained_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.trained_share <= 1.0:
+            raise PresetError(f"workload.trained_share: must be in (0, 1] (got {self.trained_share})")
 
     @property
     def trained_timesteps(self) -> int:

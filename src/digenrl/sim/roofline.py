@@ -219,7 +219,7 @@ class RooflineCost:
         return per * self.train_fps
 
     def _train_chunk(self, c: int, pool: str) -> float:
-        c = self._share(c, TRAINER)
+        c = self._share(max(1, math.ceil(c * self.workload.trained_share - 1e-9)), TRAINER)  # the cells that run
         fwd = c * self.train_fps
         comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
         alg = self.workload.algorithm  # (+ DiffusionNFT's soft old policy: its forward's gather, the exchanges)
