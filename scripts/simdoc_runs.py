@@ -99,8 +99,9 @@ def static_inputs() -> dict:
                          "master weights and Adam moments; prompt embeddings cached"),
             "publish": (f"the runtime's default Ray object store from trainer rank 0 (device -> host over PCIe, put "
                         f"at {HOST_COPY_GBS:.0f} GB/s host copy, one fetch per generator node at the per-GPU link "
-                        "rate, load over PCIe). The FSDP trainer pool is one shard group, as the runtime runs it: "
-                        "each chunk is a collective split over its ranks (its shape chosen by the makespan of the "
+                        "rate, load over PCIe). The FSDP trainer pool is one shard group, or k of them where the planner "
+                        "picks hybrid sharding (each a data-parallel replica, the commit all-reducing the gradient "
+                        "shards across them), as the runtime runs it: each chunk is a collective split over its ranks (its shape chosen by the makespan of the "
                         "group's actual tiles on those ranks, partial rounds included) and every chunk's backward "
                         "reduce-scatters the gradients, so the commit only steps the shards. A TAG action of the "
                         "group is a gang of up to one pending fragment per rank of the head prompt group, generated "
