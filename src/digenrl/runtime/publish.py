@@ -81,13 +81,17 @@ class ProcessGroups(NamedTuple):
 
 
 def hybrid_layout(trainer_ranks: Sequence[int], shard_size: int) -> tuple[list[list[int]], list[list[int]]]:
-    """(shard groups, replica groups) of ``trainer_ranks`` in k = N / shard_size consecutive shard groups:
-    group i = ranks[i g : (i + 1) g]; replica j = the j-th rank of every group (they hold the same shards)."""
-    ranks, g = list(trainer_ranks), shard_size
-    if g < 1 or len(ranks) % g:
-        raise ValueError(f"{len(ranks)} trainer ranks do not split into shard groups of {g}")
-    shards = [ranks[i:i + g] for i in range(0, len(ranks), g)]
-    return shards, [[grp[j] for grp in shards] for j in range(g)]
+    """(shard groups, replica groups) of ``trainer_ranks``: the consecutive blocks of ``control.run_plan.
+    shard_groups`` (the scheduler's shard groups, same order); replica j = the j-th rank of every group (they
+    hold the same shards)."""
+    from digenrl.control.run_plan import shard_groups
+
+    ranks = tuple(trainer_ranks)
+    if shard_size < 1 or len(ranks) % shard_size:
+        raise ValueError(f"{len(ranks)} trainer ranks do not split into shard groups of {shard_size}")
+    _, blocks = shard_groups(ranks, True, len(ranks) // shard_size)
+    shards = [list(b) for b in blocks.values()]
+    return shards, [list(r) for r in zip(*shards)]
 
 
 def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
