@@ -91,6 +91,9 @@ class StepPlan:
         generator joins between fragments) and no generator starts work while it waits or runs; outside
         TCSS the generators are idle at every final commit anyway, so only ``full`` mode waits. False (the
         object store): the trainers put the state and each generator fetches it with its next fragment.
+      stale_hold: with ``publish_joins`` in ``full`` (one commit per step), a free generator waits instead of
+        starting a stale fragment that would end ``overrun`` seconds after the step's predicted commit when
+        ``overrun x stale_hold`` exceeds its wait for that commit (``schedule.stale_hold``); 0 never waits.
     """
 
     prompts: int
@@ -111,6 +114,7 @@ class StepPlan:
     step_wide: bool = False
     publish_joins: bool = False
     sample_split: bool = False
+    stale_hold: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -134,6 +138,8 @@ class StepPlan:
                             f"of whole prompt groups)")
         if not 0.0 <= self.max_stale_fraction <= 1.0:
             raise PlanError(f"max_stale_fraction: must lie in [0, 1] (got {self.max_stale_fraction!r})")
+        if not (isinstance(self.stale_hold, (int, float)) and 0.0 <= self.stale_hold < float("inf")):
+            raise PlanError(f"stale_hold: must be a finite number >= 0 (got {self.stale_hold!r})")
         if not self.trainers:
             raise PlanError("trainers: at least one trainer rank is required")
         if self.mode is Mode.COLOCATED and self.generators:

@@ -10,7 +10,8 @@ from typing import Callable
 from .actions import Action, ChunkTrained, Commit, Committed, Event, FragmentGenerated, Generate, Publish
 from .actions import Published, Train
 from .bts import BTS, BTSConfig, BTSStats
-from .bts_model import Snapshot, tag_targets
+from . import stale_hold
+from .bts_model import Snapshot, StepModel, tag_targets
 from .cost import CostModel, Durations
 from .layout import Chunk, Fragment, classic_chunks, gang_size, merge_fragments, step_fragments, tsp_chunks
 from .online_cost import OnlineCosts
@@ -50,6 +51,8 @@ class Scheduler:
             raise ValueError(f"cost: mode {plan.mode.value!r} needs a cost model (BTS predicts with it)")
         self.plan = plan
         self._dur = Durations(plan, cost) if cost is not None else None
+        # TCSS with a joined publish: a stale fragment that would hold up the publish waits (``stale_hold``)
+        self._hold_model = StepModel(plan, self._dur) if self._dur is not None and stale_hold.applies(plan) else None
         self.bts: BTS | FixedRule | None = (make_tag_policy(plan, cost, bts_config, bts_clock)
                                             if plan.mode.tag else None)
         bc = bts_config or BTSConfig()
@@ -137,6 +140,8 @@ class Scheduler:
         if new is not None:
             self._dur = Durations(self.plan, new)
             self.bts.set_cost(new)
+            if self._hold_model is not None:
+                self._hold_model = StepModel(self.plan, self._dur)
 
     def _on_fragment(self, t: float, e: FragmentGenerated) -> list[Action]:
         self._finish(t, e.worker, Generate, e.fragment)
@@ -279,8 +284,9 @@ class Scheduler:
         q = self._ready if self.plan.mode.tsp else self._rank_ready[rank]
         return q.popleft() if q else None
 
-    def _next_generator_work(self) -> tuple[Fragment, int] | None:
-        """On-policy work of the published version's step; else (TCSS) stale work of the next step."""
+    def _next_generator_work(self, t: float) -> tuple[Fragment, int] | None:
+        """On-policy work of the published version's step; else (TCSS) stale work of the next step, unless
+        it would hold up a joined publish (``stale_hold``)."""
         v, p = self.published, self.plan
         cur = self._work(v).pending
         if cur:
@@ -288,8 +294,21 @@ class Scheduler:
         if p.mode.tcss and v + 1 < p.steps:
             nxt = self._work(v + 1)
             if nxt.pending and nxt.stale_generations + nxt.pending[0].size <= p.stale_cap:
+                if self._holds_stale(t, nxt.pending[0].size):
+                    return None
                 return nxt.pending.popleft(), v
         return None
+
+    def _holds_stale(self, t: float, size: int) -> bool:
+        if self._hold_model is None or self.train_step != self.published:
+            return False
+        if self._collective == "commit":
+            launch = self._collective_launch
+            end = launch[1] + self._dur.commit() if launch is not None else None
+            return end is not None and stale_hold.hold(self.plan, self._hold_model, t, size, end, None)
+        if self._collective is not None:
+            return False
+        return stale_hold.hold(self.plan, self._hold_model, t, size, None, self._snapshot(t))
 
     def _dispatch(self, t: float, frag: Fragment, worker: str, version: int, tag: bool = False,
                   switch: bool = False, parts: int = 1) -> Generate:
@@ -329,7 +348,7 @@ class Scheduler:
         joined = p.publish_joins and self._collective == "publish"  # the generators wait in the publish
         for w in p.generators:
             if self._busy[w] is None and not joined:
-                work = self._next_generator_work()
+                work = self._next_generator_work(t)
                 if work is None:
                     break
                 acts.append(self._dispatch(t, work[0], w, work[1]))

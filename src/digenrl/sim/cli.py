@@ -161,6 +161,8 @@ def rows_of(runs: dict, modes: list[str]) -> list[dict]:
             "gen_gpus": r.n_gen, "trainer_gpus": r.n_train, "fragment_size": r.plan.fragment_size,
             "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps] if Mode(m).tsp else None,
             "note": r.note, "tag_copy": bool(getattr(r, "tag_copy", False)),
+            "publish": getattr(r, "publish", ""), "shard_groups": getattr(r, "shard_groups", 1),
+            "stale_hold": getattr(r, "stale_hold", 0.0),
         })
     return rows
 

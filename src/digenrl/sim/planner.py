@@ -16,7 +16,9 @@ Choices, each made from the cost model alone (never from simulated speedups of o
   or hybrid sharding, k <= 6 groups of at least 2 ranks, each simulated;
 * publish path (roofline costs, disaggregated modes; ``publish_paths``): the object store (rank 0 stages the
   state in host memory, each generator fetches it) or a broadcast the generators join
-  (``StepPlan.publish_joins``). Outside TCSS the cheaper one by the cost model; in ``full`` both are simulated.
+  (``StepPlan.publish_joins``). Outside TCSS the cheaper one by the cost model; in ``full`` both are simulated;
+* stale hold (``full`` with a broadcast publish; ``schedule.stale_hold``): the chosen plan is run with each
+  h of ``STALE_HOLDS`` (0: off) and the fastest is kept.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Callable
 from ..control.run_plan import shard_groups, worker_ids
 from ..control.timeline import RunResult
 from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fragments, tsp_chunks
+from ..schedule import stale_hold
 from ..schedule.cost import TRAINER, Op
 from ..schedule.layout import choose_chunk_shape as layout_chunk_shape
 from .executor import simulate
@@ -85,6 +88,7 @@ class ModeRun:
     tag_copy: bool = False   # TAG on the shard group builds a bf16 inference copy (Training.tag_copy)
     publish: str = ""        # the publish path (Training.publish; "" in colocated mode)
     shard_groups: int = 1    # hybrid sharding: shard groups of the sharded trainer pool (Training.shard_groups)
+    stale_hold: float = 0.0  # full + broadcast: the generators' stale-fragment hold (runtime.stale_hold)
 
     @property
     def n_gen(self) -> int:
@@ -316,6 +320,22 @@ def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConf
     return min(finals, key=lambda tc: tc[0])[1]
 
 
+# ``runtime.stale_hold`` values the planner tries on its chosen ``full`` plan with a joined publish (besides 0):
+# a hold only against a long overrun (0.5), and one that holds unless the generator would wait over 4x the
+# overrun (4). On the 10 GPU presets 0.5 helped HunyuanVideo/B and 4 FLUX/A; no one value suits every preset.
+STALE_HOLDS = (0.5, 4.0)
+
+
+def best_stale_hold(plan: StepPlan, cost, bts: BTSConfig | None = None) -> float:
+    """The fastest h of (0,) + ``STALE_HOLDS`` for ``plan`` (simulated for its steps); 0 where the rule does
+    not apply."""
+    if not stale_hold.applies(replace(plan, stale_hold=1.0)):
+        return 0.0
+    times = [(simulate(replace(plan, stale_hold=h), cost, bts=bts, record=False).step_time, h)
+             for h in (0.0,) + STALE_HOLDS]
+    return min(times)[1]
+
+
 def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jitter: float = 0.0, seed: int = 0,
              bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None) -> ModeRun:
     """Simulate one mode; without ``gen_gpus`` the split (and, heterogeneous, the pool kinds) is searched, and
@@ -342,13 +362,15 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
+    plan = replace(plan, stale_hold=best_stale_hold(plan, cost, bts))
     res = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
     copy = bool(choice.tag_copy if choice.tag_copy is not None else setup.workload.training.tag_copy)
     publish = choice.publish or setup.workload.training.publish
     groups = choice.shard_groups or setup.workload.training.shard_groups
     return ModeRun(mode, split, plan, res, note=split.label(het), tag_copy=copy and mode.tag,
                    publish=publish if mode.disaggregated else "",
-                   shard_groups=groups if plan.shard_ranks > 1 or len(plan.trainers) < split.n_train else 1)
+                   shard_groups=groups if plan.shard_ranks > 1 or len(plan.trainers) < split.n_train else 1,
+                   stale_hold=plan.stale_hold)
 
 
 __all__ = ["Choice", "ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]
