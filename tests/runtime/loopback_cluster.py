@@ -95,8 +95,10 @@ class LoopbackCluster:
     def add_node(self, resources: str = "{}") -> None:
         self._start([f"--resources={resources}", f"--address={self.address}"])
 
-    def wait_nodes(self, n: int, timeout_s: float = 120.0) -> None:
-        """Block until ``n`` nodes are alive (checked from a client process with the token)."""
+    def wait_nodes(self, n: int, timeout_s: float = 300.0) -> None:
+        """Block until ``n`` nodes are alive (checked from a client process with the token). On a loaded 2-core
+        machine two ``ray start`` take minutes and a probe can hang while the head comes up: a probe that
+        times out is retried until the deadline."""
         probe = ("import ray, sys; ray.init(address=sys.argv[1], logging_level=40, log_to_driver=False); "
                  "print(sum(1 for x in ray.nodes() if x['Alive']))")
         deadline = time.monotonic() + timeout_s
@@ -104,8 +106,11 @@ class LoopbackCluster:
             for p in self.procs:
                 if p.poll() is not None:
                     raise RuntimeError(f"ray start exited with {p.returncode}: see {self.tmp}")
-            out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.client_env(),
-                                 capture_output=True, text=True, timeout=90)
+            try:
+                out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.client_env(),
+                                     capture_output=True, text=True, timeout=max(1.0, min(90.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                continue
             if out.returncode == 0 and out.stdout.strip().splitlines()[-1:] == [str(n)]:
                 return
             time.sleep(1.0)
