@@ -95,6 +95,31 @@ def test_sharded_pipelined_with_tag_matches_reference(ray_local, tiny_model, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("copy", [False, True], ids=["gathers", "inference_copy"])
+def test_sharded_gang_over_two_groups_matches_reference(ray_local, tiny_model, tmp_path, reference, copy):
+    """Greedy TAG on the shard group of 2 ranks, groups of 4 generations cut into fragments of 3 and 1: the
+    generator takes (0, 1, 2) of group 0, the group's gang the next two fragments wherever they lie: (3,) of
+    group 0 and (0, 1, 2) of group 1, one action over two groups (``Generate.more``); the ranks split the 4
+    generations round-robin (two each, of both groups, in one batch) and the trajectories reach the right
+    groups' training."""
+    from digenrl.observe.trace import read_chrome_trace
+    from digenrl.runtime.driver import run_disaggregated
+
+    run = tmp_path / "run"
+    cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED, "runtime.fragment_size=3",
+                   "runtime.tag_policy=greedy", f"runtime.profile={_profile(tmp_path / 'profile.json')}",
+                   f"runtime.tag_inference_copy={copy}")
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
+    _check_params(run, reference, tiny_model)
+    tags = [s for s in read_chrome_trace(run / "trace.json") if s.kind == "tag"]
+    assert any(" g0-1 x4 " in f" {s.label} " for s in tags), [s.label for s in tags]
+    traj = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert len(traj) == cfg.steps * cfg.train.prompts_per_step * cfg.train.generations  # each generation once
+    assert len({(t["step"], t["uid"], t["generation"]) for t in traj}) == len(traj)
+
+
+@pytest.mark.slow
 def test_sharded_colocated_matches_reference(ray_local, tiny_model, tmp_path, reference):
     from digenrl.runtime.driver import run_disaggregated
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from digenrl.schedule import ChunkTrained, Commit, Committed, FragmentGenerated, Generate, Publish, Published, Train
+from digenrl.schedule import BTSConfig, ChunkTrained, Commit, Committed, FragmentGenerated, Generate, Publish, Published, Train
 from digenrl.schedule.audit import audit
 from digenrl.schedule.layout import Fragment
 from digenrl.sim.executor import simulate
@@ -317,7 +317,15 @@ def test_gang_from_a_replicated_trainer():
 
 
 def _shard_plan():
-    return good("gap_tsp_tag", cost=HAND, steps=1, shard_ranks=2, n_train=1, generations=6)
+    # greedy TAG: the shard group t0 (2 ranks) takes a gang of step 0's fragments (4, 5) of group 0 and (0, 1) of
+    # group 1 at t = 0 (``Generate.more``); the generators g0 / g1 take the rest
+    plan = make_plan("gap_tsp_tag", steps=1, shard_ranks=2, n_train=1, generations=6)
+    res = simulate(plan, HAND, bts=BTSConfig(policy="greedy"))
+    log, events = list(res.actions), list(res.events)
+    assert audit(plan, log, events) == []
+    t, a = log[gen_at(log, 0, 0, (4, 5), "t0")]
+    assert a.tag and a.more == (Fragment(0, 1, (0, 1)),)
+    return plan, log, events
 
 
 def test_gang_from_a_generator():
@@ -329,26 +337,48 @@ def test_gang_from_a_generator():
 
 
 def test_gang_larger_than_the_shard_group():
+    # g1's fragment (2, 3) of group 0 merged into t0's gang over groups 0 and 1: 3 plan fragments on 2 ranks
     plan, log, events = _shard_plan()
-    f = _merge(log, events, gen_at(log, 0, 0, (2, 3), "g1"), gen_at(log, 0, 0, (4, 5), "t0"), worker="t0", tag=True)
-    f = _merge(log, events, gen_at(log, 0, 0, (0, 1), "g0"), gen_at(log, 0, 0, f.generations, "t0"), worker="t0",
-               tag=True, switch=True)
-    assert f.generations == tuple(range(6))
-    rejects(plan, log, events, f"gang {f} of 3 fragments: only a TAG action of a shard group merges fragments, "
-                               f"at most one per rank (2)")
-
-
-def test_gang_of_a_shard_groups_tag_is_accepted():
-    # the same merge on a shard group's TAG action is a legal schedule (the audit is not stricter than the plan)
-    plan, log, events = _shard_plan()
-    _merge(log, events, gen_at(log, 0, 0, (4, 5), "t0"), gen_at(log, 0, 0, (2, 3), "g1"))
-    k = gen_at(log, 0, 0, (4, 5, 2, 3), "t0")
+    f = _merge(log, events, gen_at(log, 0, 0, (4, 5), "t0"), gen_at(log, 0, 0, (2, 3), "g1"))
+    k = gen_at(log, 0, 0, f.generations, "t0")
     t, a = log[k]
     f = Fragment(0, 0, (2, 3, 4, 5))
     log[k] = (t, replace(a, fragment=f))
     j = frag_event(events, a.fragment)
     events[j] = replace(events[j], fragment=f)
+    rejects(plan, log, events, f"gang {(f,) + a.more} of 3 fragments: only a TAG action of a shard group merges "
+                               f"fragments, at most one per rank (2)")
+
+
+def test_gang_of_a_shard_groups_tag_is_accepted():
+    # a gang of two fragments of one group on the shard group's TAG action is a legal schedule too (the audit is
+    # not stricter than the plan): t0 takes (2, 3, 4, 5) of group 0, g1 takes (0, 1) of group 1 in place of (2, 3)
+    plan, log, events = _shard_plan()
+    k, m = gen_at(log, 0, 0, (4, 5), "t0"), gen_at(log, 0, 0, (2, 3), "g1")
+    t, a = log[k]
+    tm, am = log[m]
+    f = Fragment(0, 0, (2, 3, 4, 5))
+    log[k] = (t, replace(a, fragment=f, more=()))
+    log[m] = (tm, replace(am, fragment=Fragment(0, 1, (0, 1))))
+    j, jm = frag_event(events, a.fragment), frag_event(events, am.fragment)
+    events[j] = replace(events[j], fragment=f)
+    events[jm] = replace(events[jm], fragment=Fragment(0, 1, (0, 1)))
     assert audit(plan, log, events) == []
+
+
+def test_gang_whose_parts_are_not_consecutive():
+    # t0's gang takes (4, 5) of group 0 and (2, 3) of group 1, skipping (0, 1) of group 1, which a generator takes
+    plan, log, events = _shard_plan()
+    k, m = gen_at(log, 0, 0, (4, 5), "t0"), gen_at(log, 0, 1, (2, 3))
+    t, a = log[k]
+    tm, am = log[m]
+    log[k] = (t, replace(a, more=(Fragment(0, 1, (2, 3)),)))
+    log[m] = (tm, replace(am, fragment=Fragment(0, 1, (0, 1))))
+    j = frag_event(events, am.fragment)
+    events[j] = replace(events[j], fragment=Fragment(0, 1, (0, 1)))
+    bad = rejects(plan, log, events, f"gang {(a.fragment, Fragment(0, 1, (2, 3)))}: its parts are not consecutive "
+                                     f"in dispatch order")
+    assert len(bad) == 1, bad
 
 
 # ---- workers, commits, publishes -----------------------------------------------------------------------------

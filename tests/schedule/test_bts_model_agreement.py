@@ -18,6 +18,7 @@ from digenrl.schedule import BTS, Mode
 from digenrl.schedule.audit import audit
 from digenrl.schedule.bts import Decision
 from digenrl.schedule.bts_model import TickModel
+from digenrl.schedule.layout import Fragment
 from digenrl.sim.executor import simulate
 from sched_helpers import LinCost, make_plan
 
@@ -76,15 +77,20 @@ def test_models_predict_the_commit_the_scheduler_realizes(case):
         assert snap.now + ticks * tm.q == pytest.approx(realized[step], abs=1e-9)
 
 
-def test_a_gang_takes_up_to_one_fragment_per_rank_of_one_group():
-    # 1 generator, one shard group of 3 ranks, groups of 4 one-generation fragments: the trainer's first TAG
-    # action takes 3 fragments of the head group, never fragments of two groups
-    plan = make_plan("gap_tsp_tag", prompts=2, generations=4, fragment_size=1, S=1, T=3, cg=4, cs=1, n_gen=1,
+def test_a_gang_takes_up_to_one_fragment_per_rank_across_groups():
+    # 1 generator, one shard group of 3 ranks, groups of 2 one-generation fragments: the generator takes the
+    # first fragment, the trainer's first TAG action the next 3 (the rest of group 0 and all of group 1: one
+    # action over two groups, ``Generate.more``), and both models predict the commit that follows
+    plan = make_plan("gap_tsp_tag", prompts=3, generations=2, fragment_size=1, S=1, T=3, cg=2, cs=1, n_gen=1,
                      n_train=1, steps=1, shard_ranks=3)
     cost = LinCost({"denoise": (0, 1), "train_chunk": (1, 0), "optimizer": (1, 0)})
     res, first = _run_with_first_k(plan, cost, 1)
     tags = [a for _, a in res.actions if getattr(a, "tag", False)]
-    assert tags and all(len({a.fragment.group}) == 1 for a in tags)
-    assert max(a.fragment.size for a in tags) == 3
-    assert res.stats[0].tag_fragments == sum(a.fragment.size for a in tags)  # 1-generation fragments
+    assert tags[0].fragments == (Fragment(0, 0, (1,)), Fragment(0, 1, (0, 1)))
+    assert tags[0].size == 3 and res.stats[0].tag_fragments == sum(a.size for a in tags)
     assert audit(plan, res.actions, res.events) == []
+    snap, k, bts = first[0]
+    assert bts.model.predict_commit(snap, k) == res.stats[0].committed
+    tm = TickModel(bts.model, 1.0)
+    dt, nxt = tm.advance(tm.compress(snap), k)
+    assert snap.now + (dt if nxt is None else dt + tm.leaf(nxt)) == pytest.approx(res.stats[0].committed)

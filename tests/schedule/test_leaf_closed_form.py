@@ -25,7 +25,7 @@ def _plain_leaf(tm, st):
     starting at max(earliest-free rank, release)."""
     nxt, left, gens, ranks, ready = st
     done = {}
-    for e, g in list(gens) + [(e, g) for e, g, _ in ranks]:
+    for e, g in list(gens) + [(e, g) for e, grps, _ in ranks for g in grps]:
         if g >= 0:
             done[g] = max(done.get(g, 0), e)
     free = sorted([e for e, _ in gens] + [0] * (tm.n_gen - len(gens)))
@@ -47,8 +47,10 @@ def _state(rng, tm):
     nxt = rng.randint(0, left * tm.F)
     gens = tuple(sorted((rng.randint(0, 40), rng.choice([-1] + list(range(left))))
                         for _ in range(rng.randint(0, tm.n_gen))))
-    ranks = tuple(sorted((rng.choice([0, rng.randint(1, 60)]), rng.choice([-1, -1] + list(range(left))),
-                          rng.randint(0, 1)) for _ in range(tm.n_rank)))
+    # a rank's in-flight TAG action: none, or a gang over one or several consecutive groups
+    spans = [(), ()] + [tuple(range(g, min(left, g + n))) for g in range(left) for n in (1, 2)]
+    ranks = tuple(sorted((rng.choice([0, rng.randint(1, 60)]), rng.choice(spans), rng.randint(0, 1))
+                         for _ in range(tm.n_rank)))
     ready = tuple(rng.randint(1, tm.C) for _ in range(rng.randint(0, 3)))
     return nxt, left, gens, ranks, ready
 

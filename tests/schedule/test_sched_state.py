@@ -22,7 +22,7 @@ def snap(now=10.0, step=1, shift=0):
     return Snapshot(now=now, step=step,
                     pending=((2 + shift, 2), (2 + shift, 2), (3 + shift, 2), (3 + shift, 2)),
                     generators=((now + 2.0, 1 + shift), (now + 3.0, 1 + shift)),
-                    ranks=((now, -1, False), (now + 0.3, -1, False), (now + 1.0, 1 + shift, True)),
+                    ranks=((now, (), False), (now + 0.3, (), False), (now + 1.0, (1 + shift,), True)),
                     idle=(0,), ready=(2,), incomplete=(1 + shift, 2 + shift, 3 + shift))
 
 
@@ -43,8 +43,9 @@ def test_different_situations_compress_differently():
         replace(snap(), generators=((12.5, 1), (13.0, 1))),                       # a generator 0.5 s later
         replace(snap(), pending=snap().pending[1:], incomplete=(1, 2, 3)),         # one fragment less pending
         replace(snap(), ready=(1,)),                                               # one ready chunk less
-        replace(snap(), ranks=((10.0, -1, True),) + snap().ranks[1:]),             # idle rank is in gen mode
-        replace(snap(), ranks=((10.0, -1, False), (10.0, -1, False), snap().ranks[2]), idle=(0, 1)),
+        replace(snap(), ranks=((10.0, (), True),) + snap().ranks[1:]),             # idle rank is in gen mode
+        replace(snap(), ranks=((10.0, (), False), (10.0, (), False), snap().ranks[2]), idle=(0, 1)),
+        replace(snap(), ranks=snap().ranks[:2] + ((11.0, (1, 2), True),)),         # the TAG gang spans 2 groups
     ]
     keys = [c(v) for v in variants]
     assert all(k != base for k in keys)

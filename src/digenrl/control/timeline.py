@@ -38,8 +38,9 @@ def span_of(action: Action) -> tuple[str, str]:
     """(kind, label) of the span of an action."""
     if isinstance(action, Generate):
         fr = action.fragment
+        groups = f"{fr.group}-{action.more[-1].group}" if action.more else f"{fr.group}"  # a gang over groups
         return ("tag" if action.tag else "generate",
-                f"s{fr.step} g{fr.group} x{fr.size} v{action.version}{' stale' if action.stale else ''}")
+                f"s{fr.step} g{groups} x{action.size} v{action.version}{' stale' if action.stale else ''}")
     if isinstance(action, Train):
         c = action.chunk
         return "train", f"s{c.step} g{c.group} {c.size} cells"

@@ -85,7 +85,7 @@ class ObservedCosts:
         from digenrl.schedule.actions import Generate, Train
 
         if isinstance(action, Generate):
-            return ("generate", action.tag), len(action.fragment.generations)
+            return ("generate", action.tag), action.size
         if isinstance(action, Train):
             return ("train",), action.chunk.size
         return (type(action).__name__,), 1

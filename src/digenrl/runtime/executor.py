@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 from digenrl.control.loop import Completion, Interval, SideCall, tie_order
 from digenrl.control.run_plan import RunPlan
 from digenrl.schedule import Action, Commit, Generate, Publish, Train
-from digenrl.schedule.layout import grid_cells
+from digenrl.schedule.layout import gang_shares, grid_cells
 
 from .cluster import ActorPools, error_cause, wait_sliced
 from .errors import WorkerFailure
@@ -130,7 +130,20 @@ class RayExecutor:
                 args += ([self._weights[a.version]] if a.version in self._weights else None,)
                 self._held[a.worker] = a.version
             trajs, infos = [], {}
-            for w in self._ranks(a.worker):
+            ranks = self._ranks(a.worker)
+            if a.more:  # a gang over several groups: each rank samples its round-robin share in one batch
+                by_part: list[list] = [[] for _ in a.fragments]
+                for w, share in zip(ranks, gang_shares(a.fragments, len(ranks))):
+                    *refs, info = self.pools.actor(w).generate_gang.options(
+                        num_returns=len(share) + 1).remote(tuple(share), a.version)
+                    for lst, ref in zip(by_part, refs):
+                        lst.append(ref)
+                    infos[info] = w
+                for p, lst in zip(a.fragments, by_part):
+                    self._step(p.step).fragments.setdefault(p.group, {})[p] = lst
+                self._track(_Call(a, None, f.step, now), infos)
+                return
+            for w in ranks:
                 traj, info = self.pools.actor(w).generate.options(num_returns=2).remote(*args)
                 trajs.append(traj)
                 infos[info] = w
@@ -229,18 +242,23 @@ class RayExecutor:
         if a is not None and self.observed is not None:
             self.observed.observe(a, now - call.start)
         results = [call.results[r] for r in call.workers]  # launch order: rank 0 first
-        if a is None or not isinstance(a, Publish):
+        if isinstance(a, Generate) and a.more:  # per rank: a tuple of per-part infos, one batch's times
+            work = self._by_group([Interval(r[0].worker, rel(r[0].start), rel(r[0].end)) for r in results])
+        elif a is None or not isinstance(a, Publish):
             work = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results])
         else:  # rank 0 is busy until every generator has the version
             work = tuple(Interval(r, call.start, now) for r in a.ranks) if a.generators else ()
-        if isinstance(a, Generate):
-            results = [merge_fragment_infos(a.fragment, results)] if len(results) > 1 else results
-            info = results[0]
-            st, g = self._step(a.fragment.step), a.fragment.group
-            st.uids[g] = info.uid
-            st.rewards.setdefault(g, {}).update(zip(a.fragment.generations, info.rewards))
-            for k, v in info.reward_parts.items():
-                st.parts.setdefault(g, {}).setdefault(k, {}).update(zip(a.fragment.generations, v))
+        if isinstance(a, Generate):  # results: one merged info per part of the action, in part order
+            if a.more:
+                results = [merge_fragment_infos(p, [r[i] for r in results]) for i, p in enumerate(a.fragments)]
+            elif len(results) > 1:
+                results = [merge_fragment_infos(a.fragment, results)]
+            for p, info in zip(a.fragments, results):
+                st, g = self._step(p.step), p.group
+                st.uids[g] = info.uid
+                st.rewards.setdefault(g, {}).update(zip(p.generations, info.rewards))
+                for k, v in info.reward_parts.items():
+                    st.parts.setdefault(g, {}).setdefault(k, {}).update(zip(p.generations, v))
         elif isinstance(a, Train):
             results = [merge_chunk_results(results)] if len(results) > 1 else results
             self._step(a.chunk.step).cells.extend(results[0].cells)

@@ -88,21 +88,21 @@ class StepMetrics:
     def record(self, c: Completion) -> None:
         a = c.action
         if isinstance(a, Generate):
-            info = c.results[0]
-            f, st = a.fragment, self.steps[a.fragment.step]
+            st = self.steps[a.fragment.step]
             for w in c.work:
                 st.gen.add(w.start, w.end)
             st.tag_fragments += int(a.tag)
-            for i, r in zip(f.generations, info.rewards):
-                st.rewards[(f.group, i)] = r
-                st.versions.append(info.version)
-                if self._traj is not None:
-                    self._traj.write(json.dumps({"step": f.step, "uid": info.uid, "generation": i,
-                                                 "version": info.version, "worker": a.worker, "tag": a.tag,
-                                                 "fragment": list(f.generations), "reward": r,
-                                                 "attempt": self.attempt}) + "\n")
-            for k, v in info.reward_parts.items():
-                st.parts[k].extend(v)
+            for f, info in zip(a.fragments, c.results):  # one merged info per part (a gang over groups: several)
+                for i, r in zip(f.generations, info.rewards):
+                    st.rewards[(f.group, i)] = r
+                    st.versions.append(info.version)
+                    if self._traj is not None:
+                        self._traj.write(json.dumps({"step": f.step, "uid": info.uid, "generation": i,
+                                                     "version": info.version, "worker": a.worker, "tag": a.tag,
+                                                     "fragment": list(f.generations), "reward": r,
+                                                     "attempt": self.attempt}) + "\n")
+                for k, v in info.reward_parts.items():
+                    st.parts[k].extend(v)
         elif isinstance(a, Train):
             st = self.steps[a.chunk.step]
             for w in c.work:

@@ -246,6 +246,31 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
         return batch, info
 
+    @collective_action
+    def generate_gang(self, share, version: int):
+        """A gang over several prompt groups (``Generate.more``) on a shard group: this rank's round-robin share
+        (``layout.gang_shares``, one fragment per part) sampled in one batch (``generate_parts``): returns one
+        trajectory batch (or None) per part, then the tuple of per-part infos. Without an inference copy a rank
+        without a share samples a throw-away copy of the gang's first generation so that its forwards still
+        match the others'."""
+        from dataclasses import replace
+
+        self.check_failure(share[0].step)
+        if version != self.tx.version or self._round:
+            raise RuntimeError(f"{self.name}: asked to generate a gang {share} with version {version} but its "
+                               f"weights are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
+        if not self.sharded:
+            raise RuntimeError(f"{self.name}: a gang over several groups runs on a shard group only")
+        if self.cfg.runtime.tag_inference_copy:
+            return self.generate_parts(self._inference_copy(version), share, version)
+        mine = any(p.generations for p in share)
+        with sampling_weights(self.policy):
+            if mine:
+                return self.generate_parts(self.policy, share, version)
+            *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version)
+        empty = tuple(replace(infos[0], fragment=p, uid=-1, rewards=(), reward_parts={}) for p in share)
+        return (*([None] * len(share)), empty)
+
     def _inference_copy(self, version: int):
         """An unsharded policy holding the weights of ``version`` (the trainers' current ones): built on first
         use like a generator's, refreshed with one all-gather of the trainable state per version."""

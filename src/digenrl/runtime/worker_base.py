@@ -89,3 +89,32 @@ class WorkerBase:
         info = FragmentInfo(fragment, self.name, version, prompt.uid, tuple(float(r) for r in batch.rewards),
                             parts, t0, time.time())
         return batch, info
+
+    def generate_parts(self, policy, parts, version: int) -> tuple:
+        """A gang's share on this rank (``layout.gang_shares``: one fragment per part of the gang, of different
+        prompt groups, some maybe empty), sampled in ONE batch, then cut per part: (trajectories or None, ...,
+        infos), one trajectory batch per part and a tuple of one ``FragmentInfo`` per part (same start/end)."""
+        from digenrl.control.run_plan import timestep_plan
+        from digenrl.train.step_work import generate
+
+        t0 = time.time()
+        step = parts[0].step
+        prompts = self.prompts(step)
+        pairs = [(i, g) for i, p in enumerate(parts) for g in p.generations]
+        batch = None
+        if pairs:
+            batch = generate(policy, [prompts[parts[i].group] for i, _ in pairs], [g for _, g in pairs], step=step,
+                             run_seed=self.cfg.seed, version=version, settings=self.sampler,
+                             plan=timestep_plan(self.cfg, step), reward=self.reward)
+            batch.images = None
+        t1 = time.time()
+        out, infos = [], []
+        for i, p in enumerate(parts):
+            idx = [j for j, (k, _) in enumerate(pairs) if k == i]
+            part = batch.select(idx) if idx else None
+            rewards = tuple(float(r) for r in part.rewards) if part is not None else ()
+            rp = {k: tuple(float(x) for x in v) for k, v in (part.reward_parts or {}).items()} if part is not None else {}
+            out.append(part)
+            infos.append(FragmentInfo(p, self.name, version, prompts[p.group].uid if idx else -1, rewards, rp, t0, t1))
+        return (*out, tuple(infos))
+

@@ -50,6 +50,10 @@ class TrainerAPI(WorkerAPI, Protocol):
     def generate(self, fragment: Fragment, version: int) -> tuple[object, FragmentInfo]:
         """TAG / colocated generation with the rank's own weights, which must be ``version``."""
 
+    def generate_gang(self, share: tuple[Fragment, ...], version: int) -> tuple:
+        """A shard group's gang over several prompt groups: this rank's share (one fragment per part) in one
+        batch; returns one trajectory batch (or None) per part, then the tuple of per-part infos."""
+
     def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
         """Loss scale from the step's ``rewards`` (``train.loss_scale``), all-reduce, optimizer step of round
         ``round`` of ``step`` (a collective of every rank); ``final`` bumps the version."""

@@ -19,7 +19,8 @@ from .layout import Chunk, Fragment
 
 @dataclass(frozen=True)
 class FragmentGenerated:
-    """A fragment is sampled, decoded and rewarded (its rewards are in) on ``worker``."""
+    """A fragment is sampled, decoded and rewarded (its rewards are in) on ``worker`` (a gang over several
+    groups: ``fragment`` is its first part, ``Generate.fragment``, and every part is in)."""
 
     time: float
     fragment: Fragment
@@ -67,6 +68,11 @@ class Generate:
     was not a Generate, so it first builds its inference copy (e.g. gathers FSDP shards); colocated workers
     set it on their first fragment of a step. ``stale``: version = step - 1 (TCSS); the trajectories must
     keep their behaviour log-probs for the PPO ratio.
+
+    ``more``: a gang TAG action on a shard group that spans several prompt groups (``layout.gang_parts``):
+    ``fragment`` is its part of the first group, ``more`` the parts of the following groups, in dispatch order.
+    The ranks split the union of the parts round-robin and each samples its share in one batch; one
+    ``FragmentGenerated`` (naming ``fragment``) reports every part.
     """
 
     fragment: Fragment
@@ -74,10 +80,21 @@ class Generate:
     version: int
     tag: bool = False
     switch: bool = False
+    more: tuple[Fragment, ...] = ()
 
     @property
     def stale(self) -> bool:
         return self.version < self.fragment.step
+
+    @property
+    def fragments(self) -> tuple[Fragment, ...]:
+        """Every part of the action (one fragment unless a gang spans several groups)."""
+        return (self.fragment,) + self.more
+
+    @property
+    def size(self) -> int:
+        """Generations of the action: the sum over its parts."""
+        return self.fragment.size + sum(f.size for f in self.more)
 
 
 @dataclass(frozen=True)

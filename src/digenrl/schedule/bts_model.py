@@ -5,8 +5,8 @@ Within step k (TSP modes, the only ones with TAG) the scheduler's policy is two 
 
 1. rollout: each generator, when free, takes the next pending fragment (dispatch order); a fragment's end is
    ``free + Generate(size)``; a group's rewards are in at the max end over its fragments;
-   A TAG action on a shard group of N ranks takes a gang: up to N pending fragments of the head group
-   (``layout.gang_size``), generated together, ending together.
+   A TAG action on a shard group of N ranks takes a gang: the next min(N, pending) fragments, of one or
+   several groups (``layout.gang_size``), generated together, ending together.
 2. training: chunks enter the FIFO ready queue when their group completes (groups in completion order) and
    the earliest-free trainer rank takes the head: ``start = max(free, release)``, ``end = start + Train(c)``.
 
@@ -21,7 +21,8 @@ with groups renumbered from the first incomplete one, and only counts where iden
       nxt   pending fragments start at this index (relative to the first incomplete group x F)
       left  groups from the first incomplete one to the end of the step
       gens  sorted (end tick, group) of generators busy with this step's fragments
-      ranks sorted (end tick, TAG group or -1, last action was Generate) of all trainer ranks (idle: end 0)
+      ranks sorted (end tick, groups of its in-flight TAG action or (), last action was Generate) of all
+            trainer ranks (idle: end 0)
       ready remaining chunk counts per ready group, in queue order
 
 Equal situations (up to a shift of time and group numbering, and up to the quantum) give equal States.
@@ -46,8 +47,8 @@ class Snapshot:
 
     pending: (group, size) of the step's undispatched fragments in dispatch order.
     generators: per generator, (free time, group of its in-flight fragment of this step, or -1).
-    ranks: per trainer rank in plan order, (free time, group of its in-flight TAG fragment or -1, last action
-      was a Generate). idle: indices of ranks that are idle now (free, no work).
+    ranks: per trainer rank in plan order, (free time, groups of its in-flight TAG action (a gang may span
+      several) or (), last action was a Generate). idle: indices of ranks that are idle now (free, no work).
     ready: remaining chunk counts per group in ready-queue order (a group's chunks enter the queue together,
       in tiling order, and leave from the head, so its ready chunks are the last ``n`` of its tiling).
     incomplete: groups whose rewards are not all in.
@@ -57,7 +58,7 @@ class Snapshot:
     step: int
     pending: tuple[tuple[int, int], ...]
     generators: tuple[tuple[float, int], ...]
-    ranks: tuple[tuple[float, int, bool], ...]
+    ranks: tuple[tuple[float, tuple[int, ...], bool], ...]
     idle: tuple[int, ...]
     ready: tuple[int, ...]
     incomplete: tuple[int, ...]
@@ -92,19 +93,23 @@ class StepModel:
         dur, now = self.dur, snap.now
         done: dict[int, float] = {}
         rank_free = [r[0] for r in snap.ranks]
-        for r, (end, grp, _) in enumerate(snap.ranks):
-            if grp >= 0:
+        for r, (end, grps, _) in enumerate(snap.ranks):
+            for grp in grps:
                 done[grp] = max(done.get(grp, end), end)
         pend, i, n = snap.pending, 0, self.plan.shard_ranks
         for r in tag_targets(snap, k):  # the scheduler's TAG dispatch: a gang per target, this round's groups
-            if i >= len(pend) or (self.round0 is not None and pend[i][0] not in self.round0):
+            head = pend[i:i + n]
+            if self.round0 is not None:
+                head = head[:next((j for j, (g, _) in enumerate(head) if g not in self.round0), len(head))]
+            if not head:
                 break
-            m = gang_size(pend[i:i + n], n)
-            grp, size = pend[i][0], sum(sz for _, sz in pend[i:i + m])
-            i += m
+            m = gang_size(head, n)
+            size = sum(sz for _, sz in head[:m])
             end = now + dur.generate(size, True, not snap.ranks[r][2])
             rank_free[r] = end
-            done[grp] = max(done.get(grp, end), end)
+            for grp, _ in head[:m]:
+                done[grp] = max(done.get(grp, end), end)
+            i += m
         gens = []
         for end, grp in snap.generators:
             gens.append(end)
@@ -169,13 +174,15 @@ class TickModel:
         self.n_gen, self.n_rank = model.n_gen, model.n_rank
 
     def gang_ticks(self, pos: int, m: int, in_generation: bool) -> int:
-        """Ticks of a TAG action of the m fragments from position ``pos`` of a group (m = 1: one fragment;
-        a switch into generation mode unless the rank's last action generated)."""
+        """Ticks of a TAG action of the m fragments from position ``pos`` of a group on, into the following
+        groups where the group ends (m = 1: one fragment; a switch into generation mode unless the rank's last
+        action generated)."""
         if m == 1:
             return self.tag[pos] if in_generation else self.switch[self.m.frag_sizes[pos]]
         key = (pos, m, in_generation)
         if key not in self._gang:
-            size = sum(self.m.frag_sizes[pos:pos + m])
+            sizes, F = self.m.frag_sizes, self.F
+            size = sum(sizes[(pos + j) % F] for j in range(m))
             self._gang[key] = self.ticks(self.m.dur.generate(size, True, not in_generation))
         return self._gang[key]
 
@@ -195,8 +202,8 @@ class TickModel:
                             for e, g in snap.generators if e > now or g >= 0))
         idle = set(snap.idle)
         ranks = tuple(sorted(
-            (0 if r in idle else max(1, self.rel(e, now)), g - first if g >= 0 else -1, int(lg))
-            for r, (e, g, lg) in enumerate(snap.ranks)))
+            (0 if r in idle else max(1, self.rel(e, now)), tuple(g - first for g in grps), int(lg))
+            for r, (e, grps, lg) in enumerate(snap.ranks)))
         return (pend_abs - first * F, self.P - first, gens, ranks, tuple(snap.ready))
 
     # ---- abstract dynamics -------------------------------------------------------------------------
@@ -208,8 +215,8 @@ class TickModel:
         for e, g in gens:
             if g >= 0:
                 done[g] = max(done.get(g, 0), e)
-        for e, g, _ in ranks:
-            if g >= 0:
+        for e, grps, _ in ranks:
+            for g in grps:
                 done[g] = max(done.get(g, 0), e)
         free = [e for e, _ in gens] + [0] * (self.n_gen - len(gens))
         heapq.heapify(free)
@@ -248,7 +255,7 @@ class TickModel:
         return max(rf) + self.commit
 
     def idle_count(self, st: State) -> int:
-        return sum(1 for e, g, _ in st[3] if e == 0 and g < 0)
+        return sum(1 for e, g, _ in st[3] if e == 0 and not g)
 
     def pending_count(self, st: State) -> int:
         return st[1] * self.F - st[0]
@@ -266,22 +273,23 @@ class TickModel:
             if g >= 0:
                 out[g] = out.get(g, 0) + 1
         ranks = [list(x) for x in ranks0]
-        for _, g, _ in ranks0:
-            if g >= 0:
+        for _, grps, _ in ranks0:
+            for g in grps:
                 out[g] = out.get(g, 0) + 1
         ready = list(ready0)
         for _ in range(self.n_gen - len(gens)):  # idle generators take pending work first
             if nxt < total:
                 gens.append([gen[nxt % F], nxt // F])
                 nxt += 1
-        idle = sorted((i for i, r in enumerate(ranks) if r[0] == 0 and r[1] < 0), key=lambda i: -ranks[i][2])
+        idle = sorted((i for i, r in enumerate(ranks) if r[0] == 0 and not r[1]), key=lambda i: -ranks[i][2])
         for i in idle[:k]:
             if nxt >= total:
                 break
-            pos, g = nxt % F, nxt // F
-            m = min(self.shard_ranks, F - pos)  # a gang: the rest of the head group, at most one per rank
-            ranks[i] = [self.gang_ticks(pos, m, bool(ranks[i][2])), g, 1]
-            out[g] -= m - 1  # the gang's fragments end together: one completion for all m
+            m = min(self.shard_ranks, total - nxt)  # a gang: up to one fragment per rank, of one or more groups
+            grps = tuple(range(nxt // F, (nxt + m - 1) // F + 1))
+            ranks[i] = [self.gang_ticks(nxt % F, m, bool(ranks[i][2])), grps, 1]
+            for g in grps:  # the gang's fragments of a group end together: one completion for them
+                out[g] -= min(nxt + m, (g + 1) * F) - max(nxt, g * F) - 1
             nxt += m
         t = 0
         while True:
@@ -313,12 +321,11 @@ class TickModel:
             for x in ranks:
                 if x[0] == t:
                     freed.append(x)
-                    if x[1] >= 0:
-                        g = x[1]
+                    for g in x[1]:
                         out[g] -= 1
                         if out[g] == 0:
                             ready.append(C)
-                        x[1] = -1
+                    x[1] = ()
             for x in ranks:
                 if x[0] <= t and ready:
                     rem = ready[0]
@@ -334,5 +341,5 @@ class TickModel:
         F = self.F
         first = min([g for g, n in out.items() if n > 0] + [left])
         gens_t = tuple(sorted((e - t, g - first if g >= 0 else -1) for e, g in gens))
-        ranks_t = tuple(sorted((max(0, e - t), g - first if g >= 0 else -1, lg) for e, g, lg in ranks))
+        ranks_t = tuple(sorted((max(0, e - t), tuple(g - first for g in grps), lg) for e, grps, lg in ranks))
         return (nxt - first * F, left - first, gens_t, ranks_t, tuple(ready))

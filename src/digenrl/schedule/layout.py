@@ -81,25 +81,51 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
 
 
 def gang_size(pending: Sequence[tuple[int, int]], ranks: int) -> int:
-    """Gang TAG (docs/architecture.md, "Sharded trainer pool"): how many of the ``pending`` fragments ((group, size) in dispatch order) the next
-    TAG action of a trainer of ``ranks`` ranks takes: the leading run of fragments of the head fragment's group,
-    at most ``ranks`` of them (a shard group's ranks generate them data-parallel inside one collective); 1 on a
-    replicated rank. 0 when nothing is pending."""
-    if not pending:
-        return 0
-    head, n = pending[0][0], 1
-    while n < min(ranks, len(pending)) and pending[n][0] == head:
-        n += 1
-    return n
+    """Gang TAG (docs/architecture.md, "Sharded trainer pool"): how many of the ``pending`` fragments ((group,
+    size) in dispatch order, already cut to the groups the action may take) the next TAG action of a trainer of
+    ``ranks`` ranks takes: the leading ``min(ranks, len(pending))``, of one or several prompt groups (a shard
+    group's ranks split their generations round-robin and sample their shares data-parallel inside one
+    collective, so a gang of m fragments of size f gives each rank about m f / ranks); 1 on a replicated
+    rank. 0 when nothing is pending."""
+    return min(max(1, ranks), len(pending))
 
 
 def merge_fragments(fragments: Sequence[Fragment]) -> Fragment:
-    """One fragment of the generations of ``fragments`` (consecutive fragments of one group): a gang TAG action."""
+    """One fragment of the generations of ``fragments`` (consecutive fragments of one group)."""
     first = fragments[0]
     if any(f.step != first.step or f.group != first.group for f in fragments):
         raise ValueError(f"a gang merges fragments of one group of one step (got {fragments!r})")
     return first if len(fragments) == 1 else Fragment(first.step, first.group,
                                                       tuple(i for f in fragments for i in f.generations))
+
+
+def gang_parts(fragments: Sequence[Fragment]) -> tuple[Fragment, ...]:
+    """The parts of a gang of consecutive ``fragments`` (dispatch order): one merged fragment per prompt group,
+    in group order (``Generate.fragment`` and ``Generate.more``)."""
+    parts: list[list[Fragment]] = []
+    for f in fragments:
+        if parts and parts[-1][0].group == f.group:
+            parts[-1].append(f)
+        else:
+            parts.append([f])
+    return tuple(merge_fragments(p) for p in parts)
+
+
+def gang_shares(parts: Sequence[Fragment], ranks: int) -> list[list[Fragment]]:
+    """Rank i's share of a gang's ``parts`` on a shard group of ``ranks`` ranks: the union of the parts'
+    generations in order, position j to rank j mod ranks, as one fragment per part (empty where the rank has
+    none of it). Each rank then holds ceil or floor of (gang size / ranks) generations, the per-rank batch the
+    cost model prices (``rank_share``)."""
+    out: list[list[Fragment]] = [[] for _ in range(ranks)]
+    j = 0
+    for p in parts:
+        mine: list[list[int]] = [[] for _ in range(ranks)]
+        for g in p.generations:
+            mine[j % ranks].append(g)
+            j += 1
+        for r in range(ranks):
+            out[r].append(Fragment(p.step, p.group, tuple(mine[r])))
+    return out
 
 
 def plan_fragment_count(plan: StepPlan, fragment: Fragment) -> int:

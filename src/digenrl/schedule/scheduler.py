@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from .bts import BTS, BTSConfig, BTSStats
 from . import stale_hold
 from .bts_model import Snapshot, StepModel, tag_targets
 from .cost import CostModel, Durations
-from .layout import Chunk, Fragment, classic_chunks, gang_size, merge_fragments, step_fragments, tsp_chunks
+from .layout import Chunk, Fragment, classic_chunks, gang_parts, gang_size, step_fragments, tsp_chunks
 from .online_cost import OnlineCosts
 from .plan import StepPlan
 from .stats import StepStats
@@ -144,16 +145,18 @@ class Scheduler:
                 self._hold_model = StepModel(self.plan, self._dur)
 
     def _on_fragment(self, t: float, e: FragmentGenerated) -> list[Action]:
+        cur = self._busy.get(e.worker)
         self._finish(t, e.worker, Generate, e.fragment)
         freed: set[str] = set()
         if self.plan.is_trainer(e.worker):
             self._last_gen[e.worker] = True
             freed.add(e.worker)
-        s, g = e.fragment.step, e.fragment.group
-        work = self._work(s)
-        work.outstanding[g] -= e.fragment.size
-        if work.outstanding[g] == 0:
-            self._group_done(t, s, g)
+        for f in cur[0].fragments:  # a gang over several groups: every part is in
+            s, g = f.step, f.group
+            work = self._work(s)
+            work.outstanding[g] -= f.size
+            if work.outstanding[g] == 0:
+                self._group_done(t, s, g)
         return self._maybe_commit() + self._launch_publish(t) + self._fill(t, freed)
 
     def _on_chunk(self, t: float, e: ChunkTrained) -> list[Action]:
@@ -311,18 +314,20 @@ class Scheduler:
         return stale_hold.hold(self.plan, self._hold_model, t, size, None, self._snapshot(t))
 
     def _dispatch(self, t: float, frag: Fragment, worker: str, version: int, tag: bool = False,
-                  switch: bool = False, parts: int = 1) -> Generate:
-        """``parts``: the plan fragments ``frag`` merges (a gang TAG action on a shard group)."""
-        act = Generate(frag, worker, version, tag, switch)
+                  switch: bool = False, parts: int = 1, more: tuple[Fragment, ...] = ()) -> Generate:
+        """``parts``: the plan fragments the action merges (a gang TAG action on a shard group; ``more``: its
+        parts of later groups)."""
+        act = Generate(frag, worker, version, tag, switch, more)
         self._busy[worker] = (act, t)
-        self._version[frag] = version
+        for f in act.fragments:
+            self._version[f] = version
         st = self.stats[frag.step]
         if st.first_dispatch is None:
             st.first_dispatch = t
         st.fragments += parts
         if tag:
             st.tag_fragments += parts
-            st.tag_generations += frag.size
+            st.tag_generations += act.size
         if act.stale:
             st.stale_fragments += 1
             st.stale_generations += frag.size
@@ -393,15 +398,19 @@ class Scheduler:
         self.stats[s].bubbles += 1
         acts = []
         current = set(self.plan.round_groups(self.round))
+        n = self.plan.shard_ranks
         for ri in tag_targets(snap, decision.k):
             # only fragments this round trains: a TAG fragment of a later minibatch could hold up this round's
-            # commit (a collective); a shard group takes a gang of the head group's fragments (layout.gang_size)
-            if not pending or pending[0].group not in current:
+            # commit (a collective); a shard group takes a gang of up to one fragment per rank (layout.gang_size)
+            head = [(f.group, f.size) for f in itertools.islice(pending, n)]
+            head = head[:next((i for i, (g, _) in enumerate(head) if g not in current), len(head))]
+            if not head:
                 break
-            m = gang_size([(f.group, f.size) for f in list(pending)[:self.plan.shard_ranks]], self.plan.shard_ranks)
-            frag = merge_fragments([pending.popleft() for _ in range(m)])
+            m = gang_size(head, n)
+            parts = gang_parts([pending.popleft() for _ in range(m)])
             r = self.plan.trainers[ri]
-            acts.append(self._dispatch(t, frag, r, s, tag=True, switch=not self._last_gen[r], parts=m))
+            acts.append(self._dispatch(t, parts[0], r, s, tag=True, switch=not self._last_gen[r], parts=m,
+                                       more=parts[1:]))
         return acts
 
     def _snapshot(self, t: float) -> Snapshot:
@@ -418,12 +427,12 @@ class Scheduler:
         for i, r in enumerate(self.plan.trainers):
             cur = self._busy[r]
             if cur is None:
-                ranks.append((t, -1, self._last_gen[r]))
+                ranks.append((t, (), self._last_gen[r]))
                 idle.append(i)
             elif isinstance(cur[0], Generate):
-                ranks.append((max(t, cur[1] + dur.of(cur[0])), cur[0].fragment.group, True))
+                ranks.append((max(t, cur[1] + dur.of(cur[0])), tuple(f.group for f in cur[0].fragments), True))
             else:
-                ranks.append((max(t, cur[1] + dur.of(cur[0])), -1, False))
+                ranks.append((max(t, cur[1] + dur.of(cur[0])), (), False))
         ready: list[int] = []
         last = None
         for c in self._ready:

@@ -19,7 +19,8 @@ step, a publish of Pb = d.publish(), W = P x G generations per step. Facts of th
   k's commit: the window holds the generation of steps 2 .. K-1 (and of step 1 outside TCSS). On a
   generator one generation costs at least a_g = min over the plan's fragment sizes s of d.generate(s) / s;
   on a trainer rank (TAG, colocated) at least a_t = min over n in 1..G, with or without a switch, of
-  d.generate_on_trainer(n) / n (a gang merges up to G of one group).
+  d.generate_on_trainer(n) / n, n up to max(G, shard ranks x fragment size) (a gang merges up to one fragment
+  per rank of a shard group, of one or several groups).
 
 Work bound (every mode): with n_w generations in the window split as x on the trainers and n_w - x on the
 generators,
@@ -85,7 +86,8 @@ def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
     coll = plan.rounds * d.commit() + d.publish()
     a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
     on_trainer = (not mode.disaggregated) or mode.tag
-    a_t = _per_generation(d, range(1, plan.generations + 1), True, (False, True)) if on_trainer else float("inf")
+    top = max(plan.generations, plan.shard_ranks * plan.fragment_size)  # a gang: up to one fragment per rank
+    a_t = _per_generation(d, range(1, top + 1), True, (False, True)) if on_trainer else float("inf")
     if (n_g and a_g == float("inf")) or (not mode.disaggregated and a_t == float("inf")):
         return 0.0  # nothing priced: no bound
     on_trainer = on_trainer and a_t < float("inf")
