@@ -52,7 +52,8 @@ def measure(src: Path) -> list[dict]:
                          "tag_copy": bool(getattr(r, "tag_copy", False)),
                          "publish": getattr(r, "publish", "object_store"),
                          "shard_groups": getattr(r, "shard_groups", 1),
-                         "stale_hold": getattr(r, "stale_hold", 0.0)}
+                         "stale_hold": getattr(r, "stale_hold", 0.0),
+                         "gang_groups": getattr(r, "gang_groups", None)}
         rows.append(row)
         print(f"{model} {tb}: full {row['full']['vs_colocated']:.3f}x colocated", flush=True)
     return rows

@@ -111,7 +111,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "        ctx.ema.num_updates = state.ema_updates", "        ctx.ema.num_updates = 0",
        ["tests/train/test_ema_resume.py"]),
     _m("BTS TickModel: gang of the head group only", "src/digenrl/schedule/bts_model.py",
-       "            m = min(self.shard_ranks, total - nxt)", "            m = min(self.shard_ranks, F - nxt % F)",
+       "total - nxt if self.gang_groups else F - nxt % F)", "F - nxt % F)",
        ["tests/schedule/test_bts_model_agreement.py"]),
     _m("tiles_makespan: full tail term", "src/digenrl/schedule/layout.py",
        "    return sum(times) / n + (1.0 - 1.0 / n) * max(times, default=0.0)",

@@ -22,7 +22,7 @@ def section(results_dir: Path) -> list[str]:
     picked = [r for r in rows if r["planner"]["k"] > 1]
     return ["## Hybrid sharding, per shard-group count\n",
             "The runtime shards the trainer pool into k groups of g = N / k ranks (`train.shard_groups`; each group "
-            "a data-parallel replica with its own chunks and TAG gangs of at most g fragments of one prompt group; "
+            "a data-parallel replica with its own chunks and TAG gangs of at most g fragments, of one or several prompt groups; "
             "the commit all-reduces the gradient shards across the replicas), and the planner searches k "
             "(`sim.planner.group_options`, k <= 6). `benchmarks/hybrid_sharding.py` runs the planner with each k "
             "pinned, `full` mode, exact costs, 20 steps (results in `benchmarks/results/hybrid_sharding.json`); "

@@ -210,6 +210,8 @@ class RuntimeConfig(_Strict):
     stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False)  # full + broadcast: a generator waits instead of
     # starting a stale fragment that would end `overrun` s after the predicted commit when overrun x this > its
     # wait (schedule.stale_hold; 0: never waits; the planner picks it)
+    gang_groups: bool = True  # sharded TAG: a gang takes one fragment per rank across prompt groups (false: only the
+    # head group's, a smaller gang that ends sooner; the planner picks it)
     checkpoint_every: int = Field(20, ge=0)  # resumable checkpoint every N committed steps (0: only at the end / on a signal)
     keep_checkpoints: int = Field(2, ge=1)
     max_restarts: int = Field(3, ge=0)  # Ray modes: worker failures recovered (restart + replay) before giving up

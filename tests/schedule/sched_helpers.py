@@ -24,10 +24,11 @@ class LinCost:
 
 
 def make_plan(mode: str, *, prompts=2, generations=4, fragment_size=2, S=2, T=3, cg=2, cs=1, n_gen=2,
-              n_train=2, steps=2, stale=0.5, minibatches=1, epochs=1, shard_ranks=1, publish_joins=False) -> StepPlan:
+              n_train=2, steps=2, stale=0.5, minibatches=1, epochs=1, shard_ranks=1, publish_joins=False,
+              gang_groups=True) -> StepPlan:
     gens = () if mode == "colocated" else tuple(f"g{i}" for i in range(n_gen))
     return StepPlan(prompts=prompts, generations=generations, fragment_size=fragment_size, trained_timesteps=S,
                     sampling_steps=T, chunk_generations=cg, chunk_timesteps=cs, generators=gens,
                     trainers=tuple(f"t{i}" for i in range(n_train)), mode=mode, steps=steps,
                     max_stale_fraction=stale, minibatches=minibatches, epochs=epochs, shard_ranks=shard_ranks,
-                    publish_joins=publish_joins and mode != "colocated")
+                    publish_joins=publish_joins and mode != "colocated", gang_groups=gang_groups)

@@ -38,7 +38,7 @@ def cases(draw):
     plan = make_plan(draw(st.sampled_from(["gap_tsp_tag", "full"])), prompts=draw(st.integers(1, 4)), generations=g,
                      fragment_size=draw(st.integers(1, g)), S=draw(st.integers(1, 2)), T=3,
                      cg=draw(st.integers(1, g)), cs=1, n_gen=draw(st.integers(1, 3)),
-                     n_train=draw(st.integers(1, 3)), steps=2, shard_ranks=ranks)
+                     n_train=draw(st.integers(1, 3)), steps=2, shard_ranks=ranks, gang_groups=draw(st.booleans()))
     return plan, _int_cost(draw), draw(st.integers(0, 3))
 
 
@@ -94,3 +94,16 @@ def test_a_gang_takes_up_to_one_fragment_per_rank_across_groups():
     tm = TickModel(bts.model, 1.0)
     dt, nxt = tm.advance(tm.compress(snap), k)
     assert snap.now + (dt if nxt is None else dt + tm.leaf(nxt)) == pytest.approx(res.stats[0].committed)
+
+
+def test_a_narrow_gang_keeps_to_the_head_group():
+    # the same run with plan.gang_groups off (runtime.gang_groups=false): the first gang is the rest of group 0
+    plan = make_plan("gap_tsp_tag", prompts=3, generations=2, fragment_size=1, S=1, T=3, cg=2, cs=1, n_gen=1,
+                     n_train=1, steps=1, shard_ranks=3, gang_groups=False)
+    cost = LinCost({"denoise": (0, 1), "train_chunk": (1, 0), "optimizer": (1, 0)})
+    res, first = _run_with_first_k(plan, cost, 1)
+    tags = [a for _, a in res.actions if getattr(a, "tag", False)]
+    assert tags[0].fragments == (Fragment(0, 0, (1,)),) and all(not a.more for a in tags)
+    assert audit(plan, res.actions, res.events) == []
+    snap, k, bts = first[0]
+    assert bts.model.predict_commit(snap, k) == res.stats[0].committed

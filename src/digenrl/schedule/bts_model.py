@@ -99,8 +99,9 @@ class StepModel:
         pend, i, n = snap.pending, 0, self.plan.shard_ranks
         for r in tag_targets(snap, k):  # the scheduler's TAG dispatch: a gang per target, this round's groups
             head = pend[i:i + n]
-            if self.round0 is not None:
-                head = head[:next((j for j, (g, _) in enumerate(head) if g not in self.round0), len(head))]
+            if self.round0 is not None or not self.plan.gang_groups:
+                head = head[:next((j for j, (g, _) in enumerate(head) if (self.round0 is not None and g not in
+                                   self.round0) or (not self.plan.gang_groups and g != head[0][0])), len(head))]
             if not head:
                 break
             m = gang_size(head, n)
@@ -166,6 +167,7 @@ class TickModel:
         self.tag = tuple(self.ticks(d.generate(s, True, False)) for s in model.frag_sizes)
         self.switch = {s: self.ticks(d.generate(s, True, True)) for s in model.frag_sizes}
         self.shard_ranks = model.plan.shard_ranks
+        self.gang_groups = model.plan.gang_groups
         self._gang: dict[tuple[int, int, bool], int] = {}
         self.chunk = tuple(self.ticks(d.train(c)) for c in model.chunk_sizes)
         self._uniform = self.chunk[0] if self.chunk and len(set(self.chunk)) == 1 else None  # every chunk c ticks
@@ -285,7 +287,8 @@ class TickModel:
         for i in idle[:k]:
             if nxt >= total:
                 break
-            m = min(self.shard_ranks, total - nxt)  # a gang: up to one fragment per rank, of one or more groups
+            # a gang: up to one fragment per rank, of one or more groups (``plan.gang_groups``: else the head's)
+            m = min(self.shard_ranks, total - nxt if self.gang_groups else F - nxt % F)
             grps = tuple(range(nxt // F, (nxt + m - 1) // F + 1))
             ranks[i] = [self.gang_ticks(nxt % F, m, bool(ranks[i][2])), grps, 1]
             for g in grps:  # the gang's fragments of a group end together: one completion for them

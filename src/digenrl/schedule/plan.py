@@ -94,6 +94,9 @@ class StepPlan:
       stale_hold: with ``publish_joins`` in ``full`` (one commit per step), a free generator waits instead of
         starting a stale fragment that would end ``overrun`` seconds after the step's predicted commit when
         ``overrun x stale_hold`` exceeds its wait for that commit (``schedule.stale_hold``); 0 never waits.
+      gang_groups: a shard group's TAG gang takes the next ``shard_ranks`` pending fragments across prompt
+        groups (True, ``Generate.more``) or only those of the head group (False: a smaller gang, which ends
+        sooner); ``runtime.gang_groups``, the planner picks it.
     """
 
     prompts: int
@@ -115,6 +118,7 @@ class StepPlan:
     publish_joins: bool = False
     sample_split: bool = False
     stale_hold: float = 0.0
+    gang_groups: bool = True
 
     def __post_init__(self) -> None:
         try:

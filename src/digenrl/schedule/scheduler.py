@@ -403,7 +403,8 @@ class Scheduler:
             # only fragments this round trains: a TAG fragment of a later minibatch could hold up this round's
             # commit (a collective); a shard group takes a gang of up to one fragment per rank (layout.gang_size)
             head = [(f.group, f.size) for f in itertools.islice(pending, n)]
-            head = head[:next((i for i, (g, _) in enumerate(head) if g not in current), len(head))]
+            head = head[:next((i for i, (g, _) in enumerate(head) if g not in current
+                               or (not self.plan.gang_groups and g != head[0][0])), len(head))]
             if not head:
                 break
             m = gang_size(head, n)

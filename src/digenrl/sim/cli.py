@@ -163,6 +163,7 @@ def rows_of(runs: dict, modes: list[str]) -> list[dict]:
             "note": r.note, "tag_copy": bool(getattr(r, "tag_copy", False)),
             "publish": getattr(r, "publish", ""), "shard_groups": getattr(r, "shard_groups", 1),
             "stale_hold": getattr(r, "stale_hold", 0.0),
+            "gang_groups": getattr(r, "gang_groups", r.plan.gang_groups),
         })
     return rows
 

@@ -18,7 +18,10 @@ Choices, each made from the cost model alone (never from simulated speedups of o
   state in host memory, each generator fetches it) or a broadcast the generators join
   (``StepPlan.publish_joins``). Outside TCSS the cheaper one by the cost model; in ``full`` both are simulated;
 * stale hold (``full`` with a broadcast publish; ``schedule.stale_hold``): the chosen plan is run with each
-  h of ``STALE_HOLDS`` (0: off) and the fastest is kept.
+  h of ``STALE_HOLDS`` (0: off) and the fastest is kept;
+* gang width (TAG on a shard group; ``StepPlan.gang_groups``): gangs across prompt groups or of the head
+  group only, both simulated (a wide gang fills every rank's batch; a narrow one ends sooner, which a
+  pipeline that is waiting for the head group's rewards can prefer: Qwen-Image/B).
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class ModeRun:
     publish: str = ""        # the publish path (Training.publish; "" in colocated mode)
     shard_groups: int = 1    # hybrid sharding: shard groups of the sharded trainer pool (Training.shard_groups)
     stale_hold: float = 0.0  # full + broadcast: the generators' stale-fragment hold (runtime.stale_hold)
+    gang_groups: bool = True  # TAG on a shard group: gangs across prompt groups (runtime.gang_groups)
 
     @property
     def n_gen(self) -> int:
@@ -211,13 +215,21 @@ class Choice:
     tag_copy: bool | None = None
     publish: str | None = None
     shard_groups: int | None = None
+    gang_groups: bool = True
 
 
 def _build(setup: Scenario, mode: Mode, split: Split, fragment_size: int | None = None,
-           tag_copy: bool | None = None, publish: str | None = None, shard_groups: int | None = None):
+           tag_copy: bool | None = None, publish: str | None = None, shard_groups: int | None = None,
+           gang_groups: bool = True):
     setup = with_training(setup, tag_copy, publish, shard_groups)
     cost = make_cost(setup, split, mode is Mode.COLOCATED)
-    return cost, make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
+    plan = make_plan(setup, mode, split.n_gen, split.n_train, cost, fragment_size)
+    return cost, replace(plan, gang_groups=gang_groups)
+
+
+def _built(setup: Scenario, mode: Mode, c: "Choice"):
+    """``_build`` of a candidate."""
+    return _build(setup, mode, c.split, c.fragment_size, c.tag_copy, c.publish, c.shard_groups, c.gang_groups)
 
 
 PUBLISH_PATHS = ("object_store", "broadcast")
@@ -285,18 +297,24 @@ def candidates(setup: Scenario, mode: Mode, options: list[Split], shard_groups: 
                     except InfeasibleError:
                         continue
                     sizes = fragment_sizes(w, _limits(cost, w)[0]) if mode.pipelined else [None]
-                    out.extend(Choice(split, f, copy, path, k) for f in sizes)
+                    gangs = (True, False) if mode.tag and plan.shard_ranks > 1 else (True,)
+                    out.extend(Choice(split, f, copy, path, k, wide) for f in sizes for wide in gangs)
     return out
+
+
+# The fastest probes of each shard-group count that ``choose_split`` runs for the scenario's own steps. A 3-step
+# probe ranks the candidates only roughly: on Qwen-Image/B the best plan over 20 steps (66.1 s) was the 3rd
+# fastest probe, the fastest probe 67.2 s over 20 steps.
+FINALISTS = 3
 
 
 def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConfig | None = None,
                  probe_steps: int = 3, shard_groups: int | None = None) -> Choice:
-    """Simulate every feasible (split, fragment size, ...) for ``probe_steps`` steps and return the fastest (no
-    analytic pre-selection: on a shard group the step time is a staircase in the trainer count, which a
-    work bound cannot see). Where several shard-group counts are tried, the fastest probe of each k is run
-    for the scenario's own steps and the fastest of those wins: a short probe flatters some k (their
-    pipelines fill sooner), and this way the pick is never slower over the run than the best one-group
-    candidate the probe alone would have chosen."""
+    """Simulate every feasible (split, fragment size, ...) for ``probe_steps`` steps (no analytic pre-selection:
+    on a shard group the step time is a staircase in the trainer count, which a work bound cannot see), then
+    run the ``FINALISTS`` fastest probes of each shard-group count for the scenario's own steps; the fastest of
+    those wins. A short probe flatters some candidates (their pipelines fill sooner, or a gang lands well in
+    the first steps), and this way the pick is never slower over the run than the fastest probe of any k."""
     cands = candidates(setup, mode, options, shard_groups)
     if not cands:
         raise ScenarioError(f"--gpus: no generator/trainer split of {setup.gpus} GPUs fits "
@@ -304,20 +322,18 @@ def choose_split(setup: Scenario, mode: Mode, options: list[Split], bts: BTSConf
     if len(cands) == 1:
         return cands[0]
     short = replace(setup, steps=min(setup.steps, probe_steps))
-    best: dict[int | None, tuple[float, Choice]] = {}  # shard groups -> fastest probe
-    for c in cands:
-        cost, plan = _build(short, mode, c.split, c.fragment_size, c.tag_copy, c.publish, c.shard_groups)
-        t = simulate(plan, cost, bts=bts, record=False).step_time
-        b = best.get(c.shard_groups)
-        if b is None or t < b[0] - 1e-9 * abs(b[0]):
-            best[c.shard_groups] = (t, c)
-    if len(best) == 1 or short.steps == setup.steps:
-        return min(best.values(), key=lambda tc: tc[0])[1]
+    probes: dict[int | None, list[tuple[float, int, Choice]]] = {}  # shard groups -> (probe time, order, choice)
+    for i, c in enumerate(cands):
+        cost, plan = _built(short, mode, c)
+        probes.setdefault(c.shard_groups, []).append((simulate(plan, cost, bts=bts, record=False).step_time, i, c))
+    if short.steps == setup.steps:
+        return min((p for ps in probes.values() for p in ps), key=lambda p: p[:2])[2]
     finals = []
-    for _, c in best.values():
-        cost, plan = _build(setup, mode, c.split, c.fragment_size, c.tag_copy, c.publish, c.shard_groups)
-        finals.append((simulate(plan, cost, bts=bts, record=False).step_time, c))
-    return min(finals, key=lambda tc: tc[0])[1]
+    for ps in probes.values():
+        for t, i, c in sorted(ps, key=lambda p: p[:2])[:FINALISTS]:
+            cost, plan = _built(setup, mode, c)
+            finals.append((simulate(plan, cost, bts=bts, record=False).step_time, t, i, c))
+    return min(finals, key=lambda f: f[:3])[3]
 
 
 # ``runtime.stale_hold`` values the planner tries on its chosen ``full`` plan with a joined publish (besides 0):
@@ -357,8 +373,7 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
         else:
             choice = choose_split(setup, mode, options, bts, shard_groups=shard_groups)
         split = choice.split
-        cost, plan = _build(setup, mode, split, choice.fragment_size, choice.tag_copy, choice.publish,
-                            choice.shard_groups)
+        cost, plan = _built(setup, mode, choice)
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
@@ -370,7 +385,7 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     return ModeRun(mode, split, plan, res, note=split.label(het), tag_copy=copy and mode.tag,
                    publish=publish if mode.disaggregated else "",
                    shard_groups=groups if plan.shard_ranks > 1 or len(plan.trainers) < split.n_train else 1,
-                   stale_hold=plan.stale_hold)
+                   stale_hold=plan.stale_hold, gang_groups=plan.gang_groups)
 
 
 __all__ = ["Choice", "ModeRun", "Scenario", "ScenarioError", "Split", "choose_split", "make_plan", "split_options", "run_mode"]
