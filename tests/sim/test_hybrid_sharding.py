@@ -79,3 +79,27 @@ def test_pinned_shard_groups_are_the_planner_best_at_that_k():
     assert pinned[2].plan.trainers == ("shard0", "shard1") and len(pinned[1].plan.trainers) == 1
     free = run_mode(s, "full")  # every split, every k that divides its trainer ranks
     assert free.result.step_time <= min(r.result.step_time for r in pinned.values()) + 1e-9
+
+
+def test_the_split_search_runs_the_fastest_probes_of_each_k_to_the_end():
+    """``choose_split`` probes every candidate for 3 steps, then runs the ``FINALISTS`` fastest probes of each
+    shard-group count for the scenario's steps and keeps the fastest of those: never slower over the run than
+    the fastest probe, and as fast as the best finalist (an oracle computed here from the candidates)."""
+    from digenrl.sim.executor import simulate
+    from digenrl.sim.planner import FINALISTS, _built, candidates, choose_split, split_options
+
+    s = Scenario(MODELS["flux"], TESTBEDS["A"], WORKLOADS["flux"], 8, steps=6)  # a probe ranking that misleads
+    mode = Mode("full")
+    cands = candidates(s, mode, split_options(s))
+    short = replace(s, steps=3)
+    probe = {i: simulate(*reversed(_built(short, mode, c)), record=False).step_time for i, c in enumerate(cands)}
+    run = lambda c: simulate(*reversed(_built(s, mode, c)), record=False).step_time  # noqa: E731
+    by_k: dict = {}
+    for i, c in enumerate(cands):
+        by_k.setdefault(c.shard_groups, []).append(i)
+    finalists = [i for ids in by_k.values() for i in sorted(ids, key=lambda i: (probe[i], i))[:FINALISTS]]
+    assert len(finalists) > len(by_k)  # more than one finalist per k: the search looks past the probe ranking
+    pick = run(choose_split(s, mode, split_options(s)))
+    assert pick == min(run(cands[i]) for i in finalists)
+    firsts = [min(ids, key=lambda i: (probe[i], i)) for ids in by_k.values()]  # the fastest probe of each k
+    assert pick < min(run(cands[i]) for i in firsts)  # here a later probe is the faster plan over the run

@@ -9,8 +9,9 @@ Choices, each made from the cost model alone (never from simulated speedups of o
   of k shard groups of g ranks, each a scheduler trainer): minimise
   n_chunks * Train(cg * cs) / N_t + Train(cg * cs) (pool throughput plus the last chunk's tail);
 * generator/trainer split (when not given; on a heterogeneous testbed also which GPU kind hosts which pool):
-  the 5 options with the best analytic bound max(rollout work / N_g, training work / N_t) are simulated
-  for a few steps; the fastest is kept. Colocation on a heterogeneous testbed runs on one homogeneous part,
+  every feasible candidate (split x fragment size x shard groups x copy x publish path x gang width) is
+  simulated for 3 steps, the ``FINALISTS`` fastest of each shard-group count for the scenario's steps, and
+  the fastest of those is kept. Colocation on a heterogeneous testbed runs on one homogeneous part,
   or on all GPUs in lock-step at the pace and memory of the weaker kind; the fastest is kept;
 * shard groups (sharded pool under TSP, roofline costs; ``group_options``): k = 1 (one group of all ranks)
   or hybrid sharding, k <= 6 groups of at least 2 ranks, each simulated;
