@@ -26,10 +26,15 @@ def section(results_dir: Path) -> list[str]:
             "the commit all-reduces the gradient shards across the replicas), and the planner searches k "
             "(`sim.planner.group_options`, k <= 6). `benchmarks/hybrid_sharding.py` runs the planner with each k "
             "pinned, `full` mode, exact costs, 20 steps (results in `benchmarks/results/hybrid_sharding.json`); "
-            "the last columns are the planner's own pick (k chosen by its 3-step probe) against one group.\n",
+            "the last columns are the planner's own pick (its 3 fastest 3-step probes of each k run for 20 steps) "
+            "against one group.\n",
             table(rows) + "\n",
             f"Some k > 1 is faster than one group on {len(better)} of {len(rows)} configurations, and the planner "
-            f"picks k > 1 on {len(picked)}. Where a prompt group's G generations fill a g-rank gang (video, G = 12) "
-            "the TAG gangs stop leaving ranks idle and the groups train chunks side by side; on the image models "
-            "the gain is small (their gangs already fill, and a smaller group gathers less in parallel). The "
-            "3-step probe does not always pick the k that is best over 20 steps.\n"]
+            f"picks k > 1 on {len(picked)}. " + (
+                "A gang that keeps to one prompt group leaves ranks idle where G generations do not fill the "
+                "group's ranks, and several smaller groups then pay; a gang across prompt groups "
+                "(`runtime.gang_groups`) fills every rank of one large group whatever G, which leaves the "
+                "replicas only their costs (the all-reduce across them at the commit, and each group's "
+                "parameter gathers over fewer ranks)." if not better else
+                "Where a group's gangs leave ranks idle the groups train chunks side by side; elsewhere a "
+                "smaller group gathers less in parallel and the replicas all-reduce at the commit.") + "\n"]
