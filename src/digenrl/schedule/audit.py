@@ -88,12 +88,10 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
                     bad.append(f"fragment {f} generated twice")
                 seen_frag.add(f)
                 gens_of[(f.step, f.group)].extend(f.generations)
-            f = a.fragment
-            for p in a.more:
+            for p in a.fragments:
                 for i in p.generations:
                     versions[(p.step, p.group, i)] = a.version
-            for i in f.generations:
-                versions[(f.step, f.group, i)] = a.version
+            f = a.fragment
             if a.version not in (f.step, f.step - 1) or a.version < 0:
                 bad.append(f"I4: fragment {f} generated with version {a.version} (staleness > 1)")
             if a.version == f.step - 1:

@@ -99,12 +99,9 @@ class StepModel:
         pend, i, n = snap.pending, 0, self.plan.shard_ranks
         for r in tag_targets(snap, k):  # the scheduler's TAG dispatch: a gang per target, this round's groups
             head = pend[i:i + n]
-            if self.round0 is not None or not self.plan.gang_groups:
-                head = head[:next((j for j, (g, _) in enumerate(head) if (self.round0 is not None and g not in
-                                   self.round0) or (not self.plan.gang_groups and g != head[0][0])), len(head))]
-            if not head:
+            m = gang_size(head, n, self.round0, self.plan.gang_groups)
+            if m == 0:
                 break
-            m = gang_size(head, n)
             size = sum(sz for _, sz in head[:m])
             end = now + dur.generate(size, True, not snap.ranks[r][2])
             rank_free[r] = end

@@ -22,7 +22,7 @@ cell scaled by 1 / (B * S) by the trainer, is the same whatever the tiling):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Container, Hashable, Sequence
 
 from .plan import StepPlan
 
@@ -80,14 +80,21 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
     return out
 
 
-def gang_size(pending: Sequence[tuple[int, int]], ranks: int) -> int:
+def gang_size(pending: Sequence[tuple[int, int]], ranks: int, groups: Container[int] | None = None,
+              across: bool = True) -> int:
     """Gang TAG (docs/architecture.md, "Sharded trainer pool"): how many of the ``pending`` fragments ((group,
-    size) in dispatch order, already cut to the groups the action may take) the next TAG action of a trainer of
-    ``ranks`` ranks takes: the leading ``min(ranks, len(pending))``, of one or several prompt groups (a shard
-    group's ranks split their generations round-robin and sample their shares data-parallel inside one
-    collective, so a gang of m fragments of size f gives each rank about m f / ranks); 1 on a replicated
-    rank. 0 when nothing is pending."""
-    return min(max(1, ranks), len(pending))
+    size) in dispatch order) the next TAG action of a trainer of ``ranks`` ranks takes: the leading run, at most
+    ``ranks`` of them, of fragments of ``groups`` (None: any group; the round's groups), of one or several
+    prompt groups (``across``; else of the head fragment's group only: ``StepPlan.gang_groups``). A shard
+    group's ranks split the generations round-robin and sample their shares data-parallel inside one
+    collective, so a gang of m fragments of size f gives each rank about m f / ranks; 1 on a replicated rank.
+    0 when nothing of ``groups`` leads the pending list."""
+    n = 0
+    for g, _ in pending[:max(1, ranks)]:
+        if (groups is not None and g not in groups) or (not across and g != pending[0][0]):
+            break
+        n += 1
+    return n
 
 
 def merge_fragments(fragments: Sequence[Fragment]) -> Fragment:

@@ -402,12 +402,10 @@ class Scheduler:
         for ri in tag_targets(snap, decision.k):
             # only fragments this round trains: a TAG fragment of a later minibatch could hold up this round's
             # commit (a collective); a shard group takes a gang of up to one fragment per rank (layout.gang_size)
-            head = [(f.group, f.size) for f in itertools.islice(pending, n)]
-            head = head[:next((i for i, (g, _) in enumerate(head) if g not in current
-                               or (not self.plan.gang_groups and g != head[0][0])), len(head))]
-            if not head:
+            m = gang_size([(f.group, f.size) for f in itertools.islice(pending, n)], n, current,
+                          self.plan.gang_groups)
+            if m == 0:
                 break
-            m = gang_size(head, n)
             parts = gang_parts([pending.popleft() for _ in range(m)])
             r = self.plan.trainers[ri]
             acts.append(self._dispatch(t, parts[0], r, s, tag=True, switch=not self._last_gen[r], parts=m,
