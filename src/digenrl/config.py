@@ -206,7 +206,9 @@ class RuntimeConfig(_Strict):
     generator_resources: dict[str, float] = {}
     trainer_resources: dict[str, float] = {}
     threads_per_worker: int = Field(1, ge=1, le=256)  # a local run: at most the machine's cores (validate.py)
-    publish: Literal["object_store", "broadcast"] = "object_store"  # weight path trainer rank 0 -> generators
+    publish: Literal["object_store", "broadcast", "stream"] = "object_store"  # weight path trainers -> generators
+    # (runtime/publish.py): rank 0's object-store copy, rank 0's broadcast, or every rank's shard streamed while
+    # the trainers go on
     stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False)  # full + broadcast: a generator waits instead of
     # starting a stale fragment that would end `overrun` s after the predicted commit when overrun x this > its
     # wait (schedule.stale_hold; 0: never waits; the planner picks it)

@@ -63,6 +63,7 @@ CASES = {
     "gap_tsp-2ranks-labels": ["runtime.mode=gap_tsp", "runtime.trainers=2",
                               "runtime.generator_resources={gen_slot: 1}", "runtime.trainer_resources={trn_slot: 1}"],
     "gap_tsp_tag-broadcast": ["runtime.mode=gap_tsp_tag", "runtime.publish=broadcast"],
+    "gap_tsp_tag-stream": ["runtime.mode=gap_tsp_tag", "runtime.publish=stream"],  # rank 0 streams it all
     "naive-minibatches": MINIBATCHES,
     "gap_tsp-minibatches-2ranks": ["runtime.mode=gap_tsp", "runtime.trainers=2", *MINIBATCHES],
     "gap_tsp_tag-minibatches": ["runtime.mode=gap_tsp_tag", *MINIBATCHES],

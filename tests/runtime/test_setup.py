@@ -124,3 +124,30 @@ def test_run_refuses_unplaceable_pools_before_writing(ray_local, tiny_model, tmp
     with pytest.raises(ConfigError, match=r"^runtime\.generator_resources: .*'A100'"):
         run_disaggregated(cfg)
     assert not run.exists()
+
+
+def test_plan_of_a_stream_publish(tiny_model, tmp_path):
+    from digenrl.control.run_plan import plan_run
+
+    p = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=full", "runtime.publish=stream")).plan
+    assert p.publish_streams and p.publish_joins
+    b = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=full", "runtime.publish=broadcast")).plan
+    assert b.publish_joins and not b.publish_streams
+    with pytest.raises(ConfigError, match=r"runtime\.publish"):
+        make_cfg(tiny_model, tmp_path, "runtime.publish=streams")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 32])
+@pytest.mark.parametrize("senders", [1, 2, 3, 4])
+def test_stream_shard_shapes_are_torch_chunk_parts(rows, senders):
+    """Each sender's part of a (rows, 3) tensor is its ``torch.chunk`` part along dim 0 (FSDP2's split; ranks
+    past the last chunk hold 0 rows), and the parts join back to the tensor."""
+    import torch
+
+    from digenrl.runtime.publish import shard_shape
+
+    t = torch.arange(rows * 3.0).reshape(rows, 3)
+    chunks = list(torch.chunk(t, senders, dim=0))
+    chunks += [t[:0]] * (senders - len(chunks))
+    assert [shard_shape(t.shape, senders, i) for i in range(senders)] == [tuple(c.shape) for c in chunks]
+    assert torch.equal(torch.cat(chunks), t)

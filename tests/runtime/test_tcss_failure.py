@@ -9,12 +9,15 @@ import pytest
 from runtime_helpers import make_cfg
 
 
-def test_full_mode_staleness_bounds(ray_local, tiny_model, tmp_path):
+@pytest.mark.parametrize("publish", ["object_store", "stream"])
+def test_full_mode_staleness_bounds(ray_local, tiny_model, tmp_path, publish):
+    """(stream: the trainers go on while the generators receive; the audit checks that no commit starts before
+    the version is out and that the publish holds the generators only)"""
     from digenrl.runtime.driver import run_disaggregated
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5",
-                   "train.lr=3e-4")  # one step moves the policy enough that a stale sample's ratio shows
+                   "train.lr=3e-4", f"runtime.publish={publish}")  # lr: a stale sample's ratio shows
     summary = run_disaggregated(cfg)
     assert summary["audit_violations"] == []
     cap = int(0.5 * cfg.train.prompts_per_step * cfg.train.generations)

@@ -38,7 +38,8 @@ def cases(draw):
     plan = make_plan(draw(st.sampled_from(["gap_tsp_tag", "full"])), prompts=draw(st.integers(1, 4)), generations=g,
                      fragment_size=draw(st.integers(1, g)), S=draw(st.integers(1, 2)), T=3,
                      cg=draw(st.integers(1, g)), cs=1, n_gen=draw(st.integers(1, 3)),
-                     n_train=draw(st.integers(1, 3)), steps=2, shard_ranks=ranks, gang_groups=draw(st.booleans()))
+                     n_train=draw(st.integers(1, 3)), steps=2, shard_ranks=ranks, gang_groups=draw(st.booleans()),
+                     publish_streams=draw(st.booleans()))
     return plan, _int_cost(draw), draw(st.integers(0, 3))
 
 

@@ -43,7 +43,8 @@ def plans(draw, modes=MODES, max_workers=4, max_prompts=4, minibatches=True):
                      fragment_size=draw(st.integers(1, g)), S=s, T=t, cg=draw(st.integers(1, g)),
                      cs=draw(st.integers(1, s)), n_gen=draw(st.integers(1, max_workers)),
                      n_train=draw(st.integers(1, max_workers)), steps=draw(st.integers(1, 3)),
-                     stale=draw(st.sampled_from([0.0, 0.1, 0.34, 0.5, 1.0])), publish_joins=draw(st.booleans()))
+                     stale=draw(st.sampled_from([0.0, 0.1, 0.34, 0.5, 1.0])), publish_joins=draw(st.booleans()),
+                     publish_streams=draw(st.booleans()))
 
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,23 +22,29 @@ TINY = ["steps=6", "train.prompts_per_step=3", "train.generations=4", "sampler.n
         "train.timestep_fraction=0.5", "runtime.generators=2", "runtime.trainers=1"]
 
 
-def _profile(tmp_path, trainers):
-    p = tmp_path / f"p{trainers}.json"
-    p.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "source": "hand-made", "ops": OPS,
+def _profile(tmp_path, trainers, ops=OPS):
+    p = tmp_path / f"p{trainers}-{len(ops)}.json"
+    p.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "source": "hand-made", "ops": ops,
                              "trainers": trainers}))
     return load_profile(p)
+
+
+# a publish whose two sides differ (a stream: the trainers' send is short, the generators' receive long)
+SPLIT_PUBLISH = {**{k: v for k, v in OPS.items() if k != "publish"}, "trainer/publish": [[1, 0.0005]],
+                 "generator/publish": [[1, 0.02]]}
 
 
 def _plans():
     """Small plans of every mode, pool split, fragment and chunk shape, minibatch count, publish path."""
     rng = random.Random(7)
     grid = list(itertools.product(list(Mode), [(1, 2), (2, 1), (2, 2), (1, 3)], [1, 2, 4], [(1, 1), (2, 2), (4, 2)],
-                                  [(1, 1), (3, 1), (1, 2)], [False, True], [False, True]))
-    for mode, (g, t), f, (cg, cs), (mb, ep), joins, wide in rng.sample(grid, 160):
+                                  [(1, 1), (3, 1), (1, 2)], ["object_store", "broadcast", "stream"], [False, True]))
+    for mode, (g, t), f, (cg, cs), (mb, ep), path, wide in rng.sample(grid, 200):
         gens = () if mode is Mode.COLOCATED else tuple(f"g{i}" for i in range(g))
         yield StepPlan(3, 4, f, 2, 4, cg, cs, gens, tuple(f"t{i}" for i in range(t)), mode, 4,
                        0.5 if mode is Mode.FULL else 0.0, minibatches=mb, epochs=ep,
-                       publish_joins=joins and mode.disaggregated, step_wide=wide)
+                       publish_joins=path != "object_store" and mode.disaggregated, step_wide=wide,
+                       publish_streams=path == "stream" and mode.disaggregated)
 
 
 def test_steady_step_time_is_the_simulated_figure(tmp_path):
@@ -57,9 +63,10 @@ def test_the_floor_is_never_above_the_simulated_step_time(tmp_path):
     """Every plan of the grid, with rollout or training made the bottleneck (x 0.2 / x 5): the floor is at most
     the full simulation's steady step time, and close to it where one pool's work decides."""
     base = _profile(tmp_path, 2)
+    split = _profile(tmp_path, 2, SPLIT_PUBLISH)
     ratios = []
     for plan in _plans():
-        for cost in (base, ScaledCost(base, 5.0, 0.2), ScaledCost(base, 0.2, 5.0)):
+        for cost in (base, ScaledCost(base, 5.0, 0.2), ScaledCost(base, 0.2, 5.0), split):
             sim = simulate(plan, cost, record=False).timing()["steady_step_time_s"]
             floor = step_time_floor(plan, cost)
             assert 0.0 < floor <= sim, (plan, floor, sim)

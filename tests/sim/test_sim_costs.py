@@ -63,12 +63,19 @@ def test_publish_object_store_and_lora_sizes():
     c = RooflineCost(MODELS["hunyuan"], WORKLOADS["hunyuan"], tb, 12, 20)
     b = 2 * ARCHS["hunyuan"].params
     net = 400e9 / 8
-    # rank 0 -> host (PCIe 5: 64 GB/s), put (host copy), 2 generator nodes fetch one after another, load
-    expect = b / 64e9 + b / (HOST_COPY_GBS * 1e9) + 2 * b / net + b / 64e9 + 0.01
+    # the 20-rank shard group gathers the full state (as the runtime's full_trainable_state does), then rank 0
+    # -> host (PCIe 5: 64 GB/s), put (host copy), 2 generator nodes fetch one after another, load
+    gather = b * 19 / 20 / net
+    expect = gather + b / 64e9 + b / (HOST_COPY_GBS * 1e9) + 2 * b / net + b / 64e9 + 0.01
     assert c.time("publish", 1, "trainer") == pytest.approx(expect)
     bc = RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=Training(publish="broadcast")),
                       tb, 12, 20)
-    assert bc.time("publish", 1, "trainer") < c.time("publish", 1, "trainer")
+    assert bc.time("publish", 1, "trainer") == pytest.approx(gather + b / net + b / 3350e9 + 0.01)
+    # stream: each of the 20 ranks sends its 1/20 (the trainers' part); the generators receive all b and load it
+    st = RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=Training(publish="stream")),
+                      tb, 12, 20)
+    assert st.time("publish", 1, "trainer") == pytest.approx(b / 20 / net + 1e-3)
+    assert st.time("publish", 1, "generator") == pytest.approx(b / net + b / 3350e9 + 0.01)
     lora = RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=LORA_REPLICATED), tb, 12, 20)
     assert lora.publish_bytes() == 2 * 64 * ARCHS["hunyuan"].adapter_dims
     assert lora.time("publish", 1, "trainer") < 0.05 * c.time("publish", 1, "trainer")

@@ -137,7 +137,8 @@ def plan_run(cfg: Config) -> RunPlan:
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
         shard_ranks=len(ranks) // t.shard_groups if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
-        publish_joins=mode.disaggregated and rt.publish == "broadcast",
+        publish_joins=mode.disaggregated and rt.publish in ("broadcast", "stream"),
+        publish_streams=mode.disaggregated and rt.publish == "stream",
         sample_split=t.minibatch_split == "samples", stale_hold=rt.stale_hold, gang_groups=rt.gang_groups,
     )
     profile = None

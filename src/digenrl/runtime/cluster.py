@@ -150,11 +150,16 @@ class ActorPools:
         Object store: rank 0 puts the state; it is published once it is in the store (each generator
         fetches it when it first generates with that version; the state ref is returned for that).
         Broadcast: rank 0 and every generator join the broadcast; the state ref is None. A sharded pool's
-        ranks all take part (they gather the full state together).
+        ranks all take part (they gather the full state together). Stream: the senders (``rank0_group``:
+        rank 0, or every rank of its shard group) start their sends and answer at once; each generator's
+        call resolves once it holds the version.
         """
         if not self.generators:
             return {}, None
         ranks = self.rank0_group
+        if self.publish == "stream":
+            refs = {w: t.publish_stream.remote(version) for w, t in ranks.items()}
+            return refs | {w: g.receive_stream.remote(version) for w, g in self.generators.items()}, None
         if self.publish == "broadcast":
             refs = {w: t.publish_broadcast.remote(version) for w, t in ranks.items()}
             return refs | {w: g.receive_broadcast.remote(version) for w, g in self.generators.items()}, None
@@ -219,25 +224,31 @@ def _publish_initial(run: RunPlan, pools: ActorPools, version: int, timeout_s: f
 
 
 def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None) -> None:
+    """One torch.distributed world: the trainer ranks 0..N_t-1, and where the publish is a collective with the
+    generators (broadcast, stream) the generators N_t..N_t+N_g-1; the stream path's senders are the ranks of
+    ``rank0_group`` (rank 0, or rank 0's shard group), one group (sender, generators) each."""
     n_t, n_g = len(run.trainer_ids), len(run.generator_ids)
-    broadcast = pools.publish == "broadcast"
+    broadcast = pools.publish in ("broadcast", "stream")
     if n_t == 1 and not broadcast:
         return
     ip, port = get_named({run.trainer_ids[0]: pools.rank0.node_endpoint.remote()}, "process-group run", timeout_s)[0]
     backend = "nccl" if run.cfg.model.device.startswith("cuda") else "gloo"
     world = n_t + (n_g if broadcast else 0)
     trainer_ranks = tuple(range(n_t))
-    publish_ranks = (0,) + tuple(range(n_t, n_t + n_g)) if broadcast else ()
+    gens = tuple(range(n_t, n_t + n_g))
+    publish_ranks = (0,) + gens if pools.publish == "broadcast" and n_g else ()
+    senders = [run.trainer_ids.index(w) for w in pools.rank0_group]
+    streams = tuple((s,) + gens for s in senders) if pools.publish == "stream" and n_g else ()
     shard_size = n_t // run.cfg.train.shard_groups if run.sharded and run.cfg.train.shard_groups > 1 else 0
     refs = {}
     for i, w in enumerate(run.trainer_ids):
         refs[w] = pools.trainers[w].setup_dist.remote(
-            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks, shard_size))
+            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks, shard_size, streams))
     if broadcast:
         for j, w in enumerate(run.generator_ids):
             refs[w] = pools.generators[w].setup_dist.remote(
                 GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks,
-                          shard_size))
+                          shard_size, streams))
     get_named(refs, "process-group run", timeout_s)
 
 

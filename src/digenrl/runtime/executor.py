@@ -246,6 +246,8 @@ class RayExecutor:
             work = self._by_group([Interval(r[0].worker, rel(r[0].start), rel(r[0].end)) for r in results])
         elif a is None or not isinstance(a, Publish):
             work = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results])
+        elif self.plan.publish_streams:  # the generators are in it until they hold the version; the trainers
+            work = tuple(Interval(g, call.start, now) for g in a.generators)  # went on (their sends drain)
         else:  # rank 0 is busy until every generator has the version
             work = tuple(Interval(r, call.start, now) for r in a.ranks) if a.generators else ()
         if isinstance(a, Generate):  # results: one merged info per part of the action, in part order

@@ -9,6 +9,8 @@ Calls (the driver never sends a second ``generate`` before the first returned):
   scores. The trajectories keep their version and behaviour log-probs (TCSS needs both).
 * ``load_weights(version, [ref])``: swap a version in now (version 0 before the run).
 * ``receive_broadcast(version)``: join rank 0's broadcast of ``version`` and stage it (broadcast path).
+* ``receive_stream(version)``: receive every sender's shards of ``version``, join them and stage the state
+  (stream path).
 
 The actor deliberately has no concurrency groups: a threaded Ray actor keeps its main thread busy while a
 task runs (a whole CPU core per generator; measured with Ray 2.60), which would halve a CPU pipeline.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import time
 
 from .messages import TimedResult
-from .publish import WeightInbox, broadcast_receive, init_groups
+from .publish import WeightInbox, broadcast_receive, init_groups, stream_receive
 from .worker_base import WorkerBase
 from .workers import GeneratorAPI
 
@@ -44,9 +46,11 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.version = -1  # nothing loaded yet: version 0 is published before the run starts
         self.inbox = WeightInbox()
         self._publish_group = None
+        self._streams: tuple = ()
 
     def setup_dist(self, spec) -> bool:
-        self._publish_group = init_groups(spec, self.cfg.runtime.collective_timeout_s).publish
+        groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
+        self._publish_group, self._streams = groups.publish, groups.streams
         return True
 
     def _swap_in(self, version: int, weights: list | None) -> None:
@@ -83,6 +87,11 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
     def receive_broadcast(self, version: int) -> TimedResult:
         t0 = time.time()
         self.inbox.put(version, broadcast_receive(self.policy, self._publish_group))
+        return TimedResult(self.name, "receive", t0, time.time(), version)
+
+    def receive_stream(self, version: int) -> TimedResult:
+        t0 = time.time()
+        self.inbox.put(version, stream_receive(self.policy, self._streams))
         return TimedResult(self.name, "receive", t0, time.time(), version)
 
     def measure_generate(self, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:

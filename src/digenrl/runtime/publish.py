@@ -1,8 +1,8 @@
-"""Versioned weight publishing: trainer rank 0 -> every generator, after each commit.
+"""Versioned weight publishing: trainers -> every generator, after each commit.
 
-Versions: the initial weights are version 0; the commit of step k makes version k + 1 and rank 0 publishes
+Versions: the initial weights are version 0; the commit of step k makes version k + 1 and the trainers publish
 it. What moves is ``policy.trainable_state_dict()`` (all trainable tensors; LoRA adapters only under LoRA).
-Two paths (``runtime.publish``):
+Three paths (``runtime.publish``):
 
 * ``object_store`` (default): rank 0 returns a CPU copy of the state as the call's result, so it lands in
   the Ray object store; the version is published once it is there. The driver passes the ref with the first
@@ -12,7 +12,14 @@ Two paths (``runtime.publish``):
   0 broadcasts each tensor (sorted by name), each generator receives into fresh buffers and stages them in
   its ``WeightInbox``. The world is then trainers (ranks 0..N_t-1) + generators (N_t..N_t+N_g-1), with one
   subgroup for the trainers' gradient all-reduce and one for the publish. A generator joins the broadcast
-  when it is free, so in ``full`` mode a publish can wait for the generators' in-flight fragments.
+  when it is free, so in ``full`` mode a publish can wait for the generators' in-flight fragments. On a
+  sharded pool every rank first gathers the full state (a collective), then rank 0 sends it.
+* ``stream``: no gather. Each sending rank (rank 0 of a replicated pool; every rank of the first shard group
+  of a sharded one) shares a group with the generators and broadcasts copies of its own shards
+  (``to_local()``, sorted by name) asynchronously; the call returns at once and the rank goes on training
+  while the sends drain. Each generator receives every sender's shards and joins them along dim 0 (FSDP2's
+  ``torch.chunk`` split). A sender waits for its sends before its next commit or publish, and the scheduler
+  starts no commit before the publish ended (``StepPlan.publish_streams``).
 
 Receiving never touches the live weights: a version is swapped in only at the start of a fragment that asks
 for it, so weights change only between fragments and every trajectory is produced by the one version it
@@ -64,6 +71,7 @@ class GroupSpec:
     trainer_ranks: tuple[int, ...]
     publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
     shard_size: int = 0           # ranks per shard group under hybrid sharding (train.shard_groups > 1), else 0
+    stream_ranks: tuple[tuple[int, ...], ...] = ()  # stream mode: per sender, (sender, generator ranks...)
 
 
 class ProcessGroups(NamedTuple):
@@ -72,12 +80,14 @@ class ProcessGroups(NamedTuple):
     trainer: every trainer rank (the unsharded commit's all-reduce); publish: rank 0 and the generators
     (broadcast publish); shard: the worker's shard group (FSDP's mesh; the trainer group without hybrid
     sharding); replica: the ranks holding the same shard in every shard group (hybrid sharding's commit
-    all-reduce), None without hybrid sharding."""
+    all-reduce), None without hybrid sharding; streams: (sender rank, group) of each stream group the worker
+    is in (stream publish: a sender's own; a generator's, one per sender in sender order)."""
 
     trainer: object = None
     publish: object = None
     shard: object = None
     replica: object = None
+    streams: tuple = ()
 
 
 def hybrid_layout(trainer_ranks: Sequence[int], shard_size: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -107,9 +117,15 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
                             rank=setup.rank, timeout=timeout)
     trainer_group = publish_group = None
-    if setup.publish_ranks:
+    streams = []
+    if setup.publish_ranks or setup.stream_ranks:  # the world holds the generators too
         trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
+    if setup.publish_ranks:
         publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
+    for ranks in setup.stream_ranks:
+        pg = dist.new_group(list(ranks), timeout=timeout)
+        if setup.rank in ranks:
+            streams.append((ranks[0], pg))
     shard_group, replica_group = trainer_group, None
     if setup.shard_size and setup.shard_size < len(setup.trainer_ranks):
         shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size)
@@ -119,7 +135,7 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
         for ranks in replicas:
             pg = dist.new_group(ranks, timeout=timeout)
             replica_group = pg if setup.rank in ranks else replica_group
-    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group)
+    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group, tuple(streams))
 
 
 def broadcast_send(state: dict, group) -> None:
@@ -142,3 +158,50 @@ def broadcast_receive(policy, group) -> dict:
         dist.broadcast(buf, src=0, group=group)
         out[name] = buf
     return out
+
+
+def local_state(state: dict) -> dict:
+    """Copies of this rank's own part of ``state`` (a DTensor's local shard, a plain tensor whole): what a
+    sender streams. Copies, so that the sends never read weights that a later commit or swap changes."""
+    return {name: (t.to_local() if hasattr(t, "to_local") else t).detach().clone() for name, t in state.items()}
+
+
+def stream_send(state: dict, src: int, group) -> list:
+    """A sender's side of a stream publish: one asynchronous broadcast per tensor (sorted by name) from world
+    rank ``src`` over its stream group; the works, to ``wait`` on before the next commit or publish."""
+    import torch.distributed as dist
+
+    return [dist.broadcast(state[name].contiguous(), src=src, group=group, async_op=True) for name in sorted(state)]
+
+
+def shard_shape(shape, senders: int, index: int) -> tuple[int, ...]:
+    """The shape of sender ``index``'s part of a tensor of ``shape`` split over ``senders`` ranks along dim 0 as
+    FSDP2 shards it (``torch.chunk``: chunks of ceil(n / senders) rows, the last smaller, trailing ranks empty)."""
+    shape = tuple(shape)
+    if senders == 1:
+        return shape
+    if not shape:
+        raise ValueError("a 0-dim tensor cannot be sharded along dim 0")
+    step = -(-shape[0] // senders)
+    rows = max(0, min(step, shape[0] - index * step))
+    return (rows,) + shape[1:]
+
+
+def stream_receive(policy, streams: Sequence[tuple[int, object]]) -> dict:
+    """Generator side: receive every sender's shards into fresh buffers (all at once, asynchronously) and join
+    them along dim 0 into the full trainable state (the live weights are untouched)."""
+    import torch
+    import torch.distributed as dist
+
+    like = policy.trainable_state_dict()
+    n = len(streams)
+    parts: dict[str, list] = {name: [] for name in sorted(like)}
+    works = []
+    for i, (src, group) in enumerate(streams):
+        for name in sorted(like):
+            buf = torch.empty(shard_shape(like[name].shape, n, i), dtype=like[name].dtype, device=like[name].device)
+            works.append(dist.broadcast(buf, src=src, group=group, async_op=True))
+            parts[name].append(buf)
+    for w in works:
+        w.wait()
+    return {name: (torch.cat(p, dim=0) if n > 1 else p[0]) for name, p in parts.items()}

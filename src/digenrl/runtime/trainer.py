@@ -55,7 +55,7 @@ from digenrl.control.run_plan import plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
 
 from .messages import ChunkResult, CommitResult, TimedResult
-from .publish import broadcast_send, init_groups, state_copy
+from .publish import broadcast_send, init_groups, local_state, state_copy, stream_send
 from .worker_base import WorkerBase
 from .workers import TrainerAPI
 
@@ -114,6 +114,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
         self._plan = plan_run(self.cfg).plan
         self._publish_group = None
+        self._stream = None   # stream publish: (this rank, its stream group) where it is a sender
+        self._sends: list = []  # the async sends of its last stream publish (waited for before the next)
         self._world = 1
         self._gsize, self._local = 1, 0  # this rank's shard group size and rank in it (set by ``setup_dist``)
         self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
@@ -131,6 +133,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
         self._publish_group = groups.publish
+        self._stream = groups.streams[0] if groups.streams else None
         self.tx.process_group = groups.trainer
         self._world = len(spec.trainer_ranks)
         self._gsize = spec.shard_size or self._world  # ranks of this rank's shard group
@@ -302,6 +305,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
         self.check_failure(step)
         t0 = time.time()
+        self._finish_sends()
         if not self.tx.open:  # a rank without a chunk this round still joins the all-reduce
             self.tx.begin(step, None)
             self._deferred = None
@@ -382,6 +386,27 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             if self.rank == 0:
                 broadcast_send(state, self._publish_group)
         return TimedResult(self.name, "publish", t0, time.time(), version)
+
+    @collective_action
+    def publish_stream(self, version: int) -> TimedResult:
+        """A sender (``publish.stream_send``): start the asynchronous sends of its shards of ``version`` and
+        return; the rank goes on with its next call while they drain."""
+        t0 = time.time()
+        if version != self.tx.version:
+            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        self._finish_sends()
+        if self._stream is not None:
+            with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
+                state = local_state(self.policy.trainable_state_dict())
+            self._sends = stream_send(state, *self._stream)
+        return TimedResult(self.name, "publish", t0, time.time(), version)
+
+    def _finish_sends(self) -> None:
+        """Wait for the sends of the last stream publish (done by now in a scheduled run: the scheduler starts
+        no commit before the publish ended); a send that fails or times out raises here."""
+        sends, self._sends = self._sends, []
+        for w in sends:
+            w.wait()
 
     @collective_action
     def evaluate(self, grid: int):

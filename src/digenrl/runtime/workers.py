@@ -38,6 +38,9 @@ class GeneratorAPI(WorkerAPI, Protocol):
     def receive_broadcast(self, version: int) -> TimedResult:
         """Join rank 0's broadcast of ``version`` and stage it."""
 
+    def receive_stream(self, version: int) -> TimedResult:
+        """Receive every sender's shards of ``version``, join them and stage the state."""
+
     def measure_generate(self, sizes: list[int], repeats: int) -> dict:
         """Seconds per phase of generating a fragment of each size (calibration)."""
 
@@ -66,6 +69,9 @@ class TrainerAPI(WorkerAPI, Protocol):
 
     def publish_broadcast(self, version: int) -> TimedResult:
         """Rank 0: broadcast ``version`` to the generators."""
+
+    def publish_stream(self, version: int) -> TimedResult:
+        """A sender: start streaming its shards of ``version`` to the generators; returns at once."""
 
     def evaluate(self, grid: int) -> TimedResult:
         """value = (eval reward, the first ``grid`` eval samples) with the (EMA) weights."""

@@ -130,7 +130,7 @@ class StepModel:
         start = max(rank_free)
         if self.plan.step_wide and snap.incomplete:  # the commit waits for the step's last reward
             start = max([start] + [done[g] for g in snap.incomplete])
-        return start + dur.commit()
+        return start + dur.commit(final=self.plan.rounds == 1)  # BTS runs in round 0 only
 
 
 def _equal_jobs(free: list[int], n: int, c: int, release: int) -> None:
@@ -168,7 +168,7 @@ class TickModel:
         self._gang: dict[tuple[int, int, bool], int] = {}
         self.chunk = tuple(self.ticks(d.train(c)) for c in model.chunk_sizes)
         self._uniform = self.chunk[0] if self.chunk and len(set(self.chunk)) == 1 else None  # every chunk c ticks
-        self.commit = self.ticks(d.commit())
+        self.commit = self.ticks(d.commit(final=model.plan.rounds == 1))
         self.F, self.C, self.P = model.F, model.C, model.P
         self.n_gen, self.n_rank = model.n_gen, model.n_rank
 

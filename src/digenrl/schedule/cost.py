@@ -28,7 +28,11 @@ Action durations (seconds)::
                        + tag_switch(1) [if action.switch]
     Train(c cells)   = train_chunk(c)
     Commit           = allreduce(1) + optimizer(1)
-    Publish          = publish(1)            (0 in colocated mode: nothing to send)
+                       + publish(1) on the trainer pool [a step's final commit, ``plan.publish_streams``:
+                       the trainers' shard sends, which then run beside their work]
+    Publish          = publish(1)            (0 in colocated mode: nothing to send; priced on the trainer
+                       pool, or on the generator pool with ``plan.publish_streams``: what the generators
+                       receive and load while the trainers go on)
 """
 
 from __future__ import annotations
@@ -97,17 +101,23 @@ class Durations:
             self._cache[key] = d = _check(self.cost.time(Op.TRAIN_CHUNK.value, cells, TRAINER), "Train")
         return d
 
-    def commit(self) -> float:
-        d = self._cache.get(("c",))
+    def commit(self, final: bool = False) -> float:
+        """A commit; ``final`` (the step's last) adds the trainers' send of a streamed publish."""
+        sends = final and self.plan.publish_streams and self.plan.mode.disaggregated
+        key = ("c", sends)
+        d = self._cache.get(key)
         if d is None:
             d = self.cost.time(Op.ALLREDUCE.value, 1, TRAINER) + self.cost.time(Op.OPTIMIZER.value, 1, TRAINER)
-            self._cache[("c",)] = d = _check(d, "Commit")
+            if sends:
+                d += self.cost.time(Op.PUBLISH.value, 1, TRAINER)
+            self._cache[key] = d = _check(d, "Commit")
         return d
 
     def publish(self) -> float:
         d = self._cache.get(("p",))
         if d is None:
-            d = self.cost.time(Op.PUBLISH.value, 1, TRAINER) if self.plan.mode.disaggregated else 0.0
+            pool = GENERATOR if self.plan.publish_streams else TRAINER
+            d = self.cost.time(Op.PUBLISH.value, 1, pool) if self.plan.mode.disaggregated else 0.0
             self._cache[("p",)] = d = _check(d, "Publish")
         return d
 
@@ -117,7 +127,7 @@ class Durations:
         if isinstance(action, Train):
             return self.train(action.chunk.size)
         if isinstance(action, Commit):
-            return self.commit()
+            return self.commit(action.final)
         if isinstance(action, Publish):
             return self.publish()
         raise TypeError(f"not an action: {action!r}")

@@ -91,6 +91,11 @@ class StepPlan:
         generator joins between fragments) and no generator starts work while it waits or runs; outside
         TCSS the generators are idle at every final commit anyway, so only ``full`` mode waits. False (the
         object store): the trainers put the state and each generator fetches it with its next fragment.
+      publish_streams: the trainers stream their shards to the generators in the background
+        (``runtime.publish=stream``; implies ``publish_joins``): a trainer rank pays only its send, charged to
+        the step's final commit (``Durations.commit``), and is free during the publish (it trains the next
+        step's ready chunks); the publish holds the generators, and the next commit waits for it to end
+        (the senders' parameters must not change while they are read).
       stale_hold: with ``publish_joins`` in ``full`` (one commit per step), a free generator waits instead of
         starting a stale fragment that would end ``overrun`` seconds after the step's predicted commit when
         ``overrun x stale_hold`` exceeds its wait for that commit (``schedule.stale_hold``); 0 never waits.
@@ -119,6 +124,7 @@ class StepPlan:
     sample_split: bool = False
     stale_hold: float = 0.0
     gang_groups: bool = True
+    publish_streams: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -144,6 +150,8 @@ class StepPlan:
             raise PlanError(f"max_stale_fraction: must lie in [0, 1] (got {self.max_stale_fraction!r})")
         if not (isinstance(self.stale_hold, (int, float)) and 0.0 <= self.stale_hold < float("inf")):
             raise PlanError(f"stale_hold: must be a finite number >= 0 (got {self.stale_hold!r})")
+        if self.publish_streams and not self.publish_joins:
+            raise PlanError("publish_streams: a streamed publish is joined by the generators (publish_joins)")
         if not self.trainers:
             raise PlanError("trainers: at least one trainer rank is required")
         if self.mode is Mode.COLOCATED and self.generators:

@@ -204,9 +204,11 @@ class Scheduler:
 
     def _launch_publish(self, t: float) -> list[Action]:
         """The step's publish, once it may start: at once, or (``plan.publish_joins``: the generators take part)
-        when the last generator's in-flight fragment is done; until then no generator gets work."""
+        when the last generator's in-flight fragment is done; until then no generator gets work. A streamed
+        publish (``plan.publish_streams``) does not wait for the trainer ranks, which go on during it."""
         publish = self._pending_publish
-        if publish is None or any(self._busy[r] is not None for r in self.plan.trainers) or (
+        trainers_busy = not self.plan.publish_streams and any(self._busy[r] is not None for r in self.plan.trainers)
+        if publish is None or trainers_busy or (
                 self.plan.publish_joins and any(self._busy[w] is not None for w in self.plan.generators)):
             return []
         self._pending_publish = None
@@ -307,7 +309,7 @@ class Scheduler:
             return False
         if self._collective == "commit":
             launch = self._collective_launch
-            end = launch[1] + self._dur.commit() if launch is not None else None
+            end = launch[1] + self._dur.of(launch[0]) if launch is not None else None
             return end is not None and stale_hold.hold(self.plan, self._hold_model, t, size, end, None)
         if self._collective is not None:
             return False
@@ -344,7 +346,10 @@ class Scheduler:
 
     # ---- the policy --------------------------------------------------------------------------------
     def _rank_idle(self, r: str) -> bool:
-        return self._busy[r] is None and self._collective is None
+        """Free for a chunk: no action of its own and no collective, except a streamed publish (its sends run
+        beside the rank's work; the next commit waits for it)."""
+        streaming = self._collective == "publish" and self.plan.publish_streams
+        return self._busy[r] is None and (self._collective is None or streaming)
 
     def _fill(self, t: float, freed: set[str]) -> list[Action]:
         """Hand work to idle workers: generators take the next fragment; a trainer rank takes a ready chunk

@@ -70,8 +70,10 @@ class VirtualExecutor:
                 workers = (a.rank,)
             elif isinstance(a, Commit):
                 workers = a.ranks
-            elif isinstance(a, Publish):  # the generators are in it too when they join it (a broadcast)
-                workers = a.ranks + (a.generators if self.plan.publish_joins else ())
+            elif isinstance(a, Publish):  # the generators are in it too when they join it (a broadcast); a
+                # streamed one holds them alone (the trainers' sends ran in the final commit)
+                ranks = () if self.plan.publish_streams else a.ranks
+                workers = ranks + (a.generators if self.plan.publish_joins else ())
             else:  # pragma: no cover - the scheduler only emits the four kinds
                 raise SimulationError(f"unknown action {a!r}")
             c = Completion(a, t, t + d, tuple(Interval(w, t, t + d) for w in workers), switch)

@@ -11,7 +11,10 @@ step, a publish of Pb = d.publish(), W = P x G generations per step. Facts of th
 
 * a trainer worker runs one action at a time; a commit and a publish occupy every trainer worker, and the
   commits of step k start after publish k ends (``_collective``), so [t_pub(1), t_pub(K)] holds every trainer
-  worker's (K - 1)(R C + Pb) seconds of collectives;
+  worker's (K - 1)(R C + Pb) seconds of collectives; a streamed publish (``plan.publish_streams``) occupies
+  no trainer worker, its sends are in the final commit: (K - 1)((R - 1) C + C_final);
+* a publish the generators join (``plan.publish_joins``) holds every generator: the window holds each
+  generator's (K - 1) Pb seconds of publishes besides its generation;
 * a step's chunks exist only after the previous step's final commit and are trained before its own, so the
   window holds the training of steps 2 .. K-1, and of step 1 too unless a joined publish lets a free rank
   train during the wait (``plan.publish_joins``): T = sum of d.train over one step's chunks, every round;
@@ -25,7 +28,7 @@ step, a publish of Pb = d.publish(), W = P x G generations per step. Facts of th
 Work bound (every mode): with n_w generations in the window split as x on the trainers and n_w - x on the
 generators,
 
-    L >= min_x max( (K-1)(R C + Pb) + ((K - k_lo) T + x a_t) / N_t,  (n_w - x) a_g / N_g )
+    L >= min_x max( (K-1)(R C + Pb) + ((K - k_lo) T + x a_t) / N_t,  (n_w - x) a_g / N_g [+ (K-1) Pb, joined] )
 
 (x = 0 without TAG, x = n_w colocated): the larger of the two when the trainer side alone is the larger at
 x = 0, else the crossing A + b (D - A) / (b + e) with A, D the two sides at x = 0 and b = a_t / N_t,
@@ -83,7 +86,7 @@ def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
     W = plan.batch
     per_group = _chunk_times(plan, d)
     T = sum(per_group.values())
-    coll = plan.rounds * d.commit() + d.publish()
+    coll = (plan.rounds - 1) * d.commit() + d.commit(final=True) + (0.0 if plan.publish_streams else d.publish())
     a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
     on_trainer = (not mode.disaggregated) or mode.tag
     top = max(plan.generations, plan.shard_ranks * plan.fragment_size)  # a gang: up to one fragment per rank
@@ -98,7 +101,7 @@ def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
     if not mode.disaggregated:
         L = A + n_w * a_t / n_t
     else:
-        D = n_w * a_g / n_g
+        D = n_w * a_g / n_g + ((K - 1) * d.publish() if plan.publish_joins else 0.0)
         if A >= D or not on_trainer:
             L = max(A, D)
         else:
@@ -109,7 +112,7 @@ def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
         rates = ([n_g / a_g if a_g > 0 else float("inf")] if n_g else []) + (
             [n_t / a_t if a_t > 0 else float("inf")] if on_trainer else [])
         gen = W / sum(rates)
-        bound = max(bound, gen + min(per_group.values()) / n_t + d.commit() + d.publish())
+        bound = max(bound, gen + min(per_group.values()) / n_t + d.commit(final=True) + d.publish())
     return bound * SAFETY
 
 

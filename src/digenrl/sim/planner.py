@@ -16,8 +16,10 @@ Choices, each made from the cost model alone (never from simulated speedups of o
 * shard groups (sharded pool under TSP, roofline costs; ``group_options``): k = 1 (one group of all ranks)
   or hybrid sharding, k <= 6 groups of at least 2 ranks, each simulated;
 * publish path (roofline costs, disaggregated modes; ``publish_paths``): the object store (rank 0 stages the
-  state in host memory, each generator fetches it) or a broadcast the generators join
-  (``StepPlan.publish_joins``). Outside TCSS the cheaper one by the cost model; in ``full`` both are simulated;
+  state in host memory, each generator fetches it), a broadcast the generators join
+  (``StepPlan.publish_joins``), or a stream of every rank's shard that the generators join while the trainers
+  go on (``StepPlan.publish_streams``). Outside TCSS the cheapest by the cost model; in ``full`` all are
+  simulated;
 * stale hold (``full`` with a broadcast publish; ``schedule.stale_hold``): the chosen plan is run with each
   h of ``STALE_HOLDS`` (0: off) and the fastest is kept;
 * gang width (TAG on a shard group; ``StepPlan.gang_groups``): gangs across prompt groups or of the head
@@ -35,10 +37,10 @@ from ..control.run_plan import shard_groups, worker_ids
 from ..control.timeline import RunResult
 from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fragments, tsp_chunks
 from ..schedule import stale_hold
-from ..schedule.cost import TRAINER, Op
+from ..schedule.cost import GENERATOR, TRAINER, Op
 from ..schedule.layout import choose_chunk_shape as layout_chunk_shape
 from .executor import simulate
-from .presets import GPU, ModelPreset, Testbed, Workload
+from .presets import GPU, PUBLISH_PATHS, ModelPreset, Testbed, Workload
 from .roofline import InfeasibleError, RooflineCost
 
 
@@ -173,7 +175,8 @@ def make_plan(setup: Scenario, mode: Mode, n_gen: int, n_train: int, cost,
     probe = StepPlan(w.prompts, w.generations, 1, w.trained_timesteps, w.denoise_steps, 1, 1,
                      gens, trainers, mode, setup.steps, setup.max_stale_fraction,
                      shard_ranks=len(ranks) // k if grouped else 1,
-                     publish_joins=not colocated and w.training.publish == "broadcast")
+                     publish_joins=not colocated and w.training.publish in ("broadcast", "stream"),
+                     publish_streams=not colocated and w.training.publish == "stream")
     dur = Durations(probe, cost)
     max_frag, max_cells = _limits(cost, w)
     f = fragment_size or choose_fragment_size(mode, w, n_train if colocated else n_gen,
@@ -196,7 +199,7 @@ def analytic_bound(plan: StepPlan, cost) -> float:
 def with_training(setup: Scenario, tag_copy: bool | None = None, publish: str | None = None,
                   shard_groups: int | None = None) -> Scenario:
     """``setup`` whose training builds (or not) a TAG inference copy on a shard group (``tag_copy``), publishes
-    through ``publish`` (``object_store`` or ``broadcast``) and shards over ``shard_groups`` groups (hybrid
+    through ``publish`` (``object_store``, ``broadcast`` or ``stream``) and shards over ``shard_groups`` groups (hybrid
     sharding); None keeps the scenario's own setting."""
     t = setup.workload.training
     changes = {k: v for k, v in (("tag_copy", tag_copy), ("publish", publish), ("shard_groups", shard_groups))
@@ -233,16 +236,16 @@ def _built(setup: Scenario, mode: Mode, c: "Choice"):
     return _build(setup, mode, c.split, c.fragment_size, c.tag_copy, c.publish, c.shard_groups, c.gang_groups)
 
 
-PUBLISH_PATHS = ("object_store", "broadcast")
-
-
 def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | None,
                   shard_groups: int | None = None) -> list[str | None]:
     """The publish paths worth simulating for one split (roofline costs, disaggregated modes): outside TCSS the
     generators are idle at every final commit (each of the step's fragments is in before it, and no fragment of
-    the next step exists before the publish), so a broadcast they join never waits and the cheaper path is the
-    faster one: it alone is tried. In ``full`` a broadcast waits for the generators' in-flight stale fragments
-    (``StepPlan.publish_joins``), so both are simulated."""
+    the next step exists before the publish), so a broadcast they join never waits and the path of the shortest
+    span from the final commit's end to the generators holding the version is the faster one: it alone is
+    tried (a stream's span is the trainers' send, in the commit, plus the generators' receive: outside TCSS
+    the trainers have nothing to train meanwhile). In ``full`` a joined publish waits for the generators'
+    in-flight stale fragments (``StepPlan.publish_joins``) and a stream lets the trainers go on, so every path
+    is simulated."""
     if mode is Mode.COLOCATED or setup.profile is not None:
         return [None]
     if mode.tcss:
@@ -253,7 +256,10 @@ def publish_paths(setup: Scenario, mode: Mode, split: Split, tag_copy: bool | No
             cost = make_cost(with_training(setup, tag_copy, path, shard_groups), split)
         except InfeasibleError:
             continue
-        priced.append((cost.time(Op.PUBLISH.value, 1, TRAINER), path))
+        span = cost.time(Op.PUBLISH.value, 1, TRAINER)
+        if path == "stream":
+            span += cost.time(Op.PUBLISH.value, 1, GENERATOR)
+        priced.append((span, path))
     return [min(priced)[1]] if priced else [None]
 
 

@@ -162,6 +162,9 @@ MODELS: dict[str, ModelPreset] = {
 }
 
 
+PUBLISH_PATHS = ("object_store", "broadcast", "stream")  # runtime.publish
+
+
 @dataclass(frozen=True)
 class Training:
     """How the trainer pool trains and publishes (what the runtime does, per config).
@@ -172,7 +175,8 @@ class Training:
     reduce-scatter); otherwise every rank keeps a replica and the commit all-reduces the gradients (the
     runtime's trainer). ``publish``: ``object_store`` (the runtime's default: rank 0 copies the trainable state
     to host, puts it in the Ray object store, every generator node fetches it and each generator loads it) or
-    ``broadcast`` (pipelined link-rate broadcast). ``recompute``: activation checkpointing (one extra forward
+    ``broadcast`` (pipelined link-rate broadcast) or ``stream`` (each sending rank broadcasts its own shard,
+    the trainers go on while the generators receive). ``recompute``: activation checkpointing (one extra forward
     per cell, only the layer inputs are kept). ``tag_copy``: TAG on a shard group first all-gathers a bf16
     inference copy (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without
     per-forward gathers (only where the copy fits beside the training state). ``shard_groups`` k (sharded only):
@@ -189,8 +193,8 @@ class Training:
     def __post_init__(self) -> None:
         if self.lora_rank < 0:
             raise PresetError(f"training.lora_rank: must be >= 0 (got {self.lora_rank})")
-        if self.publish not in ("object_store", "broadcast"):
-            raise PresetError(f"training.publish: {self.publish!r} is not object_store or broadcast")
+        if self.publish not in PUBLISH_PATHS:
+            raise PresetError(f"training.publish: {self.publish!r} is not one of {', '.join(PUBLISH_PATHS)}")
         if self.shard_groups < 1 or (self.shard_groups > 1 and not self.sharded):
             raise PresetError(f"training.shard_groups: {self.shard_groups} needs >= 1 and, above 1, sharded training")
 

@@ -33,7 +33,12 @@ shards across the k replicas, 2 (k - 1) / k x 4 x trainable / g bytes.
 * publish, ``object_store`` (the runtime's default): rank 0 copies the trainable state to host (PCIe), puts it
   in the Ray object store (host copy at ``HOST_COPY_GBS``), every generator node fetches it once (the
   object transfer leaves the source node one node after another at the per-GPU link rate), each generator
-  loads it over PCIe; ``broadcast``: pipelined link-rate broadcast + load at HBM bandwidth;
+  loads it over PCIe; ``broadcast``: pipelined link-rate broadcast + load at HBM bandwidth. On a shard group
+  both first gather the full state on every rank, as the runtime does (``full_trainable_state``: b (g-1)/g
+  bytes over the link); ``stream``: no gather, each of the g ranks of the (first) shard group broadcasts its
+  own shard: the trainers' part (pool ``trainer``, charged to the final commit) is that send, b / (g link),
+  the generators' part (pool ``generator``, the publish action) the receive of all b bytes at link rate +
+  the load, as for the broadcast;
 * TAG switch on a trainer rank: replicated trainer: 0 (the training copy generates); shard group: 0 (every
   generation forward gathers the shards, overlapped with compute), or with ``training.tag_copy`` one all-gather
   of the bf16 weights into an inference copy (2P (N-1)/N bytes), after which the ranks' generation forwards
@@ -250,10 +255,17 @@ class RooflineCost:
 
     def _publish(self, _: int, pool: str) -> float:
         b, g, t = self.publish_bytes(), self.gpu[GENERATOR], self.gpu[TRAINER]
-        if self.training.publish == "broadcast":
+        n = self.group_ranks if self.grouped else 1
+        if self.training.publish == "stream":
+            if pool == TRAINER:  # the sending ranks' part: each sends its shard, beside its work
+                return b / n / self.net + 1e-3
             return b / self.net + b / (g.hbm_gbs * GB) + 0.01
+        gather = b * (n - 1) / n / self.net  # the shard group gathers the full state first (0 unsharded)
+        if self.training.publish == "broadcast":
+            return gather + b / self.net + b / (g.hbm_gbs * GB) + 0.01
         nodes = max(1, math.ceil(self.n_gen / GPUS_PER_NODE))
-        return b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.net + b / (g.pcie_gbs * GB) + 0.01
+        return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.net
+                + b / (g.pcie_gbs * GB) + 0.01)
 
     def _tag_switch(self, _: int, pool: str) -> float:
         if self.colocated:
@@ -282,7 +294,8 @@ class RooflineCost:
             "max_cells": self.max_cells,
             "inference_copy_fits": float(self.inference_copy_fits),
             "commit_s": self._allreduce(1, TRAINER) + self._optimizer(1, TRAINER),
-            "publish_s": self._publish(1, TRAINER),
+            "publish_s": self._publish(1, GENERATOR),
+            "publish_trainer_s": self._publish(1, TRAINER),
             "publish_gb": self.publish_bytes() / GB,
             "tag_switch_s": self._tag_switch(1, TRAINER),
             "fsdp_gather_s": self.gather_s,
