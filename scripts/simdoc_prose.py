@@ -16,6 +16,17 @@ def _switch(c: dict) -> float:
     return c.get("coloc_gather_s", 0.0) + c.get("coloc_handoff_s", 0.0) + c.get("coloc_offload_s", 0.0)
 
 
+def _publish_words(c: dict, step_s: float) -> str:
+    """What the chosen publish path costs the trainers (and, streamed, the generators)."""
+    path, mine = c.get("publish_path", "object_store"), c.get("publish_trainer_s", c["publish_s"])
+    words = {"object_store": "an object-store publish", "broadcast": "a broadcast publish",
+             "stream": "the sends of a streamed publish"}[path]
+    out = f"{mine:.2f} s of {words} on its trainers ({mine / step_s:.1%} of its step)"
+    if path == "stream":
+        out += f"; the generators receive for {c['publish_s']:.1f} s while the trainers go on"
+    return out
+
+
 def reasons(res: dict, model: str, tb: str) -> tuple[str, str]:
     """Why full differs from the paper over naive and over colocation, from this configuration's numbers."""
     rows, c = run(res, model, tb)["rows"], cost(res, model, tb)
@@ -30,8 +41,7 @@ def reasons(res: dict, model: str, tb: str) -> tuple[str, str]:
     vs_col = (f"colocation pays {sw:.2f} s of switching per {col['step_time_s']:.0f} s step "
               f"({sw / col['step_time_s']:.1%}: FSDP gather + bucketed hand-off{off}) and generates "
               f"{col['fragment_size']} at a time per GPU (memory allows {int(c.get('coloc_max_batch', 0))}); full "
-              f"pays a {c['publish_s']:.1f} s object-store publish ({c['publish_s'] / full['step_time_s']:.1%} of its "
-              f"step), the idle time above and, on the shard group, a gradient reduce-scatter per chunk "
+              f"pays {_publish_words(c, full['step_time_s'])}, the idle time above and, on the shard group, a gradient reduce-scatter per chunk "
               f"({c.get('fsdp_scatter_s', 0.0):.2f} s each, overlapped with compute)")
     on, tc = PUBLISHED_COLOC[model]
     pub = tc or on
@@ -98,7 +108,8 @@ def summary_section(res: dict) -> list[str]:
     vs_col = [row(c["rows"], "full")["speedup_vs_colocated"] for c in t20]
     ceil = [row(c["rows"], "colocated")["speedup_vs_naive"] for c in t20]
     sw = [_switch(cost(res, c["model"], c["testbed"])) / row(c["rows"], "colocated")["step_time_s"] for c in t20]
-    pubs = [cost(res, c["model"], c["testbed"])["publish_s"] / row(c["rows"], "full")["step_time_s"] for c in t20]
+    pubs = [cost(res, c["model"], c["testbed"]).get("publish_trainer_s", cost(res, c["model"], c["testbed"])["publish_s"])
+            / row(c["rows"], "full")["step_time_s"] for c in t20]
     offl = sum(1 for c in t20 if cost(res, c["model"], c["testbed"]).get("coloc_offload"))
     limited = sum(1 for c in t20 if row(c["rows"], "colocated")["fragment_size"]
                   >= cost(res, c["model"], c["testbed"]).get("coloc_max_batch", 0))
@@ -146,7 +157,7 @@ def summary_section(res: dict) -> list[str]:
             f"over PCIe as UniRL does when memory requires it) costs {min(sw):.1%}-{max(sw):.1%} of a colocated step; "
             f"offload is needed in {offl} of {len(t20)} configurations because the gradient buffer is free while a "
             f"colocated rank generates, so the 2P-byte inference copy takes its place; memory caps the colocated "
-            f"generation batch below the planner's choice in {limited} of {len(t20)}. Disaggregation pays the object-store publish "
+            f"generation batch below the planner's choice in {limited} of {len(t20)}. Disaggregation pays its publish on the trainers "
             f"({min(pubs):.1%}-{max(pubs):.1%} of its step) and residual idle time. An idle-free colocated schedule "
             f"with these switch costs is a bound no pipelined split of the same GPUs can beat when both run every "
             f"operation at the same efficiency. (flow_grpo samples in-process with the training module: no switch "
@@ -166,12 +177,13 @@ def lora_section(res: dict) -> list[str]:
         c, r = L["costs"], L["rows"]
         fr = run(res, L["model"], L["testbed"])
         full_ft = row(fr["rows"], "full")["step_time_s"] if fr else float("nan")
-        rows.append([NAMES[L["model"]], L["testbed"], f"{c['publish_gb']:.2f} GB / {c['publish_s']:.2f} s",
+        rows.append([NAMES[L["model"]], L["testbed"],
+                     f"{c['publish_gb']:.2f} GB / {c['publish_s']:.2f} s ({c.get('publish_path', 'object_store')})",
                      f"{c['commit_s']:.2f}", f"{c['train_s_per_cell']:.2f}", f"{row(r, 'full')['step_time_s']:.0f}",
                      f"{full_ft:.0f}", x(row(r, "full")["speedup_vs_naive"]), x(row(r, "full")["speedup_vs_colocated"])])
     return ["## LoRA on the runtime's replicated trainer (the shipped GPU presets' training) vs full fine-tuning\n",
-            "LoRA r = 64 on every token-stream linear of the blocks, replicas (all-reduce at the commit), object-store "
-            "publish of the adapters only, no TAG switch (the training copy generates), training without base "
+            "LoRA r = 64 on every token-stream linear of the blocks, replicas (all-reduce at the commit), a publish of "
+            "the adapters only (the path the planner picked for `full`), no TAG switch (the training copy generates), training without base "
             "weight gradients:\n",
             table(rows, ["model", "testbed", "publish", "commit (s)", "s / trained cell", "LoRA full-mode step (s)",
                          "full-FT full-mode step (s)", "LoRA full vs naive", "LoRA full vs colocated"]) + "\n"]

@@ -104,11 +104,12 @@ def costs_section(res: dict) -> list[str]:
         sw = (f"{c['coloc_gather_s'] + c['coloc_handoff_s'] + c['coloc_offload_s']:.2f}"
               + (" (offload)" if c.get("coloc_offload") else "") if "coloc_gather_s" in c else "does not fit")
         rows.append([name, c["testbed"], f"{c['gen_s_per_sample']:.1f}", f"{c['train_s_per_cell']:.2f}",
-                     int(c["max_cells"]), f"{c['commit_s']:.2f}", f"{c['publish_gb']:.1f} GB / {c['publish_s']:.1f} s",
+                     int(c["max_cells"]), f"{c['commit_s']:.2f}",
+                     f"{c['publish_gb']:.1f} GB / {c['publish_s']:.1f} s ({c.get('publish_path', 'object_store')})",
                      f"{c['tag_switch_s']:.2f}", sw, int(c.get("coloc_max_batch", 0)),
                      f"{c['plateau_gen']:.2f} / {c['plateau_train']:.2f}"])
-    return ["Derived costs at the split the planner chose for `full` (full fine-tuning, FSDP, object-store "
-            "publish):\n",
+    return ["Derived costs at the split, publish path, shard groups and TAG copy the planner chose for `full` (full "
+            "fine-tuning, FSDP; the publish: its seconds and path, a stream's being the generators' receive):\n",
             table(rows, ["model", "testbed", "s / generation", "s / trained cell", "max cells / chunk", "commit (s)",
                          "publish", "TAG switch (s)", "colocated switch / step (s)", "colocated batch / GPU",
                          "plateau gen / train"]) + "\n"]

@@ -39,7 +39,7 @@ def _rows(s: Setup) -> list[dict]:
 
 def _costs(model: str, tb: str, n_gen: int, n_train: int, training=None) -> dict:
     w = WORKLOADS[model] if training is None else replace(WORKLOADS[model], training=training)
-    out: dict = {"model": model, "testbed": tb, "lora": training is not None}
+    out: dict = {"model": model, "testbed": tb, "lora": w.training.lora_rank > 0}
     try:
         out.update(RooflineCost(MODELS[model], w, TESTBEDS[tb], n_gen, n_train).describe())
     except InfeasibleError as e:
@@ -53,9 +53,13 @@ def _costs(model: str, tb: str, n_gen: int, n_train: int, training=None) -> dict
 
 
 def _split_costs(model: str, tb: str, rows: list[dict], training=None) -> dict:
-    """Switch and publish costs at the split the planner chose for ``full``."""
+    """Switch and publish costs at the split, publish path, shard groups and TAG copy the planner chose for
+    ``full``."""
     full = next(r for r in rows if r["mode"] == "full")
-    return _costs(model, tb, full["gen_gpus"], full["trainer_gpus"], training)
+    t = training if training is not None else WORKLOADS[model].training
+    chosen = replace(t, publish=full.get("publish") or t.publish, tag_copy=bool(full.get("tag_copy", t.tag_copy)),
+                     shard_groups=full.get("shard_groups", 1) if t.sharded else 1)
+    return _costs(model, tb, full["gen_gpus"], full["trainer_gpus"], chosen)
 
 
 def efficiency_results() -> dict:
@@ -97,9 +101,12 @@ def static_inputs() -> dict:
                          f"{'FSDP full sharding' if t.sharded else 'replicated'} over the trainer pool, "
                          f"{'activation recomputation' if t.recompute else 'no recomputation'}, bf16 with fp32 "
                          "master weights and Adam moments; prompt embeddings cached"),
-            "publish": (f"the runtime's default Ray object store from trainer rank 0 (device -> host over PCIe, put "
-                        f"at {HOST_COPY_GBS:.0f} GB/s host copy, one fetch per generator node at the per-GPU link "
-                        "rate, load over PCIe). The FSDP trainer pool is one shard group, or k of them where the planner "
+            "publish": (f"the path the planner picks per mode (`runtime.publish`): the Ray object store from trainer "
+                        f"rank 0 (device -> host over PCIe, put at {HOST_COPY_GBS:.0f} GB/s host copy, one fetch per "
+                        "generator node at the per-GPU link rate, load over PCIe), a link-rate broadcast from rank 0 "
+                        "the generators join (both after the shard group gathers the full state), or a stream of "
+                        "every rank's own shards the generators join while the trainers go on (each rank sends 1/g "
+                        "of the bytes, in the final commit). The FSDP trainer pool is one shard group, or k of them where the planner "
                         "picks hybrid sharding (each a data-parallel replica, the commit all-reducing the gradient "
                         "shards across them), as the runtime runs it: each chunk is a collective split over its ranks (its shape chosen by the makespan of the "
                         "group's actual tiles on those ranks, partial rounds included) and every chunk's backward "

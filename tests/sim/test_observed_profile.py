@@ -46,6 +46,19 @@ def test_means_of_the_spans_plus_the_dispatch_gap():
     assert whole.time("train_chunk", 8, "trainer") == pytest.approx((0.5 + 0.7 + 4.0) / 3 + gap)
 
 
+def test_a_streamed_publish_is_the_generators_and_its_sends_are_in_the_commit():
+    """With ``runtime.publish=stream`` the publish spans are the generators' (the trainers went on): they price
+    ``generator/publish``; the trainers' part is 0, their sends being inside the commit span already."""
+    spans = [s for s in _spans() if s.kind != "publish"] + [Span("gen0", "publish", 3.63, 4.13, "publish v1",
+                                                                  "generator")]
+    data = observed_profile(spans, T, until=4.2)
+    gap = (0.01 + 0.03) / 2
+    prof = ProfileCost.from_dict(data)
+    assert prof.time("publish", 1, "generator") == pytest.approx(0.5 + gap)
+    assert prof.time("publish", 1, "trainer") == 0.0
+    assert prof.time("optimizer", 1, "trainer") == pytest.approx(0.2 + gap)
+
+
 def test_a_pool_that_did_not_generate_gets_the_other_pools_costs():
     spans = [s for s in _spans() if s.kind != "tag"]
     prof = ProfileCost.from_dict(observed_profile(spans, T, until=4.0))
@@ -81,3 +94,9 @@ def test_rescaled_profile_keeps_the_calibrations_shape_at_the_runs_level():
     # a colocated run shows no publish: the calibration's stays
     no_pub = observed_profile([s for s in _spans() if s.kind != "publish"], T, until=4.0)
     assert ProfileCost.from_dict(rescaled_profile(cal, no_pub, T)).time("publish", 1, "trainer") == 0.05
+    # a streamed publish: the generators' receive rescaled, the trainers' part 0 (their commit spans hold it)
+    streamed = observed_profile([s for s in _spans() if s.kind != "publish"]
+                                + [Span("gen0", "publish", 3.63, 4.13, "publish v1", "generator")], T, until=4.2)
+    st = ProfileCost.from_dict(rescaled_profile(cal, streamed, T))
+    assert st.time("publish", 1, "generator") == pytest.approx(0.05 * (0.5 + gap) / 0.05)
+    assert st.time("publish", 1, "trainer") == 0.0

@@ -12,7 +12,9 @@ From the spans that end by ``until`` (seconds of the run's clock; None: all):
 * ``<pool>/denoise`` at n generations = mean span of a ``generate`` / ``tag`` action of n / T (the whole
   fragment is charged on ``denoise``; ``vae_decode`` and ``transfer`` are 0);
 * ``train_chunk`` at c cells = mean span of a ``train`` action of c cells; ``optimizer`` = mean ``commit`` span
-  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span;
+  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span (a streamed publish, whose
+  spans are the generators': ``generator/publish``, and ``trainer/publish`` 0, since the senders' sends lie
+  inside their final commit's span);
 * dispatch gap = mean idle gap shorter than ``max_gap_s`` between two actions of a worker (the controller's
   turn-around); it is added to the op that ends each action (``reward`` for a fragment, ``train_chunk``,
   ``optimizer``, ``publish``), as the calibration adds its round trip.
@@ -49,8 +51,10 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
             costs.setdefault((f"{pool}/denoise", span_size(s.kind, s.label)), []).append(s.duration / sampling_steps)
         elif s.kind == "train":
             costs.setdefault(("train_chunk", span_size(s.kind, s.label)), []).append(s.duration)
-        elif s.kind in ("commit", "publish"):
+        elif s.kind == "commit":
             costs.setdefault((s.kind, 1), []).append(s.duration)
+        elif s.kind == "publish":  # (a streamed publish holds the generators alone)
+            costs.setdefault(("publish" if pool == "trainer" else "generator/publish", 1), []).append(s.duration)
         elif s.kind == "idle" and s.duration < max_gap_s:
             gaps.append(s.duration)
     ops: dict[str, list] = {}
@@ -66,7 +70,12 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
         ops[f"{pool}/reward"] = [[1, gap], [2, gap]]  # two equal points: a constant (one point would scale with n)
     ops["train_chunk"] = [[n, v + gap] for n, v in ops["train_chunk"]]
     ops["optimizer"] = [[1, ops.pop("commit")[0][1] + gap]]
-    ops["publish"] = [[1, ops["publish"][0][1] + gap]] if "publish" in ops else [[1, 0.0]]
+    if "generator/publish" in ops and "publish" not in ops:  # streamed: the sends are in the commit spans
+        ops["generator/publish"] = [[1, ops["generator/publish"][0][1] + gap]]
+        ops["trainer/publish"] = [[1, 0.0]]
+    else:
+        ops.pop("generator/publish", None)
+        ops["publish"] = [[1, ops["publish"][0][1] + gap]] if "publish" in ops else [[1, 0.0]]
     ops.update({"vae_decode": [[1, 0.0]], "transfer": [[1, 0.0]], "allreduce": [[1, 0.0]], "tag_switch": [[1, 0.0]]})
     from .profile import profile_dict
 
@@ -119,8 +128,15 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
 
     r = ratio([1], lambda n: commit(obs), lambda n: commit(calibration))
     out.update({op: scaled(op, "trainer", r) for op in ("allreduce", "optimizer")})
-    r = ratio([1], lambda n: obs.time("publish", 1, "trainer"), lambda n: calibration.time("publish", 1, "trainer"))
-    out["publish"] = scaled("publish", "trainer", r)
+    if "generator/publish" in ops:  # a streamed publish: the generators' receive at the run's level; the
+        r = ratio([1], lambda n: obs.time("publish", 1, "generator"),  # trainers' sends are in their commit
+                  lambda n: calibration.time("publish", 1, "generator"))
+        out["generator/publish"] = scaled("publish", "generator", r)
+        out["trainer/publish"] = ops["trainer/publish"]
+    else:
+        r = ratio([1], lambda n: obs.time("publish", 1, "trainer"),
+                  lambda n: calibration.time("publish", 1, "trainer"))
+        out["publish"] = scaled("publish", "trainer", r)
     out["tag_switch"] = points("tag_switch", "trainer")
     res = {k: v for k, v in observed.items() if k != "ops"}
     res["source"] = f"{observed.get('source', 'a run')}: the calibration's curves at the run's level"

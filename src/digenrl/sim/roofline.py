@@ -294,7 +294,10 @@ class RooflineCost:
             "max_cells": self.max_cells,
             "inference_copy_fits": float(self.inference_copy_fits),
             "commit_s": self._allreduce(1, TRAINER) + self._optimizer(1, TRAINER),
-            "publish_s": self._publish(1, GENERATOR),
+            "publish_path": self.training.publish,
+            # the publish action (it holds the generators of a stream, the trainers otherwise) and what the
+            # trainers pay (a stream: their sends, in the final commit)
+            "publish_s": self._publish(1, GENERATOR if self.training.publish == "stream" else TRAINER),
             "publish_trainer_s": self._publish(1, TRAINER),
             "publish_gb": self.publish_bytes() / GB,
             "tag_switch_s": self._tag_switch(1, TRAINER),
