@@ -135,3 +135,14 @@ def test_tag_policy_flags(capsys):
     for bad in (["--tag-policy", "always"], ["--bts-depth", "-1"], ["--bts-budget-nodes", "0"]):
         assert main(SMALL + bad) == 2
         assert bad[0] in capsys.readouterr().err
+
+
+def test_the_table_names_the_runtime_settings_of_each_plan():
+    """The ``plan`` column says which runtime keys the chosen plan needs beyond the split."""
+    from digenrl.sim.cli import plan_words
+
+    row = {"fragment_size": 4, "chunk": [16, 6], "publish": "stream", "shard_groups": 2, "tag_copy": True,
+           "stale_hold": 0.5}
+    assert plan_words(row) == "frag 4, chunk 16x6, stream, k=2, tag copy, hold 0.5"
+    assert plan_words({"fragment_size": 8, "chunk": None, "publish": "", "shard_groups": 1, "tag_copy": False,
+                       "stale_hold": 0.0}) == "frag 8"

@@ -178,15 +178,32 @@ def print_table(rows: list[dict], title: str) -> None:
         return
     t = Table(title=title)
     for col in ("mode", "split g+t", "step time (s)", "vs naive", "vs colocated", "gen idle", "trainer idle",
-                "TAG frags/step", "stale"):
-        t.add_column(col, justify="left" if col == "mode" else "right")
+                "TAG frags/step", "stale", "plan"):
+        t.add_column(col, justify="left" if col in ("mode", "plan") else "right", no_wrap=col == "plan")
     for r in rows:
         split = (f"{r['gen_gpus']}+{r['trainer_gpus']}" if r["mode"] != "colocated"
                  else f"{r['trainer_gpus']} coloc" + (f" ({r['note']})" if r["note"] else ""))
         t.add_row(r["mode"], split, f"{r['step_time_s']:.1f}", f"{r['speedup_vs_naive']:.2f}x",
                   f"{r['speedup_vs_colocated']:.2f}x", f"{r['gen_idle']:.0%}", f"{r['trainer_idle']:.0%}",
-                  f"{r['tag_fragments_per_step']:.1f}", f"{r['stale_fraction']:.0%}")
-    Console(width=max(120, Console().width)).print(t)
+                  f"{r['tag_fragments_per_step']:.1f}", f"{r['stale_fraction']:.0%}", plan_words(r))
+    Console(width=max(170, Console().width)).print(t)
+
+
+def plan_words(row: dict) -> str:
+    """The chosen plan's runtime settings beyond the split, in a few words: fragment size, chunk shape, publish
+    path (``runtime.publish``), shard groups (``train.shard_groups``), TAG inference copy, stale hold."""
+    words = [f"frag {row['fragment_size']}"]
+    if row.get("chunk"):
+        words.append("chunk {}x{}".format(*row["chunk"]))
+    if row.get("publish"):
+        words.append(row["publish"])
+    if row.get("shard_groups", 1) > 1:
+        words.append(f"k={row['shard_groups']}")
+    if row.get("tag_copy"):
+        words.append("tag copy")
+    if row.get("stale_hold"):
+        words.append(f"hold {row['stale_hold']:g}")
+    return ", ".join(words)
 
 
 def main(argv: list[str] | None = None) -> int:
