@@ -227,6 +227,36 @@ def distinguishable_pairs(rows: list[dict]) -> list[tuple[dict, dict]] | None:
             if abs(a["step_time_s"] - b["step_time_s"]) > 2 * (se2[a["mode"]] + se2[b["mode"]]) ** 0.5]
 
 
+def workers(mode: str) -> int:
+    """Workers of a mode's run (``mode_overrides``): the denominator of its pipeline efficiency."""
+    n = {o.split("=")[0]: o.split("=")[1] for o in mode_overrides(mode)}
+    return int(n["runtime.trainers"]) + (0 if mode == "colocated" else int(n["runtime.generators"]))
+
+
+def busy_per_step(row: dict) -> float:
+    """Busy worker-seconds per step: efficiency = busy / (workers x step time), so busy = efficiency x workers x step."""
+    return row["efficiency"] * workers(row["mode"]) * row["step_time_s"]
+
+
+def work_split(rows: list[dict]) -> list[str]:
+    """Full's speedup over naive, split exactly into its two factors (both runs have the same number of workers):
+    step_naive / step_full = (efficiency_full / efficiency_naive) x (busy_naive / busy_full)."""
+    by = {r["mode"]: r for r in rows}
+    if not {"naive", "full"} <= by.keys():
+        return []
+    naive, full = by["naive"], by["full"]
+    out = [f"Full's speedup over naive is the product of two measured factors: the pipeline efficiencies, "
+           f"{full['efficiency']:.3f} over {naive['efficiency']:.3f} ({full['efficiency'] / naive['efficiency']:.2f}x, "
+           f"what the schedule gains), and the busy worker-seconds per step, {busy_per_step(naive):.2f} s of naive over "
+           f"{busy_per_step(full):.2f} s of full ({busy_per_step(naive) / busy_per_step(full):.2f}x: the same ops, "
+           f"timed in different runs and with both cores busy in full's); together {full['speedup_vs_naive']:.2f}x."]
+    if "colocated" in by:
+        out.append(f"Colocated (two workers sharing every group and all-reducing the gradients) spent {busy_per_step(by['colocated']):.2f} "
+                   f"busy worker-seconds per step ({busy_per_step(by['colocated']) / busy_per_step(naive) - 1:+.0%} "
+                   "over naive).")
+    return out
+
+
 def summary(rows: list[dict]) -> str:
     """The README's paragraph under the table: every number is a value of the results file."""
     same = lambda key: ranks_as_measured(rows, key)  # noqa: E731
@@ -269,6 +299,7 @@ def summary(rows: list[dict]) -> str:
                     "`cost_scale/<kind>`) ended at " + ", ".join(
                         f"{k} x{min(v):.2f}-{max(v):.2f}" for k, v in sorted(scales.items())
                         if k in ("generate/generator", "generate/trainer", "train", "commit")) + ".")
+    text += work_split(rows)
     cpu = [r["controller_cpu_s_per_step"] for r in rows if "controller_cpu_s_per_step" in r]
     if cpu:
         text.append(f"The controller uses {min(cpu):.2f}-{max(cpu):.2f} CPU-seconds per step "
