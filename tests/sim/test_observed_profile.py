@@ -46,9 +46,9 @@ def test_means_of_the_spans_plus_the_dispatch_gap():
     assert whole.time("train_chunk", 8, "trainer") == pytest.approx((0.5 + 0.7 + 4.0) / 3 + gap)
 
 
-def test_a_streamed_publish_is_the_generators_and_its_sends_are_in_the_commit():
-    """With ``runtime.publish=stream`` the publish spans are the generators' (the trainers went on): they price
-    ``generator/publish``; the trainers' part is 0, their sends being inside the commit span already."""
+def test_a_streamed_publish_without_sender_spans_prices_the_trainers_at_zero():
+    """Spans on the generators alone (a stream as older runs traced it): they price ``generator/publish``; the
+    trainers' part is 0."""
     spans = [s for s in _spans() if s.kind != "publish"] + [Span("gen0", "publish", 3.63, 4.13, "publish v1",
                                                                   "generator")]
     data = observed_profile(spans, T, until=4.2)
@@ -57,6 +57,25 @@ def test_a_streamed_publish_is_the_generators_and_its_sends_are_in_the_commit():
     assert prof.time("publish", 1, "generator") == pytest.approx(0.5 + gap)
     assert prof.time("publish", 1, "trainer") == 0.0
     assert prof.time("optimizer", 1, "trainer") == pytest.approx(0.2 + gap)
+
+
+def test_a_streamed_publish_prices_the_receive_and_the_sends_apart():
+    """``streamed``: the generator's span (until it holds the version) prices ``generator/publish``, the
+    sender's short span (starting its sends) ``trainer/publish``."""
+    spans = [s for s in _spans() if s.kind != "publish"] + [
+        Span("gen0", "publish", 3.63, 4.13, "publish v1", "generator"),
+        Span("trn0", "publish", 3.64, 3.67, "publish v1", "trainer")]
+    gap = (0.01 + 0.03) / 2
+    prof = ProfileCost.from_dict(observed_profile(spans, T, until=4.2, streamed=True))
+    assert prof.time("publish", 1, "generator") == pytest.approx(0.5 + gap)
+    assert prof.time("publish", 1, "trainer") == pytest.approx(0.03)
+    # the same spans of a broadcast (both pools in the one collective): the trainers' span is the publish
+    both = [s for s in _spans() if s.kind != "publish"] + [
+        Span("gen0", "publish", 3.63, 3.93, "publish v1", "generator"),
+        Span("trn0", "publish", 3.63, 3.93, "publish v1", "trainer")]
+    bc = observed_profile(both, T, until=4.2)
+    assert "generator/publish" not in bc["ops"]
+    assert ProfileCost.from_dict(bc).time("publish", 1, "trainer") == pytest.approx(0.3 + gap)
 
 
 def test_a_pool_that_did_not_generate_gets_the_other_pools_costs():

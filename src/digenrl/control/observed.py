@@ -12,9 +12,10 @@ From the spans that end by ``until`` (seconds of the run's clock; None: all):
 * ``<pool>/denoise`` at n generations = mean span of a ``generate`` / ``tag`` action of n / T (the whole
   fragment is charged on ``denoise``; ``vae_decode`` and ``transfer`` are 0);
 * ``train_chunk`` at c cells = mean span of a ``train`` action of c cells; ``optimizer`` = mean ``commit`` span
-  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span (a streamed publish, whose
-  spans are the generators': ``generator/publish``, and ``trainer/publish`` 0, since the senders' sends lie
-  inside their final commit's span);
+  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span of the trainers (a
+  broadcast's generator spans are the same publish); a streamed publish (``streamed``, or spans on the
+  generators alone, as older runs wrote them): ``generator/publish`` = mean generator span (the receive) and
+  ``trainer/publish`` = mean trainer span (the senders starting their sends; 0 where the trace has none);
 * dispatch gap = mean idle gap shorter than ``max_gap_s`` between two actions of a worker (the controller's
   turn-around); it is added to the op that ends each action (``reward`` for a fragment, ``train_chunk``,
   ``optimizer``, ``publish``), as the calibration adds its round trip.
@@ -38,8 +39,9 @@ from .timeline import span_size
 
 def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | None = None,
                      max_gap_s: float = 0.05, source: str = "spans of a run",
-                     pools: tuple[int, int] | None = None) -> dict:
-    """The ``digenrl-profile`` dict of the ops the spans show (see the module docstring)."""
+                     pools: tuple[int, int] | None = None, streamed: bool = False) -> dict:
+    """The ``digenrl-profile`` dict of the ops the spans show (see the module docstring). ``streamed``: the run
+    published with ``runtime.publish=stream``."""
     costs: dict[tuple[str, int], list[float]] = {}
     gaps: list[float] = []
     for s in spans:
@@ -53,7 +55,7 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
             costs.setdefault(("train_chunk", span_size(s.kind, s.label)), []).append(s.duration)
         elif s.kind == "commit":
             costs.setdefault((s.kind, 1), []).append(s.duration)
-        elif s.kind == "publish":  # (a streamed publish holds the generators alone)
+        elif s.kind == "publish":
             costs.setdefault(("publish" if pool == "trainer" else "generator/publish", 1), []).append(s.duration)
         elif s.kind == "idle" and s.duration < max_gap_s:
             gaps.append(s.duration)
@@ -70,9 +72,9 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
         ops[f"{pool}/reward"] = [[1, gap], [2, gap]]  # two equal points: a constant (one point would scale with n)
     ops["train_chunk"] = [[n, v + gap] for n, v in ops["train_chunk"]]
     ops["optimizer"] = [[1, ops.pop("commit")[0][1] + gap]]
-    if "generator/publish" in ops and "publish" not in ops:  # streamed: the sends are in the commit spans
+    if "generator/publish" in ops and (streamed or "publish" not in ops):  # streamed: receive and sends apart
         ops["generator/publish"] = [[1, ops["generator/publish"][0][1] + gap]]
-        ops["trainer/publish"] = [[1, 0.0]]
+        ops["trainer/publish"] = [[1, ops.pop("publish")[0][1] if "publish" in ops else 0.0]]
     else:
         ops.pop("generator/publish", None)
         ops["publish"] = [[1, ops["publish"][0][1] + gap]] if "publish" in ops else [[1, 0.0]]

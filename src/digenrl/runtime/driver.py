@@ -175,7 +175,8 @@ class _Controller:
 
         try:
             data = observed_profile(spans, self.plan.sampling_steps, source=f"spans of {self.cfg.run_dir}",
-                                    pools=(len(self.pools.generators), len(self.pools.trainers)))
+                                    pools=(len(self.pools.generators), len(self.pools.trainers)),
+                                    streamed=self.plan.publish_streams)
         except ValueError as e:
             logger.info("no profile_observed.json: %s", e)
             return

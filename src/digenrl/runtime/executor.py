@@ -246,10 +246,14 @@ class RayExecutor:
             work = self._by_group([Interval(r[0].worker, rel(r[0].start), rel(r[0].end)) for r in results])
         elif a is None or not isinstance(a, Publish):
             work = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results])
-        elif self.plan.publish_streams:  # the generators are in it until they hold the version; the trainers
-            work = tuple(Interval(g, call.start, now) for g in a.generators)  # went on (their sends drain)
-        else:  # rank 0 is busy until every generator has the version
-            work = tuple(Interval(r, call.start, now) for r in a.ranks) if a.generators else ()
+        elif self.plan.publish_streams:  # the generators are in it until they hold the version; the senders
+            gens = set(a.generators)       # only while they start their sends (then they go on; the sends drain)
+            sends = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results
+                                    if r.worker not in gens])
+            work = tuple(Interval(g, call.start, now) for g in a.generators) + sends
+        else:  # rank 0 is busy until every generator has the version; a broadcast holds the generators too
+            held = a.ranks + (a.generators if self.plan.publish_joins else ())  # (as ``sim.executor`` counts it)
+            work = tuple(Interval(r, call.start, now) for r in held) if a.generators else ()
         if isinstance(a, Generate):  # results: one merged info per part of the action, in part order
             if a.more:
                 results = [merge_fragment_infos(p, [r[i] for r in results]) for i, p in enumerate(a.fragments)]
