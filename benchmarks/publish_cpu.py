@@ -49,6 +49,16 @@ def held_per_step(spans, kind: str, pool_prefix: str, lo: float, hi: float, step
     return total / steps
 
 
+def publish_ends(spans) -> list[float]:
+    """The end of each version's publish, in order: the last of its spans (``publish vK``) to end (a stream's
+    senders end before the generators, which end when they hold the version)."""
+    ends: dict[str, float] = {}
+    for x in spans:
+        if x.kind == "publish":
+            ends[x.label] = max(ends.get(x.label, x.end), x.end)
+    return sorted(ends.values())
+
+
 def one_run(base: list[str], path: str, run_dir: Path, log) -> dict:
     from digenrl.config import load_config
     from digenrl.observe.trace import read_chrome_trace
@@ -58,13 +68,7 @@ def one_run(base: list[str], path: str, run_dir: Path, log) -> dict:
                                     f"runtime.publish={path}", f"run_dir={run_dir}"])
     s = run_disaggregated(cfg)
     spans = read_chrome_trace(run_dir / "trace.json")
-    # the steady window: the end of the first step's publish to the end of the last step's (publish spans end
-    # when the last generator holds the version, on whichever pool the path holds)
-    ends = sorted({round(x.end, 6) for x in spans if x.kind == "publish"})
-    pubs = []
-    for e in ends:  # one publish per version: spans of one publish end together (within 1 ms)
-        if not pubs or e - pubs[-1] > 1e-3:
-            pubs.append(e)
+    pubs = publish_ends(spans)  # the steady window: the first step's publish to the last step's
     lo, hi, n = pubs[0], pubs[-1], len(pubs) - 1
     row = {"step_time_s": s["steady_step_time_s"], "efficiency": s["steady_efficiency"],
            "trainer_publish_s": held_per_step(spans, "publish", "trn", lo, hi, n),

@@ -38,6 +38,10 @@ def test_publish_held_time_counts_only_the_pool_kind_and_window():
     assert abs(bench.held_per_step(spans, "publish", "trn", 1.0, 4.0, 2) - 0.15) < 1e-12
     assert abs(bench.held_per_step(spans, "publish", "gen", 1.0, 4.0, 2) - 0.25) < 1e-12
     assert bench.held_per_step(spans, "commit", "trn", 1.0, 4.0, 2) == 0.0
+    # one publish per version, however many spans it has (a stream: the sender ends before the generator)
+    stream = [Span("trn0", "publish", 1.0, 1.01, "publish v1"), Span("gen0", "publish", 1.0, 1.1, "publish v1"),
+              Span("trn0", "publish", 5.0, 5.01, "publish v2"), Span("gen0", "publish", 5.0, 5.2, "publish v2")]
+    assert bench.publish_ends(stream) == [1.1, 5.2]
 
 
 def test_publish_table_reads_its_numbers_from_the_results():
