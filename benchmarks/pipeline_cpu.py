@@ -99,6 +99,7 @@ def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log) -> dic
     from digenrl.control.run_plan import plan_run
     from digenrl.runtime.driver import run_disaggregated
 
+    load = os.getloadavg()[0]  # before the run: what else was running (the run itself adds ~1.5 on 2 cores)
     cfg = load_config(None, base + mode_overrides(mode) + [f"run_dir={run_dir}", "runtime.calibration.when=always",
                                                             f"runtime.calibration.repeats={repeats}"])
     s = run_disaggregated(cfg)
@@ -112,7 +113,7 @@ def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log) -> dic
            # CPU the controller itself used per step: on this 2-core machine it competes with the workers
            "controller_cpu_s_per_step": s["controller_cpu_s"] / cfg.steps,
            # TAG modes: BTS's online factors at the end (observed / calibrated seconds per action kind)
-           "cost_scales": s.get("cost_scales") or {}}
+           "cost_scales": s.get("cost_scales") or {}, "load_avg_1m_before": load}
     log(f"{mode:12s} step {row['step_time_s']:.3f} s  efficiency {row['efficiency']:.2f}  "
         f"sim {sim:.3f} s ({sim / row['step_time_s'] - 1:+.1%}), own costs {own:.3f} s "
         f"({own / row['step_time_s'] - 1:+.1%}), step 1's costs {first:.3f} s ({first / row['step_time_s'] - 1:+.1%})  TAG/step {row['tag_fragments_per_step']:.1f}  "
@@ -135,6 +136,7 @@ def summarize(mode: str, runs: list[dict]) -> dict:
     row["round_step_times_s"] = [r["step_time_s"] for r in runs]
     row["round_errors"] = [r["sim_step_time_s"] / r["step_time_s"] - 1.0 for r in runs]
     row["round_cost_scales"] = [r.get("cost_scales", {}) for r in runs]
+    row["round_load_avg_1m_before"] = [r["load_avg_1m_before"] for r in runs]
     return row
 
 
@@ -300,6 +302,9 @@ def summary(rows: list[dict]) -> str:
                         f"{k} x{min(v):.2f}-{max(v):.2f}" for k, v in sorted(scales.items())
                         if k in ("generate/generator", "generate/trainer", "train", "commit")) + ".")
     text += work_split(rows)
+    loads = [x for r in rows for x in r.get("round_load_avg_1m_before", [])]
+    if loads:  # (results files written before the field have none)
+        text.append(f"The 1-min load average before each run was {min(loads):.1f}-{max(loads):.1f}.")
     cpu = [r["controller_cpu_s_per_step"] for r in rows if "controller_cpu_s_per_step" in r]
     if cpu:
         text.append(f"The controller uses {min(cpu):.2f}-{max(cpu):.2f} CPU-seconds per step "

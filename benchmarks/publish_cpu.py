@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -41,11 +42,10 @@ PATHS = ("object_store", "broadcast", "stream")
 PER_RUN = ("step_time_s", "efficiency", "trainer_publish_s", "generator_publish_s", "trainer_commit_s")
 
 
-def held_per_step(spans, kind: str, pool_prefix: str, lo: float, hi: float, steps: int) -> float:
-    """Seconds per step that workers whose name starts with ``pool_prefix`` spent in ``kind`` spans inside
-    ``[lo, hi]`` (the steady window)."""
-    total = sum(max(0.0, min(s.end, hi) - max(s.start, lo)) for s in spans
-                if s.kind == kind and s.worker.startswith(pool_prefix))
+def held_per_step(spans, kind: str, pool: str, lo: float, hi: float, steps: int) -> float:
+    """Seconds per step that the workers of ``pool`` (``Span.pool``: generator / trainer) spent in ``kind`` spans
+    inside ``[lo, hi]`` (the steady window)."""
+    total = sum(max(0.0, min(s.end, hi) - max(s.start, lo)) for s in spans if s.kind == kind and s.pool == pool)
     return total / steps
 
 
@@ -64,6 +64,7 @@ def one_run(base: list[str], path: str, run_dir: Path, log) -> dict:
     from digenrl.observe.trace import read_chrome_trace
     from digenrl.runtime.driver import run_disaggregated
 
+    load = os.getloadavg()[0]  # before the run: what else was running (the run itself adds ~1.5 on 2 cores)
     cfg = load_config(None, base + ["runtime.mode=full", "runtime.trainers=1", "runtime.generators=1",
                                     f"runtime.publish={path}", f"run_dir={run_dir}"])
     s = run_disaggregated(cfg)
@@ -71,10 +72,10 @@ def one_run(base: list[str], path: str, run_dir: Path, log) -> dict:
     pubs = publish_ends(spans)  # the steady window: the first step's publish to the last step's
     lo, hi, n = pubs[0], pubs[-1], len(pubs) - 1
     row = {"step_time_s": s["steady_step_time_s"], "efficiency": s["steady_efficiency"],
-           "trainer_publish_s": held_per_step(spans, "publish", "trn", lo, hi, n),
-           "generator_publish_s": held_per_step(spans, "publish", "gen", lo, hi, n),
-           "trainer_commit_s": held_per_step(spans, "commit", "trn", lo, hi, n),
-           "publishes_in_window": n, "audit_violations": len(s["audit_violations"])}
+           "trainer_publish_s": held_per_step(spans, "publish", "trainer", lo, hi, n),
+           "generator_publish_s": held_per_step(spans, "publish", "generator", lo, hi, n),
+           "trainer_commit_s": held_per_step(spans, "commit", "trainer", lo, hi, n),
+           "publishes_in_window": n, "audit_violations": len(s["audit_violations"]), "load_avg_1m_before": load}
     log(f"{path:12s} step {row['step_time_s']:.3f} s  efficiency {row['efficiency']:.2f}  trainer held "
         f"{row['trainer_publish_s'] * 1e3:.1f} ms/step  generator held {row['generator_publish_s'] * 1e3:.1f} ms/step")
     return row
@@ -84,6 +85,7 @@ def summarize(path: str, runs: list[dict], state_bytes: int) -> dict:
     row = {"publish": path, **{k: statistics.fmean(r[k] for r in runs) for k in PER_RUN}}
     row["round_step_times_s"] = [r["step_time_s"] for r in runs]
     row["round_trainer_publish_s"] = [r["trainer_publish_s"] for r in runs]
+    row["round_load_avg_1m_before"] = [r["load_avg_1m_before"] for r in runs]
     row["audit_violations"] = sum(r["audit_violations"] for r in runs)
     row["rounds"] = len(runs)
     row["state_bytes"] = state_bytes
@@ -120,7 +122,7 @@ def markdown(rows: list[dict]) -> str:
                    f"{r['trainer_commit_s'] * 1e3:.1f} |")
     by = {r["publish"]: r for r in rows}
     text = (f"Weights of {rows[0]['state_bytes'] / 2**20:.1f} MiB, mean of {rows[0]['rounds']} interleaved runs per "
-            "path.")
+            "path" + load_words(rows) + ".")
     if {"object_store", "stream"} <= by.keys():
         o, s = by["object_store"], by["stream"]
         text += (f" The streamed publish holds the trainer {s['trainer_publish_s'] * 1e3:.1f} ms per step against "
@@ -128,6 +130,12 @@ def markdown(rows: list[dict]) -> str:
                  f"{s['step_time_s'] / o['step_time_s'] - 1:+.1%} against the object store's "
                  f"(the runs of one path spread by {max_spread(rows):.0%}).")
     return "\n".join(out + ["", text])
+
+
+def load_words(rows: list[dict]) -> str:
+    """The 1-min load averages before the runs (results files written before the field have none)."""
+    loads = [x for r in rows for x in r.get("round_load_avg_1m_before", [])]
+    return f" (1-min load average {min(loads):.1f}-{max(loads):.1f} before each run)" if loads else ""
 
 
 def max_spread(rows: list[dict]) -> float:

@@ -26,18 +26,25 @@ def test_work_split_factors_multiply_to_the_measured_speedup():
     factors = [float(x) for x in re.findall(r"\((\d\.\d\d)x", text)]
     assert abs(factors[0] * factors[1] - 2.0) < 0.01
     assert bench.work_split([_row("naive", 8.0, 0.5, 8.0)]) == []  # nothing to split without full
+    assert "load average" not in bench.summary(rows)  # a results file from before the field says none
+    for r, loads in zip(rows, ([0.2, 1.4], [0.3], [0.9])):
+        r["round_load_avg_1m_before"] = loads
+    assert "The 1-min load average before each run was 0.2-1.4." in bench.summary(rows)
 
 
 def test_publish_held_time_counts_only_the_pool_kind_and_window():
     from digenrl.observe.trace import Span
 
     bench = load_script("benchmarks/publish_cpu.py")
-    spans = [Span("trn0", "publish", 0.9, 1.1), Span("trn0", "publish", 3.0, 3.2), Span("trn0", "train", 1.2, 2.0),
-             Span("gen0", "publish", 2.0, 2.5), Span("trn0", "publish", 5.0, 5.5)]
-    # window [1, 4] over 2 steps: 0.1 s of the first span (clipped) + 0.2 s = 0.3 s -> 0.15 s per step
-    assert abs(bench.held_per_step(spans, "publish", "trn", 1.0, 4.0, 2) - 0.15) < 1e-12
-    assert abs(bench.held_per_step(spans, "publish", "gen", 1.0, 4.0, 2) - 0.25) < 1e-12
-    assert bench.held_per_step(spans, "commit", "trn", 1.0, 4.0, 2) == 0.0
+    t, g = "trainer", "generator"
+    spans = [Span("trn0", "publish", 0.9, 1.1, "", t), Span("shard0", "publish", 3.0, 3.2, "", t),
+             Span("trn0", "train", 1.2, 2.0, "", t), Span("gen0", "publish", 2.0, 2.5, "", g),
+             Span("trn0", "publish", 5.0, 5.5, "", t)]
+    # window [1, 4] over 2 steps: 0.1 s of the first span (clipped) + 0.2 s = 0.3 s -> 0.15 s per step (a shard
+    # group's row counts: the pool, not the worker's name, says whose the span is)
+    assert abs(bench.held_per_step(spans, "publish", t, 1.0, 4.0, 2) - 0.15) < 1e-12
+    assert abs(bench.held_per_step(spans, "publish", g, 1.0, 4.0, 2) - 0.25) < 1e-12
+    assert bench.held_per_step(spans, "commit", t, 1.0, 4.0, 2) == 0.0
     # one publish per version, however many spans it has (a stream: the sender ends before the generator)
     stream = [Span("trn0", "publish", 1.0, 1.01, "publish v1"), Span("gen0", "publish", 1.0, 1.1, "publish v1"),
               Span("trn0", "publish", 5.0, 5.01, "publish v2"), Span("gen0", "publish", 5.0, 5.2, "publish v2")]
@@ -54,6 +61,8 @@ def test_publish_table_reads_its_numbers_from_the_results():
     rows = [row("object_store", 4.0, 0.05, 0.0, [3.8, 4.2]), row("stream", 3.8, 0.002, 0.03, [3.6, 4.0])]
     text = bench.markdown(rows)
     assert "| `object_store` | 4.000 | 3.80 / 4.20 | 0.90 | 50.0 | 0.0 | 40.0 |" in text
-    assert "Weights of 3.0 MiB, mean of 2 interleaved runs" in text
+    assert "Weights of 3.0 MiB, mean of 2 interleaved runs per path." in text  # no load field: none said
+    rows[0]["round_load_avg_1m_before"], rows[1]["round_load_avg_1m_before"] = [0.4, 1.2], [0.9, 0.7]
+    assert "per path (1-min load average 0.4-1.2 before each run)." in bench.markdown(rows)
     assert "holds the trainer 2.0 ms per step against the object store's 50.0 ms" in text
     assert "-5.0% against the object store's" in text and "spread by 11%" in text
