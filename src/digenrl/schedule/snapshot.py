@@ -1,0 +1,50 @@
+"""The scheduler's state as BTS and the stale hold see it: a ``bts_model.Snapshot`` of the training step at ``t``."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .actions import Action, Generate
+from .bts_model import Snapshot
+from .cost import Durations
+from .layout import Chunk
+from .plan import StepPlan
+from .step_work import StepWork
+
+
+def take_snapshot(plan: StepPlan, dur: Durations, t: float, step: int, busy: dict[str, tuple[Action, float] | None],
+                  last_gen: dict[str, bool], ready: deque[Chunk], work: StepWork) -> Snapshot:
+    """At ``t``, training step ``step``: each generator's predicted free time and the group it generates (-1: none
+    or another step's), each trainer rank's predicted free time, the groups of its TAG fragment and whether it last
+    generated, the idle ranks, the ready chunks as runs of one group, the step's incomplete groups and its pending
+    fragments. ``busy``: worker -> (action, launch time) or None; a predicted end is never before ``t`` (real work
+    can overrun its estimate)."""
+    gens = []
+    for w in plan.generators:
+        cur = busy[w]
+        if cur is None:
+            gens.append((t, -1))
+        else:
+            act, t0 = cur
+            gens.append((max(t, t0 + dur.of(act)), act.fragment.group if act.fragment.step == step else -1))
+    ranks, idle = [], []
+    for i, r in enumerate(plan.trainers):
+        cur = busy[r]
+        if cur is None:
+            ranks.append((t, (), last_gen[r]))
+            idle.append(i)
+        elif isinstance(cur[0], Generate):
+            ranks.append((max(t, cur[1] + dur.of(cur[0])), tuple(f.group for f in cur[0].fragments), True))
+        else:
+            ranks.append((max(t, cur[1] + dur.of(cur[0])), (), False))
+    runs: list[int] = []
+    last = None
+    for c in ready:
+        if c.group == last:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+            last = c.group
+    incomplete = tuple(g for g in range(plan.prompts) if work.outstanding.get(g, 0) > 0)
+    pending = tuple((f.group, f.size) for f in work.pending)
+    return Snapshot(t, step, pending, tuple(gens), tuple(ranks), tuple(idle), tuple(runs), incomplete)
