@@ -16,11 +16,12 @@ Each preset carries a plan block (comments, so the strict config loader never se
 
 The ``# plan:`` line is the input (the roofline testbed, the GPUs to split, the disaggregated mode planned); the
 rest is output. A preset without a block is planned on testbed B with its own pools and mode. The planner is the
-one of ``digenrl plan`` (``sim.plan_cli.plan_from_args``: the split x fragment x chunk search of the mode, then
-the colocated baseline on the same GPUs, planned the same way); predicted times are steady step times in
-virtual time. The preset's ``runtime.mode / generators / trainers / fragment_size`` (``max_stale_fraction`` in
-``full``) and ``train.chunk_generations / chunk_timesteps`` (``train.chunk_cells`` removed) are set to the
-faster of the two: where colocated is predicted faster the preset defaults to ``colocated`` and its block says
+one of ``digenrl plan`` (``sim.plan_cli.plan_from_args``: the split x fragment x chunk search of the mode, the
+publish path and, in ``full``, the stale hold (``sim.plan_publish``), then the colocated baseline on the same GPUs,
+planned the same way); predicted times are steady step times in virtual time. The preset's ``runtime.mode /
+generators / trainers / fragment_size / publish`` (``max_stale_fraction`` and ``stale_hold`` in ``full``) and
+``train.chunk_generations / chunk_timesteps`` (``train.chunk_cells`` removed) are set to the faster of the two
+(``publish`` only where the default is disaggregated): where colocated is predicted faster the preset defaults to ``colocated`` and its block says
 so. Train keys other than the chunk shape are never touched (they are pinned to the peer recipes). The
 rewritten file is loaded back and must plan (``control.run_plan.plan_run``) to the priced plan.
 
@@ -65,6 +66,8 @@ class Planned:
     fragment_size: int
     chunk: tuple[int, int]
     max_stale_fraction: float
+    publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.plan_publish``)
+    stale_hold: float     # runtime.stale_hold of the plan (searched in ``full`` with a joined publish)
     plan_label: str
     plan_s: float
     colocated_label: str | None
@@ -105,7 +108,8 @@ def plan_preset(path: Path, sets: tuple[str, ...] = (), probe_steps: int = 4, ex
     pick = co if co is not None and co.step_time < b.step_time else b
     c = pick.candidate
     return Planned(t, "colocated" if pick is co else t.mode, 1 if c.n_gen == 0 else c.n_gen, c.n_train,
-                   c.fragment_size, tuple(c.chunk), c.max_stale_fraction, b.candidate.label(), b.step_time,
+                   c.fragment_size, tuple(c.chunk), c.max_stale_fraction, res.config.runtime.publish,
+                   res.config.runtime.stale_hold, b.candidate.label(), b.step_time,
                    co.candidate.label() if co is not None else None, co.step_time if co is not None else None,
                    res.colocated_refused, pick.plan)
 
@@ -115,14 +119,14 @@ def _start(t: Target, path: Path) -> list[str]:
     after a rewrite plans the same): the target mode, an even split, fragments of 4, and as chunk shape the most
     cells a colocated rank fits on the testbed's GPU (``train.chunk_cells=auto`` there; 8 x 2 if none fits). The
     colocated baseline keeps that shape (a colocated mode has no chunk search); the disaggregated search starts
-    from it."""
+    from it, with the object-store publish and no stale hold."""
     from digenrl.config import load_config
     from digenrl.control.run_plan import plan_run
     from digenrl.sim.presets import testbed_preset
     from digenrl.train.memory import MemoryPlanError, resolve_chunk_cells
 
     sets = {"runtime.mode": t.mode, "runtime.generators": t.gpus // 2, "runtime.trainers": t.gpus - t.gpus // 2,
-            "runtime.fragment_size": 4, "train.chunk_cells": "null", "train.chunk_generations": 8,
+            "runtime.fragment_size": 4, "runtime.publish": "object_store", "runtime.stale_hold": 0, "train.chunk_cells": "null", "train.chunk_generations": 8,
             "train.chunk_timesteps": 2}
     tb = testbed_preset(t.testbed)
     co = load_config(str(path), [f"{k}={v}" for k, v in sets.items()] + [
@@ -213,6 +217,9 @@ def rewrite(text: str, p: Planned) -> str:
     _set(lines, "runtime", "fragment_size", p.fragment_size)
     if p.mode == "full":
         _set(lines, "runtime", "max_stale_fraction", f"{p.max_stale_fraction:g}")
+        _set(lines, "runtime", "stale_hold", f"{p.stale_hold:g}")
+    if p.mode != "colocated":
+        _set(lines, "runtime", "publish", p.publish)
     start, _ = _section(lines, "runtime")
     lines[start:start] = block(p)
     return "\n".join(lines) + "\n"

@@ -18,7 +18,8 @@ from digenrl.config import load_config
 
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
 LABEL = re.compile(r"(?:(?P<g>\d+)\+(?P<t>\d+)|(?P<c>\d+) coloc), fragment (?P<f>\d+), chunk (?P<cg>\d+)x(?P<ct>\d+), "
-                   r"stale cap (?P<s>[\d.]+): predicted (?P<time>[\d.e+]+) s/step$")
+                   r"stale cap (?P<s>[\d.]+)(?:, publish (?P<pub>\w+))?(?:, stale hold (?P<h>[\d.]+))?: "
+                   r"predicted (?P<time>[\d.e+]+) s/step$")
 
 
 def _block(text: str) -> dict:
@@ -58,6 +59,9 @@ def test_preset_runs_the_plan_its_block_records(path):
     assert cfg.runtime.fragment_size == int(pick["f"])
     assert (cfg.train.chunk_generations, cfg.train.chunk_timesteps) == (int(pick["cg"]), int(pick["ct"]))
     assert cfg.train.chunk_cells is None
+    if not coloc_faster:  # the searched publish path and stale hold (sim.plan_publish), where the block names them
+        assert cfg.runtime.publish == (plan["pub"] or "object_store")
+        assert cfg.runtime.stale_hold == float(plan["h"] or 0)
 
 
 def _small_preset(tmp_path: Path) -> Path:
@@ -98,6 +102,7 @@ def test_script_writes_what_the_planner_returns(tmp_path, capsys):
     cfg = load_config(str(path))
     if not co["faster"]:
         assert (cfg.runtime.generators, cfg.runtime.trainers) == (best["generators"], best["trainers"])
+        assert cfg.runtime.publish == best["publish"] == (b["plan"]["pub"] or "object_store")
     # --check: up to date now (the search starts from fixed values, not from what it wrote), stale after an edit
     assert mod.main(["--check", str(path)]) == 0
     path.write_text(path.read_text().replace(f"  fragment_size: {cfg.runtime.fragment_size}\n",

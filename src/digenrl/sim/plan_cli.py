@@ -4,10 +4,11 @@
                  [--set key=value ...] [--probe-steps 4] [--json]
 
 Sweeps every generator/trainer split of the workers (``--gpus``, default the config's generators + trainers),
-fragment size, chunk shape and (``full``) stale cap with short virtual-time probes (``sim.plan_search``),
-prints the best plan and its robustness (skewed +-20 % op costs, neighbouring splits), and writes the input
-config with ``runtime.generators / trainers / fragment_size / max_stale_fraction`` and ``train.chunk_generations
-/ chunk_timesteps`` set (``train.chunk_cells`` cleared; on ``--testbed``, ``train.memory_gb`` = the GPU's
+fragment size, chunk shape and (``full``) stale cap with short virtual-time probes (``sim.plan_search``), then
+the publish path (``--testbed``) and (``full``) the stale hold on the chosen plan (``sim.plan_publish``), prints
+the best plan and its robustness (skewed +-20 % op costs, neighbouring splits), and writes the input config with
+``runtime.generators / trainers / fragment_size / max_stale_fraction / publish / stale_hold`` and
+``train.chunk_generations / chunk_timesteps`` set (``train.chunk_cells`` cleared; on ``--testbed``, ``train.memory_gb`` = the GPU's
 memory). The written file is loaded back and its ``plan_run`` plan checked against the priced one before it
 replaces ``--out``. Bad input exits with code 2 naming the option or key, and nothing is written.
 """
@@ -87,6 +88,7 @@ def plan_from_args(args):
     from ..config import ConfigError, load_config
     from ..control.profile import load_profile
     from ..control.run_plan import plan_run
+    from .plan_publish import refine
     from .plan_search import PlanSearchError, profile_costs, profile_pools, search
 
     if (args.profile is None) == (args.testbed is None):
@@ -109,9 +111,17 @@ def plan_from_args(args):
         cost_of, fit, source = profile_costs(prof, profile_pools(args.profile)[1]), None, f"profile {args.profile}"
     else:
         cost_of, fit, source = _testbed_costs(cfg, args.testbed, workers, trained)
+    # the roofline prices every publish path; a profile only the one it was measured with (not searched)
+    costs_with = None if args.profile is not None else \
+        (lambda c: _testbed_costs(c, args.testbed, workers, trained)[0])
     with _progress(args) as tick:
-        res = search(cfg, workers, cost_of, probe_steps=args.probe_steps, exhaustive=args.exhaustive, fit=fit,
-                     progress=tick(cfg.runtime.mode), descend_splits=args.descend_splits, prune=not args.no_prune)
+        def search_with(c, cost_of=None):
+            return search(c, workers, cost_of or costs_with(c), probe_steps=args.probe_steps,
+                          exhaustive=args.exhaustive, fit=fit, progress=tick(f"{c.runtime.mode}, {c.runtime.publish}"),
+                          descend_splits=args.descend_splits, prune=not args.no_prune)
+
+        res = refine(cfg, search_with(cfg, cost_of), search_with=search_with, costs_with=costs_with, fit=fit,
+                     probe_steps=args.probe_steps)
         if cfg.runtime.mode != "colocated":  # the baseline on the same workers, planned the same way
             coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
                 update={"mode": "colocated", "generators": 1, "trainers": workers})})
@@ -167,9 +177,16 @@ def report_of(res, source: str, out: str) -> dict:
     return {"mode": res.mode, "workers": res.workers, "source": source, "out": out,
             "best": {"generators": c.n_gen, "trainers": c.n_train, "fragment_size": c.fragment_size,
                      "chunk": list(c.chunk), "max_stale_fraction": c.max_stale_fraction,
+                     "publish": res.config.runtime.publish, "stale_hold": res.config.runtime.stale_hold,
                      "step_time_s": res.best.step_time, "label": c.label()},
+            "publish": _publish_report(res.publish),
             "probes": len(res.probes), "pruned": res.pruned, "best_per_split_s": per_split, "refused": res.refused,
             "robustness": res.robustness, **_colocated_report(res)}
+
+
+def _publish_report(pub: dict) -> dict:
+    """``sim.plan_publish``'s record with JSON keys (holds as strings)."""
+    return {k: ({f"{h:g}": t for h, t in v.items()} if k == "holds_s" else v) for k, v in pub.items()}
 
 
 def _colocated_report(res) -> dict:
@@ -209,6 +226,16 @@ def _print(rep: dict) -> None:
     print("best per split: " + ", ".join(f"{k} {v:.4g}" for k, v in rep["best_per_split_s"].items()))
     for k, v in rep["refused"].items():
         print(f"refused {k}: {v}")
+    pub = rep["publish"]
+    if pub:
+        how = ("searched: " + ", ".join(f"{k} {v:.4g} s" for k, v in pub["paths_s"].items()) + " on the first "
+               "search's plan") if pub["searched"] else "the config's (a profile prices only its measured path)"
+        if "searched_again_s" in pub:
+            how += "; searched again with " + ", ".join(f"{k} {v:.4g} s" for k, v in pub["searched_again_s"].items())
+        print(f"publish path: {pub['path']} ({how})")
+        if pub["holds_s"]:
+            print(f"stale hold: {pub['hold']:g} (" + ", ".join(f"h={k} {v:.4g} s" for k, v in pub["holds_s"].items())
+                  + ")")
     r = rep["robustness"]
     print("all op costs " + ", ".join(f"{k}: {v:.4g} s" for k, v in r["uniform"].items()))
     for k, v in r["skewed"].items():

@@ -59,11 +59,18 @@ class Candidate:
     fragment_size: int
     chunk: tuple[int, int]
     max_stale_fraction: float
+    publish: str | None = None        # runtime.publish (None: the config's own; ``sim.plan_publish`` sets it)
+    stale_hold: float | None = None   # runtime.stale_hold (None: the config's own)
 
     def label(self) -> str:
         pools = f"{self.n_train} coloc" if self.n_gen == 0 else f"{self.n_gen}+{self.n_train}"
-        return (f"{pools}, fragment {self.fragment_size}, chunk {self.chunk[0]}x{self.chunk[1]}, "
-                f"stale cap {self.max_stale_fraction:g}")
+        out = (f"{pools}, fragment {self.fragment_size}, chunk {self.chunk[0]}x{self.chunk[1]}, "
+               f"stale cap {self.max_stale_fraction:g}")
+        if self.publish is not None:
+            out += f", publish {self.publish}"
+        if self.stale_hold:
+            out += f", stale hold {self.stale_hold:g}"
+        return out
 
 
 @dataclass
@@ -90,6 +97,8 @@ class SearchResult:
     colocated: Probe | None = None       # the colocated baseline on the same workers (``digenrl plan``)
     colocated_refused: str | None = None
     pruned: int = 0  # candidates skipped: their step-time floor was above a probe already run
+    costs: dict = field(default_factory=dict)  # (n_gen, n_train) -> the cost model the split was priced with
+    publish: dict = field(default_factory=dict)  # ``sim.plan_publish``: the paths and holds tried and their times
 
 
 class ScaledCost:
@@ -147,8 +156,10 @@ def splits_of(mode: Mode, workers: int) -> list[tuple[int, int]]:
 
 
 def apply(cfg, c: Candidate):
-    """``cfg`` with the candidate's pools, fragment size, chunk shape and stale cap (chunk_cells explicit)."""
+    """``cfg`` with the candidate's pools, fragment size, chunk shape and stale cap (chunk_cells explicit), and
+    its publish path and stale hold where it names them."""
     rt = {"fragment_size": c.fragment_size, "max_stale_fraction": c.max_stale_fraction}
+    rt.update({k: v for k, v in (("publish", c.publish), ("stale_hold", c.stale_hold)) if v is not None})
     rt.update({"generators": 1, "trainers": c.n_train} if c.n_gen == 0 else
               {"generators": c.n_gen, "trainers": c.n_train})
     tr = {"chunk_generations": c.chunk[0], "chunk_timesteps": c.chunk[1], "chunk_cells": None}
@@ -317,7 +328,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
         raise PlanSearchError(f"no plan of {mode.value} on {workers} workers can be priced ({why})")
     probes.sort(key=lambda p: p.order)  # the unpruned search's order (its ties go to the earlier probe)
     best = min(probes, key=_rank)
-    out = SearchResult(mode.value, workers, best, probes, refused, pruned=pruned[0])
+    out = SearchResult(mode.value, workers, best, probes, refused, pruned=pruned[0], costs=costs)
     best_cfg = apply(cfg, best.candidate)
     out.config = fit(best_cfg) if fit is not None else best_cfg
     out.robustness = robustness(out, costs, probe_steps) if robust else {}
