@@ -21,9 +21,10 @@ publish path and, in ``full``, the stale hold (``sim.plan_publish``), then the c
 planned the same way); predicted times are steady step times in virtual time. The preset's ``runtime.mode /
 generators / trainers / fragment_size / publish`` (``max_stale_fraction`` and ``stale_hold`` in ``full``) and
 ``train.chunk_generations / chunk_timesteps`` (``train.chunk_cells`` removed) are set to the faster of the two
-(``publish`` only where the default is disaggregated): where colocated is predicted faster the preset defaults to ``colocated`` and its block says
-so. Train keys other than the chunk shape are never touched (they are pinned to the peer recipes). The
-rewritten file is loaded back and must plan (``control.run_plan.plan_run``) to the priced plan.
+(``publish`` only where the default is disaggregated): where colocated is predicted faster the preset defaults to
+``colocated`` and its block says so. Train keys other than the chunk shape are never touched (they are pinned
+to the peer recipes). The rewritten file is loaded back and must plan (``control.run_plan.plan_run``) to the
+priced plan.
 
 Each preset takes 1-60 s of CPU (``digenrl plan``'s pruned search; the README's table); they are planned one
 after the other.
@@ -126,8 +127,8 @@ def _start(t: Target, path: Path) -> list[str]:
     from digenrl.train.memory import MemoryPlanError, resolve_chunk_cells
 
     sets = {"runtime.mode": t.mode, "runtime.generators": t.gpus // 2, "runtime.trainers": t.gpus - t.gpus // 2,
-            "runtime.fragment_size": 4, "runtime.publish": "object_store", "runtime.stale_hold": 0, "train.chunk_cells": "null", "train.chunk_generations": 8,
-            "train.chunk_timesteps": 2}
+            "runtime.fragment_size": 4, "runtime.publish": "object_store", "runtime.stale_hold": 0,
+            "train.chunk_cells": "null", "train.chunk_generations": 8, "train.chunk_timesteps": 2}
     tb = testbed_preset(t.testbed)
     co = load_config(str(path), [f"{k}={v}" for k, v in sets.items()] + [
         "runtime.mode=colocated", "runtime.generators=1", f"runtime.trainers={t.gpus}", "train.chunk_cells=auto",

@@ -12,11 +12,11 @@ from .actions import Published, Train
 from .bts import BTS, BTSConfig, BTSStats
 from . import stale_hold
 from .bts_model import Snapshot, StepModel, tag_targets
-from .snapshot import take_snapshot
 from .cost import CostModel, Durations
 from .layout import Chunk, Fragment, classic_chunks, gang_parts, gang_size, tsp_chunks
 from .online_cost import OnlineCosts
 from .plan import StepPlan
+from .snapshot import take_snapshot
 from .stats import StepStats
 from .step_work import StepWork
 from .tag_policy import FixedRule, make_tag_policy

@@ -8,9 +8,10 @@ fragment size, chunk shape and (``full``) stale cap with short virtual-time prob
 the publish path (``--testbed``) and (``full``) the stale hold on the chosen plan (``sim.plan_publish``), prints
 the best plan and its robustness (skewed +-20 % op costs, neighbouring splits), and writes the input config with
 ``runtime.generators / trainers / fragment_size / max_stale_fraction / publish / stale_hold`` and
-``train.chunk_generations / chunk_timesteps`` set (``train.chunk_cells`` cleared; on ``--testbed``, ``train.memory_gb`` = the GPU's
-memory). The written file is loaded back and its ``plan_run`` plan checked against the priced one before it
-replaces ``--out``. Bad input exits with code 2 naming the option or key, and nothing is written.
+``train.chunk_generations / chunk_timesteps`` set (``train.chunk_cells`` cleared; on ``--testbed``,
+``train.memory_gb`` = the GPU's memory). The written file is loaded back and its ``plan_run`` plan checked
+against the priced one before it replaces ``--out``. Bad input exits with code 2 naming the option or key, and
+nothing is written.
 """
 
 from __future__ import annotations
