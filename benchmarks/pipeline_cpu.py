@@ -259,6 +259,13 @@ def work_split(rows: list[dict]) -> list[str]:
     return out
 
 
+def load_range(rows: list[dict]) -> tuple[float, float] | None:
+    """(min, max) of the 1-min load averages recorded before the runs of ``rows``; None for a results file written
+    before the field."""
+    loads = [x for r in rows for x in r.get("round_load_avg_1m_before", [])]
+    return (min(loads), max(loads)) if loads else None
+
+
 def summary(rows: list[dict]) -> str:
     """The README's paragraph under the table: every number is a value of the results file."""
     same = lambda key: ranks_as_measured(rows, key)  # noqa: E731
@@ -302,9 +309,9 @@ def summary(rows: list[dict]) -> str:
                         f"{k} x{min(v):.2f}-{max(v):.2f}" for k, v in sorted(scales.items())
                         if k in ("generate/generator", "generate/trainer", "train", "commit")) + ".")
     text += work_split(rows)
-    loads = [x for r in rows for x in r.get("round_load_avg_1m_before", [])]
-    if loads:  # (results files written before the field have none)
-        text.append(f"The 1-min load average before each run was {min(loads):.1f}-{max(loads):.1f}.")
+    loads = load_range(rows)
+    if loads is not None:
+        text.append(f"The 1-min load average before each run was {loads[0]:.1f}-{loads[1]:.1f}.")
     cpu = [r["controller_cpu_s_per_step"] for r in rows if "controller_cpu_s_per_step" in r]
     if cpu:
         text.append(f"The controller uses {min(cpu):.2f}-{max(cpu):.2f} CPU-seconds per step "

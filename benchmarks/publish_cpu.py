@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline_cpu import MODEL, WORKLOAD  # noqa: E402
+from pipeline_cpu import MODEL, WORKLOAD, load_range  # noqa: E402
 
 PATHS = ("object_store", "broadcast", "stream")
 PER_RUN = ("step_time_s", "efficiency", "trainer_publish_s", "generator_publish_s", "trainer_commit_s")
@@ -134,8 +134,8 @@ def markdown(rows: list[dict]) -> str:
 
 def load_words(rows: list[dict]) -> str:
     """The 1-min load averages before the runs (results files written before the field have none)."""
-    loads = [x for r in rows for x in r.get("round_load_avg_1m_before", [])]
-    return f" (1-min load average {min(loads):.1f}-{max(loads):.1f} before each run)" if loads else ""
+    loads = load_range(rows)
+    return "" if loads is None else f" (1-min load average {loads[0]:.1f}-{loads[1]:.1f} before each run)"
 
 
 def max_spread(rows: list[dict]) -> float:

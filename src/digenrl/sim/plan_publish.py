@@ -26,7 +26,7 @@ from typing import Callable
 from ..schedule import Mode
 from ..schedule import stale_hold as stale_rule
 from .executor import steady_step_time
-from .plan_search import Candidate, Probe, SearchResult, _fits, apply, plan_for_pricing, robustness
+from .plan_search import Candidate, Probe, SearchResult, candidate_plan, fitted, robustness
 from .planner import STALE_HOLDS
 from .presets import PUBLISH_PATHS
 
@@ -41,15 +41,10 @@ def with_publish(cfg, path: str):
     return cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"publish": path})})
 
 
-def _probe(cfg, c: Candidate, cost, fit: Callable | None, probe_steps: int):
-    """(plan, steady step time) of candidate ``c`` of ``cfg`` at ``cost``; None where it does not fit."""
-    cc = apply(cfg, c)
-    if fit is not None:
-        cc = fit(cc)
-    if not _fits(cc):
-        return None
-    plan = plan_for_pricing(cc)[0]
-    return plan, steady_step_time(replace(plan, steps=probe_steps), cost)
+def _probe(cfg, c: Candidate, cost, fit: Callable | None, probe_steps: int) -> float | None:
+    """The steady step time of candidate ``c`` of ``cfg`` at ``cost``; None where it does not fit."""
+    plan = candidate_plan(cfg, c, fit)
+    return None if plan is None else steady_step_time(replace(plan, steps=probe_steps), cost)
 
 
 def refine(cfg, res: SearchResult, *, search_with: Callable[[object], SearchResult],
@@ -69,10 +64,11 @@ def refine(cfg, res: SearchResult, *, search_with: Callable[[object], SearchResu
     times = {own: res.best.step_time}
     if costs_with is not None:
         for path in (p for p in PUBLISH_PATHS if p != own):
-            cost = costs_with(with_publish(cfg, path))(first.n_gen, first.n_train)
-            got = None if isinstance(cost, str) else _probe(with_publish(cfg, path), first, cost, fit, probe_steps)
-            if got is not None:
-                times[path] = got[1]
+            other = with_publish(cfg, path)
+            cost = costs_with(other)(first.n_gen, first.n_train)
+            t = None if isinstance(cost, str) else _probe(other, first, cost, fit, probe_steps)
+            if t is not None:
+                times[path] = t
     path = min(times, key=lambda p: (times[p], p != own))
     report: dict = {"searched": costs_with is not None, "paths_s": times, "margin": PATH_MARGIN}
     if times[path] < (1 - PATH_MARGIN) * times[own]:
@@ -85,26 +81,23 @@ def refine(cfg, res: SearchResult, *, search_with: Callable[[object], SearchResu
     else:
         path = own
     cfg = with_publish(cfg, path)
-    best = res.best
-    best = replace(best, candidate=replace(best.candidate, publish=path))
-    res.best = best
+    best = res.best = replace(res.best, candidate=replace(res.best.candidate, publish=path))
     report.update(path=path, hold=cfg.runtime.stale_hold, holds_s={})
-    key = (best.candidate.n_gen, best.candidate.n_train)
+    cost = res.costs[(best.candidate.n_gen, best.candidate.n_train)]
     if stale_rule.applies(replace(best.plan, stale_hold=1.0)):
         own_h = cfg.runtime.stale_hold
         probes = {own_h: best}
-        for h in sorted({0.0, *STALE_HOLDS} - {own_h}):
-            c = replace(best.candidate, stale_hold=h)
-            got = _probe(cfg, c, res.costs[key], fit, probe_steps)
-            if got is not None:
-                probes[h] = Probe(c, got[0], got[1], len(res.probes) + len(probes) - 1)
+        for h in sorted({0.0, *STALE_HOLDS} - {own_h}):  # the hold changes no memory: the plan with another h
+            plan = replace(best.plan, stale_hold=h)
+            t = steady_step_time(replace(plan, steps=probe_steps), cost)
+            probes[h] = Probe(replace(best.candidate, stale_hold=h), plan, t, len(res.probes) + len(probes) - 1)
         h = min(probes, key=lambda x: (probes[x].step_time, x != own_h, x))
         if h != own_h:
             res.probes.append(probes[h])
             res.best = probes[h]
         report.update(hold=h, holds_s={x: p.step_time for x, p in probes.items()})
     res.publish = report
-    res.config = fit(apply(cfg, res.best.candidate)) if fit is not None else apply(cfg, res.best.candidate)
+    res.config = fitted(cfg, res.best.candidate, fit)
     if res.robustness:
         res.robustness = robustness(res, res.costs, probe_steps)
     return res

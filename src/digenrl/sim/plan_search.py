@@ -167,6 +167,20 @@ def apply(cfg, c: Candidate):
                                   "train": cfg.train.model_copy(update=tr)})
 
 
+def fitted(cfg, c: Candidate, fit: Callable | None):
+    """``apply(cfg, c)`` adjusted to the hardware by ``fit`` (e.g. ``train.memory_gb``; None: as is): the config
+    ``digenrl plan`` prices and writes for ``c``."""
+    cc = apply(cfg, c)
+    return fit(cc) if fit is not None else cc
+
+
+def candidate_plan(cfg, c: Candidate, fit: Callable | None):
+    """The plan of candidate ``c`` as ``digenrl plan`` prices it (``plan_for_pricing`` of ``fitted``), or None where
+    the memory plan refuses the candidate."""
+    cc = fitted(cfg, c, fit)
+    return plan_for_pricing(cc)[0] if _fits(cc) else None
+
+
 def _fits(cfg) -> bool:
     """The memory plan of ``digenrl train`` accepts ``cfg`` (trainer ranks and generators)."""
     from ..train.memory import MemoryPlanError, check_config, check_generators
@@ -226,12 +240,9 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
 
     def priced(c: Candidate):
         if c not in priced_:
-            cc = apply(cfg, c)
-            if fit is not None:
-                cc = fit(cc)
+            plan = candidate_plan(cfg, c, fit)  # a colocated FSDP config: one worker per rank, as `simulate --config`
             priced_[c] = None
-            if _fits(cc):
-                plan = plan_for_pricing(cc)[0]  # a colocated FSDP config: one worker per rank, as `simulate --config`
+            if plan is not None:
                 floor = step_time_floor(replace(plan, steps=probe_steps), costs[(c.n_gen, c.n_train)]) if prune \
                     else 0.0
                 priced_[c] = (plan, floor)
@@ -329,8 +340,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     probes.sort(key=lambda p: p.order)  # the unpruned search's order (its ties go to the earlier probe)
     best = min(probes, key=_rank)
     out = SearchResult(mode.value, workers, best, probes, refused, pruned=pruned[0], costs=costs)
-    best_cfg = apply(cfg, best.candidate)
-    out.config = fit(best_cfg) if fit is not None else best_cfg
+    out.config = fitted(cfg, best.candidate, fit)
     out.robustness = robustness(out, costs, probe_steps) if robust else {}
     return out
 
@@ -368,5 +378,6 @@ def robustness(res: SearchResult, costs: dict, probe_steps: int) -> dict:
     return out
 
 
-__all__ = ["Candidate", "PlanSearchError", "Probe", "ScaledCost", "SearchResult", "apply", "profile_costs",
+__all__ = ["Candidate", "PlanSearchError", "Probe", "ScaledCost", "SearchResult", "apply", "candidate_plan", "fitted",
+           "profile_costs",
            "profile_pools", "robustness", "search"]
