@@ -95,7 +95,7 @@ def _load_train(args):
 def cmd_train(args) -> int:
     from digenrl.faults import RunHalted
     from digenrl.observe.run_outputs import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
-    from digenrl.train.interrupt import Interrupted, StopRequest
+    from digenrl.train.interrupt import StopRequest, as_interrupted
     from digenrl.validate import validate_run
 
     cfg = _with_adapter(_load_train(args))  # model.lora from model.lora_path's adapter
@@ -123,15 +123,18 @@ def cmd_train(args) -> int:
                     summary = run_training(cfg, ctx=_context(cfg), start=start, stop=stop)
                 else:
                     summary = _train_ray(cfg, start, stop)
-        except Interrupted as e:
-            return _interrupted(cfg, e)
-        except RunHalted as e:
-            return _halted(cfg, e)
-        except _RayFailure as e:
-            print(f"digenrl: run failed: {e}{_resume_hint(cfg)}", file=sys.stderr)
-            return 1
-        except OSError as e:  # disk full, a read-only or failing file system: the checkpoints written stay whole
-            return _io_error(cfg, e)
+        except Exception as e:
+            stopped = as_interrupted(e)  # a stop signal first, whatever error it came back as
+            if stopped is not None:
+                return _interrupted(cfg, stopped)
+            if isinstance(e, RunHalted):
+                return _halted(cfg, e)
+            if isinstance(e, _RayFailure):
+                print(f"digenrl: run failed: {e}{_resume_hint(cfg)}", file=sys.stderr)
+                return 1
+            if isinstance(e, OSError):  # disk full, a read-only or failing file system: the checkpoints stay whole
+                return _io_error(cfg, e)
+            raise
     finally:
         unlock_run_dir(cfg.run_dir)
         if made and summary is None:

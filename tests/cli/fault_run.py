@@ -3,6 +3,7 @@
     python fault_run.py SIGNAL@STEP[xN] digenrl-args...          (colocated loop)
     python fault_run.py SIGNAL@publishV[xN] digenrl-args...      (Ray runtime)
     python fault_run.py SIGNAL@stopped[xN] digenrl-args...       (Ray runtime)
+    python fault_run.py SIGNAL@write digenrl-args...             (Ray runtime)
 
 Colocated: while step STEP (0-based) trains its first group (its transaction is open, gradients half
 accumulated), the process sends itself SIGNAL (KILL, TERM, INT) N times (default 1), then goes on as the
@@ -10,6 +11,8 @@ signal lets it. Ray runtime: the controller process does the same when it starts
 N > 1 it sends the first there and the others while the controller stops (checkpointing after the first).
 ``stopped``: the first once one of the process's descendants is stopped (a worker that SIGSTOPped itself,
 ``runtime.inject_failure=<worker>@<step>:stall``), so the others arrive while that worker is still held.
+``write``: the signal lands inside the first ``tqdm.write`` (a step line), in its ``get_lock`` before the lock is
+taken: the handler's exception then breaks tqdm's ``finally``, which raises its own error over it.
 """
 
 import os
@@ -47,13 +50,31 @@ def _signal_when_stopped(sig, timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+def _signal_inside_tqdm_write(sig) -> None:
+    """Send ``sig`` from inside the first ``tqdm.get_lock`` that ``tqdm.write`` calls; the handler runs there."""
+    from tqdm import tqdm
+
+    get_lock = tqdm.get_lock.__func__
+
+    def signalled(cls):
+        if sys._getframe(1).f_code.co_name == "external_write_mode" and not getattr(signalled, "sent", False):
+            signalled.sent = True
+            os.kill(os.getpid(), sig)
+            signalled.after = True  # (the handler runs at the latest before this line)
+        return get_lock(cls)
+
+    tqdm.get_lock = classmethod(signalled)
+
+
 def main() -> int:
     spec, argv = sys.argv[1], sys.argv[2:]
     name, rest = spec.split("@")
     step, _, times = rest.partition("x")
     sig, n = getattr(signal, f"SIG{name}"), int(times or 1)
-    if step.startswith("publish") or step == "stopped":
-        if step == "stopped":
+    if step.startswith("publish") or step in ("stopped", "write"):
+        if step == "write":
+            _signal_inside_tqdm_write(sig)
+        elif step == "stopped":
             import threading
 
             threading.Thread(target=_signal_when_stopped, args=(sig,), daemon=True).start()

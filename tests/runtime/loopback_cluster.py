@@ -54,6 +54,10 @@ def free_port_range(width: int) -> tuple[int, int]:
     raise RuntimeError("no free port range")
 
 
+class NodeExited(RuntimeError):
+    """A ``ray start`` of the cluster exited while it came up."""
+
+
 class LoopbackCluster:
     def __init__(self, num_cpus: int = 2):
         self.tmp = Path(tempfile.mkdtemp(prefix="dgr-ray-", dir="/tmp"))  # short: Ray's socket paths are limited
@@ -103,9 +107,10 @@ class LoopbackCluster:
                  "print(sum(1 for x in ray.nodes() if x['Alive']))")
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for p in self.procs:
+            for i, p in enumerate(self.procs):
                 if p.poll() is not None:
-                    raise RuntimeError(f"ray start exited with {p.returncode}: see {self.tmp}")
+                    raise NodeExited(f"ray start of node {i} exited with {p.returncode}; its log ends:\n"
+                                     f"{self.log_tail(i)}")
             try:
                 out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.client_env(),
                                      capture_output=True, text=True, timeout=max(1.0, min(90.0, deadline - time.monotonic())))
@@ -115,6 +120,36 @@ class LoopbackCluster:
                 return
             time.sleep(1.0)
         raise TimeoutError(f"{n} Ray nodes not up after {timeout_s} s ({self.tmp})")
+
+    def log_tail(self, i: int, chars: int = 3000) -> str:
+        try:
+            return (self.tmp / f"node{i}.log").read_text(errors="replace")[-chars:]
+        except OSError as e:
+            return f"(no log: {e})"
+
+    @classmethod
+    def started(cls, head: str, nodes: list[str], num_cpus: int = 2, attempts: int = 3) -> LoopbackCluster:
+        """A cluster whose head (``head``: its resources) and extra nodes (``nodes``) are all alive. The head is
+        up before a node joins it. The ports are probed free and then released, so another process can take one
+        before Ray binds it: a ``ray start`` that exits while the cluster comes up is retried on fresh ports, up to
+        ``attempts`` clusters (each failure's log tail is in the final error)."""
+        errors = []
+        for _ in range(attempts):
+            c = cls(num_cpus=num_cpus)
+            try:
+                c.start_head(resources=head)
+                c.wait_nodes(1)
+                for r in nodes:
+                    c.add_node(resources=r)
+                c.wait_nodes(1 + len(nodes))
+                return c
+            except NodeExited as e:
+                errors.append(str(e))
+                c.stop()
+            except BaseException:
+                c.stop()
+                raise
+        raise RuntimeError(f"the loopback cluster did not come up in {attempts} attempts:\n" + "\n\n".join(errors))
 
     def leftovers(self) -> list[int]:
         """PIDs of live processes in this cluster's sessions or naming its temp dir."""

@@ -25,11 +25,8 @@ FAULT = str(Path(__file__).resolve().parents[1] / "cli" / "fault_run.py")
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = LoopbackCluster(num_cpus=1)
+    c = LoopbackCluster.started('{"gen_slot": 1}', ['{"trn_slot": 1}'], num_cpus=1)
     try:
-        c.start_head(resources='{"gen_slot": 1}')
-        c.add_node(resources='{"trn_slot": 1}')
-        c.wait_nodes(2)
         yield c
     finally:
         c.stop()

@@ -104,3 +104,20 @@ def test_sigint_while_waiting_on_a_held_worker(tiny_model, tmp_path, fault, code
     time.sleep(0.2)  # (killed before the exit: only reaping is left)
     left = _reap(raytmp)
     assert left == [], f"processes of the run's Ray left running after its exit: {left}"
+
+
+def test_sigint_inside_a_third_party_finally_still_stops_cleanly(tiny_model, tmp_path):
+    """The stop handler raises wherever the controller is. Landing inside ``tqdm.write`` (a step line) before its
+    lock exists, the ``Interrupted`` breaks tqdm's ``finally``, which raises ``AttributeError`` over it (seen in a
+    CI run: a traceback and exit 1 instead of a clean stop). The stop is found behind that error: exit 75, the
+    resumable checkpoint named, no traceback, no Ray process left."""
+    raytmp = Path(tempfile.mkdtemp(prefix="dgr-w-", dir="/tmp"))
+    env = {**os.environ, "RAY_TMPDIR": str(raytmp)}
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, FAULT, "INT@write", "train", f"model.path={tiny_model}", f"run_dir={run}",
+                           *ARGS, "steps=2"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 75 and "stopped by SIGINT" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert (run / "failure.json").is_file()
+    time.sleep(0.2)
+    assert _reap(raytmp) == [], "processes of the run's Ray left running after its exit"

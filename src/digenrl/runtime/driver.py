@@ -81,7 +81,7 @@ class _Controller:
 
     # ---- attempts ------------------------------------------------------------------------------------
     def train(self) -> dict:
-        from digenrl.train.interrupt import Interrupted, as_interrupted
+        from digenrl.train.interrupt import as_interrupted
 
         failure = self.run.failure  # the test hook fails the first attempt only
         try:
@@ -90,7 +90,14 @@ class _Controller:
                 self._restarted()
                 try:
                     return self._attempt()
-                except WorkerFailure as e:
+                except Exception as err:  # a stop signal first, whatever error it came back as (as_interrupted)
+                    e = as_interrupted(err)
+                    if e is not None:
+                        e.step, e.checkpoint = self._checkpoint_on_stop()  # the actors still live: the last commit
+                        raise e from None
+                    if not isinstance(err, WorkerFailure):
+                        raise
+                    e = err
                     halted = find_halted(e)
                     if halted is not None:  # a non-finite reward / commit: a replay would meet it again
                         _abort(self.pools)
@@ -100,27 +107,21 @@ class _Controller:
                         raise
                     self._recover(e)
                     failure = None
-                except (Interrupted, SystemError) as err:  # (SystemError: the signal came inside a Ray call)
-                    e = as_interrupted(err)
-                    if e is None:
-                        raise
-                    e.step, e.checkpoint = self._checkpoint_on_stop()  # the actors still live: the last commit
-                    raise e from None
                 finally:
                     self.pools.kill()
-        except (Interrupted, SystemError) as err:
+        except Exception as err:
             e = as_interrupted(err)
-            if e is None:
-                raise
-            if e.checkpoint is None:  # stopped before an attempt ran: the newest checkpoint stays the one
-                path = ckpt.latest_checkpoint(self.out.run_dir)
-                e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
-            raise e from None
-        except WorkerFailure as e:
-            resumable = ckpt.latest_checkpoint(self.out.run_dir) is not None  # --resume only from a checkpoint
-            self.out.failure({"worker": e.worker, "step": e.step, "action": e.action, "error": str(e),
-                              "restarts": len(self.recoveries), "deterministic": find_deterministic(e) is not None,
-                              "resume": f"digenrl train --resume {self.cfg.run_dir}" if resumable else None})
+            if e is not None:
+                if e.checkpoint is None:  # stopped before an attempt ran: the newest checkpoint stays the one
+                    path = ckpt.latest_checkpoint(self.out.run_dir)
+                    e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
+                raise e from None
+            if isinstance(err, WorkerFailure):
+                resumable = ckpt.latest_checkpoint(self.out.run_dir) is not None  # --resume only from a checkpoint
+                self.out.failure({"worker": err.worker, "step": err.step, "action": err.action, "error": str(err),
+                                  "restarts": len(self.recoveries),
+                                  "deterministic": find_deterministic(err) is not None,
+                                  "resume": f"digenrl train --resume {self.cfg.run_dir}" if resumable else None})
             raise
         finally:
             self.metrics.close()

@@ -31,12 +31,18 @@ class Interrupted(Exception):
 
 
 def as_interrupted(e: BaseException | None) -> Interrupted | None:
-    """``e`` if it is an ``Interrupted``, or the ``Interrupted`` a ``SystemError`` wraps (the handler raised it
-    inside a C extension's call that checks for signals: Ray's ``wait`` / ``get`` then return a result with the
-    exception set, and Python raises ``SystemError`` from it); else None."""
+    """The ``Interrupted`` behind ``e``: ``e`` itself, or the first one on its chain of causes and contexts; else
+    None. The handler raises ``Interrupted`` wherever the main thread happens to be, so it can come back as
+    another error:
+    - ``SystemError`` from it: it was raised inside a C extension's call that checks for signals (Ray's
+      ``wait`` / ``get`` then return a result with the exception set);
+    - an error whose cause is it: code that wraps what a call raised (``ray.get`` -> ``WorkerFailure``);
+    - an error raised while it propagated: a ``finally`` of third-party code that it broke half-way (tqdm's
+      ``write`` releases a lock that the interrupted ``get_lock`` never made: ``AttributeError``).
+    The stop signal is the root event in each case."""
     for _ in range(8):
-        if isinstance(e, Interrupted) or not isinstance(e, SystemError):
-            return e if isinstance(e, Interrupted) else None
+        if e is None or isinstance(e, Interrupted):
+            return e
         e = e.__cause__ or e.__context__
     return None
 
