@@ -17,13 +17,14 @@ Each preset carries a plan block (comments, so the strict config loader never se
 The ``# plan:`` line is the input (the roofline testbed, the GPUs to split, the disaggregated mode planned); the
 rest is output. A preset without a block is planned on testbed B with its own pools and mode. The planner is the
 one of ``digenrl plan`` (``sim.plan_cli.plan_from_args``: the split x fragment x chunk search of the mode, the
-publish path and, in ``full``, the stale hold (``sim.plan_publish``), then the colocated baseline on the same GPUs,
-planned the same way); predicted times are steady step times in virtual time. The preset's ``runtime.mode /
-generators / trainers / fragment_size / publish`` (``max_stale_fraction`` and ``stale_hold`` in ``full``) and
-``train.chunk_generations / chunk_timesteps`` (``train.chunk_cells`` removed) are set to the faster of the two
-(``publish`` only where the default is disaggregated): where colocated is predicted faster the preset defaults to
-``colocated`` and its block says so. Train keys other than the chunk shape are never touched (they are pinned
-to the peer recipes). The rewritten file is loaded back and must plan (``control.run_plan.plan_run``) to the
+shard-group count of a sharded pool (``sim.plan_groups``), the publish path and, in ``full``, the stale hold
+(``sim.plan_publish``), then the colocated baseline on the same GPUs, planned the same way); predicted times are
+steady step times in virtual time. The preset's ``runtime.mode / generators / trainers / fragment_size / publish``
+(``max_stale_fraction`` and ``stale_hold`` in ``full``) and ``train.chunk_generations / chunk_timesteps``
+(``train.chunk_cells`` removed) are set to the faster of the two (``publish`` only where the default is
+disaggregated), and ``train.shard_groups`` where the plan has more than one group (or the preset names it): where
+colocated is predicted faster the preset defaults to ``colocated`` and its block says so. Train keys other than
+the chunk shape and the shard groups are never touched (they are pinned to the peer recipes). The rewritten file is loaded back and must plan (``control.run_plan.plan_run``) to the
 priced plan.
 
 Each preset takes 1-60 s of CPU (``digenrl plan``'s pruned search; the README's table); they are planned one
@@ -69,6 +70,7 @@ class Planned:
     max_stale_fraction: float
     publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.plan_publish``)
     stale_hold: float     # runtime.stale_hold of the plan (searched in ``full`` with a joined publish)
+    shard_groups: int     # train.shard_groups of the plan (searched for a sharded pool: ``sim.plan_groups``)
     plan_label: str
     plan_s: float
     colocated_label: str | None
@@ -110,7 +112,7 @@ def plan_preset(path: Path, sets: tuple[str, ...] = (), probe_steps: int = 4, ex
     c = pick.candidate
     return Planned(t, "colocated" if pick is co else t.mode, 1 if c.n_gen == 0 else c.n_gen, c.n_train,
                    c.fragment_size, tuple(c.chunk), c.max_stale_fraction, res.config.runtime.publish,
-                   res.config.runtime.stale_hold, b.candidate.label(), b.step_time,
+                   res.config.runtime.stale_hold, res.config.train.shard_groups, b.candidate.label(), b.step_time,
                    co.candidate.label() if co is not None else None, co.step_time if co is not None else None,
                    res.colocated_refused, pick.plan)
 
@@ -120,7 +122,7 @@ def _start(t: Target, path: Path) -> list[str]:
     after a rewrite plans the same): the target mode, an even split, fragments of 4, and as chunk shape the most
     cells a colocated rank fits on the testbed's GPU (``train.chunk_cells=auto`` there; 8 x 2 if none fits). The
     colocated baseline keeps that shape (a colocated mode has no chunk search); the disaggregated search starts
-    from it, with the object-store publish and no stale hold."""
+    from it, with the object-store publish, no stale hold and one shard group."""
     from digenrl.config import load_config
     from digenrl.control.run_plan import plan_run
     from digenrl.sim.presets import testbed_preset
@@ -128,7 +130,8 @@ def _start(t: Target, path: Path) -> list[str]:
 
     sets = {"runtime.mode": t.mode, "runtime.generators": t.gpus // 2, "runtime.trainers": t.gpus - t.gpus // 2,
             "runtime.fragment_size": 4, "runtime.publish": "object_store", "runtime.stale_hold": 0,
-            "train.chunk_cells": "null", "train.chunk_generations": 8, "train.chunk_timesteps": 2}
+            "train.chunk_cells": "null", "train.chunk_generations": 8, "train.chunk_timesteps": 2,
+            "train.shard_groups": 1}
     tb = testbed_preset(t.testbed)
     co = load_config(str(path), [f"{k}={v}" for k, v in sets.items()] + [
         "runtime.mode=colocated", "runtime.generators=1", f"runtime.trainers={t.gpus}", "train.chunk_cells=auto",
@@ -221,6 +224,8 @@ def rewrite(text: str, p: Planned) -> str:
         _set(lines, "runtime", "stale_hold", f"{p.stale_hold:g}")
     if p.mode != "colocated":
         _set(lines, "runtime", "publish", p.publish)
+    if p.shard_groups > 1 or re.search(r"^  shard_groups:", text, re.M):  # (a colocated default: k = 1 divides)
+        _set(lines, "train", "shard_groups", p.shard_groups if p.mode != "colocated" else 1)
     start, _ = _section(lines, "runtime")
     lines[start:start] = block(p)
     return "\n".join(lines) + "\n"

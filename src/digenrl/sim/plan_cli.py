@@ -5,10 +5,11 @@
 
 Sweeps every generator/trainer split of the workers (``--gpus``, default the config's generators + trainers),
 fragment size, chunk shape and (``full``) stale cap with short virtual-time probes (``sim.plan_search``), then
-the publish path (``--testbed``) and (``full``) the stale hold on the chosen plan (``sim.plan_publish``), prints
-the best plan and its robustness (skewed +-20 % op costs, neighbouring splits), and writes the input config with
+on the chosen plan the shard-group count of a sharded trainer pool (``--testbed``, ``sim.plan_groups``), the
+publish path (``--testbed``) and (``full``) the stale hold (``sim.plan_publish``), prints the best plan and its
+robustness (skewed +-20 % op costs, neighbouring splits), and writes the input config with
 ``runtime.generators / trainers / fragment_size / max_stale_fraction / publish / stale_hold`` and
-``train.chunk_generations / chunk_timesteps`` set (``train.chunk_cells`` cleared; on ``--testbed``,
+``train.chunk_generations / chunk_timesteps / shard_groups`` set (``train.chunk_cells`` cleared; on ``--testbed``,
 ``train.memory_gb`` = the GPU's memory). The written file is loaded back and its ``plan_run`` plan checked
 against the priced one before it replaces ``--out``. Bad input exits with code 2 naming the option or key, and
 nothing is written.
@@ -89,6 +90,7 @@ def plan_from_args(args):
     from ..config import ConfigError, load_config
     from ..control.profile import load_profile
     from ..control.run_plan import plan_run
+    from .plan_groups import refine_groups
     from .plan_publish import refine
     from .plan_search import PlanSearchError, profile_costs, profile_pools, search
 
@@ -118,14 +120,18 @@ def plan_from_args(args):
     with _progress(args) as tick:
         def search_with(c, cost_of=None):
             return search(c, workers, cost_of or costs_with(c), probe_steps=args.probe_steps,
-                          exhaustive=args.exhaustive, fit=fit, progress=tick(f"{c.runtime.mode}, {c.runtime.publish}"),
+                          exhaustive=args.exhaustive, fit=fit,
+                          progress=tick(f"{c.runtime.mode}, {c.runtime.publish}, k={c.train.shard_groups}"),
                           descend_splits=args.descend_splits, prune=not args.no_prune)
 
-        res = refine(cfg, search_with(cfg, cost_of), search_with=search_with, costs_with=costs_with, fit=fit,
-                     probe_steps=args.probe_steps)
+        res = search_with(cfg, cost_of)
+        # the shard-group count first (the publish's cost depends on it), then the publish path and stale hold
+        cfg_k, res = refine_groups(cfg, res, search_with=search_with, costs_with=costs_with, fit=fit)
+        res = refine(cfg_k, res, search_with=search_with, costs_with=costs_with, fit=fit, probe_steps=args.probe_steps)
         if cfg.runtime.mode != "colocated":  # the baseline on the same workers, planned the same way
-            coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
-                update={"mode": "colocated", "generators": 1, "trainers": workers})})
+            coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(  # (FSDP: the peers' one group)
+                update={"mode": "colocated", "generators": 1, "trainers": workers}),
+                "train": cfg.train.model_copy(update={"shard_groups": 1})})
             try:
                 res.colocated = search(coloc, workers, cost_of, probe_steps=args.probe_steps,
                                        exhaustive=args.exhaustive, fit=fit, progress=tick("colocated"),
@@ -179,8 +185,9 @@ def report_of(res, source: str, out: str) -> dict:
             "best": {"generators": c.n_gen, "trainers": c.n_train, "fragment_size": c.fragment_size,
                      "chunk": list(c.chunk), "max_stale_fraction": c.max_stale_fraction,
                      "publish": res.config.runtime.publish, "stale_hold": res.config.runtime.stale_hold,
+                     "shard_groups": res.config.train.shard_groups,
                      "step_time_s": res.best.step_time, "label": c.label()},
-            "publish": _publish_report(res.publish),
+            "publish": _publish_report(res.publish), "shard_groups": _keyed(res.groups),
             "probes": len(res.probes), "pruned": res.pruned, "best_per_split_s": per_split, "refused": res.refused,
             "robustness": res.robustness, **_colocated_report(res)}
 
@@ -188,6 +195,11 @@ def report_of(res, source: str, out: str) -> dict:
 def _publish_report(pub: dict) -> dict:
     """``sim.plan_publish``'s record with JSON keys (holds as strings)."""
     return {k: ({f"{h:g}": t for h, t in v.items()} if k == "holds_s" else v) for k, v in pub.items()}
+
+
+def _keyed(rec: dict) -> dict:
+    """``sim.plan_groups``' record with JSON keys (the k of its maps as strings)."""
+    return {k: ({str(g): t for g, t in v.items()} if isinstance(v, dict) else v) for k, v in rec.items()}
 
 
 def _colocated_report(res) -> dict:
@@ -229,14 +241,19 @@ def _print(rep: dict) -> None:
         print(f"refused {k}: {v}")
     pub = rep["publish"]
     if pub:
-        how = ("searched: " + ", ".join(f"{k} {v:.4g} s" for k, v in pub["paths_s"].items()) + " on the first "
-               "search's plan") if pub["searched"] else "the config's (a profile prices only its measured path)"
-        if "searched_again_s" in pub:
-            how += "; searched again with " + ", ".join(f"{k} {v:.4g} s" for k, v in pub["searched_again_s"].items())
+        how = ("searched: " + ", ".join(f"{k} {v:.4g} s" for k, v in pub["paths_s"].items())
+               ) if pub["searched"] else "the config's (a profile prices only its measured path)"
+        how += "".join(f"; {k} refused: {why}" for k, why in pub.get("refused", {}).items())
         print(f"publish path: {pub['path']} ({how})")
         if pub["holds_s"]:
             print(f"stale hold: {pub['hold']:g} (" + ", ".join(f"h={k} {v:.4g} s" for k, v in pub["holds_s"].items())
                   + ")")
+    grp = rep["shard_groups"]
+    if grp:
+        how = ("searched: " + ", ".join(f"k={k} {v:.4g} s" for k, v in grp["times_s"].items())
+               ) if grp["searched"] else "the config's (a profile prices only its measured pool)"
+        how += "".join(f"; k={k} refused: {why}" for k, why in grp.get("refused", {}).items())
+        print(f"shard groups: {grp['groups']} ({how})")
     r = rep["robustness"]
     print("all op costs " + ", ".join(f"{k}: {v:.4g} s" for k, v in r["uniform"].items()))
     for k, v in r["skewed"].items():

@@ -1,14 +1,11 @@
-"""The publish path and the stale hold of ``digenrl plan``, searched on the plan the split search chose.
+"""The publish path and the stale hold of ``digenrl plan``.
 
-Publish path (``runtime.publish``; a disaggregated mode priced on a roofline ``--testbed``): the split search
-(``plan_search.search``) runs with the config's own path. The plan it chose is then probed with each other path,
-priced by the roofline (``sim.roofline``: rank 0's object-store copy after the shard group's gather, a broadcast the
-generators join, or every rank's shard streamed while the trainers go on). Where another path is faster
-there by more than ``PATH_MARGIN`` (1 %), the whole search runs again with that path (the split, fragment size and
-chunk shape that suit one path may not suit another), and that search is the plan when it is faster than the first
-by more than the margin too. The margin keeps the config's path (by default the object store, which needs no
-process group across the pools) where another is faster only within the cost model's own error. A measured profile
-prices only the path it was measured with, so with ``--profile`` the config's path stays and the report says so.
+Publish path (``runtime.publish``; a disaggregated mode priced on a roofline ``--testbed``): chosen by
+``sim.plan_setting.choose`` among the three paths, each with a split search of its own priced by the roofline
+(``sim.roofline``: rank 0's object-store copy after the shard group's gather, a broadcast the generators join, or
+every rank's shard streamed while the trainers go on). Another path must beat the config's own (by default the object store, which needs no
+process group across the pools) by more than ``PATH_MARGIN`` (1 %). A measured profile prices only the path it was
+measured with, so with ``--profile`` the config's path stays and the report says so.
 
 Stale hold (``runtime.stale_hold``; ``full`` with a publish the generators join: ``schedule.stale_hold.applies``):
 the chosen plan is probed with h in {the config's own h, 0} and ``sim.planner.STALE_HOLDS``, and the fastest is
@@ -26,25 +23,17 @@ from typing import Callable
 from ..schedule import Mode
 from ..schedule import stale_hold as stale_rule
 from .executor import steady_step_time
-from .plan_search import Candidate, Probe, SearchResult, candidate_plan, fitted, robustness
+from .plan_search import Probe, SearchResult, fitted, robustness
+from .plan_setting import MARGIN, choose
 from .planner import STALE_HOLDS
 from .presets import PUBLISH_PATHS
 
-
-# a publish path other than the config's must be faster than it by more than this share (of the step time) to be
-# chosen: the roofline prices the publish from bandwidths alone, so a smaller gain is within its error
-PATH_MARGIN = 0.01
+PATH_MARGIN = MARGIN  # a path other than the config's must be faster by more than this share of the step time
 
 
 def with_publish(cfg, path: str):
     """``cfg`` with ``runtime.publish = path``."""
     return cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"publish": path})})
-
-
-def _probe(cfg, c: Candidate, cost, fit: Callable | None, probe_steps: int) -> float | None:
-    """The steady step time of candidate ``c`` of ``cfg`` at ``cost``; None where it does not fit."""
-    plan = candidate_plan(cfg, c, fit)
-    return None if plan is None else steady_step_time(replace(plan, steps=probe_steps), cost)
 
 
 def refine(cfg, res: SearchResult, *, search_with: Callable[[object], SearchResult],
@@ -54,32 +43,17 @@ def refine(cfg, res: SearchResult, *, search_with: Callable[[object], SearchResu
 
     ``search_with(cfg)``: the split search of a config; ``costs_with(cfg)``: the ``cost_of(n_gen, n_train)`` of a
     config (roofline, which prices its publish path), or None (a measured profile: the path is not searched).
-    ``res.publish`` records what was tried: ``{"path", "searched", "paths_s", "searched_again_s", "hold",
-    "holds_s"}`` (``paths_s``: each path on the first search's plan)."""
+    ``res.publish`` records what was tried: ``{"path", "searched", "paths_s", "margin", "refused", "hold",
+    "holds_s"}`` (``paths_s``: each path's own search; ``holds_s``: each h on the chosen plan)."""
     mode = Mode(cfg.runtime.mode)
     if not mode.disaggregated:
         return res
-    own = cfg.runtime.publish
-    first = res.best.candidate
-    times = {own: res.best.step_time}
+    path = cfg.runtime.publish
+    report: dict = {"searched": False, "paths_s": {path: res.best.step_time}, "margin": PATH_MARGIN}
     if costs_with is not None:
-        for path in (p for p in PUBLISH_PATHS if p != own):
-            other = with_publish(cfg, path)
-            cost = costs_with(other)(first.n_gen, first.n_train)
-            t = None if isinstance(cost, str) else _probe(other, first, cost, fit, probe_steps)
-            if t is not None:
-                times[path] = t
-    path = min(times, key=lambda p: (times[p], p != own))
-    report: dict = {"searched": costs_with is not None, "paths_s": times, "margin": PATH_MARGIN}
-    if times[path] < (1 - PATH_MARGIN) * times[own]:
-        again = search_with(with_publish(cfg, path))
-        report["searched_again_s"] = {own: res.best.step_time, path: again.best.step_time}
-        if again.best.step_time < (1 - PATH_MARGIN) * res.best.step_time:
-            res = again
-        else:
-            path = own
-    else:
-        path = own
+        path, res, tried = choose(cfg, res, path, PUBLISH_PATHS, with_publish, search_with=search_with,
+                                  margin=PATH_MARGIN)
+        report.update(searched=True, paths_s=tried.pop("times_s"), **tried)
     cfg = with_publish(cfg, path)
     best = res.best = replace(res.best, candidate=replace(res.best.candidate, publish=path))
     report.update(path=path, hold=cfg.runtime.stale_hold, holds_s={})

@@ -61,11 +61,14 @@ class Candidate:
     max_stale_fraction: float
     publish: str | None = None        # runtime.publish (None: the config's own; ``sim.plan_publish`` sets it)
     stale_hold: float | None = None   # runtime.stale_hold (None: the config's own)
+    shard_groups: int | None = None   # train.shard_groups (None: the config's own; ``sim.plan_groups`` sets it)
 
     def label(self) -> str:
         pools = f"{self.n_train} coloc" if self.n_gen == 0 else f"{self.n_gen}+{self.n_train}"
         out = (f"{pools}, fragment {self.fragment_size}, chunk {self.chunk[0]}x{self.chunk[1]}, "
                f"stale cap {self.max_stale_fraction:g}")
+        if self.shard_groups is not None:
+            out += f", {self.shard_groups} shard group{'s' if self.shard_groups > 1 else ''}"
         if self.publish is not None:
             out += f", publish {self.publish}"
         if self.stale_hold:
@@ -99,6 +102,7 @@ class SearchResult:
     pruned: int = 0  # candidates skipped: their step-time floor was above a probe already run
     costs: dict = field(default_factory=dict)  # (n_gen, n_train) -> the cost model the split was priced with
     publish: dict = field(default_factory=dict)  # ``sim.plan_publish``: the paths and holds tried and their times
+    groups: dict = field(default_factory=dict)   # ``sim.plan_groups``: the shard-group counts tried and their times
 
 
 class ScaledCost:
@@ -157,12 +161,14 @@ def splits_of(mode: Mode, workers: int) -> list[tuple[int, int]]:
 
 def apply(cfg, c: Candidate):
     """``cfg`` with the candidate's pools, fragment size, chunk shape and stale cap (chunk_cells explicit), and
-    its publish path and stale hold where it names them."""
+    its publish path, stale hold and shard-group count where it names them."""
     rt = {"fragment_size": c.fragment_size, "max_stale_fraction": c.max_stale_fraction}
     rt.update({k: v for k, v in (("publish", c.publish), ("stale_hold", c.stale_hold)) if v is not None})
     rt.update({"generators": 1, "trainers": c.n_train} if c.n_gen == 0 else
               {"generators": c.n_gen, "trainers": c.n_train})
     tr = {"chunk_generations": c.chunk[0], "chunk_timesteps": c.chunk[1], "chunk_cells": None}
+    if c.shard_groups is not None:
+        tr["shard_groups"] = c.shard_groups
     return cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update=rt),
                                   "train": cfg.train.model_copy(update=tr)})
 
@@ -282,7 +288,11 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
              chunks[0] if (cfg.train.chunk_generations, cfg.train.chunk_timesteps) not in chunks
              else (cfg.train.chunk_generations, cfg.train.chunk_timesteps), stales[0])
     descend = []
+    groups = cfg.train.shard_groups if cfg.train.sharding == "fsdp" else 1
     for g, t in splits_of(mode, workers):
+        if t % groups:  # (the runtime refuses it: every shard group has the same number of ranks)
+            refused[f"{g}+{t}"] = f"train.shard_groups: {groups} shard groups do not divide {t} trainer ranks"
+            continue
         cost = cost_of(g, t)
         if isinstance(cost, str):
             refused[f"{g}+{t}"] = cost

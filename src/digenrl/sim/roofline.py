@@ -166,8 +166,9 @@ class RooflineCost:
         t = self.gpu[TRAINER]
         if self.max_cells < 1:
             need = (self.trainer_state_bytes() + self.act_cell) / GB
+            groups = f" in {self.groups} shard groups of {self.group_ranks}" if self.groups > 1 else ""
             raise InfeasibleError(f"{self.model.name} training needs {need:.0f} GB per rank with "
-                                  f"{self.n_train} {t.name} trainer ranks (capacity {t.memory_gb:.0f} GB)")
+                                  f"{self.n_train} {t.name} trainer ranks{groups} (capacity {t.memory_gb:.0f} GB)")
         if self.colocated and self.switch is None:
             raise InfeasibleError(f"{self.model.name} cannot generate next to its training state on "
                                   f"{t.name} even with the optimizer offloaded")
