@@ -16,7 +16,7 @@ from digenrl.sim.plan_search import search
 # FLUX.1-dev (MixGRPO preset: an FSDP trainer pool) at a small step on 16 GPUs of testbed B: seconds to plan
 PRESET = "configs/flux1_dev_mixgrpo.yaml"
 SMALL = ["train.prompts_per_step=4", "train.generations=4", "train.minibatches_per_step=1", "train.micro_batch=4",
-         "sampler.num_steps=6", "runtime.publish=stream", "runtime.generators=8", "runtime.trainers=8"]
+         "sampler.num_steps=6", "runtime.publish=object_store", "runtime.generators=8", "runtime.trainers=8"]
 
 
 def _plan(tmp_path, capsys, sets, config=PRESET, gpus=16):
@@ -49,7 +49,8 @@ def test_k_is_that_of_the_fastest_search(tmp_path, capsys, mode):
         assert grp["times_s"][str(k)] == pytest.approx(t, rel=1e-12)
     assert min(grp["times_s"].values()) == pytest.approx(times[fastest], rel=1e-12)  # no other k is faster
     assert grp["groups"] == fastest == rep["best"]["shard_groups"] and grp["searched"] is True
-    assert ", 2 shard groups" in rep["best"]["label"] or fastest != 2
+    assert rep["publish"]["path"] != "object_store"  # the publish path's own search came after k's: k is kept
+    assert f", {fastest} shard groups, publish {rep['publish']['path']}" in rep["best"]["label"]
     written = load_config(str(out))  # the written file runs k groups, and plans to the priced plan
     assert written.train.shard_groups == fastest == yaml.safe_load(out.read_text())["train"]["shard_groups"]
     assert written.runtime.trainers % fastest == 0

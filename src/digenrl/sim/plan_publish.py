@@ -51,9 +51,14 @@ def refine(cfg, res: SearchResult, *, search_with: Callable[[object], SearchResu
     path = cfg.runtime.publish
     report: dict = {"searched": False, "paths_s": {path: res.best.step_time}, "margin": PATH_MARGIN}
     if costs_with is not None:
+        before = res
         path, res, tried = choose(cfg, res, path, PUBLISH_PATHS, with_publish, search_with=search_with,
                                   margin=PATH_MARGIN)
         report.update(searched=True, paths_s=tried.pop("times_s"), **tried)
+        if res is not before:  # another path's own search: it ran at the shard groups chosen before it
+            res.groups = before.groups
+            res.best = replace(res.best, candidate=replace(res.best.candidate,
+                                                           shard_groups=before.best.candidate.shard_groups))
     cfg = with_publish(cfg, path)
     best = res.best = replace(res.best, candidate=replace(res.best.candidate, publish=path))
     report.update(path=path, hold=cfg.runtime.stale_hold, holds_s={})

@@ -45,13 +45,15 @@ def choose(cfg, res: SearchResult, own: Hashable, values: Iterable[Hashable], va
 
 
 def _short(why: str) -> str:
-    """A search's refusal with its first split's reason only (``... can be priced (a; b; c)`` -> ``(a; and 2
-    more)``): every split of a value refused, usually for the same reason."""
+    """A search's refusal with one split's reason only (``... can be priced (a; b; c)`` -> ``(b; and 2 more)``):
+    the first that is not a shard-group count dividing no trainer pool of that split (the splits it does divide
+    say what stops the value), else the first."""
     head, sep, reasons = why.partition(" (")
     if not sep:
         return why
-    parts = reasons.rstrip(")").split("; ")
-    return f"{head} ({parts[0]}" + (f"; and {len(parts) - 1} more)" if len(parts) > 1 else ")")
+    parts = reasons[:-1].split("; ") if reasons.endswith(")") else reasons.split("; ")
+    one = next((r for r in parts if "do not divide" not in r and "do not split into" not in r), parts[0])
+    return f"{head} ({one}" + (f"; and {len(parts) - 1} more)" if len(parts) > 1 else ")")
 
 
 __all__ = ["MARGIN", "choose"]
