@@ -4,10 +4,10 @@
                  [--set key=value ...] [--probe-steps 4] [--json]
 
 Sweeps every generator/trainer split of the workers (``--gpus``, default the config's generators + trainers),
-fragment size, chunk shape and (``full``) stale cap with short virtual-time probes (``sim.plan_search``), then
-on the chosen plan the shard-group count of a sharded trainer pool (``--testbed``, ``sim.plan_groups``), the
-publish path (``--testbed``) and (``full``) the stale hold (``sim.plan_publish``), prints the best plan and its
-robustness (skewed +-20 % op costs, neighbouring splits), and writes the input config with
+fragment size, chunk shape and (``full``) stale cap with short virtual-time probes (``sim.plan_search``), once
+per shard-group count of a sharded trainer pool (``--testbed``, ``sim.plan_groups``) and then once per publish
+path (``--testbed``, ``sim.plan_publish``); then (``full``) the stale hold on the chosen plan. It prints the best
+plan and its robustness (skewed +-20 % op costs, neighbouring splits), and writes the input config with
 ``runtime.generators / trainers / fragment_size / max_stale_fraction / publish / stale_hold`` and
 ``train.chunk_generations / chunk_timesteps / shard_groups`` set (``train.chunk_cells`` cleared; on ``--testbed``,
 ``train.memory_gb`` = the GPU's memory). The written file is loaded back and its ``plan_run`` plan checked

@@ -3,9 +3,9 @@
 Publish path (``runtime.publish``; a disaggregated mode priced on a roofline ``--testbed``): chosen by
 ``sim.plan_setting.choose`` among the three paths, each with a split search of its own priced by the roofline
 (``sim.roofline``: rank 0's object-store copy after the shard group's gather, a broadcast the generators join, or
-every rank's shard streamed while the trainers go on). Another path must beat the config's own (by default the object store, which needs no
-process group across the pools) by more than ``PATH_MARGIN`` (1 %). A measured profile prices only the path it was
-measured with, so with ``--profile`` the config's path stays and the report says so.
+every rank's shard streamed while the trainers go on). Another path must beat the config's own (by default the
+object store, which needs no process group across the pools) by more than ``PATH_MARGIN`` (1 %). A measured profile
+prices only the path it was measured with, so with ``--profile`` the config's path stays and the report says so.
 
 Stale hold (``runtime.stale_hold``; ``full`` with a publish the generators join: ``schedule.stale_hold.applies``):
 the chosen plan is probed with h in {the config's own h, 0} and ``sim.planner.STALE_HOLDS``, and the fastest is
