@@ -231,6 +231,13 @@ def write_plan(cfg, res, out: Path, header: str) -> None:
             os.unlink(tmp)
 
 
+def _tried(rec: dict, times: dict, prefix: str, what: str) -> str:
+    """How one setting was chosen (``sim.plan_setting``): each value's search time and each refusal."""
+    how = ("searched: " + ", ".join(f"{prefix}{k} {v:.4g} s" for k, v in times.items())
+           ) if rec["searched"] else f"the config's (a profile prices only its measured {what})"
+    return how + "".join(f"; {prefix}{k} refused: {why}" for k, why in rec.get("refused", {}).items())
+
+
 def _print(rep: dict) -> None:
     b = rep["best"]
     print(f"{rep['mode']} on {rep['workers']} workers, {rep['source']}: {rep['probes']} probes "
@@ -239,21 +246,14 @@ def _print(rep: dict) -> None:
     print("best per split: " + ", ".join(f"{k} {v:.4g}" for k, v in rep["best_per_split_s"].items()))
     for k, v in rep["refused"].items():
         print(f"refused {k}: {v}")
-    pub = rep["publish"]
+    grp, pub = rep["shard_groups"], rep["publish"]
+    if grp:  # (searched first: the publish path's search runs at the chosen k)
+        print(f"shard groups: {grp['groups']} ({_tried(grp, grp['times_s'], 'k=', 'pool')})")
     if pub:
-        how = ("searched: " + ", ".join(f"{k} {v:.4g} s" for k, v in pub["paths_s"].items())
-               ) if pub["searched"] else "the config's (a profile prices only its measured path)"
-        how += "".join(f"; {k} refused: {why}" for k, why in pub.get("refused", {}).items())
-        print(f"publish path: {pub['path']} ({how})")
+        print(f"publish path: {pub['path']} ({_tried(pub, pub['paths_s'], '', 'path')})")
         if pub["holds_s"]:
             print(f"stale hold: {pub['hold']:g} (" + ", ".join(f"h={k} {v:.4g} s" for k, v in pub["holds_s"].items())
                   + ")")
-    grp = rep["shard_groups"]
-    if grp:
-        how = ("searched: " + ", ".join(f"k={k} {v:.4g} s" for k, v in grp["times_s"].items())
-               ) if grp["searched"] else "the config's (a profile prices only its measured pool)"
-        how += "".join(f"; k={k} refused: {why}" for k, why in grp.get("refused", {}).items())
-        print(f"shard groups: {grp['groups']} ({how})")
     r = rep["robustness"]
     print("all op costs " + ", ".join(f"{k}: {v:.4g} s" for k, v in r["uniform"].items()))
     for k, v in r["skewed"].items():
