@@ -19,7 +19,7 @@ demo:  # --overwrite: each `make demo` replaces the previous demo run in runs/de
 	$(BIN)/digenrl train --overwrite
 
 test:
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=25  # (the slowest 25 listed at the end: where the suite time goes)
 
 test-fast:  # the quick subset for development: no Ray runs, no subprocess or demo-length runs (tests/slow.txt)
 	$(BIN)/python -m pytest tests -m "not slow"
