@@ -59,8 +59,7 @@ def _signal_inside_tqdm_write(sig) -> None:
     def signalled(cls):
         if sys._getframe(1).f_code.co_name == "external_write_mode" and not getattr(signalled, "sent", False):
             signalled.sent = True
-            os.kill(os.getpid(), sig)
-            signalled.after = True  # (the handler runs at the latest before this line)
+            os.kill(os.getpid(), sig)  # (the handler runs at the next bytecode, before the lock exists)
         return get_lock(cls)
 
     tqdm.get_lock = classmethod(signalled)

@@ -49,7 +49,17 @@ GEN_OPS = {Op.DENOISE.value, Op.VAE_DECODE.value, Op.REWARD.value, Op.TRANSFER.v
 
 
 class PlanSearchError(ValueError):
-    """Nothing can be planned (no candidate fits, a profile without the pool size it needs); names the key."""
+    """Nothing can be planned (no candidate fits, a profile without the pool size it needs); names the key.
+    ``refused``: split label -> why it could not be priced (where the search refused every split)."""
+
+    def __init__(self, message: str, refused: dict[str, str] | None = None):
+        super().__init__(message)
+        self.refused = dict(refused or {})
+
+
+# why a split is refused when the config's shard groups do not divide its trainer ranks (``sim.plan_setting`` tells
+# this reason from the others by its prefix: another split of the same value says what really stops it)
+INDIVISIBLE = "train.shard_groups: {k} shard groups do not divide {n} trainer ranks"
 
 
 @dataclass(frozen=True)
@@ -291,7 +301,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
     groups = cfg.train.shard_groups if cfg.train.sharding == "fsdp" else 1
     for g, t in splits_of(mode, workers):
         if t % groups:  # (the runtime refuses it: every shard group has the same number of ranks)
-            refused[f"{g}+{t}"] = f"train.shard_groups: {groups} shard groups do not divide {t} trainer ranks"
+            refused[f"{g}+{t}"] = INDIVISIBLE.format(k=groups, n=t)
             continue
         cost = cost_of(g, t)
         if isinstance(cost, str):
@@ -346,7 +356,7 @@ def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_st
                 probe(replace(best, n_gen=g, n_train=workers - g))
     if not probes:
         why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no candidate fits train.memory_gb"
-        raise PlanSearchError(f"no plan of {mode.value} on {workers} workers can be priced ({why})")
+        raise PlanSearchError(f"no plan of {mode.value} on {workers} workers can be priced ({why})", refused)
     probes.sort(key=lambda p: p.order)  # the unpruned search's order (its ties go to the earlier probe)
     best = min(probes, key=_rank)
     out = SearchResult(mode.value, workers, best, probes, refused, pruned=pruned[0], costs=costs)

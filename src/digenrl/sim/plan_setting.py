@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Hashable, Iterable
 
-from .plan_search import PlanSearchError, SearchResult
+from .plan_search import INDIVISIBLE, PlanSearchError, SearchResult
 
 MARGIN = 0.01  # another value must beat the config's own by more than this share of the step time
 
@@ -33,7 +33,7 @@ def choose(cfg, res: SearchResult, own: Hashable, values: Iterable[Hashable], va
             try:
                 found[v] = search_with(variant(cfg, v))
             except PlanSearchError as e:
-                refused[v] = _short(str(e))
+                refused[v] = _short(e)
     times = {v: r.best.step_time for v, r in found.items()}
     best = min(times, key=lambda v: (times[v], v != own))
     report: dict = {"times_s": times, "margin": margin}
@@ -44,16 +44,16 @@ def choose(cfg, res: SearchResult, own: Hashable, values: Iterable[Hashable], va
     return own, res, report
 
 
-def _short(why: str) -> str:
-    """A search's refusal with one split's reason only (``... can be priced (a; b; c)`` -> ``(b; and 2 more)``):
-    the first that is not a shard-group count dividing no trainer pool of that split (the splits it does divide
-    say what stops the value), else the first."""
-    head, sep, reasons = why.partition(" (")
-    if not sep:
-        return why
-    parts = reasons[:-1].split("; ") if reasons.endswith(")") else reasons.split("; ")
-    one = next((r for r in parts if "do not divide" not in r and "do not split into" not in r), parts[0])
-    return f"{head} ({one}" + (f"; and {len(parts) - 1} more)" if len(parts) > 1 else ")")
+def _short(e: PlanSearchError) -> str:
+    """A search's refusal with one split's reason only: the first that is not a shard-group count dividing no
+    trainer pool of that split (the splits it does divide say what stops the value), else the first."""
+    if not e.refused:
+        return str(e)
+    head = str(e).partition(" (")[0]
+    skip = INDIVISIBLE.split("{", 1)[0]
+    split, why = next(((k, r) for k, r in e.refused.items() if not r.startswith(skip)), next(iter(e.refused.items())))
+    more = len(e.refused) - 1
+    return f"{head} ({split}: {why}" + (f"; and {more} more)" if more else ")")
 
 
 __all__ = ["MARGIN", "choose"]
