@@ -44,10 +44,15 @@ def test_cuda_without_cuda_is_refused(tmp_path, capsys, monkeypatch):
 
 
 def test_more_gpus_than_the_machine_has_is_refused_before_ray(tmp_path, capsys, monkeypatch):
+    import ray
     import torch
 
     import digenrl.runtime.cluster as cluster
 
+    # the local start's check: as in a fresh process, whatever Ray this test process joined before (the runtime
+    # tests' session-wide Ray would be reused, and checked against its own resources instead)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init before the GPU check"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(cluster, "start_pools", lambda *a, **k: pytest.fail("workers started"))
