@@ -29,7 +29,7 @@ seconds to minutes (a plain two-process matmul loop, timed alone and beside a se
 showed no contention between the cores), so one run against one profile measures that drift as much as the
 simulator. Ray's workers run at nice 0 here.
 
-Run: ``python benchmarks/pipeline_cpu.py [--json] [--steps 6] [--rounds 3] [--repeats 8] [--modes ...] [--out PATH]
+Run: ``python benchmarks/pipeline_cpu.py [--json] [--steps 6] [--rounds 5] [--repeats 8] [--modes ...] [--out PATH]
 [--learn STEPS] [--figures docs/figures]`` (``--figures``: the README's runtime Gantt charts of the naive and
 gap_tsp_tag runs closest to their mode's mean).
 """
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per mode (default 6)")
     ap.add_argument("--modes", nargs="+", default=list(MODES))
-    ap.add_argument("--rounds", type=int, default=3, help="runs per mode, interleaved; rows are their means")
+    ap.add_argument("--rounds", type=int, default=5, help="runs per mode, interleaved; rows are their means")
     ap.add_argument("--repeats", type=int, default=8, help="timed repeats per op of each run's pre-run profile")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     ap.add_argument("--out", default=None, help="also write the rows here (e.g. benchmarks/results/pipeline_cpu.json)")
