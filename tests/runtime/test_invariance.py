@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from runtime_helpers import SMALL, make_cfg
+from runtime_helpers import SMALL, check_one_clock, make_cfg
 
 RTOL = 1e-5
 # With several optimizer steps per step the ratio leaves 1 after the first one and the clipped loss amplifies
@@ -129,6 +129,8 @@ def test_mode_matches_reference(case, ray_local, tiny_model, tmp_path, reference
                              + [f"trn{i}" for i in range(cfg.runtime.trainers)])
     kinds = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
     assert {"generate", "train", "commit"} <= kinds
+    assert 0.0 <= summary["clock_error_s"] < 0.1  # half the shortest of a few round trips to each worker
+    assert check_one_clock(run / "trace.json", summary["clock_error_s"]) == len(rows_named)
     measured = mode == "gap_tsp_tag" or "runtime.calibration.when=always" in overrides
     assert (run / "profile.json").is_file() == measured  # auto: only where BTS needs it; always: every run
     if measured:

@@ -9,14 +9,15 @@
   ``generator_resources={"L40S": 1}`` on nodes started with ``ray start --resources='{"L40S": 8}'``. A label the
   cluster does not have is refused up front (``ConfigError`` naming the key) instead of hanging.
 * ``start_pools``: creates the actors, waits until they are built (a failure names the worker), forms the
-  torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node) and publishes version 0.
+  torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node), measures each worker's
+  clock offset (``clocks``: its result stamps on the driver's clock) and publishes version 0.
 """
 
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from digenrl.config import Config, ConfigError
 
@@ -119,6 +120,8 @@ class ActorPools:
     publish: str = "object_store"
     sharded: bool = False           # FSDP pool: rank 0's calls that gather state are collectives of its group
     first_group: tuple[str, ...] = ()  # the ranks of rank 0's shard group (hybrid sharding: one of several)
+    clock_offsets: dict[str, float] = field(default_factory=dict)  # id -> driver clock - its clock (``clocks``)
+    clock_error_s: float = 0.0      # the offsets' largest error bound (half a round trip)
 
     def actor(self, worker: str):
         return self.generators.get(worker) or self.trainers[worker]
@@ -188,6 +191,7 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
+    from .clocks import measure_offsets
     from .deadlines import startup_deadline
 
     cfg = run.cfg
@@ -201,6 +205,9 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
                        run.ranks_of(run.plan.trainers[0]) if run.sharded else ())
     try:
         get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup", up)
+        pools.clock_offsets, pools.clock_error_s = measure_offsets(
+            {w: lambda w=w: get_named({w: pools.actor(w).clock.remote()}, "clock offsets", up)[0]
+             for w in run.generator_ids + run.trainer_ids})
         _form_groups(run, pools, up)
         version = 0
         if state is not None:

@@ -36,10 +36,11 @@ from digenrl.observe.run_outputs import RunOutputs, RunStart
 from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
+from .clocks import Clock
 from .cluster import ActorPools, get_named, ray_session, start_pools
 from .deadlines import ObservedCosts, call_deadline, remote_reward_wait
 from .errors import WorkerFailure
-from .executor import Clock, RayExecutor
+from .executor import RayExecutor
 from .step_metrics import StepMetrics
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class _Controller:
         try:
             while True:
                 self.pools = start_pools(self.run, self.state, failure)
+                self.clock.use(self.pools.clock_offsets)
                 self._restarted()
                 try:
                     return self._attempt()
@@ -165,7 +167,8 @@ class _Controller:
         return self.out.finish(wall_s=self.wall0 + end, version=self.sched.published, **result.timing(),
                                audit_violations=audit(plan, log, events, self.first)[:20], bts=result.bts,
                                restarts=len(self.recoveries), recoveries=self.recoveries,
-                               controller_cpu_s=self._controller_cpu_s, cost_scales=self.sched.cost_scales)
+                               controller_cpu_s=self._controller_cpu_s, cost_scales=self.sched.cost_scales,
+                               clock_error_s=self.pools.clock_error_s)
 
     def _write_observed_profile(self, spans) -> None:
         """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), laid over the

@@ -1,4 +1,5 @@
-"""The Ray executor: scheduler actions -> actor calls; finished calls -> ``Completion`` records (wall time).
+"""The Ray executor: scheduler actions -> actor calls; finished calls -> ``Completion`` records (the
+driver's clock, ``clocks.Clock``: worker stamps mapped onto it).
 
 ``RayExecutor`` implements ``digenrl.control.loop.Executor``. It moves object refs only: a ``Generate`` leaves
 its trajectories in the object store (ref kept per (step, group)) and carries the ref of the published weights
@@ -24,7 +25,6 @@ nothing of the loss and imports no torch.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -33,6 +33,7 @@ from digenrl.control.run_plan import RunPlan
 from digenrl.schedule import Action, Commit, Generate, Publish, Train
 from digenrl.schedule.layout import gang_shares, grid_cells
 
+from .clocks import Clock
 from .cluster import ActorPools, error_cause, wait_sliced
 from .errors import WorkerFailure
 
@@ -74,22 +75,6 @@ class _StepRefs:
     uids: dict = field(default_factory=dict)        # group -> prompt uid
     rewards: dict = field(default_factory=dict)     # group -> {generation: reward}
     parts: dict = field(default_factory=dict)       # group -> {reward part: {generation: value}}
-
-
-class Clock:
-    """Run-relative seconds: ``now()`` from the driver's monotonic clock; ``rel(wall)`` for worker stamps."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.t0, self.wall0 = time.perf_counter(), time.time()
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def rel(self, wall: float) -> float:
-        return wall - self.wall0
 
 
 class RayExecutor:
@@ -238,18 +223,18 @@ class RayExecutor:
                                     f"the worker is stalled")
 
     def _complete(self, call: _Call, now: float) -> Completion:
-        a, rel = call.action, self.clock.rel
+        a, at = call.action, self.clock.at
+        span = lambda r: Interval(r.worker, at(r.worker, r.start), at(r.worker, r.end))  # noqa: E731 (worker stamps)
         if a is not None and self.observed is not None:
             self.observed.observe(a, now - call.start)
         results = [call.results[r] for r in call.workers]  # launch order: rank 0 first
         if isinstance(a, Generate) and a.more:  # per rank: a tuple of per-part infos, one batch's times
-            work = self._by_group([Interval(r[0].worker, rel(r[0].start), rel(r[0].end)) for r in results])
+            work = self._by_group([span(r[0]) for r in results])
         elif a is None or not isinstance(a, Publish):
-            work = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results])
+            work = self._by_group([span(r) for r in results])
         elif self.plan.publish_streams:  # the generators are in it until they hold the version; the senders
             gens = set(a.generators)       # only while they start their sends (then they go on; the sends drain)
-            sends = self._by_group([Interval(r.worker, rel(r.start), rel(r.end)) for r in results
-                                    if r.worker not in gens])
+            sends = self._by_group([span(r) for r in results if r.worker not in gens])
             work = tuple(Interval(g, call.start, now) for g in a.generators) + sends
         else:  # rank 0 is busy until every generator has the version; a broadcast holds the generators too
             held = a.ranks + (a.generators if self.plan.publish_joins else ())  # (as ``sim.executor`` counts it)

@@ -71,9 +71,9 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.version = version
 
     def load_weights(self, version: int, weights: list) -> TimedResult:
-        t0 = time.time()
+        t0 = time.monotonic()
         self._swap_in(version, weights)
-        return TimedResult(self.name, "receive", t0, time.time(), version)
+        return TimedResult(self.name, "receive", t0, time.monotonic(), version)
 
     def generate(self, fragment, version: int, weights: list | None = None):
         self.check_failure(fragment.step)
@@ -85,14 +85,14 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         return batch, info
 
     def receive_broadcast(self, version: int) -> TimedResult:
-        t0 = time.time()
+        t0 = time.monotonic()
         self.inbox.put(version, broadcast_receive(self.policy, self._publish_group))
-        return TimedResult(self.name, "receive", t0, time.time(), version)
+        return TimedResult(self.name, "receive", t0, time.monotonic(), version)
 
     def receive_stream(self, version: int) -> TimedResult:
-        t0 = time.time()
+        t0 = time.monotonic()
         self.inbox.put(version, stream_receive(self.policy, self._streams))
-        return TimedResult(self.name, "receive", t0, time.time(), version)
+        return TimedResult(self.name, "receive", t0, time.monotonic(), version)
 
     def measure_generate(self, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
         """Seconds per phase of generating a fragment of each size (for the BTS cost model)."""

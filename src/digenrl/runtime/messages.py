@@ -1,7 +1,9 @@
 """Small results the workers return to the driver (metadata only: tensors stay in the object store).
 
-Every result names its ``worker`` and carries ``start`` / ``end``. Times are wall-clock seconds (``time.time()``) measured on the worker around the work itself; the driver
-turns them into run-relative span times. Scheduler events use the driver's own clock (when it saw the result).
+Every result names its ``worker`` and carries ``start`` / ``end``: the worker's own ``time.monotonic()`` read
+around the work itself. The driver maps them onto its monotonic clock by the offset it measured for that worker
+at startup (``cluster.clock_offsets``) and turns them into run-relative span times; scheduler events use the
+driver's clock (when it saw the result).
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         from digenrl.train.sample_masks import masked_cells, round_masks
 
         self.check_failure(chunk.step)
-        t0 = time.time()
+        t0 = time.monotonic()
         if self.tx.version != chunk.step or self._round != chunk.round:
             raise RuntimeError(f"{self.name}: chunk of step {chunk.step} round {chunk.round} but the weights are "
                                f"version {self.tx.version} after {self._round} rounds")
@@ -223,7 +223,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             from digenrl.train.chunk_loss import CellStats
 
             stats = CellStats()
-        return ChunkResult(chunk, self.name, cells, stats, t0, time.time())
+        return ChunkResult(chunk, self.name, cells, stats, t0, time.monotonic())
 
     @collective_action
     def generate(self, fragment, version: int):
@@ -295,7 +295,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
         from digenrl.runtime.messages import FragmentInfo
 
-        now = time.time()
+        now = time.monotonic()
         return FragmentInfo(replace(fragment, generations=()), self.name, self.tx.version, -1, (), {}, now, now)
 
     @collective_action
@@ -304,7 +304,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         from digenrl.train.sample_masks import round_masks
 
         self.check_failure(step)
-        t0 = time.time()
+        t0 = time.monotonic()
         self._finish_sends()
         if not self.tx.open:  # a rank without a chunk this round still joins the all-reduce
             self.tx.begin(step, None)
@@ -338,7 +338,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if final:
             for key in [k for k in self._groups if k[0] <= step]:
                 del self._groups[key]
-        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.time(), stats)
+        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.monotonic(), stats)
 
     def _refill(self, step: int, rewards: dict, parts: dict) -> dict | None:
         """``train.zero_adv_refill``: group -> kept mask (generation order) of ``step``, from every group's rewards
@@ -367,31 +367,31 @@ class TrainerWorker(WorkerBase, TrainerAPI):
     @collective_action
     def publish(self, version: int):
         """(state, TimedResult): the object-store payload of ``version`` (rank 0)."""
-        t0 = time.time()
+        t0 = time.monotonic()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
         with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
             state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
         if self.sharded and self.rank != 0:
             state = None
-        return state, TimedResult(self.name, "publish", t0, time.time(), version)
+        return state, TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
     @collective_action
     def publish_broadcast(self, version: int) -> TimedResult:
-        t0 = time.time()
+        t0 = time.monotonic()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
         with sampling_weights(self.policy):  # (unsharded: views of the parameters, sent inside the block)
             state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
             if self.rank == 0:
                 broadcast_send(state, self._publish_group)
-        return TimedResult(self.name, "publish", t0, time.time(), version)
+        return TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
     @collective_action
     def publish_stream(self, version: int) -> TimedResult:
         """A sender (``publish.stream_send``): start the asynchronous sends of its shards of ``version`` and
         return; the rank goes on with its next call while they drain."""
-        t0 = time.time()
+        t0 = time.monotonic()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
         self._finish_sends()
@@ -399,7 +399,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
                 state = local_state(self.policy.trainable_state_dict())
             self._sends = stream_send(state, *self._stream)
-        return TimedResult(self.name, "publish", t0, time.time(), version)
+        return TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
     def _finish_sends(self) -> None:
         """Wait for the sends of the last stream publish (done by now in a scheduled run: the scheduler starts
@@ -413,21 +413,21 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         """TimedResult(value=(eval reward, the first ``grid`` eval samples)) with the (EMA) weights."""
         from digenrl.train.evaluate import evaluate
 
-        t0 = time.time()
+        t0 = time.monotonic()
         cfg = self.cfg
         with self.ctx.eval_weights():
             r, batch = evaluate(self.policy, self.task.eval_prompts(cfg.eval.num_prompts), self.reward,
                                 self.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
         sample = batch.select(list(range(min(grid, len(batch)))))
         value = (r, sample) if self.rank == 0 else None  # sharded: every rank ran the collective forwards
-        return TimedResult(self.name, "eval", t0, time.time(), value)
+        return TimedResult(self.name, "eval", t0, time.monotonic(), value)
 
     @collective_action
     def checkpoint_bytes(self, meta: dict) -> TimedResult:
         """The checkpoint file's bytes (the driver writes them atomically where the run lives)."""
         from digenrl.observe.run_outputs import checkpoint_bytes
 
-        t0 = time.time()
+        t0 = time.monotonic()
         with self.ctx.eval_weights():
             state = None
             if self.sharded:  # gather the full (EMA) state on every rank, write it on rank 0
@@ -436,14 +436,14 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                 policy = self.policy
                 state = full_state(policy.state_dict() if hasattr(policy, "save") else policy.trainable_state_dict())
             data = checkpoint_bytes(self.policy, meta, state) if self.rank == 0 else None
-        return TimedResult(self.name, "checkpoint", t0, time.time(), data)
+        return TimedResult(self.name, "checkpoint", t0, time.monotonic(), data)
 
     @collective_action
     def pack_state(self, step: int, counters: dict) -> TimedResult:
         """value = the resumable state (``train.checkpoint``) after ``step`` committed steps, at a step boundary."""
         from digenrl.train.checkpoint import pack_train_state
 
-        t0 = time.time()
+        t0 = time.monotonic()
         if self._round or self.tx.open or self.tx.version != step:
             raise RuntimeError(f"{self.name}: no step boundary to checkpoint (version {self.tx.version}, "
                                f"{self._round} rounds of the next step committed, transaction open: {self.tx.open})")
@@ -451,8 +451,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             from digenrl.train.sharded_checkpoint import pack_sharded_state
 
             data = pack_sharded_state(self.ctx, self.cfg.run_dir, step=step, counters=counters, rank=self.rank)
-            return TimedResult(self.name, "checkpoint", t0, time.time(), data)
-        return TimedResult(self.name, "checkpoint", t0, time.time(),
+            return TimedResult(self.name, "checkpoint", t0, time.monotonic(), data)
+        return TimedResult(self.name, "checkpoint", t0, time.monotonic(),
                            pack_train_state(self.ctx, step=step, counters=counters))
 
     @collective_action

@@ -42,6 +42,11 @@ class WorkerBase:
     def ping(self) -> str:
         return self.name
 
+    def clock(self) -> float:
+        """This process's ``time.monotonic()``: what every start / end stamp of its results is read from (the
+        driver maps them onto its own clock by an offset it measures with this call, ``cluster.clock_offsets``)."""
+        return time.monotonic()
+
     def node_endpoint(self) -> tuple[str, int]:
         """(this node's IP, a free TCP port on it) for a torch.distributed rendezvous hosted here."""
         import socket
@@ -78,7 +83,7 @@ class WorkerBase:
         from digenrl.control.run_plan import timestep_plan
         from digenrl.train.step_work import generate
 
-        t0 = time.time()
+        t0 = time.monotonic()
         prompt = self.prompts(fragment.step)[fragment.group]
         gens = list(fragment.generations)
         batch = generate(policy, [prompt] * len(gens), gens, step=fragment.step, run_seed=self.cfg.seed,
@@ -87,7 +92,7 @@ class WorkerBase:
         batch.images = None
         parts = {k: tuple(float(x) for x in v) for k, v in (batch.reward_parts or {}).items()}
         info = FragmentInfo(fragment, self.name, version, prompt.uid, tuple(float(r) for r in batch.rewards),
-                            parts, t0, time.time())
+                            parts, t0, time.monotonic())
         return batch, info
 
     def generate_parts(self, policy, parts, version: int) -> tuple:
@@ -97,7 +102,7 @@ class WorkerBase:
         from digenrl.control.run_plan import timestep_plan
         from digenrl.train.step_work import generate
 
-        t0 = time.time()
+        t0 = time.monotonic()
         step = parts[0].step
         prompts = self.prompts(step)
         pairs = [(i, g) for i, p in enumerate(parts) for g in p.generations]
@@ -107,7 +112,7 @@ class WorkerBase:
                              run_seed=self.cfg.seed, version=version, settings=self.sampler,
                              plan=timestep_plan(self.cfg, step), reward=self.reward)
             batch.images = None
-        t1 = time.time()
+        t1 = time.monotonic()
         out, infos = [], []
         for i, p in enumerate(parts):
             idx = [j for j, (k, _) in enumerate(pairs) if k == i]

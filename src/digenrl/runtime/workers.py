@@ -20,6 +20,9 @@ class WorkerAPI(Protocol):
     def ping(self) -> str:
         """The worker's id (liveness)."""
 
+    def clock(self) -> float:
+        """The worker's ``time.monotonic()``, the clock of its results' start / end stamps."""
+
     def node_endpoint(self) -> tuple[str, int]:
         """(node IP, a free TCP port there): a torch.distributed rendezvous hosted by this worker's node."""
 
