@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from digenrl.rewards.service import score_with_parts
+from digenrl.rewards.batching import score_with_parts
 
 
 class AsyncReward:
