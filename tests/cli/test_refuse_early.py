@@ -48,6 +48,7 @@ def test_more_gpus_than_the_machine_has_is_refused_before_ray(tmp_path, capsys, 
     import torch
 
     import digenrl.runtime.cluster as cluster
+    import digenrl.runtime.driver as driver
 
     # the local start's check: as in a fresh process, whatever Ray this test process joined before (the runtime
     # tests' session-wide Ray would be reused, and checked against its own resources instead)
@@ -55,7 +56,8 @@ def test_more_gpus_than_the_machine_has_is_refused_before_ray(tmp_path, capsys, 
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init before the GPU check"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cluster, "start_pools", lambda *a, **k: pytest.fail("workers started"))
+    for mod in (cluster, driver):  # (the driver's own name too: imported here first, it would keep the patch)
+        monkeypatch.setattr(mod, "start_pools", lambda *a, **k: pytest.fail("workers started"))
     err = _refused(capsys, tmp_path, ["--ray", "runtime.mode=gap", "runtime.generators=2", "runtime.trainers=1",
                                       "runtime.generator_resources={GPU: 1}"], "runtime.generator_resources")
     assert "this machine has 1" in err
