@@ -94,7 +94,7 @@ def _load_train(args):
 
 def cmd_train(args) -> int:
     from digenrl.faults import RunHalted
-    from digenrl.observe.run_outputs import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
+    from digenrl.observe.run_dir import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
     from digenrl.train.interrupt import StopRequest, as_interrupted
     from digenrl.validate import validate_run
 

@@ -34,13 +34,16 @@ def _someones_files(d: Path) -> Path:
 
 @pytest.mark.parametrize("value", ["", ".", "./", "/", "'~'", "HOME", "../cwd"])
 def test_unsafe_run_dirs_are_refused(tmp_path, capsys, monkeypatch, value):
+    import digenrl.observe.run_dir as rd
     import digenrl.observe.run_outputs as ro
 
     def never(*a, **k):  # should the refusal regress, this test still writes nothing (not even into /)
         raise AssertionError("the run reached its run_dir")
 
-    for name in ("lock_run_dir", "prepare_run_dir", "clear_previous_run"):
-        monkeypatch.setattr(ro, name, never)
+    for mod in (rd, ro):  # where the CLI and ``RunOutputs`` take them from
+        for name in ("lock_run_dir", "prepare_run_dir", "clear_previous_run"):
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, never)
     cwd, home = _someones_files(tmp_path / "cwd"), _someones_files(tmp_path / "home")
     monkeypatch.chdir(cwd)
     monkeypatch.setenv("HOME", str(home))

@@ -32,7 +32,8 @@ from digenrl.control.loop import Completion, run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
 from digenrl.faults import find_deterministic, find_halted
-from digenrl.observe.run_outputs import RunOutputs, RunStart
+from digenrl.observe.run_dir import RunStart
+from digenrl.observe.run_outputs import RunOutputs
 from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 def run_disaggregated(cfg: Config, start: RunStart | None = None, stop=None) -> dict:
     """Train with the Ray runtime (``runtime.mode``); writes every run output into ``cfg.run_dir``.
 
-    ``start``: fresh, overwrite or resume (``observe.run_outputs.plan_run_dir``); ``stop``: the CLI's
+    ``start``: fresh, overwrite or resume (``observe.run_dir.plan_run_dir``); ``stop``: the CLI's
     ``StopRequest`` (its signal handler raises ``Interrupted`` in this thread)."""
     run = plan_run(cfg)  # config errors before anything is written or started
     with ray_session(run):  # placement errors too
@@ -88,7 +89,6 @@ class _Controller:
         try:
             while True:
                 self.pools = start_pools(self.run, self.state, failure)
-                self.clock.use(self.pools.clock_offsets)
                 self._restarted()
                 try:
                     return self._attempt()
@@ -203,7 +203,9 @@ class _Controller:
                                 "lost_from_s": published if published is not None else self._attempt_start})
 
     def _restarted(self) -> None:
-        """Fresh pools are up after a failure: time the restart and the lost work, draw it in the trace."""
+        """Fresh pools are up (their workers' clock offsets from now on); after a failure: time the restart and
+        the lost work, draw it in the trace."""
+        self.clock.use(self.pools.clock_offsets)
         if not self.recoveries or "restart_s" in self.recoveries[-1]:
             return
         rec, ready = self.recoveries[-1], self.clock.now()

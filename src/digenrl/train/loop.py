@@ -23,7 +23,8 @@ from __future__ import annotations
 import time
 
 from digenrl.config import Config
-from digenrl.observe.run_outputs import RunOutputs, RunStart, checkpoint_bytes
+from digenrl.observe.run_dir import RunStart
+from digenrl.observe.run_outputs import RunOutputs, checkpoint_bytes
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.train import checkpoint as ckpt
 from digenrl.train.chunk_loss import CellStats
