@@ -53,7 +53,7 @@ def test_grpo_guard_with_global_std_runs_where_the_step_waits_for_its_rewards():
 
 
 def test_an_algorithm_change_is_refused_on_resume():
-    from digenrl.train.checkpoint import check_resume_config, config_hash
+    from digenrl.train.resume_config import check_resume_config, config_hash
 
     saved = load_config(None, SMALL).model_dump(mode="json")
     for algo in ("grpo_guard", "mixgrpo", "nft"):

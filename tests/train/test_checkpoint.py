@@ -12,6 +12,7 @@ import torch
 
 from digenrl.config import ConfigError, load_config
 from digenrl.train import checkpoint as ckpt
+from digenrl.train.resume_config import check_resume_config, config_hash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 import tiny_diffusers as td  # noqa: E402
@@ -22,25 +23,25 @@ def test_math_keys_are_refused_free_keys_allowed():
     saved = base.model_dump(mode="json")
     for ok in ["steps=500", "run_dir=elsewhere", "eval.every=3", "log.progress=false", "runtime.mode=gap_tsp",
                "runtime.generators=3", "runtime.checkpoint_every=7", "model.device=cuda:1", "train.chunk_timesteps=1"]:
-        ckpt.check_resume_config(saved, load_config(None, [ok]))
+        check_resume_config(saved, load_config(None, [ok]))
     older = {k: v for k, v in saved.items() if k != "resume"}    # written before a key existed: its default
     older["train"] = {k: v for k, v in saved["train"].items() if k != "ema_decay"}
-    ckpt.check_resume_config(older, base)
+    check_resume_config(older, base)
     for bad, key in [("train.lr=0.1", "train.lr"), ("seed=3", "seed"), ("sampler.noise_level=0.5", "sampler.noise_level"),
                      ("runtime.mode=full", "runtime.mode"), ("reward={digits: {weight: 2}}", "reward.digits.weight"),
                      ("train.generations=4", "train.generations"), ("model.path=x.safetensors", "model.path")]:
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-            ckpt.check_resume_config(saved, load_config(None, [bad]))
+            check_resume_config(saved, load_config(None, [bad]))
 
 
 def test_a_sharded_checkpoint_resumes_only_on_as_many_ranks():
     sharded = ["train.sharding=fsdp", "runtime.mode=gap_tsp", "runtime.trainers=2"]
     saved = load_config(None, sharded).model_dump(mode="json")
-    ckpt.check_resume_config(saved, load_config(None, sharded))
+    check_resume_config(saved, load_config(None, sharded))
     with pytest.raises(ConfigError, match=r"runtime\.trainers=2"):
-        ckpt.check_resume_config(saved, load_config(None, [*sharded, "runtime.trainers=4"]))
+        check_resume_config(saved, load_config(None, [*sharded, "runtime.trainers=4"]))
     replicated = load_config(None, ["runtime.mode=gap_tsp", "runtime.trainers=2"])  # replicas: any number
-    ckpt.check_resume_config(replicated.model_dump(mode="json"), load_config(None, ["runtime.mode=gap_tsp",
+    check_resume_config(replicated.model_dump(mode="json"), load_config(None, ["runtime.mode=gap_tsp",
                                                                                    "runtime.trainers=4"]))
 
 
@@ -133,7 +134,7 @@ def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path,
     for (n, a), (_, b) in zip(ctx.policy.named_parameters(), fresh.policy.named_parameters()):
         assert torch.equal(a, b), n
     meta = json.loads(__import__("safetensors").safe_open(str(path), "pt").metadata()[ckpt.META_KEY])
-    assert meta["config_hash"] == ckpt.config_hash(cfg)
+    assert meta["config_hash"] == config_hash(cfg)
 
 
 def test_bytes_and_file_give_the_same_state(tmp_path):

@@ -74,7 +74,7 @@ def test_nft_configs_that_work():
 
 def test_nft_plan_trains_k_slots_and_changes_the_hash():
     from digenrl.control.run_plan import plan_run, timestep_plan
-    from digenrl.train.checkpoint import check_resume_config, config_hash
+    from digenrl.train.resume_config import check_resume_config, config_hash
 
     cfg = load_config(None, [*SMALL, *NFT, "runtime.mode=gap_tsp"])
     assert timestep_plan(cfg, 0).sde_steps == () and timestep_plan(cfg, 5).trained == (0, 1, 2)

@@ -87,7 +87,8 @@ def _check_ours(d: Path) -> None:
 
 def plan_run_dir(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunStart:
     """Decide (without writing) how this run uses ``cfg.run_dir``; ``ConfigError`` if it may not."""
-    from digenrl.train.checkpoint import check_resume_config, latest_checkpoint
+    from digenrl.train.checkpoint import latest_checkpoint
+    from digenrl.train.resume_config import check_resume_config
 
     d = Path(cfg.run_dir)
     if resume and overwrite:

@@ -9,7 +9,7 @@ so the state after commit k is exactly:
 * DiffusionNFT's old copy and its optimizer-step count (``train.nft_old_policy=soft``, ``train.nft_old``),
 * torch's global RNG state (CPU and CUDA; nothing in the step math draws from it today, but dropout would),
 * run counters (wall time, samples, eval rewards) so the summary of a resumed run covers the whole run,
-* the config, and the hash of its math-relevant part (``math_config``).
+* the config, and the hash of its math-relevant part (``resume_config.math_config``).
 
 Restoring it and running steps k+1.. reproduces the uninterrupted run bitwise on CPU (I6). Nothing else is
 carried across steps: prompts, timestep plans and noise are functions of (seed, step); advantages are
@@ -55,22 +55,15 @@ from typing import Any
 
 import torch
 
-from digenrl.config import Config, ConfigError
 from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
+
+from .resume_config import check_resume_config, config_hash
 
 CHECKPOINT_DIR = "checkpoints"
 META_KEY = "digenrl_train_state"
 HASH_KEY = "digenrl_sha256"  # sha256 hex of the data section (see the module docstring)
 FORMAT = 1
 _NAME = re.compile(r"^step_(\d{8})\.safetensors$")
-
-# Keys that may change on resume: where and how the work runs, logging and eval, the run length. Everything
-# else (model, task, reward, sampler, train, seed, the policy class of the mode) is the math of a step.
-FREE_KEYS = ("run_dir", "steps", "resume", "log", "eval", "model.device", "model.prompt_cache_dir",
-             "train.chunk_generations", "train.chunk_timesteps", "runtime",
-             "sampler.eval_num_steps")  # (the eval's sampler only)
-# ...except these runtime keys, which change what a step computes
-MATH_RUNTIME_KEYS = ("runtime.max_stale_fraction",)
 
 
 @dataclass
@@ -93,67 +86,6 @@ class TrainState:
 
 
 logger = logging.getLogger(__name__)
-
-
-# ---- config compatibility -------------------------------------------------------------------------------
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def math_config(cfg: Config | dict) -> dict[str, Any]:
-    """The dotted keys of ``cfg`` that define what a step computes (``FREE_KEYS`` removed)."""
-    tree = cfg.model_dump(mode="json") if isinstance(cfg, Config) else cfg
-    flat = _flatten(tree)
-    out = {}
-    for k, v in flat.items():
-        free = any(k == f or k.startswith(f + ".") for f in FREE_KEYS) and k not in MATH_RUNTIME_KEYS
-        if not free:
-            out[k] = v
-    mode = tree.get("runtime", {}).get("mode", "colocated")
-    out["runtime.mode"] = "tcss" if mode == "full" else "on_policy"  # the on-policy modes compute the same (I1)
-    if mode != "full":
-        out.pop("runtime.max_stale_fraction", None)
-    return out
-
-
-def config_hash(cfg: Config | dict) -> str:
-    return hashlib.sha256(json.dumps(math_config(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _cut(v: Any, n: int = 80) -> str:
-    s = json.dumps(v, default=str)
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
-def check_resume_config(saved: dict, cfg: Config) -> None:
-    """Refuse (``ConfigError`` naming the keys) a config whose step math differs from the checkpoint's."""
-    try:  # keys added to the config since the checkpoint was written take their defaults (today's behaviour)
-        saved = Config.model_validate(saved).model_dump(mode="json")
-    except ValueError:
-        pass  # a key was removed since: compare what is there
-    old, new = math_config(saved), math_config(cfg)
-    diff = sorted(k for k in old.keys() | new.keys() if old.get(k, "<unset>") != new.get(k, "<unset>"))
-    if diff:
-        parts = [f"{k} (checkpoint {_cut(old.get(k, '<unset>'))}, now {_cut(new.get(k, '<unset>'))})" for k in diff[:5]]
-        more = f" and {len(diff) - 5} more" if len(diff) > 5 else ""
-        raise ConfigError("resume: the config changes the math of a step: " + "; ".join(parts) + more
-                          + ". Resume with the run's own config (run_dir/config.yaml)")
-    sharding = saved.get("train", {}).get("sharding", "none")
-    ranks = saved.get("runtime", {}).get("trainers", 1)
-    groups = saved.get("train", {}).get("shard_groups", 1)
-    now = cfg.runtime.trainers // cfg.train.shard_groups
-    if sharding != "none" and ranks // groups != now:  # (sharded_checkpoint: the same mesh size only)
-        raise ConfigError(f"runtime.trainers: the checkpoint holds the shards of a shard group of {ranks // groups} "
-                          f"trainer ranks (train.sharding={sharding}, runtime.trainers={ranks}, "
-                          f"train.shard_groups={groups}) and loads only onto groups of as many; resume with "
-                          f"runtime.trainers={ranks} and train.shard_groups={groups}")
 
 
 # ---- packing ---------------------------------------------------------------------------------------------

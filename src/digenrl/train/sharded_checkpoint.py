@@ -14,7 +14,7 @@ multi-node cluster, as for any ``torch.distributed.checkpoint`` user).
 
 Restoring (``restore_sharded_state``): every rank of a freshly sharded context loads its shards back in place
 (``load_sharded``: the mesh may be the same size only; a resume with another ``runtime.trainers`` is refused
-before anything starts, ``checkpoint.check_resume_config``), then the version, EMA update count and RNG.
+before anything starts, ``resume_config.check_resume_config``), then the version, EMA update count and RNG.
 """
 
 from __future__ import annotations
