@@ -1,14 +1,13 @@
 """``runtime.collective_timeout_s``: validated, and a timed-out collective of a trainer call becomes an error naming
-the worker, its rank and the call (``trainer.collective_action``), while other errors pass unchanged."""
+the worker, its rank and the call (``collectives.collective_action``), while other errors pass unchanged."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 
 from digenrl.config import ConfigError, load_config
-from digenrl.runtime.trainer import CollectiveTimeout, collective_action
+from digenrl.runtime.collectives import CollectiveTimeout, collective_action
 from digenrl.schedule import Chunk
 
 # what gloo raised in a 2-rank all_reduce that the other rank never joined (torch 2.13, timeout 3 s)

@@ -40,60 +40,22 @@ rank 0 returns it; ``evaluate`` runs on every rank, rank 0 reports; ``pack_state
 A rank whose share of a chunk holds only zero-advantage cells still forwards (``train_cells(collective=True)``).
 
 Collective timeout: the groups wait ``runtime.collective_timeout_s`` for the other ranks; a collective call
-(``collective_action``) that waits longer raises ``CollectiveTimeout`` naming the worker, its rank and the call
-(gloo; under NCCL the watchdog aborts the process instead).
+(``collectives.collective_action``) that waits longer raises ``CollectiveTimeout`` naming the worker, its rank
+and the call (gloo; under NCCL the watchdog aborts the process instead).
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import re
 import time
 
 from digenrl.control.run_plan import plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
 
+from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, local_state, state_copy, stream_send
 from .worker_base import WorkerBase
 from .workers import TrainerAPI
-
-
-class CollectiveTimeout(RuntimeError):
-    """A collective of the trainer pool waited longer than ``runtime.collective_timeout_s``."""
-
-
-def _describe(fn, args: tuple, kwargs: dict) -> str:
-    """``train(chunk=step 3 group 1 round 0, 8 cells)``: the call with its small arguments."""
-    parts = []
-    for k, v in list(inspect.signature(fn).bind(None, *args, **kwargs).arguments.items())[1:]:
-        if hasattr(v, "step") and hasattr(v, "group"):  # a chunk or a fragment
-            size = f", {len(v.cells)} cells" if hasattr(v, "cells") else f", {len(v.generations)} generations"
-            parts.append(f"{k}=step {v.step} group {v.group}" + (f" round {v.round}" if hasattr(v, "round") else "") + size)
-        elif isinstance(v, (bool, int, float, str)):
-            parts.append(f"{k}={v!r}")
-    return f"{fn.__name__}({', '.join(parts)})"
-
-
-def collective_action(fn):
-    """Decorator of the calls that are collectives of a pool of several ranks: a timed-out collective inside
-    ``fn`` (gloo raises ``RuntimeError: ... Timed out waiting ...``) becomes a ``CollectiveTimeout`` naming the
-    worker, its rank and the call; every other error passes unchanged."""
-
-    @functools.wraps(fn)
-    def call(self, *args, **kwargs):
-        try:
-            return fn(self, *args, **kwargs)
-        except RuntimeError as e:
-            if self._world < 2 or isinstance(e, CollectiveTimeout) or not re.search(r"timed? ?out", str(e), re.I):
-                raise
-            raise CollectiveTimeout(
-                f"{self.name} (trainer rank {self.rank} of {self._world}): {_describe(fn, args, kwargs)} waited "
-                f"longer than runtime.collective_timeout_s = {self.cfg.runtime.collective_timeout_s:g} s in a "
-                f"collective that another rank of the pool did not join: {e}") from e
-
-    return call
 
 
 class TrainerWorker(WorkerBase, TrainerAPI):
