@@ -3,7 +3,6 @@ the worker, its rank and the call (``collectives.collective_action``), while oth
 
 from __future__ import annotations
 
-
 import pytest
 
 from digenrl.config import ConfigError, load_config
