@@ -52,7 +52,8 @@ def _code(v) -> str:
 
 
 def section() -> str:
-    from digenrl.recipes import RECIPES, compare
+    from digenrl.recipe_check import compare
+    from digenrl.recipes import RECIPES
 
     rows = {name: compare(name) for name in RECIPES}
     lines = [
