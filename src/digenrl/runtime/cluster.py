@@ -8,9 +8,9 @@
   "GPU" keys override the counts). Heterogeneous pools are just different labels, e.g.
   ``generator_resources={"L40S": 1}`` on nodes started with ``ray start --resources='{"L40S": 8}'``. A label the
   cluster does not have is refused up front (``ConfigError`` naming the key) instead of hanging.
-* ``start_pools``: creates the actors, waits until they are built (a failure names the worker), forms the
-  torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node), measures each worker's
-  clock offset (``clocks``: its result stamps on the driver's clock) and publishes version 0.
+* ``start_pools``: creates the actors, waits until they are built (a failure names the worker), measures each
+  worker's clock offset (``clocks``: its result stamps on the driver's clock), forms the torch.distributed
+  group(s) (rendezvous on a free TCP port of trainer rank 0's node) and publishes version 0.
 """
 
 from __future__ import annotations
@@ -188,11 +188,10 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     the test hook handed to the workers (``runtime.inject_failure``)."""
     import ray
 
-    from .generator import GeneratorWorker
-    from .trainer import TrainerWorker
-
     from .clocks import measure_offsets
     from .deadlines import startup_deadline
+    from .generator import GeneratorWorker
+    from .trainer import TrainerWorker
 
     cfg = run.cfg
     up = startup_deadline(cfg)
