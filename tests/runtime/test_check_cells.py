@@ -22,7 +22,7 @@ from digenrl.runtime.cluster import ActorPools
 from digenrl.runtime.errors import WorkerFailure
 from digenrl.runtime.executor import RayExecutor
 from digenrl.runtime.messages import ChunkResult, CommitResult, FragmentInfo
-from digenrl.schedule import Commit, Generate, Publish, Train
+from digenrl.schedule import Commit, Generate, Train
 from digenrl.sim.executor import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "schedule"))
