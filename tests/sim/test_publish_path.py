@@ -39,7 +39,9 @@ def test_outside_tcss_the_shortest_path_alone_is_tried():
 
 
 def test_joined_publish_in_the_plan_and_the_run():
-    r = run_mode(_setup(), "gap_tsp_tag")
+    # the split the whole search picks here (4 generators + 28 trainer ranks in one shard group: 37 s of search),
+    # pinned; the planner still chooses the publish path (and copy, fragment size) for it
+    r = run_mode(_setup(), "gap_tsp_tag", gen_gpus=4, shard_groups=1)
     assert r.publish == "stream" and r.plan.publish_joins and r.plan.publish_streams
     # the chosen plan's publish holds the generators for the stream's receive, not the trainers
     cost, plan = _build(_setup(), Mode.GAP_TSP_TAG, r.split, r.plan.fragment_size, r.tag_copy, "stream",
