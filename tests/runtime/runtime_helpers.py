@@ -81,19 +81,19 @@ def run_matches(cfg, ref, rtol_tensor: float, rtol_global: float, label: str = "
 ACTION_KINDS = ("generate", "tag", "train", "commit", "publish")
 
 
-def check_one_clock(trace_path, clock_error_s: float, workers=None) -> int:
-    """A run's trace is on one clock (``runtime.clocks``): on every worker's row (of ``workers``, default all) the
-    spans of its actions, the worker's own stamps mapped onto the driver's clock and the driver's publish spans alike, follow one
-    another without overlap, to within twice the run's clock error bound (two ranks of a shard group merged into
-    one row each bring their own). A wall clock stepped while the run went on, or stamps left on the worker's
-    clock, overlap a commit with the publish the driver launched on seeing it. Returns the rows checked."""
+def check_one_clock(trace_path, clock_error_s: float) -> int:
+    """A run's trace is on one clock (``runtime.clocks``): on every worker's row the spans of its actions (the
+    worker's own stamps mapped onto the driver's clock, and the driver's publish spans) follow one another without
+    overlap, to within twice the run's clock error bound. A wall clock stepped while the run went on, or stamps
+    left on the worker's clock, overlap a commit with the publish the driver launched on seeing it. Returns the
+    rows checked."""
     from collections import defaultdict
 
     from digenrl.observe.trace import read_chrome_trace
 
     rows = defaultdict(list)
     for s in read_chrome_trace(trace_path):
-        if s.kind in ACTION_KINDS and (workers is None or s.worker in workers):
+        if s.kind in ACTION_KINDS:
             rows[s.worker].append(s)
     tol = 2.0 * clock_error_s + 2e-6  # (+ the trace's microsecond rounding)
     for w, spans in rows.items():

@@ -2,7 +2,7 @@
 
 Every result names its ``worker`` and carries ``start`` / ``end``: the worker's own ``time.monotonic()`` read
 around the work itself. The driver maps them onto its monotonic clock by the offset it measured for that worker
-at startup (``cluster.clock_offsets``) and turns them into run-relative span times; scheduler events use the
+at startup (``clocks.measure_offsets``) and turns them into run-relative span times; scheduler events use the
 driver's clock (when it saw the result).
 """
 

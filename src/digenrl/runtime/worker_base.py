@@ -44,7 +44,7 @@ class WorkerBase:
 
     def clock(self) -> float:
         """This process's ``time.monotonic()``: what every start / end stamp of its results is read from (the
-        driver maps them onto its own clock by an offset it measures with this call, ``cluster.clock_offsets``)."""
+        driver maps them onto its own clock by an offset it measures with this call, ``clocks.measure_offsets``)."""
         return time.monotonic()
 
     def node_endpoint(self) -> tuple[str, int]:
