@@ -70,6 +70,14 @@ class ModelConfig(_Strict):
     lora_path: str | None = None  # a LoRA adapter to train on: PEFT dir/file (flow_grpo's save_pretrained) or diffusers
     options: dict[str, Any] = {}  # family-specific extras (e.g. height/width/frames)
 
+    @model_validator(mode="after")
+    def _check_options(self) -> "ModelConfig":
+        """``model.options`` against the family's typed options (``digenrl.model_options``)."""
+        from digenrl.model_options import check_options
+
+        check_options(self.kind, self.options)
+        return self
+
 
 class TaskConfig(_Strict):
     name: str = "digits"
@@ -268,6 +276,10 @@ class Config(_Strict):
     def _reward_shorthand(cls, value: Any) -> Any:
         """``{pickscore: 0.5}`` (Flow-GRPO's ``reward_fn``) means ``{pickscore: {weight: 0.5}}``; ``{ocr: null}``
         means ``{ocr: {}}`` (weight 1)."""
+        if isinstance(value, str):  # reward=pickscore: that one reward, weight 1
+            return {value: {}}
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):  # reward=[ocr, pickscore]
+            return {v: {} for v in value}
         if not isinstance(value, dict):
             return value
         return {k: ({"weight": v} if isinstance(v, (int, float)) and not isinstance(v, bool) else {} if v is None else v)
@@ -395,15 +407,44 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
+def _fields_at(loc: tuple) -> list[str]:
+    """The keys of the config table at ``loc`` (a pydantic error location), or [] where it is not a table."""
+    model: Any = Config
+    for part in loc:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return list(model.model_fields)
+
+
+def _error_line(e: dict) -> str:
+    """One pydantic error as ``key: what is wrong; what to do``."""
+    loc = tuple(e["loc"])
+    key = ".".join(str(p) for p in loc) or "<root>"
+    if e["type"] == "extra_forbidden":
+        from digenrl.model_options import did_you_mean
+
+        fields = _fields_at(loc[:-1])
+        parent = ".".join(str(p) for p in loc[:-1])
+        hint = did_you_mean(str(loc[-1]), fields, parent + "." if parent else "")
+        return f"{key}: unknown key{hint}" + ("" if hint or not fields else f" ({parent or 'top level'} keys: "
+                                                                          f"{', '.join(fields)})")
+    if e["type"] == "value_error":  # a validator's own message: it names its key and what to do
+        msg = str(e.get("ctx", {}).get("error", e["msg"]))
+        head = msg.split(":", 1)[0]
+        if "." in head and " " not in head or not loc:
+            return msg
+        return f"{key}: {msg}"
+    got = repr(e.get("input"))
+    return f"{key}: {e['msg']} (got {got if len(got) <= 80 else got[:77] + '...'})"
+
+
 def _format_validation(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        if e["type"] == "extra_forbidden":
-            lines.append(f"{key}: unknown key")
-        else:
-            got = e.get("input")
-            lines.append(f"{key}: {e['msg']} (got {got!r})")
+    """One line for one error (``train.lrr: unknown key; did you mean train.lr?``), else a list."""
+    lines = [_error_line(e) for e in err.errors()]
+    if len(lines) == 1:
+        return lines[0]
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 

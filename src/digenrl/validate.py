@@ -296,8 +296,8 @@ def check_rewards(spec: dict[str, dict[str, Any]]) -> None:
 
     try:
         validate_reward_spec(spec)
-    except (RewardConfigError, FileNotFoundError) as e:
-        raise ConfigError(cut_text(str(e), 300)) from None
+    except (RewardConfigError, FileNotFoundError) as e:  # (whole: the values inside are cut where they are made)
+        raise ConfigError(cut_text(str(e), 2000)) from None
 
 
 def check_guard(cfg: Config) -> None:

@@ -60,6 +60,7 @@ BUILTIN: dict[str, str] = {
 # laid under the given options (Flow-GRPO's UnifiedReward server and model: its ``unifiedreward_score_sglang``).
 ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
     "imagereward": ("image_reward", {}),
+    "clip_score": ("clipscore", {}),  # the spelling of earlier docs; `clipscore` is the canonical name
     "unifiedreward": ("vlm_judge", {"base_url": "http://127.0.0.1:17140/v1", "model": "UnifiedReward-7b-v1.5"}),
 }
 # Peer rewards with no DigenRL counterpart: refused with what they are, not as an unknown name.
@@ -137,9 +138,12 @@ def resolve_factory(name: str, factory: str | None = None) -> tuple[Callable[...
     if name in NOT_SHIPPED:
         raise RewardConfigError(f"{where}: {NOT_SHIPPED[name]} is not a DigenRL reward; write it as a plug-in "
                                 f"(a 'module:function' factory, docs/rewards.md) or use one of {reward_names()}")
+    from digenrl.model_options import did_you_mean
+
     raise RewardConfigError(
-        f"reward.{str(name)[:60]}: unknown reward; expected one of {reward_names()}, an entry point of group "
-        f"{ENTRY_POINT_GROUP!r}, or a 'module:function' factory"
+        f"reward.{str(name)[:60]}: unknown reward{did_you_mean(str(name), reward_names(), 'reward.') or '.'} Use a "
+        f"built-in ({', '.join(sorted(BUILTIN))}), an entry point of group {ENTRY_POINT_GROUP!r}, or a "
+        f"'module:function' factory (docs/rewards.md)"
     )
 
 
@@ -178,7 +182,11 @@ def _check_options(name: str, factory: Callable[..., Any], options: dict[str, An
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
-                lines.append(f"reward.{name}.{key}: unknown option (options of {name!r}: {known + list(RESERVED)})")
+                from digenrl.model_options import did_you_mean
+
+                hint = did_you_mean(key, known + list(RESERVED), f"reward.{name}.")
+                lines.append(f"reward.{name}.{key}: unknown option{hint} (options of {name!r}: "
+                             f"{', '.join(known + list(RESERVED))})")
             elif err["type"] == "missing":
                 lines.append(f"reward.{name}.{key}: required option is missing")
             else:
