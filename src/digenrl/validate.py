@@ -181,8 +181,15 @@ def check_model(cfg: Config) -> None:
         check_model_dir(m.path, m.kind, ("transformer", "vae", "scheduler"))
     except ModelFilesError as e:
         raise ConfigError(str(e)) from None
-    root = Path(m.path).expanduser()
+    from digenrl.models.dir_checks import check_family, check_resolution
+
     spec = family_spec(m.kind)
+    try:
+        check_family(m.path, m.kind)  # model_index.json's classes are model.kind's
+        check_resolution(m.path, m.kind, {**dict(spec.default_options), **m.options})
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    root = Path(m.path).expanduser()
     comps = ["transformer", "vae", "scheduler"] + present_components(m.path, spec.text_components)
     for comp in comps:
         for f in sorted((root / comp).glob("*.json")):
@@ -269,6 +276,7 @@ def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
     want = m.options.get("load_text_encoders", "auto")
     has_encoders = len(present_components(m.path, spec.text_components)) == len(spec.text_components)
     if want is not False and has_encoders:
+        check_cache_encoder(cfg)
         return  # prompts are encoded at run time
     if not m.prompt_cache_dir:
         raise ConfigError(f"model.prompt_cache_dir: required: {cut(m.path)} is used without text encoders; "
@@ -287,6 +295,27 @@ def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
         raise ConfigError(f"model.prompt_cache_dir: {len(missing)} prompt(s) are not in the cache "
                           f"{cut(m.prompt_cache_dir)}, e.g. {cut(missing[0], 80)}; run `digenrl cache-prompts` "
                           "with the same config")
+
+
+def check_cache_encoder(cfg: Config) -> None:
+    """A prompt cache written by another encoder or with other encoding options (``max_sequence_length``) is
+    refused up front: the run would otherwise add its own encoder id to the directory and break it."""
+    m = cfg.model
+    if not m.prompt_cache_dir:
+        return
+    from digenrl.models.prompt_cache import PromptCache
+    from digenrl.models.registry import run_encoder_id
+
+    try:
+        ids = PromptCache.read_encoder_ids(m.prompt_cache_dir)
+    except ValueError as e:
+        raise ConfigError(f"model.prompt_cache_dir: {e}") from None
+    want = run_encoder_id(m)
+    if ids and want not in ids:
+        raise ConfigError(f"model.prompt_cache_dir: {cut(m.prompt_cache_dir)} holds the embeddings of encoder "
+                          f"{ids[0]}, not of this run's {want} (another model directory or other encoding options, "
+                          "e.g. model.options.max_sequence_length); use another directory, or delete this one and "
+                          "rebuild it with `digenrl cache-prompts`")
 
 
 # ---- rewards -----------------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ def files(tmp_path_factory):
 
 def sd3(files: Path, **over) -> list[str]:
     args = {"model.kind": "sd3", "model.path": files / "sd3", "task.name": "text", "task.prompts_file": files / "prompts.txt",
-            "model.prompt_cache_dir": files / "cache", "reward": "{jpeg_compressibility: {weight: 1}}", **over}
+            "model.prompt_cache_dir": files / "cache", "reward": "{jpeg_compressibility: {weight: 1}}",
+            "model.options": "{height: 16, width: 16}", **over}
     return [f"{k}={v}" for k, v in args.items()]
 
 

@@ -77,12 +77,14 @@ def test_precomputed_cache_without_text_encoders(flux_dir, tmp_path):
 
 def test_encoder_options_change_the_key(flux_dir, tmp_path):
     a = policy(flux_dir, tmp_path / "c")
-    b = policy(flux_dir, tmp_path / "c", max_sequence_length=6)
-    assert a.prompt_cache.encoder_id != b.prompt_cache.encoder_id
     a.cache_prompts(TEXTS[:1])
+    with pytest.raises(ValueError, match="holds the embeddings of encoder"):  # one encoder per directory
+        policy(flux_dir, tmp_path / "c", max_sequence_length=6)
+    b = policy(flux_dir, tmp_path / "c6", max_sequence_length=6)
+    assert a.prompt_cache.encoder_id != b.prompt_cache.encoder_id
     assert b.prompt_cache.missing(TEXTS[:1]) == TEXTS[:1]  # no stale rows from another encoding
     assert b.encode_prompts([Prompt(0, TEXTS[0])])["prompt_embeds"].shape[1] == 6
-    assert set(PromptCache.read_encoder_ids(tmp_path / "c")) == {a.prompt_cache.encoder_id, b.prompt_cache.encoder_id}
+    assert PromptCache.read_encoder_ids(tmp_path / "c") == [a.prompt_cache.encoder_id]
 
 
 def test_missing_or_incomplete_model_dirs_are_refused(tmp_path):
@@ -165,8 +167,8 @@ def test_sharded_cache_lru_and_other_writers(tmp_path):
     reader.get_row(texts[7])
     assert list(reader._mem)[-1] == texts[7]
 
-    other = PromptCache(tmp_path, "fam-2")  # another encoder id in the same directory never sees these rows
-    assert other.missing(texts[:2]) == texts[:2]
+    with pytest.raises(ValueError, match="fam-1"):  # another encoder id is refused: one encoder per directory
+        PromptCache(tmp_path, "fam-2")
     writer.put(["late"], {"e": torch.ones(1, 3), "m": torch.tensor([7])})  # outside bulk(): written at once
     torch.testing.assert_close(reader.get(["late"])["m"], torch.tensor([7]))  # picked up on a miss
 

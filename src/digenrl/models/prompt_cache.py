@@ -92,9 +92,17 @@ class PromptCache:
             raise ValueError(f"prompt cache manifest {str(path)!r} is not valid JSON: {e}") from None
 
     def _register_encoder(self) -> None:
+        """One encoder id per directory: a directory written by another encoder or other encoding options (e.g.
+        ``max_sequence_length``) is refused, never given a second id (which every later run would refuse)."""
         ids = self.read_encoder_ids(self.dir)
-        if self.encoder_id not in ids:
-            _atomic_write(self.dir / MANIFEST, json.dumps({"encoder_ids": ids + [self.encoder_id]}).encode())
+        if self.encoder_id in ids:
+            return
+        if ids:
+            raise ValueError(f"model.prompt_cache_dir: {str(self.dir)!r} holds the embeddings of encoder {ids[0]}, "
+                             f"not of this run's {self.encoder_id} (another text encoder or other encoding options, "
+                             "e.g. model.options.max_sequence_length); use another directory, or delete this one "
+                             "and rebuild it with `digenrl cache-prompts`")
+        _atomic_write(self.dir / MANIFEST, json.dumps({"encoder_ids": [self.encoder_id]}).encode())
 
     # -- index ----------------------------------------------------------------------------------------------
     def _scan(self) -> None:

@@ -75,21 +75,30 @@ def family_policy_class(kind: str):
     return None
 
 
+def run_encoder_id(model_cfg) -> str | None:
+    """The prompt-cache encoder id this model directory's text encoders give with these encoding options (as
+    ``DiffusersPolicy._encoder_id_from_pipe``), from the config files alone; None for a non-diffusers kind."""
+    from digenrl.models.prompt_cache import encoder_identity
+
+    cls = family_policy_class(model_cfg.kind)
+    if cls is None or not model_cfg.path:
+        return None
+    root = Path(model_cfg.path).expanduser()
+    files = [p for c in cls.spec.text_components if (root / c).is_dir() for p in (root / c).glob("*.json") if p.is_file()]
+    options = {**dict(cls.spec.default_options), **dict(model_cfg.options)}
+    return encoder_identity(cls.spec.name, files, {"max_sequence_length": options.get("max_sequence_length")})
+
+
 def prompt_cache_covers(model_cfg, texts: Sequence[str]) -> bool:
     """True when ``model.prompt_cache_dir`` holds the embeddings of every text in ``texts`` and of the negative
     prompt, made by this model directory's text encoders with these encoding options (same encoder id as
     ``_encoder_id_from_pipe``): then a worker never needs the text encoders."""
-    from digenrl.models.prompt_cache import PromptCache, encoder_identity
+    from digenrl.models.prompt_cache import PromptCache
 
-    cls = family_policy_class(model_cfg.kind)
     cache_dir = model_cfg.prompt_cache_dir
-    if cls is None or not cache_dir or not model_cfg.path:
+    enc_id = run_encoder_id(model_cfg) if cache_dir else None
+    if enc_id is None or enc_id not in PromptCache.read_encoder_ids(cache_dir):
         return False
-    root = Path(model_cfg.path).expanduser()
-    files = [p for c in cls.spec.text_components if (root / c).is_dir() for p in (root / c).glob("*.json") if p.is_file()]
-    options = {**dict(cls.spec.default_options), **dict(model_cfg.options)}
-    enc_id = encoder_identity(cls.spec.name, files, {"max_sequence_length": options.get("max_sequence_length")})
-    if enc_id not in PromptCache.read_encoder_ids(cache_dir):
-        return False
-    negative = str(options.get("negative_prompt", ""))
+    cls = family_policy_class(model_cfg.kind)
+    negative = str({**dict(cls.spec.default_options), **dict(model_cfg.options)}.get("negative_prompt", ""))
     return not PromptCache(cache_dir, enc_id).uncovered(list(texts) + [negative])
