@@ -69,7 +69,7 @@ def _plan_memory(cfg):
 
     try:
         if cfg.train.chunk_cells == "auto":
-            from digenrl.train.context import timestep_plan
+            from digenrl.control.run_plan import timestep_plan  # (pure: `digenrl check` loads no torch)
 
             cfg = resolve_chunk_cells(cfg, len(timestep_plan(cfg, 0).trained))
         check_config(cfg)
@@ -322,6 +322,7 @@ def _forward(target: str, argv: list[str]) -> int:
 
 
 FORWARDED = {
+    "check": ("digenrl.check_cli:main", "validate a config and print its resolved form, memory plan and split (no Ray, no GPU)"),
     "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
     "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
     "cache-prompts": ("digenrl.models.cache_prompts_cli:main", "encode the task's prompts into model.prompt_cache_dir"),

@@ -452,7 +452,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Load YAML ``path`` (optional), apply ``key=value`` overrides (values parsed as YAML), validate."""
     tree: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
+        from digenrl.presets import resolve_config_arg
+
+        try:
+            p = Path(resolve_config_arg(path))  # --config preset:flux1_dev: the shipped preset of that name
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
         if p.stat().st_size > MAX_CONFIG_BYTES:

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from .recipe_base import _FAMILY_LORA_TARGETS, SOURCES, PeerValue, Recipe, _lora, _merge, _v  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "configs"
+CONFIGS = Path(__file__).resolve().parent / "configs"  # the presets (the repository's configs/ links here)
 
 BASE = "config/base.py"
 GRPO = "config/grpo.py"
