@@ -37,6 +37,7 @@ gap_tsp_tag runs closest to their mode's mean).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -347,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    try:  # (--json: the runs' step lines go to stderr, so that stdout is the JSON alone)
+        with quiet, tempfile.TemporaryDirectory() as tmp:
             work = Path(args.keep or tmp)
             work.mkdir(parents=True, exist_ok=True)
             rows = run_modes(args.modes, args.steps, args.rounds, work, log,

@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.config_only:
         print("inputs: not checked (--config-only)")
         return 0
+    from digenrl.validate import eval_warnings
+
+    for warning in eval_warnings(cfg):
+        print(f"warning: {warning}")
     problems = _input_problems(cfg)
     if problems:
         print(f"inputs: {len(problems)} problem(s); `digenrl train` would refuse this config:")

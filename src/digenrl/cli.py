@@ -54,9 +54,12 @@ def _context(cfg):
     from digenrl.train.context import build_context
     from digenrl.validate import validate_inputs
 
+    from digenrl.observe.progress import phase
+
     validate_inputs(cfg)
     try:
-        return build_context(cfg)
+        with phase(cfg, f"loading {cfg.model.kind} from {cfg.model.path or 'the built-in weights'}"):
+            return build_context(cfg)
     except (ValueError, KeyError, FileNotFoundError, NotADirectoryError) as e:
         raise ConfigError(str(e).strip("'\"")) from e
 
@@ -101,6 +104,10 @@ def cmd_train(args) -> int:
     cfg = _with_adapter(_load_train(args))  # model.lora from model.lora_path's adapter
     cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
+    from digenrl.validate import eval_warnings
+
+    for warning in eval_warnings(cfg):  # the eval reuses the train prompts / fewer prompts than eval.num_prompts
+        print(f"digenrl: warning: {warning}", file=sys.stderr, flush=True)
     _print_prediction(cfg)  # runtime.profile: the plan's predicted step time against colocated (warns if slower)
     plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # refused: still nothing written
     made = not Path(cfg.run_dir).exists()  # a run that fails before its first eval removes the dir it made
@@ -131,6 +138,7 @@ def cmd_train(args) -> int:
                 return _halted(cfg, e)
             if isinstance(e, _RayFailure):
                 print(f"digenrl: run failed: {e}{_resume_hint(cfg)}", file=sys.stderr)
+                _print_worker_log(cfg, getattr(e.__cause__, "worker", None))
                 return 1
             if isinstance(e, OSError):  # disk full, a read-only or failing file system: the checkpoints stay whole
                 return _io_error(cfg, e)
@@ -152,6 +160,21 @@ def cmd_train(args) -> int:
               f"digenrl train --resume {cfg.run_dir} eval.guard_action=warn", file=sys.stderr)
         return EXIT_GUARD
     return 0
+
+
+def _print_worker_log(cfg, worker: str | None, lines: int = 20) -> None:
+    """The last lines of the failing worker's log (``run_dir/logs/<worker>.log``, ``runtime.worker_base``)."""
+    if not worker:
+        return
+    from digenrl.runtime.cluster import worker_log_dir
+    from digenrl.runtime.worker_base import log_tail
+
+    path = worker_log_dir(cfg) / f"{worker}.log"
+    tail = log_tail(path, lines)
+    if tail:
+        print(f"--- last {len(tail)} lines of {worker}'s log ({path}) ---", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr)
+        print("---", file=sys.stderr)
 
 
 def _resume_hint(cfg) -> str:
@@ -327,7 +350,7 @@ FORWARDED = {
     "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
     "cache-prompts": ("digenrl.models.cache_prompts_cli:main", "encode the task's prompts into model.prompt_cache_dir"),
     "export": ("digenrl.models.export:main", "export a run's trained weights as a diffusers LoRA or transformer"),
-    "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for `simulate --profile`"),
+    "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for simulate --profile"),
     "plan": ("digenrl.sim.plan_cli:main", "search the fastest plan of a config and write it as a runnable config"),
 }
 

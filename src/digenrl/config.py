@@ -205,7 +205,7 @@ class CalibrationOptions(_Strict):
 class RuntimeConfig(_Strict):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True)
 
-    mode: Mode = Mode.COLOCATED  # validated against the scheduler's modes; stored as its string value
+    mode: Mode = Field(Mode.COLOCATED, validate_default=True)  # validated against the scheduler's modes; stored as its string value
     generators: int = Field(1, ge=1)
     trainers: int = Field(1, ge=1)
     fragment_size: int = Field(4, ge=1)  # generations per fragment (GAP)

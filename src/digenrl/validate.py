@@ -264,6 +264,34 @@ def check_task(cfg: Config, training: bool = False) -> list[str]:
     return list(dict.fromkeys(texts))
 
 
+def eval_warnings(cfg: Config) -> list[str]:
+    """What the eval does that a user may not expect (``digenrl train`` and ``check`` print these at start): no
+    eval prompt file (the eval reuses the train prompts), or fewer eval prompts than ``eval.num_prompts``."""
+    t, n = cfg.task, cfg.eval.num_prompts
+    out = []
+    if t.name == "digits":
+        from digenrl.tasks.digits import ALL_PAIRS
+
+        have, where = len(ALL_PAIRS), "the digits task"
+    elif t.name == "text" and t.prompts_file:
+        from digenrl.tasks.text_prompts import PromptFileError, dataset_files, read_prompt_file
+
+        try:
+            train_file, eval_file = dataset_files(t.prompts_file, t.eval_prompts_file)
+            have = len(read_prompt_file(eval_file or train_file))
+        except PromptFileError:
+            return []  # reported by check_task
+        where = f"task.eval_prompts_file {cut(str(eval_file))}" if eval_file else f"task.prompts_file {cut(str(train_file))}"
+        if not eval_file:
+            out.append("task.eval_prompts_file: not set, so the eval scores the first train prompts (not held out); "
+                       "set it (or use a dataset directory with a test split) for a held-out eval")
+    else:
+        return []
+    if n > have:
+        out.append(f"eval.num_prompts: {n}, but {where} has {have} prompts: each eval uses those {have}")
+    return out
+
+
 def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
     """Without text encoders every prompt (and the negative prompt) must be in ``model.prompt_cache_dir``."""
     m = cfg.model

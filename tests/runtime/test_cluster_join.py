@@ -53,6 +53,20 @@ def test_pipelined_run_on_a_two_node_token_cluster(cluster, tiny_model, tmp_path
     assert "RAY_AUTH_MODE=token" in line and "Traceback" not in proc.stderr
     assert not other.exists()
 
+    # the head's token in this machine's ~/.ray/auth_token, RAY_AUTH_MODE not set: used, and said so
+    env = cluster.client_env(with_token=False)
+    (Path(env["HOME"]) / ".ray").mkdir(exist_ok=True)
+    (Path(env["HOME"]) / ".ray" / "auth_token").write_text(cluster.token)
+    local = tmp_path / "local_token"
+    try:
+        proc = subprocess.run([*CLI, *args, f"run_dir={local}", "steps=1"], env=env, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        (Path(env["HOME"]) / ".ray" / "auth_token").unlink()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "asks for a token; using ~/.ray/auth_token (RAY_AUTH_MODE=token)" in proc.stderr
+    assert json.loads((local / "summary.json").read_text())["steps"] == 1
+
 
 def test_sigterm_stops_a_ray_run_cleanly(tiny_model, tmp_path):
     """A local Ray run (private temp dir) gets SIGTERM while publishing version 2: it abandons the step,

@@ -24,17 +24,17 @@ def test_full_mode_staleness_bounds(ray_local, tiny_model, tmp_path, publish):
     trajs = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
     assert len(trajs) == cfg.steps * 8
     stale, frag_versions = defaultdict(int), defaultdict(set)
-    for t in trajs:
-        assert t["version"] in (t["step"], t["step"] - 1), t          # staleness <= 1
-        stale[t["step"]] += t["version"] == t["step"] - 1
+    for t in trajs:  # (step N from 1, as metrics.jsonl's rows; on-policy: version N - 1)
+        assert t["version"] in (t["step"] - 1, t["step"] - 2), t      # staleness <= 1
+        stale[t["step"]] += t["version"] == t["step"] - 2
         frag_versions[(t["step"], t["uid"], tuple(t["fragment"]))].add(t["version"])
     assert all(n <= cap for n in stale.values()), stale               # stale share <= cap
     assert all(len(v) == 1 for v in frag_versions.values())           # one version per fragment
-    assert stale[0] == 0 and sum(stale.values()) > 0, "TCSS never ran: the test would prove nothing"
-    assert not any(t["tag"] and t["version"] != t["step"] for t in trajs)  # TAG is on-policy
+    assert stale[1] == 0 and sum(stale.values()) > 0, "TCSS never ran: the test would prove nothing"
+    assert not any(t["tag"] and t["version"] != t["step"] - 1 for t in trajs)  # TAG is on-policy
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "reward_mean" in x]
     for r in rows:  # behaviour log-probs are logp_old: stale samples give a nonzero ratio, fresh ones none
-        k = r["step"] - 1
+        k = r["step"]  # the same step numbers as trajectories.jsonl's
         assert r["staleness/1"] == stale[k] and r["stale_fraction"] == stale[k] / 8
         if stale[k] == 0:
             assert r["approx_kl"] < 1e-9

@@ -10,7 +10,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from digenrl.config import ConfigError, load_config
 
-    ap = argparse.ArgumentParser(prog="digenrl cache-prompts", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="digenrl cache-prompts", description="Encode the task's prompt files once into model.prompt_cache_dir, loading only the family's text encoders (then the workers need none).")
     ap.add_argument("--config", default=None, help="run config YAML (optional: overrides alone also work)")
     from digenrl.cli_args import add_overrides, parse_with_overrides
 

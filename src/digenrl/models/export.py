@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="digenrl export", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="digenrl export", description="Export a finished run's trained weights: a LoRA run as diffusers LoRA weights (load_lora_weights), a full fine-tune (or --format full) as a transformer directory.")
     ap.add_argument("run_dir", help="a finished run directory (config.yaml + checkpoint.safetensors)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--format", choices=["auto", "lora", "full"], default="auto",

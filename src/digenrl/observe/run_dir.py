@@ -32,7 +32,7 @@ from digenrl.safe_files import remove_orphans
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "reward_curve.png", "samples_before.png", "samples_after.png",
                "checkpoint.safetensors", "summary.json", "trace.json", "gantt.png", "trajectories.jsonl",
                "profile.json", "profile_observed.json", "failure.json", "tensorboard", "checkpoints",
-               "guard_pre_divergence.safetensors")
+               "guard_pre_divergence.safetensors", "logs", "samples", "wandb")
 MARKER = ".digenrl-run"  # JSON {"program": "digenrl", "outputs": [...]}: this directory is a run of this program
 LOCK = ".digenrl-lock"  # flock-ed by the process writing the run (its pid inside)
 _OWN = (MARKER, LOCK)

@@ -154,22 +154,22 @@ class RunOutputs:
         return row
 
     def mid_eval(self, step: int, reward: float, batch, weights=None) -> dict:
-        """An eval between steps (``eval.every``): its sample grid to TensorBoard / wandb as ``samples/eval`` at
-        ``step`` (where they are on; ``eval_grid``) and the guard values (``guard_eval``)."""
+        """An eval between steps (``eval.every``): its sample grid (``eval_grid``) and the guard values
+        (``guard_eval``)."""
         self.eval_grid(step, reward, batch)
         return self.guard_eval(step, reward, batch, weights)
 
     def eval_grid(self, step: int, reward: float, batch) -> None:
-        """The first ``eval.grid_prompts`` samples of a mid-run eval as the image ``samples/eval`` at ``step`` in
-        TensorBoard and wandb (nothing is written to run_dir: the grid goes through a temporary file)."""
-        if batch is None or not len(batch) or not self.writer.sends_images:
+        """The first ``eval.grid_prompts`` samples of a mid-run eval as ``run_dir/samples/eval_step_<step>.png``,
+        and as the image ``samples/eval`` at ``step`` in TensorBoard and wandb where they are on."""
+        if batch is None or not len(batch):
             return
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="digenrl-grid-") as tmp:
-            write_grid(Path(tmp), "grid.png", batch, self.cfg.eval.grid_prompts,
-                       f"after {step} RL steps (eval reward {reward:.3f})")
-            self.writer.image("samples/eval", Path(tmp) / "grid.png", step)
+        out = self.run_dir / "samples" / f"eval_step_{step}.png"
+        out.parent.mkdir(exist_ok=True)
+        write_grid(out.parent, out.name, batch, self.cfg.eval.grid_prompts,
+                   f"after {step} RL steps (eval reward {reward:.3f})")
+        if self.writer.sends_images:
+            self.writer.image("samples/eval", out, step)
 
     def counters(self) -> dict:
         """What a resumable checkpoint keeps of the outputs' state besides the eval rewards (the guard's)."""

@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="digenrl reward-serve", description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--reward", help=f"registered reward name ({', '.join(reward_names())})")
-    src.add_argument("--config", help="a digenrl config file: serve its `reward` table (weighted sum)")
+    src.add_argument("--config", help="a digenrl config file: serve its reward table (weighted sum)")
     ap.add_argument("--option", action="append", default=[], help="key=value option of --reward (repeatable)")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     ap.add_argument("--port", type=int, default=8900, help="TCP port (default 8900)")

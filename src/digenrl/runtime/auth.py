@@ -5,8 +5,10 @@ Since Ray 2.5x ``ray start --head`` turns on token authentication whenever a tok
 joins with an explicit address must then opt in itself (Ray never sends a token to an explicit address on its
 own): ``RAY_AUTH_MODE=token`` plus the cluster's token, as ``RAY_AUTH_TOKEN``, a file named by
 ``RAY_AUTH_TOKEN_PATH``, or ``~/.ray/auth_token`` (``ray get-auth-token`` on the head prints it). Without
-them Ray retries with InvalidAuthToken warnings and ends in a generic connection error; ``join_cluster``
-turns every failure to join into one ``ConfigError`` line naming ``runtime.address`` and these settings.
+them Ray retries with InvalidAuthToken warnings and ends in a generic connection error. ``join_cluster`` opts in
+by itself when the head asks for a token and this machine has one (``local_token``: a head started on this
+machine wrote ``~/.ray/auth_token``), saying so in one line; otherwise it turns every failure to join into one
+``ConfigError`` line naming ``runtime.address`` and these settings.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ def join_cluster(address: str, **init_kwargs) -> None:
     token_mode = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
     with _held_stderr() as held:
         if not token_mode and "://" not in address and address != "auto" and _needs_token(address):
-            raise ConfigError(_message(address, "authentication failed: the cluster requires a token", token_mode))
+            where = local_token()
+            if where is None:
+                raise ConfigError(_message(address, "authentication failed: the cluster requires a token",
+                                           token_mode))
+            os.environ["RAY_AUTH_MODE"] = token_mode = "token"  # the head asks for one and this machine has one
+            held.note(f"digenrl: runtime.address: the cluster at {address} asks for a token; using {where} "
+                      "(RAY_AUTH_MODE=token)")
         try:
             ray.init(address=address, **init_kwargs)
         except Exception as e:  # ConnectionError, AuthenticationError, ValueError (bad address), ...
@@ -40,6 +48,20 @@ def join_cluster(address: str, **init_kwargs) -> None:
             what = "authentication failed" if _is_auth(e) else f"{type(e).__name__}: {_first_line(e)}"
             raise ConfigError(_message(address, what, token_mode)) from None
         held.release()
+
+
+def local_token() -> str | None:
+    """Where this machine has a Ray token (what Ray itself would send with ``RAY_AUTH_MODE=token``), or None."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    for name, path in (("RAY_AUTH_TOKEN_PATH", os.environ.get("RAY_AUTH_TOKEN_PATH")),
+                       ("~/.ray/auth_token", os.path.expanduser("~/.ray/auth_token"))):
+        try:
+            if path and open(path).read().strip():
+                return name if name == "~/.ray/auth_token" else f"RAY_AUTH_TOKEN_PATH ({path})"
+        except OSError:
+            continue
+    return None
 
 
 def _message(address: str, what: str, token_mode: bool) -> str:
@@ -86,10 +108,15 @@ class _held_stderr:
         self._saved = os.dup(2)
         os.dup2(self._file.fileno(), 2)
         self._keep = False
+        self._notes: list[str] = []
         return self
 
     def release(self) -> None:
         self._keep = True
+
+    def note(self, text: str) -> None:
+        """A line shown once the join succeeded (after the held output)."""
+        self._notes.append(text)
 
     def __exit__(self, *exc):
         import sys
@@ -102,5 +129,7 @@ class _held_stderr:
             data = self._file.read()
             if data:
                 sys.stderr.write(data.decode(errors="replace"))
+            for line in self._notes:
+                print(line, file=sys.stderr, flush=True)
         self._file.close()
         return False

@@ -141,6 +141,12 @@ def _loaded_round_trip(echo, busy: list, limit: int = 200, interval_s: float = 0
     return statistics.median(samples) if samples else 0.0
 
 
+def measures(run) -> bool:
+    """Whether the run times its ops on its workers before step 1 (``runtime.calibration.when``)."""
+    opts = run.cfg.runtime.calibration
+    return opts.when == "always" or (opts.when == "auto" and run.profile is None and run.plan.mode.tag)
+
+
 def cost_model(run, pools, run_dir: Path | None = None):
     """The scheduler's cost model. ``runtime.calibration.when``: ``auto`` measures on the live workers only
     where none is given and the mode needs one (TAG); ``always`` measures in every run (``runtime.profile``, if
@@ -149,9 +155,8 @@ def cost_model(run, pools, run_dir: Path | None = None):
     from digenrl.control.profile import ProfileCost, save_profile
 
     opts = run.cfg.runtime.calibration
-    measure = opts.when == "always" or (opts.when == "auto" and run.profile is None and run.plan.mode.tag)
     measured = None
-    if measure:
+    if measures(run):
         data = calibrate(run, pools, repeats=opts.repeats)
         if run_dir is not None:
             save_profile(data, Path(run_dir) / "profile.json")

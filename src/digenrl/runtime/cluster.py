@@ -94,14 +94,18 @@ def ray_session(run: RunPlan):
     rt = run.cfg.runtime
     quiet = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
     sigterm = signal.getsignal(signal.SIGTERM)
+    from digenrl.observe.progress import phase
+
     if rt.address:
         from .auth import join_cluster
 
-        join_cluster(rt.address, **quiet)
+        with phase(run.cfg, f"joining the Ray cluster at {rt.address}"):
+            join_cluster(rt.address, **quiet)
     else:
         need = total_demand(run)
         check_local_gpus(run, need.get("GPU", 0.0))  # a local start would declare GPUs this machine lacks
-        ray.init(num_cpus=max(1, int(round(need["CPU"] + 0.4999))), num_gpus=int(need["GPU"]) or None, **quiet)
+        with phase(run.cfg, "starting a local Ray"):
+            ray.init(num_cpus=max(1, int(round(need["CPU"] + 0.4999))), num_gpus=int(need["GPU"]) or None, **quiet)
     if callable(sigterm):  # ray.init replaces the SIGTERM handler; keep the caller's (the CLI's clean stop)
         signal.signal(signal.SIGTERM, sigterm)
     try:
@@ -182,6 +186,13 @@ class ActorPools:
                 pass
 
 
+def worker_log_dir(cfg: Config):
+    """Where each worker's stdout / stderr goes (absolute: a Ray worker's working directory is not the driver's)."""
+    from pathlib import Path
+
+    return Path(cfg.run_dir).expanduser().resolve() / "logs"
+
+
 def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> ActorPools:
     """Create the actors, form the groups and publish the first version to the generators: version 0 of rank
     0's build, or the version of ``state`` (a resumable checkpoint every trainer rank loads). ``failure``:
@@ -198,8 +209,10 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     conf = cfg.model_dump(mode="json")
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
-    pools = ActorPools({w: gen_cls.remote(w, conf, failure) for w in run.generator_ids},
-                       {w: trn_cls.remote(w, conf, i, failure) for i, w in enumerate(run.trainer_ids)},
+    logs = worker_log_dir(cfg)  # one file per worker: run_dir/logs/<worker>.log
+    pools = ActorPools({w: gen_cls.remote(w, conf, failure, str(logs / f"{w}.log")) for w in run.generator_ids},
+                       {w: trn_cls.remote(w, conf, i, failure, str(logs / f"{w}.log"))
+                        for i, w in enumerate(run.trainer_ids)},
                        cfg.runtime.publish if run.generator_ids else "object_store", run.sharded,
                        run.ranks_of(run.plan.trainers[0]) if run.sharded else ())
     try:

@@ -32,13 +32,15 @@ from digenrl.control.loop import Completion, run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
 from digenrl.faults import find_deterministic, find_halted
+from digenrl.observe.progress import eval_text, nothing as _nothing, phase
 from digenrl.observe.run_dir import RunStart
 from digenrl.observe.run_outputs import RunOutputs
 from digenrl.schedule import Commit, Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
 from .clocks import Clock
-from .cluster import ActorPools, get_named, ray_session, start_pools
+from .calibrate import measures
+from .cluster import ActorPools, get_named, ray_session, start_pools, worker_log_dir
 from .deadlines import ObservedCosts, call_deadline, remote_reward_wait
 from .errors import WorkerFailure
 from .executor import RayExecutor
@@ -81,6 +83,14 @@ class _Controller:
         self._attempt_start, self._log_start = 0.0, 0  # clock time and log index where the attempt began
         self._controller_cpu_s = 0.0
 
+    def _startup_text(self) -> str:
+        n_g, n_t = len(self.run.generator_ids), len(self.run.trainer_ids)
+        pools = f"{n_g} generator(s) and {n_t} trainer rank(s)" if n_g else f"{n_t} worker(s)"
+        where = f", restored from step {self.first}" if self.state is not None else ""
+        again = "restarting" if self.recoveries else "starting"
+        return f"{again} {pools} (each loads {self.cfg.model.kind} from {self.cfg.model.path or 'the built-in weights'}" \
+               f"{where}; logs in {worker_log_dir(self.cfg)})"
+
     # ---- attempts ------------------------------------------------------------------------------------
     def train(self) -> dict:
         from digenrl.train.interrupt import as_interrupted
@@ -88,7 +98,8 @@ class _Controller:
         failure = self.run.failure  # the test hook fails the first attempt only
         try:
             while True:
-                self.pools = start_pools(self.run, self.state, failure)
+                with phase(self.cfg, self._startup_text()):
+                    self.pools = start_pools(self.run, self.state, failure)
                 self._restarted()
                 try:
                     return self._attempt()
@@ -100,6 +111,7 @@ class _Controller:
                     if not isinstance(err, WorkerFailure):
                         raise
                     e = err
+                    _log_failure(self.cfg, e)  # the worker's traceback, as Ray returned it, into its own log
                     halted = find_halted(e)
                     if halted is not None:  # a non-finite reward / commit: a replay would meet it again
                         _abort(self.pools)
@@ -133,9 +145,12 @@ class _Controller:
 
         cfg, plan, pools = self.cfg, self.plan, self.pools
         if self.first == 0 and not self.recoveries:
-            self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
+            with phase(cfg, f"eval before RL ({eval_text(cfg)})"):
+                self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
             self.clock.reset()
-        cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
+        timing = f"calibration: timing each operation on the workers ({cfg.runtime.calibration.repeats} repeats)"
+        with phase(cfg, timing) if measures(self.run) else _nothing():
+            cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
         ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost, self._observed),
@@ -144,7 +159,8 @@ class _Controller:
         cpu0 = time.process_time()
         end = run_loop(self.sched, ex, self.timeline, _BetweenSteps(self, ex), t0=self._attempt_start)
         self._controller_cpu_s = time.process_time() - cpu0  # the controller's own CPU (scheduler, BTS, Ray calls)
-        self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
+        with phase(cfg, f"final eval ({eval_text(cfg)})"):
+            self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
         meta = {"steps": str(cfg.steps), "version": str(self.sched.published)}
         self.out.write_checkpoint(get_named(pools.on_rank0("checkpoint_bytes", meta), "checkpoint",
                                             call_deadline(cfg))[0].value)  # fmt: skip
@@ -268,7 +284,7 @@ class _BetweenSteps:
         ctl = self.ctl
         ctl.metrics.record(c)
         if c.side == "eval":
-            reward, sample = c.results[0].value  # sample: the grid's eval samples (none without TensorBoard / wandb)
+            reward, sample = c.results[0].value  # sample: the grid's eval samples (run_dir/samples/)
             self._evals[c.step] = reward
             ctl.out.eval_grid(c.step, reward, sample)
         elif c.side == "checkpoint":
@@ -283,8 +299,7 @@ class _BetweenSteps:
             return
         if cfg.eval.every and version % cfg.eval.every == 0 and version < cfg.steps:
             self._evals[version] = None
-            grid = cfg.eval.grid_prompts if ctl.out.writer.sends_images else 0  # the grid goes to TensorBoard / wandb
-            self.ex.side(pools.on_rank0("evaluate", grid), "eval", version)
+            self.ex.side(pools.on_rank0("evaluate", cfg.eval.grid_prompts), "eval", version)  # grid: run_dir/samples/
         if ckpt.due(version, cfg.runtime.checkpoint_every) and version < cfg.steps:
             self.ex.side(pools.on_rank0("pack_state", version, ctl._counters()), "checkpoint", version)
 
@@ -302,6 +317,25 @@ class _BetweenSteps:
             if 1 <= step <= len(ctl.sched.stats):  # row k + 1: the online cost factors BTS planned step k with
                 self._rows[0].update({f"cost_scale/{k}": v for k, v in ctl.sched.stats[step - 1].cost_scales.items()})
             ctl.out.log(self._rows.pop(0))
+
+
+def _log_failure(cfg: Config, e: WorkerFailure) -> None:
+    """Append the error the driver saw from worker ``e.worker`` (with Ray's remote traceback) to that worker's log
+    (``run_dir/logs/<worker>.log``): an actor's exception goes back to the caller, not into the worker's output."""
+    from datetime import datetime
+
+    path = worker_log_dir(cfg) / f"{e.worker}.log"
+    if not path.parent.is_dir():
+        return
+    import re
+
+    detail = str(e.__cause__).strip() if e.__cause__ is not None else str(e)
+    detail = re.sub(r"\x1b\[[0-9;]*m", "", detail)  # (Ray colours the task's name)
+    try:
+        with path.open("a") as f:
+            f.write(f"[digenrl] {datetime.now().isoformat(timespec='seconds')} the driver saw: {e}\n{detail}\n")
+    except OSError:
+        pass  # a full disk: the failure line says it all
 
 
 def _on_worker(e, worker: str):

@@ -29,8 +29,8 @@ from .workers import GeneratorAPI
 class GeneratorWorker(WorkerBase, GeneratorAPI):
     pool = "generator"
 
-    def __init__(self, name: str, config: dict, failure=None):
-        super().__init__(name, config, failure)
+    def __init__(self, name: str, config: dict, failure=None, log_file: str | None = None):
+        super().__init__(name, config, failure, log_file)
         import torch
 
         from digenrl.models.registry import build_policy

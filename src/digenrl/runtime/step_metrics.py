@@ -13,7 +13,10 @@ Metrics rows carry the reference loop's keys (``reward_mean``, ``reward_std``, `
 * TAG modes with ``runtime.bts.online``: ``cost_scale/<kind>``, the factors over the profile BTS planned the
   step with (observed / profiled seconds of the earlier steps' actions, ``schedule.online_cost``).
 
-Per-trajectory versions go to ``trajectories.jsonl`` (step, uid, generation, version, worker, reward).
+Per-trajectory versions go to ``trajectories.jsonl`` (step, uid, generation, version, worker, reward). Its
+``step`` is metrics.jsonl's: step N (from 1) is the N-th step, whose row in metrics.jsonl is the one with
+``step: N`` (row 0 is the eval before RL); ``version`` is the policy version that generated the trajectory (0: the
+initial weights), so an on-policy trajectory of step N has version N - 1, a stale one (TCSS) N - 2.
 Spans and the run-level figures are the shared ``digenrl.control.timeline``'s.
 """
 
@@ -97,7 +100,7 @@ class StepMetrics:
                     st.rewards[(f.group, i)] = r
                     st.versions.append(info.version)
                     if self._traj is not None:
-                        self._traj.write(json.dumps({"step": f.step, "uid": info.uid, "generation": i,
+                        self._traj.write(json.dumps({"step": f.step + 1, "uid": info.uid, "generation": i,
                                                      "version": info.version, "worker": a.worker, "tag": a.tag,
                                                      "fragment": list(f.generations), "reward": r,
                                                      "attempt": self.attempt}) + "\n")

@@ -61,8 +61,8 @@ from .workers import TrainerAPI
 class TrainerWorker(WorkerBase, TrainerAPI):
     pool = "trainer"
 
-    def __init__(self, name: str, config: dict, rank: int, failure=None):
-        super().__init__(name, config, failure)
+    def __init__(self, name: str, config: dict, rank: int, failure=None, log_file: str | None = None):
+        super().__init__(name, config, failure, log_file)
         from digenrl.train.context import build_context
 
         self.rank = rank

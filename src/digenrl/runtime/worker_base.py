@@ -10,11 +10,43 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from digenrl.config import Config
 
 from .messages import FragmentInfo
 from digenrl.control.run_plan import FailureHook
+
+
+def capture_output(path: str, name: str) -> None:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: Python, C extensions and Ray's own worker
+    logging alike) to ``path``, appended (a restarted worker continues its file), line-buffered."""
+    import sys
+    from datetime import datetime
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):  # a stream replaced by something else: flushed on its own
+            pass
+    print(f"[digenrl] worker {name} (pid {os.getpid()}) started {datetime.now().isoformat(timespec='seconds')}",
+          flush=True)
+
+
+def log_tail(path: str | Path, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines of a worker's log (empty when there is none)."""
+    try:
+        data = Path(path).read_bytes()[-64 * 1024:]
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
 class InjectedFailure(RuntimeError):
@@ -24,7 +56,9 @@ class InjectedFailure(RuntimeError):
 class WorkerBase:
     pool = "worker"
 
-    def __init__(self, name: str, config: dict, failure: FailureHook | None = None):
+    def __init__(self, name: str, config: dict, failure: FailureHook | None = None, log_file: str | None = None):
+        if log_file:  # a Ray actor: its stdout / stderr (model loading, warnings, tracebacks) into run_dir/logs/
+            capture_output(log_file, name)
         import torch
 
         self.cfg = Config.model_validate(config)

@@ -29,7 +29,7 @@ class CliError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="digenrl simulate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="digenrl simulate", description="Compare the execution modes of one workload in virtual time: a model preset on a GPU testbed (roofline), or a config with a measured profile or a testbed.")
     ap.add_argument("--model", default=None, help="flux | wan | hunyuan | qwen-image (roofline path)")
     ap.add_argument("--testbed", default=None, help="A | B | C | A+C (roofline path)")
     ap.add_argument("--config", default=None,

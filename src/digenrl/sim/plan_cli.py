@@ -30,7 +30,7 @@ class PlanCliError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="digenrl plan", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="digenrl plan", description="Search the fastest plan of a config's mode (generator/trainer split, fragment size, chunk shape, stale cap, publish path) and write it as a config that digenrl train runs.")
     ap.add_argument("--config", required=True, help="run config YAML, or 'default' for the built-in demo")
     ap.add_argument("--profile", default=None, help="measured cost profile JSON (digenrl profile)")
     ap.add_argument("--testbed", default=None, help="roofline GPU testbed: A | B | C | A+C")

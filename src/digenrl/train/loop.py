@@ -126,6 +126,8 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None, start: RunStart 
 
     import torch
 
+    from digenrl.observe.progress import eval_text, phase
+
     torch.set_num_threads(cfg.runtime.threads_per_worker)
     ctx = ctx or build_context(cfg)
     first, counters = ckpt.resume(ctx, start)
@@ -144,7 +146,8 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None, start: RunStart 
         if first:  # resumed: the initial eval and its grid are in run_dir already
             out.restore(counters)
         else:
-            out.before(*run_eval(), weights=weights)
+            with phase(cfg, f"eval before RL ({eval_text(cfg)})"):
+                out.before(*run_eval(), weights=weights)
         t_start, eval_r = time.perf_counter() - counters.get("wall_s", 0.0), counters.get("eval_reward", out.eval0)
 
         def save(done: int):
@@ -169,7 +172,8 @@ def run_training(cfg: Config, *, ctx: RunContext | None = None, start: RunStart 
             if guarded:
                 break
         wall = time.perf_counter() - t_start
-        out.after(*((eval_r, eval_batch) if out.guard_stop is not None else run_eval()))
+        with phase(cfg, f"final eval ({eval_text(cfg)})"):
+            out.after(*((eval_r, eval_batch) if out.guard_stop is not None else run_eval()))
         version = ctx.transaction.version
         done = cfg.steps if out.guard_stop is None else out.guard_stop["step"]
         with ctx.eval_weights():

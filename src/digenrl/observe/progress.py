@@ -1,0 +1,51 @@
+"""What a run is doing before and between its steps, on stderr: start-up, model load, calibration, evals.
+
+``phase(cfg, "loading the model")`` is a context manager: on a terminal a live line with a spinner and the
+seconds so far (rich), replaced by ``digenrl: loading the model: 12.3 s`` when it ends; elsewhere (a log file,
+CI) the line ``digenrl: loading the model ...`` when it starts and the same end line. ``log.progress=false``
+silences it (the per-step lines on stdout are ``log.print_every``'s). A phase that raises prints nothing more:
+the error says what happened.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+
+def _line(text: str) -> None:
+    from tqdm import tqdm  # (tqdm.write: a progress bar on the terminal is not overwritten)
+
+    tqdm.write(text, file=sys.stderr)
+    sys.stderr.flush()
+
+
+@contextmanager
+def phase(cfg, what: str) -> Iterator[None]:
+    """Say that ``what`` is running, and how long it took."""
+    if cfg is not None and not cfg.log.progress:
+        yield
+        return
+    t0 = time.monotonic()
+    live = sys.stderr.isatty()
+    if live:
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"digenrl: {what} ...", spinner="dots"):
+            yield
+    else:
+        _line(f"digenrl: {what} ...")
+        yield
+    _line(f"digenrl: {what}: {time.monotonic() - t0:.1f} s")
+
+
+@contextmanager
+def nothing() -> Iterator[None]:
+    yield
+
+
+def eval_text(cfg) -> str:
+    steps = cfg.sampler.eval_num_steps or cfg.sampler.num_steps
+    return f"up to {cfg.eval.num_prompts} eval prompts x {steps} ODE steps"
