@@ -48,27 +48,53 @@ def safe_yaml_load(text: str) -> Any:
 
 class _Strict(BaseModel):
     # every float must be finite: an inf lr / noise level or a NaN max_grad_norm would train every weight to NaN
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False,
+                              use_attribute_docstrings=True)  # a field's docstring is its description (docs)
 
 
 class LoraConfig(_Strict):
     enabled: bool = False
+    """Train LoRA adapters (peft) instead of every weight of the transformer."""
     rank: int = Field(32, ge=1)
+    """LoRA rank r."""
     alpha: float = Field(64.0, gt=0.0)
+    """LoRA alpha (the adapters are scaled by alpha / r)."""
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """LoRA dropout."""
     target_modules: list[str] | None = None  # None: the family's default (Flow-GRPO recipes)
+    """Module names the adapters wrap; null: the family's default (the Flow-GRPO recipes' targets)."""
 
 
 class ModelConfig(_Strict):
     kind: str = "tiny_dit"
+    """The policy family: `tiny_dit` (the CPU demo), `sd3`, `flux`, `wan`, `qwen_image` or `hunyuan_video`; checked
+    against the diffusers directory's `model_index.json`.
+    """
     path: str | None = None  # local diffusers directory / checkpoint; None = the built-in demo base weights
+    """A local checkpoint (tiny_dit) or diffusers directory; never downloaded. null: the built-in demo base weights."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """The dtype the weights are loaded in (`float32`, `bfloat16`, `float16`); see `train.mixed_precision` for fp32
+    master weights.
+    """
     device: str = "cpu"
+    """Torch device of every worker (`cpu`, `cuda`, `cuda:N`); refused when this machine has no such device."""
     lora: LoraConfig = LoraConfig()
+    """LoRA settings (`model.lora.*`)."""
     prompt_cache_dir: str | None = None
+    """On-disk prompt-embedding cache (`digenrl cache-prompts` fills it; one text encoder and encoding options per
+    directory). When it covers every prompt the workers do not load the text encoders.
+    """
     checkpoint: str | None = None  # trained weights (a run's checkpoint.safetensors) loaded over model.path's
+    """A run's `checkpoint.safetensors` loaded over `model.path` (adapters under LoRA, else full weights)."""
     lora_path: str | None = None  # a LoRA adapter to train on: PEFT dir/file (flow_grpo's save_pretrained) or diffusers
+    """A LoRA adapter to train on: a PEFT directory / `adapter_model.safetensors` (Flow-GRPO's `checkpoint-N/lora`) or
+    a diffusers `pytorch_lora_weights.safetensors`; sets `model.lora` (rank, alpha, targets) from it.
+    """
     options: dict[str, Any] = {}  # family-specific extras (e.g. height/width/frames)
+    """Family options, typed per `model.kind` (`digenrl/model_options.py`): `height`, `width`, `frames` (video),
+    `max_sequence_length`, `negative_prompt`, `load_text_encoders`, `vae_batch`, `vae_tiling`, `vae_slicing`,
+    `prompt_cache_rows`, `reference_copy`; an unknown option is refused with the family's list.
+    """
 
     @model_validator(mode="after")
     def _check_options(self) -> "ModelConfig":
@@ -81,23 +107,52 @@ class ModelConfig(_Strict):
 
 class TaskConfig(_Strict):
     name: str = "digits"
+    """`digits` (the CPU demo's task) or `text` (prompts from `task.prompts_file`)."""
     prompts_file: str | None = None  # one prompt per line (real models), or a dataset dir (train.txt / test.txt)
+    """Train prompts: one per line, JSONL with a `prompt` field (other keys kept as metadata), or a Flow-GRPO dataset
+    directory (`train.txt` / `test.txt`, or `train_metadata.jsonl` / `test_metadata.jsonl`).
+    """
     eval_prompts_file: str | None = None
+    """Held-out eval prompts (same formats); unset: the dataset directory's test split, else the first train prompts
+    (the run warns).
+    """
 
 
 class SamplerConfig(_Strict):
     num_steps: int = Field(10, ge=1)
+    """T: denoising steps of a training trajectory."""
     eval_num_steps: int | None = Field(None, ge=1)  # default: num_steps
+    """Denoising steps of the eval's ODE sampling; null: `sampler.num_steps`."""
     noise_level: float = Field(0.7, ge=0.0)
+    """The SDE's noise: a (`flow_grpo`, `cps`) or eta (`dance`)."""
     kind: Literal["flow_grpo", "dance", "cps"] = "flow_grpo"
+    """The SDE step: `flow_grpo` (Flow-GRPO), `dance` (DanceGRPO, constant eta) or `cps` (coefficients-preserving
+    sampling).
+    """
     cfg_scale: float = Field(1.0, ge=0.0)
+    """Classifier-free guidance scale (also in the training forward unless `train.cfg_in_training=false`; a
+    guidance-embedding model such as FLUX.1-dev always gets it).
+    """
     eval_cfg_scale: float | None = Field(None, ge=0.0)  # Flow-GRPO's sample.eval_guidance_scale; None = cfg_scale
+    """Guidance scale of the eval (Flow-GRPO's `sample.eval_guidance_scale`); null: `sampler.cfg_scale`."""
     static_shift: float | None = Field(None, gt=0.0)  # DanceGRPO --shift: its schedule instead of the family's
+    """DanceGRPO's static sigma shift (`--shift`), replacing the family's schedule; null: the family's."""
     integer_timesteps: bool = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's timesteps)
+    """Give the model int(sigma x 1000) / 1000 as DanceGRPO does."""
     same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
+    """One initial noise per prompt group (Flow-GRPO `same_latent`, DanceGRPO `init_same_noise`)."""
     post_solver: Literal["euler", "dpmpp_2m"] = "euler"  # mixgrpo: ODE solver after the window (dpmpp_2m: MixGRPO-Flash)
+    """`train.algorithm=mixgrpo` only: the ODE after the SDE window, `euler` or `dpmpp_2m` (DPM-Solver++ 2M,
+    MixGRPO-Flash).
+    """
     post_compress_ratio: float = Field(1.0, gt=0.0, le=1.0)  # mixgrpo: steps kept after the window (Flash: 0.4)
+    """`train.algorithm=mixgrpo` only: the share of the steps after the window kept (MixGRPO-Flash's 0.4; below 1 needs
+    `sampler.static_shift`).
+    """
     nft_solver: Literal["dpmpp_2m", "euler"] = "dpmpp_2m"  # nft: its ODE (DiffusionNFT sample.solver="dpm2"; eval: Euler)
+    """`train.algorithm=nft` only: the sampling ODE, `dpmpp_2m` (DiffusionNFT's `dpm2`) or `euler`; the eval samples
+    with Euler.
+    """
 
 
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
@@ -105,76 +160,165 @@ _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
 
 class TrainConfig(_Strict):
     prompts_per_step: int = Field(8, ge=1)  # P
+    """P: prompts (groups) per step."""
     generations: int = Field(8, ge=2)  # G
+    """G: generations per prompt (the group the advantage is normalised in)."""
     lr: float = Field(1e-4, gt=0.0)  # demo: 3e-4 peaked then oscillated (eval 0.97 -> 0.84); 1e-4 + EMA ends at its peak
+    """AdamW learning rate."""
     weight_decay: float = Field(0.0, ge=0.0)
+    """AdamW weight decay."""
     betas: tuple[_Beta, _Beta] = (0.9, 0.999)
+    """AdamW betas, each in [0, 1)."""
     max_grad_norm: float | None = Field(1.0, gt=0.0)  # None: no clipping (the norm is still checked finite)
+    """Gradient clipping norm; null: no clipping (the norm is still checked finite)."""
     adam_epsilon: float = Field(1e-8, gt=0.0)  # Flow-GRPO train.adam_epsilon
+    """AdamW epsilon."""
     clip_range: float = Field(0.2, gt=0.0)
+    """PPO clip of the ratio: 1 +- clip_range."""
     clip_range_low: float | None = Field(None, gt=0.0)  # asymmetric clip r >= 1 - low (Flow-GRPO clip_range_lt)
+    """Asymmetric clip: r >= 1 - low (Flow-GRPO `clip_range_lt`); null: `train.clip_range`."""
     clip_range_high: float | None = Field(None, gt=0.0)  # r <= 1 + high (clip_range_gt); None = clip_range
+    """Asymmetric clip: r <= 1 + high (Flow-GRPO `clip_range_gt`); null: `train.clip_range`."""
     adv_clip_max: float = Field(5.0, gt=0.0)
+    """Advantages are clipped to +- this."""
     std_mode: Literal["group", "global"] = "group"
+    """The advantage's std: per `group` or `global` over the step (pipelined modes rescale at the commit, which then
+    waits for the step's last reward).
+    """
     adv_baseline: Literal["group", "batch"] = "group"  # batch = Flow-GRPO per_prompt_stat_tracking=False
+    """The advantage's mean: per `group`, or over the whole `batch` (Flow-GRPO `per_prompt_stat_tracking=False`)."""
     adv_std_unbiased: bool = False  # True: DanceGRPO's torch std (n - 1)
+    """Unbiased (n - 1) std as DanceGRPO's torch.std; false: the population std."""
     adv_eps: float = Field(1e-4, gt=0.0)  # Flow-GRPO 1e-4, DanceGRPO 1e-8
+    """Epsilon added to the std (Flow-GRPO 1e-4, DanceGRPO 1e-8)."""
     adv_per_reward: bool = False  # DanceGRPO vq/mq: normalise each reward part in its group, loss sum_k w_k L(A_k)
+    """Normalise each reward part in its group and sum the weighted losses (DanceGRPO's multi-reward advantages)."""
     best_of_n: int | None = Field(None, ge=2)  # DanceGRPO --bestofn: train the n/2 best and n/2 worst of each group
+    """DanceGRPO's `--bestofn`: train only the n/2 best and n/2 worst generations of each group (every mode)."""
     filter_zero_advantage: bool = True  # Flow-GRPO drops samples with advantage 0 (no loss, no KL, not counted)
+    """Drop samples whose advantage is 0 (no loss, no KL, not counted), as Flow-GRPO."""
     beta_kl: float = Field(0.0, ge=0.0)
+    """Weight of the KL to the reference policy."""
     kl_form: Literal["flow_grpo", "exact"] = "flow_grpo"  # exact = Flow-GRPO's KL / (-dt)
+    """`flow_grpo`: Flow-GRPO's KL units; `exact`: the transition's Gaussian KL (Flow-GRPO's / -dt)."""
     minibatches_per_step: int = Field(1, ge=1)  # M optimizer steps per step, groups split by index (docs/architecture.md, "Minibatches")
+    """M optimizer steps per step: the step's groups split by index into M minibatches (one publish per step)."""
     inner_epochs: int = Field(1, ge=1)  # passes over the step's minibatches (Flow-GRPO num_inner_epochs)
+    """Passes over the step's minibatches (Flow-GRPO `num_inner_epochs`); optimizer steps per step = M x epochs."""
     algorithm: Literal["flow_grpo", "grpo_guard", "mixgrpo", "nft"] = "flow_grpo"  # loss + sampler contract (README, "Algorithms")
+    """The loss and sampler contract: `flow_grpo`, `grpo_guard` (RatioNorm + per-timestep reweight), `mixgrpo` (SDE
+    only in a moving window) or `nft` (DiffusionNFT); part of the checkpoint's math (a change is refused on resume).
+    See the algorithms page.
+    """
     nft_timesteps: int | None = Field(None, ge=1)  # nft: training timesteps K per sample; None: int(0.99 T) (DiffusionNFT)
+    """`nft` only: K training timesteps per sample; null: int(0.99 T)."""
     nft_old_policy: Literal["soft", "current"] = "soft"  # nft: old = soft-updated copy (DiffusionNFT's default) | live weights (train/nft_old.py)
+    """`nft` only: the old policy the generators sample with, `soft` (a copy updated old <- d old + (1 - d) theta after
+    each step) or `current` (the step's starting weights).
+    """
     nft_old_decay: tuple[int, float, float] = (0, 0.001, 0.5)  # nft soft: (flat, rate, cap), d_n = min(rate (n - flat), cap) (decay_type 1)
+    """`nft` soft old policy: (flat, rate, cap), d_n = min(rate (n - flat), cap) (DiffusionNFT `decay_type` 1: (0,
+    0.001, 0.5)).
+    """
     nft_beta: float = Field(1.0, gt=0.0)  # nft: the implicit policies' mix beta (DiffusionNFT config.beta; cancels under current)
+    """`nft` only: the implicit policies' mix v+- = (1 -+ beta) v_old +- beta v (cancels under `current`)."""
     timestep_strategy: Literal["fraction", "uniform", "window"] = "fraction"
+    """Which timesteps train: `fraction` (the first int(T x fraction) steps), `uniform` or `window` (an SDE window, ODE
+    outside).
+    """
     timestep_fraction: float = Field(0.5, gt=0.0, le=1.0)
+    """`fraction`: the first int(T x fraction) denoising steps are trained (Flow-GRPO's truncation)."""
     window_size: int = Field(2, ge=1)
+    """`window` / `mixgrpo`: steps in the SDE window."""
     window_range: tuple[int, int] | None = None
+    """`window`: the window lies inside [start, end) (Flow-GRPO `sde_window_range`); null: anywhere."""
     window_shift_interval: int = Field(25, ge=1)  # mixgrpo: steps between window moves (MixGRPO iters_per_group)
+    """`mixgrpo`: steps between window moves (MixGRPO `iters_per_group`)."""
     window_stride: int = Field(1, ge=1)  # mixgrpo: denoising steps the window moves by (MixGRPO prog_overlap_step)
+    """`mixgrpo`: denoising steps the window moves by (MixGRPO `prog_overlap_step`)."""
     chunk_generations: int = Field(8, ge=1)  # TSP chunk shape: generations x timesteps per forward/backward
+    """TSP chunk shape: generations per forward/backward."""
     chunk_timesteps: int = Field(2, ge=1)
+    """TSP chunk shape: timesteps per forward/backward."""
     ema_decay: float | None = Field(0.9, ge=0.0, le=1.0)  # EMA weights are used for eval and saved (Flow-GRPO's 0.9); null: none
+    """EMA of the trainable weights, used for eval and the final checkpoint (Flow-GRPO's 0.9); null: no EMA."""
     ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
+    """EMA update every N optimizer steps (Flow-GRPO `update_step_interval`)."""
     ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
     # Flow-GRPO's quirks (train/ema.py, train/step_work.py; README, "Recipes"); each off by default:
+    """decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; false: the fixed decay."""
     micro_batch: int | None = Field(None, ge=1)  # samples of one Flow-GRPO micro-batch (its sample.train_batch_size x
     # GPUs): only the unit of ema_update=per_micro_batch and zero_adv_refill (the forwards are cut by chunk_*)
+    """Samples of one Flow-GRPO micro-batch (`sample.train_batch_size` x GPUs): only the unit of
+    `ema_update=per_micro_batch` and `zero_adv_refill`.
+    """
     ema_update: Literal["per_commit", "per_micro_batch"] = "per_commit"  # per_micro_batch: Flow-GRPO's ema.step per
     # micro-batch, k = P G / (M micro_batch) EMA updates per optimizer step with the same n and weights
+    """`per_micro_batch`: Flow-GRPO's EMA step per micro-batch, k = P G / (M micro_batch) updates per optimizer step;
+    `per_commit`: one per optimizer step.
+    """
     zero_adv_refill: bool = False  # Flow-GRPO: re-add random zero-advantage samples (seeded by run seed, step) until
     # the step's kept count is a multiple of P G / micro_batch; they train with A = 0 (KL only) and count (not pipelined)
+    """Flow-GRPO's re-added zero-advantage samples (seeded by seed and step) until the kept count fills whole
+    micro-batches; colocated / naive only.
+    """
     minibatch_split: Literal["groups", "samples"] = "groups"  # samples: Flow-GRPO's random permutation of the kept
     # samples per inner epoch, cut into M parts (every group in every minibatch: runtime.mode naive / colocated only)
+    """`samples`: Flow-GRPO's minibatches from a seeded permutation of the samples (colocated / naive only); `groups`:
+    whole groups by index.
+    """
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
+    """Apply CFG in the training forward when `sampler.cfg_scale` != 1."""
     cfg_detach_uncond: bool = False  # no gradient through the unconditional CFG branch in training
+    """No gradient through the unconditional CFG branch in training."""
     # --- scale: memory plan, precision, recomputation, sharding ---
     chunk_cells: Literal["auto"] | None = None  # "auto": chunk shape from the memory plan (train.memory_gb)
+    """`auto`: the chunk shape is the largest that fits `train.memory_gb` (the memory plan); null: `chunk_generations`
+    x `chunk_timesteps`.
+    """
     memory_gb: float | None = Field(None, gt=0.0)  # per-rank GPU memory the run is planned for; None: no check
+    """Per-rank GPU memory the run is planned for: a config whose memory plan does not fit is refused with the per-item
+    numbers; null: no check.
+    """
     mixed_precision: Literal["none", "bf16", "fp16"] = "none"  # fp32 master weights + autocast compute
+    """`bf16` / `fp16` autocast with fp32 master weights (fp16 with dynamic loss scaling); `none`: the load dtype."""
     loss_scale_init: float = Field(65536.0, gt=0.0)  # fp16: initial dynamic loss scale
+    """fp16: the initial dynamic loss scale."""
     activation_checkpointing: bool = False  # recompute each transformer block's activations in backward
+    """Recompute each transformer block's activations in backward."""
     sharding: Literal["none", "fsdp"] = "none"  # FSDP2 over the trainer ranks (fully_shard per block)
+    """`fsdp`: FSDP2 over the trainer ranks (one shard group whose chunks, TAG fragments and commits are collectives);
+    `none`: replicated ranks.
+    """
     cpu_offload: bool = False  # fsdp only: sharded weights, grads, AdamW state and EMA live in host memory
+    """`fsdp` only: sharded weights, gradients, AdamW state and EMA in host memory, the optimizer stepping on the CPU."""
     shard_groups: int = Field(1, ge=1)  # fsdp only: hybrid sharding (HSDP): the trainer ranks form this many shard
     # groups of runtime.trainers / shard_groups ranks, data-parallel replicas of each other (the commit all-reduces
     # the gradient shards across them); each group is one trainer of the scheduler
+    """`fsdp` only: hybrid sharding, k shard groups of `runtime.trainers` / k ranks (k divides it), data-parallel
+    replicas of each other.
+    """
 
 
 class EvalConfig(_Strict):
     every: int = Field(20, ge=0)  # 0 = only before and after training
+    """Eval every N steps (ODE sampling of the eval prompts with the EMA weights); 0: only before and after training."""
     num_prompts: int = Field(64, ge=1)
+    """Eval prompts (at most those the eval set has; the run warns when it has fewer)."""
     grid_prompts: int = Field(8, ge=1)
     # reward-hacking guard (observe.hacking_guard): {name: {options}} scored on the eval samples, never optimised:
     # registered rewards (as in `reward`, no weight) and `drift` (image statistics against the base model's samples)
+    """Samples in each eval's grid (`samples_before.png`, `samples/eval_step_N.png`, `samples_after.png`)."""
     guard: dict[str, dict[str, Any]] = {}
+    """Reward-hacking guard: rewards (as in `reward`, no weight) and `drift` (image statistics against the base model's
+    samples) scored on every eval's samples, never optimised; the single-process loop only.
+    """
     guard_action: Literal["none", "warn", "checkpoint", "stop"] = "warn"  # when a guard falls while eval rises
+    """When a guard falls by more than its tolerance while the eval reward rises: `none`, `warn`, `checkpoint` (keep
+    the last weights before) or `stop` (exit 3).
+    """
     guard_tolerance: float = Field(0.1, gt=0.0)  # the fall that trips a guard: relative to its first value
+    """The fall, relative to a guard's first value, that trips it (an entry's own `tolerance` wins)."""
 
     @field_validator("guard", mode="before")
     @classmethod
@@ -187,11 +331,19 @@ class BTSOptions(_Strict):
     """Options of the BTS search (``schedule.bts.BTSConfig``), used when ``runtime.tag_policy`` is ``bts``."""
 
     depth: int = Field(2, ge=0)  # recursion depth over future bubbles
+    """Recursion depth over future bubbles."""
     budget_nodes: int = Field(2000, ge=1)  # search nodes per decision (deterministic; over it: shallower result)
+    """Search nodes per decision (deterministic; over it: a shallower result)."""
     budget_s: float | None = Field(None, gt=0.0)  # optional wall-clock cap per decision (makes decisions load-dependent)
+    """Optional wall-clock cap per decision (makes decisions load-dependent)."""
     max_branch: int = Field(4, ge=1)  # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
+    """Candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}."""
     online: bool = True  # refine the profile from the run's own action times at every step (schedule.online_cost)
+    """BTS's profile follows the run's own action times, one factor per action kind refined every step
+    (`cost_scale/<kind>` in metrics.jsonl).
+    """
     online_decay: float = Field(0.5, ge=0.0, lt=1.0)  # weight of a step's action times one step later
+    """The weight of a step's action times one step later."""
 
 
 class CalibrationOptions(_Strict):
@@ -199,45 +351,92 @@ class CalibrationOptions(_Strict):
 
     when: Literal["auto", "always", "never"] = "auto"  # auto: where the scheduler needs costs (TAG modes without
     # runtime.profile); always: every run, written to run_dir/profile.json for `digenrl simulate/plan --profile`
+    """When a run times its ops on its own workers before step 1: `auto` (TAG modes without `runtime.profile`),
+    `always` or `never`; written to `run_dir/profile.json`.
+    """
     repeats: int = Field(2, ge=1)  # timed repeats of every op (after one warm-up); their mean is the cost
+    """Timed repeats of every op (after one warm-up); their mean is the cost."""
 
 
 class RuntimeConfig(_Strict):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True,
+                              use_attribute_docstrings=True)
 
     mode: Mode = Field(Mode.COLOCATED, validate_default=True)  # validated against the scheduler's modes; stored as its string value
+    """`colocated`, `naive`, `gap`, `gap_tsp`, `gap_tsp_tag` or `full` (TCSS); anything but a single-worker `colocated`
+    runs on Ray.
+    """
     generators: int = Field(1, ge=1)
+    """Generator pool size (colocated: unused, keep 1)."""
     trainers: int = Field(1, ge=1)
+    """Trainer ranks (colocated: workers that both generate and train)."""
     fragment_size: int = Field(4, ge=1)  # generations per fragment (GAP)
+    """GAP fragment: generations of one prompt group per generate action (clipped to G)."""
     max_stale_fraction: float = Field(0.25, ge=0.0, le=1.0)  # TCSS cap (0.5 made the demo end lower in 1 of 3 runs)
+    """`full` (TCSS): at most this share of a step generated one version stale."""
     address: str | None = None  # join an existing Ray cluster; None starts a local one
+    """Join this Ray cluster (`HEAD:6379` or `auto`); null: start a local Ray."""
     generator_resources: dict[str, float] = {}
+    """Ray resources each generator asks for (custom labels place heterogeneous pools; `CPU` / `GPU` override the
+    counts).
+    """
     trainer_resources: dict[str, float] = {}
+    """Ray resources each trainer rank asks for."""
     threads_per_worker: int = Field(1, ge=1, le=256)  # a local run: at most the machine's cores (validate.py)
+    """Torch threads (and Ray CPUs) per worker; a local run: at most the machine's cores."""
     publish: Literal["object_store", "broadcast", "stream"] = "object_store"  # weight path trainers -> generators
     # (runtime/publish.py): rank 0's object-store copy, rank 0's broadcast, or every rank's shard streamed while
     # the trainers go on
+    """Weight path trainers -> generators: `object_store` (rank 0's copy), `broadcast` (torch.distributed) or `stream`
+    (every rank's shards, sent while the trainers go on).
+    """
     stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False)  # full + broadcast: a generator waits instead of
     # starting a stale fragment that would end `overrun` s after the predicted commit when overrun x this > its
     # wait (schedule.stale_hold; 0: never waits; the planner picks it)
+    """`full` with `broadcast` / `stream`: a free generator waits instead of starting a stale fragment that would end
+    `overrun` s past the step's predicted commit when overrun x this > its wait; 0: never waits (the planner picks
+    it).
+    """
     gang_groups: bool = True  # sharded TAG: a gang takes one fragment per rank across prompt groups (false: only the
     # head group's, a smaller gang that ends sooner; the planner picks it)
+    """TAG on a sharded pool: a gang takes the next fragment per rank across prompt groups; false: only the head
+    group's.
+    """
     checkpoint_every: int = Field(20, ge=0)  # resumable checkpoint every N committed steps (0: only at the end / on a signal)
+    """A resumable checkpoint every N committed steps in `run_dir/checkpoints/` (0: only at the end and on a signal)."""
     keep_checkpoints: int = Field(2, ge=1)
+    """The newest K resumable checkpoints are kept."""
     max_restarts: int = Field(3, ge=0)  # Ray modes: worker failures recovered (restart + replay) before giving up
+    """Ray modes: worker failures recovered (restart + replay) per run before the run stops."""
     watchdog_s: float | None = Field(None, gt=0.0)  # a call silent this long is a failure; None: derived from the
     # cost model where the run has one (TAG modes, runtime.profile): 60 s + 20 x the action's modelled time; else
     # from the run's observed action times (runtime.deadlines.ObservedCosts: 60 s + 20 x the slowest seen so far)
+    """Seconds before a silent worker call counts as stalled; null: derived (60 s + 20 x the action's modelled or
+    observed time).
+    """
     collective_timeout_s: float = Field(600.0, gt=0.0, allow_inf_nan=False)  # torch.distributed groups (trainer
     # pool, broadcast publish): a collective waiting longer fails with an error naming the rank and the action
+    """Seconds a torch.distributed collective may wait for the other ranks; longer is an error naming the rank and its
+    action.
+    """
     profile: str | None = None  # cost profile JSON for BTS (TAG modes); None: measured on the workers at start
+    """A cost profile JSON (`digenrl profile`, a run's `profile.json` / `profile_observed.json`) for BTS and the
+    watchdog; null: measured on the workers at start where needed.
+    """
     calibration: CalibrationOptions = CalibrationOptions()
+    """When and how the run measures its own costs (`runtime.calibration.*`)."""
     tag_inference_copy: bool = False  # TAG on a sharded pool: all-gather a plain (unsharded) copy of the weights
     # once per version, then each rank generates its share of a gang without per-forward gathers
+    """TAG on a sharded pool: all-gather an unsharded copy of the weights once per version and generate from it without
+    per-forward gathers.
+    """
     tag_policy: Literal["bts", "greedy", "none"] = "bts"  # TAG modes: who decides the fragments given to idle
     # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
+    """TAG modes: `bts` (the search), `greedy` (one fragment per idle trainer rank) or `none`."""
     bts: BTSOptions = BTSOptions()
+    """Options of the BTS search (`runtime.bts.*`)."""
     inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
+    """Test hook `<worker>@<step>[:exit|:stall]`: that worker fails when it gets work of that step (0-based)."""
 
 
     def bts_config(self):
@@ -251,25 +450,46 @@ class RuntimeConfig(_Strict):
 
 class LogConfig(_Strict):
     tensorboard: bool = False
+    """Write every row's scalars and the sample grids to `run_dir/tensorboard` (needs the tensorboard package)."""
     wandb: bool = False
+    """Log to wandb (needs the wandb package; `WANDB_MODE=offline` needs no account)."""
     wandb_project: str = "digenrl"
+    """The wandb project."""
     progress: bool = True
+    """Progress on stderr: start-up, model load, calibration and eval phases, and the colocated loop's bar."""
     print_every: int = Field(1, ge=0)  # one readable line per N steps on stdout (reward, parts, eval, kl, speed); 0: none
+    """One line per N steps on stdout (reward and its parts, eval, KL, speed); 0: none."""
 
 
 class Config(_Strict):
     run_dir: str = "runs/demo"
+    """Where the run's outputs go; a directory holding a previous run is refused without `--resume` / `--overwrite`;
+    empty, `.`, `/` and the home directory are refused.
+    """
     resume: Literal["never", "auto"] = "never"  # auto: continue from run_dir's newest checkpoint if it has one
+    """`auto`: continue from `run_dir`'s newest resumable checkpoint if it has one (else start); `never`: start."""
     seed: int = 0
+    """The run seed: the prompts of each step and every trajectory's noise derive from it."""
     steps: int = Field(200, ge=0)
+    """RL steps (one weight publish each)."""
     model: ModelConfig = ModelConfig()
+    """The policy (`model.*`)."""
     task: TaskConfig = TaskConfig()
+    """The prompts (`task.*`)."""
     reward: dict[str, dict[str, Any]] = {"digits": {"weight": 1.0}}  # {name: {weight: w, ...}}; {name: w} for short
+    """Weighted sum of rewards: `{name: {weight: w, option: value}}`; `{name: w}` and `reward=name` for short; built-in
+    names, entry points of group `digenrl.rewards` or `module:function` factories.
+    """
     sampler: SamplerConfig = SamplerConfig()
+    """Sampling (`sampler.*`)."""
     train: TrainConfig = TrainConfig()
+    """Training (`train.*`)."""
     eval: EvalConfig = EvalConfig()
+    """Evaluation (`eval.*`)."""
     runtime: RuntimeConfig = RuntimeConfig()
+    """Execution (`runtime.*`)."""
     log: LogConfig = LogConfig()
+    """Logging (`log.*`)."""
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -410,6 +630,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
 def _fields_at(loc: tuple) -> list[str]:
     """The keys of the config table at ``loc`` (a pydantic error location), or [] where it is not a table."""
     model: Any = Config
+    """The policy (`model.*`)."""
     for part in loc:
         field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
         if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):

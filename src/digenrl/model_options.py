@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 class _Options(BaseModel):
     # strict: "32" is not a height, true is not a batch size (the adapters use the values as they are)
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 class TinyDiTOptions(_Options):

@@ -36,18 +36,18 @@ def test_alias_in_override_refused():
 
 def test_anchor_without_alias_and_plain_yaml_still_load(tmp_path):
     p = tmp_path / "ok.yaml"
-    p.write_text("steps: 3\nmodel:\n  options: {h: 8}\n")
+    p.write_text("steps: 3\nmodel:\n  kind: sd3\n  options: {height: 8}\n")
     assert load_config(p).steps == 3
 
 
 def test_dumped_config_has_no_alias_and_reloads(tmp_path):
-    shared = [1, 2]
+    shared = {"weight": 1.0, "scale": [1, 2]}
     cfg = load_config(None, ["steps=2"])
-    cfg.model.options = {"a": shared, "b": shared}  # one object twice: a plain safe_dump would write &id001/*id001
+    cfg.reward = {"a": shared, "b": shared}  # one object twice: a plain safe_dump would write &id001/*id001
     dump_config(cfg, tmp_path / "config.yaml")
     text = (tmp_path / "config.yaml").read_text()
     assert "*id" not in text and "&id" not in text
-    assert load_config(tmp_path / "config.yaml").model.options == {"a": [1, 2], "b": [1, 2]}
+    assert load_config(tmp_path / "config.yaml").reward == {"a": shared, "b": shared}
 
 
 def test_billion_leaf_bomb_exits_2_fast(tmp_path):

@@ -150,7 +150,7 @@ def test_deterministic_worker_errors_are_not_retried(tmp_path, monkeypatch):
     monkeypatch.setattr(driver, "_abort", lambda pools: None)
     ctl = object.__new__(driver._Controller)
     ctl.cfg, ctl.out, ctl.recoveries, ctl.state, ctl.first = cfg, out, [], None, 0
-    ctl.run = type("R", (), {"failure": None})()
+    ctl.run = type("R", (), {"failure": None, "generator_ids": ("gen0",), "trainer_ids": ("trn0",)})()
     ctl.metrics = type("M", (), {"close": lambda self: None})()
     ctl._restarted = lambda: None
     ctl._recover = lambda e: pytest.fail("a deterministic error was retried")

@@ -1,0 +1,63 @@
+"""docs/configuration.md is the config schema's: every key (and every ``model.options`` option of every family)
+has a description in the schema, the page names every key with its default, and the page is what
+``scripts/config_doc.py`` writes now (a key added without re-running the script fails here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from script_loader import ROOT, load_script
+
+
+def _keys(model, prefix=""):
+    for name, field in model.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and hasattr(sub, "model_fields"):
+            yield from _keys(sub, prefix + name + ".")
+        else:
+            yield prefix + name, field
+
+
+def test_every_key_has_a_description():
+    from digenrl.config import Config
+    from digenrl.model_options import FAMILY_OPTIONS
+
+    keys = list(_keys(Config))
+    assert len(keys) > 100
+    assert not [k for k, f in keys if len((f.description or "").split()) < 2], "keys without a description"
+    options = [(n, f) for m in FAMILY_OPTIONS.values() for n, f in m.model_fields.items()]
+    assert options and not [n for n, f in options if not (f.description or "").strip()]
+
+
+def test_the_page_names_every_key_with_its_default():
+    from digenrl.config import Config
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    for key, field in _keys(Config):
+        default = field.default.value if hasattr(field.default, "value") else field.default
+        assert f"| `{key}` |" in text, key
+        row = text[text.index(f"| `{key}` |"):].split("\n", 1)[0]
+        assert f"`{json.dumps(default)}`" in row, (key, row)
+        assert " ".join(field.description.split()) in row.replace("\\|", "|"), key
+
+
+def test_the_page_is_up_to_date():
+    doc = load_script("scripts/config_doc.py")
+    assert doc.main(["--check"]) == 0, "docs/configuration.md is out of date: run python scripts/config_doc.py"
+
+
+def test_a_key_without_description_stops_the_script():
+    from pydantic import BaseModel, ConfigDict
+
+    doc = load_script("scripts/config_doc.py")
+
+    class Bad(BaseModel):
+        model_config = ConfigDict(use_attribute_docstrings=True)
+        documented: int = 1
+        """Has one."""
+        bare: int = 2
+
+    with pytest.raises(ValueError, match="bare: no description"):
+        doc.rows(Bad)
