@@ -1,4 +1,4 @@
-# DigenRL developer entry points. `make setup` then `make demo`; `make test` runs the suite.
+# DigenRL developer entry points. `make setup` then `make demo`; `make test` runs the suite; `make docs` the site.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -10,13 +10,13 @@ TORCH_SPEC ?= torch==2.13.0
 # 2 fits this project's 2-core machines; TEST_WORKERS=0 runs the suite in this one process.
 TEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast
+.PHONY: setup demo test test-fast docs
 
 setup:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install $(TORCH_SPEC); fi
-	$(BIN)/pip install -e '.[test]'
+	$(BIN)/pip install -e '.[test,docs]'
 
 demo:  # --overwrite: each `make demo` replaces the previous demo run in runs/demo
 	$(BIN)/digenrl train --overwrite
@@ -26,3 +26,6 @@ test:  # (the slowest 25 listed at the end: where the suite time goes)
 
 test-fast:  # the quick subset for development: no Ray runs, no subprocess or demo-length runs (tests/slow.txt)
 	$(BIN)/python -m pytest tests -m "not slow"
+
+docs:  # the docs site into site/: mkdocs --strict, so a warning, a broken link or anchor, or a page outside the nav fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -1,0 +1,78 @@
+"""Fill the generated tables of the docs and the README from the results files, with each benchmark's own table
+function: docs/benchmarks.md (CPU pipeline, publish paths, plan validation), docs/getting_started.md and
+README.md (the demo's seeds).
+
+    python scripts/benchmarks_doc.py            # rewrite the marked blocks
+    python scripts/benchmarks_doc.py --check    # exit 1 if a block is not what this script writes
+
+A block is ``<!-- BEGIN bench:NAME (scripts/benchmarks_doc.py) -->`` ... ``<!-- END bench:NAME -->``; only its
+inside is replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = [ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "getting_started.md", ROOT / "README.md"]
+BLOCK = re.compile(r"(<!-- BEGIN bench:(\w+) \(scripts/benchmarks_doc.py\) -->\n)(.*?)(<!-- END bench:\2 -->)", re.S)
+
+
+def _load(relative: str):
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _json(name: str):
+    return json.loads((RESULTS / name).read_text())
+
+
+def block(name: str) -> str:
+    """The Markdown of block ``name``, from its results file."""
+    if name == "demo_seeds":
+        return _load("scripts/demo_seeds.py").table(_json("demo_seeds.json"))
+    if name == "pipeline_cpu":
+        return _load("benchmarks/pipeline_cpu.py").markdown_table(_json("pipeline_cpu.json"))
+    if name == "publish_cpu":
+        return _load("benchmarks/publish_cpu.py").markdown(_json("publish_cpu.json"))
+    if name == "plan_validation":
+        return _load("benchmarks/plan_validation.py").markdown_table(_json("plan_validation.json"))
+    raise ValueError(f"unknown block bench:{name}")
+
+
+def render(text: str) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + "\n" + block(m.group(2)).strip() + "\n\n" + m.group(4), text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
+    args = ap.parse_args(argv)
+    stale = []
+    for page in PAGES:
+        text = page.read_text()
+        new = render(text)
+        if new == text:
+            continue
+        if args.check:
+            stale.append(str(page.relative_to(ROOT)))
+        else:
+            page.write_text(new)
+            print(f"wrote {page.relative_to(ROOT)}")
+    if stale:
+        print(f"{', '.join(stale)}: out of date: run python scripts/benchmarks_doc.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
