@@ -30,7 +30,7 @@ showed no contention between the cores), so one run against one profile measures
 simulator. Ray's workers run at nice 0 here.
 
 Run: ``python benchmarks/pipeline_cpu.py [--json] [--steps 6] [--rounds 5] [--repeats 8] [--modes ...] [--out PATH]
-[--learn STEPS] [--figures docs/figures]`` (``--figures``: the README's runtime Gantt charts of the naive and
+[--learn STEPS] [--figures docs/figures]`` (``--figures``: the runtime Gantt charts of docs/runtime.md, the naive and
 gap_tsp_tag runs closest to their mode's mean).
 """
 
@@ -57,7 +57,7 @@ WORKLOAD = ["train.prompts_per_step=8", "train.generations=8", "sampler.num_step
             "eval.every=0", "eval.num_prompts=8", "eval.grid_prompts=8", "log.progress=false"]
 
 
-GANTT_MODES = ("naive", "gap_tsp_tag")  # the README's two runtime Gantt charts (``--figures``)
+GANTT_MODES = ("naive", "gap_tsp_tag")  # docs/runtime.md's two runtime Gantt charts (``--figures``)
 
 
 def mode_overrides(mode: str) -> list[str]:
@@ -186,7 +186,7 @@ def learn(work: Path, steps: int, log) -> dict:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The README's table of a results file: step time, speedup, efficiency, simulator prediction and error."""
+    """The table of a results file (docs/benchmarks.md): step time, speedup, efficiency, simulator prediction and error."""
     out = ["| mode | step (s) | vs naive | pipeline efficiency | sim, calibration (s) | error | error per round | "
            "sim, step 1's op costs | sim, run's own op costs |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -268,7 +268,7 @@ def load_range(rows: list[dict]) -> tuple[float, float] | None:
 
 
 def summary(rows: list[dict]) -> str:
-    """The README's paragraph under the table: every number is a value of the results file."""
+    """The paragraph under the table (docs/benchmarks.md): every number is a value of the results file."""
     same = lambda key: ranks_as_measured(rows, key)  # noqa: E731
     worst = lambda key: max(abs(r[key]) for r in rows)  # noqa: E731
     text = []
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--figures", default=None, metavar="DIR",
                     help="copy the Gantt charts of the reported naive and gap_tsp_tag runs to DIR/runtime_gantt_<mode>.png")
     ap.add_argument("--table", default=None, metavar="RESULTS",
-                    help="print the README's markdown table from a results file and exit (no runs)")
+                    help="print the markdown table (docs/benchmarks.md) from a results file and exit (no runs)")
     args = ap.parse_args(argv)
     if args.table:
         print(markdown_table(json.loads(Path(args.table).read_text())))

@@ -64,7 +64,7 @@ def _columns(res: dict) -> tuple[bool, bool]:
 
 
 def table_cells(res: dict) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the results table (the README's and the simulation doc's)."""
+    """Header and rows of the results table (docs/benchmarks.md's and the simulation doc's)."""
     names = {"chosen": "chosen", "median": "median candidate", "slowest": "slowest candidate"}
     obs, own = _columns(res)
     head = (["plan", "candidate", "predicted (s)", "measured (s)", "error"]
@@ -78,7 +78,7 @@ def table_cells(res: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def markdown_table(res: dict) -> str:
-    """The README's table and summary line of a results file (no runs)."""
+    """The table and summary line of a results file (docs/benchmarks.md) (no runs)."""
     head, body = table_cells(res)
     obs, own = _columns(res)
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=8, help="timed repeats per op of the profile")
     ap.add_argument("--keep", default=None, help="keep the run directories here")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--table", default=None, metavar="RESULTS", help="print the README's table of a results file and exit")
+    ap.add_argument("--table", default=None, metavar="RESULTS", help="print the table of a results file (docs/benchmarks.md) and exit")
     args = ap.parse_args(argv)
     if args.table:
         print(markdown_table(json.loads(Path(args.table).read_text())))

@@ -21,7 +21,7 @@ difference of step times is small next to this VM's drift (the publish of a Tiny
 times are the direct measurement.
 
 Run: ``python benchmarks/publish_cpu.py [--rounds 3] [--steps 6] [--dim 192] [--depth 6] [--out PATH]``;
-``--table RESULTS`` prints the README's table and paragraph from a results file.
+``--table RESULTS`` prints the table and paragraph (docs/benchmarks.md) from a results file.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def run_paths(paths, steps: int, rounds: int, work: Path, log, dim: int, depth: 
 
 
 def markdown(rows: list[dict]) -> str:
-    """The README's table and the sentence under it; every number is a value of the results file."""
+    """The table and the sentence under it (docs/benchmarks.md); every number is a value of the results file."""
     out = ["| publish | step (s) | per round (s) | pipeline efficiency | trainer held per step (ms) | "
            "generator held per step (ms) | trainer commit per step (ms) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=MODEL["dim"])
     ap.add_argument("--depth", type=int, default=MODEL["depth"])
     ap.add_argument("--out", default=None, help="write the rows here (benchmarks/results/publish_cpu.json)")
-    ap.add_argument("--table", default=None, metavar="RESULTS", help="print the README table of a results file")
+    ap.add_argument("--table", default=None, metavar="RESULTS", help="print the table of a results file (docs/benchmarks.md)")
     args = ap.parse_args(argv)
     if args.table:
         print(markdown(json.loads(Path(args.table).read_text())))

@@ -2,13 +2,13 @@
 
     python scripts/demo_seeds.py [--seeds 0 1 2] [--out benchmarks/results/demo_seeds.json] [key=value ...]
     python scripts/demo_seeds.py --merge a.json b.json [--out ...]    # seeds run separately, one results file
-    python scripts/demo_seeds.py --table [--out ...]                  # the README table from the results file
+    python scripts/demo_seeds.py --table [--out ...]                  # the demo table (docs/getting_started.md, README) from the results file
 
 Each seed runs in its own process (``digenrl train seed=N run_dir=runs/demo_seedN``), one after another, with
 the wall time and the machine's load average around it (the figures are only comparable on an idle machine).
 The results file holds per seed the initial / final / peak eval reward, the eval curve, the wall time and the
 CPU seconds of the run (user + system, independent of other load on the machine); the
-README's demo table is regenerated from it (``--table`` prints the Markdown table).
+The demo table of README.md and docs/getting_started.md is regenerated from it by scripts/benchmarks_doc.py (``--table`` prints the Markdown table).
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/demo_seeds.json"))
     ap.add_argument("--runs", default=str(ROOT / "runs"))
-    ap.add_argument("--table", action="store_true", help="print the README table of an existing results file")
+    ap.add_argument("--table", action="store_true", help="print the demo table of an existing results file")
     ap.add_argument("--merge", nargs="+", help="combine results files of seeds run separately (e.g. concurrently)")
-    ap.add_argument("--figures", help="copy the first seed's reward curve and sample grids here (README figures)")
+    ap.add_argument("--figures", help="copy the first seed's reward curve and sample grids here (the demo's figures)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     if args.table:

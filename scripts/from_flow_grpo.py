@@ -63,7 +63,7 @@ ROWS: list[tuple[str, str, str, str, object, str]] = [
     ("train.adam_beta1, adam_beta2", "0.9, 0.999", BASE, "train.betas", (0.9, 0.999), ""),
     ("train.adam_weight_decay", "1e-4", BASE, "train.weight_decay", 1e-4, ""),
     ("train.adam_epsilon", "1e-8", BASE, "train.adam_epsilon", 1e-8, ""),
-    ("train.gradient_accumulation_steps", "1", BASE, "train.minibatches_per_step", 1, "M = num_batches_per_epoch / gradient_accumulation_steps optimizer steps per step"),
+    ("num_batches_per_epoch / train.gradient_accumulation_steps", "2 / 1", BASE, "train.minibatches_per_step", 2, "M optimizer steps per step, whole prompt groups by index (`train.minibatch_split: groups`); the recipes use 2"),
     ("train.max_grad_norm", "1.0", BASE, "train.max_grad_norm", 1.0, ""),
     ("train.num_inner_epochs", "1", BASE, "train.inner_epochs", 1, ""),
     ("train.cfg", "True", BASE, "train.cfg_in_training", True, ""),

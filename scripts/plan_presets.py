@@ -27,7 +27,7 @@ colocated is predicted faster the preset defaults to ``colocated`` and its block
 the chunk shape and the shard groups are never touched (they are pinned to the peer recipes). The rewritten file is loaded back and must plan (``control.run_plan.plan_run``) to the
 priced plan.
 
-Each preset takes 1-60 s of CPU (``digenrl plan``'s pruned search; the README's table); they are planned one
+Each preset takes 1-60 s of CPU (``digenrl plan``'s pruned search); they are planned one
 after the other.
 """
 

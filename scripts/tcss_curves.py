@@ -1,7 +1,7 @@
 """TCSS keeps the learning curve: eval-reward curves of the on-policy reference and of ``full`` with stale caps.
 
     python scripts/tcss_curves.py [--seeds 0 1 2] [--variants reference full_0.25 full_0.5] [--force]
-    python scripts/tcss_curves.py --figure [--markdown]     # figure + README paragraph from the results file
+    python scripts/tcss_curves.py --figure [--markdown]     # figure + docs/tcss_curves.md from the results file
 
 Each (variant, seed) is one ``digenrl train`` process on the default demo config (``make demo``), one after another:
 
@@ -163,7 +163,7 @@ def _signed(x: float) -> str:
 
 
 def markdown(agg: dict, threshold: float = DIFF_THRESHOLD) -> str:
-    """The README paragraph and table; every number is read from ``agg``."""
+    """The page's paragraph and table; every number is read from ``agg``."""
     if not agg:
         return "No TCSS curve results yet.\n"
     seeds = sorted({s for a in agg.values() for s in a["seeds"]})

@@ -205,7 +205,7 @@ class TrainConfig(_Strict):
     """M optimizer steps per step: the step's groups split by index into M minibatches (one publish per step)."""
     inner_epochs: int = Field(1, ge=1)  # passes over the step's minibatches (Flow-GRPO num_inner_epochs)
     """Passes over the step's minibatches (Flow-GRPO `num_inner_epochs`); optimizer steps per step = M x epochs."""
-    algorithm: Literal["flow_grpo", "grpo_guard", "mixgrpo", "nft"] = "flow_grpo"  # loss + sampler contract (README, "Algorithms")
+    algorithm: Literal["flow_grpo", "grpo_guard", "mixgrpo", "nft"] = "flow_grpo"  # loss + sampler contract (docs/math.md, "Algorithms")
     """The loss and sampler contract: `flow_grpo`, `grpo_guard` (RatioNorm + per-timestep reweight), `mixgrpo` (SDE
     only in a moving window) or `nft` (DiffusionNFT); part of the checkpoint's math (a change is refused on resume).
     See the algorithms page.
@@ -245,7 +245,7 @@ class TrainConfig(_Strict):
     ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
     """EMA update every N optimizer steps (Flow-GRPO `update_step_interval`)."""
     ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
-    # Flow-GRPO's quirks (train/ema.py, train/step_work.py; README, "Recipes"); each off by default:
+    # Flow-GRPO's quirks (train/ema.py, train/step_work.py; docs/math.md, "Recipes"); each off by default:
     """decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; false: the fixed decay."""
     micro_batch: int | None = Field(None, ge=1)  # samples of one Flow-GRPO micro-batch (its sample.train_batch_size x
     # GPUs): only the unit of ema_update=per_micro_batch and zero_adv_refill (the forwards are cut by chunk_*)

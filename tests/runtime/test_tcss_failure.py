@@ -89,7 +89,7 @@ def test_full_mode_recovers_a_killed_generator_within_the_tcss_bounds(ray_local,
     """``full`` (TCSS) after a generator dies mid-run: the run restarts from the newest checkpoint and finishes,
     and the replayed steps keep every TCSS bound (the audit: staleness <= 1, stale share <= cap, one version per
     fragment, I2-I4). What it does not promise: the uninterrupted run's parameters, since which fragments run
-    stale depends on timing (README "Failures and resume"; measured in benchmarks/results/recovery_demo.json,
+    stale depends on timing (docs/reliability.md; measured in benchmarks/results/recovery_demo.json,
     ``full_mode``)."""
     from digenrl.runtime.driver import run_disaggregated
 

@@ -1,4 +1,4 @@
-"""The CPU benchmarks' README text: full's speedup over naive split into its two measured factors
+"""The CPU benchmarks' text (docs/benchmarks.md): full's speedup over naive split into its two measured factors
 (``pipeline_cpu.py``); the publish paths' held times (``publish_cpu.py``)."""
 
 from __future__ import annotations
