@@ -366,4 +366,4 @@ def check_guard(cfg: Config) -> None:
     try:
         parse_guard(cfg.eval.guard, cfg.eval.guard_tolerance)
     except (ValueError, FileNotFoundError) as e:
-        raise ConfigError(cut_text(str(e), 300)) from None
+        raise ConfigError(cut_text(str(e), 2000)) from None
