@@ -39,6 +39,7 @@ def join_cluster(address: str, **init_kwargs) -> None:
                 raise ConfigError(_message(address, "authentication failed: the cluster requires a token",
                                            token_mode))
             os.environ["RAY_AUTH_MODE"] = token_mode = "token"  # the head asks for one and this machine has one
+            _reload_auth_config()
             held.note(f"digenrl: runtime.address: the cluster at {address} asks for a token; using {where} "
                       "(RAY_AUTH_MODE=token)")
         try:
@@ -48,6 +49,15 @@ def join_cluster(address: str, **init_kwargs) -> None:
             what = "authentication failed" if _is_auth(e) else f"{type(e).__name__}: {_first_line(e)}"
             raise ConfigError(_message(address, what, token_mode)) from None
         held.release()
+
+
+def _reload_auth_config() -> None:
+    """Make Ray read ``RAY_AUTH_MODE`` again: the probe above loaded its config (auth off) into this process.
+    The same two calls as Ray's own ``ray._private.authentication_test_utils.reset_auth_token_state``."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def local_token() -> str | None:
