@@ -156,6 +156,11 @@ class TrainConfig(_Strict):
     shard_groups: int = Field(1, ge=1)  # fsdp only: hybrid sharding (HSDP): the trainer ranks form this many shard
     # groups of runtime.trainers / shard_groups ranks, data-parallel replicas of each other (the commit all-reduces
     # the gradient shards across them); each group is one trainer of the scheduler
+    # --- the behaviour log-probs (docs/fast_generator.md, train/old_logprob.py) ---
+    old_logprob: Literal["generator", "recompute"] = "generator"  # logp_old: the generator's recorded log-probs
+    # (Flow-GRPO) | the trainer's own under the step's starting weights (verl's recomputed old log-prob)
+    tis_cap: float | None = Field(None, ge=1.0)  # recompute: each cell's policy loss x min(exp(logp_old - logp_gen),
+    # cap), detached (verl's truncated importance sampling of the generator's distribution); None: off
 
 
 class EvalConfig(_Strict):
@@ -241,6 +246,17 @@ class RuntimeConfig(_Strict):
                          policy=self.tag_policy, online=b.online, online_decay=b.online_decay)
 
 
+class GeneratorConfig(_Strict):
+    """The generator pool's inference copy of the policy (``models.fast_generator``; docs/fast_generator.md). The
+    trainers keep their own weights, and TAG fragments are generated with them."""
+
+    merge_lora: bool = False  # merge W0 + s B A into the base weights once per version (no adapter matmuls)
+    dtype: Literal["bfloat16", "float16", "float32"] | None = None  # the copy's weights; None: model.dtype
+    compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = "none"  # torch.compile of the
+    # transformer forward, once, reused across versions (weights swapped in place)
+    inject_logprob_offset: float = 0.0  # test hook: added to every log-prob the pool records (a biased generator)
+
+
 class LogConfig(_Strict):
     tensorboard: bool = False
     wandb: bool = False
@@ -261,6 +277,7 @@ class Config(_Strict):
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    generator: GeneratorConfig = GeneratorConfig()
     log: LogConfig = LogConfig()
 
     @field_validator("reward", mode="before")
@@ -320,6 +337,7 @@ class Config(_Strict):
                              "runtime.generators=1 and runtime.trainers=1): the Ray runtime's evals return only "
                              "the eval reward, not the samples a guard scores")
         self._check_quirks()
+        self._check_generator()
         if self.train.cpu_offload and self.train.sharding != "fsdp":
             raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         k = self.train.shard_groups
@@ -355,6 +373,26 @@ class Config(_Strict):
             model = getattr(self, table)
             if name in model.model_fields_set and getattr(model, name) != type(model).model_fields[name].default:
                 raise ValueError(f"{key}: train.algorithm=nft does not use it ({why}); leave it unset")
+
+    def _check_generator(self) -> None:
+        """The ``generator`` section and the behaviour log-prob options (docs/fast_generator.md)."""
+        g, t = self.generator, self.train
+        changed = [k for k in type(g).model_fields if getattr(g, k) != type(g).model_fields[k].default]
+        if changed and self.runtime.mode == "colocated":
+            raise ValueError(f"generator.{changed[0]}: runtime.mode=colocated has no generator pool (every worker "
+                             "generates with its training weights); the generator options apply to the "
+                             "disaggregated modes (naive, gap, gap_tsp, gap_tsp_tag, full)")
+        if g.merge_lora and not (self.model.lora.enabled or self.model.lora_path):
+            raise ValueError("generator.merge_lora: needs LoRA adapters to merge (model.lora.enabled=true or "
+                             "model.lora_path)")
+        if t.old_logprob == "recompute" and t.algorithm in ("grpo_guard", "nft"):
+            why = ("its ratio normalisation uses the generator's recorded transition means" if t.algorithm ==
+                   "grpo_guard" else "DiffusionNFT records no log-probs")
+            raise ValueError(f"train.old_logprob: recompute is not supported with train.algorithm={t.algorithm} "
+                             f"({why})")
+        if t.tis_cap is not None and t.old_logprob != "recompute":
+            raise ValueError("train.tis_cap: the truncated importance weight min(exp(logp_old - logp_gen), cap) needs "
+                             "train.old_logprob=recompute (with the generator's log-probs as logp_old it is 1)")
 
     def _check_quirks(self) -> None:
         """train.micro_batch, ema_update, zero_adv_refill, minibatch_split (Flow-GRPO's quirks)."""
