@@ -207,11 +207,13 @@ def test_compiled_once_across_version_swaps(model, flux_dir):
     counter = CompileCounter()
     fast, uncompiled = FastGenerator(live, opts, backend=counter), FastGenerator(plain, opts)
     x, s, cond = inputs(eager, FLUX_PROMPTS if model != "tiny_dit" else DIGIT_PROMPTS)
+    where = {n: p.data_ptr() for n, p in live.named_parameters()}  # (a CUDA graph replays these addresses)
     for i, state in enumerate(versions(eager, 4)):
         fast.load(state)
         uncompiled.load(state)
         assert rel(velocity(live, x, s, cond), velocity(plain, x, s, cond)) < 1e-5
         assert counter.frame_count == 1, f"recompiled at version {i}"
+        assert {n: p.data_ptr() for n, p in live.named_parameters()} == where  # swapped in place
     assert counter.op_count > 0
 
 
