@@ -86,3 +86,16 @@ def test_bf16_generator_with_stream_publish(ray_local, tmp_path):
     assert len(rows) == cfg.steps
     # bf16 velocities (~1e-2 relative) move the trainer's log-prob of the generator's transitions: seen, not zero
     assert all(r["mismatch/cells"] > 0 and 1e-4 < r["mismatch/max_abs_logp"] < 0.1 for r in rows), rows
+
+
+def test_recompute_on_a_sharded_pool(ray_local, tiny_model, tmp_path):
+    """``train.old_logprob=recompute`` on a 2-rank FSDP shard group, 2 minibatches x 2 inner epochs: the later rounds'
+    logp_start comes from the step-start snapshot of each rank's shards (swapped in with FSDP's reshard around it),
+    so a generator pool biased by +0.5 still ends with the unbiased single-process loop's parameters."""
+    math = ["train.old_logprob=recompute", "train.minibatches_per_step=2", "train.inner_epochs=2"]
+    ref, _ = reference_run(tiny_model, tmp_path / "ref", math)
+    cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "runtime.trainers=2", "train.sharding=fsdp",
+                   "generator.inject_logprob_offset=0.5", *math)
+    run_matches(cfg, ref, 5e-5, 5e-5, "recompute, sharded")
+    rows = _rows(tmp_path / "run")
+    assert all(abs(r["mismatch/max_abs_logp"] - 0.5) < 1e-3 for r in rows)
