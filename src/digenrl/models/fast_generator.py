@@ -20,7 +20,8 @@ master dtype, with the adapters apart) cannot. Three options, each independent o
   names do not change), with ``dynamic=False``: compiled at the run's fixed shapes (fragment size, latent,
   text length), once. Every later version is swapped into the same parameter tensors in place (``copy_`` of the
   published tensors, the merge's in-place add), so the compiled graph and its guards stay valid: no recompile
-  across versions (``tests/models/test_fast_generator.py`` counts the compilations over version swaps). With
+  across versions (``tests/models/test_fast_generator.py`` counts the compilations over version swaps; the copy
+  stays in eval mode, which the graph's guards check, as the sampler runs it). With
   ``reduce-overhead`` on a GPU the graph is replayed as a CUDA graph, which the in-place swap keeps valid too.
 
 The publish paths receive the trainers' tensors as they are (``layout``: each published tensor's shape and dtype,
@@ -50,6 +51,7 @@ class FastGenerator:
         from digenrl.models.lora import ADAPTER
 
         self.policy, self.options, self.adapter = policy, options, ADAPTER
+        policy.eval()  # it only samples (dropout off, as the sampler sets it): one mode, so one compiled graph
         self.layout = {n: (tuple(t.shape), t.dtype) for n, t in policy.trainable_state_dict().items()}
         net = policy.velocity_model()
         if options.dtype is not None:
