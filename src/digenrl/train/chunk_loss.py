@@ -39,6 +39,7 @@ others waiting in the all-gather until the collective timeout (``runtime.collect
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields
 from typing import Sequence
 
@@ -102,8 +103,8 @@ class CellStats:
     mismatch_clipped: float = 0.0
 
     def add(self, other: "CellStats") -> "CellStats":
-        return CellStats(**{f.name: (max if f.name == "mismatch_max" else _plus)(getattr(self, f.name),
-                                                                                getattr(other, f.name))
+        return CellStats(**{f.name: (max if f.name == "mismatch_max" else operator.add)(getattr(self, f.name),
+                                                                                       getattr(other, f.name))
                             for f in fields(self)})
 
     def with_mismatch(self, m: Mismatch) -> "CellStats":
@@ -118,10 +119,6 @@ class CellStats:
         out.update({"mismatch/approx_kl": self.mismatch_sq / m, "mismatch/max_abs_logp": self.mismatch_max,
                     "mismatch/clipfrac": self.mismatch_clipped / m, "mismatch/cells": self.mismatch_cells})
         return out
-
-
-def _plus(a, b):
-    return a + b
 
 
 def train_cells(
