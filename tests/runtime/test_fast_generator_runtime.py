@@ -99,3 +99,22 @@ def test_recompute_on_a_sharded_pool(ray_local, tiny_model, tmp_path):
     run_matches(cfg, ref, 5e-5, 5e-5, "recompute, sharded")
     rows = _rows(tmp_path / "run")
     assert all(abs(r["mismatch/max_abs_logp"] - 0.5) < 1e-3 for r in rows)
+
+
+def test_recompute_takes_stale_samples_at_the_step_start(ray_local, tiny_model, tmp_path):
+    """TCSS with ``recompute``: a stale sample's logp_old is the trainers' log-prob under the step's starting weights,
+    not its behaviour version's, so every first-round ratio is exactly 1 (approx_kl 0) where the generator's
+    log-probs give stale samples a ratio (``test_tcss_failure``); the mismatch leaves the stale samples out."""
+    from digenrl.runtime.driver import run_disaggregated
+
+    run = tmp_path / "run"
+    cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5",
+                   "train.lr=3e-4", "train.old_logprob=recompute", "train.tis_cap=1.5")
+    summary = run_disaggregated(cfg)
+    assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
+    rows = _rows(run)
+    assert sum(r["staleness/1"] for r in rows) > 0, "TCSS never ran: the test would prove nothing"
+    S = 2  # int(4 x 0.5) trained steps
+    for r in rows:
+        assert r["approx_kl"] == 0.0
+        assert r["mismatch/cells"] <= (8 - r["staleness/1"]) * S
