@@ -298,6 +298,16 @@ class TrainConfig(_Strict):
     """`fsdp` only: hybrid sharding, k shard groups of `runtime.trainers` / k ranks (k divides it), data-parallel
     replicas of each other.
     """
+    old_logprob: Literal["generator", "recompute"] = "generator"
+    """logp_old of the clipped ratio: `generator`, the behaviour log-probs the generators recorded (Flow-GRPO), or
+    `recompute`, the trainers' own under the step's starting weights (verl's recomputed old log-prob; the first
+    round's forward gives it for free, later rounds run one no-grad forward of a step-start snapshot)
+    ([fast generator](fast_generator.md)).
+    """
+    tis_cap: float | None = Field(None, ge=1.0)
+    """`recompute` only: truncated importance sampling of the generator's distribution, each cell's policy term x
+    min(exp(logp_old - logp_gen), cap), detached (verl's TIS); null: off.
+    """
 
 
 class EvalConfig(_Strict):
@@ -448,6 +458,26 @@ class RuntimeConfig(_Strict):
                          policy=self.tag_policy, online=b.online, online_decay=b.online_decay)
 
 
+class GeneratorConfig(_Strict):
+    """The generator pool's inference copy of the policy (``models.fast_generator``; docs/fast_generator.md). The
+    trainers keep their own weights, and TAG fragments are generated with them."""
+
+    merge_lora: bool = False
+    """Merge the LoRA delta into the base weights once per published version, W = W0 + s B A (no adapter matmuls
+    per forward); needs `model.lora.enabled` and a generator pool.
+    """
+    dtype: Literal["bfloat16", "float16", "float32"] | None = None
+    """The copy's weight dtype (bf16 on GPU), independent of the trainers' masters; the SDE step and the recorded
+    log-probs stay float32; null: `model.dtype`.
+    """
+    compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = "none"
+    """`torch.compile` of the transformer forward at the run's fixed shapes, compiled once and reused across versions
+    (weights swapped in place); `reduce-overhead` adds CUDA graphs.
+    """
+    inject_logprob_offset: float = 0.0
+    """Test hook: added to every log-prob the generator pool records (a biased generator)."""
+
+
 class LogConfig(_Strict):
     tensorboard: bool = False
     """Write every row's scalars and the sample grids to `run_dir/tensorboard` (needs the tensorboard package)."""
@@ -488,6 +518,8 @@ class Config(_Strict):
     """Evaluation (`eval.*`)."""
     runtime: RuntimeConfig = RuntimeConfig()
     """Execution (`runtime.*`)."""
+    generator: GeneratorConfig = GeneratorConfig()
+    """The generator pool's inference copy (`generator.*`)."""
     log: LogConfig = LogConfig()
     """Logging (`log.*`)."""
 
@@ -552,6 +584,7 @@ class Config(_Strict):
                              "runtime.generators=1 and runtime.trainers=1): the Ray runtime's evals return only "
                              "the eval reward, not the samples a guard scores")
         self._check_quirks()
+        self._check_generator()
         if self.train.cpu_offload and self.train.sharding != "fsdp":
             raise ValueError("train.cpu_offload: needs train.sharding=fsdp (FSDP2 offloads the sharded state)")
         k = self.train.shard_groups
@@ -587,6 +620,26 @@ class Config(_Strict):
             model = getattr(self, table)
             if name in model.model_fields_set and getattr(model, name) != type(model).model_fields[name].default:
                 raise ValueError(f"{key}: train.algorithm=nft does not use it ({why}); leave it unset")
+
+    def _check_generator(self) -> None:
+        """The ``generator`` section and the behaviour log-prob options (docs/fast_generator.md)."""
+        g, t = self.generator, self.train
+        changed = [k for k in type(g).model_fields if getattr(g, k) != type(g).model_fields[k].default]
+        if changed and self.runtime.mode == "colocated":
+            raise ValueError(f"generator.{changed[0]}: runtime.mode=colocated has no generator pool (every worker "
+                             "generates with its training weights); the generator options apply to the "
+                             "disaggregated modes (naive, gap, gap_tsp, gap_tsp_tag, full)")
+        if g.merge_lora and not (self.model.lora.enabled or self.model.lora_path):
+            raise ValueError("generator.merge_lora: needs LoRA adapters to merge (model.lora.enabled=true or "
+                             "model.lora_path)")
+        if t.old_logprob == "recompute" and t.algorithm in ("grpo_guard", "nft"):
+            why = ("its ratio normalisation uses the generator's recorded transition means" if t.algorithm ==
+                   "grpo_guard" else "DiffusionNFT records no log-probs")
+            raise ValueError(f"train.old_logprob: recompute is not supported with train.algorithm={t.algorithm} "
+                             f"({why})")
+        if t.tis_cap is not None and t.old_logprob != "recompute":
+            raise ValueError("train.tis_cap: the truncated importance weight min(exp(logp_old - logp_gen), cap) needs "
+                             "train.old_logprob=recompute (with the generator's log-probs as logp_old it is 1)")
 
     def _check_quirks(self) -> None:
         """train.micro_batch, ema_update, zero_adv_refill, minibatch_split (Flow-GRPO's quirks)."""

@@ -160,3 +160,42 @@ def test_a_changed_branch_is_corrected_where_the_ratio_left_the_clip_interval(ti
     bad, _, _ = _deferred(tiny_policy, groups, FLIPS, cfg, settings, ref)
     assert sum(flips) == 4  # 0.55, 0.6, 0.6, 0.65
     assert _rel(bad, want) > 1e-3
+
+
+@pytest.mark.parametrize("step_start", [True, False], ids=["first_round", "later_round"])
+def test_deferred_round_with_recompute_and_tis(tiny_policy, step_start, monkeypatch):
+    """``train.old_logprob=recompute`` with ``train.tis_cap``: logp_old from the step-start weights (the round's own
+    forward, or the snapshot in a later round) and the truncated weight on the policy term give the deferred round
+    the gradient of training with the final advantages; the mismatch sums agree too."""
+    from dataclasses import replace
+
+    from digenrl.train.old_logprob import attach
+
+    attach(tiny_policy, load_config(None, ["train.old_logprob=recompute", "train.inner_epochs=2"]).train, version=0)
+    groups, ref = _setup(tiny_policy, off_policy=not step_start)  # (later round: the weights moved since the start)
+    g = torch.Generator().manual_seed(11)
+    for k, grp in enumerate(groups):
+        grp.rewards = torch.tensor([REWARDS[k][i] for i in grp.gen_index.tolist()])
+        grp.log_probs = grp.log_probs + 0.05 * torch.randn(grp.log_probs.shape, generator=g)  # a biased generator
+    cfg = _cfg("global", "batch")
+    settings = replace(_settings(not step_start), old_logprob="recompute", tis_cap=1.02)
+    import digenrl.train.step_work as sw
+
+    train = sw.train_cells
+    monkeypatch.setattr(sw, "train_cells", lambda *a, **k: train(*a, **{**k, "step_start": step_start}))
+    want, want_stats, _ = _direct(tiny_policy, groups, REWARDS, cfg, settings, ref)
+    params = [p for p in tiny_policy.parameters() if p.requires_grad]
+    tiny_policy.zero_grad(set_to_none=True)
+    dr = DeferredRound(adv_options(cfg), settings, params, {ORDER[0]: REWARDS[ORDER[0]]}, step_start=step_start)
+    for k in ORDER:
+        for chunk in tile_grid(list(range(G)), S, 3, 1):
+            dr.train(tiny_policy, groups[k], k, REWARDS[k], chunk, loss_scale=1 / S, ref_policy=ref)
+    stats = dr.finish(tiny_policy, dict(enumerate(groups)), REWARDS, cfg, loss_scale=1 / S, ref_policy=ref, piece=3)
+    scale = loss_scale(S, step_advantages(REWARDS, cfg).values(), cfg.filter_zero_advantage)
+    got = [x * scale.commit for x in _grads(tiny_policy)]
+    assert _rel(got, want) < 2e-5
+    assert stats.loss == pytest.approx(want_stats.loss, rel=1e-4, abs=1e-6)
+    if step_start:
+        assert stats.mismatch_cells > 0 and stats.mismatch_max == pytest.approx(want_stats.mismatch_max, rel=1e-4)
+    else:
+        assert stats.mismatch_cells == 0

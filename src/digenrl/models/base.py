@@ -73,6 +73,11 @@ class Policy(torch.nn.Module):
     def sigmas(self, num_steps: int) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def velocity_model(self) -> torch.nn.Module:  # pragma: no cover - interface
+        """The network behind ``forward`` (what a generator's inference copy casts and compiles:
+        ``models.fast_generator``); its inputs are cast to its weights' dtype inside ``forward``."""
+        raise NotImplementedError
+
     def combine_guidance(self, v_uncond: torch.Tensor, v_cond: torch.Tensor, cfg_scale: float) -> torch.Tensor:
         """CFG combination (families may rescale it, e.g. Qwen-Image's norm-preserving true CFG)."""
         return v_uncond + cfg_scale * (v_cond - v_uncond)

@@ -186,6 +186,9 @@ class DiffusersPolicy(Policy):
             out = self._transformer_call(x.to(self.dtype), sigma, cond, guidance)
         return self.scale_output(out.to(x.dtype))  # scaled in fp32, before the cast (fp16 underflow)
 
+    def velocity_model(self) -> torch.nn.Module:
+        return self.transformer
+
     def enable_activation_checkpointing(self) -> None:
         """Recompute each transformer block in backward (diffusers' ``enable_gradient_checkpointing``)."""
         if not getattr(self.transformer, "_supports_gradient_checkpointing", False):

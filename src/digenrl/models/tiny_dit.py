@@ -98,7 +98,7 @@ class TinyDiT(nn.Module):
         patches = x.reshape(B, C, gh, p, gw, p).permute(0, 2, 4, 1, 3, 5).reshape(B, gh * gw, C * p * p)
         h = self.patch_in(patches) + self.pos
         cond_tokens = torch.stack([emb(tokens[:, i]) for i, emb in enumerate(self.cond_emb)], dim=1) + self.cond_pos
-        c = self.t_mlp(timestep_embedding(sigma, self.cfg.dim)) + cond_tokens.sum(dim=1)
+        c = self.t_mlp(timestep_embedding(sigma, self.cfg.dim).to(h.dtype)) + cond_tokens.sum(dim=1)
         h = torch.cat([cond_tokens, h], dim=1)
         for blk in self.blocks:
             if self.checkpointing and torch.is_grad_enabled():
@@ -137,9 +137,12 @@ class TinyDiTPolicy(Policy):
         return self.net.pos.device
 
     def forward(self, x: torch.Tensor, sigma: torch.Tensor, cond: Cond, guidance: float | None = None) -> torch.Tensor:
-        with self.compute_context():
-            out = self.net(x, sigma, cond["tokens"])
+        with self.compute_context():  # (x in the weights' dtype: a generator's inference copy may hold bf16)
+            out = self.net(x.to(self.net.pos.dtype), sigma, cond["tokens"])
         return self.scale_output(out.to(x.dtype))  # scaled in fp32, before the cast (fp16 underflow)
+
+    def velocity_model(self) -> nn.Module:
+        return self.net
 
     def enable_activation_checkpointing(self) -> None:
         self.net.checkpointing = True

@@ -12,6 +12,10 @@ Calls (the driver never sends a second ``generate`` before the first returned):
 * ``receive_stream(version)``: receive every sender's shards of ``version``, join them and stage the state
   (stream path).
 
+The worker's policy is its inference copy (``models.fast_generator``, the ``generator`` config section): LoRA
+merged once per version, an inference dtype, a compiled transformer; the publish paths receive the trainers'
+tensors as sent (``FastGenerator.layout``) and ``load`` casts and merges them.
+
 The actor deliberately has no concurrency groups: a threaded Ray actor keeps its main thread busy while a
 task runs (a whole CPU core per generator; measured with Ray 2.60), which would halve a CPU pipeline.
 """
@@ -40,6 +44,9 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
 
         torch.manual_seed(self.cfg.seed)
         self.policy = build_policy(self.cfg.model)  # keeps its trainable flags: they name what a publish moves
+        from digenrl.models.fast_generator import FastGenerator
+
+        self.fast = FastGenerator(self.policy, self.cfg.generator)  # LoRA merged / dtype / compiled (generator.*)
         self.reward = build_weighted(self.cfg.reward)
         self.task = build_task(self.cfg.task)
         self.sampler = sampler_settings(self.cfg)
@@ -67,7 +74,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         if state is None:
             raise RuntimeError(f"{self.name}: version {version} was never published to it (holds {self.version}, "
                                f"staged {self.inbox.versions()})")
-        self.policy.load_trainable_state_dict(state)
+        self.fast.load(state)  # (generator.merge_lora: W0 + s B A of this version, merged once)
         self.version = version
 
     def load_weights(self, version: int, weights: list) -> TimedResult:
@@ -82,16 +89,19 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         batch, info = self.generate_fragment(self.policy, fragment, held)
         if self.version != held:  # cannot happen: only this actor's own calls swap weights
             raise RuntimeError(f"{self.name}: weights changed while generating {fragment}")
+        offset = self.cfg.generator.inject_logprob_offset
+        if offset:  # test hook: a generator whose recorded log-probs are biased (verl-omni PR 279's +5e-3)
+            batch.log_probs = batch.log_probs + offset
         return batch, info
 
     def receive_broadcast(self, version: int) -> TimedResult:
         t0 = time.monotonic()
-        self.inbox.put(version, broadcast_receive(self.policy, self._publish_group))
+        self.inbox.put(version, broadcast_receive(self.policy, self._publish_group, self.fast.layout))
         return TimedResult(self.name, "receive", t0, time.monotonic(), version)
 
     def receive_stream(self, version: int) -> TimedResult:
         t0 = time.monotonic()
-        self.inbox.put(version, stream_receive(self.policy, self._streams))
+        self.inbox.put(version, stream_receive(self.policy, self._streams, self.fast.layout))
         return TimedResult(self.name, "receive", t0, time.monotonic(), version)
 
     def measure_generate(self, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:

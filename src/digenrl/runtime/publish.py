@@ -146,15 +146,26 @@ def broadcast_send(state: dict, group) -> None:
         dist.broadcast(state[name].detach().contiguous(), src=0, group=group)
 
 
-def broadcast_receive(policy, group) -> dict:
+def _receive_like(policy, layout: dict | None) -> dict:
+    """name -> (shape, dtype, device) of the tensors a publish sends: the policy's trainable ones, or ``layout``
+    (name -> (shape, dtype): a generator whose inference copy holds them in another dtype,
+    ``models.fast_generator``) on the policy's device."""
+    like = policy.trainable_state_dict()
+    if layout is None:
+        return {n: (tuple(t.shape), t.dtype, t.device) for n, t in like.items()}
+    return {n: (tuple(shape), dtype, like[n].device) for n, (shape, dtype) in layout.items()}
+
+
+def broadcast_receive(policy, group, layout: dict | None = None) -> dict:
     """Generator side: receive a full trainable state into fresh buffers (the live weights are untouched)."""
     import torch
     import torch.distributed as dist
 
-    like = policy.trainable_state_dict()
+    like = _receive_like(policy, layout)
     out = {}
     for name in sorted(like):
-        buf = torch.empty_like(like[name], memory_format=torch.contiguous_format)
+        shape, dtype, device = like[name]
+        buf = torch.empty(shape, dtype=dtype, device=device)
         dist.broadcast(buf, src=0, group=group)
         out[name] = buf
     return out
@@ -187,19 +198,20 @@ def shard_shape(shape, senders: int, index: int) -> tuple[int, ...]:
     return (rows,) + shape[1:]
 
 
-def stream_receive(policy, streams: Sequence[tuple[int, object]]) -> dict:
+def stream_receive(policy, streams: Sequence[tuple[int, object]], layout: dict | None = None) -> dict:
     """Generator side: receive every sender's shards into fresh buffers (all at once, asynchronously) and join
     them along dim 0 into the full trainable state (the live weights are untouched)."""
     import torch
     import torch.distributed as dist
 
-    like = policy.trainable_state_dict()
+    like = _receive_like(policy, layout)
     n = len(streams)
     parts: dict[str, list] = {name: [] for name in sorted(like)}
     works = []
     for i, (src, group) in enumerate(streams):
         for name in sorted(like):
-            buf = torch.empty(shard_shape(like[name].shape, n, i), dtype=like[name].dtype, device=like[name].device)
+            shape, dtype, device = like[name]
+            buf = torch.empty(shard_shape(shape, n, i), dtype=dtype, device=device)
             works.append(dist.broadcast(buf, src=src, group=group, async_op=True))
             parts[name].append(buf)
     for w in works:

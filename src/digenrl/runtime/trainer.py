@@ -50,6 +50,7 @@ import time
 
 from digenrl.control.run_plan import plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
+from digenrl.train.old_logprob import sync_step_start
 
 from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
@@ -153,7 +154,10 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             self.tx.begin(chunk.step, grid_cells(uids, t.generations, S))
             opts, self._deferred = adv_options(t), None
             if opts.step_wide and len(rewards) < self._plan.prompts:  # the step's statistics are not known yet
-                self._deferred = DeferredRound(opts, self.ctx.loss, self.tx.params, rewards)
+                self._deferred = DeferredRound(opts, self.ctx.loss, self.tx.params, rewards,
+                                               step_start=chunk.round == 0)
+            if chunk.round == 0:  # train.old_logprob=recompute: the step's starting weights (held since the commit)
+                sync_step_start(self.policy, chunk.step)
         group = self._group(chunk.step, chunk.group, refs, rewards)
         uid = group.prompts[0].uid
         cells = tuple((uid, g, j) for g, j in chunk.cells)
@@ -180,7 +184,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                 if keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train (A = 0)
                     group.keep = keep[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
-                                ref_policy=self.ctx.ref_policy, collective=self.sharded)
+                                ref_policy=self.ctx.ref_policy, collective=self.sharded, step_start=chunk.round == 0)
         if weight == 0.0 or not mine:  # a throw-away cell that only joined the collectives, or none
             from digenrl.train.chunk_loss import CellStats
 
@@ -296,6 +300,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if self.ctx.ema is not None:
             self.ctx.ema.update()
         after_commit(self.policy, final)  # DiffusionNFT's old copy moves after the step's last commit
+        if final:  # recompute's step-start copy: the next step's starting weights (every rank joins a commit)
+            sync_step_start(self.policy, self.tx.version)
         self._round = 0 if final else round + 1
         if final:
             for key in [k for k in self._groups if k[0] <= step]:
@@ -429,6 +435,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             restore_sharded_state(self.ctx, self.cfg.run_dir, state)
         else:
             restore_train_state(self.ctx, state)
+        sync_step_start(self.policy, self.tx.version, force=True)
         self._round = 0
         self._groups.clear()
         self._deferred = None

@@ -28,6 +28,14 @@ of the rank, at HBM bandwidth), and per commit the soft update ``old <- d old + 
 old, read theta, write old again: 5 x 4 = 20 bytes per parameter; priced on every commit, exact with one
 optimizer step per step). The copy's memory (4 bytes per trainable parameter) is not in the memory plan; the
 publishes and TAG generations that swap it in are not priced either (two exchanges each).
+
+Recomputed old log-probs (``train.old_logprob=recompute``, ``train.old_logprob``; ``recompute_share`` = q): a
+cell of the step's first round gets logp_old from its own training forward (free); a cell of a later round gets
+one no-grad forward with the step-start snapshot swapped in. With R = minibatches x inner epochs rounds of equal
+size, q = (R - 1) / R of the cells pay that forward (its FLOPs, and under FSDP its all-gather) and the snapshot's
+two in-place exchanges (48 bytes per trainable parameter of the rank, per chunk), and every step copies the live
+weights into the snapshot once (read + write, 8 bytes per parameter, priced as 8 / R on every commit). q = 0 (one
+round per step, or the default ``generator`` log-probs) prices nothing.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ class Algorithm:
     flash_ratio: float = 1.0
     nft_timesteps: int | None = None
     nft_old: str = "soft"
+    recompute_share: float = 0.0  # train.old_logprob=recompute: the share q of cells with an extra no-grad forward
+    recompute_rounds: int = 1     # R, the rounds (optimizer steps) per step over which the snapshot copy spreads
 
     def __post_init__(self) -> None:
         if self.name not in ALGORITHMS:
@@ -71,6 +81,9 @@ class Algorithm:
             raise AlgorithmError(f"--nft-timesteps: needs --algorithm nft and a value >= 1 (got {self.nft_timesteps})")
         if self.nft_old not in ("soft", "current"):
             raise AlgorithmError(f"--nft-old-policy: {self.nft_old!r} is not one of soft, current")
+        if not 0.0 <= self.recompute_share < 1.0 or self.recompute_rounds < 1:
+            raise AlgorithmError(f"recompute_share: must lie in [0, 1) with recompute_rounds >= 1 (got "
+                                 f"{self.recompute_share}, {self.recompute_rounds})")
 
     def trained(self, T: int, fraction: float) -> int:
         """S, the trained cells per sample."""
@@ -105,17 +118,21 @@ class Algorithm:
     def soft_old(self) -> bool:
         return self.name == "nft" and self.nft_old == "soft"
 
-    def old_forwards(self) -> int:
-        """No-grad forwards per trained cell besides the training one: the soft old policy's v_old."""
-        return 1 if self.soft_old else 0
+    def old_forwards(self) -> float:
+        """No-grad forwards per trained cell besides the training one: the soft old policy's v_old, the
+        recomputed logp_old of a later round's cells (on average q)."""
+        return (1.0 if self.soft_old else 0.0) + self.recompute_share
 
     def chunk_copy_bytes(self) -> float:
-        """Bytes moved per trainable parameter of a rank per training chunk: the old copy's two exchanges."""
-        return 48.0 if self.soft_old else 0.0
+        """Bytes moved per trainable parameter of a rank per training chunk: the old copy's two exchanges (the
+        step-start snapshot's, in a share q of the chunks)."""
+        return (48.0 if self.soft_old else 0.0) + 48.0 * self.recompute_share
 
     def commit_copy_bytes(self) -> float:
-        """Bytes moved per trainable parameter of a rank per commit: the old copy's soft update."""
-        return 20.0 if self.soft_old else 0.0
+        """Bytes moved per trainable parameter of a rank per commit: the old copy's soft update; the step-start
+        snapshot's copy, once per step (8 / R per commit)."""
+        snap = 8.0 / self.recompute_rounds if self.recompute_share > 0 else 0.0
+        return (20.0 if self.soft_old else 0.0) + snap
 
     def moved_latents(self, S: int) -> tuple[int, int]:
         """(latents, per-cell scalars) of one trajectory that go to the trainers."""

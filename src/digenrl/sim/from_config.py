@@ -132,11 +132,15 @@ def config_training(cfg) -> Training:
 def config_algorithm(cfg, trained: int) -> Algorithm:
     """``train.algorithm`` as the roofline's ``Algorithm`` (S = ``trained`` from ``plan_run``)."""
     t = cfg.train
-    if t.algorithm == "mixgrpo":
-        return Algorithm("mixgrpo", window=trained, flash_ratio=cfg.sampler.post_compress_ratio)
     if t.algorithm == "nft":
         return Algorithm("nft", nft_timesteps=trained, nft_old=t.nft_old_policy)
-    return Algorithm(t.algorithm)
+    rec = {}
+    if t.old_logprob == "recompute":  # a later round's cells recompute logp_old (sim.algorithms)
+        rounds = t.minibatches_per_step * t.inner_epochs
+        rec = {"recompute_share": (rounds - 1) / rounds, "recompute_rounds": rounds}
+    if t.algorithm == "mixgrpo":
+        return Algorithm("mixgrpo", window=trained, flash_ratio=cfg.sampler.post_compress_ratio, **rec)
+    return Algorithm(t.algorithm, **rec)
 
 
 def config_workload(cfg, trained: int) -> Workload:

@@ -15,6 +15,12 @@ GRPO-Guard's normalised ratio (``_train_guard``, ``algo.guard``) or DiffusionNFT
 clean sample (``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), its t and noise drawn
 from the trajectory's seed, no log-prob), each with the same 1 / (B_m S) scale and filtering.
 
+logp_old is the generator's recorded log-prob, or with ``train.old_logprob=recompute`` the trainer's own under the
+step's starting weights (free in the step's first round, ``step_start``; one extra no-grad forward with the
+step-start snapshot in a later round), optionally with verl's truncated importance weight on the policy term
+(``train.tis_cap``); each first-round forward also measures how far the generator's log-probs are from the
+trainer's (``CellStats``' mismatch sums). The formulas are in ``train.old_logprob``.
+
 Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training, so it adds neither
 policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
 are dropped before the forward (they still count as done in the transaction) and the caller divides by the
@@ -33,6 +39,7 @@ others waiting in the all-gather until the collective timeout (``runtime.collect
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields
 from typing import Sequence
 
@@ -45,6 +52,7 @@ from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.train.nft_old import old_of
+from digenrl.train.old_logprob import Mismatch, mismatch, step_start_of, tis_weight
 
 
 @dataclass(frozen=True)
@@ -65,11 +73,21 @@ class LossSettings:
     algorithm: str = "flow_grpo"  # grpo_guard: RatioNorm + reweight (algo.guard); nft: algo.nft; else the above
     adv_clip_max: float = 5.0  # nft: c of the optimality r = clamp(A / c / 2 + 1/2, 0, 1) and of its loss
     nft_beta: float = 1.0  # nft: DiffusionNFT's beta (config/nft.py); it cancels in the gradient when old = current
+    old_logprob: str = "generator"  # "recompute": logp_old = the trainer's under the step's start (train.old_logprob)
+    tis_cap: float | None = None  # recompute: the policy term x min(exp(logp_start - logp_gen), cap) (verl's TIS)
+
+    @property
+    def clip_bounds(self) -> tuple[float, float]:
+        """(eps_low, eps_high): the ratio's clip band is [1 - eps_low, 1 + eps_high]."""
+        return (self.clip_range if self.clip_low is None else self.clip_low,
+                self.clip_range if self.clip_high is None else self.clip_high)
 
 
 @dataclass
 class CellStats:
-    """Sums over cells (divide by ``trained`` for means; ``cells`` also counts filtered ones)."""
+    """Sums over cells (divide by ``trained`` for means; ``cells`` also counts filtered ones); the ``mismatch_*``
+    fields over the cells the generator-trainer mismatch was measured on (``train.old_logprob``: sums, and the
+    largest |logp_gen - logp_start|)."""
 
     cells: int = 0
     loss: float = 0.0
@@ -79,14 +97,28 @@ class CellStats:
     clipfrac_gt_one: float = 0.0
     clipfrac_lt_one: float = 0.0
     trained: int = 0
+    mismatch_cells: int = 0
+    mismatch_sq: float = 0.0  # sum of 0.5 d^2
+    mismatch_max: float = 0.0  # max |d| (combined by max, not summed)
+    mismatch_clipped: float = 0.0
 
     def add(self, other: "CellStats") -> "CellStats":
-        return CellStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+        return CellStats(**{f.name: (max if f.name == "mismatch_max" else operator.add)(getattr(self, f.name),
+                                                                                       getattr(other, f.name))
+                            for f in fields(self)})
+
+    def with_mismatch(self, m: Mismatch) -> "CellStats":
+        return self.add(CellStats(mismatch_cells=m.cells, mismatch_sq=m.sq, mismatch_max=m.max_abs,
+                                  mismatch_clipped=m.clipped))
 
     def means(self) -> dict[str, float]:
         n = max(self.trained, 1)
         keys = ("loss", "approx_kl", "clipfrac", "kl", "clipfrac_gt_one", "clipfrac_lt_one")
-        return {k: getattr(self, k) / n for k in keys}
+        out = {k: getattr(self, k) / n for k in keys}
+        m = max(self.mismatch_cells, 1)
+        out.update({"mismatch/approx_kl": self.mismatch_sq / m, "mismatch/max_abs_logp": self.mismatch_max,
+                    "mismatch/clipfrac": self.mismatch_clipped / m, "mismatch/cells": self.mismatch_cells})
+        return out
 
 
 def train_cells(
@@ -98,10 +130,12 @@ def train_cells(
     loss_scale: float,
     ref_policy: Policy | None = None,
     collective: bool = False,
+    step_start: bool = True,
 ) -> CellStats:
     """Accumulate the gradient of ``loss_scale * sum L_cell`` for ``cells`` = (generation, trained position).
     ``collective``: the forward is a collective of the pool's ranks (FSDP), so it runs even when every cell
-    is filtered (first cell, weight 0: see the module docstring)."""
+    is filtered (first cell, weight 0: see the module docstring). ``step_start``: the policy holds the step's
+    starting weights (the step's first round; ``train.old_logprob``)."""
     if group.advantages is None:
         raise ValueError("cannot train a group before its advantages are computed (invariant I3)")
     row_of = {int(g): r for r, g in enumerate(group.gen_index.tolist())}
@@ -124,14 +158,17 @@ def train_cells(
             weight = 0.0
         rows, tpos = rows[keep], tpos[keep]
     if settings.algorithm == "grpo_guard":
-        return _train_guard(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
+        return _train_guard(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy, step_start)
     if settings.algorithm == "nft":
         return _train_nft(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
-    log_prob, old_logp, kl = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy)
-    adv = group.advantages[rows].to(log_prob.device)
+    f = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy, step_start=step_start)
+    adv = group.advantages[rows].to(f.log_prob.device)
     loss, stats = _reward_terms(adv, settings, lambda a: clipped_policy_loss(
-        log_prob, old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
-    return _backward(loss, kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+        f.log_prob, f.old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
+    if f.tis is not None:
+        loss = loss * f.tis
+    out = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+    return out.with_mismatch(f.mismatch) if weight else out
 
 
 def _reward_terms(adv: torch.Tensor, settings: LossSettings, term):
@@ -163,34 +200,69 @@ def _backward(loss: torch.Tensor, kl: torch.Tensor, settings: LossSettings, loss
                      **{k: v * n for k, v in means.items()})
 
 
+@dataclass
+class CellForward:
+    """What the one packed forward of a chunk's cells gives every cell loss: the SDE step output under the
+    policy (``log_prob`` with gradient), logp_old (``train.old_logprob``), the KL to the reference (0 when
+    beta_kl = 0), dt, the detached TIS weight (None when ``train.tis_cap`` is off) and the mismatch sums."""
+
+    out: object
+    old_logp: torch.Tensor
+    kl: torch.Tensor
+    dt: torch.Tensor
+    tis: torch.Tensor | None
+    mismatch: Mismatch
+
+    @property
+    def log_prob(self) -> torch.Tensor:
+        return self.out.log_prob
+
+
 def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, *,
-                 settings: LossSettings, ref_policy: Policy | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(log p_theta, log p_old, KL to the reference) of the cells (``rows`` of ``group``, trained positions
-    ``tpos``), one forward of the packed batch; KL is 0 when ``beta_kl`` is 0. Shared by ``train_cells`` and
-    the deferred heads of ``train.loss_scale``."""
-    out, old_logp, kl, _ = _forward(policy, group, rows, tpos, settings, ref_policy)
-    return out.log_prob, old_logp, kl
-
-
-def _forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor,
-             settings: LossSettings, ref_policy: Policy | None):
-    """(SDE step output of the cells' transitions under ``policy``, log p_old, KL to the reference, dt): the one
-    packed forward that every cell loss starts from."""
+                 settings: LossSettings, ref_policy: Policy | None = None, step_start: bool = True) -> CellForward:
+    """The ``CellForward`` of the cells (``rows`` of ``group``, trained positions ``tpos``): one forward of the
+    packed batch (plus, under ``recompute`` outside the step's first round, one no-grad forward with the
+    step-start weights). Shared by ``train_cells``, GRPO-Guard and the deferred heads of ``train.loss_scale``."""
     device = next(policy.parameters()).device
     x = group.latents[rows, tpos].to(device)
     x_next = group.next_latents[rows, tpos].to(device)
-    old_logp = group.log_probs[rows, tpos].to(device)
+    logp_gen = group.log_probs[rows, tpos].to(device)
     step_idx = group.trained_steps[tpos]
     sigma = group.sigmas[step_idx].to(device)
     sigma_next = group.sigmas[step_idx + 1].to(device)
     cond = policy.encode_prompts([group.prompts[r] for r in rows.tolist()])
+    recompute = settings.old_logprob == "recompute"
+    start = None
+    if recompute and not step_start:  # first, so that the training graph never sees the swapped weights
+        start = _step_start_logprob(policy, group, x, sigma, sigma_next, cond, x_next, settings)
     v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
                         detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
     out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
                                 prev_sample=x_next)
     kl = _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
-    return out, old_logp, kl, (sigma_next - sigma).to(out.log_prob.dtype)
+    measured = Mismatch()
+    if step_start:  # the trainer holds the behaviour version of the on-policy samples: logp_start for free
+        start = out.log_prob.detach()
+        fresh = (group.version[rows] == group.step[rows]).to(device)
+        measured = mismatch(logp_gen, start, fresh, *settings.clip_bounds)
+    tis = tis_weight(start, logp_gen, settings.tis_cap) if recompute and settings.tis_cap is not None else None
+    return CellForward(out, start if recompute else logp_gen, kl, (sigma_next - sigma).to(out.log_prob.dtype),
+                       tis, measured)
+
+
+def _step_start_logprob(policy: Policy, group: TrajectoryBatch, x, sigma, sigma_next, cond, x_next,
+                        settings: LossSettings) -> torch.Tensor:
+    """logp_start of the cells in a later round: a no-grad forward with the step-start snapshot swapped in."""
+    snap = step_start_of(policy)
+    if snap is None:
+        raise RuntimeError("train.old_logprob=recompute: a later round of the step needs the step-start snapshot "
+                           "of the weights (train.old_logprob.attach)")
+    snap.check(int(group.step[0]))
+    with torch.no_grad(), snap.swapped():
+        v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                            integer_timesteps=settings.integer_timesteps)
+        return sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
+                                     prev_sample=x_next).log_prob
 
 
 def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, settings: LossSettings) -> torch.Tensor:
@@ -208,7 +280,8 @@ def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, sett
 
 
 def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, n_all: int,
-                 weight: float, settings: LossSettings, loss_scale: float, ref_policy: Policy | None) -> CellStats:
+                 weight: float, settings: LossSettings, loss_scale: float, ref_policy: Policy | None,
+                 step_start: bool = True) -> CellStats:
     """``train_cells`` with GRPO-Guard's loss (``algo.guard``): the ratio normalised with the behaviour mean
     the sampler recorded (``TrajectoryBatch.means``), the policy term divided by -dt, the KL term unchanged."""
     if group.means is None:
@@ -217,12 +290,13 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     device = next(policy.parameters()).device
     old_mean = group.means[rows, tpos].to(device)
     adv = group.advantages[rows].to(device)
-    out, old_logp, kl, dt = _forward(policy, group, rows, tpos, settings, ref_policy)
-
+    f = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy, step_start=step_start)
+    out = f.out
     loss, stats = _reward_terms(adv, settings, lambda a: guard_policy_loss(
-        out.log_prob, old_logp, out.mean, old_mean, out.std, dt, a, settings.clip_range,
+        out.log_prob, f.old_logp, out.mean, old_mean, out.std, f.dt, a, settings.clip_range,
         clip_low=settings.clip_low, clip_high=settings.clip_high))
-    return _backward(loss, kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+    res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+    return res.with_mismatch(f.mismatch) if weight else res
 
 
 def nft_cell_inputs(group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor

@@ -71,6 +71,8 @@ def loss_settings(cfg: Config) -> LossSettings:
         algorithm=t.algorithm,
         adv_clip_max=t.adv_clip_max,
         nft_beta=t.nft_beta,
+        old_logprob=t.old_logprob,
+        tis_cap=t.tis_cap,
     )
 
 
@@ -137,4 +139,7 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     from digenrl.train.nft_old import attach
 
     attach(policy, t)  # DiffusionNFT's old policy (train.nft_old_policy=soft), after the reference's copy
+    from digenrl.train.old_logprob import attach as attach_step_start
+
+    attach_step_start(policy, t, transaction.version)  # train.old_logprob=recompute with several rounds per step
     return ctx

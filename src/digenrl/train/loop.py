@@ -33,6 +33,7 @@ from digenrl.train.evaluate import evaluate
 from digenrl.train.interrupt import StopRequest
 from digenrl.train.loss_scale import loss_scale
 from digenrl.train.nft_old import after_commit, sampling_weights
+from digenrl.train.old_logprob import sync_step_start
 from digenrl.train.step_work import (advantage_options, assign_advantages, best_of_n, generate, kept_count, reward_stats,
                                      sample_minibatches, split_groups, train_group, zero_adv_refill)
 
@@ -91,6 +92,7 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
     bounds = [-(-m * P // M) for m in range(M + 1)]  # ceil(m P / M)
     members = [groups[bounds[m]:bounds[m + 1]] for m in range(M)]
     out = []
+    sync_step_start(ctx.policy, step, force=True)  # train.old_logprob=recompute: the step's starting weights
     for epoch in range(t.inner_epochs):
         if t.minibatch_split == "samples":
             members = sample_minibatches(groups, M, run_seed=ctx.cfg.seed, step=step, epoch=epoch,
@@ -103,7 +105,8 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
             for g in mb:
                 stats = stats.add(train_group(ctx.policy, g, settings=ctx.loss, loss_scale=scale.cell(),
                                               chunk_generations=t.chunk_generations, chunk_timesteps=t.chunk_timesteps,
-                                              ref_policy=ctx.ref_policy, record=ctx.transaction.record))
+                                              ref_policy=ctx.ref_policy, record=ctx.transaction.record,
+                                              step_start=epoch == 0 and m == 0))
             tc = time.perf_counter()
             commit = ctx.transaction.commit(final=epoch == t.inner_epochs - 1 and m == M - 1, loss=stats.loss,
                                             grad_scale=scale.commit)

@@ -140,6 +140,8 @@ class DeferredRound:
     late: dict = field(default_factory=dict)        # group -> cells of a late group assigned here (trained at commit)
     outside: set = field(default_factory=set)       # (group, generation, position): ratio left the clip interval
     sums: dict = field(default_factory=dict)        # (group, generation) -> _Sums
+    step_start: bool = True  # the round is its step's first (train.old_logprob: logp_start and the mismatch free)
+    mismatch: dict = field(default_factory=dict)    # group -> CellStats of the forwarded cells' mismatch sums
 
     def __post_init__(self):
         known = [float(x) for g in sorted(self.known) for x in self.known[g]]
@@ -173,9 +175,11 @@ class DeferredRound:
             ell, const, kl = nft_cell_terms(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy)
             return (lambda s: ell), const, (lambda group, cells: self._record_nft(group, cells, ell.detach(),
                                                                                    const.detach(), kl.detach()))
-        log_prob, old_logp, kl = cell_forward(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy)
-        return ((lambda s: _branch(log_prob, old_logp, s, st)), st.beta_kl * kl,
-                (lambda group, cells: self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach())))
+        f = cell_forward(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy, step_start=self.step_start)
+        log_prob, old_logp, kl, w = f.log_prob, f.old_logp, f.kl, f.tis  # (w: train.tis_cap, fixed per cell)
+        return ((lambda s: _branch(log_prob, old_logp, s, st) * (1.0 if w is None else w)), st.beta_kl * kl,
+                (lambda group, cells: self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach(),
+                                                   w, f.mismatch)))
 
     def group_terms(self, group: int, rewards: Sequence[float]) -> GroupTerms:
         if group not in self.terms:
@@ -239,17 +243,21 @@ class DeferredRound:
         for p in self.params:
             p.grad = None
 
-    def _record(self, group, cells, log_prob, old_logp, kl) -> None:
-        """Per-sample sums of the cells' loss terms (both branches), KL and ratio statistics; the cells whose
-        ratio left the clip interval (there the two branches differ)."""
+    def _record(self, group, cells, log_prob, old_logp, kl, tis=None, mismatch=None) -> None:
+        """Per-sample sums of the cells' loss terms (both branches, times the TIS weight ``tis`` where set), KL and
+        ratio statistics; the cells whose ratio left the clip interval (there the two branches differ); the
+        forwarded cells' mismatch sums, per group (whatever their final advantage)."""
         st = self.settings
         lo = st.clip_range if st.clip_low is None else st.clip_low
         hi = st.clip_range if st.clip_high is None else st.clip_high
         log_ratio = log_prob - old_logp
         ratio = torch.exp(log_ratio)
-        plus = (-torch.minimum(ratio, ratio.clamp(1 - lo, 1 + hi))).tolist()
-        minus = (-torch.maximum(ratio, ratio.clamp(1 - lo, 1 + hi))).tolist()
+        w = torch.ones_like(ratio) if tis is None else tis
+        plus = (-torch.minimum(ratio, ratio.clamp(1 - lo, 1 + hi)) * w).tolist()
+        minus = (-torch.maximum(ratio, ratio.clamp(1 - lo, 1 + hi)) * w).tolist()
         out = ((ratio < 1 - lo) | (ratio > 1 + hi)).tolist()
+        if mismatch is not None:
+            self.mismatch[group] = self.mismatch.get(group, CellStats()).with_mismatch(mismatch)
         for j, ((g, t), r, lr, k) in enumerate(zip(cells, ratio.tolist(), log_ratio.tolist(), kl.tolist())):
             if out[j]:
                 self.outside.add((group, g, t))
@@ -332,8 +340,9 @@ class DeferredRound:
             record_cells(group, cells)
 
     def _stats(self, group: int, c) -> CellStats:
-        """The rank's loss statistics of ``group`` with the final advantages (its samples that count)."""
-        out = CellStats()
+        """The rank's loss statistics of ``group`` with the final advantages (its samples that count), and the
+        mismatch sums of the cells it forwarded."""
+        out = self.mismatch.get(group, CellStats())
         for (g, i), s in self.sums.items():
             if g != group or (self.opts.filter_zero and c.final[i] == 0):
                 continue

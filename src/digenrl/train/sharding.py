@@ -110,6 +110,9 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
     from digenrl.train.nft_old import attach
 
     attach(ctx.policy, cfg.train)  # DiffusionNFT's old copy of the shards (train.nft_old_policy=soft)
+    from digenrl.train.old_logprob import attach as attach_step_start
+
+    attach_step_start(ctx.policy, cfg.train, ctx.transaction.version)  # recompute's step-start copy of the shards
 
 
 def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):

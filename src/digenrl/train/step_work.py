@@ -225,15 +225,18 @@ def train_group(
     chunk_timesteps: int,
     ref_policy: Policy | None = None,
     record=None,
+    step_start: bool = True,
 ) -> CellStats:
-    """Train every cell of one prompt group, chunk by chunk. ``record(cells)`` marks them in the transaction."""
+    """Train every cell of one prompt group, chunk by chunk. ``record(cells)`` marks them in the transaction.
+    ``step_start``: the policy holds the step's starting weights (its first round: ``train.old_logprob``)."""
     uid = group.prompts[0].uid
     gens = group.gen_index.tolist()
     total = CellStats()
     for chunk in tile_grid(gens, len(group.trained_steps), chunk_generations, chunk_timesteps):
         if record is not None:
             record([(uid, g, t) for g, t in chunk])
-        total = total.add(train_cells(policy, group, chunk, settings=settings, loss_scale=loss_scale, ref_policy=ref_policy))
+        total = total.add(train_cells(policy, group, chunk, settings=settings, loss_scale=loss_scale, ref_policy=ref_policy,
+                                      step_start=step_start))
     return total
 
 

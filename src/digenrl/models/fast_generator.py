@@ -1,0 +1,87 @@
+"""The generator pool's inference copy of the policy (the ``generator`` config section; docs/fast_generator.md).
+
+A generator worker holds its own policy, which nothing trains: it only samples with the published versions. So
+it may hold them in a form built for speed, which a trainer (whose weights must stay differentiable, in their
+master dtype, with the adapters apart) cannot. Three options, each independent of the others:
+
+* ``merge_lora`` (LoRA only): for every peft LoRA layer of the transformer, once per published version::
+
+      W = W0 + (alpha / r) B A
+
+  computed by peft itself (``LoraLayer.merge``, i.e. ``get_delta_weight`` added in place), after which peft's
+  merged forward runs the base layer alone: no adapter matmuls per forward. W0 (the base weight as built, in the
+  copy's dtype) is kept, and every version first copies W0 back (after peft's ``unmerge``, which keeps peft's
+  bookkeeping but is not exact in floating point: W0 + d - d != W0), so merge error never accumulates over
+  versions: version k's weights are W0 + delta_k, rounded once.
+* ``dtype``: the transformer's weights (adapters included) in an inference dtype (bfloat16 on a GPU),
+  independent of the trainers' masters. Inputs are cast to it inside the policy's forward and the velocity comes
+  back as float32, so the SDE step and the recorded log-probs stay float32 (``rollout.sampler``, ``algo.sde``).
+* ``compile``: ``torch.compile`` of the transformer's forward in place (``nn.Module.compile``, so the parameter
+  names do not change), with ``dynamic=False``: compiled at the run's fixed shapes (fragment size, latent,
+  text length), once. Every later version is swapped into the same parameter tensors in place (``copy_`` of the
+  published tensors, the merge's in-place add), so the compiled graph and its guards stay valid: no recompile
+  across versions (``tests/models/test_fast_generator.py`` counts the compilations over version swaps; the copy
+  stays in eval mode, which the graph's guards check, as the sampler runs it). With
+  ``reduce-overhead`` on a GPU the graph is replayed as a CUDA graph, which the in-place swap keeps valid too.
+
+The publish paths receive the trainers' tensors as they are (``layout``: each published tensor's shape and dtype,
+recorded before the cast), and ``load`` casts them while copying them in.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from digenrl.models.base import Policy
+from digenrl.models.diffusers_files import DTYPES
+
+
+def lora_layers(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """name -> peft LoRA layer of ``module`` (the layers a merge rewrites)."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name: m for name, m in module.named_modules() if isinstance(m, LoraLayer)}
+
+
+class FastGenerator:
+    """The inference copy of ``policy`` (module docstring); ``options``: a ``config.GeneratorConfig``.
+    ``backend``: a ``torch.compile`` backend to use instead of inductor (tests pass a counting one)."""
+
+    def __init__(self, policy: Policy, options, *, backend=None):
+        from digenrl.models.lora import ADAPTER
+
+        self.policy, self.options, self.adapter = policy, options, ADAPTER
+        policy.eval()  # it only samples (dropout off, as the sampler sets it): one mode, so one compiled graph
+        self.layout = {n: (tuple(t.shape), t.dtype) for n, t in policy.trainable_state_dict().items()}
+        net = policy.velocity_model()
+        if options.dtype is not None:
+            net.to(DTYPES[options.dtype])
+        self.layers = lora_layers(net) if options.merge_lora else {}
+        if options.merge_lora and not self.layers:
+            raise ValueError("generator.merge_lora: the policy has no LoRA layers to merge")
+        with torch.no_grad():
+            self.base = {n: m.get_base_layer().weight.detach().clone() for n, m in self.layers.items()}
+            self._merge()  # the version as built (an adapter's B starts at zero: W0 itself)
+        self.compiled = options.compile != "none" or backend is not None
+        if self.compiled:
+            kw = {"backend": backend} if backend is not None else {
+                "mode": None if options.compile == "default" else options.compile}
+            net.compile(dynamic=False, **kw)
+
+    @torch.no_grad()
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        """Swap a published version in, in place: W0 restored, the trainable tensors copied, the merge redone."""
+        for name, layer in self.layers.items():
+            if layer.merged:
+                layer.unmerge()  # peft's bookkeeping; the value is overwritten with W0 next
+            layer.get_base_layer().weight.copy_(self.base[name])
+        self.policy.load_trainable_state_dict(state)
+        self._merge()
+
+    def _merge(self) -> None:
+        for layer in self.layers.values():
+            layer.merge(adapter_names=[self.adapter])
+
+    def receive_layout(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """What a publish sends: name -> (shape, dtype) of the trainers' trainable tensors."""
+        return dict(self.layout)
