@@ -39,6 +39,7 @@ from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fra
 from ..schedule import stale_hold
 from ..schedule.cost import GENERATOR, TRAINER, Op
 from ..schedule.layout import choose_chunk_shape as layout_chunk_shape
+from .assumptions import DEFAULT, Assumptions
 from .executor import simulate
 from .presets import GPU, PUBLISH_PATHS, ModelPreset, Testbed, Workload
 from .roofline import InfeasibleError, RooflineCost
@@ -58,6 +59,7 @@ class Scenario:
     max_stale_fraction: float = 0.5
     profile: CostModel | None = None   # measured costs replace the roofline when given
     variant: Callable[[RooflineCost], CostModel] | None = None  # wraps the roofline (``sim.variants``)
+    assume: Assumptions = DEFAULT  # the roofline's named assumptions (``sim.assumptions``)
 
     def __post_init__(self) -> None:
         if self.gpus < 2 or self.gpus > self.testbed.total:
@@ -130,7 +132,7 @@ def make_cost(setup: Scenario, split: Split, colocated: bool = False):
     if setup.profile is not None:
         return setup.profile
     cost = RooflineCost(setup.model, setup.workload, setup.testbed, split.n_gen, split.n_train, colocated,
-                        gen_gpu=split.gen_gpu, train_gpu=split.train_gpu)
+                        gen_gpu=split.gen_gpu, train_gpu=split.train_gpu, assume=setup.assume)
     return setup.variant(cost) if setup.variant is not None else cost
 
 
