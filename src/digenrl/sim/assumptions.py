@@ -9,6 +9,10 @@
   which counts the backward's FLOPs as 2.5x the forward's). A cell's training FLOPs are then
   ``fwd (L + A) + input grads (L + 2.5 A) + weight grads (L, full fine-tuning) + recomputed forward (L + A)``
   with ``L`` the linear and ``A`` the attention FLOPs of one forward (``RooflineCost.train_flops_per_cell``).
+* ``train_efficiency`` (1.0): a training forward/backward's share of peak over an inference forward's at the
+  same tokens (``sim.efficiency``'s fit is of inference). 1.0 is the assumption "training at inference
+  efficiency": no public training step of these models separates the two (``benchmarks/anchors.py`` gives the
+  value each training anchor would need, and does not apply one whose unknowns bracket the published figure).
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ ATTN_BACKWARD_FACTOR = 2.5
 class Assumptions:
     exposed_comm: float = EXPOSED_COMM_SHARE
     attn_backward: float = ATTN_BACKWARD_FACTOR
+    train_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.train_efficiency <= 4.0:
+            raise ValueError(f"train_efficiency: must lie in (0, 4] (got {self.train_efficiency})")
         if not 0.0 <= self.exposed_comm <= 1.0:
             raise ValueError(f"exposed_comm: must lie in [0, 1] (got {self.exposed_comm})")
         if not self.attn_backward >= 1.0:

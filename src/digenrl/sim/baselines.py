@@ -174,7 +174,7 @@ class DanceGRPOLoop:
         if op in ("vae_decode", "reward"):
             return n * b.time(op, 1, pool)
         if op == "train_chunk":
-            comp = b._compute(b.train_flops_per_cell(), b.train_fps * b.seq, TRAINER)
+            comp = b.train_compute(b.train_flops_per_cell(), b.train_fps * b.seq)
             comm = (2.0 + b.workload.algorithm.old_forwards()) * b.gather_s + self.scatter_fp32_s
             return n * (b._comm(comp, comm) + 3 * ov)
         if op == "allreduce":  # reduce-scattered inside every cell's backward: the clip norm's all-reduce is left

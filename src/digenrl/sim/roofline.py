@@ -211,6 +211,11 @@ class RooflineCost:
     def _compute(self, flops: float, tokens: float, pool: str) -> float:
         return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool](tokens))
 
+    def train_compute(self, flops: float, tokens: float) -> float:
+        """A training forward/backward's compute: at the trainer's fitted efficiency times
+        ``Assumptions.train_efficiency``."""
+        return self._compute(flops, tokens, TRAINER) / self.assume.train_efficiency
+
     def _denoise(self, n: int, pool: str) -> float:
         gpu, m = self.gpu[pool], self.model
         fwd = self._share(n, pool) * m.forwards_per_step
@@ -255,7 +260,7 @@ class RooflineCost:
     def _train_chunk(self, c: int, pool: str) -> float:
         c = self._share(max(1, math.ceil(c * self.workload.trained_share - 1e-9)), TRAINER)  # the cells that run
         fwd = c * self.train_fps
-        comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
+        comp = self.train_compute(c * self.train_flops_per_cell(), fwd * self.seq)
         alg = self.workload.algorithm  # (+ DiffusionNFT's soft old policy: its forward's gather, the exchanges)
         return (self._comm(comp, (2.0 + alg.old_forwards()) * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
                 + alg.chunk_copy_bytes() * self._local_trainable() / (self.gpu[TRAINER].hbm_gbs * GB))
@@ -336,8 +341,7 @@ class RooflineCost:
             "tag_switch_s": self._tag_switch(1, TRAINER),
             "fsdp_gather_s": self.gather_s,
             "fsdp_scatter_s": self.scatter_s,
-            "train_compute_s_per_cell": self._compute(self.train_flops_per_cell(),
-                                                      self.train_fps * self.seq, TRAINER),
+            "train_compute_s_per_cell": self.train_compute(self.train_flops_per_cell(), self.train_fps * self.seq),
             "plateau_gen": self.effs[gen_pool].plateau,
             "plateau_train": self.effs[TRAINER].plateau,
         }
