@@ -362,11 +362,16 @@ def best_stale_hold(plan: StepPlan, cost, bts: BTSConfig | None = None) -> float
 
 
 def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jitter: float = 0.0, seed: int = 0,
-             bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None) -> ModeRun:
+             bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None,
+             split: Split | None = None) -> ModeRun:
     """Simulate one mode; without ``gen_gpus`` the split (and, heterogeneous, the pool kinds) is searched, and
-    without ``shard_groups`` the shard groups of a sharded pool (``group_options``)."""
+    without ``shard_groups`` the shard groups of a sharded pool (``group_options``). ``split``: this split
+    only, everything else (fragment size, shard groups, copy, publish path, gang width) still searched."""
     mode = Mode(mode)
-    het = setup.testbed.heterogeneous
+    if split is not None:
+        options = [split]
+        choice = choose_split(setup, mode, options, bts, shard_groups=shard_groups)
+        return _run_choice(setup, mode, choice, jitter, seed, bts, record)
     if mode is Mode.COLOCATED:
         options = colocated_options(setup)
     else:
@@ -386,6 +391,14 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
+    return _run_choice(setup, mode, choice, jitter, seed, bts, record, (cost, plan))
+
+
+def _run_choice(setup: Scenario, mode: Mode, choice: Choice, jitter: float, seed: int, bts: BTSConfig | None,
+                record: bool, built=None) -> ModeRun:
+    """Simulate the chosen candidate (its stale hold searched) and report it as a ``ModeRun``."""
+    split, het = choice.split, setup.testbed.heterogeneous
+    cost, plan = built or _built(setup, mode, choice)
     plan = replace(plan, stale_hold=best_stale_hold(plan, cost, bts))
     res = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
     copy = bool(choice.tag_copy if choice.tag_copy is not None else setup.workload.training.tag_copy)
