@@ -152,7 +152,7 @@ def summary_section(res: dict) -> list[str]:
             f"it.{paper}{naive_why}{slow}",
             f"* **Against colocation on one GPU kind `full` wins in {sum(v > 1 for v in vs_col)} of {len(vs_col)} "
             f"configurations** ({range_of(vs_col)}; paper 1.04-1.49x). Priced "
-            f"from bytes and bandwidths, the colocated switch (FSDP all-gather into an inference copy at the link rate, "
+            f"from bytes and bandwidths, the colocated switch (FSDP all-gather into an inference copy at the bus bandwidth of the ranks' placement, "
             f"hand-off to the inference engine in VeRL-Omni's style of 2 GB bucketed CUDA-IPC copies, optimizer offload "
             f"over PCIe as UniRL does when memory requires it) costs {min(sw):.1%}-{max(sw):.1%} of a colocated step; "
             f"offload is needed in {offl} of {len(t20)} configurations because the gradient buffer is free while a "
@@ -245,7 +245,11 @@ def setup_section(res: dict) -> list[str]:
             f"* **Workloads**: {wl}. T = 20 sampling steps unless stated, S = int(0.6 T) trained timesteps, "
             f"{res['steps']} optimizer steps per run (step time = makespan / steps), TCSS cap 0.5.",
             f"* **Training** (default): {s['training']}. Publish: {s['publish']}",
-            f"* **Testbeds**: {tbs}. Every disaggregated mode gets its own best split (searched).\n"]
+            f"* **Testbeds**: {tbs}. Every disaggregated mode gets its own best split (searched).",
+            "* **Cost model of these runs**: " + s.get("cost_model", "the one before issue 36: every collective at "
+                                                    "the per-GPU NIC rate, communication fully overlapped "
+                                                    "(max(compute, comm)), attention's backward at 1x its forward "
+                                                    "(regenerate with `python scripts/make_simulation_doc.py`)") + ".\n"]
 
 
 def render(res: dict, figs: list[tuple[str, str]], bts: list[str] | None = None, bias: list[str] | None = None,
