@@ -76,10 +76,10 @@ trap finish EXIT
 if [[ $DEVICE_MODE == 1 ]]; then
   STAGES=${STAGES_DEVICE:-gpu_tests,device,simulate_device}
   if [[ $TINY == 1 ]]; then
-    TESTS=(env DIGENRL_PARITY_DEVICE=cpu "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
+    TESTS=(env DIGENRL_PARITY_DEVICE=cpu "$PY" -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
     DEV=(--tiny --repeats 1); LIMIT=600
   else
-    TESTS=("$PY" -m pytest -q -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
+    TESTS=("$PY" -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
     DEV=(--repeats 3); LIMIT=360
   fi
   FAIL=0

@@ -328,9 +328,10 @@ def render(res: dict) -> str:
               f"bound `full` is {min(ideal):.2f}-{max(ideal):.2f}x"
               + (f"; the bound is faster in {len(coloc_wins)} of {len(ideal)} rows" if coloc_wins else "")
               + ". An idle-free colocated schedule does the same work on the same GPUs with no publish and no "
-              "pool boundary. `digenrl plan` prices the colocated plan on the same workers beside the planned "
-              "one and reports which is faster (`colocated.faster` in its JSON), so a user can keep colocation "
-              "where it wins (`runtime.mode: colocated`).",
+              "pool boundary. The planner can pick it: `digenrl plan` plans the colocated run on the same workers "
+              "beside the disaggregated one, reports which is faster (`colocated.faster` in its JSON) and warns "
+              "when colocation wins; the shipped presets default to `runtime.mode: colocated` where it is "
+              "predicted faster (`scripts/plan_presets.py`).",
               f"* **Against DanceGRPO's loop** `full` is "
               + ", ".join(f"{NAMES[m]} {min(v for r, v in dg if r['model'] == m):.2f}-"
                           f"{max(v for r, v in dg if r['model'] == m):.2f}x"
