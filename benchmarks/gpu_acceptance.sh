@@ -85,9 +85,11 @@ if [[ $DEVICE_MODE == 1 ]]; then
   FAIL=0
   stage gpu_tests timeout 90 "${TESTS[@]}" || FAIL=1
   stage device timeout "$LIMIT" "$PY" benchmarks/gpu_device.py "${DEV[@]}" --out "$OUT" || FAIL=1
-  simulate_device() {  # the shipped FLUX preset priced with the device's measured profile
+  simulate_device() {  # the shipped FLUX preset's step priced with the device's measured profile (one device:
+    # one generator and one trainer, the pools the profile was measured with)
     $DIGENRL simulate --config configs/flux1_dev.yaml --profile "$OUT/profile_device.json" --json \
-      --modes colocated gap_tsp_tag --steps 2 > "$OUT/simulate_device.json"
+      --set runtime.generators=1 --set runtime.trainers=1 --set steps=2 --modes gap_tsp gap_tsp_tag \
+      > "$OUT/simulate_device.json"
   }
   stage simulate_device simulate_device || FAIL=1
   exit $FAIL
