@@ -369,9 +369,11 @@ def render(res: dict) -> str:
                   "`python benchmarks/preset_ceiling.py --label ... --src <worktree>/src` "
                   "(`benchmarks/results/preset_ceiling.json`); the last columns are of the last entry. Entries: "
                   + "; ".join(f"*{e['label']}* = commit {e['commit']}" for e in entries) + ". (The trainer idle "
-                  "share counts ranks waiting inside a collective chunk from the second entry on; the last entry "
-                  "prices the cost model of issue 36: NVLink, exposed communication, attention backward, so its "
-                  "colocated steps differ from the earlier entries'.)\n",
+                  "share counts ranks waiting inside a collective chunk from the second entry on"
+                  + ("; the last entry prices the cost model of issue 36 (NVLink, exposed communication, attention "
+                     "backward), so its colocated steps differ from the earlier entries'" if "issue 36" in
+                     entries[-1]["label"] else "; every entry predates the cost model of issue 36, which the tables "
+                     "above use") + ".)\n",
                   table(entries), ""]
     return "\n".join(lines)
 
