@@ -33,8 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from digenrl.sim.assumptions import Assumptions  # noqa: E402
-from digenrl.sim.balanced import (GPU_HOUR_USD, break_even_price, cluster_usd_per_hour,  # noqa: E402
-                                  load_balanced_colocated)
+from digenrl.sim.balanced import GPU_HOUR_USD, break_even_price, load_balanced_colocated  # noqa: E402
 from digenrl.sim.baselines import dancegrpo, flow_grpo, idealised  # noqa: E402
 from digenrl.sim.comm import EXPOSED_COMM_SHARE  # noqa: E402
 from digenrl.schedule import Mode  # noqa: E402
@@ -138,7 +137,7 @@ def hetero(model: str, tb: str) -> dict:
     return out
 
 
-def costs_of(testbed, split_note: str | None = None) -> list:
+def costs_of(testbed) -> list:
     return [(testbed.gpu, testbed.count)] + ([(testbed.gpu2, testbed.count2)] if testbed.gpu2 else [])
 
 
