@@ -12,13 +12,47 @@
 #
 #   bash benchmarks/gpu_acceptance.sh            # on a GPU machine
 #   bash benchmarks/gpu_acceptance.sh --tiny     # anywhere (CPU), small sizes
+#
+# `--device` is the bare lent machine (issue 36): python3 with torch, transformers, peft, safetensors and pytest,
+# but no diffusers, pydantic or Ray, no network. It installs the wheel bundle of `scripts/device_bundle.sh`
+# (carried as .whl/) into /tmp/site, runs no Ray, and runs instead:
+#   1. the GPU-marked CUDA parity tests (tests/models/test_cuda_parity.py);
+#   2. benchmarks/gpu_device.py: forward against batch, forward+backward against cells per chunk (1, 3, 8) with
+#      recomputation, eager against compiled, merged against unmerged LoRA, the VAE decode and pinned host copies
+#      at FLUX / Qwen-Image / Wan widths with few blocks, and two single-process training steps of a FLUX-
+#      architecture policy with random weights; it writes device.json and profile_device*.json (the simulator
+#      reads them: sim.device_profile);
+#   3. the simulator on that profile (digenrl simulate --config configs/flux1_dev.yaml --profile ...).
+# Budget: under 8 minutes on one H200 (each stage has a timeout). `--device --tiny` is its CPU dry run.
+#
+#   bash scripts/device_bundle.sh 3.12 && bash benchmarks/gpu_acceptance.sh --device     # on the device
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-DIGENRL=${DIGENRL:-.venv/bin/digenrl}
-OUT=${OUT:-benchmarks/results/gpu_acceptance}
 TINY=0
-if [[ "${1:-}" == "--tiny" ]]; then TINY=1; fi
+DEVICE_MODE=0
+for arg in "$@"; do
+  case "$arg" in
+    --tiny) TINY=1 ;;
+    --device) DEVICE_MODE=1 ;;
+    *) echo "gpu_acceptance.sh: unknown argument $arg (--tiny, --device)" >&2; exit 2 ;;
+  esac
+done
+if [[ $DEVICE_MODE == 1 ]]; then
+  PY=${PYTHON:-python3}
+  WHL=${WHL:-.whl}
+  if [[ -d "$WHL" ]]; then
+    SITE=${SITE:-/tmp/site}
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHL"/*.whl
+    export PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+  else
+    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  DIGENRL=${DIGENRL:-"$PY -m digenrl.cli"}
+else
+  PY=${PYTHON:-.venv/bin/python}
+  DIGENRL=${DIGENRL:-.venv/bin/digenrl}
+fi
+OUT=${OUT:-benchmarks/results/gpu_acceptance}
 mkdir -p "$OUT"
 SUMMARY="$OUT/acceptance.json"
 echo "[" > "$SUMMARY.tmp"
@@ -38,6 +72,28 @@ stage() {  # stage NAME COMMAND...: run it (if STAGES names it), time it, record
 }
 finish() { echo "]" >> "$SUMMARY.tmp"; mv "$SUMMARY.tmp" "$SUMMARY"; cat "$SUMMARY"; }
 trap finish EXIT
+
+if [[ $DEVICE_MODE == 1 ]]; then
+  STAGES=${STAGES_DEVICE:-gpu_tests,device,simulate_device}
+  if [[ $TINY == 1 ]]; then
+    TESTS=(env DIGENRL_PARITY_DEVICE=cpu "$PY" -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
+    DEV=(--tiny --repeats 1); LIMIT=600
+  else
+    TESTS=("$PY" -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
+    DEV=(--repeats 3); LIMIT=360
+  fi
+  FAIL=0
+  stage gpu_tests timeout 90 "${TESTS[@]}" || FAIL=1
+  stage device timeout "$LIMIT" "$PY" benchmarks/gpu_device.py "${DEV[@]}" --out "$OUT" || FAIL=1
+  simulate_device() {  # the shipped FLUX preset's step priced with the device's measured profile (one device:
+    # one generator and one trainer, the pools the profile was measured with)
+    $DIGENRL simulate --config configs/flux1_dev.yaml --profile "$OUT/profile_device.json" --json \
+      --set runtime.generators=1 --set runtime.trainers=1 --set steps=2 --modes gap_tsp gap_tsp_tag \
+      > "$OUT/simulate_device.json"
+  }
+  stage simulate_device simulate_device || FAIL=1
+  exit $FAIL
+fi
 
 if [[ $TINY == 1 ]]; then
   DEVICE=cpu; SHARE=(); CAL=(--tiny --repeats 1); MEM=(--tiny)

@@ -6,8 +6,8 @@
 
 Everything goes where ``--out`` says: the page at OUT, figures and ``simulation_results.json`` in
 ``OUT's folder/figures``. Every number of the page (tables and prose) is read from the results file, except
-the BTS section's, read from the BTS benchmarks' results in ``benchmarks/results`` (``simdoc_bts``) at every
-render, so ``--reuse`` regenerates it after ``benchmarks/bts_quality.py`` without re-running the simulations.
+the BTS section's and the anchors' (``simdoc_anchors``, ``benchmarks/results/anchors.json``), read from the
+benchmarks' results in ``benchmarks/results`` at every render, so ``--reuse`` regenerates it after ``benchmarks/bts_quality.py`` without re-running the simulations.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from simdoc_algorithms import section as algorithms_section  # noqa: E402
+from simdoc_anchors import section as anchors_section  # noqa: E402
 from simdoc_bias import section as bias_section  # noqa: E402
 from simdoc_hybrid import section as hybrid_section  # noqa: E402
 from simdoc_bts import load as load_bts  # noqa: E402
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     bias = bias_section(ROOT / "benchmarks" / "results")  # measured runs, read fresh as well
     algos = algorithms_section(ROOT / "benchmarks" / "results")  # benchmarks/algorithm_costs.py, read fresh
     algos += hybrid_section(ROOT / "benchmarks" / "results")  # benchmarks/hybrid_sharding.py, read fresh
+    bias += anchors_section(ROOT / "benchmarks" / "results")  # benchmarks/anchors.py, read fresh
     out.write_text(render(res, [tuple(f) for f in res.get("gantts", [])], bts, bias, algos))
     print(f"wrote {out}, figures and {RESULTS} in {figdir}")
     return 0

@@ -146,13 +146,13 @@ def summary_section(res: dict) -> list[str]:
                  f"amortise them." if kw.get("fsdp_scatter_s") else "")
     return ["## Where disaggregation wins, where it does not, and why\n",
             f"* **Against naive `full` wins in {sum(v > 1 for v in vs_naive)} of {len(vs_naive)} configurations** "
-            f"({range_of(vs_naive)} at T = 20). Colocation (the peers' colocated FSDP: every rank trains its own "
+            f"({range_of(vs_naive)} at T = 20). Colocation (the idealised colocated FSDP bound: every rank trains its own "
             f"chunks and reduce-scatters the gradients once, at the commit) is {range_of(ceil)} naive; `full` reaches "
             f"{min(v / c for v, c in zip(vs_naive, ceil)):.0%}-{max(v / c for v, c in zip(vs_naive, ceil)):.0%} of "
             f"it.{paper}{naive_why}{slow}",
             f"* **Against colocation on one GPU kind `full` wins in {sum(v > 1 for v in vs_col)} of {len(vs_col)} "
             f"configurations** ({range_of(vs_col)}; paper 1.04-1.49x). Priced "
-            f"from bytes and bandwidths, the colocated switch (FSDP all-gather into an inference copy at the link rate, "
+            f"from bytes and bandwidths, the colocated switch (FSDP all-gather into an inference copy at the bus bandwidth of the ranks' placement, "
             f"hand-off to the inference engine in VeRL-Omni's style of 2 GB bucketed CUDA-IPC copies, optimizer offload "
             f"over PCIe as UniRL does when memory requires it) costs {min(sw):.1%}-{max(sw):.1%} of a colocated step; "
             f"offload is needed in {offl} of {len(t20)} configurations because the gradient buffer is free while a "
@@ -189,7 +189,23 @@ def lora_section(res: dict) -> list[str]:
                          "full-FT full-mode step (s)", "LoRA full vs naive", "LoRA full vs colocated"]) + "\n"]
 
 
+def _usd_per_hour(where: str, gpus: int, full_usd: float) -> float:
+    """Dollars per hour of a colocated baseline: its GPUs at their kind's list price (``sim.balanced``); a
+    lock-step colocation over both kinds rents the whole cluster."""
+    from digenrl.sim.balanced import GPU_HOUR_USD
+
+    kinds = [k for k in GPU_HOUR_USD if k in where]
+    if "min(" in where or len(kinds) != 1:
+        return full_usd
+    return gpus * GPU_HOUR_USD[kinds[0]][0]
+
+
 def hetero_section(res: dict) -> list[str]:
+    from digenrl.sim.balanced import GPU_HOUR_USD
+    from digenrl.sim.presets import TESTBEDS
+
+    ac = TESTBEDS["A+C"]
+    full_usd = ac.count * GPU_HOUR_USD[ac.gpu.name][0] + ac.count2 * GPU_HOUR_USD[ac.gpu2.name][0]
     rows, notes = [], []
     for h in res["hetero"]:
         full = h["full"]
@@ -197,21 +213,26 @@ def hetero_section(res: dict) -> list[str]:
         for b in h["baselines"]:
             if "error" in b:
                 rows.append([NAMES[h["model"]], f"{full['step_time_s']:.0f} ({full['note']})", b["where"],
-                             "does not fit", "", ""])
+                             "does not fit", "", "", ""])
                 continue
+            usd = _usd_per_hour(b["where"], b["gpus"], full_usd)
             rows.append([NAMES[h["model"]], f"{full['step_time_s']:.0f} ({full['note']})", b["where"],
                          f"{b['step_time_s']:.0f}", x(b["step_time_s"] / full["step_time_s"]),
-                         x(b["step_time_s"] * b["gpus"] / (full["step_time_s"] * gpus))])
+                         x(b["step_time_s"] * b["gpus"] / (full["step_time_s"] * gpus)),
+                         x(b["step_time_s"] * usd / (full["step_time_s"] * full_usd))])
         for tb, d in h["full_homog"].items():
             if "error" not in d:
                 notes.append(f"{NAMES[h['model']]}: DigenRL `full` on the {d['gpus']} GPUs of {tb} alone: "
                              f"{d['step_time_s']:.0f} s.")
     return ["## Heterogeneous cluster A+C (32 x L40S + 16 x H20)\n",
             "DigenRL (`full`) uses all 48 GPUs. Each colocated baseline is listed with its GPU count; the last "
-            "column compares at equal GPU count (GPU-seconds per step, assuming linear scaling; no cited prices, "
-            f"so no equal-cost column). Paper: {rng(PUBLISHED_HETERO)} over colocation.\n",
+            "columns compare at equal GPU count (GPU-seconds per step, assuming linear scaling) and at equal cost "
+            "(dollars per step at the GPU-hour prices of `sim.balanced.GPU_HOUR_USD`: "
+            + "; ".join(f"{k} ${v[0]:.2f}, {v[1]}" for k, v in GPU_HOUR_USD.items() if k in (ac.gpu.name, ac.gpu2.name))
+            + "). docs/where_disaggregation_wins.md adds the colocation load-balanced over both kinds. "
+            f"Paper: {rng(PUBLISHED_HETERO)} over colocation.\n",
             table(rows, ["model", "DigenRL full step (s), pools", "colocated baseline", "its step (s)",
-                         "speedup", "per-GPU speedup (equal GPU count)"]) + "\n",
+                         "speedup", "per-GPU speedup (equal GPU count)", "per-dollar speedup (equal cost)"]) + "\n",
             " ".join(notes) + "\n"]
 
 
@@ -224,7 +245,11 @@ def setup_section(res: dict) -> list[str]:
             f"* **Workloads**: {wl}. T = 20 sampling steps unless stated, S = int(0.6 T) trained timesteps, "
             f"{res['steps']} optimizer steps per run (step time = makespan / steps), TCSS cap 0.5.",
             f"* **Training** (default): {s['training']}. Publish: {s['publish']}",
-            f"* **Testbeds**: {tbs}. Every disaggregated mode gets its own best split (searched).\n"]
+            f"* **Testbeds**: {tbs}. Every disaggregated mode gets its own best split (searched).",
+            "* **Cost model of these runs**: " + s.get("cost_model", "the one before issue 36: every collective at "
+                                                    "the per-GPU NIC rate, communication fully overlapped "
+                                                    "(max(compute, comm)), attention's backward at 1x its forward "
+                                                    "(regenerate with `python scripts/make_simulation_doc.py`)") + ".\n"]
 
 
 def render(res: dict, figs: list[tuple[str, str]], bts: list[str] | None = None, bias: list[str] | None = None,

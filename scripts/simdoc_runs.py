@@ -96,14 +96,21 @@ def static_inputs() -> dict:
     wl = {k: {"prompts": w.prompts, "generations": w.generations, "width": w.width, "height": w.height,
               "frames": w.frames} for k, w in WORKLOADS.items()}
     t = FULL_SHARDED
-    return {"workloads": wl, "testbeds": {k: tb.description for k, tb in TESTBEDS.items()},
+    from digenrl.sim.assumptions import DEFAULT
+
+    cost_model = (f"collectives priced by where their ranks sit (`sim.comm`: NVLink inside a node, {TESTBEDS['B'].node_gpus} "
+                  "GPUs per node, one NIC per GPU across nodes, the slowest node's bus bandwidth); "
+                  f"{DEFAULT.exposed_comm:g} of the communication overlapped with compute left exposed; attention's "
+                  f"backward at {DEFAULT.attn_backward:g}x its forward (FlashAttention-2); training at "
+                  f"{DEFAULT.train_efficiency:g}x the fitted inference efficiency")
+    return {"cost_model": cost_model, "workloads": wl, "testbeds": {k: tb.description for k, tb in TESTBEDS.items()},
             "training": (f"{'LoRA r=' + str(t.lora_rank) if t.lora_rank else 'full fine-tuning'}, "
                          f"{'FSDP full sharding' if t.sharded else 'replicated'} over the trainer pool, "
                          f"{'activation recomputation' if t.recompute else 'no recomputation'}, bf16 with fp32 "
                          "master weights and Adam moments; prompt embeddings cached"),
             "publish": (f"the path the planner picks per mode (`runtime.publish`): the Ray object store from trainer "
                         f"rank 0 (device -> host over PCIe, put at {HOST_COPY_GBS:.0f} GB/s host copy, one fetch per "
-                        "generator node at the per-GPU link rate, load over PCIe), a link-rate broadcast from rank 0 "
+                        "generator node at one NIC's rate, load over PCIe), a link-rate broadcast from rank 0 "
                         "the generators join (both after the shard group gathers the full state), or a stream of "
                         "every rank's own shards the generators join while the trainers go on (each rank sends 1/g "
                         "of the bytes, in the final commit). The FSDP trainer pool is one shard group, or k of them where the planner "

@@ -198,7 +198,7 @@ def test_a_large_space_descends_only_on_the_best_splits(tmp_path, capsys):
 
 def test_plan_prices_colocated_fsdp_like_simulate_config():
     """A colocated FSDP config (hunyuan_video: train.sharding=fsdp) is planned one worker per rank, priced as the
-    peers' colocated FSDP, like `digenrl simulate --config`: the plan's colocated step equals the simulator's for
+    idealised colocated FSDP bound, like `digenrl simulate --config`: the plan's colocated step equals the simulator's for
     the same values (before, the whole pool ran as one worker generating each fragment alone: hunyuan_video's
     planned preset priced colocated at 33580 s against simulate's 3487 s)."""
     from digenrl.sim.from_config import price_on_testbed

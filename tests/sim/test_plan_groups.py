@@ -11,6 +11,7 @@ import yaml
 from digenrl.config import load_config
 from digenrl.control.run_plan import plan_run
 from digenrl.sim.plan_cli import _testbed_costs, main
+from digenrl.sim.plan_groups import with_groups
 from digenrl.sim.plan_search import search
 
 # FLUX.1-dev (MixGRPO preset: an FSDP trainer pool) at a small step on 16 GPUs of testbed B: seconds to plan
@@ -29,7 +30,9 @@ def _plan(tmp_path, capsys, sets, config=PRESET, gpus=16):
 
 
 def _pinned(sets, k: int, config=PRESET, gpus=16):
-    cfg = load_config(config, sets + [f"train.shard_groups={k}"])
+    # a k that does not divide the config's 8 trainer ranks starts from the nearest pools it divides (the search
+    # sets every candidate's pools anyway)
+    cfg = with_groups(load_config(config, sets), k)
     cost_of, fit, _ = _testbed_costs(cfg, "B", gpus, plan_run(cfg).trained_timesteps)
     return search(cfg, gpus, cost_of, fit=fit, robust=False).best
 
@@ -37,13 +40,16 @@ def _pinned(sets, k: int, config=PRESET, gpus=16):
 @pytest.mark.parametrize("mode", ["gap_tsp_tag", "full"])
 def test_k_is_that_of_the_fastest_search(tmp_path, capsys, mode):
     """In ``full`` two groups are slower than one at one group's best split (10+6: the report of the run before
-    this search) and 1.6x faster at their own (8+8): a search that only probed the first plan would keep k = 1."""
+    this search) and faster at their own (8+8): a search that only probed the first plan would keep k = 1. (By
+    1.6x while every gather ran at the NIC rate; by about 1.06x since the 8 trainer ranks of one node gather over
+    NVLink, issue 36's cost model.)"""
     sets = SMALL + [f"runtime.mode={mode}"]
     rep, out = _plan(tmp_path, capsys, sets)
-    best = {k: _pinned(sets, k) for k in (1, 2, 4)}  # 8 trainer ranks: k = 1, 2, 4 at the config's own split
+    best = {k: _pinned(sets, k) for k in (1, 2, 3, 4)}  # (3: 3 groups of 4 on a 4+12 split, the fastest since
+    # issue 36's cost model gathers over NVLink inside a node)
     times = {k: p.step_time for k, p in best.items()}
     fastest = min(times, key=times.get)
-    assert fastest > 1 and times[1] > 1.2 * times[fastest]  # hybrid sharding matters here
+    assert fastest > 1 and times[1] > 1.02 * times[fastest]  # hybrid sharding matters here
     grp = rep["shard_groups"]
     for k, t in times.items():  # each k's own search, as the oracle ran it
         assert grp["times_s"][str(k)] == pytest.approx(t, rel=1e-12)

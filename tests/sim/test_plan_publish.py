@@ -20,9 +20,9 @@ SMALL = ["train.prompts_per_step=4", "train.generations=4", "train.minibatches_p
 PRESET = "configs/flux1_dev_mixgrpo.yaml"
 
 
-def _plan(tmp_path, capsys, sets, name="plan.yaml", gpus=6):
+def _plan(tmp_path, capsys, sets, name="plan.yaml", gpus=6, testbed="B"):
     out = tmp_path / name
-    argv = ["--config", PRESET, "--testbed", "B", "--gpus", str(gpus), "--out", str(out), "--json"]
+    argv = ["--config", PRESET, "--testbed", testbed, "--gpus", str(gpus), "--out", str(out), "--json"]
     for s in sets:
         argv += ["--set", s]
     assert main(argv) == 0, capsys.readouterr().err
@@ -31,15 +31,17 @@ def _plan(tmp_path, capsys, sets, name="plan.yaml", gpus=6):
 
 @pytest.mark.parametrize("own", ["object_store", "broadcast", "stream"])
 def test_the_path_is_that_of_the_fastest_search(tmp_path, capsys, own):
+    # testbed A (L40S over PCIe): on 6 GPUs of B every collective runs over one node's NVLink (issue 36's cost
+    # model) and the paths differ by less than the margin there
     sets = SMALL + ["sampler.num_steps=6", "runtime.mode=gap_tsp_tag", f"runtime.publish={own}"]
-    rep, out = _plan(tmp_path, capsys, sets)
+    rep, out = _plan(tmp_path, capsys, sets, testbed="A")
     best = {}  # the split search alone, with each path pinned
     for path in ("object_store", "broadcast", "stream"):
         cfg = load_config(PRESET, sets + [f"runtime.publish={path}"])
-        cost_of, fit, _ = _testbed_costs(cfg, "B", 6, plan_run(cfg).trained_timesteps)
+        cost_of, fit, _ = _testbed_costs(cfg, "A", 6, plan_run(cfg).trained_timesteps)
         best[path] = search(cfg, 6, cost_of, fit=fit, robust=False).best.step_time
     fastest = min(best, key=best.get)
-    assert best["object_store"] > 1.2 * best[fastest]  # the path matters here (an FSDP pool's gather + copy)
+    assert best["object_store"] > 1.1 * best[fastest]  # the path matters here (an FSDP pool's gather + copy)
     assert all(best[p] > 1.01 * best[fastest] for p in best if p != fastest)  # by more than the margin
     assert rep["best"]["publish"] == fastest and rep["publish"]["path"] == fastest
     assert rep["best"]["step_time_s"] == pytest.approx(best[fastest], rel=1e-12)
@@ -71,7 +73,10 @@ def test_a_gain_within_the_margin_keeps_the_configs_path(tmp_path, capsys):
 
 
 def test_the_stale_hold_is_the_fastest_h_of_the_written_plan(tmp_path, capsys):
-    sets = SMALL + ["sampler.num_steps=10", "runtime.mode=full"]
+    # 3 prompts a step: since issue 36's cost model (NVLink inside the node) the 4-prompt step of the other tests
+    # gains nothing from a hold, this one does
+    sets = ["train.prompts_per_step=3", "train.generations=4", "train.minibatches_per_step=1", "train.micro_batch=4",
+            "sampler.num_steps=10", "runtime.mode=full"]
     rep, out = _plan(tmp_path, capsys, sets)
     written = load_config(str(out))
     cost = _testbed_costs(written, "B", 6, plan_run(written).trained_timesteps)[0](

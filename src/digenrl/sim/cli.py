@@ -2,7 +2,10 @@
 
 Prints a table (or ``--json`` rows) per mode: step time, speedup over ``naive`` and over ``colocated``,
 generator and trainer idle shares, TAG fragments per step and stale share; optionally writes a Chrome trace
-and a Gantt chart of one mode. Without ``--gen-gpus`` every disaggregated mode gets its own best
+and a Gantt chart of one mode. On the roofline path every row also carries the colocated baselines as the
+peers run them (``sim.baselines``: the idealised bound, flow_grpo's loop where flow_grpo has a config for the
+model, DanceGRPO's loop), each with its label, the training it runs, its cited config, its step time and the
+mode's speedup over it (``baselines`` in ``--json``; printed under the table). Without ``--gen-gpus`` every disaggregated mode gets its own best
 generator/trainer split (reported). Bad input exits with code 2 before anything is written.
 """
 
@@ -17,8 +20,11 @@ from ..control.profile import ProfileError, load_profile
 from ..control.timeline import RunResult
 from ..schedule import MODES, TAG_POLICIES, BTSConfig, Mode
 from .algorithms import Algorithm, AlgorithmError
+from .assumptions import ATTN_BACKWARD_FACTOR, Assumptions
+from .baselines import baselines as peer_baselines
+from .comm import EXPOSED_COMM_SHARE
 from .planner import ModeRun, Scenario, ScenarioError, run_mode
-from .presets import WORKLOADS, PresetError, model_preset, testbed_preset
+from .presets import MODELS, WORKLOADS, PresetError, Training, model_preset, testbed_preset
 
 ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
             "stale_fraction")
@@ -52,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="nft: training timesteps K per sample (default int(0.99 T))")
     ap.add_argument("--nft-old-policy", default="soft",
                     help="nft: old policy soft (a swapped-in copy: one more forward per cell; default) | current")
+    ap.add_argument("--lora-rank", type=int, default=0,
+                    help="0: full fine-tuning, FSDP (default); R > 0: LoRA rank R on replicated trainers")
+    ap.add_argument("--exposed-comm", type=float, default=EXPOSED_COMM_SHARE,
+                    help=f"share of overlapped communication left exposed, in [0, 1] (default {EXPOSED_COMM_SHARE})")
+    ap.add_argument("--attn-backward", type=float, default=ATTN_BACKWARD_FACTOR,
+                    help=f"attention backward FLOPs over forward (default {ATTN_BACKWARD_FACTOR}: FlashAttention-2)")
+    ap.add_argument("--no-baselines", action="store_true", help="skip the peer baselines (roofline path)")
     ap.add_argument("--modes", nargs="+", default=list(MODES), help=f"subset of: {' '.join(MODES)}")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps simulated (default 20)")
     ap.add_argument("--max-stale-fraction", type=float, default=0.5, help="TCSS cap for 'full' (default 0.5)")
@@ -123,6 +136,14 @@ def _setup(args) -> Scenario:
         replace(w, **changes).trained_timesteps
     except AlgorithmError as e:
         raise CliError(str(e)) from None
+    if args.lora_rank < 0:
+        raise CliError(f"--lora-rank: must be >= 0 (got {args.lora_rank})")
+    if args.lora_rank:
+        changes["training"] = Training(lora_rank=args.lora_rank, sharded=False)
+    try:
+        assume = Assumptions(args.exposed_comm, args.attn_backward)
+    except ValueError as e:
+        raise CliError(f"--{str(e).split(':')[0].replace('_', '-')}:{str(e).split(':', 1)[1]}") from None
     if args.steps < 1:
         raise CliError(f"--steps: must be >= 1 (got {args.steps})")
     if not 0.0 <= args.max_stale_fraction <= 1.0:
@@ -132,7 +153,8 @@ def _setup(args) -> Scenario:
     if args.gantt_steps < 1:
         raise CliError(f"--gantt-steps: must be >= 1 (got {args.gantt_steps})")
     profile = load_profile(args.profile) if args.profile else None
-    return Scenario(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile)
+    return Scenario(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile,
+                    assume=assume)
 
 
 def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
@@ -145,9 +167,33 @@ def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: f
     return runs
 
 
-def rows_of(runs: dict, modes: list[str]) -> list[dict]:
+def training_words(t: Training) -> str:
+    if t.lora_rank:
+        return f"LoRA r{t.lora_rank}, " + ("FSDP" if t.sharded else "replicated (DDP)")
+    return "full fine-tuning, " + ("FSDP" if t.sharded else "replicated")
+
+
+def run_baselines(setup: Scenario, bts: BTSConfig | None = None) -> list[dict]:
+    """Each peer baseline of ``setup``'s model (``sim.baselines``) run colocated on all of ``setup.gpus``."""
+    key = next((k for k, m in MODELS.items() if m is setup.model), None)
+    out = []
+    for b in peer_baselines(key or "", setup.workload.training):
+        rec = {"name": b.name, "label": b.label, "training": training_words(b.training), "source": b.source,
+               "same_training": b.training == setup.workload.training}
+        s = replace(setup, workload=replace(setup.workload, training=b.training), variant=b.variant)
+        try:
+            r = run_mode(s, "colocated", bts=bts)
+            rec.update(step_time_s=r.result.step_time, gpus=r.n_train, note=r.note)
+        except ScenarioError as e:
+            rec["error"] = str(e)
+        out.append(rec)
+    return out
+
+
+def rows_of(runs: dict, modes: list[str], baselines: list[dict] | None = None) -> list[dict]:
     """One row per mode; a run has ``result``, ``plan``, ``n_gen``, ``n_train`` and ``note`` (``ModeRun`` or
-    ``from_config.ConfigRun``)."""
+    ``from_config.ConfigRun``). ``baselines`` (``run_baselines``): each row carries each one's step time and
+    the mode's speedup over it (``baseline step / mode step``)."""
     naive, coloc = runs["naive"].result.step_time, runs["colocated"].result.step_time
     rows = []
     for m in modes:
@@ -165,6 +211,10 @@ def rows_of(runs: dict, modes: list[str]) -> list[dict]:
             "stale_hold": getattr(r, "stale_hold", 0.0),
             "gang_groups": getattr(r, "gang_groups", r.plan.gang_groups),
         })
+        if baselines is not None:
+            rows[-1]["baselines"] = {b["name"]: {**b, "speedup": (b["step_time_s"] / res.step_time
+                                                                  if "step_time_s" in b else None)}
+                                     for b in baselines}
     return rows
 
 
@@ -187,6 +237,17 @@ def print_table(rows: list[dict], title: str) -> None:
                   f"{r['speedup_vs_colocated']:.2f}x", f"{r['gen_idle']:.0%}", f"{r['trainer_idle']:.0%}",
                   f"{r['tag_fragments_per_step']:.1f}", f"{r['stale_fraction']:.0%}", plan_words(r))
     Console(width=max(170, Console().width)).print(t)
+
+
+def print_baselines(rows: list[dict]) -> None:
+    """The peer baselines under the table: label, training, step time, each mode's speedup over it."""
+    for name, b in rows[0]["baselines"].items():
+        if b.get("error"):
+            print(f"baseline {name}: {b['label']}: does not fit ({b['error']})")
+            continue
+        ups = ", ".join(f"{r['mode']} {r['baselines'][name]['speedup']:.2f}x" for r in rows)
+        same = "" if b["same_training"] else f" (trains {b['training']}, not as the modes above)"
+        print(f"baseline {name}: {b['label']}{same}: {b['step_time_s']:.1f} s per step; {ups}")
 
 
 def plan_words(row: dict) -> str:
@@ -222,13 +283,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.trace or args.gantt:
             record_mode = args.trace_mode or args.modes[-1]
         runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode, bts)
+        base = None if args.no_baselines or setup.profile is not None else run_baselines(setup, bts)
     except (CliError, PresetError, ScenarioError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
     w = setup.workload
-    _emit(rows_of(runs, args.modes), args, f"{setup.model.name} on testbed {setup.testbed.name} ({setup.gpus} GPUs): "
-                                          f"{w.prompts}x{w.generations} per step, T={w.sampling_steps}, "
-                                          f"S={w.trained_timesteps}, {setup.steps} steps")
+    rows = rows_of(runs, args.modes, base)
+    _emit(rows, args, f"{setup.model.name} on testbed {setup.testbed.name} ({setup.gpus} GPUs): "
+                      f"{w.prompts}x{w.generations} per step, T={w.sampling_steps}, S={w.trained_timesteps}, "
+                      f"{training_words(w.training)}, exposed communication {setup.assume.exposed_comm:g}, "
+                      f"{setup.steps} steps")
+    if base is not None and not args.json:
+        print_baselines(rows)
     if record_mode is not None:
         run = runs[record_mode]
         _write_views(run.result, args, f"{setup.model.name}, {run.mode.value}, testbed {setup.testbed.name}, "

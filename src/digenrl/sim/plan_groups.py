@@ -8,7 +8,7 @@ planner tries: ``planner.group_options``) a split search of its own, in which th
 whose trainer ranks k does not divide; the fastest k is kept where it beats the config's own by more than
 ``MARGIN`` (1 %).
 
-Not searched: without TSP, for a colocated mode (priced as the peers' colocated FSDP), without sharding, and with
+Not searched: without TSP, for a colocated mode (priced as the idealised colocated FSDP bound), without sharding, and with
 ``--profile`` (a profile prices only the pool it was measured on); the config's k stays and the report says so.
 This runs before the publish path's search, which then runs at the chosen k (the stream's cost depends on it).
 """

@@ -13,7 +13,7 @@ Per split the product is probed exhaustively when it has at most ``exhaustive`` 
 probed once at the config's own values and the ``descend_splits`` (3) fastest of them get a coordinate descent
 from there (fragment, then chunk, then stale cap, then fragment again). A probe is
 ``plan_run`` of the candidate config (the plan ``digenrl train`` would execute; a colocated FSDP config is
-planned with one worker per rank and priced as the peers' colocated FSDP, as ``digenrl simulate --config`` does:
+planned with one worker per rank and priced as the idealised colocated FSDP bound, as ``digenrl simulate --config`` does:
 ``plan_for_pricing``) with ``steps`` = the probe length, simulated by ``sim.executor.steady_step_time``; its
 figure is the steady step time (first publish to last, over steps - 1 intervals: no pipeline fill). The plan
 is the probe with the smallest figure (ties: the earlier probe).
@@ -220,7 +220,7 @@ def plan_for_pricing(cfg):
     if cfg.train.sharding != "fsdp" or run.plan.generators:
         return run.plan, len(run.trainer_ids), ""
     unsharded = cfg.model_copy(update={"train": cfg.train.model_copy(update={"sharding": "none"})})
-    return plan_run(unsharded).plan, len(run.trainer_ids), "colocated FSDP priced as the peers' (inference copy)"
+    return plan_run(unsharded).plan, len(run.trainer_ids), "colocated FSDP priced as the idealised bound (inference copy)"
 
 
 def search(cfg, workers: int, cost_of: Callable[[int, int], object], *, probe_steps: int = 4,

@@ -39,6 +39,7 @@ from ..schedule import BTSConfig, CostModel, Durations, Mode, StepPlan, step_fra
 from ..schedule import stale_hold
 from ..schedule.cost import GENERATOR, TRAINER, Op
 from ..schedule.layout import choose_chunk_shape as layout_chunk_shape
+from .assumptions import DEFAULT, Assumptions
 from .executor import simulate
 from .presets import GPU, PUBLISH_PATHS, ModelPreset, Testbed, Workload
 from .roofline import InfeasibleError, RooflineCost
@@ -58,6 +59,7 @@ class Scenario:
     max_stale_fraction: float = 0.5
     profile: CostModel | None = None   # measured costs replace the roofline when given
     variant: Callable[[RooflineCost], CostModel] | None = None  # wraps the roofline (``sim.variants``)
+    assume: Assumptions = DEFAULT  # the roofline's named assumptions (``sim.assumptions``)
 
     def __post_init__(self) -> None:
         if self.gpus < 2 or self.gpus > self.testbed.total:
@@ -130,7 +132,7 @@ def make_cost(setup: Scenario, split: Split, colocated: bool = False):
     if setup.profile is not None:
         return setup.profile
     cost = RooflineCost(setup.model, setup.workload, setup.testbed, split.n_gen, split.n_train, colocated,
-                        gen_gpu=split.gen_gpu, train_gpu=split.train_gpu)
+                        gen_gpu=split.gen_gpu, train_gpu=split.train_gpu, assume=setup.assume)
     return setup.variant(cost) if setup.variant is not None else cost
 
 
@@ -360,11 +362,16 @@ def best_stale_hold(plan: StepPlan, cost, bts: BTSConfig | None = None) -> float
 
 
 def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jitter: float = 0.0, seed: int = 0,
-             bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None) -> ModeRun:
+             bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None,
+             split: Split | None = None) -> ModeRun:
     """Simulate one mode; without ``gen_gpus`` the split (and, heterogeneous, the pool kinds) is searched, and
-    without ``shard_groups`` the shard groups of a sharded pool (``group_options``)."""
+    without ``shard_groups`` the shard groups of a sharded pool (``group_options``). ``split``: this split
+    only, everything else (fragment size, shard groups, copy, publish path, gang width) still searched."""
     mode = Mode(mode)
-    het = setup.testbed.heterogeneous
+    if split is not None:
+        options = [split]
+        choice = choose_split(setup, mode, options, bts, shard_groups=shard_groups)
+        return _run_choice(setup, mode, choice, jitter, seed, bts, record)
     if mode is Mode.COLOCATED:
         options = colocated_options(setup)
     else:
@@ -384,6 +391,14 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     except InfeasibleError as e:
         opt = "--testbed" if mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
+    return _run_choice(setup, mode, choice, jitter, seed, bts, record, (cost, plan))
+
+
+def _run_choice(setup: Scenario, mode: Mode, choice: Choice, jitter: float, seed: int, bts: BTSConfig | None,
+                record: bool, built=None) -> ModeRun:
+    """Simulate the chosen candidate (its stale hold searched) and report it as a ``ModeRun``."""
+    split, het = choice.split, setup.testbed.heterogeneous
+    cost, plan = built or _built(setup, mode, choice)
     plan = replace(plan, stale_hold=best_stale_hold(plan, cost, bts))
     res = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
     copy = bool(choice.tag_copy if choice.tag_copy is not None else setup.workload.training.tag_copy)

@@ -22,22 +22,30 @@ class GPU:
     hbm_gbs: float       # memory bandwidth, GB/s
     memory_gb: float
     pcie_gbs: float = 32.0   # host link, GB/s per direction (PCIe Gen4 x16: 32, Gen5 x16: 64)
+    nvlink_gbs: float = 0.0  # NVLink per GPU, GB/s as datasheets state it (both directions); 0: no NVLink
+
+    @property
+    def intra_node_gbs(self) -> float:
+        """GB/s one GPU sends to the others of its node, one direction: half the datasheet's bidirectional
+        NVLink figure, or the PCIe link (``pcie_gbs``) where the part has no NVLink (peer-to-peer over PCIe)."""
+        return self.nvlink_gbs / 2.0 if self.nvlink_gbs > 0 else self.pcie_gbs
 
 
 # NVIDIA L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), 48 GB GDDR6, 864 GB/s,
 # PCIe Gen4 x16 (64 GB/s bidirectional).
 L40S = GPU("L40S-48GB", 362.05, 864.0, 48.0, 32.0)
 # NVIDIA H100 SXM5 datasheet: BF16 tensor 989 TFLOPS dense (1,979 with sparsity), 80 GB HBM3, 3.35 TB/s,
-# PCIe Gen5 x16 (128 GB/s bidirectional).
-H100 = GPU("H100-SXM-80GB", 989.0, 3350.0, 80.0, 64.0)
+# PCIe Gen5 x16 (128 GB/s bidirectional), NVLink 900 GB/s (4th generation, HGX board).
+H100 = GPU("H100-SXM-80GB", 989.0, 3350.0, 80.0, 64.0, 900.0)
 # NVIDIA H20 (export-compliant Hopper; OEM spec sheet as widely reported): FP16/BF16 148 TFLOPS dense
-# (296 with sparsity), 96 GB HBM3, 4.0 TB/s, PCIe Gen5 x16.
-H20 = GPU("H20-96GB", 148.0, 4000.0, 96.0, 64.0)
+# (296 with sparsity), 96 GB HBM3, 4.0 TB/s, PCIe Gen5 x16, NVLink 900 GB/s (HGX H20 board).
+H20 = GPU("H20-96GB", 148.0, 4000.0, 96.0, 64.0, 900.0)
 # GPUs that appear only in the public measurements the efficiencies are fitted to (sim/efficiency.py):
-# NVIDIA A100 SXM4 80GB datasheet: BF16 tensor 312 TFLOPS dense, 2,039 GB/s, PCIe Gen4.
-A100 = GPU("A100-SXM-80GB", 312.0, 2039.0, 80.0, 32.0)
-# NVIDIA H200 SXM datasheet: BF16 tensor 989 TFLOPS dense (same SMs as H100 SXM), 141 GB HBM3e, 4.8 TB/s.
-H200 = GPU("H200-SXM-141GB", 989.0, 4800.0, 141.0, 64.0)
+# NVIDIA A100 SXM4 80GB datasheet: BF16 tensor 312 TFLOPS dense, 2,039 GB/s, PCIe Gen4, NVLink 600 GB/s.
+A100 = GPU("A100-SXM-80GB", 312.0, 2039.0, 80.0, 32.0, 600.0)
+# NVIDIA H200 SXM datasheet: BF16 tensor 989 TFLOPS dense (same SMs as H100 SXM), 141 GB HBM3e, 4.8 TB/s,
+# NVLink 900 GB/s.
+H200 = GPU("H200-SXM-141GB", 989.0, 4800.0, 141.0, 64.0, 900.0)
 # NVIDIA L20 (Ada AD102, export-compliant; OEM spec sheet as widely reported): FP16/BF16 tensor 119.5 TFLOPS
 # dense, 48 GB GDDR6, 864 GB/s, PCIe Gen4. Same SM architecture and kernels as the L40S.
 L20 = GPU("L20-48GB", 119.5, 864.0, 48.0, 32.0)
@@ -46,15 +54,19 @@ L20 = GPU("L20-48GB", 119.5, 864.0, 48.0, 32.0)
 @dataclass(frozen=True)
 class Testbed:
     """A cluster: ``count`` x ``gpu``, plus ``count2`` x ``gpu2`` when heterogeneous. Disaggregated runs may
-    put either kind in either pool (``assignments``); pools never mix kinds."""
+    put either kind in either pool (``assignments``); pools never mix kinds. GPUs sit in nodes of
+    ``node_gpus``, each GPU with its own NIC of ``net_gbit`` (rail-optimised HGX / PCIe servers); inside a node
+    they talk at the GPU's ``intra_node_gbs`` (NVLink, or PCIe without it). ``sim.comm`` prices a collective
+    from where its ranks sit."""
 
     name: str
     gpu: GPU
     count: int
-    net_gbit: float                    # per-GPU network bandwidth, Gb/s (collectives and weight pushes)
+    net_gbit: float                    # per-GPU network bandwidth (one NIC per GPU), Gb/s
     gpu2: GPU | None = None
     count2: int = 0
     description: str = ""
+    node_gpus: int = 8                 # GPUs per node (HGX boards and 8-GPU PCIe servers)
 
     @property
     def heterogeneous(self) -> bool:
@@ -80,10 +92,11 @@ class Testbed:
             return self.gpu
         a, b = self.gpu, self.gpu2
         return GPU(f"min({a.name},{b.name})", min(a.bf16_tflops, b.bf16_tflops), min(a.hbm_gbs, b.hbm_gbs),
-                   min(a.memory_gb, b.memory_gb), min(a.pcie_gbs, b.pcie_gbs))
+                   min(a.memory_gb, b.memory_gb), min(a.pcie_gbs, b.pcie_gbs), min(a.nvlink_gbs, b.nvlink_gbs))
 
 
 TESTBEDS: dict[str, Testbed] = {
+    # 8 GPUs per node everywhere (HGX boards; 8-GPU PCIe servers for the L40S, whose GPUs talk over PCIe).
     # A: 32 x 48 GB with 200 Gb/s per GPU (e.g. ConnectX-6 HDR / 200GbE): L40S-class PCIe servers.
     "A": Testbed("A", L40S, 32, 200.0, description="32 x L40S 48 GB, 200 Gb/s"),
     # B: 32 x 80 GB with 400 Gb/s per GPU (ConnectX-7 NDR): H100 SXM (HGX) nodes.
@@ -93,6 +106,9 @@ TESTBEDS: dict[str, Testbed] = {
     # A+C: the two clusters joined at 200 Gb/s; each pool is on one kind (the planner tries both ways round).
     "A+C": Testbed("A+C", L40S, 32, 200.0, gpu2=H20, count2=16,
                    description="32 x L40S 48 GB + 16 x H20 96 GB, 200 Gb/s"),
+    # D: one HGX H200 node (8 x H200 SXM, NVLink 900 GB/s, 400 Gb/s NICs): the anchors' VeRL-Omni figure ran on
+    # 4 H200s (benchmarks/anchors.py) and the lent device is one H200.
+    "D": Testbed("D", H200, 8, 400.0, description="8 x H200 SXM 141 GB (one HGX node), 400 Gb/s"),
 }
 
 

@@ -2,17 +2,20 @@
 
 Forward FLOPs of one sample, ``F``: per-stream parameter counts and attention layers of the diffusers
 transformer (``sim.flops``): ``F = 2 (P_img n_img + P_txt n_txt + P_joint (n_img + n_txt) + P_sample) + attn``.
-An op's time is ``max(compute, memory, overlapped communication) + overhead`` with
-``compute = FLOPs / (peak * eff(tokens))`` and ``eff`` fitted per GPU kind to public measurements
-(``sim.efficiency``), ``memory = weight bytes / HBM bandwidth``.
+An op's time is ``max(compute, memory) + overhead`` with ``compute = FLOPs / (peak * eff(tokens))`` and ``eff``
+fitted per GPU kind to public measurements (``sim.efficiency``), ``memory = weight bytes / HBM bandwidth``; the
+communication inside an op overlaps its compute but for the exposed share x (``sim.comm.overlapped``:
+``x comm + max(compute, (1 - x) comm)``, ``Assumptions.exposed_comm``). Collectives are priced by where their
+ranks sit (``sim.comm``: NVLink inside a node, the NICs across nodes; pools packed trainers first).
 
 Training follows ``workload.training`` (``presets.Training``): LoRA or full, sharded (FSDP) or replicated,
 activation recomputation, publish path. A chunk of c cells is one packed forward+backward::
 
-    FLOPs = c * train_forwards * (F + F [input grads] + F_linear [weight grads, full only]
+    FLOPs = c * train_forwards * (F + (F_linear + k A) [input grads] + F_linear [weight grads, full only]
                                   + F [recomputed forward, with recompute])
 
-(LoRA's own weight gradients are r/h of the linear FLOPs and left out.) ``train_forwards`` is the model's
+with ``A = F - F_linear`` the attention FLOPs and ``k`` the attention backward's factor (2.5:
+``sim.assumptions``). (LoRA's own weight gradients are r/h of the linear FLOPs and left out.) ``train_forwards`` is the model's
 forwards per step (2 with CFG), 1 for DiffusionNFT (CFG-free training); the workload's algorithm also sets S,
 the denoising steps per sample and the trajectory bytes (``sim.algorithms``).
 
@@ -20,19 +23,20 @@ Sharded trainer pool (``training.sharded``, disaggregated): what the runtime run
 the pool is ONE shard group, the scheduler's single trainer, and each of its actions is a collective of the N
 ranks with the action's cells or generations split over them (``ceil(c / N)`` per rank). A chunk's forward and
 backward all-gather the parameters (2 x 2P (N-1)/N bytes) and its backward reduce-scatters the fp32
-gradients (4 x trainable x (N-1)/N bytes), overlapped with compute; the commit then only steps the shards.
+gradients (4 x trainable x (N-1)/N bytes), overlapped with compute but for the exposed share; the commit then
+only steps the shards (every collective at the bus bandwidth of its ranks' placement, ``sim.comm``).
 TAG on the group: every generation forward gathers the shards (no inference copy is built: switch 0).
 Hybrid sharding (``training.shard_groups`` = k): k such groups of g = N / k ranks, each a scheduler trainer
-(parameters, master weights and Adam moments sharded over g; gathers priced at the testbed's link rate as for
-one group, so intra-node NVLink is not credited); the commit adds the ring all-reduce of the fp32 gradient
-shards across the k replicas, 2 (k - 1) / k x 4 x trainable / g bytes.
+(parameters, master weights and Adam moments sharded over g; each group's collectives priced at the bus
+bandwidth of its own ranks, the slowest group's); the commit adds the ring all-reduce of the fp32 gradient
+shards across the k replicas (the j-th ranks of the groups), 2 (k - 1) / k x 4 x trainable / g bytes.
 
 * commit: gradient sync (shard group: none left, a norm all-reduce; replicated: ring all-reduce of
   2 (N-1)/N x gradient bytes; colocated FSDP baseline: reduce-scatter of 2P (N-1)/N bytes) + Adam over the
   rank's trainable parameters (28 bytes each at HBM bandwidth);
 * publish, ``object_store`` (the runtime's default): rank 0 copies the trainable state to host (PCIe), puts it
-  in the Ray object store (host copy at ``HOST_COPY_GBS``), every generator node fetches it once (the
-  object transfer leaves the source node one node after another at the per-GPU link rate), each generator
+  in the Ray object store (host copy at ``HOST_COPY_GBS``), every generator node other than rank 0's fetches it
+  once (the object transfer leaves the source node one node after another at one NIC's rate), each generator
   loads it over PCIe; ``broadcast``: pipelined link-rate broadcast + load at HBM bandwidth. On a shard group
   both first gather the full state on every rank, as the runtime does (``full_trainable_state``: b (g-1)/g
   bytes over the link); ``stream``: no gather, each of the g ranks of the (first) shard group broadcasts its
@@ -56,12 +60,13 @@ from __future__ import annotations
 import math
 
 from ..schedule.cost import GENERATOR, TRAINER
+from .assumptions import DEFAULT, Assumptions
 from .colocation import GB, colocated_switch, rank_memory
+from .comm import Fabric, overlapped, pool_slots
 from .efficiency import Efficiency, efficiency_for
 from .presets import GPU, ModelPreset, Testbed, Workload, tokens_per_sample
 
 HOST_COPY_GBS = 10.0     # host memcpy into the object store's shared memory (assumed, single stream)
-GPUS_PER_NODE = 8
 
 __all__ = ["Efficiency", "InfeasibleError", "RooflineCost"]
 
@@ -75,13 +80,15 @@ class RooflineCost:
 
     ``colocated``: there is no generator pool; the ``n_train`` ranks generate and train. ``gen_gpu`` /
     ``train_gpu`` choose the GPU kind of each pool (default: the testbed's first kind for generators, its
-    second kind, if any, for trainers). ``eff`` overrides the fitted efficiency of both pools.
+    second kind, if any, for trainers). ``eff`` overrides the fitted efficiency of both pools. ``assume``: the
+    named assumptions (exposed communication share, attention backward factor; ``sim.assumptions``).
     """
 
     def __init__(self, model: ModelPreset, workload: Workload, testbed: Testbed, n_gen: int, n_train: int,
                  colocated: bool = False, eff: Efficiency | None = None, gen_gpu: GPU | None = None,
-                 train_gpu: GPU | None = None):
+                 train_gpu: GPU | None = None, assume: Assumptions = DEFAULT):
         self.model, self.workload, self.testbed = model, workload, testbed
+        self.assume = assume
         self.n_gen, self.n_train, self.colocated = n_gen, n_train, colocated
         self.training = workload.training
         train_gpu = train_gpu or testbed.gpu2 or testbed.gpu
@@ -100,14 +107,17 @@ class RooflineCost:
         self.fwd_flops = arch.forward_flops(self.latent_tokens, n_txt)
         self.fwd_linear = arch.linear_flops(self.latent_tokens, n_txt)
         self.net = testbed.net_bytes_s
+        self.fabric = Fabric(testbed)
+        self.gen_slots, self.train_slots = pool_slots(self.fabric, self.gpu[GENERATOR], n_gen, train_gpu,
+                                                      max(1, n_train), colocated)
         self.sharded = self.training.sharded
         self.grouped = self.sharded and not colocated  # the runtime's shard group(s): one scheduler trainer each
         self.groups = self.training.shard_groups if self.grouped else 1  # hybrid sharding: k replica groups
         if max(1, n_train) % self.groups:
             raise InfeasibleError(f"{n_train} trainer ranks do not split into {self.groups} shard groups")
         n = self.group_ranks = max(1, n_train) // self.groups  # the ranks one shard group shards over
-        self.gather_s = 2.0 * self.params * (n - 1) / n / self.net if self.sharded else 0.0
-        self.scatter_s = 4.0 * self.trainable * (n - 1) / n / self.net if self.grouped else 0.0
+        self.gather_s = self._group_ring(2.0 * self.params) if self.sharded else 0.0
+        self.scatter_s = self._group_ring(4.0 * self.trainable) if self.grouped else 0.0
         layers, hidden, fps = m.layers, m.hidden, m.forwards_per_step
         self.train_fps = workload.algorithm.train_forwards(fps)  # DiffusionNFT trains CFG-free
         self.act_infer = 34 * self.seq * hidden * fps
@@ -120,11 +130,26 @@ class RooflineCost:
         if colocated:
             g = self.gpu[TRAINER]
             self.switch = colocated_switch(self.mem, self.params, n, self.sharded, g.memory_gb * GB,
-                                           self.act_infer, self.net, g.hbm_gbs * GB, g.pcie_gbs * GB)
+                                           self.act_infer, self.fabric.bus_bytes_s(self.train_slots),
+                                           g.hbm_gbs * GB, g.pcie_gbs * GB)
         self._check_memory()
         if self.tag_copy and not self.inference_copy_fits:
             raise InfeasibleError(f"{model.name}: no room for a bf16 inference copy beside the training state on "
                                   f"{n_train} {self.gpu[TRAINER].name} ranks (training.tag_copy)")
+
+    # ---- placement ---------------------------------------------------------------------------------
+    def group_slots(self, j: int) -> list[int]:
+        """The slots of shard group ``j`` (consecutive ranks of the trainer pool); the whole pool unsharded."""
+        g = self.group_ranks
+        return self.train_slots[j * g:(j + 1) * g] if self.grouped else self.train_slots
+
+    def _group_ring(self, nbytes: float) -> float:
+        """All-gather / reduce-scatter of ``nbytes`` inside each shard group: the slowest group's time."""
+        return max(self.fabric.ring_s(nbytes, self.group_slots(j)) for j in range(self.groups))
+
+    def _comm(self, compute_s: float, comm_s: float) -> float:
+        """Compute overlapped with communication but for the exposed share (``sim.comm.overlapped``)."""
+        return overlapped(compute_s, comm_s, self.assume.exposed_comm)
 
     # ---- memory ------------------------------------------------------------------------------------
     def trainer_state_bytes(self) -> float:
@@ -186,12 +211,17 @@ class RooflineCost:
     def _compute(self, flops: float, tokens: float, pool: str) -> float:
         return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool](tokens))
 
+    def train_compute(self, flops: float, tokens: float) -> float:
+        """A training forward/backward's compute: at the trainer's fitted efficiency times
+        ``Assumptions.train_efficiency``."""
+        return self._compute(flops, tokens, TRAINER) / self.assume.train_efficiency
+
     def _denoise(self, n: int, pool: str) -> float:
         gpu, m = self.gpu[pool], self.model
         fwd = self._share(n, pool) * m.forwards_per_step
         t = max(self._compute(fwd * self.fwd_flops, fwd * self.seq, pool), 2.0 * self.params / (gpu.hbm_gbs * GB))
         if pool == TRAINER and self.grouped and not self.tag_copy:
-            t = max(t, self.gather_s)  # FSDP forward of the shard group: shards gathered on the fly, overlapped
+            t = self._comm(t, self.gather_s)  # FSDP forward of the shard group: shards gathered on the fly
         return t + self.effs[pool].overhead_s
 
     def _vae_decode(self, n: int, pool: str) -> float:
@@ -216,10 +246,13 @@ class RooflineCost:
     def _transfer(self, n: int, pool: str) -> float:
         if self.colocated:  # the colocated baseline (flow_grpo, VeRL-Omni) keeps trajectories in process
             return 0.0
-        return n * self.trajectory_bytes() / self.net + 1e-3
+        return n * self.trajectory_bytes() / self.fabric.p2p_bytes_s(self.gen_slots, self.train_slots) + 1e-3
 
     def train_flops_per_cell(self) -> float:
-        per = 2.0 * self.fwd_flops + (0.0 if self.lora else self.fwd_linear)
+        """Forward (L + A) + input gradients (L + k A) + weight gradients (L, full fine-tuning) + recomputed
+        forward (L + A, with recomputation), times the training forwards per cell (module docstring)."""
+        lin, attn = self.fwd_linear, self.fwd_flops - self.fwd_linear
+        per = self.fwd_flops + lin + self.assume.attn_backward * attn + (0.0 if self.lora else lin)
         per += self.fwd_flops if self.training.recompute else 0.0
         per += self.fwd_flops * self.workload.algorithm.old_forwards()  # DiffusionNFT's soft old policy: v_old
         return per * self.train_fps
@@ -227,9 +260,9 @@ class RooflineCost:
     def _train_chunk(self, c: int, pool: str) -> float:
         c = self._share(max(1, math.ceil(c * self.workload.trained_share - 1e-9)), TRAINER)  # the cells that run
         fwd = c * self.train_fps
-        comp = self._compute(c * self.train_flops_per_cell(), fwd * self.seq, TRAINER)
+        comp = self.train_compute(c * self.train_flops_per_cell(), fwd * self.seq)
         alg = self.workload.algorithm  # (+ DiffusionNFT's soft old policy: its forward's gather, the exchanges)
-        return (max(comp, (2.0 + alg.old_forwards()) * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
+        return (self._comm(comp, (2.0 + alg.old_forwards()) * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
                 + alg.chunk_copy_bytes() * self._local_trainable() / (self.gpu[TRAINER].hbm_gbs * GB))
 
     def grad_bytes(self) -> float:
@@ -237,11 +270,12 @@ class RooflineCost:
 
     def _allreduce(self, _: int, pool: str) -> float:
         if self.grouped:  # reduce-scattered inside every chunk's backward; the clip norm's all-reduce is left,
-            k = self.groups  # and with k shard groups the ring all-reduce of the fp32 gradient shards across them
-            return 2.0 * (k - 1) / k * 4.0 * self.trainable / self.group_ranks / self.net + 1e-3
-        n = max(1, self.n_train)
-        factor = 1.0 if self.sharded and not self.lora else 2.0   # reduce-scatter vs ring all-reduce
-        return factor * self.grad_bytes() * (n - 1) / n / self.net + 1e-3
+            g = self.group_ranks  # and with k shard groups the ring all-reduce of the fp32 gradient shards across
+            replicas = [self.train_slots[j::g] for j in range(g)]  # them: rank j of every group
+            return max(self.fabric.allreduce_s(4.0 * self.trainable / g, r) for r in replicas) + 1e-3
+        if self.sharded and not self.lora:  # the colocated FSDP baseline: one reduce-scatter at the commit
+            return self.fabric.ring_s(self.grad_bytes(), self.train_slots) + 1e-3
+        return self.fabric.allreduce_s(self.grad_bytes(), self.train_slots) + 1e-3  # replicas: ring all-reduce
 
     def _local_trainable(self) -> float:
         """Trainable parameters of one trainer rank (its shard of them under FSDP without LoRA)."""
@@ -257,14 +291,17 @@ class RooflineCost:
     def _publish(self, _: int, pool: str) -> float:
         b, g, t = self.publish_bytes(), self.gpu[GENERATOR], self.gpu[TRAINER]
         n = self.group_ranks if self.grouped else 1
+        senders = self.group_slots(0)[:n]
+        link = self.fabric.p2p_bytes_s(senders, self.gen_slots)  # trainers -> generators
         if self.training.publish == "stream":
             if pool == TRAINER:  # the sending ranks' part: each sends its shard, beside its work
-                return b / n / self.net + 1e-3
-            return b / self.net + b / (g.hbm_gbs * GB) + 0.01
-        gather = b * (n - 1) / n / self.net  # the shard group gathers the full state first (0 unsharded)
+                return b / n / link + 1e-3
+            return b / link + b / (g.hbm_gbs * GB) + 0.01
+        gather = self.fabric.ring_s(b, senders)  # the shard group gathers the full state first (0 unsharded)
         if self.training.publish == "broadcast":
-            return gather + b / self.net + b / (g.hbm_gbs * GB) + 0.01
-        nodes = max(1, math.ceil(self.n_gen / GPUS_PER_NODE))
+            return gather + b / link + b / (g.hbm_gbs * GB) + 0.01
+        # the object leaves rank 0's node once per other generator node (one on the same node reads shared memory)
+        nodes = len(self.fabric.nodes(self.gen_slots) - self.fabric.nodes(senders[:1]))
         return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.net
                 + b / (g.pcie_gbs * GB) + 0.01)
 
@@ -304,8 +341,7 @@ class RooflineCost:
             "tag_switch_s": self._tag_switch(1, TRAINER),
             "fsdp_gather_s": self.gather_s,
             "fsdp_scatter_s": self.scatter_s,
-            "train_compute_s_per_cell": self._compute(self.train_flops_per_cell(),
-                                                      self.train_fps * self.seq, TRAINER),
+            "train_compute_s_per_cell": self.train_compute(self.train_flops_per_cell(), self.train_fps * self.seq),
             "plateau_gen": self.effs[gen_pool].plateau,
             "plateau_train": self.effs[TRAINER].plateau,
         }
