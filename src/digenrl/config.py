@@ -95,6 +95,32 @@ class SamplerConfig(_Strict):
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
 
 
+# Families whose transformer can split a sample's sequence over ranks (docs/sequence_parallel.md): diffusers'
+# own context-parallel plan (``_cp_plan``) or the project's (``models.hunyuan_video_sp``, HunyuanVideo has none).
+SEQUENCE_PARALLEL_FAMILIES = {"wan": "diffusers' _cp_plan", "hunyuan_video": "digenrl's plan (models.hunyuan_video_sp)"}
+
+
+class SequenceParallelConfig(_Strict):
+    """Sequence (context) parallelism of one model replica: every sample's latent tokens are split over
+    ``ulysses x ring`` ranks that run each forward together (docs/sequence_parallel.md). An int ``n`` means
+    ``{ulysses: n}``. Ulysses: all-to-all before and after each attention (tokens split -> heads split -> tokens
+    split); ring (KV passed around the ranks) needs an attention kernel that returns the log-sum-exp, which
+    diffusers' CPU/native backend does not: refused for now."""
+
+    ulysses: int = Field(1, ge=1)
+    ring: int = Field(1, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _degree_shorthand(cls, value: Any) -> Any:
+        return {"ulysses": value} if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @property
+    def degree(self) -> int:
+        """Ranks per sequence-parallel group."""
+        return self.ulysses * self.ring
+
+
 class TrainConfig(_Strict):
     prompts_per_step: int = Field(8, ge=1)  # P
     generations: int = Field(8, ge=2)  # G
@@ -156,6 +182,9 @@ class TrainConfig(_Strict):
     shard_groups: int = Field(1, ge=1)  # fsdp only: hybrid sharding (HSDP): the trainer ranks form this many shard
     # groups of runtime.trainers / shard_groups ranks, data-parallel replicas of each other (the commit all-reduces
     # the gradient shards across them); each group is one trainer of the scheduler
+    sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()  # d ranks split each cell's sequence
+    # (docs/sequence_parallel.md): consecutive groups of d trainer ranks (inside a shard group under fsdp) run
+    # each chunk together; such a group is one trainer of the scheduler (one data-parallel lane of a shard group)
 
 
 class EvalConfig(_Strict):
@@ -230,6 +259,8 @@ class RuntimeConfig(_Strict):
     # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
     bts: BTSOptions = BTSOptions()
     inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
+    generator_sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()  # each generator is a group of d
+    # ranks (Ray actors in one torch.distributed group) that denoise one fragment together (docs/sequence_parallel.md)
 
 
     def bts_config(self):
@@ -328,7 +359,34 @@ class Config(_Strict):
         if self.runtime.trainers % k:
             raise ValueError(f"train.shard_groups: {k} does not divide runtime.trainers {self.runtime.trainers} "
                              "(every shard group has the same number of ranks)")
+        self._check_sequence_parallel()
         return self
+
+    def _check_sequence_parallel(self) -> None:
+        """train.sequence_parallel, runtime.generator_sequence_parallel: a family with a plan, Ulysses only, and a
+        degree that divides the ranks it groups (the heads and the tokens are checked when the model is built)."""
+        t, rt = self.train, self.runtime
+        for key, sp in (("train.sequence_parallel", t.sequence_parallel),
+                        ("runtime.generator_sequence_parallel", rt.generator_sequence_parallel)):
+            if sp.degree == 1:
+                continue
+            if sp.ring > 1:
+                raise ValueError(f"{key}.ring: {sp.ring}: ring attention needs an attention kernel that returns the "
+                                 "log-sum-exp (diffusers' flash / cuDNN backends), not the native one DigenRL runs; "
+                                 f"use {key}.ulysses (docs/sequence_parallel.md)")
+            if self.model.kind not in SEQUENCE_PARALLEL_FAMILIES:
+                raise ValueError(f"{key}: model.kind {self.model.kind!r} has no sequence-parallel plan (supported: "
+                                 f"{', '.join(sorted(SEQUENCE_PARALLEL_FAMILIES))}; docs/sequence_parallel.md)")
+        d = t.sequence_parallel.degree
+        group = rt.trainers // t.shard_groups if t.sharding == "fsdp" else rt.trainers
+        where = "each shard group's runtime.trainers / train.shard_groups" if t.sharding == "fsdp" else "runtime.trainers"
+        if group % d:
+            raise ValueError(f"train.sequence_parallel: degree {d} does not divide {where} = {group} (a "
+                             "sequence-parallel group is d consecutive trainer ranks)")
+        g = rt.generator_sequence_parallel.degree
+        if g > 1 and Mode(rt.mode) is Mode.COLOCATED:
+            raise ValueError("runtime.generator_sequence_parallel: colocated mode has no generators (its workers "
+                             "generate with train.sequence_parallel)")
 
     def _check_nft(self) -> None:
         """train.algorithm=nft (DiffusionNFT, ``algo.nft``): ODE sampling, its own timestep draw, no ratio."""
