@@ -75,7 +75,13 @@ def run(rank: int, world: int, port: int, family: str, model_dir: str, cache_dir
             v_ref = guided_velocity(policy, x, sigma, cond, cfg_scale, guidance=cfg_scale)
         g_ref = grads(group)
 
-        enable_sequence_parallel(policy, dist.group.WORLD)
+        from torch.distributed.distributed_c10d import _world
+
+        groups = [dist.new_group(list(range(i, i + 2))) for i in range(0, world, 2)]  # (as the trainer does)
+        pg = groups[rank // 2]
+        before = (_world.group_count, len(_world.pg_map))
+        enable_sequence_parallel(policy, pg)
+        created = (_world.group_count - before[0], len(_world.pg_map) - before[1])
         tr = policy.transformer
         attn = tr.blocks[0].attn1 if family == "wan" else tr.transformer_blocks[0].attn  # the first self-attention
         seen = []
@@ -86,11 +92,11 @@ def run(rank: int, world: int, port: int, family: str, model_dir: str, cache_dir
         sp_batch = sample()
         g_sp = grads(group)
         for g in g_sp.values():
-            dist.all_reduce(g)  # the sequence group's ranks each hold a part of the gradient
+            dist.all_reduce(g, group=pg)  # the sequence group's ranks each hold a part of the gradient
         rels = {n: _rel(g_sp[n], g_ref[n]) for n in g_ref if not _key_bias(n)}
         worst = max(rels, key=rels.get)
         result = {
-            "velocity": _rel(v_sp, v_ref), "block_tokens": seen[0],
+            "velocity": _rel(v_sp, v_ref), "block_tokens": seen[0], "groups_created": list(created),
             "tokens": sequence_length(policy),
             "velocity_moved": _rel(torch.zeros_like(v_ref), v_ref),
             "final": _rel(sp_batch.final, ref_batch.final),
@@ -101,6 +107,7 @@ def run(rank: int, world: int, port: int, family: str, model_dir: str, cache_dir
                             / sum(float(g_ref[n].square().sum()) for n in g_ref)) ** 0.5,
         }
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # rank 0 hosts the store: it stays until every rank is done
     finally:
         dist.destroy_process_group()
     os._exit(0)

@@ -1,6 +1,6 @@
 """Sequence parallelism of the video transformers over 2 spawned gloo ranks against the unsplit model.
 
-Wan2.1 (diffusers' own ``_cp_plan``) and HunyuanVideo (DigenRL's plan, ``models.hunyuan_video_sp``), tiny random
+Wan2.1 (diffusers' own ``_cp_plan``; 4 ranks in 2 groups) and HunyuanVideo (DigenRL's plan, ``models.hunyuan_video_sp``), tiny random
 weights, a 2-frame latent video of 32 (Wan) / 128 (HunyuanVideo) tokens split 2 ways, CFG (Wan) or the guidance
 embedding with padded text (HunyuanVideo): the velocity, a sampled trajectory and its per-step log-probs equal the
 unsplit model's, and the ranks' gradients of a chunk's loss (``train_cells``) sum to its gradient (each rank holds
@@ -38,7 +38,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(tmp_path, family: str, lora: bool):
+def _spawn(tmp_path, family: str, lora: bool, world: int = 2):
     import torch.multiprocessing as mp
 
     import sp_worker
@@ -49,17 +49,21 @@ def _spawn(tmp_path, family: str, lora: bool):
     td.random_cache(cache, f"{family}-test", ["a red cat", "a big dog", ""], shapes, masks=masks)
     out = tmp_path / "out"
     out.mkdir()
-    mp.spawn(sp_worker.run, args=(2, _free_port(), family, str(model), str(cache), options, cfg, lora, str(out)),
-             nprocs=2, join=True)
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    mp.spawn(sp_worker.run, args=(world, _free_port(), family, str(model), str(cache), options, cfg, lora, str(out)),
+             nprocs=world, join=True)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,lora", [("wan", False), ("hunyuan_video", False), ("hunyuan_video", True)])
-def test_split_sequence_equals_the_whole(tmp_path, family, lora):
-    for r in _spawn(tmp_path, family, lora):
+@pytest.mark.parametrize("family,lora,world", [("wan", False, 4), ("hunyuan_video", False, 2), ("hunyuan_video", True, 2)])
+def test_split_sequence_equals_the_whole(tmp_path, family, lora, world):
+    """Wan on 4 ranks in 2 sequence groups of 2 (each splits its own copy of the batch)."""
+    for r in _spawn(tmp_path, family, lora, world):
         assert r["velocity_moved"] > 0.5  # the model computes something
         assert r["block_tokens"] * 2 == r["tokens"]  # the blocks saw half of the sequence on each rank
+        # no process group made on the way (``models.sequence_parallel``: one made by the ranks of one sequence
+        # group only collides in the world's store with another group's; the trainer creates them all up front)
+        assert r["groups_created"] == [0, 0], r
         assert r["velocity"] < 1e-5 and r["final"] < 1e-5, r
         assert r["log_probs"] < 1e-5, r
         assert r["grad_names"] and r["n_grads"] > 0, r

@@ -41,16 +41,15 @@ def plan():
     }
 
 
-def enable(transformer, sg) -> None:
-    """Apply the plan and the processors to ``transformer`` over the ``SequenceGroup`` ``sg``."""
+def enable(transformer, sg, cp) -> None:
+    """Apply the plan and the processors to ``transformer`` over the ``SequenceGroup`` ``sg`` (``cp``: diffusers'
+    ``ContextParallelConfig`` on its ranks, ``models.sequence_parallel.context_parallel_config``)."""
     from diffusers.hooks.context_parallel import apply_context_parallel
-
-    from digenrl.models.sequence_parallel import context_parallel_config
 
     if getattr(transformer.config, "image_condition_type", None) == "token_replace":
         raise ValueError("train.sequence_parallel: HunyuanVideo's token-replace (image-to-video) transformer is not "
                          "supported (its first-frame tokens are numbered over the whole sequence)")
-    apply_context_parallel(transformer, context_parallel_config(transformer, sg), plan())
+    apply_context_parallel(transformer, cp, plan())
     for blocks in (transformer.transformer_blocks, transformer.single_transformer_blocks):
         for block in blocks:
             block.attn.set_processor(UlyssesJointAttnProcessor(sg.group))

@@ -23,13 +23,23 @@ Two plans, applied by ``enable_sequence_parallel``:
   attention; the text cross-attention keys and values stay whole on every rank).
 * ``hunyuan_video``: DigenRL's (``models.hunyuan_video_sp``): diffusers 0.42 declares no ``_cp_plan`` for it.
 
-Two workarounds for diffusers 0.42.1 (``ModelMixin.enable_parallelism``), both in ``_enable_diffusers_plan``:
-its ``_resolve_parallel_config`` builds the device as ``rank % torch.accelerator.device_count()``, which is
-``ZeroDivisionError: integer modulo by zero`` on a CPU-only machine, and takes the world's rank and size (a
-sequence group is a subgroup of the trainer pool, beside the generators of a broadcast publish); we give the
-model a resolver that sets the config up on our mesh (the group's ``DeviceMesh.from_group``, with a
-one-rank ``ring`` dimension) and the policy's device. The rest of ``enable_parallelism`` (backend check,
-processors, hooks) runs as shipped; everything works on gloo (``tests/models/test_sequence_parallel.py``).
+Workarounds for diffusers 0.42.1 with torch 2.13 (``context_parallel_config``, ``_enable_diffusers_plan``):
+
+* ``ModelMixin.enable_parallelism``'s ``_resolve_parallel_config`` builds the device as ``rank %
+  torch.accelerator.device_count()``, which is ``ZeroDivisionError: integer modulo by zero`` on a CPU-only
+  machine, and takes the world's rank and size (a sequence group is a subgroup of the trainer pool, beside the
+  generators of a broadcast publish): we give the model a resolver that returns our config (the instance's
+  ``_resolve_parallel_config``).
+* ``ContextParallelConfig.setup`` flattens its (ring, ulysses) mesh with ``DeviceMesh._flatten``, which creates
+  a process group with ``new_group`` on the ranks of that mesh only: a world collective whose name comes from a
+  per-process counter. Two sequence groups flattening at once create two groups of the same name over
+  different ranks, which rendezvous under the same keys of the world's store; with 4 ranks in 2 groups (under
+  FSDP) we saw runs hang in the first forward and runs whose groups exchanged each other's tokens (trained
+  weights off the reference). We fill the config's runtime fields ourselves on a one-dimensional mesh over the
+  group the trainer already created (``DeviceMesh.from_group``: no new group); ring degree 1 needs no ring mesh.
+
+The rest of ``enable_parallelism`` (backend check, processors, hooks) runs as shipped; everything runs on gloo
+(``tests/models/test_sequence_parallel.py``, ``tests/runtime/test_sequence_parallel_pool.py``).
 """
 
 from __future__ import annotations
@@ -86,31 +96,35 @@ def enable_sequence_parallel(policy, group, key: str = "train.sequence_parallel"
     """Split ``policy.transformer``'s sequence over ``group`` (in place; every rank of the group calls it)."""
     sg = sequence_group(group)
     check_divisible(policy, sg.degree, key)
-    if policy.spec.name == "hunyuan_video":
-        from digenrl.models.hunyuan_video_sp import enable
-
-        enable(policy.transformer, sg)
-    else:
-        _enable_diffusers_plan(policy.transformer, sg)
+    split_transformer(policy.spec.name, policy.transformer, sg)
     policy.sequence_group = sg
     return sg
 
 
+def split_transformer(family: str, transformer, sg: SequenceGroup) -> None:
+    """Apply ``family``'s plan to ``transformer`` (also a frozen copy of a policy's, e.g. a sharded KL reference)."""
+    if family == "hunyuan_video":
+        from digenrl.models.hunyuan_video_sp import enable
+
+        enable(transformer, sg, context_parallel_config(transformer, sg))
+    else:
+        _enable_diffusers_plan(transformer, sg)
+
+
 def context_parallel_config(transformer, sg: SequenceGroup):
-    """diffusers' ``ContextParallelConfig(ulysses_degree=d)`` set up on ``sg``'s ranks: a ``DeviceMesh`` of the
-    group (``DeviceMesh.from_group``, with a one-rank ``ring`` dimension) and the transformer's device."""
-    import torch
-    import torch.distributed as dist
+    """diffusers' ``ContextParallelConfig(ulysses_degree=d)`` set up on ``sg``'s ranks: a one-dimensional
+    ``DeviceMesh`` over the group (``DeviceMesh.from_group``: no new process group) as its Ulysses and flattened
+    mesh, and the transformer's device. The fields are those ``ContextParallelConfig.setup`` fills, without its
+    ``DeviceMesh._flatten`` (see the module doc)."""
     from diffusers import ContextParallelConfig
     from torch.distributed.device_mesh import DeviceMesh
 
     device = next(transformer.parameters()).device
-    ranks = dist.get_process_group_ranks(sg.group)
-    solo = dist.new_group([dist.get_rank()], use_local_synchronization=True)  # the one-rank "ring" dimension
-    mesh = DeviceMesh.from_group([solo, sg.group], device.type, mesh=torch.tensor(ranks).view(1, sg.degree),
-                                 mesh_dim_names=("ring", "ulysses"))
+    mesh = DeviceMesh.from_group(sg.group, device.type, mesh_dim_names=("ulysses",))
     cp = ContextParallelConfig(ulysses_degree=sg.degree, mesh=mesh)
-    cp.setup(sg.rank, sg.degree, device, mesh)
+    cp._rank, cp._world_size, cp._device, cp._mesh = sg.rank, sg.degree, device, mesh
+    cp._flattened_mesh = cp._ulysses_mesh = mesh
+    cp._ring_mesh, cp._ring_local_rank, cp._ulysses_local_rank = None, 0, sg.rank  # (ring_degree = 1: unused)
     return cp
 
 
@@ -123,7 +137,7 @@ def _enable_diffusers_plan(transformer, sg: SequenceGroup) -> None:
 
     def resolve(config):
         out = ParallelConfig(context_parallel_config=cp)
-        out.setup(sg.rank, sg.degree, cp._device, mesh=cp._mesh)  # (the config above, set up once more alike)
+        out._rank, out._world_size, out._device, out._mesh = sg.rank, sg.degree, cp._device, cp._mesh
         transformer._parallel_config = out
         return out
 

@@ -72,6 +72,7 @@ class GroupSpec:
     publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
     shard_size: int = 0           # ranks per shard group under hybrid sharding (train.shard_groups > 1), else 0
     stream_ranks: tuple[tuple[int, ...], ...] = ()  # stream mode: per sender, (sender, generator ranks...)
+    sequence_size: int = 0        # ranks per sequence-parallel group of the trainers (train.sequence_parallel > 1)
 
 
 class ProcessGroups(NamedTuple):
@@ -81,13 +82,15 @@ class ProcessGroups(NamedTuple):
     (broadcast publish); shard: the worker's shard group (FSDP's mesh; the trainer group without hybrid
     sharding); replica: the ranks holding the same shard in every shard group (hybrid sharding's commit
     all-reduce), None without hybrid sharding; streams: (sender rank, group) of each stream group the worker
-    is in (stream publish: a sender's own; a generator's, one per sender in sender order)."""
+    is in (stream publish: a sender's own; a generator's, one per sender in sender order); sequence: the
+    worker's sequence-parallel group (d consecutive trainer ranks that split each sequence), None without."""
 
     trainer: object = None
     publish: object = None
     shard: object = None
     replica: object = None
     streams: tuple = ()
+    sequence: object = None
 
 
 def hybrid_layout(trainer_ranks: Sequence[int], shard_size: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -135,7 +138,13 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
         for ranks in replicas:
             pg = dist.new_group(ranks, timeout=timeout)
             replica_group = pg if setup.rank in ranks else replica_group
-    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group, tuple(streams))
+    sequence_group = None
+    if setup.sequence_size:  # consecutive blocks of the trainer ranks (inside each shard group)
+        ranks, d = list(setup.trainer_ranks), setup.sequence_size
+        for i in range(0, len(ranks), d):
+            pg = dist.new_group(ranks[i:i + d], timeout=timeout)
+            sequence_group = pg if setup.rank in ranks[i:i + d] else sequence_group
+    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group, tuple(streams), sequence_group)
 
 
 def broadcast_send(state: dict, group) -> None:
