@@ -150,3 +150,26 @@ def test_fsdp_shard_group_of_two_lanes_matches_reference(ray_local, models, tmp_
     assert _rows(tmp_path / "run") == {"gen0", "shard0"}
     tags = [s for s in read_chrome_trace(tmp_path / "run" / "trace.json") if s.kind == "tag"]
     assert any(" x2 " in f" {s.label} " for s in tags), [s.label for s in tags]  # a gang: one fragment per lane
+
+
+MODES = {  # I1 in every on-policy mode (colocated and gap_tsp_tag above): lanes of 2 trainer ranks
+    "naive": ["runtime.mode=naive", *SP2],
+    "gap-broadcast": ["runtime.mode=gap", *SP2, "runtime.publish=broadcast"],  # rank 0 sends, its follower not
+    # two lanes sp0, sp1 (TSP spreads the chunks over them; the commit sums 4 ranks); rank 0 alone streams
+    "gap_tsp-2lanes-stream": ["runtime.mode=gap_tsp", "runtime.trainers=4", "train.sequence_parallel=2",
+                              "runtime.publish=stream", "runtime.trainer_resources={CPU: 0.75}"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(MODES))
+def test_every_on_policy_mode_matches_reference(ray_local, models, tmp_path, tmp_path_factory, case):
+    from digenrl.observe.trace import read_chrome_trace
+
+    cfg = _cfg(models, "wan", tmp_path / "run", *MODES[case])
+    _run(cfg, reference(models, "wan", tmp_path_factory))
+    lanes = {f"sp{i}" for i in range(cfg.runtime.trainers // 2)}
+    assert _rows(tmp_path / "run") == {"gen0"} | lanes
+    if len(lanes) > 1:
+        trained_on = {s.worker for s in read_chrome_trace(tmp_path / "run" / "trace.json") if s.kind == "train"}
+        assert trained_on == lanes  # both lanes trained chunks of a step (TSP)
