@@ -173,3 +173,26 @@ def test_every_on_policy_mode_matches_reference(ray_local, models, tmp_path, tmp
     if len(lanes) > 1:
         trained_on = {s.worker for s in read_chrome_trace(tmp_path / "run" / "trace.json") if s.kind == "train"}
         assert trained_on == lanes  # both lanes trained chunks of a step (TSP)
+
+
+GEN_CASES = {  # sequence-parallel generators: gen0 is 2 actors gen0.0 and gen0.1 that denoise each fragment together
+    "gap-objectstore": ["runtime.mode=gap", "runtime.generator_sequence_parallel=2"],  # 1 trainer rank
+    "gap_tsp_tag-stream-both": ["runtime.mode=gap_tsp_tag", *SP2, "runtime.generator_sequence_parallel=2",
+                                "runtime.publish=stream", "runtime.tag_policy=greedy",
+                                "runtime.calibration.repeats=1", "runtime.trainer_resources={CPU: 0.75}",
+                                "runtime.generator_resources={CPU: 0.75}"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(GEN_CASES))
+def test_sequence_parallel_generators_match_reference(ray_local, models, tmp_path, tmp_path_factory, case):
+    """A generator of 2 ranks (HunyuanVideo: DigenRL's plan) reports each trajectory once, and the run ends with
+    the reference's parameters (the generator's samples are the unsplit model's)."""
+    cfg = _cfg(models, "hunyuan_video", tmp_path / "run", *GEN_CASES[case])
+    _run(cfg, reference(models, "hunyuan_video", tmp_path_factory))
+    trainers = {"sp0"} if cfg.train.sequence_parallel.degree > 1 else {"trn0"}
+    assert _rows(tmp_path / "run") == {"gen0"} | trainers  # the scheduler sees one generator
+    traj = [json.loads(x) for x in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(traj) == cfg.steps * cfg.train.prompts_per_step * cfg.train.generations
+    assert any(t["worker"] == "gen0" for t in traj)

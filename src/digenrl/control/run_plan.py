@@ -28,7 +28,9 @@ action; TSP then spreads chunks over shard groups, not over ranks.
 Sequence-parallel trainer pool (``train.sequence_parallel`` = d > 1, docs/sequence_parallel.md): d consecutive
 ranks split each cell's sequence and run every forward together, so they too are one trainer of the scheduler
 (``sp0``, ...) unless FSDP already groups them (a shard group of g ranks then holds g / d such lanes:
-``StepPlan.shard_ranks`` counts lanes, ``StepPlan.sequence_parallel`` the ranks of a lane).
+``StepPlan.shard_ranks`` counts lanes, ``StepPlan.sequence_parallel`` the ranks of a lane). Likewise a
+sequence-parallel generator (``runtime.generator_sequence_parallel`` = d) is one generator of the scheduler
+(``gen<i>``) run by d actors ``gen<i>.0`` ... ``gen<i>.<d-1>`` (``RunPlan.gen_groups``).
 """
 
 from __future__ import annotations
@@ -64,10 +66,16 @@ class RunPlan:
     failure: FailureHook | None = None
     profile: CostModel | None = None  # ``runtime.profile`` loaded (else measured at start in TAG modes)
     shards: dict[str, tuple[str, ...]] | None = None  # shard group id -> its rank ids (None: unsharded)
+    gen_groups: dict[str, tuple[str, ...]] | None = None  # generator id -> its ranks' ids (sequence-parallel
+    # generators, ``runtime.generator_sequence_parallel``; None: one actor each)
 
     @property
     def generator_ids(self) -> tuple[str, ...]:
-        return self.plan.generators
+        """The generator actor ids in order: one per generator, or ``gen<i>.<j>`` for the d ranks of each
+        sequence-parallel generator ``gen<i>``."""
+        if self.gen_groups is None:
+            return self.plan.generators
+        return tuple(r for g in self.plan.generators for r in self.gen_groups[g])
 
     @property
     def trainer_ids(self) -> tuple[str, ...]:
@@ -86,9 +94,11 @@ class RunPlan:
         """Ranks per data-parallel lane of a trainer id (``train.sequence_parallel``)."""
         return self.cfg.train.sequence_parallel.degree
 
-    def ranks_of(self, trainer: str) -> tuple[str, ...]:
-        """The ranks that run an action of the scheduler's ``trainer`` (itself when not grouped)."""
-        return (trainer,) if self.shards is None else self.shards[trainer]
+    def ranks_of(self, worker: str) -> tuple[str, ...]:
+        """The ranks that run an action of the scheduler's ``worker`` (itself when not grouped)."""
+        if self.gen_groups is not None and worker in self.gen_groups:
+            return self.gen_groups[worker]
+        return (worker,) if self.shards is None or worker not in self.shards else self.shards[worker]
 
 
 def worker_ids(mode: Mode | str, generators: int, trainers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -124,6 +134,13 @@ def rank_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1,
     n = len(ranks) // sequence
     return (tuple(f"sp{i}" for i in range(n)),
             {f"sp{i}": ranks[i * sequence:(i + 1) * sequence] for i in range(n)})
+
+
+def generator_groups(gens: tuple[str, ...], sequence: int) -> dict[str, tuple[str, ...]] | None:
+    """Generator id -> its ranks' actor ids ``gen<i>.<j>``, j < ``sequence`` (None when ``sequence`` is 1)."""
+    if sequence == 1:
+        return None
+    return {g: tuple(f"{g}.{j}" for j in range(sequence)) for g in gens}
 
 
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
@@ -167,6 +184,7 @@ def plan_run(cfg: Config) -> RunPlan:
         publish_joins=mode.disaggregated and rt.publish in ("broadcast", "stream"),
         publish_streams=mode.disaggregated and rt.publish == "stream",
         sample_split=t.minibatch_split == "samples", stale_hold=rt.stale_hold, gang_groups=rt.gang_groups,
+        generator_sequence_parallel=rt.generator_sequence_parallel.degree,
     )
     profile = None
     if rt.profile is not None:
@@ -179,7 +197,9 @@ def plan_run(cfg: Config) -> RunPlan:
     elif mode.tag and rt.calibration.when == "never":
         raise ConfigError(f"runtime.calibration.when: 'never' leaves mode {mode.value!r} without a cost model (BTS "
                           "predicts with it): give runtime.profile or let the run measure one ('auto')")
-    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, gens + ranks), profile, shards)
+    gen_groups = generator_groups(gens, rt.generator_sequence_parallel.degree)
+    actors = tuple(r for g in gens for r in gen_groups[g]) if gen_groups else gens
+    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, actors + ranks), profile, shards, gen_groups)
 
 
 def parse_failure(spec: str | None, workers: tuple[str, ...]) -> FailureHook | None:

@@ -233,15 +233,16 @@ def _publish_initial(run: RunPlan, pools: ActorPools, version: int, timeout_s: f
 
 def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None) -> None:
     """One torch.distributed world: the trainer ranks 0..N_t-1, and where the publish is a collective with the
-    generators (broadcast, stream) the generators N_t..N_t+N_g-1; the stream path's senders are the ranks of
+    generators (broadcast, stream) or the generators are sequence-parallel the generator ranks N_t..N_t+N_g-1; the stream path's senders are the ranks of
     ``rank0_group`` (rank 0, or rank 0's shard group), one group (sender, generators) each."""
     n_t, n_g = len(run.trainer_ids), len(run.generator_ids)
     broadcast = pools.publish in ("broadcast", "stream")
-    if n_t == 1 and not broadcast:
+    gen_sp = run.gen_groups is not None  # sequence-parallel generators: their ranks share groups
+    if n_t == 1 and not broadcast and not gen_sp:
         return
     ip, port = get_named({run.trainer_ids[0]: pools.rank0.node_endpoint.remote()}, "process-group run", timeout_s)[0]
     backend = "nccl" if run.cfg.model.device.startswith("cuda") else "gloo"
-    world = n_t + (n_g if broadcast else 0)
+    world = n_t + (n_g if broadcast or gen_sp else 0)
     trainer_ranks = tuple(range(n_t))
     gens = tuple(range(n_t, n_t + n_g))
     publish_ranks = (0,) + gens if pools.publish == "broadcast" and n_g else ()
@@ -249,13 +250,16 @@ def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None
     senders = [run.trainer_ids.index(w) for w in pools.rank0_group] if fsdp else [0]
     streams = tuple((s,) + gens for s in senders) if pools.publish == "stream" and n_g else ()
     shard_size = n_t // run.cfg.train.shard_groups if fsdp and run.cfg.train.shard_groups > 1 else 0
-    sequence = run.sequence_parallel if run.sequence_parallel > 1 else 0
+    d, dg = run.sequence_parallel, run.cfg.runtime.generator_sequence_parallel.degree
+    sequence = tuple(tuple(range(i, i + d)) for i in range(0, n_t, d)) if d > 1 else ()  # the trainers' lanes
+    if gen_sp:
+        sequence += tuple(tuple(range(n_t + i, n_t + i + dg)) for i in range(0, n_g, dg))
     refs = {}
     for i, w in enumerate(run.trainer_ids):
         refs[w] = pools.trainers[w].setup_dist.remote(
             GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks, shard_size, streams,
                       sequence))
-    if broadcast:
+    if broadcast or gen_sp:
         for j, w in enumerate(run.generator_ids):
             refs[w] = pools.generators[w].setup_dist.remote(
                 GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks,

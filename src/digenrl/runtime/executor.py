@@ -92,8 +92,9 @@ class RayExecutor:
         self._ready: list[_Call] = []          # calls complete without any ref (publish to no generator)
         self._steps: dict[int, _StepRefs] = {}
         self._weights: dict[int, object] = {}          # version -> published state ref (object store)
-        self._held = {w: version for w in run.generator_ids}  # version each generator holds (or is sent)
-        self._group_of = {r: t for t in self.plan.trainers for r in run.ranks_of(t)}  # rank -> shard group
+        self._held = {w: version for w in self.plan.generators}  # version each generator holds (or is sent)
+        self._group_of = {r: w for w in self.plan.trainers + self.plan.generators for r in run.ranks_of(w)}
+        # (rank -> the scheduler's worker: a shard group, a sequence-parallel lane or generator)
 
     @property
     def idle(self) -> bool:
@@ -161,7 +162,7 @@ class RayExecutor:
     def _by_group(self, work: list[Interval]) -> tuple[Interval, ...]:
         """The ranks' busy intervals as the scheduler's workers': a shard group is busy from its first rank's
         start to its last rank's end."""
-        if not self.run.grouped:
+        if not self.run.grouped and self.run.gen_groups is None:
             return tuple(work)
         out: dict[str, Interval] = {}
         for w in work:
@@ -172,7 +173,7 @@ class RayExecutor:
 
     def _ranks(self, worker: str) -> tuple[str, ...]:
         """The actors that run an action of the scheduler's ``worker`` (a group of ranks: all of them)."""
-        return self.run.ranks_of(worker) if self.run.grouped and worker in self.plan.trainers else (worker,)
+        return self.run.ranks_of(worker)
 
     def side(self, refs: dict, kind: SideCall, step: int | None) -> None:
         """Track a call outside the scheduler (``kind`` "eval" / "checkpoint"; ``refs``: {worker: ref}, rank 0
@@ -237,7 +238,7 @@ class RayExecutor:
             work = self._by_group([span(r) for r in results])
         elif self.plan.publish_streams:  # the generators are in it until they hold the version; the senders
             gens = set(a.generators)       # only while they start their sends (then they go on; the sends drain)
-            sends = self._by_group([span(r) for r in results if r.worker not in gens])
+            sends = self._by_group([span(r) for r in results if self._group_of.get(r.worker, r.worker) not in gens])
             work = tuple(Interval(g, call.start, now) for g in a.generators) + sends
         else:  # rank 0 is busy until every generator has the version; a broadcast holds the generators too
             held = a.ranks + (a.generators if self.plan.publish_joins else ())  # (as ``sim.executor`` counts it)

@@ -12,6 +12,12 @@ Calls (the driver never sends a second ``generate`` before the first returned):
 * ``receive_stream(version)``: receive every sender's shards of ``version``, join them and stage the state
   (stream path).
 
+Sequence-parallel generator (``runtime.generator_sequence_parallel`` = d): the scheduler's generator ``gen<i>`` is d
+actors ``gen<i>.<j>`` in one torch.distributed group; every call goes to all of them (the executor), they swap
+in the same versions and run every forward together, each on 1 / d of every sequence
+(``models.sequence_parallel``); the first (the lead) decodes, scores and returns the fragment, the others return
+(None, an info without generations).
+
 The actor deliberately has no concurrency groups: a threaded Ray actor keeps its main thread busy while a
 task runs (a whole CPU core per generator; measured with Ray 2.60), which would halve a CPU pipeline.
 """
@@ -47,10 +53,16 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.inbox = WeightInbox()
         self._publish_group = None
         self._streams: tuple = ()
+        self._lead = True  # a sequence-parallel generator's first rank (``setup_dist``)
 
     def setup_dist(self, spec) -> bool:
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
         self._publish_group, self._streams = groups.publish, groups.streams
+        if groups.sequence is not None:
+            from digenrl.models.sequence_parallel import enable_sequence_parallel
+
+            sg = enable_sequence_parallel(self.policy, groups.sequence, "runtime.generator_sequence_parallel")
+            self._lead = sg.rank == 0
         return True
 
     def _swap_in(self, version: int, weights: list | None) -> None:
@@ -79,7 +91,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.check_failure(fragment.step)
         self._swap_in(version, weights)
         held = self.version
-        batch, info = self.generate_fragment(self.policy, fragment, held)
+        batch, info = self.generate_fragment(self.policy, fragment, held, self._lead)
         if self.version != held:  # cannot happen: only this actor's own calls swap weights
             raise RuntimeError(f"{self.name}: weights changed while generating {fragment}")
         return batch, info

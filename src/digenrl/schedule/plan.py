@@ -90,6 +90,8 @@ class StepPlan:
       sequence_parallel: ranks per lane (``train.sequence_parallel``): a trainer id stands for ``shard_ranks x
         sequence_parallel`` ranks. The scheduler splits work over lanes only; the cost model prices a lane's
         forward over its ranks (docs/sequence_parallel.md).
+      generator_sequence_parallel: ranks behind each generator id (``runtime.generator_sequence_parallel``), which
+        denoise each fragment together, every sequence split over them (the scheduler does not read it).
       publish_joins: the generators take part in the publish (``runtime.publish=broadcast``: a collective of
         trainer rank 0 and every generator). The publish then starts only when every generator is free (a
         generator joins between fragments) and no generator starts work while it waits or runs; outside
@@ -130,6 +132,7 @@ class StepPlan:
     gang_groups: bool = True
     publish_streams: bool = False
     sequence_parallel: int = 1
+    generator_sequence_parallel: int = 1
 
     def __post_init__(self) -> None:
         try:
@@ -140,7 +143,7 @@ class StepPlan:
         object.__setattr__(self, "trainers", tuple(self.trainers))
         for name in ("prompts", "generations", "fragment_size", "trained_timesteps", "sampling_steps",
                      "chunk_generations", "chunk_timesteps", "minibatches", "epochs", "shard_ranks",
-                     "sequence_parallel"):
+                     "sequence_parallel", "generator_sequence_parallel"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise PlanError(f"{name}: must be a positive integer (got {value!r})")
