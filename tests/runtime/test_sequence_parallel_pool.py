@@ -62,20 +62,29 @@ def _cfg(models, family, run_dir, *over):
 
 
 _REFS: dict = {}
+_EVALS: dict = {}
 
 
-def reference(models, family, tmp_path_factory):
-    """The single-process loop's trainable parameters after the steps, and the initial ones (cached per family)."""
-    if family not in _REFS:
+def reference(models, family, tmp_path_factory, *math):
+    """The single-process loop's trainable parameters after the steps (its eval weights: the EMA's where it keeps
+    one), and the initial ones (cached per family and math overrides)."""
+    key = (family, *math)
+    if key not in _REFS:
         from digenrl.train.context import build_context
         from digenrl.train.loop import colocated_step
 
-        ctx = build_context(_cfg(models, family, tmp_path_factory.mktemp("ref")))
+        ctx = build_context(_cfg(models, family, tmp_path_factory.mktemp("ref"), *math))
         init = {k: v.detach().clone() for k, v in ctx.policy.trainable_state_dict().items()}
         for k in range(ctx.cfg.steps):
             colocated_step(ctx, k)
-        _REFS[family] = ({k: v.detach().clone() for k, v in ctx.policy.trainable_state_dict().items()}, init)
-    return _REFS[family]
+        from digenrl.train.evaluate import evaluate
+
+        with ctx.eval_weights():
+            _REFS[key] = ({k: v.detach().clone() for k, v in ctx.policy.trainable_state_dict().items()}, init)
+            cfg = ctx.cfg  # the final eval a run reports (its eval weights, its prompts and seeds)
+            _EVALS[key] = evaluate(ctx.policy, ctx.task.eval_prompts(cfg.eval.num_prompts), ctx.reward, ctx.sampler,
+                                   run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)[0]
+    return _REFS[key]
 
 
 def _errors(got: dict, ref: dict) -> tuple[float, float]:
@@ -137,15 +146,18 @@ def test_tag_on_a_lane_matches_reference(ray_local, models, tmp_path, tmp_path_f
 
 
 @pytest.mark.slow
-def test_fsdp_shard_group_of_two_lanes_matches_reference(ray_local, models, tmp_path, tmp_path_factory):
+@pytest.mark.parametrize("copy", [False, True], ids=["gathers", "inference_copy"])
+def test_fsdp_shard_group_of_two_lanes_matches_reference(ray_local, models, tmp_path, tmp_path_factory, copy):
     """FSDP over 4 ranks (one shard group) holding 2 lanes of 2: the blocks are sharded over all 4 ranks, each lane
-    trains its share of a chunk's cells, and a TAG gang of 2 fragments gives each lane one; the per-chunk
+    trains its share of a chunk's cells, and a TAG gang of 2 fragments gives each lane one (its forwards gathering
+    the shards, or on an unsharded inference copy whose sequence the lane splits too); the per-chunk
     reduce-scatter over the 4 ranks adds the lanes' partial gradients."""
     from digenrl.observe.trace import read_chrome_trace
 
     cfg = _cfg(models, "wan", tmp_path / "run", "runtime.mode=gap_tsp_tag", "runtime.trainers=4",
                "train.sharding=fsdp", "train.sequence_parallel=2", "runtime.tag_policy=greedy",
-               "runtime.calibration.repeats=1", "runtime.trainer_resources={CPU: 0.75}")
+               "runtime.calibration.repeats=1", "runtime.trainer_resources={CPU: 0.75}",
+               f"runtime.tag_inference_copy={copy}")
     _run(cfg, reference(models, "wan", tmp_path_factory))
     assert _rows(tmp_path / "run") == {"gen0", "shard0"}
     tags = [s for s in read_chrome_trace(tmp_path / "run" / "trace.json") if s.kind == "tag"]
@@ -196,3 +208,17 @@ def test_sequence_parallel_generators_match_reference(ray_local, models, tmp_pat
     traj = [json.loads(x) for x in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
     assert len(traj) == cfg.steps * cfg.train.prompts_per_step * cfg.train.generations
     assert any(t["worker"] == "gen0" for t in traj)
+
+
+@pytest.mark.slow
+def test_lane_keeps_and_evaluates_the_ema(ray_local, models, tmp_path, tmp_path_factory):
+    """With an EMA, rank 0's lane evaluates (its forwards are collectives of both ranks, so both hold the EMA) after
+    every step and writes the EMA weights, which equal the loop's."""
+    math = ("train.ema_decay=0.5",)
+    cfg = _cfg(models, "wan", tmp_path / "run", "runtime.mode=gap_tsp", *SP2, "eval.every=1", *math)
+    summary = _run(cfg, reference(models, "wan", tmp_path_factory, *math))
+    # the final eval on the lane: the loop's EMA weights evaluated unsplit (a rank without the EMA would mix weights)
+    assert summary["eval_reward_final"] == pytest.approx(_EVALS[("wan", *math)], abs=1e-5)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r["eval_reward"] for r in rows if "eval_reward" in r}
+    assert {1, 2} <= set(evals) and all(0.0 <= v <= 1.0 for v in evals.values())  # mid-run side calls on the lane
