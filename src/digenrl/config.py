@@ -158,6 +158,34 @@ class SamplerConfig(_Strict):
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
 
 
+# Families whose transformer can split a sample's sequence over ranks (docs/sequence_parallel.md): diffusers'
+# own context-parallel plan (``_cp_plan``) or the project's (``models.hunyuan_video_sp``, HunyuanVideo has none).
+SEQUENCE_PARALLEL_FAMILIES = {"wan": "diffusers' _cp_plan", "hunyuan_video": "digenrl's plan (models.hunyuan_video_sp)"}
+
+
+class SequenceParallelConfig(_Strict):
+    """Sequence (context) parallelism of one model replica: every sample's latent tokens are split over
+    ``ulysses x ring`` ranks that run each forward together (docs/sequence_parallel.md). An int ``n`` means
+    ``{ulysses: n}``. Ulysses: all-to-all before and after each attention (tokens split -> heads split -> tokens
+    split); ring (KV passed around the ranks) needs an attention kernel that returns the log-sum-exp, which
+    diffusers' CPU/native backend does not: refused for now."""
+
+    ulysses: int = Field(1, ge=1)
+    """Ulysses degree: ranks that split the sequence and exchange it for heads around each attention."""
+    ring: int = Field(1, ge=1)
+    """Ring degree (refused above 1: diffusers' native attention backend returns no log-sum-exp)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _degree_shorthand(cls, value: Any) -> Any:
+        return {"ulysses": value} if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @property
+    def degree(self) -> int:
+        """Ranks per sequence-parallel group."""
+        return self.ulysses * self.ring
+
+
 class TrainConfig(_Strict):
     prompts_per_step: int = Field(8, ge=1)  # P
     """P: prompts (groups) per step."""
@@ -308,6 +336,12 @@ class TrainConfig(_Strict):
     """`recompute` only: truncated importance sampling of the generator's distribution, each cell's policy term x
     min(exp(logp_old - logp_gen), cap), detached (verl's TIS); null: off.
     """
+    sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()
+    """Sequence (context) parallelism of the trainers (an int d means `{ulysses: d}`): d consecutive trainer ranks
+    split each cell's latent tokens (Ulysses all-to-all; `wan`, `hunyuan_video`; ring refused) and form one lane,
+    one trainer of the scheduler (a data-parallel lane of a shard group under `fsdp`)
+    ([sequence parallelism](sequence_parallel.md)).
+    """
 
 
 class EvalConfig(_Strict):
@@ -447,6 +481,10 @@ class RuntimeConfig(_Strict):
     """Options of the BTS search (`runtime.bts.*`)."""
     inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
     """Test hook `<worker>@<step>[:exit|:stall]`: that worker fails when it gets work of that step (0-based)."""
+    generator_sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()
+    """The same for generators: each generator is d Ray actors in one torch.distributed group that denoise each
+    fragment together; disaggregated modes only ([sequence parallelism](sequence_parallel.md)).
+    """
 
 
     def bts_config(self):
@@ -593,7 +631,34 @@ class Config(_Strict):
         if self.runtime.trainers % k:
             raise ValueError(f"train.shard_groups: {k} does not divide runtime.trainers {self.runtime.trainers} "
                              "(every shard group has the same number of ranks)")
+        self._check_sequence_parallel()
         return self
+
+    def _check_sequence_parallel(self) -> None:
+        """train.sequence_parallel, runtime.generator_sequence_parallel: a family with a plan, Ulysses only, and a
+        degree that divides the ranks it groups (the heads and the tokens are checked when the model is built)."""
+        t, rt = self.train, self.runtime
+        for key, sp in (("train.sequence_parallel", t.sequence_parallel),
+                        ("runtime.generator_sequence_parallel", rt.generator_sequence_parallel)):
+            if sp.degree == 1:
+                continue
+            if sp.ring > 1:
+                raise ValueError(f"{key}.ring: {sp.ring}: ring attention needs an attention kernel that returns the "
+                                 "log-sum-exp (diffusers' flash / cuDNN backends), not the native one DigenRL runs; "
+                                 f"use {key}.ulysses (docs/sequence_parallel.md)")
+            if self.model.kind not in SEQUENCE_PARALLEL_FAMILIES:
+                raise ValueError(f"{key}: model.kind {self.model.kind!r} has no sequence-parallel plan (supported: "
+                                 f"{', '.join(sorted(SEQUENCE_PARALLEL_FAMILIES))}; docs/sequence_parallel.md)")
+        d = t.sequence_parallel.degree
+        group = rt.trainers // t.shard_groups if t.sharding == "fsdp" else rt.trainers
+        where = "each shard group's runtime.trainers / train.shard_groups" if t.sharding == "fsdp" else "runtime.trainers"
+        if group % d:
+            raise ValueError(f"train.sequence_parallel: degree {d} does not divide {where} = {group} (a "
+                             "sequence-parallel group is d consecutive trainer ranks)")
+        g = rt.generator_sequence_parallel.degree
+        if g > 1 and Mode(rt.mode) is Mode.COLOCATED:
+            raise ValueError("runtime.generator_sequence_parallel: colocated mode has no generators (its workers "
+                             "generate with train.sequence_parallel)")
 
     def _check_nft(self) -> None:
         """train.algorithm=nft (DiffusionNFT, ``algo.nft``): ODE sampling, its own timestep draw, no ratio."""
@@ -632,6 +697,10 @@ class Config(_Strict):
         if g.merge_lora and not (self.model.lora.enabled or self.model.lora_path):
             raise ValueError("generator.merge_lora: needs LoRA adapters to merge (model.lora.enabled=true or "
                              "model.lora_path)")
+        if g.compile != "none" and self.runtime.generator_sequence_parallel.degree > 1:
+            raise ValueError(f"generator.compile: {g.compile} is not supported with "
+                             "runtime.generator_sequence_parallel > 1 (the sequence-parallel hooks and the compiled "
+                             "graph were not tested together); set generator.compile=none")
         if t.old_logprob == "recompute" and t.algorithm in ("grpo_guard", "nft"):
             why = ("its ratio normalisation uses the generator's recorded transition means" if t.algorithm ==
                    "grpo_guard" else "DiffusionNFT records no log-probs")

@@ -19,6 +19,9 @@ BAD = {
     "recompute with guard": (["train.old_logprob=recompute", "train.algorithm=grpo_guard"],
                              "train.old_logprob: recompute is not"),
     "unknown old_logprob": (["train.old_logprob=trainer"], "train.old_logprob"),
+    "compile with a sequence-parallel generator": (
+        ["runtime.mode=gap", "model.kind=wan", "runtime.generator_sequence_parallel=2", "generator.compile=default"],
+        "generator.compile: default is not supported with runtime.generator_sequence_parallel"),
 }
 
 
@@ -40,3 +43,4 @@ def test_good_combinations_pass():
     cfg = load_config(None, ["runtime.mode=naive", "model.kind=flux", "model.lora.enabled=true",
                              "generator.merge_lora=true"])
     assert cfg.generator.merge_lora
+

@@ -24,6 +24,13 @@ every rank of its shard group, so the scheduler does not see the ranks: it sees 
 or colocated fragment, a commit) is a collective action the executor runs on all the group's ranks
 (``RunPlan.ranks_of``). A chunk's cells and a fragment's generations are split over the ranks inside the
 action; TSP then spreads chunks over shard groups, not over ranks.
+
+Sequence-parallel trainer pool (``train.sequence_parallel`` = d > 1, docs/sequence_parallel.md): d consecutive
+ranks split each cell's sequence and run every forward together, so they too are one trainer of the scheduler
+(``sp0``, ...) unless FSDP already groups them (a shard group of g ranks then holds g / d such lanes:
+``StepPlan.shard_ranks`` counts lanes, ``StepPlan.sequence_parallel`` the ranks of a lane). Likewise a
+sequence-parallel generator (``runtime.generator_sequence_parallel`` = d) is one generator of the scheduler
+(``gen<i>``) run by d actors ``gen<i>.0`` ... ``gen<i>.<d-1>`` (``RunPlan.gen_groups``).
 """
 
 from __future__ import annotations
@@ -59,10 +66,16 @@ class RunPlan:
     failure: FailureHook | None = None
     profile: CostModel | None = None  # ``runtime.profile`` loaded (else measured at start in TAG modes)
     shards: dict[str, tuple[str, ...]] | None = None  # shard group id -> its rank ids (None: unsharded)
+    gen_groups: dict[str, tuple[str, ...]] | None = None  # generator id -> its ranks' ids (sequence-parallel
+    # generators, ``runtime.generator_sequence_parallel``; None: one actor each)
 
     @property
     def generator_ids(self) -> tuple[str, ...]:
-        return self.plan.generators
+        """The generator actor ids in order: one per generator, or ``gen<i>.<j>`` for the d ranks of each
+        sequence-parallel generator ``gen<i>``."""
+        if self.gen_groups is None:
+            return self.plan.generators
+        return tuple(r for g in self.plan.generators for r in self.gen_groups[g])
 
     @property
     def trainer_ids(self) -> tuple[str, ...]:
@@ -72,12 +85,20 @@ class RunPlan:
         return tuple(r for t in self.plan.trainers for r in self.shards[t])
 
     @property
-    def sharded(self) -> bool:
+    def grouped(self) -> bool:
+        """Each trainer id stands for a group of ranks (a shard group or a sequence-parallel group)."""
         return self.shards is not None
 
-    def ranks_of(self, trainer: str) -> tuple[str, ...]:
-        """The ranks that run an action of the scheduler's ``trainer`` (itself when unsharded)."""
-        return (trainer,) if self.shards is None else self.shards[trainer]
+    @property
+    def sequence_parallel(self) -> int:
+        """Ranks per data-parallel lane of a trainer id (``train.sequence_parallel``)."""
+        return self.cfg.train.sequence_parallel.degree
+
+    def ranks_of(self, worker: str) -> tuple[str, ...]:
+        """The ranks that run an action of the scheduler's ``worker`` (itself when not grouped)."""
+        if self.gen_groups is not None and worker in self.gen_groups:
+            return self.gen_groups[worker]
+        return (worker,) if self.shards is None or worker not in self.shards else self.shards[worker]
 
 
 def worker_ids(mode: Mode | str, generators: int, trainers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -99,6 +120,27 @@ def shard_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1) -> tupl
     g = len(ranks) // groups
     return (tuple(f"shard{i}" for i in range(groups)),
             {f"shard{i}": ranks[i * g:(i + 1) * g] for i in range(groups)})
+
+
+def rank_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1,
+                sequence: int = 1) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]] | None]:
+    """(the scheduler's trainer ids, trainer id -> rank ids): the shard groups of ``shard_groups`` when
+    ``sharded`` (each holds its sequence-parallel lanes), else groups ``sp<i>`` of ``sequence`` consecutive ranks
+    when ``sequence`` > 1, else the ranks themselves."""
+    if sharded or sequence == 1:
+        return shard_groups(ranks, sharded, groups)
+    if len(ranks) % sequence:
+        raise ValueError(f"{len(ranks)} trainer ranks do not split into sequence-parallel groups of {sequence}")
+    n = len(ranks) // sequence
+    return (tuple(f"sp{i}" for i in range(n)),
+            {f"sp{i}": ranks[i * sequence:(i + 1) * sequence] for i in range(n)})
+
+
+def generator_groups(gens: tuple[str, ...], sequence: int) -> dict[str, tuple[str, ...]] | None:
+    """Generator id -> its ranks' actor ids ``gen<i>.<j>``, j < ``sequence`` (None when ``sequence`` is 1)."""
+    if sequence == 1:
+        return None
+    return {g: tuple(f"{g}.{j}" for j in range(sequence)) for g in gens}
 
 
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
@@ -129,17 +171,20 @@ def plan_run(cfg: Config) -> RunPlan:
     if S < 1:
         raise ConfigError("train.timestep_fraction: no trained timestep (nothing to train)")
     gens, ranks = worker_ids(mode, rt.generators, rt.trainers)
-    trainers, shards = shard_groups(ranks, t.sharding == "fsdp", t.shard_groups)
+    d = t.sequence_parallel.degree
+    trainers, shards = rank_groups(ranks, t.sharding == "fsdp", t.shard_groups, d)
+    lanes = len(ranks) // t.shard_groups // d if t.sharding == "fsdp" else 1
     plan = StepPlan(
         prompts=t.prompts_per_step, generations=t.generations,
         fragment_size=min(rt.fragment_size, t.generations), trained_timesteps=S,
         sampling_steps=cfg.sampler.num_steps, chunk_generations=t.chunk_generations,
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
-        shard_ranks=len(ranks) // t.shard_groups if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
+        shard_ranks=lanes, sequence_parallel=d, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
         publish_joins=mode.disaggregated and rt.publish in ("broadcast", "stream"),
         publish_streams=mode.disaggregated and rt.publish == "stream",
         sample_split=t.minibatch_split == "samples", stale_hold=rt.stale_hold, gang_groups=rt.gang_groups,
+        generator_sequence_parallel=rt.generator_sequence_parallel.degree,
     )
     profile = None
     if rt.profile is not None:
@@ -152,7 +197,9 @@ def plan_run(cfg: Config) -> RunPlan:
     elif mode.tag and rt.calibration.when == "never":
         raise ConfigError(f"runtime.calibration.when: 'never' leaves mode {mode.value!r} without a cost model (BTS "
                           "predicts with it): give runtime.profile or let the run measure one ('auto')")
-    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, gens + ranks), profile, shards)
+    gen_groups = generator_groups(gens, rt.generator_sequence_parallel.degree)
+    actors = tuple(r for g in gens for r in gen_groups[g]) if gen_groups else gens
+    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, actors + ranks), profile, shards, gen_groups)
 
 
 def parse_failure(spec: str | None, workers: tuple[str, ...]) -> FailureHook | None:

@@ -92,8 +92,11 @@ class AllocationCounter(TorchDispatchMode):
     def track(self, t: torch.Tensor) -> None:
         if t.device.type == "meta" or getattr(t, "is_sparse", False):
             return
-        st = t.untyped_storage()
-        key = st.data_ptr()
+        try:
+            st = t.untyped_storage()
+            key = st.data_ptr()
+        except RuntimeError:  # a wrapper subclass without storage of its own (functional collectives'
+            return  # AsyncCollectiveTensor): the op that made its inner tensor was counted
         if key == 0 or key in self._refs:
             return
         n = st.nbytes()
@@ -288,16 +291,23 @@ def fit_per_token(family: str, model: torch.nn.Module, *, autocast_dtype=None, i
 
 def measure_training_peak(family: str, *, layers: dict[str, int] | None = None, lora_rank: int | None = None,
                           checkpointing: bool = False, img_tokens: int = 64, txt_tokens: int = 16, batch: int = 1,
-                          autocast_dtype=None, dtype=torch.float32, shape_only: bool = False) -> dict[str, float]:
+                          autocast_dtype=None, dtype=torch.float32, shape_only: bool = False,
+                          sequence_group=None) -> dict[str, float]:
     """Allocation-counted bytes of training a real-width ``family`` transformer: ``state`` (weights, grads and
     AdamW state after one chunk and one optimizer step) and ``peak`` of the next chunk's forward + backward,
     which accumulates into the existing gradients (the steady state of a chunked step); ``act = peak - state``.
-    ``shape_only``: skip the matrix products' arithmetic (``AllocationCounter``); the counts are the same."""
+    ``shape_only``: skip the matrix products' arithmetic (``AllocationCounter``); the counts are the same.
+    ``sequence_group``: a torch.distributed group over which the sequence is split (``models.sequence_parallel``;
+    every rank of it calls this at once): the bytes of one rank."""
     counter = AllocationCounter(shape_only=shape_only)
     with counter:
         model = build_transformer(family, layers, dtype=dtype)
         if lora_rank:
             add_lora(model, family, lora_rank)
+        if sequence_group is not None:
+            from digenrl.models.sequence_parallel import sequence_group as group_of, split_transformer
+
+            split_transformer(family, model, group_of(sequence_group))
         if checkpointing:
             model.enable_gradient_checkpointing()
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)

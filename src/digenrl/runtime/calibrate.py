@@ -95,7 +95,8 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
     get_named({"echo": echo.ping.remote()}, "profiling", ping_s)
     try:
         t_gen = time.monotonic()
-        gen_refs = {w: a.measure_generate.remote(gen_sizes, repeats) for w, a in list(pools.generators.items())[:1]}
+        first = run.ranks_of(plan.generators[0]) if plan.generators else ()  # (a sequence-parallel one: its ranks)
+        gen_refs = {w: pools.generators[w].measure_generate.remote(gen_sizes, repeats) for w in first}
         if not concurrent:
             get_named(gen_refs, "profiling", gen_s)
         t_trn = time.monotonic()

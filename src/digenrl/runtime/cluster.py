@@ -122,8 +122,9 @@ class ActorPools:
     generators: dict[str, object]   # id -> Ray handle of a ``workers.GeneratorAPI`` actor
     trainers: dict[str, object]     # id -> Ray handle of a ``workers.TrainerAPI`` actor
     publish: str = "object_store"
-    sharded: bool = False           # FSDP pool: rank 0's calls that gather state are collectives of its group
-    first_group: tuple[str, ...] = ()  # the ranks of rank 0's shard group (hybrid sharding: one of several)
+    grouped: bool = False           # grouped pool (FSDP or sequence-parallel): rank 0's calls that gather state or
+    # run the model are collectives of its group
+    first_group: tuple[str, ...] = ()  # the ranks of rank 0's group (hybrid sharding: one of several)
     clock_offsets: dict[str, float] = field(default_factory=dict)  # id -> driver clock - its clock (``clocks``)
     clock_error_s: float = 0.0      # the offsets' largest error bound (half a round trip)
 
@@ -140,10 +141,11 @@ class ActorPools:
 
     @property
     def rank0_group(self) -> dict:
-        """The trainers that take part in a rank-0 call: rank 0 alone, or every rank of rank 0's shard group
-        (such a call gathers the shards: a collective; only rank 0's result carries the value). Under hybrid
-        sharding the other groups hold the same weights, optimizer state and EMA, so they are not asked."""
-        if not self.sharded:
+        """The trainers that take part in a rank-0 call: rank 0 alone, or every rank of rank 0's group (a shard
+        group: such a call gathers the shards; a sequence-parallel group: an eval's forwards are collectives of
+        its ranks; only rank 0's result carries the value). Under hybrid sharding the other groups hold the same
+        weights, optimizer state and EMA, so they are not asked."""
+        if not self.grouped:
             return {self.rank0_id: self.rank0}
         return {w: self.trainers[w] for w in self.first_group} if self.first_group else self.trainers
 
@@ -213,8 +215,8 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     pools = ActorPools({w: gen_cls.remote(w, conf, failure, str(logs / f"{w}.log")) for w in run.generator_ids},
                        {w: trn_cls.remote(w, conf, i, failure, str(logs / f"{w}.log"))
                         for i, w in enumerate(run.trainer_ids)},
-                       cfg.runtime.publish if run.generator_ids else "object_store", run.sharded,
-                       run.ranks_of(run.plan.trainers[0]) if run.sharded else ())
+                       cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
+                       run.ranks_of(run.plan.trainers[0]) if run.grouped else ())
     try:
         get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup", up)
         pools.clock_offsets, pools.clock_error_s = measure_offsets(
@@ -244,30 +246,37 @@ def _publish_initial(run: RunPlan, pools: ActorPools, version: int, timeout_s: f
 
 def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None) -> None:
     """One torch.distributed world: the trainer ranks 0..N_t-1, and where the publish is a collective with the
-    generators (broadcast, stream) the generators N_t..N_t+N_g-1; the stream path's senders are the ranks of
+    generators (broadcast, stream) or the generators are sequence-parallel the generator ranks N_t..N_t+N_g-1; the stream path's senders are the ranks of
     ``rank0_group`` (rank 0, or rank 0's shard group), one group (sender, generators) each."""
     n_t, n_g = len(run.trainer_ids), len(run.generator_ids)
     broadcast = pools.publish in ("broadcast", "stream")
-    if n_t == 1 and not broadcast:
+    gen_sp = run.gen_groups is not None  # sequence-parallel generators: their ranks share groups
+    if n_t == 1 and not broadcast and not gen_sp:
         return
     ip, port = get_named({run.trainer_ids[0]: pools.rank0.node_endpoint.remote()}, "process-group run", timeout_s)[0]
     backend = "nccl" if run.cfg.model.device.startswith("cuda") else "gloo"
-    world = n_t + (n_g if broadcast else 0)
+    world = n_t + (n_g if broadcast or gen_sp else 0)
     trainer_ranks = tuple(range(n_t))
     gens = tuple(range(n_t, n_t + n_g))
     publish_ranks = (0,) + gens if pools.publish == "broadcast" and n_g else ()
-    senders = [run.trainer_ids.index(w) for w in pools.rank0_group]
+    fsdp = run.cfg.train.sharding == "fsdp"  # (a sequence-parallel group's ranks hold the same whole weights)
+    senders = [run.trainer_ids.index(w) for w in pools.rank0_group] if fsdp else [0]
     streams = tuple((s,) + gens for s in senders) if pools.publish == "stream" and n_g else ()
-    shard_size = n_t // run.cfg.train.shard_groups if run.sharded and run.cfg.train.shard_groups > 1 else 0
+    shard_size = n_t // run.cfg.train.shard_groups if fsdp and run.cfg.train.shard_groups > 1 else 0
+    d, dg = run.sequence_parallel, run.cfg.runtime.generator_sequence_parallel.degree
+    sequence = tuple(tuple(range(i, i + d)) for i in range(0, n_t, d)) if d > 1 else ()  # the trainers' lanes
+    if gen_sp:
+        sequence += tuple(tuple(range(n_t + i, n_t + i + dg)) for i in range(0, n_g, dg))
     refs = {}
     for i, w in enumerate(run.trainer_ids):
         refs[w] = pools.trainers[w].setup_dist.remote(
-            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks, shard_size, streams))
-    if broadcast:
+            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks, shard_size, streams,
+                      sequence))
+    if broadcast or gen_sp:
         for j, w in enumerate(run.generator_ids):
             refs[w] = pools.generators[w].setup_dist.remote(
                 GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks,
-                          shard_size, streams))
+                          shard_size, streams, sequence))
     get_named(refs, "process-group run", timeout_s)
 
 

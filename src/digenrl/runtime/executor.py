@@ -9,9 +9,10 @@ complete when the last one is done. Calls that complete together are reported in
 order. Any failed call raises ``WorkerFailure`` naming the worker and the step, and so does a call that has
 not answered within its watchdog budget (``budget(action)`` seconds; a stalled worker).
 
-Sharded trainer pool (``RunPlan.shards``): the scheduler's trainer is a shard group; each of its actions is
-sent to every rank of the group (a collective), and completes when the last rank answered; the ranks' results
-are merged (a fragment's rewards in generation order, one chunk record, the ranks' loss statistics summed).
+Sharded or sequence-parallel trainer pool (``RunPlan.shards``): the scheduler's trainer is a group of ranks; each
+of its actions is sent to every rank of the group (a collective), and completes when the last rank answered;
+the ranks' results are merged (a fragment's rewards in generation order, one chunk record, the ranks' loss
+statistics summed: the followers of a sequence-parallel lane report none, their lead all of the lane's).
 
 Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the round's chunk
 cells is exactly the grid of the round's groups, each cell once (each rank's transaction already refuses
@@ -91,8 +92,9 @@ class RayExecutor:
         self._ready: list[_Call] = []          # calls complete without any ref (publish to no generator)
         self._steps: dict[int, _StepRefs] = {}
         self._weights: dict[int, object] = {}          # version -> published state ref (object store)
-        self._held = {w: version for w in run.generator_ids}  # version each generator holds (or is sent)
-        self._group_of = {r: t for t in self.plan.trainers for r in run.ranks_of(t)}  # rank -> shard group
+        self._held = {w: version for w in self.plan.generators}  # version each generator holds (or is sent)
+        self._group_of = {r: w for w in self.plan.trainers + self.plan.generators for r in run.ranks_of(w)}
+        # (rank -> the scheduler's worker: a shard group, a sequence-parallel lane or generator)
 
     @property
     def idle(self) -> bool:
@@ -118,7 +120,9 @@ class RayExecutor:
             ranks = self._ranks(a.worker)
             if a.more:  # a gang over several groups: each rank samples its round-robin share in one batch
                 by_part: list[list] = [[] for _ in a.fragments]
-                for w, share in zip(ranks, gang_shares(a.fragments, len(ranks))):
+                d = self.run.sequence_parallel  # the ranks of a lane share its part (one sequence split over them)
+                lanes = gang_shares(a.fragments, len(ranks) // d)
+                for w, share in zip(ranks, [lanes[i // d] for i in range(len(ranks))]):
                     *refs, info = self.pools.actor(w).generate_gang.options(
                         num_returns=len(share) + 1).remote(tuple(share), a.version)
                     for lst, ref in zip(by_part, refs):
@@ -158,7 +162,7 @@ class RayExecutor:
     def _by_group(self, work: list[Interval]) -> tuple[Interval, ...]:
         """The ranks' busy intervals as the scheduler's workers': a shard group is busy from its first rank's
         start to its last rank's end."""
-        if not self.run.sharded:
+        if not self.run.grouped and self.run.gen_groups is None:
             return tuple(work)
         out: dict[str, Interval] = {}
         for w in work:
@@ -168,8 +172,8 @@ class RayExecutor:
         return tuple(out.values())
 
     def _ranks(self, worker: str) -> tuple[str, ...]:
-        """The actors that run an action of the scheduler's ``worker`` (a shard group: all its ranks)."""
-        return self.run.ranks_of(worker) if self.run.sharded and worker in self.plan.trainers else (worker,)
+        """The actors that run an action of the scheduler's ``worker`` (a group of ranks: all of them)."""
+        return self.run.ranks_of(worker)
 
     def side(self, refs: dict, kind: SideCall, step: int | None) -> None:
         """Track a call outside the scheduler (``kind`` "eval" / "checkpoint"; ``refs``: {worker: ref}, rank 0
@@ -234,7 +238,7 @@ class RayExecutor:
             work = self._by_group([span(r) for r in results])
         elif self.plan.publish_streams:  # the generators are in it until they hold the version; the senders
             gens = set(a.generators)       # only while they start their sends (then they go on; the sends drain)
-            sends = self._by_group([span(r) for r in results if r.worker not in gens])
+            sends = self._by_group([span(r) for r in results if self._group_of.get(r.worker, r.worker) not in gens])
             work = tuple(Interval(g, call.start, now) for g in a.generators) + sends
         else:  # rank 0 is busy until every generator has the version; a broadcast holds the generators too
             held = a.ranks + (a.generators if self.plan.publish_joins else ())  # (as ``sim.executor`` counts it)

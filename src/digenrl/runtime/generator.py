@@ -16,6 +16,12 @@ The worker's policy is its inference copy (``models.fast_generator``, the ``gene
 merged once per version, an inference dtype, a compiled transformer; the publish paths receive the trainers'
 tensors as sent (``FastGenerator.layout``) and ``load`` casts and merges them.
 
+Sequence-parallel generator (``runtime.generator_sequence_parallel`` = d): the scheduler's generator ``gen<i>`` is d
+actors ``gen<i>.<j>`` in one torch.distributed group; every call goes to all of them (the executor), they swap
+in the same versions and run every forward together, each on 1 / d of every sequence
+(``models.sequence_parallel``); the first (the lead) decodes, scores and returns the fragment, the others return
+(None, an info without generations).
+
 The actor deliberately has no concurrency groups: a threaded Ray actor keeps its main thread busy while a
 task runs (a whole CPU core per generator; measured with Ray 2.60), which would halve a CPU pipeline.
 """
@@ -54,10 +60,16 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.inbox = WeightInbox()
         self._publish_group = None
         self._streams: tuple = ()
+        self._lead = True  # a sequence-parallel generator's first rank (``setup_dist``)
 
     def setup_dist(self, spec) -> bool:
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
         self._publish_group, self._streams = groups.publish, groups.streams
+        if groups.sequence is not None:
+            from digenrl.models.sequence_parallel import enable_sequence_parallel
+
+            sg = enable_sequence_parallel(self.policy, groups.sequence, "runtime.generator_sequence_parallel")
+            self._lead = sg.rank == 0
         return True
 
     def _swap_in(self, version: int, weights: list | None) -> None:
@@ -86,11 +98,11 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.check_failure(fragment.step)
         self._swap_in(version, weights)
         held = self.version
-        batch, info = self.generate_fragment(self.policy, fragment, held)
+        batch, info = self.generate_fragment(self.policy, fragment, held, self._lead)
         if self.version != held:  # cannot happen: only this actor's own calls swap weights
             raise RuntimeError(f"{self.name}: weights changed while generating {fragment}")
         offset = self.cfg.generator.inject_logprob_offset
-        if offset:  # test hook: a generator whose recorded log-probs are biased (verl-omni PR 279's +5e-3)
+        if offset and batch is not None:  # test hook: a generator whose recorded log-probs are biased (verl-omni PR 279's +5e-3)
             batch.log_probs = batch.log_probs + offset
         return batch, info
 

@@ -72,6 +72,8 @@ class GroupSpec:
     publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
     shard_size: int = 0           # ranks per shard group under hybrid sharding (train.shard_groups > 1), else 0
     stream_ranks: tuple[tuple[int, ...], ...] = ()  # stream mode: per sender, (sender, generator ranks...)
+    sequence_groups: tuple[tuple[int, ...], ...] = ()  # the sequence-parallel groups: the trainers' lanes
+    # (train.sequence_parallel) and the generators' (runtime.generator_sequence_parallel), in this order
 
 
 class ProcessGroups(NamedTuple):
@@ -81,13 +83,16 @@ class ProcessGroups(NamedTuple):
     (broadcast publish); shard: the worker's shard group (FSDP's mesh; the trainer group without hybrid
     sharding); replica: the ranks holding the same shard in every shard group (hybrid sharding's commit
     all-reduce), None without hybrid sharding; streams: (sender rank, group) of each stream group the worker
-    is in (stream publish: a sender's own; a generator's, one per sender in sender order)."""
+    is in (stream publish: a sender's own; a generator's, one per sender in sender order); sequence: the
+    worker's sequence-parallel group (a trainer lane or a generator's ranks, which split each sequence), None
+    without."""
 
     trainer: object = None
     publish: object = None
     shard: object = None
     replica: object = None
     streams: tuple = ()
+    sequence: object = None
 
 
 def hybrid_layout(trainer_ranks: Sequence[int], shard_size: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -118,7 +123,7 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
                             rank=setup.rank, timeout=timeout)
     trainer_group = publish_group = None
     streams = []
-    if setup.publish_ranks or setup.stream_ranks:  # the world holds the generators too
+    if setup.world > len(setup.trainer_ranks):  # the world holds the generators too
         trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
     if setup.publish_ranks:
         publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
@@ -135,7 +140,11 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
         for ranks in replicas:
             pg = dist.new_group(ranks, timeout=timeout)
             replica_group = pg if setup.rank in ranks else replica_group
-    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group, tuple(streams))
+    sequence_group = None
+    for ranks in setup.sequence_groups:
+        pg = dist.new_group(list(ranks), timeout=timeout)
+        sequence_group = pg if setup.rank in ranks else sequence_group
+    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group, tuple(streams), sequence_group)
 
 
 def broadcast_send(state: dict, group) -> None:

@@ -11,8 +11,8 @@ optimistic per op; the sizes of an op are timed round-robin, ``_mean_times``), c
   class and settings, the EMA update where this rank keeps one), ``publish`` (copy + serialise + load of the
   trainable state).
 
-On a sharded pool every rank measures at once (each forward is a collective) with its share of the fragment
-or chunk (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
+On a sharded or sequence-parallel pool every rank measures at once (each forward is a collective) with its
+lane's share of the fragment or chunk (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
 gradients are reduce-scattered inside each chunk's backward, which ``train`` already times).
 """
 
@@ -63,8 +63,8 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
     fns = {}
     for size in sizes:
         gens = list(range(size))
-        if getattr(worker, "sharded", False):  # this rank's share of the group's fragment
-            gens = gens[worker._local::worker._gsize] or gens[:1]
+        if getattr(worker, "sharded", False):  # this rank's lane's share of the group's fragment
+            gens = gens[worker._lane.lane::worker._lane.lanes] or gens[:1]
 
         def sample(gens=gens):
             return sample_trajectories(policy, [prompt] * len(gens), gens, step=0, run_seed=worker.cfg.seed,
@@ -106,10 +106,10 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
     fns = {}
     for c in cell_sizes:
         cells = grid[: min(c, len(grid))]
-        if worker.sharded:
+        if worker._gsize > 1:  # its lane's share (a sequence-parallel lane trains them all, split by tokens)
             from digenrl.train.sharding import rank_cells
 
-            cells = rank_cells(cells, worker._local, worker._gsize)[0]
+            cells = rank_cells(cells, worker._lane.lane, worker._lane.lanes)[0]
         fns[c] = lambda cells=cells: train_cells(policy, group, cells, settings=worker.ctx.loss, loss_scale=1e-9,
                                                  ref_policy=worker.ctx.ref_policy, collective=worker.sharded)
     train = _mean_times(fns, repeats)

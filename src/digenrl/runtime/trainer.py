@@ -39,6 +39,13 @@ rank 0 returns it; ``evaluate`` runs on every rank, rank 0 reports; ``pack_state
 ``torch.distributed.checkpoint`` next to the run's checkpoints and rank 0 returns the metadata file's bytes.
 A rank whose share of a chunk holds only zero-advantage cells still forwards (``train_cells(collective=True)``).
 
+Sequence-parallel pool (``train.sequence_parallel`` = d, ``train.sequence_parallel``): d consecutive ranks form a
+lane that trains and generates as one rank would, each with 1 / d of every sequence; the calls above are then
+collectives of the scheduler trainer's ranks (a lane ``sp<i>``, or a shard group of several lanes), a chunk's
+cells and a fragment's generations are split over the lanes, and only a lane's lead reports statistics and
+trajectories (its followers run the same forwards). The commit's sum over ranks adds the lane's partial
+gradients. Rank 0's lane keeps the EMA on every rank (an eval's forwards are collectives of the lane).
+
 Collective timeout: the groups wait ``runtime.collective_timeout_s`` for the other ranks; a collective call
 (``collectives.collective_action``) that waits longer raises ``CollectiveTimeout`` naming the worker, its rank
 and the call (gloo; under NCCL the watchdog aborts the process instead).
@@ -56,6 +63,7 @@ from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, local_state, state_copy, stream_send
 from .worker_base import WorkerBase
+from digenrl.train.sequence_parallel import lane_role
 from .workers import TrainerAPI
 
 
@@ -68,8 +76,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
         self.rank = rank
         self.ctx = build_context(self.cfg)
-        if rank != 0 and self.cfg.train.sharding == "none":
-            self.ctx.ema = None  # only rank 0 evaluates and saves (under FSDP every rank holds its EMA shard)
+        if rank >= self.cfg.train.sequence_parallel.degree and self.cfg.train.sharding == "none":
+            self.ctx.ema = None  # only rank 0 (its lane) evaluates and saves (under FSDP every rank holds its shard)
         self.task, self.reward, self.sampler = self.ctx.task, self.ctx.reward, self.ctx.sampler
         self.tx = self.ctx.transaction
         self._groups: dict[tuple[int, int], object] = {}
@@ -80,8 +88,9 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._stream = None   # stream publish: (this rank, its stream group) where it is a sender
         self._sends: list = []  # the async sends of its last stream publish (waited for before the next)
         self._world = 1
-        self._gsize, self._local = 1, 0  # this rank's shard group size and rank in it (set by ``setup_dist``)
+        self._gsize, self._local = 1, 0  # ranks behind this rank's scheduler trainer, its index (``setup_dist``)
         self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
+        self._lane = lane_role(0, 1, 1)  # its sequence-parallel lane (``train.sequence_parallel``; ``setup_dist``)
         self._copy, self._copy_version = None, None  # TAG inference copy (runtime.tag_inference_copy)
 
     @property
@@ -99,9 +108,12 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._stream = groups.streams[0] if groups.streams else None
         self.tx.process_group = groups.trainer
         self._world = len(spec.trainer_ranks)
-        self._gsize = spec.shard_size or self._world  # ranks of this rank's shard group
+        d = self.cfg.train.sequence_parallel.degree
+        fsdp = self.cfg.train.sharding == "fsdp"
+        self._gsize = (spec.shard_size or self._world) if fsdp else d  # ranks behind this rank's scheduler trainer
         self._local = self.rank % self._gsize          # its rank inside the group
-        if self.cfg.train.sharding == "fsdp":  # every rank built the same weights (same seed / checkpoint)
+        self._lane = lane_role(self._local, self._gsize, d)
+        if fsdp:  # every rank built the same weights (same seed / checkpoint)
             from digenrl.train.sharding import shard_context
 
             shard_context(self.ctx, groups.shard, replica_group=groups.replica)
@@ -110,6 +122,10 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         elif self._world > 1:
             for p in self.policy.parameters():
                 dist.broadcast(p.data, src=0, group=groups.trainer)
+        if d > 1:  # after FSDP (its hooks first), before any forward
+            from digenrl.train.sequence_parallel import sequence_context
+
+            sequence_context(self.ctx, groups.sequence)
         return True
 
     # ---- training ------------------------------------------------------------------------------------
@@ -163,10 +179,10 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         cells = tuple((uid, g, j) for g, j in chunk.cells)
         self.tx.record(cells)
         mine, weight = list(chunk.cells), 1.0
-        if self.sharded:  # a collective: every rank gets this chunk and trains its share of the cells
+        if self._gsize > 1:  # a collective: every rank gets this chunk and trains its lane's share of the cells
             from digenrl.train.sharding import rank_cells
 
-            mine, weight = rank_cells(chunk.cells, self._local, self._gsize)
+            mine, weight = rank_cells(chunk.cells, self._lane.lane, self._lane.lanes)
         masks = round_masks(self.cfg, self._plan, rewards, parts, step=chunk.step, round=chunk.round)
         if masks is not None:  # best_of_n / zero_adv_refill / minibatch_split=samples: the round's samples only
             mine, weight = masked_cells(mine, weight, masks[chunk.group], collective=self.sharded,
@@ -185,8 +201,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                     group.keep = keep[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded, step_start=chunk.round == 0)
-        if weight == 0.0 or not mine:  # a throw-away cell that only joined the collectives, or none
-            from digenrl.train.chunk_loss import CellStats
+        if weight == 0.0 or not mine or not self._lane.lead:  # a throw-away cell that only joined the collectives,
+            from digenrl.train.chunk_loss import CellStats  # none, or a lane's follower (its lead reports them)
 
             stats = CellStats()
         return ChunkResult(chunk, self.name, cells, stats, t0, time.monotonic())
@@ -197,21 +213,22 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate {fragment} with version {version} but its weights "
                                f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        if not self.sharded:
+        lead = self._lane.lead
+        if self._gsize == 1 or (not self.sharded and self._lane.lanes == 1):  # one rank, or one lane (unsharded)
             with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
-                return self.generate_fragment(self.policy, fragment, version)
+                return self.generate_fragment(self.policy, fragment, version, lead)
         from dataclasses import replace
 
-        mine = fragment.generations[self._local::self._gsize]
+        mine = fragment.generations[self._lane.lane::self._lane.lanes]  # its lane's share
         if self.cfg.runtime.tag_inference_copy:
             copy = self._inference_copy(version)  # a collective once per version, then no collective
             if mine:
-                return self.generate_fragment(copy, replace(fragment, generations=mine), version)
+                return self.generate_fragment(copy, replace(fragment, generations=mine), version, lead)
             return None, self._empty_info(fragment)
         with sampling_weights(self.policy):
             batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
-                                                 version)
-        if not mine:  # joined the collective forwards only
+                                                 version, lead)
+        if not mine or not lead:  # joined the collective forwards only
             return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
         return batch, info
 
@@ -230,12 +247,13 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                                f"weights are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
         if not self.sharded:
             raise RuntimeError(f"{self.name}: a gang over several groups runs on a shard group only")
+        lead = self._lane.lead  # (``share`` is its lane's: the executor gives a lane's ranks the same one)
         if self.cfg.runtime.tag_inference_copy:
-            return self.generate_parts(self._inference_copy(version), share, version)
+            return self.generate_parts(self._inference_copy(version), share, version, lead)
         mine = any(p.generations for p in share)
         with sampling_weights(self.policy):
             if mine:
-                return self.generate_parts(self.policy, share, version)
+                return self.generate_parts(self.policy, share, version, lead)
             *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version)
         empty = tuple(replace(infos[0], fragment=p, uid=-1, rewards=(), reward_parts={}) for p in share)
         return (*([None] * len(share)), empty)
@@ -251,6 +269,11 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                 state = full_trainable_state(self.policy)  # every rank of the group calls it (a collective)
             if self._copy is None:
                 self._copy = build_policy(self.cfg.model)
+                sg = getattr(self.policy, "sequence_group", None)
+                if sg is not None:  # its forwards split the sequence over the lane too
+                    from digenrl.models.sequence_parallel import enable_sequence_parallel
+
+                    enable_sequence_parallel(self._copy, sg.group)
             self._copy.load_trainable_state_dict(state)
             self._copy_version = version
         return self._copy
@@ -292,10 +315,11 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                 loss_scale=loss_scale(S).cell(), ref_policy=self.ctx.ref_policy, collective=self.sharded,
                 process_group=self.tx.process_group, piece=self._plan.chunk_generations * self._plan.chunk_timesteps)
             self._deferred = None
+            stats = stats if self._lane.lead else None  # a lane's lead reports its statistics
         final_adv = step_advantages(rewards, t, parts)
         keep = round_masks(self.cfg, self._plan, rewards, parts, step=step, round=round) or {}
         scale = loss_scale(S, [final_adv[g] for g in groups], t.filter_zero_advantage, [keep.get(g) for g in groups])
-        seen_all = self._world == 1 or (self.sharded and self._gsize == self._world)  # this rank ran every chunk
+        seen_all = self._gsize == self._world  # one scheduler trainer: this rank ran every chunk
         out = self.tx.commit(check_complete=seen_all, grad_scale=scale.commit, final=final)
         if self.ctx.ema is not None:
             self.ctx.ema.update()
@@ -340,7 +364,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
         with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
             state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
-        if self.sharded and self.rank != 0:
+        if self._gsize > 1 and self.rank != 0:  # (rank 0's group: a collective gather, or a lane's followers)
             state = None
         return state, TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
@@ -420,6 +444,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
             data = pack_sharded_state(self.ctx, self.cfg.run_dir, step=step, counters=counters, rank=self.rank)
             return TimedResult(self.name, "checkpoint", t0, time.monotonic(), data)
+        if self.rank != 0:  # a follower of rank 0's lane (the driver keeps rank 0's)
+            return TimedResult(self.name, "checkpoint", t0, time.monotonic(), None)
         return TimedResult(self.name, "checkpoint", t0, time.monotonic(),
                            pack_train_state(self.ctx, step=step, counters=counters))
 

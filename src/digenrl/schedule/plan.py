@@ -83,9 +83,15 @@ class StepPlan:
       step_wide: the advantages need every reward of the step (global std, batch baseline): no commit before
         the step's last group is rewarded (the trainers rescale at the commit, ``algo.deferred_std``), which
         with several minibatches holds round 0's commit back until then.
-      shard_ranks: ranks behind each trainer id: 1 for replicated ranks, N for a shard group of N ranks
-        (every action of that trainer is a collective of its N ranks, which split its cells or generations;
-        the idle statistics count the ranks that wait inside such an action).
+      shard_ranks: data-parallel lanes behind each trainer id: 1 for replicated ranks, N for a shard group of N
+        ranks (every action of that trainer is a collective of its N ranks, which split its cells or generations;
+        the idle statistics count the ranks that wait inside such an action). With sequence parallelism a lane
+        is a group of ``sequence_parallel`` ranks that run its share together, one sequence split over them.
+      sequence_parallel: ranks per lane (``train.sequence_parallel``): a trainer id stands for ``shard_ranks x
+        sequence_parallel`` ranks. The scheduler splits work over lanes only; the cost model prices a lane's
+        forward over its ranks (docs/sequence_parallel.md).
+      generator_sequence_parallel: ranks behind each generator id (``runtime.generator_sequence_parallel``), which
+        denoise each fragment together, every sequence split over them (the scheduler does not read it).
       publish_joins: the generators take part in the publish (``runtime.publish=broadcast``: a collective of
         trainer rank 0 and every generator). The publish then starts only when every generator is free (a
         generator joins between fragments) and no generator starts work while it waits or runs; outside
@@ -125,6 +131,8 @@ class StepPlan:
     stale_hold: float = 0.0
     gang_groups: bool = True
     publish_streams: bool = False
+    sequence_parallel: int = 1
+    generator_sequence_parallel: int = 1
 
     def __post_init__(self) -> None:
         try:
@@ -134,7 +142,8 @@ class StepPlan:
         object.__setattr__(self, "generators", tuple(self.generators))
         object.__setattr__(self, "trainers", tuple(self.trainers))
         for name in ("prompts", "generations", "fragment_size", "trained_timesteps", "sampling_steps",
-                     "chunk_generations", "chunk_timesteps", "minibatches", "epochs", "shard_ranks"):
+                     "chunk_generations", "chunk_timesteps", "minibatches", "epochs", "shard_ranks",
+                     "sequence_parallel", "generator_sequence_parallel"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise PlanError(f"{name}: must be a positive integer (got {value!r})")

@@ -25,6 +25,14 @@ Activations of one cell (one sample's forward, twice with CFG in training), for 
               (backward transients: a weight's fresh gradient before it is accumulated; the gradients of the
               block being differentiated; both measured)
 
+Sequence parallelism (``train.sequence_parallel`` = d, ``runtime.generator_sequence_parallel``): a rank holds
+``ceil(T_i / d)`` latent tokens of every sample and all ``T_t`` text tokens, so ``T_i`` above is the rank's
+share; the state items are unchanged (each rank of a lane holds what an unsplit rank holds, or its FSDP shard
+of a group that counts the lane's ranks). The Ulysses all-to-all buffers are per-token tensors that take the
+place of the attention's own saved ones: measured at the published widths (1 block of each kind, LoRA r=16,
+bf16, 144 latent + 32 text tokens, batch 2, 2 gloo ranks), the plan's activation error is the same split and
+unsplit (Wan +14% / +12.5%, HunyuanVideo -4.9% / -4.6%; ``tests/train/test_memory_plan.py``).
+
 ``a_kind, t_kind, c_kind`` are saved-for-backward bytes per latent token, per text token and per forward of
 one block, measured at the published widths on CPU with ``models.memory_probe.fit_per_token`` (one block of
 each kind, fp32 and CPU bf16 autocast, full fine-tuning and LoRA r=64, diffusers 0.42.1); LoRA of another rank
@@ -35,6 +43,8 @@ adds ``(r - 64) * targets * b_act`` per token and block. The bytes are exactly l
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+
+from digenrl.config import SEQUENCE_PARALLEL_FAMILIES
 
 GiB = 1024 ** 3
 
@@ -170,6 +180,7 @@ class PlanInputs:
     vae: bool = True
     reserve_gb: float = 3.0
     layers: dict[str, int] = field(default_factory=dict)  # block count overrides (probes)
+    sequence_parallel: int = 1  # ranks that split each sample's latent tokens (a lane of train.sequence_parallel)
 
 
 @dataclass(frozen=True)
@@ -257,7 +268,7 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
     items["reserve"] = p.reserve_gb * GiB
 
     mode, elem = _act_mode(p)
-    ti = fam.tokens(p.height, p.width, p.frames)
+    ti = rank_tokens(fam, p)
     tt = fam.text_tokens if p.text_tokens is None else p.text_tokens
     per_block = {k: _block_bytes(b, mode, elem, p, ti, tt) for k, b in fam.blocks.items()}
     oa, ot, oc = fam.other[mode]
@@ -273,6 +284,11 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
         act_cell = p.forwards_per_cell * (sum(fam.blocks[k].count * v for k, v in per_block.items()) + other)
     grad_transient = 0.0 if lora else fam.largest_tensor * b_train
     return MemoryPlan(items, act_cell, 0.6 * largest_block * p.forwards_per_cell, grad_transient, p)
+
+
+def rank_tokens(fam: Family, p: PlanInputs) -> int:
+    """Latent tokens of one sample a rank holds: all of them, or ceil(T_i / d) of them under sequence parallelism."""
+    return -(-fam.tokens(p.height, p.width, p.frames) // p.sequence_parallel)
 
 
 # ---- from a config -----------------------------------------------------------------------------------------
@@ -300,15 +316,21 @@ def inputs_from_config(cfg) -> PlanInputs | None:
         lora_rank=m.lora.rank if m.lora.enabled else None, model_dtype=m.dtype,
         mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
         sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=shard_ranks(cfg), beta_kl=t.beta_kl, ema=t.ema_decay is not None,
-        forwards_per_cell=cfg_forwards, text_encoders=text_loaded,
+        forwards_per_cell=cfg_forwards, text_encoders=text_loaded, sequence_parallel=t.sequence_parallel.degree,
     )  # fmt: skip
 
 
 def chunk_cells(cfg) -> int:
     """Cells per rank of the chunk the config asks for: ``chunk_generations * chunk_timesteps``, split over the
-    ranks under FSDP (a sharded pool trains each chunk together, ``train.sharding.rank_cells``)."""
+    lanes under FSDP (a sharded pool trains each chunk together, ``train.sharding.rank_cells``; the ranks of a
+    sequence-parallel lane all train the lane's cells, each on its share of the tokens)."""
     cells = cfg.train.chunk_generations * cfg.train.chunk_timesteps
-    return -(-cells // shard_ranks(cfg))
+    return -(-cells // lanes(cfg))
+
+
+def lanes(cfg) -> int:
+    """Data-parallel lanes of a scheduler trainer: a shard group's ranks / train.sequence_parallel under FSDP, else 1."""
+    return shard_ranks(cfg) // cfg.train.sequence_parallel.degree if cfg.train.sharding == "fsdp" else 1
 
 
 def shard_ranks(cfg) -> int:
@@ -343,6 +365,9 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
         hints.append(f"train.chunk_cells=auto (or chunk_generations x chunk_timesteps <= {fits} cells)")
     if not p.activation_checkpointing:
         hints.append("train.activation_checkpointing=true")
+    if p.family in SEQUENCE_PARALLEL_FAMILIES:
+        hints.append(f"train.sequence_parallel (now {p.sequence_parallel}: split each sample's "
+                     f"{FAMILIES[p.family].tokens(p.height, p.width, p.frames)} latent tokens over more ranks)")
     if p.sharding == "none":
         hints.append("train.sharding=fsdp with more runtime.trainers")
     elif p.sharding == "fsdp":
@@ -370,7 +395,7 @@ def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:
     ``model.options.vae_batch`` / ``vae_tiling`` for video)."""
     fam = FAMILIES[p.family]
     mode, elem = _act_mode(replace(p, lora_rank=None, mixed_precision="none"))
-    ti = fam.tokens(p.height, p.width, p.frames)
+    ti = rank_tokens(fam, p)
     tt = fam.text_tokens if p.text_tokens is None else p.text_tokens
     block = max(_block_bytes(b, mode, elem, replace(p, lora_rank=None), ti, tt) for b in fam.blocks.values())
     return {
@@ -390,13 +415,15 @@ def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] 
     if p is None or cap is None or cfg.runtime.mode == "colocated":
         return None
     fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and p.family not in ("flux", "hunyuan_video")) else 1
-    items = generator_bytes(replace(p, forwards_per_cell=fwd), cfg.runtime.fragment_size)
+    d = cfg.runtime.generator_sequence_parallel.degree
+    items = generator_bytes(replace(p, forwards_per_cell=fwd, sequence_parallel=d), cfg.runtime.fragment_size)
     total = sum(items.values())
     if total > cap * GiB:
         rows = ", ".join(f"{k}={v / GiB:.1f}" for k, v in items.items() if v > 0)
         raise MemoryPlanError(
             f"memory plan: a {FAMILIES[p.family].name} generator needs {total / GiB:.1f} GiB but train.memory_gb="
             f"{cap:g} ({rows}); change: a smaller runtime.fragment_size (now {cfg.runtime.fragment_size})"
+            + (f"; runtime.generator_sequence_parallel (now {d})" if p.family in SEQUENCE_PARALLEL_FAMILIES else "")
             + ("; model.prompt_cache_dir (no text encoders on the generators)" if p.text_encoders else ""))
     return items
 
@@ -417,10 +444,10 @@ def resolve_chunk_cells(cfg, trained: int):
     fits = plan_memory(p).max_cells(t.memory_gb * GiB)
     if fits < 1:
         check_config(cfg)  # raises with the numbers and the keys
-    if t.sharding == "fsdp":  # k shard groups of N ranks: every rank trains ceil(c / N) cells of a chunk, serially
+    if t.sharding == "fsdp":  # k shard groups of N lanes: every lane trains ceil(c / N) cells of a chunk, serially
         from ..schedule.layout import choose_chunk_shape, rank_share
 
-        ranks = shard_ranks(cfg)
+        ranks = lanes(cfg)
         # fewest per-rank cell rounds per group (the planner's rule with per-rank cells as the price), then
         # the larger chunk; a tiny per-chunk term prefers fewer forwards at equal rounds
         cg, ct = choose_chunk_shape(t.generations, trained, t.shard_groups, lambda c: rank_share(c, ranks) + 1e-6,

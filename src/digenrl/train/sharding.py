@@ -156,6 +156,7 @@ def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
 
         latent_shape = policy.latent_shape
         uses_guidance_embedding = policy.uses_guidance_embedding
+        root = ref_root  # the frozen sharded root (``train.sequence_parallel`` splits its sequence too)
 
         def encode_prompts(self, prompts):
             return policy.encode_prompts(prompts)

@@ -29,13 +29,16 @@ def generate(
     plan: TimestepPlan,
     reward: WeightedSum | None = None,
     max_batch: int = 64,
+    decode: bool = True,
 ) -> TrajectoryBatch:
     """Generate (and, if ``reward`` is given, score) one trajectory per (prompt, generation) pair; a reward
-    output that is not one finite score per sample raises ``RewardOutputError`` naming the step."""
+    output that is not one finite score per sample raises ``RewardOutputError`` naming the step. ``decode=False``
+    (no reward): the latents only (a sequence-parallel follower runs its lead's forwards, batch for batch)."""
     parts = []
     for i in range(0, len(prompts), max_batch):
         tb = sample_trajectories(
-            policy, prompts[i : i + max_batch], gens[i : i + max_batch], step=step, run_seed=run_seed, version=version, settings=settings, plan=plan
+            policy, prompts[i : i + max_batch], gens[i : i + max_batch], step=step, run_seed=run_seed, version=version, settings=settings, plan=plan,
+            decode=decode,
         )
         if reward is not None:
             try:
