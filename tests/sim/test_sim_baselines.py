@@ -54,7 +54,9 @@ def test_flow_grpo_loop_prices_its_batches():
     assert isinstance(loop, FlowGRPOLoop)
     for c in (1, 3, 7, 16):
         assert loop.time("train_chunk", c, TRAINER) == pytest.approx(c / 3 * base.time("train_chunk", 3, TRAINER))
-        assert loop.time("denoise", c, TRAINER) == pytest.approx(c / 3 * base.time("denoise", 3, TRAINER))
+        # sampling on the peft module, adapters unmerged: x 1.28 (verl-omni issue 248)
+        assert loop.time("denoise", c, TRAINER) == pytest.approx(c / 3 * base.time("denoise", 3, TRAINER) * 1.28)
+        assert loop.time("vae_decode", c, TRAINER) == pytest.approx(c / 3 * base.time("vae_decode", 3, TRAINER))
     assert loop.time("allreduce", 1, TRAINER) == base.time("allreduce", 1, TRAINER)
     assert loop.time("tag_switch", 1, TRAINER) == 0.0  # replicated LoRA: the training copy generates
 

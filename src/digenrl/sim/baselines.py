@@ -11,10 +11,11 @@ priced by a ``RooflineCost`` (the idealised colocated plan: memory, placement, s
   module in batches of its ``sample.train_batch_size`` and training ``train.batch_size`` (= the sample batch)
   samples of one timestep per forward/backward::
 
-      generate(n) = n / b_s x generate(b_s)          train_chunk(c) = c / b_t x train_chunk(b_t)
+      denoise(n) = n / b_s x denoise(b_s) x 1.28     train_chunk(c) = c / b_t x train_chunk(b_t)
 
-  with the roofline's packed costs at those batches (``b_t`` capped by the memory's cells). Only the models
-  flow_grpo has a config for (``FLOW_GRPO``).
+  with the roofline's packed costs at those batches (``b_t`` capped by the memory's cells). It samples with the
+  peft module's adapters unmerged, so every denoising forward pays ``sim.variants.UNMERGED_LORA_SLOWDOWN``
+  (1.28: verl-omni issue 248). Only the models flow_grpo has a config for (``FLOW_GRPO``).
 * ``dancegrpo``: full fine-tuning under FSDP with fp32 parameters (``--master_weight_type fp32``: FSDP
   MixedPrecision with bf16 compute, fp32 gradient reduction), batch 1 everywhere: it samples one generation
   at a time on the FSDP module (every denoising forward all-gathers the bf16 parameters, no inference copy, no
@@ -42,6 +43,7 @@ from ..schedule.cost import TRAINER
 from ..recipe_base import SOURCES
 from .presets import FULL_SHARDED, Training
 from .roofline import RooflineCost
+from .variants import UNMERGED_LORA_SLOWDOWN
 
 FLOW_GRPO_SOURCE, DANCEGRPO_SOURCE = SOURCES["flow_grpo"], SOURCES["dancegrpo"]
 
@@ -147,7 +149,8 @@ class FlowGRPOLoop:
         b = self.base
         if op in ("denoise", "vae_decode", "reward"):
             s = self.config.sample_batch
-            return max(1, batch) / s * b.time(op, s, pool)
+            unmerged = UNMERGED_LORA_SLOWDOWN if op == "denoise" and self.config.lora_rank else 1.0
+            return max(1, batch) / s * b.time(op, s, pool) * unmerged
         if op == "train_chunk":
             t = max(1, min(self.config.train_batch, b.max_cells))
             return max(1, batch) / t * b.time(op, t, pool)
