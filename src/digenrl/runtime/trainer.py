@@ -55,7 +55,7 @@ from digenrl.train.old_logprob import sync_step_start
 from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, local_state, state_copy, stream_send
-from .worker_base import WorkerBase
+from .worker_base import WorkerBase, fetch
 from .workers import TrainerAPI
 
 
@@ -117,11 +117,9 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         key = (step, group)
         g = self._groups.get(key)
         if g is None:
-            import ray
-
             from digenrl.rollout.records import TrajectoryBatch
 
-            g = TrajectoryBatch.cat([b for b in ray.get(list(refs)) if b is not None])  # None: a rank's empty share
+            g = TrajectoryBatch.cat([b for b in fetch(refs) if b is not None])  # None: a rank's empty share
             bad = sorted({int(v) for v in g.version.tolist()} - {step, step - 1})
             if bad or sorted(g.gen_index.tolist()) != list(range(self.cfg.train.generations)):
                 raise RuntimeError(f"{self.name}: group {group} of step {step} has generations "
@@ -217,7 +215,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
     @collective_action
     def generate_gang(self, share, version: int):
-        """A gang over several prompt groups (``Generate.more``) on a shard group: this rank's round-robin share
+        """A gang over several prompt groups (``Generate.more``) on a shard group, or a packed colocated worker's
+        share of the step (``StepPlan.packed``): this rank's round-robin share
         (``layout.gang_shares``, one fragment per part) sampled in one batch (``generate_parts``): returns one
         trajectory batch (or None) per part, then the tuple of per-part infos. Without an inference copy a rank
         without a share samples a throw-away copy of the gang's first generation so that its forwards still
@@ -228,8 +227,9 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate a gang {share} with version {version} but its "
                                f"weights are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        if not self.sharded:
-            raise RuntimeError(f"{self.name}: a gang over several groups runs on a shard group only")
+        if not self.sharded:  # a packed colocated worker's share of the step (``StepPlan.packed``)
+            with sampling_weights(self.policy):
+                return self.generate_parts(self.policy, share, version)
         if self.cfg.runtime.tag_inference_copy:
             return self.generate_parts(self._inference_copy(version), share, version)
         mine = any(p.generations for p in share)
@@ -306,7 +306,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if final:
             for key in [k for k in self._groups if k[0] <= step]:
                 del self._groups[key]
-        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.monotonic(), stats)
+        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.monotonic(), stats,
+                            scale.kept)
 
     def _refill(self, step: int, rewards: dict, parts: dict) -> dict | None:
         """``train.zero_adv_refill``: group -> kept mask (generation order) of ``step``, from every group's rewards

@@ -49,6 +49,17 @@ def log_tail(path: str | Path, lines: int = 20) -> list[str]:
     return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
+def fetch(refs) -> list:
+    """The values behind ``refs``: Ray object refs are read from the object store (``ray.get``); the in-process
+    transport (``local.LocalPools``) hands a worker the values themselves."""
+    refs = list(refs)
+    if any(type(r).__name__ == "ObjectRef" for r in refs):
+        import ray
+
+        return ray.get(refs)
+    return refs
+
+
 class InjectedFailure(RuntimeError):
     """Raised by the ``runtime.inject_failure`` test hook."""
 

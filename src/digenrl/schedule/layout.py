@@ -215,13 +215,17 @@ def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...
 
 
 def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dict[int, list[Chunk]]:
-    """rank index -> that rank's chunks of the group: one per trained timestep over its shard."""
+    """rank index -> that rank's chunks of the group: one per trained timestep over its shard, or (a ``packed``
+    plan) ``tile_grid`` of its shard's grid by the chunk shape."""
     out: dict[int, list[Chunk]] = {}
+    s = plan.trained_timesteps
     for r in range(len(plan.trainers)):
         shard = classic_shard(plan, group, r)
-        if shard:
-            out[r] = [Chunk(step, group, tuple((i, j) for i in shard), round)
-                      for j in range(plan.trained_timesteps)]
+        if shard and plan.packed:
+            out[r] = [Chunk(step, group, cells, round) for cells in
+                      tile_grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))]
+        elif shard:
+            out[r] = [Chunk(step, group, tuple((i, j) for i in shard), round) for j in range(s)]
     return out
 
 
