@@ -600,9 +600,6 @@ class Config(_Strict):
             raise ValueError(f"train.adv_per_reward: per-reward advantages with step-wide statistics (std_mode=global "
                              f"or adv_baseline=batch) need every reward of the step before the first training cell: "
                              f"runtime.mode colocated or naive only (got {rt.mode})")
-        if mode is Mode.COLOCATED and rt.generators != 1:
-            raise ValueError("runtime.generators: colocated mode runs runtime.trainers workers that both generate "
-                             "and train; leave runtime.generators at 1")
         if mode.tag and rt.calibration.when == "never" and rt.profile is None:
             raise ValueError(f"runtime.calibration.when: 'never' leaves mode {mode.value!r} without a cost model (BTS "
                              "predicts with it): give runtime.profile or let the run measure one ('auto')")

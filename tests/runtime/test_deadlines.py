@@ -162,7 +162,7 @@ def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, ti
     import threading
 
     from digenrl.runtime import deadlines as dl
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     monkeypatch.setattr(dl, "OBSERVED_FLOOR_S", 3.0, raising=False)  # (absent in the old code)
     cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "steps=2",
@@ -172,7 +172,7 @@ def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, ti
 
     def go():
         try:
-            out["summary"] = run_disaggregated(cfg)
+            out["summary"] = run_training(cfg, ray=True)
         except BaseException as e:  # noqa: BLE001 -- re-raised in the test's thread
             out["error"] = e
 

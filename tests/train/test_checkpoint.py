@@ -75,14 +75,14 @@ def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
 
 
 def test_roundtrip_restores_weights_optimizer_ema_version(tmp_path):
+    from product import product_steps
+
     from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
 
     over = [f"run_dir={tmp_path}", "train.ema_decay=0.9", "train.prompts_per_step=2", "train.generations=4",
             "sampler.num_steps=4"]
     cfg = load_config(None, over)
-    ctx = build_context(cfg)
-    colocated_step(ctx, 0)
+    ctx = product_steps(cfg, steps=1)[0].ctx
     path = ckpt.save_train_state(ctx, tmp_path, step=1, keep=1)
     fresh = build_context(cfg)
     assert ckpt.resume(fresh, type("S", (), {"kind": "resume", "checkpoint": path})()) == (1, {})
@@ -115,12 +115,12 @@ def sd3_lora(tmp_path_factory) -> list[str]:
 
 
 def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path, sd3_lora):
+    from product import product_steps
+
     from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
 
     cfg = load_config(None, [f"run_dir={tmp_path}/run", *sd3_lora])
-    ctx = build_context(cfg)
-    colocated_step(ctx, 0)
+    ctx = product_steps(cfg, steps=1)[0].ctx
     path = ckpt.save_train_state(ctx, tmp_path / "run", step=1, keep=1)
     state = ckpt.read_train_state(path)
     trainable = [n for n, p in ctx.policy.named_parameters() if p.requires_grad]
@@ -161,13 +161,15 @@ def _plain(tmp_path):
 def test_a_diffusers_run_checkpoint_loads_back_through_model_checkpoint(tmp_path, sd3_lora, capsys):
     from digenrl.cli import main
     from digenrl.models.registry import build_policy
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import run_training
+    from product import product_steps
 
-    # (no EMA: the final checkpoint is then exactly the live trained weights compared below)
+    from digenrl.runtime.driver import run_training
+    from digenrl.train.context import build_context
+
+    # (no EMA: the final checkpoint is then exactly the trained weights, the same step in this process below)
     cfg = load_config(None, [f"run_dir={tmp_path}/run", "steps=1", "train.ema_decay=null", *sd3_lora])
-    ctx = build_context(cfg)
-    run_training(cfg, ctx=ctx)
+    run_training(cfg)
+    ctx = product_steps(cfg)[0].ctx
     trained = {n: p.detach().clone() for n, p in ctx.policy.named_parameters() if p.requires_grad}
     base = build_context(cfg).policy
     assert any(not torch.equal(p, trained[n]) for n, p in base.named_parameters() if p.requires_grad)

@@ -17,7 +17,9 @@ from digenrl.schedule.layout import tile_grid
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
-from digenrl.train.step_work import generate, split_groups, train_group
+from digenrl.train.step_work import generate
+
+from train_helpers import split_groups, train_group
 
 G, S = 4, 2
 # exact binary fractions: the step's mean is exactly 0.5, so with the batch baseline the samples with reward 0.5

@@ -14,9 +14,9 @@ itself (``ConfigError`` naming the key, before anything is written or started):
 * ``train.minibatch_split = samples`` (barrier modes only: ``config``): every round plans every group
   (``StepPlan.sample_split``) and the trainers train the round's samples; ``train.best_of_n`` needs nothing
   here (the trainers drop the unselected generations' cells, ``train.sample_masks``).
-* ``colocated`` uses ``runtime.trainers`` workers that both generate and train (``runtime.generators`` stays 1:
-  ``config``); each takes its share of the step's fragments at once and trains in chunks of the chunk shape
-  (``StepPlan.packed``).
+* ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must stay 1
+  when the config runs colocated (a config may describe its pools for ``simulate``'s other modes); each worker
+  takes its share of the step's fragments at once and trains in chunks of the chunk shape (``StepPlan.packed``).
 * the trained timesteps (``train.timestep_*``): at least one.
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
 * ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker.
@@ -119,6 +119,9 @@ def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
 def plan_run(cfg: Config) -> RunPlan:
     rt, t = cfg.runtime, cfg.train
     mode = Mode(rt.mode)
+    if mode is Mode.COLOCATED and rt.generators != 1:  # (a config may describe pools for other modes: `simulate`)
+        raise ConfigError("runtime.generators: colocated mode runs runtime.trainers workers that both generate "
+                          "and train; leave runtime.generators at 1")
     try:
         S = len(timestep_plan(cfg, 0).trained)
     except ValueError as e:
