@@ -51,7 +51,7 @@ def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
     cfg = load_config(None, [f"run_dir={tmp_path}", "train.ema_decay=0.5"])
     ctx = build_context(cfg)
     for step in (1, 2, 3):
-        ckpt.save_train_state(ctx, tmp_path, step=step, keep=2, counters={"wall_s": step})
+        ckpt.write_checkpoint(tmp_path, step, ckpt.pack_train_state(ctx, step=step, counters={"wall_s": step}), keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step_00000002.safetensors", "step_00000003.safetensors"]
     newest = tmp_path / "checkpoints" / names[-1]
@@ -59,7 +59,7 @@ def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
     newest.write_bytes(data[: len(data) // 3])                      # a damaged newest file (e.g. a bad disk)
     assert ckpt.latest_checkpoint(tmp_path).name == names[0]
     (tmp_path / "checkpoints" / ".tmp-step_00000004.safetensors-99").write_bytes(b"torn")  # a killed writer's
-    ckpt.save_train_state(ctx, tmp_path, step=4, keep=2)
+    ckpt.write_checkpoint(tmp_path, 4, ckpt.pack_train_state(ctx, step=4), keep=2)
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
     assert ckpt.latest_checkpoint(tmp_path).name == "step_00000004.safetensors"
 
@@ -83,9 +83,9 @@ def test_roundtrip_restores_weights_optimizer_ema_version(tmp_path):
             "sampler.num_steps=4"]
     cfg = load_config(None, over)
     ctx = product_steps(cfg, steps=1)[0].ctx
-    path = ckpt.save_train_state(ctx, tmp_path, step=1, keep=1)
+    path = ckpt.write_checkpoint(tmp_path, 1, ckpt.pack_train_state(ctx, step=1), keep=1)
     fresh = build_context(cfg)
-    assert ckpt.resume(fresh, type("S", (), {"kind": "resume", "checkpoint": path})()) == (1, {})
+    assert _resumed(fresh, path) == 1
     assert fresh.transaction.version == ctx.transaction.version == 1
     for (n, a), (_, b) in zip(ctx.policy.named_parameters(), fresh.policy.named_parameters()):
         assert torch.equal(a, b), n
@@ -121,7 +121,7 @@ def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path,
 
     cfg = load_config(None, [f"run_dir={tmp_path}/run", *sd3_lora])
     ctx = product_steps(cfg, steps=1)[0].ctx
-    path = ckpt.save_train_state(ctx, tmp_path / "run", step=1, keep=1)
+    path = ckpt.write_checkpoint(tmp_path / "run", 1, ckpt.pack_train_state(ctx, step=1), keep=1)
     state = ckpt.read_train_state(path)
     trainable = [n for n, p in ctx.policy.named_parameters() if p.requires_grad]
     assert list(state.model) == trainable and all("lora" in n for n in trainable)
@@ -183,3 +183,10 @@ def test_a_diffusers_run_checkpoint_loads_back_through_model_checkpoint(tmp_path
     assert main(["eval", *[o for o in sd3_lora if "lora" not in o],
                  f"model.checkpoint={tmp_path}/run/checkpoint.safetensors"]) == 2
     assert "model.checkpoint" in capsys.readouterr().err
+
+
+def _resumed(ctx, path) -> int:
+    """Restore ``ctx`` from the checkpoint file ``path`` (what a resumed worker does); its step."""
+    state = ckpt.read_train_state(path)
+    ckpt.restore_train_state(ctx, state)
+    return state.step

@@ -20,9 +20,9 @@ def test_resumed_ema_equals_the_uninterrupted_ema(tmp_path, every):
                              "train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4"])
     worker, _ = product_steps(cfg, steps=2)
     ctx = worker.ctx
-    path = ckpt.save_train_state(ctx, tmp_path, step=2, keep=1)
+    path = ckpt.write_checkpoint(tmp_path, 2, ckpt.pack_train_state(ctx, step=2), keep=1)
     fresh = build_context(cfg)
-    assert ckpt.resume(fresh, type("S", (), {"kind": "resume", "checkpoint": path})()) == (2, {})
+    assert _resumed(fresh, path) == 2
     assert fresh.ema.num_updates == ctx.ema.num_updates == 2
     for k in ctx.ema.shadow:
         assert torch.equal(fresh.ema.shadow[k], ctx.ema.shadow[k]), k
@@ -37,3 +37,10 @@ def test_resumed_ema_equals_the_uninterrupted_ema(tmp_path, every):
         torch.testing.assert_close(fresh.ema.shadow[k], ctx.ema.shadow[k], rtol=1e-6, atol=1e-9, msg=k)
         moved += int(not torch.equal(ctx.ema.shadow[k], dict(ctx.policy.named_parameters())[k]))
     assert moved > 0  # the EMA is not simply the weights (the check would hold for any count)
+
+
+def _resumed(ctx, path) -> int:
+    """Restore ``ctx`` from the checkpoint file ``path`` (what a resumed worker does); its step."""
+    state = ckpt.read_train_state(path)
+    ckpt.restore_train_state(ctx, state)
+    return state.step

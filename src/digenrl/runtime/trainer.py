@@ -178,9 +178,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         else:
             if group.advantages is None:
                 group.advantages = step_advantages(rewards, t, parts)[chunk.group][group.gen_index]
-                keep = self._refill(chunk.step, rewards, parts)
-                if keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train (A = 0)
-                    group.keep = keep[chunk.group][group.gen_index]
+            # the round's samples count, not A != 0 (train.zero_adv_refill: the re-added ones train with A = 0)
+            group.keep = None if masks is None else masks[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded, step_start=chunk.round == 0)
         if weight == 0.0 or not mine:  # a throw-away cell that only joined the collectives, or none
@@ -308,21 +307,6 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                 del self._groups[key]
         return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.monotonic(), stats,
                             scale.kept)
-
-    def _refill(self, step: int, rewards: dict, parts: dict) -> dict | None:
-        """``train.zero_adv_refill``: group -> kept mask (generation order) of ``step``, from every group's rewards
-        (drawn among the ``train.best_of_n`` selection where set)
-        (the config allows it in the barrier modes only, where they are all in before the first chunk)."""
-        t = self.cfg.train
-        if not t.zero_adv_refill:
-            return None
-        from digenrl.train.loss_scale import step_advantages
-        from digenrl.train.sample_masks import kept_masks
-
-        if len(rewards) < self._plan.prompts:
-            raise RuntimeError(f"{self.name}: train.zero_adv_refill at step {step} needs the rewards of all "
-                               f"{self._plan.prompts} groups, got {sorted(rewards)}")
-        return kept_masks(self.cfg, step_advantages(rewards, t, parts), rewards, parts, step=step)
 
     def abort(self) -> int | None:
         """Drop the open transaction (if any); returns the step it belonged to."""
