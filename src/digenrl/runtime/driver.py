@@ -74,7 +74,8 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
     from contextlib import nullcontext
 
     run = plan_run(cfg)  # config errors before anything is written or started
-    if uses_ray(run, ray):
+    ray = uses_ray(run, ray)
+    if ray:
         from .cluster import ray_session
 
         session = ray_session(run)  # placement errors too
@@ -83,7 +84,7 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
     with session:
         out = RunOutputs(cfg, start)
         try:
-            return _Controller(run, out, start, stop, local=not uses_ray(run, ray)).train()
+            return _Controller(run, out, start, stop, local=not ray).train()
         finally:
             out.close()
 

@@ -83,7 +83,8 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
                     and not (plan.packed and not a.tag and sum(counts) <= plan.colocated_share):
                 bad.append(f"gang {a.fragments[0] if not a.more else a.fragments} of {sum(counts)} fragments: "
                            f"only a TAG action of a shard group merges fragments, at most one per rank "
-                           f"({plan.shard_ranks}), or a packed colocated worker its share ({plan.colocated_share})")
+                           f"({plan.shard_ranks})" + (f", or a packed colocated worker its share "
+                                                      f"({plan.colocated_share})" if plan.packed else ""))
             elif a.more and not _consecutive(plan, a.fragments):
                 bad.append(f"gang {a.fragments}: its parts are not consecutive in dispatch order")
             for f in a.fragments:
