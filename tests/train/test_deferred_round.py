@@ -181,10 +181,10 @@ def test_deferred_round_with_recompute_and_tis(tiny_policy, step_start, monkeypa
         grp.log_probs = grp.log_probs + 0.05 * torch.randn(grp.log_probs.shape, generator=g)  # a biased generator
     cfg = _cfg("global", "batch")
     settings = replace(_settings(not step_start), old_logprob="recompute", tis_cap=1.02)
-    import digenrl.train.step_work as sw
+    import digenrl.train.chunk_loss as cl  # (train_helpers.train_group imports it when it trains)
 
-    train = sw.train_cells
-    monkeypatch.setattr(sw, "train_cells", lambda *a, **k: train(*a, **{**k, "step_start": step_start}))
+    train = cl.train_cells
+    monkeypatch.setattr(cl, "train_cells", lambda *a, **k: train(*a, **{**k, "step_start": step_start}))
     want, want_stats, _ = _direct(tiny_policy, groups, REWARDS, cfg, settings, ref)
     params = [p for p in tiny_policy.parameters() if p.requires_grad]
     tiny_policy.zero_grad(set_to_none=True)

@@ -183,6 +183,7 @@ def test_demo_run_stops_on_the_guard(tmp_path, monkeypatch, capsys):
     assert "run stopped by eval.guard after step 1 of 3: guard/drift" in err
     summary = json.loads((run / "summary.json").read_text())
     assert summary["guard_stop"]["guard"] == "drift" and summary["steps_done"] == 1
+    assert summary["audit_violations"] == [] and summary["version"] == 1  # the steps it did, audited
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in rows) == 1 and rows[-1]["final"]
     assert (run / "checkpoints").is_dir() and (run / "checkpoint.safetensors").is_file()

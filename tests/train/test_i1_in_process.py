@@ -43,6 +43,10 @@ CASES = {
                              "reward={digits: {weight: 1.0}, jpeg_compressibility: {weight: 0.5}}",
                              "train.adv_per_reward=true"],
     "cps-clip": ["sampler.kind=cps", "train.clip_range=1e-4", *MB],
+    # per-reward advantages with step-wide statistics: refused in the pipelined modes only (the config), it runs in
+    # the barrier modes, where every reward is in before the first cell
+    "per_reward-step_wide": ["reward={digits: {weight: 1.0}, jpeg_compressibility: {weight: 0.5}}",
+                             "train.adv_per_reward=true", "train.std_mode=global", "train.adv_baseline=batch"],
 }
 
 
@@ -76,6 +80,15 @@ def test_the_one_path_matches_the_reference(case, tmp_path):
         assert got_row["kept_fraction"] == want["kept_fraction"]
         for key in ("loss", "kl", "approx_kl"):
             assert got_row[key] == pytest.approx(want[key], rel=1e-3, abs=1e-7), (case, key)
+
+
+def test_per_reward_step_wide_is_refused_where_a_group_trains_before_the_last_reward():
+    from digenrl.config import ConfigError, load_config
+
+    on = ["train.adv_per_reward=true", "train.std_mode=global"]
+    assert load_config(None, [*on, "runtime.mode=naive"]).train.adv_per_reward
+    with pytest.raises(ConfigError, match="train.adv_per_reward"):
+        load_config(None, [*on, "runtime.mode=gap"])
 
 
 def test_the_options_change_the_result(tmp_path):

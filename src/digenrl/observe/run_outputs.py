@@ -1,4 +1,4 @@
-"""What a run leaves in ``run_dir``, the same for the single-process loop and the Ray runtime: resolved config,
+"""What a run leaves in ``run_dir``, the same for every run (in-process or on Ray): resolved config,
 metrics.jsonl, reward curve, before/after sample grids, a safetensors checkpoint (the final weights), resumable
 checkpoints (``checkpoints/``, ``train.checkpoint``) and summary.json.
 

@@ -245,8 +245,15 @@ class _Controller:
         result.write_gantt(self.out.run_dir / "gantt.png", f"{cfg.runtime.mode}: {result.pools_label()}, "
                                                            f"{plan.steps} steps (measured)")
         log, events = self._last_attempt_log()
+        if version < plan.steps:  # ended by eval.guard after its commit: the steps done (its publish never ran)
+            from dataclasses import replace
+
+            done = audit(replace(plan, steps=version), log, events, self.first)
+            violations = [v for v in done if v != f"version {version} never published"]
+        else:
+            violations = audit(plan, log, events, self.first)
         return self.out.finish(wall_s=self.wall0 + end, version=version, **result.timing(),
-                               audit_violations=audit(plan, log, events, self.first)[:20], bts=result.bts,
+                               audit_violations=violations[:20], bts=result.bts,
                                restarts=len(self.recoveries), recoveries=self.recoveries,
                                controller_cpu_s=self._controller_cpu_s, cost_scales=self.sched.cost_scales,
                                clock_error_s=self.pools.clock_error_s,

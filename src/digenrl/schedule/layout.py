@@ -68,8 +68,8 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
               chunk_timesteps: int) -> list[tuple[Cell, ...]]:
     """The one tiling of a group's (generation x trained timestep) grid into chunks, timestep-major: for each
     block of ``chunk_timesteps`` timesteps, for each block of ``chunk_generations`` of ``gens``, one chunk
-    (edge tiles are smaller). Every cell lands in exactly one chunk. The scheduler's TSP chunks and the
-    single-process loop's chunks both come from here."""
+    (edge tiles are smaller). Every cell lands in exactly one chunk. The scheduler's TSP chunks and a packed
+    colocated worker's (``classic_chunks``) both come from here."""
     if chunk_generations < 1 or chunk_timesteps < 1:
         raise ValueError("chunk shape must be at least 1 x 1")
     out = []

@@ -10,7 +10,7 @@ so the round's gradient is the loop's::
 
     grad_m = (1 / |K_m|) sum_{i in K_m} sum_{t} grad (1 / S) L(i, t),    K_m = the round's mask
 
-* ``best_of_n``: K = the group's best-of-n selection (``step_work.best_of_n_mask``, group-local), intersected
+* ``best_of_n``: K = the group's best-of-n selection (``best_of_n_mask``, group-local), intersected
   with A != 0 under ``train.filter_zero_advantage``;
 * ``zero_adv_refill``: Flow-GRPO's re-added zero-advantage samples, drawn among the selected samples;
 * ``minibatch_split=samples``: round r = (epoch r // M, minibatch r mod M) trains part r mod M of the seeded
