@@ -75,6 +75,11 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
 
     run = plan_run(cfg)  # config errors before anything is written or started
     ray = uses_ray(run, ray)
+    if not ray and run.failure is not None and run.failure.kind != "raise":
+        from digenrl.config import ConfigError
+
+        raise ConfigError(f"runtime.inject_failure: ':{run.failure.kind}' ends or stops the worker's process, which "
+                          "in-process is the run itself; use it on Ray (digenrl train --ray, or a Ray mode)")
     if ray:
         from .cluster import ray_session
 
