@@ -23,8 +23,9 @@ from digenrl.algo.timesteps import select_timesteps
 from digenrl.models.tiny_dit import DEFAULT_BASE, TinyDiTPolicy
 from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
-from digenrl.train.chunk_loss import LossSettings
-from digenrl.train.step_work import assign_advantages, generate, split_groups, train_group
+from digenrl.schedule.layout import tile_grid
+from digenrl.train.chunk_loss import LossSettings, train_cells
+from digenrl.train.step_work import assign_advantages, generate
 
 OUT = Path(__file__).resolve().parent / "results" / "demo_throughput.json"
 
@@ -52,14 +53,15 @@ def main() -> None:
     rows.append({"what": "rollout", "batch": P * G, "sampling_steps": T, "denoise_steps_per_s": P * G * T / best, "wall_s": best})
     batch.rewards = torch.rand(len(batch), generator=torch.Generator().manual_seed(0))
     assign_advantages(batch, std_mode="group", adv_clip_max=5.0)
-    groups = split_groups(batch)
+    groups = [batch.select(list(range(k * G, (k + 1) * G))) for k in range(P)]  # the prompt groups
     cells = len(batch) * len(plan.trained)
     for cg, ct in [(1, 1), (8, 1), (8, 2), (8, 5)]:
         best = float("inf")
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             for g in groups:
-                train_group(policy, g, settings=LossSettings(), loss_scale=1.0 / cells, chunk_generations=cg, chunk_timesteps=ct)
+                for chunk in tile_grid(list(range(G)), len(plan.trained), cg, ct):
+                    train_cells(policy, g, chunk, settings=LossSettings(), loss_scale=1.0 / cells)
             best = min(best, time.perf_counter() - t0)
             policy.zero_grad(set_to_none=True)
         rows.append({"what": "train", "chunk": f"{cg}x{ct}", "cells_per_forward": cg * ct, "cells_per_s": cells / best, "wall_s": best})

@@ -98,12 +98,12 @@ def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log) -> dic
     from digenrl.config import load_config
     from digenrl.control.profile import ProfileCost, load_profile
     from digenrl.control.run_plan import plan_run
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     load = os.getloadavg()[0]  # before the run: what else was running (the run itself adds ~1.5 on 2 cores)
     cfg = load_config(None, base + mode_overrides(mode) + [f"run_dir={run_dir}", "runtime.calibration.when=always",
                                                             f"runtime.calibration.repeats={repeats}"])
-    s = run_disaggregated(cfg)
+    s = run_training(cfg, ray=True)
     plan = plan_run(cfg).plan
     sim = sim_steady_step(plan, load_profile(run_dir / "profile.json"))
     own = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(run_dir, plan.sampling_steps)))
@@ -170,11 +170,11 @@ def run_modes(modes, steps: int, rounds: int, work: Path, log, figures: Path | N
 def learn(work: Path, steps: int, log) -> dict:
     """The demo config (packaged base weights) in ``full`` mode: does it still learn?"""
     from digenrl.config import load_config
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     cfg = load_config(None, [f"run_dir={work / 'learn_full'}", f"steps={steps}", "runtime.mode=full",
                              "runtime.max_stale_fraction=0.25", "log.progress=false", "eval.every=10"])
-    s = run_disaggregated(cfg)
+    s = run_training(cfg, ray=True)
     rows = [json.loads(x) for x in (work / "learn_full" / "metrics.jsonl").read_text().splitlines()]
     out = {"mode": "full", "steps": steps, "eval_reward_initial": s["eval_reward_initial"],
            "eval_reward_final": s["eval_reward_final"], "stale_fraction": s["stale_fraction"],

@@ -5,7 +5,7 @@ S = 4 trained timesteps, 1 thread per worker), ``gap_tsp_tag`` on 2 workers (1 g
 this machine has 2 cores). A cost profile is measured once on live workers of that layout with every fragment
 size (divisors of G) and chunk size the sweep can use; ``sim.plan_search.search`` probes every fragment size x
 chunk shape (48 candidates) with it. Three plans are then run for real with the Ray runtime
-(``run_disaggregated``, the profile also feeding BTS): the plan's choice, the median candidate and the slowest
+(``run_training``, the profile also feeding BTS): the plan's choice, the median candidate and the slowest
 candidate (by predicted time), each ``--rounds`` times, interleaved. For each: the predicted steady step time of the
 run's own length (simulated with the same plan and profile), the measured one (publish of the last step - publish
 of the first) / (K - 1), mean over the rounds, the prediction from the ``profile_observed.json`` the chosen plan's
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     from digenrl.control.profile import ProfileCost, load_profile
     from digenrl.control.run_plan import plan_run
     from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
     from digenrl.sim.plan_search import apply, profile_costs, profile_pools, search
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                     c = apply(cfg, p.candidate).model_copy(update={"run_dir": str(work / f"{name}_{r}")})
                     c = c.model_copy(update={"runtime": c.runtime.model_copy(update={"profile": str(prof_path)})})
                     plan = replace(plan_run(c).plan, steps=args.steps)
-                    s = run_disaggregated(c)
+                    s = run_training(c, ray=True)
                     own = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(work / f"{name}_{r}",
                                                                                     plan.sampling_steps)))
                     runs[name].append((s["steady_step_time_s"], own, len(s["audit_violations"])))

@@ -62,12 +62,12 @@ def publish_ends(spans) -> list[float]:
 def one_run(base: list[str], path: str, run_dir: Path, log) -> dict:
     from digenrl.config import load_config
     from digenrl.observe.trace import read_chrome_trace
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     load = os.getloadavg()[0]  # before the run: what else was running (the run itself adds ~1.5 on 2 cores)
     cfg = load_config(None, base + ["runtime.mode=full", "runtime.trainers=1", "runtime.generators=1",
                                     f"runtime.publish={path}", f"run_dir={run_dir}"])
-    s = run_disaggregated(cfg)
+    s = run_training(cfg, ray=True)
     spans = read_chrome_trace(run_dir / "trace.json")
     pubs = publish_ends(spans)  # the steady window: the first step's publish to the last step's
     lo, hi, n = pubs[0], pubs[-1], len(pubs) - 1

@@ -29,11 +29,11 @@ HERE = Path(__file__).resolve().parent
 
 def run(overrides: list[str], run_dir: Path) -> dict:
     from digenrl.config import load_config
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     cfg = load_config(None, [f"run_dir={run_dir}", *overrides])
     t0 = time.perf_counter()
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     return {"wall_s": time.perf_counter() - t0, "restarts": summary["restarts"],
             "recoveries": summary["recoveries"], "step_time_s": summary["step_time_s"]}
 

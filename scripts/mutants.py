@@ -87,19 +87,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "    return stable_seed(int(run_seed), int(step), int(uid), int(gen))",
        "    return stable_seed(int(run_seed), int(step), int(uid), 0)",
        ["tests/rollout/test_noise_invariance.py"]),
-    # the round's 1/kept, where the loss-scale refactor (issue 20, item 3) puts it: the reference loop, the Ray
-    # trainer and the FSDP ranks share it, so I1 (runtime vs reference loop) cannot see it; the recipe parity
-    # test's Flow-GRPO reference (written from its scripts, one group of four with a constant reward) can
-    Mutant("loss scale 1/B instead of 1/kept", (
-        Site("src/digenrl/train/loss_scale.py",
-             "    return LossScale(num_trained, sum(kept_count(a, filter_zero, k) for a, k in zip(advantages, keep, "
-             "strict=True)))",
-             "    return LossScale(num_trained, sum(len(a) for a in advantages))", optional=True),
-        # (before the refactor the reference loop computed its own)
-        Site("src/digenrl/train/loop.py",
-             "            kept = sum(kept_count(g.advantages, t.filter_zero_advantage) for g in mb)",
-             "            kept = sum(len(g.advantages) for g in mb)", optional=True),
-    ), ("tests/train/test_recipe_parity.py",), "a kept < B case against an independent reference"),
+    # the round's 1/kept (train.loss_scale): Adam barely sees a uniform gradient scale, so the parity tests against
+    # an independently written Flow-GRPO step with a kept < B minibatch and a clipped gradient norm catch it
+    _m("loss scale 1/B instead of 1/kept", "src/digenrl/train/loss_scale.py",
+       "    return LossScale(num_trained, sum(kept_count(a, filter_zero, k) for a, k in zip(advantages, keep, "
+       "strict=True)))",
+       "    return LossScale(num_trained, sum(len(a) for a in advantages))",
+       ["tests/train/test_recipe_parity.py"], "a kept < B case against an independent reference"),
+    # the loss and the advantage in the product: I1 now checks the math (tests/reference shares none of it)
+    _m("loss: the ratio inverted (r = exp(logp_old - logp))", "src/digenrl/algo/loss.py",
+       "    log_ratio = log_prob - old_log_prob", "    log_ratio = old_log_prob - log_prob",
+       ["tests/train/test_i1_in_process.py"], "I1 against the reference written from the formulas"),
+    _m("advantage: the baseline's sign flipped", "src/digenrl/algo/advantage.py",
+       "        adv[m] = (r - base) / (denom + eps)", "        adv[m] = (base - r) / (denom + eps)",
+       ["tests/train/test_i1_in_process.py"], "I1 against the reference written from the formulas"),
     _m("minibatches in reversed order", "src/digenrl/schedule/plan.py",
        "    return group * minibatches // prompts", "    return (prompts - 1 - group) * minibatches // prompts",
        ["tests/train/test_minibatches.py"]),

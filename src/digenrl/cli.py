@@ -98,6 +98,7 @@ def _load_train(args):
 def cmd_train(args) -> int:
     from digenrl.faults import RunHalted
     from digenrl.observe.run_dir import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
+    from digenrl.runtime.errors import WorkerFailure
     from digenrl.train.interrupt import StopRequest, as_interrupted
     from digenrl.validate import validate_run
 
@@ -115,30 +116,23 @@ def cmd_train(args) -> int:
     summary = None
     try:
         start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # again, under the lock
-        colocated = cfg.runtime.mode == "colocated" and cfg.runtime.generators == 1 and cfg.runtime.trainers == 1 and not args.ray
-        if cfg.eval.guard and not colocated:
-            from digenrl.config import ConfigError
+        from digenrl.control.run_plan import plan_run
+        from digenrl.runtime.driver import run_training, uses_ray
 
-            raise ConfigError("eval.guard: runs in the single-process loop only (no --ray): the Ray runtime's evals "
-                              "return only the eval reward, not the samples a guard scores")
-        stop = StopRequest(abandon=not colocated)
+        ray = uses_ray(plan_run(cfg), args.ray)
+        stop = StopRequest(abandon=ray)  # in-process: the controller's thread is the workers': stop at a step's end
         try:
             with stop.installed():
-                if colocated:
-                    from digenrl.train.loop import run_training
-
-                    summary = run_training(cfg, ctx=_context(cfg), start=start, stop=stop)
-                else:
-                    summary = _train_ray(cfg, start, stop)
+                summary = run_training(cfg, start, stop, ray=ray)
         except Exception as e:
             stopped = as_interrupted(e)  # a stop signal first, whatever error it came back as
             if stopped is not None:
                 return _interrupted(cfg, stopped)
             if isinstance(e, RunHalted):
                 return _halted(cfg, e)
-            if isinstance(e, _RayFailure):
+            if isinstance(e, WorkerFailure):  # names the worker and the step; the checkpoints stay valid
                 print(f"digenrl: run failed: {e}{_resume_hint(cfg)}", file=sys.stderr)
-                _print_worker_log(cfg, getattr(e.__cause__, "worker", None))
+                _print_worker_log(cfg, e.worker)
                 return 1
             if isinstance(e, OSError):  # disk full, a read-only or failing file system: the checkpoints stay whole
                 return _io_error(cfg, e)
@@ -190,21 +184,18 @@ def _io_error(cfg, e: OSError) -> int:
     """The run could not write (or read) a file after it started: ``failure.json`` where it can still be
     written, one line naming the error and how to go on, exit 74. Writes are atomic, so every checkpoint on disk
     is whole and the newest resumes."""
-    import json
-
-    from digenrl.safe_files import atomic_write_bytes
+    from digenrl.observe.run_outputs import FailureRecord, resume_command, write_failure
     from digenrl.train.checkpoint import latest_checkpoint
 
     run_dir = Path(cfg.run_dir)
     ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
     what = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
-    if run_dir.is_dir():
-        rec = {"error": what, "kind": type(e).__name__, "errno": e.errno, "checkpoint": str(ckpt) if ckpt else None}
-        try:
-            atomic_write_bytes(run_dir / "failure.json", json.dumps(rec, indent=2).encode())
-        except OSError:
-            pass  # the disk is still full: the line below says it all
-    go_on = (f"free space (or fix the file system) and resume with: digenrl train --resume {run_dir}" if ckpt else
+    try:
+        write_failure(run_dir, FailureRecord("io", what, errno=e.errno, checkpoint=ckpt,
+                                             resume=resume_command(run_dir) if ckpt else None))
+    except OSError:
+        pass  # the disk is still full: the line below says it all
+    go_on = (f"free space (or fix the file system) and resume with: {resume_command(run_dir)}" if ckpt else
              "no resumable checkpoint was written; fix the cause and start the run again")
     print(f"digenrl: error: run stopped writing its outputs: {what}; {go_on}", file=sys.stderr)
     return EXIT_IO
@@ -212,22 +203,33 @@ def _io_error(cfg, e: OSError) -> int:
 
 def _halted(cfg, e) -> int:
     """A run stopped on a non-finite value before it reached the weights: ``failure.json``, one line, exit 2."""
-    import json
-
-    from digenrl.safe_files import atomic_write_bytes
+    from digenrl.observe.run_outputs import FailureRecord, write_failure
     from digenrl.train.checkpoint import latest_checkpoint
 
     run_dir = Path(cfg.run_dir)
-    ckpt = latest_checkpoint(run_dir)
-    if run_dir.is_dir():
-        rec = {"error": str(e), "kind": type(e).__name__, "checkpoint": str(ckpt) if ckpt else None}
-        atomic_write_bytes(run_dir / "failure.json", json.dumps(rec, indent=2).encode())
+    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    write_failure(run_dir, FailureRecord("halted", str(e), checkpoint=ckpt))
     kept = f"the last good checkpoint {ckpt} is kept" if ckpt else "no resumable checkpoint was written before it"
     return _fail(f"run stopped: {e}; nothing was committed or saved after it, {kept}")
 
 
-class _RayFailure(Exception):
-    pass
+def _interrupted(cfg, e) -> int:
+    """Record a stop on a signal and say in one line how to go on."""
+    from digenrl.observe.run_outputs import FailureRecord, resume_command, write_failure
+    from digenrl.train.checkpoint import latest_checkpoint
+    from digenrl.train.interrupt import EXIT_INTERRUPTED
+
+    run_dir = Path(cfg.run_dir)
+    ckpt = e.checkpoint or latest_checkpoint(run_dir)
+    cmd = resume_command(run_dir)
+    write_failure(run_dir, FailureRecord("interrupted", str(e), step=e.step, signal=e.signal_name, checkpoint=ckpt,
+                                         resume=cmd if ckpt else None))
+    if ckpt is not None:
+        print(f"digenrl: stopped by {e.signal_name}; resume with: {cmd}", file=sys.stderr)
+    else:
+        print(f"digenrl: stopped by {e.signal_name} before any resumable checkpoint; start over with: "
+              f"digenrl train --overwrite run_dir={run_dir} ...", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _print_prediction(cfg) -> None:
@@ -240,33 +242,6 @@ def _print_prediction(cfg) -> None:
         print(line, flush=True)
     if warn:
         print(warn, file=sys.stderr, flush=True)
-
-
-def _train_ray(cfg, start, stop) -> dict:
-    from digenrl.runtime.driver import run_disaggregated
-    from digenrl.runtime.errors import WorkerFailure
-
-    try:
-        return run_disaggregated(cfg, start, stop)
-    except WorkerFailure as e:  # names the worker and the step (restarts exhausted); the checkpoints stay valid
-        raise _RayFailure(str(e)) from e
-
-
-def _interrupted(cfg, e) -> int:
-    """Record a stop on a signal and say in one line how to go on."""
-    from digenrl.train.checkpoint import latest_checkpoint
-    from digenrl.train.interrupt import EXIT_INTERRUPTED, write_failure
-
-    run_dir = Path(cfg.run_dir)
-    ckpt = e.checkpoint or latest_checkpoint(run_dir)
-    cmd = f"digenrl train --resume {run_dir}"
-    write_failure(run_dir, e, ckpt, cmd if ckpt else None)
-    if ckpt is not None:
-        print(f"digenrl: stopped by {e.signal_name}; resume with: {cmd}", file=sys.stderr)
-    else:
-        print(f"digenrl: stopped by {e.signal_name} before any resumable checkpoint; start over with: "
-              f"digenrl train --overwrite run_dir={run_dir} ...", file=sys.stderr)
-    return EXIT_INTERRUPTED
 
 
 def cmd_pretrain(args) -> int:

@@ -355,7 +355,7 @@ class EvalConfig(_Strict):
     """Samples in each eval's grid (`samples_before.png`, `samples/eval_step_N.png`, `samples_after.png`)."""
     guard: dict[str, dict[str, Any]] = {}
     """Reward-hacking guard: rewards (as in `reward`, no weight) and `drift` (image statistics against the base model's
-    samples) scored on every eval's samples, never optimised; the single-process loop only.
+    samples) scored on every eval's samples, never optimised; in every mode (the run waits for each eval).
     """
     guard_action: Literal["none", "warn", "checkpoint", "stop"] = "warn"  # when a guard falls while eval rises
     """When a guard falls by more than its tolerance while the eval reward rises: `none`, `warn`, `checkpoint` (keep
@@ -616,11 +616,7 @@ class Config(_Strict):
         if t.algorithm != "mixgrpo" and (self.sampler.post_solver != "euler" or self.sampler.post_compress_ratio < 1.0):
             key = "sampler.post_solver" if self.sampler.post_solver != "euler" else "sampler.post_compress_ratio"
             raise ValueError(f"{key}: the ODE after the SDE window (MixGRPO-Flash) needs train.algorithm=mixgrpo")
-        if self.eval.guard and (self.runtime.mode != "colocated" or self.runtime.generators != 1
-                                or self.runtime.trainers != 1):
-            raise ValueError("eval.guard: runs in the single-process loop only (runtime.mode=colocated with "
-                             "runtime.generators=1 and runtime.trainers=1): the Ray runtime's evals return only "
-                             "the eval reward, not the samples a guard scores")
+        self._check_runtime()
         self._check_quirks()
         self._check_generator()
         if self.train.cpu_offload and self.train.sharding != "fsdp":
@@ -659,6 +655,19 @@ class Config(_Strict):
         if g > 1 and Mode(rt.mode) is Mode.COLOCATED:
             raise ValueError("runtime.generator_sequence_parallel: colocated mode has no generators (its workers "
                              "generate with train.sequence_parallel)")
+
+    def _check_runtime(self) -> None:
+        """Keys of ``runtime`` against the rest (the one home of these cross-key rules: ``control.run_plan`` builds
+        the plan of a config that passed them)."""
+        rt, t = self.runtime, self.train
+        mode = Mode(rt.mode)
+        if t.adv_per_reward and (t.std_mode == "global" or t.adv_baseline == "batch") and mode.pipelined:
+            raise ValueError(f"train.adv_per_reward: per-reward advantages with step-wide statistics (std_mode=global "
+                             f"or adv_baseline=batch) need every reward of the step before the first training cell: "
+                             f"runtime.mode colocated or naive only (got {rt.mode})")
+        if mode.tag and rt.calibration.when == "never" and rt.profile is None:
+            raise ValueError(f"runtime.calibration.when: 'never' leaves mode {mode.value!r} without a cost model (BTS "
+                             "predicts with it): give runtime.profile or let the run measure one ('auto')")
 
     def _check_nft(self) -> None:
         """train.algorithm=nft (DiffusionNFT, ``algo.nft``): ODE sampling, its own timestep draw, no ratio."""

@@ -149,3 +149,26 @@ def test_the_executor_imports_no_torch():
                     "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_an_in_process_run_never_imports_ray(tmp_path):
+    """``digenrl train`` of one colocated worker (the default config) runs the scheduler and the controller with
+    the workers in this process (``runtime.local``): with Ray blocked it trains, writes its outputs and never
+    imports ``ray``. The same blocker makes a Ray run fail at once (the test can fail)."""
+    block_ray = BLOCK.replace("('torch', 'ray')", "('ray',)")
+    run = tmp_path / "run"
+    small = ["steps=2", "train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4",
+             "eval.num_prompts=4", "eval.grid_prompts=2", "eval.every=1", "log.progress=false"]
+    code = block_ray + (
+        "from digenrl.cli import main\n"
+        f"rc = main(['train', 'run_dir={run}', *{small!r}, *sys.argv[1:]])\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'ray']\n"
+        "assert not bad, bad\n"
+        "sys.exit(rc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["transport"] == "in-process" and summary["audit_violations"] == [] and summary["version"] == 2
+    ray_run = subprocess.run([sys.executable, "-c", code, f"run_dir={tmp_path / 'ray'}", "--ray"],
+                             capture_output=True, text=True, timeout=300)
+    assert ray_run.returncode != 0 and "blocked: ray" in ray_run.stderr, ray_run.stderr[-2000:]

@@ -1,11 +1,11 @@
 """Run ``digenrl`` with a signal sent to the process itself inside a step (fault injection, no timing).
 
-    python fault_run.py SIGNAL@STEP[xN] digenrl-args...          (colocated loop)
+    python fault_run.py SIGNAL@STEP[xN] digenrl-args...          (in-process: one colocated worker)
     python fault_run.py SIGNAL@publishV[xN] digenrl-args...      (Ray runtime)
     python fault_run.py SIGNAL@stopped[xN] digenrl-args...       (Ray runtime)
     python fault_run.py SIGNAL@write digenrl-args...             (Ray runtime)
 
-Colocated: while step STEP (0-based) trains its first group (its transaction is open, gradients half
+In-process: while step STEP (0-based) trains its first chunk (its transaction is open, gradients half
 accumulated), the process sends itself SIGNAL (KILL, TERM, INT) N times (default 1), then goes on as the
 signal lets it. Ray runtime: the controller process does the same when it starts publishing version V; with
 N > 1 it sends the first there and the others while the controller stops (checkpointing after the first).
@@ -103,19 +103,18 @@ def main() -> int:
 
         return cli(argv)
     at = int(step)
-    from digenrl.train import loop
+    from digenrl.runtime.trainer import TrainerWorker
 
-    train_group = loop.train_group
+    train = TrainerWorker.train
 
-    def faulty(policy, group, **kw):
-        tx_step = kw["record"].__self__.step
-        if tx_step == at and not getattr(faulty, "sent", False):
+    def faulty(self, chunk, *args):  # (in-process: the worker's call runs in this process)
+        if chunk.step == at and not getattr(faulty, "sent", False):
             faulty.sent = True
             for _ in range(n):
                 os.kill(os.getpid(), sig)
-        return train_group(policy, group, **kw)
+        return train(self, chunk, *args)
 
-    loop.train_group = faulty
+    TrainerWorker.train = faulty
     from digenrl.cli import main as cli
 
     return cli(argv)

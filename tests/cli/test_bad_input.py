@@ -112,10 +112,10 @@ def test_bad_input_exits_2_and_writes_nothing(files, tmp_path, capsys, monkeypat
     import digenrl.runtime.driver as driver
 
     def never(*a, **k):  # the checks run before Ray starts or any actor is created (order-independent)
-        raise AssertionError("Ray was started for a config that should have been refused")
+        raise AssertionError("Ray or a worker was started for a config that should have been refused")
 
     monkeypatch.setattr(ray, "init", never)
-    monkeypatch.setattr(driver, "start_pools", never)
+    monkeypatch.setattr(driver._Controller, "start_pools", never)  # (Ray's or in-process workers)
     args, needles = CASES[case](files, tmp_path)
     run = tmp_path / "run"
     if not any(a.startswith("run_dir=") for a in args):

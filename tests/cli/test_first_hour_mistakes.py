@@ -42,7 +42,7 @@ def no_ray(monkeypatch):
     import digenrl.runtime.driver as driver
 
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started"))
-    monkeypatch.setattr(driver, "run_disaggregated", lambda *a, **k: pytest.fail("the Ray driver started"))
+    monkeypatch.setattr(driver, "run_training", lambda *a, **k: pytest.fail("the Ray driver started"))
 
 
 def _refused(capsys, tmp_path, args, watched=()):

@@ -67,18 +67,18 @@ def test_a_nan_reward_for_one_sample_stops_the_run(tmp_path, capsys, monkeypatch
 
 
 def test_a_non_finite_gradient_stops_the_run_before_the_optimizer_step(tmp_path, capsys, monkeypatch):
-    from digenrl.train import loop
+    from digenrl.runtime.trainer import TrainerWorker
 
-    train_group = loop.train_group
+    train = TrainerWorker.train
 
-    def poisoned(policy, group, **kw):
-        out = train_group(policy, group, **kw)
-        if kw["record"].__self__.step == 1:
-            p = next(p for p in policy.parameters() if p.grad is not None)
+    def poisoned(self, chunk, *args):
+        out = train(self, chunk, *args)
+        if chunk.step == 1:
+            p = next(p for p in self.policy.parameters() if p.grad is not None)
             p.grad.view(-1)[0] = float("nan")
         return out
 
-    monkeypatch.setattr(loop, "train_group", poisoned)
+    monkeypatch.setattr(TrainerWorker, "train", poisoned)
     run = tmp_path / "run"
     assert main(["train", f"run_dir={run}", "steps=3", *TINY, "runtime.checkpoint_every=1"]) == 2
     err = capsys.readouterr().err
@@ -108,4 +108,4 @@ def test_a_nan_reward_in_a_ray_run_is_not_retried(tmp_path):
     assert "step 1" in proc.stderr and "reward.judge" in proc.stderr and "gen0" in proc.stderr, proc.stderr[-3000:]
     assert _checkpoints(run) == ["step_00000001.safetensors"] and not (run / "checkpoint.safetensors").exists()
     failure = json.loads((run / "failure.json").read_text())
-    assert "not finite" in failure["error"] and "restarts" not in failure
+    assert "not finite" in failure["error"] and failure["kind"] == "halted" and failure["restarts"] == 0

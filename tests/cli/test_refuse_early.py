@@ -56,8 +56,8 @@ def test_more_gpus_than_the_machine_has_is_refused_before_ray(tmp_path, capsys, 
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init before the GPU check"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    for mod in (cluster, driver):  # (the driver's own name too: imported here first, it would keep the patch)
-        monkeypatch.setattr(mod, "start_pools", lambda *a, **k: pytest.fail("workers started"))
+    monkeypatch.setattr(cluster, "start_pools", lambda *a, **k: pytest.fail("workers started"))
+    monkeypatch.setattr(driver._Controller, "start_pools", lambda *a, **k: pytest.fail("workers started"))
     err = _refused(capsys, tmp_path, ["--ray", "runtime.mode=gap", "runtime.generators=2", "runtime.trainers=1",
                                       "runtime.generator_resources={GPU: 1}"], "runtime.generator_resources")
     assert "this machine has 1" in err
@@ -71,23 +71,23 @@ def test_more_gpus_than_the_machine_has_is_refused_before_ray(tmp_path, capsys, 
 def test_bad_options_and_missing_files_before_any_worker(tmp_path, capsys, monkeypatch, args, key):
     import digenrl.runtime.driver as driver
 
-    monkeypatch.setattr(driver, "run_disaggregated", lambda *a, **k: pytest.fail("the Ray driver started"))
+    monkeypatch.setattr(driver, "run_training", lambda *a, **k: pytest.fail("the Ray driver started"))
     _refused(capsys, tmp_path, ["--ray", "runtime.mode=gap", *[a.replace("{tmp}", str(tmp_path)) for a in args]], key)
 
 
 def _fake_ray_run(monkeypatch, exc_factory):
-    """``run_disaggregated`` that creates the run outputs as the driver does, then fails before a step."""
+    """``run_training`` that creates the run outputs as the driver does, then fails before a step."""
     import digenrl.runtime.driver as driver
     from digenrl.observe.run_outputs import RunOutputs
 
-    def fake(cfg, start=None, stop=None):
+    def fake(cfg, start=None, stop=None, ray=None):
         out = RunOutputs(cfg, start)
         try:
             raise exc_factory()
         finally:
             out.close()
 
-    monkeypatch.setattr(driver, "run_disaggregated", fake)
+    monkeypatch.setattr(driver, "run_training", fake)
 
 
 def test_run_that_never_started_leaves_no_run_dir(tmp_path, capsys, monkeypatch):
@@ -145,11 +145,13 @@ def test_deterministic_worker_errors_are_not_retried(tmp_path, monkeypatch):
         def kill(self):
             pass
 
+        def abort(self):
+            pass
+
     attempts = []
-    monkeypatch.setattr(driver, "start_pools", lambda *a, **k: Pools())
-    monkeypatch.setattr(driver, "_abort", lambda pools: None)
     ctl = object.__new__(driver._Controller)
-    ctl.cfg, ctl.out, ctl.recoveries, ctl.state, ctl.first = cfg, out, [], None, 0
+    ctl.cfg, ctl.out, ctl.recoveries, ctl.state, ctl.first, ctl.local = cfg, out, [], None, 0, False
+    ctl.start_pools = lambda state, failure: Pools()
     ctl.run = type("R", (), {"failure": None, "generator_ids": ("gen0",), "trainer_ids": ("trn0",)})()
     ctl.metrics = type("M", (), {"close": lambda self: None})()
     ctl._restarted = lambda: None

@@ -114,9 +114,10 @@ def test_rerun_into_a_run_dir_is_refused_then_overwrite_replaces_it(tmp_path, ca
     assert "already holds a run" in err and "--resume" in err
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing changed
     (run / "failure.json").write_text("{}")                                 # a stale record of the old run
-    (run / "trace.json").write_text("{}")                                   # an output this executor does not write
+    (run / "logs").mkdir()
+    (run / "logs" / "gen0.log").write_text("")                              # an output an in-process run does not write
     assert main([*args, "--overwrite"]) == 0
-    assert not (run / "failure.json").exists() and not (run / "trace.json").exists()
+    assert not (run / "failure.json").exists() and not (run / "logs").exists()
     assert [r["step"] for r in step_rows(run)] == [0, 1, 1]
 
 

@@ -103,13 +103,13 @@ def test_a_second_writer_is_refused_at_once(tmp_path, capsys):
 
 
 def test_the_lock_is_held_for_the_whole_run(tmp_path, monkeypatch):
-    from digenrl.train import loop
+    from digenrl.runtime.trainer import TrainerWorker
 
     run = tmp_path / "run"
     seen = []
-    train_group = loop.train_group
+    train = TrainerWorker.train
 
-    def probe(policy, group, **kw):
+    def probe(self, *args):
         with open(run / LOCK, "a") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -117,9 +117,9 @@ def test_the_lock_is_held_for_the_whole_run(tmp_path, monkeypatch):
                 fcntl.flock(f, fcntl.LOCK_UN)
             except BlockingIOError:
                 seen.append("held")
-        return train_group(policy, group, **kw)
+        return train(self, *args)
 
-    monkeypatch.setattr(loop, "train_group", probe)
+    monkeypatch.setattr(TrainerWorker, "train", probe)
     assert main(["train", f"run_dir={run}", *FAST]) == 0
     assert seen and set(seen) == {"held"}
     with open(run / LOCK, "a") as f:  # released at the end

@@ -1,4 +1,5 @@
-"""Two RL steps of every diffusers family through the real colocated loop (``digenrl.train.loop``)."""
+"""Two RL steps of every diffusers family through ``digenrl train``'s one path (scheduler, control loop, the
+colocated worker in this process: ``tests/product.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import torch
 
 from test_diffusers_adapters import FAMILIES, TEXTS, model_dirs  # noqa: F401  (fixture)
 from digenrl.config import load_config
-from digenrl.train.context import build_context
-from digenrl.train.loop import run_training
+from product import product_steps, product_worker
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
@@ -31,13 +31,14 @@ def test_two_rl_steps(model_dirs, name, tmp_path):  # noqa: F811
     if cache is not None:
         overrides.append(f"model.prompt_cache_dir={cache}")
     cfg = load_config(None, overrides)
-    ctx = build_context(cfg)
+    worker = product_worker(cfg)
+    ctx = worker.ctx
     assert type(ctx.ref_policy).__name__ == "ReferenceView"  # KL reference = adapters disabled, no weight copy
     lora_b = {n: p.detach().clone() for n, p in ctx.policy.named_parameters() if "lora_B" in n}
     base = {n: p.detach().clone() for n, p in ctx.policy.named_parameters() if not p.requires_grad}
-    summary = run_training(cfg, ctx=ctx)
-    assert summary["version"] == 2 and summary["steps"] == 2
+    _, rows = product_steps(cfg, worker=worker)
+    assert ctx.transaction.version == 2 and [r["step"] for r in rows] == [1, 2]
     moved = [n for n, p in ctx.policy.named_parameters() if "lora_B" in n and not torch.equal(p, lora_b[n])]
     assert moved  # the adapters trained ...
     assert all(torch.equal(p, base[n]) for n, p in ctx.policy.named_parameters() if not p.requires_grad)  # ... only
-    assert (tmp_path / "run" / "checkpoint.safetensors").is_file()
+    assert all(r["loss"] == r["loss"] and r["grad_norm"] > 0 for r in rows)

@@ -43,22 +43,17 @@ def tied_reward_server(steps: int, prompts: int = 3):
 
 
 def reference_run(tiny_model, run_dir, overrides, *, eval_weights: bool = False):
-    """The single-process loop's weights after ``steps`` (the eval weights, the EMA's where it keeps one, with
-    ``eval_weights``) and its metric rows: the oracle of the invariance tests."""
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    """The reference's weights after ``steps`` (the eval weights, the EMA's where it keeps one, with
+    ``eval_weights``) and its metric rows: the oracle of the invariance tests (``tests/reference``, written from
+    the formulas)."""
+    from reference import reference_run as run
 
-    cfg = make_cfg(tiny_model, run_dir, *overrides)
-    ctx = build_context(cfg)
-    rows = [colocated_step(ctx, k) for k in range(cfg.steps)]
-    if eval_weights:
-        with ctx.eval_weights():
-            return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
-    return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}, rows
+    state, rows, _ = run(make_cfg(tiny_model, run_dir, *overrides), eval_weights=eval_weights)
+    return state, rows
 
 
 def run_matches(cfg, ref, rtol_tensor: float, rtol_global: float, label: str = ""):
-    """Run ``cfg`` on Ray and check it against the reference loop's weights ``ref``: a clean audit, every step
+    """Run ``cfg`` on Ray and check it against the reference's weights ``ref``: a clean audit, every step
     committed, and the run's committed parameters within ``rtol_tensor`` (max relative error per tensor) and
     ``rtol_global`` (the whole state) of ``ref``. Returns the run's summary."""
     from pathlib import Path
@@ -66,9 +61,9 @@ def run_matches(cfg, ref, rtol_tensor: float, rtol_global: float, label: str = "
     from safetensors.torch import load_file
     from test_sharded_pool import _errors
 
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     per, glob = _errors(load_file(str(Path(cfg.run_dir) / "checkpoint.safetensors")), ref)
     print(f"{label}: max relative error per tensor {per:.2e}, global {glob:.2e}")

@@ -1,4 +1,4 @@
-"""The runtime's I2 check (``RayExecutor._check_cells``) stops a run whose trainers recorded a wrong cell set.
+"""The runtime's I2 check (``WorkerExecutor._check_cells``) stops a run whose trainers recorded a wrong cell set.
 
 No Ray: the executor is driven through a real schedule (the simulator's action log) with fake actor handles
 whose calls return at once; each call's result is built from the action, as a worker would report it, and is
@@ -20,7 +20,7 @@ from digenrl.control.run_plan import RunPlan
 from digenrl.runtime.clocks import Clock
 from digenrl.runtime.cluster import ActorPools
 from digenrl.runtime.errors import WorkerFailure
-from digenrl.runtime.executor import RayExecutor
+from digenrl.runtime.executor import WorkerExecutor
 from digenrl.runtime.messages import ChunkResult, CommitResult, FragmentInfo
 from digenrl.schedule import Commit, Generate, Train
 from digenrl.sim.executor import simulate
@@ -82,7 +82,7 @@ def _result(action, worker, corrupt):
 
 
 def _replay(plan, corrupt=lambda chunk, cells: cells, calls=None):
-    """Launch the simulator's actions in order on a ``RayExecutor`` with fake actors, completing each call at
+    """Launch the simulator's actions in order on a ``WorkerExecutor`` with fake actors, completing each call at
     once through the executor's completion path; the calls the actors received are appended to ``calls``."""
     calls = [] if calls is None else calls
     cfg = SimpleNamespace(train=SimpleNamespace(std_mode="group", adv_baseline="group", adv_std_unbiased=False))
@@ -91,7 +91,7 @@ def _replay(plan, corrupt=lambda chunk, cells: cells, calls=None):
                        trainers={w: _Actor(w, calls) for w in plan.trainers})
     clock = Clock()
     clock.use({w: 0.0 for w in plan.generators + plan.trainers})  # (the fake results' stamps are not checked here)
-    ex = RayExecutor(run, pools, clock)
+    ex = WorkerExecutor(run, pools, clock)
     for _, a in simulate(plan, COST).actions:
         ex.launch([a])
         pending = {}

@@ -8,7 +8,6 @@ restarting the generator."""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -41,10 +40,11 @@ def _actors(ray, stall_gen: bool):
 
 
 def test_get_named_gives_up_at_its_deadline(ray_local):
-    from digenrl.runtime.cluster import get_named
+    from digenrl.runtime.cluster import ActorPools
     from digenrl.runtime.errors import WorkerFailure
 
     gen, trn = _actors(ray_local, True)
+    get_named = ActorPools({"gen0": gen}, {"trn0": trn}).get_named
     try:
         t0 = time.monotonic()
         with pytest.raises(WorkerFailure) as e:
@@ -61,11 +61,12 @@ def test_get_named_gives_up_at_its_deadline(ray_local):
 def test_a_generator_stalled_during_calibration_is_caught(ray_local, tiny_model, tmp_path):
     from digenrl.control.run_plan import plan_run
     from digenrl.runtime.calibrate import calibrate
+    from digenrl.runtime.cluster import ActorPools
     from digenrl.runtime.errors import WorkerFailure
 
     run = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", "runtime.watchdog_s=0.5"))
     gen, trn = _actors(ray_local, True)
-    pools = SimpleNamespace(rank0=trn, generators={"gen0": gen}, trainers={"trn0": trn})
+    pools = ActorPools({"gen0": gen}, {"trn0": trn})
     try:
         t0 = time.monotonic()
         with pytest.raises(WorkerFailure) as e:
@@ -162,7 +163,7 @@ def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, ti
     import threading
 
     from digenrl.runtime import deadlines as dl
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     monkeypatch.setattr(dl, "OBSERVED_FLOOR_S", 3.0, raising=False)  # (absent in the old code)
     cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "steps=2",
@@ -172,7 +173,7 @@ def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, ti
 
     def go():
         try:
-            out["summary"] = run_disaggregated(cfg)
+            out["summary"] = run_training(cfg, ray=True)
         except BaseException as e:  # noqa: BLE001 -- re-raised in the test's thread
             out["error"] = e
 

@@ -6,7 +6,7 @@ whose zero-initialised output layer makes every velocity 0 in any dtype (nothing
 * In-process (no Ray): the worker builds the copy the options ask for (bf16 weights, a compiled network), swaps a
   staged version in through it, and the test hook biases the recorded log-probs.
 * A compiled float32 generator samples the eager trajectories (to float32 rounding), so a Ray run still ends with the
-  single-process loop's parameters (I1), here with the broadcast publish (the compiled weights are swapped in place
+  reference's parameters (I1, ``tests/reference``), here with the broadcast publish (the compiled weights are swapped in place
   at every version).
 * A bfloat16 generator with the stream publish receives the trainers' float32 tensors (``FastGenerator.layout``),
   and the mismatch metrics see its numerics.
@@ -75,12 +75,12 @@ def test_compiled_generator_keeps_i1(ray_local, tmp_path):
 
 
 def test_bf16_generator_with_stream_publish(ray_local, tmp_path):
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     overrides = ["runtime.mode=gap_tsp", "runtime.publish=stream", "generator.dtype=bfloat16",
                  "train.old_logprob=recompute", "train.tis_cap=2"]
     cfg = make_cfg(DEFAULT_BASE, tmp_path / "run", *overrides)
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     rows = _rows(tmp_path / "run")
     assert len(rows) == cfg.steps
@@ -91,7 +91,7 @@ def test_bf16_generator_with_stream_publish(ray_local, tmp_path):
 def test_recompute_on_a_sharded_pool(ray_local, tiny_model, tmp_path):
     """``train.old_logprob=recompute`` on a 2-rank FSDP shard group, 2 minibatches x 2 inner epochs: the later rounds'
     logp_start comes from the step-start snapshot of each rank's shards (swapped in with FSDP's reshard around it),
-    so a generator pool biased by +0.5 still ends with the unbiased single-process loop's parameters."""
+    so a generator pool biased by +0.5 still ends with the unbiased reference's parameters."""
     math = ["train.old_logprob=recompute", "train.minibatches_per_step=2", "train.inner_epochs=2"]
     ref, _ = reference_run(tiny_model, tmp_path / "ref", math)
     cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "runtime.trainers=2", "train.sharding=fsdp",
@@ -105,12 +105,12 @@ def test_recompute_takes_stale_samples_at_the_step_start(ray_local, tiny_model, 
     """TCSS with ``recompute``: a stale sample's logp_old is the trainers' log-prob under the step's starting weights,
     not its behaviour version's, so every first-round ratio is exactly 1 (approx_kl 0) where the generator's
     log-probs give stale samples a ratio (``test_tcss_failure``); the mismatch leaves the stale samples out."""
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5",
                    "train.lr=3e-4", "train.old_logprob=recompute", "train.tis_cap=1.5")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     rows = _rows(run)
     assert sum(r["staleness/1"] for r in rows) > 0, "TCSS never ran: the test would prove nothing"

@@ -1,7 +1,8 @@
 """I1 schedule invariance: every on-policy mode of the Ray runtime ends with the reference loop's parameters.
 
-The reference is ``train.loop.colocated_step`` in one process (same config, seed, float32). Each runtime run
-also has to pass the audit of its own action/event log (I2-I4) and write the run outputs.
+The reference is ``tests/reference`` (one process, written from the formulas, sharing no training code with the
+product; same config, seed, float32). Each run also has to pass the audit of its own action/event log (I2-I4) and
+write the run outputs; ``colocated`` runs through ``digenrl train``, on Ray (``--ray``) and in-process.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from runtime_helpers import SMALL, check_one_clock, make_cfg
 RTOL = 1e-5
 # With several optimizer steps per step the ratio leaves 1 after the first one and the clipped loss amplifies
 # float noise of the behaviour log-probs: sampling the same trajectories in fragments of 2 instead of one
-# batch moves the single-process loop itself by 1.8e-5 (relative) after 3 steps of 2 minibatches x 2 epochs
+# batch moved the (then shared) reference loop by 1.8e-5 (relative) after 3 steps of 2 minibatches x 2 epochs
 # (measured; 8e-7 with one optimizer step per step). The runtime samples in fragments, so M > 1 gets 5e-5.
 RTOL_MINIBATCHES = 5e-5
 
@@ -30,19 +31,14 @@ BIASED = ["generator.inject_logprob_offset=0.5"]
 
 @pytest.fixture(scope="module")
 def references(tiny_model, tmp_path_factory):
-    """Parameters after the steps of the single-process loop, per set of math overrides (cached)."""
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    """Parameters after the steps of the reference, per set of math overrides (cached)."""
+    from reference import reference_run
 
     cache = {}
 
     def get(*math):
         if math not in cache:
-            cfg = make_cfg(tiny_model, tmp_path_factory.mktemp("ref"), *math)
-            ctx = build_context(cfg)
-            for k in range(cfg.steps):
-                colocated_step(ctx, k)
-            cache[math] = {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}
+            cache[math] = reference_run(make_cfg(tiny_model, tmp_path_factory.mktemp("ref"), *math))[0]
         return cache[math]
 
     return get
@@ -62,6 +58,7 @@ def _initial_params(path) -> dict:
 CASES = {
     # mode, extra overrides
     "colocated": ["runtime.trainers=1"],
+    "colocated-in_process": ["runtime.trainers=1"],  # what `digenrl train` runs without --ray (runtime.local)
     "naive": [],
     # measures a profile it does not need; evaluates after every step (rank 0's side call between steps)
     "gap": ["runtime.calibration.when=always", "runtime.calibration.repeats=1", "eval.every=1"],
@@ -82,20 +79,22 @@ CASES = {
 def test_mode_matches_reference(case, ray_local, tiny_model, tmp_path, references):
     from safetensors.torch import load_file
 
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     mode = case.split("-")[0]
     overrides = [f"runtime.mode={mode}", *CASES[case]]
     reference_params = references(*[o for o in CASES[case] if o.startswith("train.")])
     cfg = make_cfg(tiny_model, tmp_path / "run", *overrides)
-    if mode == "colocated":  # through the CLI: `digenrl train --ray` runs the Ray runtime
+    if mode == "colocated":  # through the CLI: `digenrl train --ray` runs the Ray runtime, without it in-process
         from digenrl.cli import main
 
-        assert main(["train", "--ray", f"model.path={tiny_model}", f"run_dir={tmp_path / 'run'}", *SMALL,
-                     *overrides]) == 0
+        ray = "in_process" not in case
+        assert main(["train", *(["--ray"] if ray else []), f"model.path={tiny_model}", f"run_dir={tmp_path / 'run'}",
+                     *SMALL, *overrides]) == 0
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["transport"] == ("ray" if ray else "in-process")
     else:
-        summary = run_disaggregated(cfg)
+        summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == []
     assert summary["version"] == cfg.steps
     got = load_file(str(tmp_path / "run" / "checkpoint.safetensors"))

@@ -1,5 +1,5 @@
 """I1 for train.algorithm=grpo_guard, mixgrpo (and MixGRPO-Flash) and nft: the Ray runtime ends with the
-single-process loop's parameters in every on-policy mode (colocated, naive, gap, gap_tsp, gap_tsp_tag: each
+reference's parameters (``tests/reference``) in every on-policy mode (colocated, naive, gap, gap_tsp, gap_tsp_tag: each
 algorithm in each, one case per pair; the cases are tiny: the plain algorithm's I1 is test_invariance), and
 each algorithm runs in ``full`` (TCSS, off-policy: no I1) with a clean audit and its staleness bound."""
 
@@ -55,14 +55,9 @@ CASES = {
 
 
 def _reference(tiny_model, run_dir, math):
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    from reference import reference_run
 
-    cfg = make_cfg(tiny_model, run_dir, *math)
-    ctx = build_context(cfg)
-    for k in range(cfg.steps):
-        colocated_step(ctx, k)
-    return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}
+    return reference_run(make_cfg(tiny_model, run_dir, *math))[0]
 
 
 def _rel_err(got: dict, ref: dict) -> float:
@@ -74,13 +69,13 @@ def _rel_err(got: dict, ref: dict) -> float:
 def test_algorithm_mode_matches_reference(case, ray_local, tiny_model, tmp_path):
     from safetensors.torch import load_file
 
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     mode = case.split("-")[0]
     math = [o for o in CASES[case] if not o.startswith("runtime.")]
     ref = _reference(tiny_model, tmp_path / "ref", math)
     cfg = make_cfg(tiny_model, tmp_path / "run", f"runtime.mode={mode}", *CASES[case])
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == []
     assert summary["version"] == cfg.steps
     got = load_file(str(tmp_path / "run" / "checkpoint.safetensors"))
@@ -104,12 +99,12 @@ def test_algorithm_runs_in_full_mode(algorithm, ray_local, tiny_model, tmp_path)
     within runtime.max_stale_fraction (no I1: the stale samples make it another computation)."""
     import json
 
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     math = {"grpo_guard": GUARD, "mixgrpo": MIX, "nft": NFT}[algorithm]
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5", *math)
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     trajs = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
     per_step = cfg.train.prompts_per_step * cfg.train.generations

@@ -1,4 +1,4 @@
-"""I1 for Flow-GRPO's quirk options (issue 21, item 3): the Ray runtime ends where the single-process loop does.
+"""I1 for Flow-GRPO's quirk options (issue 21, item 3): the Ray runtime ends where the reference (``tests/reference``) does.
 
 * ``train.ema_update=per_micro_batch`` in a pipelined mode (gap_tsp, 2 trainer ranks, 2 minibatches): the
   checkpoint holds the EMA weights, k = P G / (M micro_batch) = 12 / (2 x 3) = 2 updates per commit on rank 0, whatever the

@@ -1,5 +1,5 @@
 """I1 for the options that train a subset of a step's samples (issue 21, item 2): the Ray runtime ends where the
-single-process loop does.
+reference (``tests/reference``) does.
 
 * ``train.best_of_n`` (DanceGRPO ``--bestofn``) in a pipelined mode (gap_tsp, 2 trainer ranks, 2 minibatches,
   beta_kl > 0, no zero-advantage filter: the tied group's selected samples train their KL and count) and on a
@@ -14,7 +14,7 @@ single-process loop does.
   with best-of-n too) and naive on a sharded pool with best-of-n (chunks of 2 cells: a rank whose one cell is
   masked joins the collectives with weight 0 while the other trains).
 
-Oracle: ``train.loop.colocated_step`` in one process (it selects rows; the trainers mask cells). Each case also
+Oracle: ``tests/reference`` (it selects rows, written from the peers' formulas; the trainers mask cells). Each case also
 checks that the option changes the result (the test can fail).
 """
 

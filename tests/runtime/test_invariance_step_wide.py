@@ -1,6 +1,6 @@
 """I1 with step-wide advantages (``train.std_mode=global``, ``train.adv_baseline=batch``) in the pipelined modes:
 the trainers train each group with provisional terms, rescale at the commit and correct the clipped and
-zero-advantage samples (``algo.deferred_std``), and end with the single-process loop's parameters.
+zero-advantage samples (``algo.deferred_std``), and end with the reference's parameters (``tests/reference``).
 
 Each case has 2 trainer ranks, beta_kl > 0, ``adv_clip_max`` 1 (advantages are clipped), and a reward with one
 tied group per step (zero advantage with the group baseline, so kept < B under the zero-advantage filter). The

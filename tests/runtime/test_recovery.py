@@ -16,10 +16,10 @@ BASE = ["runtime.mode=gap_tsp", "runtime.trainers=2", "steps=4", "runtime.checkp
 def uninterrupted(ray_local, tiny_model, tmp_path_factory):
     from safetensors.torch import load_file
 
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path_factory.mktemp("clean") / "run"
-    summary = run_disaggregated(make_cfg(tiny_model, run, *BASE))
+    summary = run_training(make_cfg(tiny_model, run, *BASE), ray=True)
     assert summary["restarts"] == 0
     return load_file(str(run / "checkpoint.safetensors"))
 
@@ -33,11 +33,11 @@ def _max_rel(a: dict, b: dict) -> float:
 def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uninterrupted):
     from safetensors.torch import load_file
 
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     extra = ["runtime.watchdog_s=20"] if hook.endswith("stall") else []
-    summary = run_disaggregated(make_cfg(tiny_model, run, *BASE, f"runtime.inject_failure={hook}", *extra))
+    summary = run_training(make_cfg(tiny_model, run, *BASE, f"runtime.inject_failure={hook}", *extra), ray=True)
     worker, step = hook.split(":")[0].split("@")
     assert summary["restarts"] == 1 and summary["version"] == 4 and summary["audit_violations"] == []
     rec = summary["recoveries"][0]
@@ -71,12 +71,12 @@ def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uni
 
 def test_restarts_are_bounded(ray_local, tiny_model, tmp_path):
     from digenrl.runtime import WorkerFailure
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     with pytest.raises(WorkerFailure, match="worker gen0 failed at step 2"):
-        run_disaggregated(make_cfg(tiny_model, run, *BASE, "runtime.inject_failure=gen0@2:exit",
-                                   "runtime.max_restarts=0"))
+        run_training(make_cfg(tiny_model, run, *BASE, "runtime.inject_failure=gen0@2:exit",
+                                   "runtime.max_restarts=0"), ray=True)
     rec = json.loads((run / "failure.json").read_text())
     assert rec["worker"] == "gen0" and rec["resume"].startswith("digenrl train --resume")
     assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "step_00000002.safetensors"
@@ -87,14 +87,14 @@ def test_ray_run_resumes_from_its_checkpoint(ray_local, tiny_model, tmp_path, un
     from safetensors.torch import load_file
 
     from digenrl.observe.run_dir import plan_run_dir
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     first = make_cfg(tiny_model, run, *BASE[:2], "steps=2", "runtime.checkpoint_every=1")
-    run_disaggregated(first)
+    run_training(first, ray=True)
     cfg = make_cfg(tiny_model, run, *BASE)
     start = plan_run_dir(cfg, resume=True)
     assert start.kind == "resume" and start.step == 2
-    summary = run_disaggregated(cfg, start)
+    summary = run_training(cfg, start, ray=True)
     assert summary["version"] == 4 and summary["audit_violations"] == []
     assert _max_rel(load_file(str(run / "checkpoint.safetensors")), uninterrupted) <= 1e-6

@@ -99,10 +99,10 @@ def _errors(got: dict, ref: dict) -> tuple[float, float]:
 def _run(cfg, ref_init):
     from safetensors.torch import load_file
 
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     ref, init = ref_init
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     got = load_file(str(Path(cfg.run_dir) / "checkpoint.safetensors"))
     per, glob = _errors(got, ref)

@@ -117,12 +117,12 @@ def test_cli_refuses_before_writing(tiny_model, tmp_path):
 
 
 def test_run_refuses_unplaceable_pools_before_writing(ray_local, tiny_model, tmp_path):
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap", "runtime.generator_resources={A100: 1}")
     with pytest.raises(ConfigError, match=r"^runtime\.generator_resources: .*'A100'"):
-        run_disaggregated(cfg)
+        run_training(cfg, ray=True)
     assert not run.exists()
 
 

@@ -1,7 +1,7 @@
 """``train.sharding=fsdp`` under the Ray runtime: a sharded trainer pool is one shard group whose actions are
-collectives of its ranks (DESIGN.md 2.3), and the run still ends with the single-process loop's parameters.
+collectives of its ranks (DESIGN.md 2.3), and the run still ends with the reference's parameters.
 
-Oracle: ``train.loop.colocated_step`` in one process, unsharded (same config and seed). Compared per tensor
+Oracle: ``tests/reference`` (one process, unsharded, written from the formulas; same config and seed). Compared per tensor
 (1e-5 relative) without the attention key bias, whose exact gradient is 0 (softmax ignores it), so Adam turns
 the rounding noise it gets into lr-sized steps of random sign in any two runs that round differently; the
 whole state, key bias included, is compared through the global relative error (1e-5).
@@ -31,14 +31,9 @@ def _profile(path):
 
 @pytest.fixture(scope="module")
 def reference(tiny_model, tmp_path_factory):
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    from reference import reference_run
 
-    cfg = make_cfg(tiny_model, tmp_path_factory.mktemp("ref"))
-    ctx = build_context(cfg)
-    for k in range(cfg.steps):
-        colocated_step(ctx, k)
-    return {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}
+    return reference_run(make_cfg(tiny_model, tmp_path_factory.mktemp("ref")))[0]
 
 
 def _comparable(name: str, t: torch.Tensor) -> torch.Tensor:
@@ -71,12 +66,12 @@ def _check_params(run_dir, reference, tiny_model):
 def test_sharded_pipelined_with_tag_matches_reference(ray_local, tiny_model, tmp_path, reference, copy):
     """TAG on the shard group, its ranks gathering the shards at every forward or generating from an inference
     copy gathered once per version (runtime.tag_inference_copy)."""
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED, "runtime.fragment_size=1",
                    f"runtime.profile={_profile(tmp_path / 'profile.json')}", f"runtime.tag_inference_copy={copy}")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(run, reference, tiny_model)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -103,13 +98,13 @@ def test_sharded_gang_over_two_groups_matches_reference(ray_local, tiny_model, t
     generations round-robin (two each, of both groups, in one batch) and the trajectories reach the right
     groups' training."""
     from digenrl.observe.trace import read_chrome_trace
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED, "runtime.fragment_size=3",
                    "runtime.tag_policy=greedy", f"runtime.profile={_profile(tmp_path / 'profile.json')}",
                    f"runtime.tag_inference_copy={copy}")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(run, reference, tiny_model)
     tags = [s for s in read_chrome_trace(run / "trace.json") if s.kind == "tag"]
@@ -121,13 +116,13 @@ def test_sharded_gang_over_two_groups_matches_reference(ray_local, tiny_model, t
 
 @pytest.mark.slow
 def test_sharded_colocated_matches_reference(ray_local, tiny_model, tmp_path, reference):
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     # fragments of 1 generation: one of the 2 ranks has no share of each and only joins the forwards
     # ... and the shard group times its ops before step 1 (every forward a collective, sizes round-robin)
     cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=colocated", *SHARDED, "runtime.fragment_size=1",
                    "runtime.calibration.when=always", "runtime.calibration.repeats=1")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(tmp_path / "run", reference, tiny_model)
     prof = json.loads((tmp_path / "run" / "profile.json").read_text())
@@ -140,13 +135,13 @@ def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_
     after 2 steps and resumed for the third ends with the uninterrupted run's parameters (weights published by
     a torch.distributed broadcast from the sharded pool)."""
     from digenrl.observe.run_dir import plan_run_dir
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
     from digenrl.train import checkpoint as ckpt
 
     run = tmp_path / "run"
     over = ["runtime.mode=gap_tsp", *SHARDED, "runtime.checkpoint_every=1", "runtime.keep_checkpoints=1",
             "runtime.publish=broadcast"]  # the ranks gather the full state, rank 0 broadcasts it
-    run_disaggregated(make_cfg(tiny_model, run, *over, "steps=2"))
+    run_training(make_cfg(tiny_model, run, *over, "steps=2"), ray=True)
     found = ckpt.list_checkpoints(run)
     assert [k for k, _ in found] == [2]  # keep_checkpoints=1 removed step 1's file ...
     d = ckpt.checkpoint_dir(run)
@@ -155,7 +150,7 @@ def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_
     assert state.sharded == "step_00000002.dcp" and state.model == {} and state.version == 2
     assert ".metadata" in state.shards and ckpt.verify_checkpoint(found[-1][1]) is None  # every shard file hashed
     cfg = make_cfg(tiny_model, run, *over, "steps=3")
-    summary = run_disaggregated(cfg, plan_run_dir(cfg, resume=True))
+    summary = run_training(cfg, plan_run_dir(cfg, resume=True), ray=True)
     assert summary["version"] == 3
     _check_params(run, reference, tiny_model)
 
@@ -163,7 +158,7 @@ def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_
 @pytest.mark.slow
 def test_sharded_lora_diffusers_matches_reference(ray_local, tmp_path):
     """LoRA on a tiny FLUX (diffusers) over a 2-rank shard group, pipelined: the adapters only are trained,
-    published and checkpointed (gathered from the shards); they end within 1e-5 of the single-process loop."""
+    published and checkpointed (gathered from the shards); they end within 1e-5 of the reference."""
     import sys
     from pathlib import Path
 
@@ -173,9 +168,9 @@ def test_sharded_lora_diffusers_matches_reference(ray_local, tmp_path):
     from tiny_diffusers import save_flux
 
     from digenrl.config import load_config
-    from digenrl.runtime.driver import run_disaggregated
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    from reference import Reference
+
+    from digenrl.runtime.driver import run_training
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red cat\na big dog\n")
@@ -187,13 +182,13 @@ def test_sharded_lora_diffusers_matches_reference(ray_local, tmp_path):
               "train.chunk_timesteps=2", "runtime.fragment_size=2", "eval.num_prompts=2", "eval.grid_prompts=2",
               "eval.every=0", "log.progress=false"]
     ref_cfg = load_config(None, [f"run_dir={tmp_path}/ref", *common])
-    ctx = build_context(ref_cfg)
-    init = {k: v.detach().clone() for k, v in ctx.policy.trainable_state_dict().items()}
+    oracle = Reference(ref_cfg)
+    init = {k: v.detach().clone() for k, v in oracle.policy.trainable_state_dict().items()}
     for k in range(ref_cfg.steps):
-        colocated_step(ctx, k)
-    ref = {k: v.detach().clone() for k, v in ctx.policy.trainable_state_dict().items()}
+        oracle.step(k)
+    ref = {k: v.detach().clone() for k, v in oracle.policy.trainable_state_dict().items()}
     cfg = load_config(None, [f"run_dir={tmp_path}/run", *common, "runtime.mode=gap_tsp", *SHARDED])
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     got = load_file(str(tmp_path / "run" / "checkpoint.safetensors"))
     assert set(got) == set(ref) and all("lora" in k for k in got)  # adapters only
@@ -210,14 +205,14 @@ HYBRID = ["runtime.trainers=4", "train.sharding=fsdp", "train.shard_groups=2",
 def test_hybrid_sharding_with_gang_tag_matches_reference(ray_local, tiny_model, tmp_path, reference):
     """Hybrid sharding: 4 ranks as 2 shard groups of 2 (each a data-parallel replica of the other). The
     scheduler sees two trainers, TSP spreads the chunks over them, TAG gangs run on either group, and the commit
-    sums the gradient shards across the groups; the run ends with the single-process loop's parameters."""
+    sums the gradient shards across the groups; the run ends with the reference's parameters."""
     from digenrl.observe.trace import read_chrome_trace
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *HYBRID, "runtime.fragment_size=1",
                    f"runtime.profile={_profile(tmp_path / 'profile.json')}")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(run, reference, tiny_model)
     trace = json.loads((run / "trace.json").read_text())
@@ -236,18 +231,18 @@ def test_hybrid_sharding_broadcast_publish_and_resume(ray_local, tiny_model, tmp
     """Hybrid sharding with the broadcast publish (the generator joins the world and creates the shard and
     replica groups too) and a resume: rank 0's group writes the shards, every group loads them back."""
     from digenrl.observe.run_dir import plan_run_dir
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
     from digenrl.train import checkpoint as ckpt
 
     run = tmp_path / "run"
     over = ["runtime.mode=gap_tsp", *HYBRID, "runtime.checkpoint_every=1", "runtime.keep_checkpoints=1",
             "runtime.publish=broadcast"]
-    run_disaggregated(make_cfg(tiny_model, run, *over, "steps=2"))
+    run_training(make_cfg(tiny_model, run, *over, "steps=2"), ray=True)
     state = ckpt.read_train_state(ckpt.list_checkpoints(run)[-1][1])
     assert state.sharded == "step_00000002.dcp" and sorted(state.shards) == [".metadata", "__0_0.distcp",
                                                                              "__1_0.distcp"]  # one group's 2 ranks
     cfg = make_cfg(tiny_model, run, *over, "steps=3")
-    summary = run_disaggregated(cfg, plan_run_dir(cfg, resume=True))
+    summary = run_training(cfg, plan_run_dir(cfg, resume=True), ray=True)
     assert summary["version"] == 3 and summary["audit_violations"] == []
     _check_params(run, reference, tiny_model)
 
@@ -275,12 +270,12 @@ def test_stream_publish_from_every_shard_matches_reference(ray_local, tiny_model
     leave a rank empty (FSDP2's torch.chunk split), under hybrid sharding the first group's 2 ranks send. The
     generator samples with what it joined, so a wrong part would change the run's parameters."""
     from digenrl.observe.trace import read_chrome_trace
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     pool = ["runtime.trainers=3", "train.sharding=fsdp"] if layout == "3ranks" else HYBRID
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp", *pool, "runtime.publish=stream")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(run, reference, tiny_model)
     _check_stream_spans(read_chrome_trace(run / "trace.json"), summary["clock_error_s"])
@@ -293,12 +288,12 @@ def test_stream_publish_in_full_mode_on_a_shard_group(ray_local, tiny_model, tmp
     audit of the run (no commit before its version is out, the publish holding the generator only) is clean.
     (Whether a chunk overlaps a publish depends on the machine's timing; the scheduler test asserts it.)"""
     from digenrl.observe.trace import read_chrome_trace
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5", *SHARDED,
                    "runtime.publish=stream")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_stream_spans(read_chrome_trace(run / "trace.json"), summary["clock_error_s"])
     traj = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]

@@ -13,12 +13,12 @@ from runtime_helpers import make_cfg
 def test_full_mode_staleness_bounds(ray_local, tiny_model, tmp_path, publish):
     """(stream: the trainers go on while the generators receive; the audit checks that no commit starts before
     the version is out and that the publish holds the generators only)"""
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5",
                    "train.lr=3e-4", f"runtime.publish={publish}")  # lr: a stale sample's ratio shows
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == []
     cap = int(0.5 * cfg.train.prompts_per_step * cfg.train.generations)
     trajs = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
@@ -45,15 +45,15 @@ def test_full_mode_staleness_bounds(ray_local, tiny_model, tmp_path, publish):
 @pytest.mark.parametrize("hook,worker,step", [("gen0@2:exit", "gen0", 2), ("trn0@1", "trn0", 1)])
 def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, hook, worker, step):
     from digenrl.runtime import WorkerFailure
-    from digenrl.runtime.driver import run_disaggregated
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    from reference import reference_run
+
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp", "steps=4", "runtime.checkpoint_every=1",
                    f"runtime.inject_failure={hook}", "runtime.max_restarts=0")
     with pytest.raises(WorkerFailure) as err:
-        run_disaggregated(cfg)
+        run_training(cfg, ray=True)
     e = err.value
     assert (e.worker, e.step) == (worker, step)
     assert f"worker {worker}" in str(e) and f"step {step}" in str(e)
@@ -66,10 +66,8 @@ def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, h
         return
     state = read_train_state(path)
     assert 1 <= state.step == state.version <= step  # a committed step; the failed step never committed
-    ctx = build_context(cfg)     # the checkpoint is exactly the reference after that many steps
-    for k in range(state.step):
-        colocated_step(ctx, k)
-    for k, v in ctx.policy.state_dict().items():
+    ref, _, _ = reference_run(cfg.model_copy(update={"steps": state.step}))  # the checkpoint: the reference's
+    for k, v in ref.items():
         assert float((state.model[k] - v).norm() / v.norm().clamp_min(1e-12)) < 1e-5, k
 
 
@@ -91,12 +89,12 @@ def test_full_mode_recovers_a_killed_generator_within_the_tcss_bounds(ray_local,
     fragment, I2-I4). What it does not promise: the uninterrupted run's parameters, since which fragments run
     stale depends on timing (docs/reliability.md; measured in benchmarks/results/recovery_demo.json,
     ``full_mode``)."""
-    from digenrl.runtime.driver import run_disaggregated
+    from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5",
                    "runtime.checkpoint_every=1", "runtime.inject_failure=gen0@2:exit")
-    summary = run_disaggregated(cfg)
+    summary = run_training(cfg, ray=True)
     assert summary["restarts"] == 1 and summary["version"] == 4 and summary["audit_violations"] == []
     rec = summary["recoveries"][0]
     assert (rec["worker"], rec["step"]) == ("gen0", 2) and rec["replay_from_step"] <= 2

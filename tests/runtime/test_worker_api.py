@@ -11,7 +11,9 @@ from digenrl.runtime.trainer import TrainerWorker
 from digenrl.runtime.workers import GeneratorAPI, TrainerAPI
 
 RUNTIME = Path(__file__).resolve().parents[2] / "src" / "digenrl" / "runtime"
-CONTROLLER = ("executor.py", "driver.py", "cluster.py", "calibrate.py", "calibrate_cli.py")
+SRC = RUNTIME.parent
+CONTROLLER = ("executor.py", "driver.py", "cluster.py", "calibrate.py", "calibrate_cli.py", "pools.py", "local.py",
+              "between_steps.py")
 
 
 def _declared(proto) -> dict:
@@ -33,31 +35,36 @@ def test_workers_implement_their_protocols():
             assert got == want, f"{cls.__name__}.{name}{got} != {proto.__name__}.{name}{want}"
 
 
-def test_the_controller_calls_only_declared_methods():
-    declared = set(_declared(GeneratorAPI)) | set(_declared(TrainerAPI))
-    called = set()
-    for name in CONTROLLER:
-        called |= set(re.findall(r"\.(\w+)\.(?:remote|options)\(", (RUNTIME / name).read_text()))
-    assert called, "found no actor calls: the pattern is stale"
-    assert called <= declared, sorted(called - declared)
+# a worker method is named by a string literal at each of these calls; a bare ``method`` only where one of them
+# forwards its own parameter (``WorkerPools.on_rank0`` -> ``call``, ``_Controller.rank0`` -> ``on_rank0``)
+CALLS = r"(?<!def )(?:\bcall\(\s*[^,()]+,|\.on_rank0\(|\brank0\()\s*([^,)]*)"
+FORWARDING = {("runtime/pools.py", "method"), ("runtime/driver.py", "method")}
 
 
-SRC = RUNTIME.parent
-
-
-def test_methods_called_by_name_on_rank0_are_declared():
-    """``ActorPools.on_rank0("method", ...)`` calls a trainer method by name (``getattr``): every such name in
-    the package is a declared ``TrainerAPI`` method, and every call names its method with a string literal."""
-    declared = set(_declared(TrainerAPI))
+def _named_calls() -> tuple[set, list]:
     named, dynamic = set(), []
     for path in sorted(SRC.rglob("*.py")):
-        text = path.read_text()
-        for m in re.finditer(r"\.on_rank0\(\s*([^,)]*)", text):
-            lit = re.fullmatch(r"""(['"])(\w+)\1""", m.group(1).strip())
-            if lit:
+        rel = path.relative_to(SRC).as_posix()
+        for m in re.finditer(CALLS, path.read_text()):
+            arg = m.group(1).strip()
+            lit = re.fullmatch(r"""(['"])(\w+)\1""", arg)
+            if lit and lit.group(2) != "method":  # ("method": the placeholder of the docstrings)
                 named.add(lit.group(2))
-            else:
-                dynamic.append(f"{path.relative_to(SRC)}: on_rank0({m.group(1)}")
-    assert {"evaluate", "pack_state", "checkpoint_bytes"} <= named, f"the pattern is stale: found {sorted(named)}"
+            elif not lit and (rel, arg) not in FORWARDING and arg:
+                dynamic.append(f"{rel}: {m.group(0)}")
+    return named, dynamic
+
+
+def test_the_controller_calls_only_declared_methods():
+    """Every worker call goes through ``WorkerPools.call(worker, "method", ...)`` (or rank 0's calls), the method
+    named by a string literal whatever the transport, and names a declared method; no Ray call bypasses them."""
+    declared = set(_declared(GeneratorAPI)) | set(_declared(TrainerAPI))
+    named, dynamic = _named_calls()
+    assert {"generate", "generate_gang", "train", "commit", "publish", "evaluate", "pack_state",
+            "checkpoint_bytes", "restore_state", "measure"} <= named, f"the pattern is stale: found {sorted(named)}"
     assert not dynamic, dynamic
     assert named <= declared, sorted(named - declared)
+    direct = [f"{name}: {o}.{c}.remote(" for name in CONTROLLER  # (calibration's own echo actor is no worker)
+              for o, c in re.findall(r"(\w*)\.(\w+)\.(?:remote|options)\(", (RUNTIME / name).read_text())
+              if c in declared and o != "echo"]
+    assert not direct, direct

@@ -14,10 +14,12 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
     every rank samples a fragment of the same size at once), the groups are exchanged, and every chunk is
     trained by all ranks together (``rank_cells``). Unsharded (world = 1): one process does everything, in the
     same batches as ``emulate`` ranks would (so the float summation order is the sharded run's)."""
-    from digenrl.schedule.layout import tile_grid
+    from digenrl.schedule.layout import grid_cells, tile_grid
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.sharding import rank_cells
-    from digenrl.train.step_work import assign_advantages, expected_cells, generate, split_groups
+    from digenrl.train.step_work import assign_advantages, generate
+
+    from train_helpers import split_groups
 
     cfg, t = ctx.cfg, ctx.cfg.train
     parts = range(emulate) if world == 1 else [rank]
@@ -38,7 +40,7 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
         groups = sorted(groups, key=lambda g: [p.uid for p in prompts].index(g.prompts[0].uid))
         S = len(plan.trained)
         scale = 1.0 / (len(prompts) * t.generations * S)
-        ctx.transaction.begin(step, expected_cells(prompts, t.generations, S) if world == 1 else None)
+        ctx.transaction.begin(step, grid_cells([p.uid for p in prompts], t.generations, S) if world == 1 else None)
         for g in groups:
             assign_advantages(g, std_mode=t.std_mode, adv_clip_max=t.adv_clip_max)
             for ch in tile_grid(list(range(t.generations)), S, *chunk):

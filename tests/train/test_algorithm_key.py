@@ -109,13 +109,12 @@ def test_mixgrpo_ode_steps_record_no_trained_cells(tiny_policy):
     assert torch.equal(a.final, b.final)
 
 
-def test_mixgrpo_reference_loop_trains_window_cells(tiny_policy):
-    from digenrl.train.loop import colocated_step
+def test_mixgrpo_run_trains_window_cells(tiny_policy):
+    from product import product_steps
 
-    cfg, ctx = _ctx(tiny_policy, *MIX)
-    for k in range(3):
-        row = colocated_step(ctx, k)
-        assert row["cells"] == 2 * 4 * 2  # P x G x w
+    cfg = load_config(None, [*SMALL, *MIX])
+    _, rows = product_steps(cfg, policy=tiny_policy, steps=3)
+    assert [row["cells"] for row in rows] == [2 * 4 * 2] * 3  # P x G x w
 
 
 # ---- GRPO-Guard: the sampler records the behaviour means, the loss is the reference's ------------------------
@@ -183,11 +182,11 @@ def test_grpo_guard_cells_give_the_reference_gradient(tiny_policy):
     assert any(float(a.abs().max()) > 0 for a in got)
 
 
-def test_grpo_guard_reference_loop_on_policy_ratio_is_one(tiny_policy):
-    from digenrl.train.loop import colocated_step
+def test_grpo_guard_run_on_policy_ratio_is_one(tiny_policy):
+    from product import product_steps
 
-    cfg, ctx = _ctx(tiny_policy, "train.algorithm=grpo_guard", "train.timestep_fraction=0.5")
-    row = colocated_step(ctx, 0)
+    cfg = load_config(None, [*SMALL, "train.algorithm=grpo_guard", "train.timestep_fraction=0.5"])
+    _, (row,) = product_steps(cfg, policy=tiny_policy, steps=1)
     assert row["approx_kl"] == 0.0 and row["clipfrac"] == 0.0 and row["cells"] == 2 * 4 * 3
     assert math.isfinite(row["loss"]) and row["grad_norm"] > 0
 
@@ -235,10 +234,9 @@ def test_flash_sampler_trains_the_same_cells_on_a_shorter_ode(tiny_policy, monke
     assert len(calls) == 8 and len(ev.sigmas) == 9
 
 
-def test_flash_reference_loop_trains(tiny_policy):
-    from digenrl.train.loop import colocated_step
+def test_flash_run_trains(tiny_policy):
+    from product import product_steps
 
-    cfg, ctx = _ctx(tiny_policy, *MIX, *FLASH)
-    for k in range(2):
-        row = colocated_step(ctx, k)
-        assert row["cells"] == 2 * 4 * 2 and row["grad_norm"] > 0
+    cfg = load_config(None, [*SMALL, *MIX, *FLASH])
+    _, rows = product_steps(cfg, policy=tiny_policy, steps=2)
+    assert all(row["cells"] == 2 * 4 * 2 and row["grad_norm"] > 0 for row in rows)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from digenrl.config import ConfigError, load_config
-from digenrl.train.step_work import best_of_n_mask
+from digenrl.train.sample_masks import best_of_n_mask
 
 
 def _dancegrpo_selection(scores, n):
@@ -36,14 +36,12 @@ def test_best_of_n_per_reward_score_is_the_weighted_sum_of_group_advantages():
 
 
 def test_best_of_n_step_trains_only_the_kept_generations(tiny_policy):
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    from product import product_steps
 
     cfg = load_config(None, ["train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4",
                              "train.timestep_fraction=0.5", "train.best_of_n=2", "log.progress=false"])
-    ctx = build_context(cfg, policy=tiny_policy)
-    row = colocated_step(ctx, 0)
-    assert ctx.transaction.version == 1 and row["cells"] == 2 * 2 * 2  # P x n x S, not P x G x S
+    worker, (row,) = product_steps(cfg, policy=tiny_policy, steps=1)
+    assert worker.ctx.transaction.version == 1 and row["cells"] == 2 * 2 * 2  # P x n x S, not P x G x S
     with pytest.raises(ConfigError, match="train.best_of_n"):
         load_config(None, ["train.best_of_n=6", "train.generations=4"])
 
@@ -62,7 +60,7 @@ def test_masks_drop_unselected_cells_before_the_forward():
     assert masked_cells([(1, 0), (2, 1)], 1.0, mask, collective=True, chunk=[(1, 0), (2, 1)]) == ([], 1.0)  # all skip
 
 
-def test_kept_masks_count_what_the_loop_trains():
+def test_kept_masks_count_what_the_round_trains():
     """best_of_n with the zero-advantage filter: the selection, less its A = 0 samples (the tied group's)."""
     from digenrl.train.loss_scale import step_advantages
     from digenrl.train.sample_masks import kept_masks

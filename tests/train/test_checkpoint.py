@@ -51,7 +51,7 @@ def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
     cfg = load_config(None, [f"run_dir={tmp_path}", "train.ema_decay=0.5"])
     ctx = build_context(cfg)
     for step in (1, 2, 3):
-        ckpt.save_train_state(ctx, tmp_path, step=step, keep=2, counters={"wall_s": step})
+        ckpt.write_checkpoint(tmp_path, step, ckpt.pack_train_state(ctx, step=step, counters={"wall_s": step}), keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step_00000002.safetensors", "step_00000003.safetensors"]
     newest = tmp_path / "checkpoints" / names[-1]
@@ -59,7 +59,7 @@ def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
     newest.write_bytes(data[: len(data) // 3])                      # a damaged newest file (e.g. a bad disk)
     assert ckpt.latest_checkpoint(tmp_path).name == names[0]
     (tmp_path / "checkpoints" / ".tmp-step_00000004.safetensors-99").write_bytes(b"torn")  # a killed writer's
-    ckpt.save_train_state(ctx, tmp_path, step=4, keep=2)
+    ckpt.write_checkpoint(tmp_path, 4, ckpt.pack_train_state(ctx, step=4), keep=2)
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
     assert ckpt.latest_checkpoint(tmp_path).name == "step_00000004.safetensors"
 
@@ -75,17 +75,17 @@ def test_files_are_atomic_pruned_and_damaged_ones_skipped(tmp_path):
 
 
 def test_roundtrip_restores_weights_optimizer_ema_version(tmp_path):
+    from product import product_steps
+
     from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
 
     over = [f"run_dir={tmp_path}", "train.ema_decay=0.9", "train.prompts_per_step=2", "train.generations=4",
             "sampler.num_steps=4"]
     cfg = load_config(None, over)
-    ctx = build_context(cfg)
-    colocated_step(ctx, 0)
-    path = ckpt.save_train_state(ctx, tmp_path, step=1, keep=1)
+    ctx = product_steps(cfg, steps=1)[0].ctx
+    path = ckpt.write_checkpoint(tmp_path, 1, ckpt.pack_train_state(ctx, step=1), keep=1)
     fresh = build_context(cfg)
-    assert ckpt.resume(fresh, type("S", (), {"kind": "resume", "checkpoint": path})()) == (1, {})
+    assert _resumed(fresh, path) == 1
     assert fresh.transaction.version == ctx.transaction.version == 1
     for (n, a), (_, b) in zip(ctx.policy.named_parameters(), fresh.policy.named_parameters()):
         assert torch.equal(a, b), n
@@ -115,13 +115,13 @@ def sd3_lora(tmp_path_factory) -> list[str]:
 
 
 def test_lora_checkpoint_holds_adapters_and_their_optimizer_state_only(tmp_path, sd3_lora):
+    from product import product_steps
+
     from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
 
     cfg = load_config(None, [f"run_dir={tmp_path}/run", *sd3_lora])
-    ctx = build_context(cfg)
-    colocated_step(ctx, 0)
-    path = ckpt.save_train_state(ctx, tmp_path / "run", step=1, keep=1)
+    ctx = product_steps(cfg, steps=1)[0].ctx
+    path = ckpt.write_checkpoint(tmp_path / "run", 1, ckpt.pack_train_state(ctx, step=1), keep=1)
     state = ckpt.read_train_state(path)
     trainable = [n for n, p in ctx.policy.named_parameters() if p.requires_grad]
     assert list(state.model) == trainable and all("lora" in n for n in trainable)
@@ -161,13 +161,15 @@ def _plain(tmp_path):
 def test_a_diffusers_run_checkpoint_loads_back_through_model_checkpoint(tmp_path, sd3_lora, capsys):
     from digenrl.cli import main
     from digenrl.models.registry import build_policy
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import run_training
+    from product import product_steps
 
-    # (no EMA: the final checkpoint is then exactly the live trained weights compared below)
+    from digenrl.runtime.driver import run_training
+    from digenrl.train.context import build_context
+
+    # (no EMA: the final checkpoint is then exactly the trained weights, the same step in this process below)
     cfg = load_config(None, [f"run_dir={tmp_path}/run", "steps=1", "train.ema_decay=null", *sd3_lora])
-    ctx = build_context(cfg)
-    run_training(cfg, ctx=ctx)
+    run_training(cfg)
+    ctx = product_steps(cfg)[0].ctx
     trained = {n: p.detach().clone() for n, p in ctx.policy.named_parameters() if p.requires_grad}
     base = build_context(cfg).policy
     assert any(not torch.equal(p, trained[n]) for n, p in base.named_parameters() if p.requires_grad)
@@ -181,3 +183,10 @@ def test_a_diffusers_run_checkpoint_loads_back_through_model_checkpoint(tmp_path
     assert main(["eval", *[o for o in sd3_lora if "lora" not in o],
                  f"model.checkpoint={tmp_path}/run/checkpoint.safetensors"]) == 2
     assert "model.checkpoint" in capsys.readouterr().err
+
+
+def _resumed(ctx, path) -> int:
+    """Restore ``ctx`` from the checkpoint file ``path`` (what a resumed worker does); its step."""
+    state = ckpt.read_train_state(path)
+    ckpt.restore_train_state(ctx, state)
+    return state.step

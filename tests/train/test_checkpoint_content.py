@@ -23,7 +23,7 @@ def saved(tmp_path):
     cfg = load_config(None, [f"run_dir={tmp_path}", "train.ema_decay=0.5"])
     ctx = build_context(cfg)
     for step in (1, 2):
-        ckpt.save_train_state(ctx, tmp_path, step=step, keep=2)
+        ckpt.write_checkpoint(tmp_path, step, ckpt.pack_train_state(ctx, step=step), keep=2)
     return tmp_path, [p for _, p in ckpt.list_checkpoints(tmp_path)]
 
 

@@ -10,8 +10,10 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.schedule.layout import tile_grid
-from digenrl.train.step_work import assign_advantages, generate, split_groups, train_group
+from digenrl.train.step_work import assign_advantages, generate
 from digenrl.train.transaction import GradientTransaction, TransactionError
+
+from train_helpers import split_groups, train_group
 
 
 def _step_batch(policy, P=2, G=4, T=6):

@@ -17,7 +17,9 @@ from digenrl.schedule.layout import tile_grid
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
-from digenrl.train.step_work import generate, split_groups, train_group
+from digenrl.train.step_work import generate
+
+from train_helpers import split_groups, train_group
 
 G, S = 4, 2
 # exact binary fractions: the step's mean is exactly 0.5, so with the batch baseline the samples with reward 0.5
@@ -179,10 +181,10 @@ def test_deferred_round_with_recompute_and_tis(tiny_policy, step_start, monkeypa
         grp.log_probs = grp.log_probs + 0.05 * torch.randn(grp.log_probs.shape, generator=g)  # a biased generator
     cfg = _cfg("global", "batch")
     settings = replace(_settings(not step_start), old_logprob="recompute", tis_cap=1.02)
-    import digenrl.train.step_work as sw
+    import digenrl.train.chunk_loss as cl  # (train_helpers.train_group imports it when it trains)
 
-    train = sw.train_cells
-    monkeypatch.setattr(sw, "train_cells", lambda *a, **k: train(*a, **{**k, "step_start": step_start}))
+    train = cl.train_cells
+    monkeypatch.setattr(cl, "train_cells", lambda *a, **k: train(*a, **{**k, "step_start": step_start}))
     want, want_stats, _ = _direct(tiny_policy, groups, REWARDS, cfg, settings, ref)
     params = [p for p in tiny_policy.parameters() if p.requires_grad]
     tiny_policy.zero_grad(set_to_none=True)

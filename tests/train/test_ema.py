@@ -51,15 +51,16 @@ def test_run_with_ema_evaluates_the_ema_weights(tmp_path):
     """With ema_decay the saved checkpoint holds the EMA weights, not the live ones."""
     from safetensors.torch import load_file
 
+    from product import product_steps
+
     from digenrl.config import load_config
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import run_training
+    from digenrl.runtime.driver import run_training
 
     cfg = load_config(None, [f"run_dir={tmp_path}", "steps=2", "train.prompts_per_step=2", "train.generations=4",
                              "sampler.num_steps=4", "eval.num_prompts=2", "eval.every=0", "log.progress=false",
                              "train.ema_decay=0.5"])
-    ctx = build_context(cfg)
-    run_training(cfg, ctx=ctx)
+    run_training(cfg)
+    ctx = product_steps(cfg)[0].ctx  # the same steps in this process: the weights and the EMA the run ended with
     saved = load_file(str(tmp_path / "checkpoint.safetensors"))
     for name, value in ctx.ema.shadow.items():
         torch.testing.assert_close(saved[name], value)

@@ -3,10 +3,9 @@
 import pytest
 
 from digenrl.config import ConfigError, load_config
-from digenrl.train.loop import train_minibatches
 from digenrl.schedule.plan import minibatch_of
 
-from train_helpers import scored_groups
+from product import product_steps
 
 SMALL = ["train.prompts_per_step=4", "train.generations=4", "sampler.num_steps=4", "train.timestep_fraction=0.5",
          "log.progress=false", "train.clip_range=1e-4"]
@@ -19,26 +18,22 @@ def test_minibatch_membership_is_contiguous_by_group_index():
 
 
 def _step(tiny_policy, *overrides):
-    return scored_groups(tiny_policy, [*SMALL, *overrides])
+    """One step of the product (``digenrl train``'s path, in this process): the worker and the step's row."""
+    worker, (row,) = product_steps(load_config(None, [*SMALL, *overrides]), policy=tiny_policy, steps=1)
+    return worker.ctx, row
 
 
 def test_second_minibatch_is_off_policy_and_clipped(tiny_policy):
-    ctx, groups = _step(tiny_policy, "train.minibatches_per_step=2", "train.inner_epochs=2")
-    out = train_minibatches(ctx, 0, groups, 2)
-    assert len(out) == 4  # inner_epochs x M commits
-    first = out[0][0].means()
-    assert first["approx_kl"] == 0.0 and first["clipfrac"] == 0.0  # on-policy: r == 1 exactly (eval-mode sampling)
-    for stats, _ in out[1:]:
-        m = stats.means()
-        assert m["approx_kl"] > 0 and m["clipfrac"] > 0  # the weights moved: r != 1 and the clip acts
+    ctx, row = _step(tiny_policy, "train.minibatches_per_step=2", "train.inner_epochs=2")
+    assert row["mismatch/approx_kl"] == 0.0 and row["mismatch/clipfrac"] == 0.0  # the first round: r == 1 exactly
+    assert row["approx_kl"] > 0 and row["clipfrac"] > 0  # later rounds: the weights moved, r != 1, the clip acts
     assert ctx.transaction.version == 1  # published once, after the last commit
     assert ctx.optimizer.state[next(iter(ctx.optimizer.state))]["step"] == 4  # one optimizer step per commit
 
 
 def test_single_minibatch_keeps_ratio_one(tiny_policy):
-    ctx, groups = _step(tiny_policy)
-    (stats, _), = train_minibatches(ctx, 0, groups, 2)
-    assert stats.means()["approx_kl"] == 0.0 and stats.cells == 4 * 4 * 2
+    _, row = _step(tiny_policy)
+    assert row["approx_kl"] == 0.0 and row["cells"] == 4 * 4 * 2
 
 
 def test_minibatches_reach_the_runtime_plan():

@@ -67,15 +67,16 @@ def _ctx(tiny_policy, *overrides):
     return cfg, build_context(cfg, policy=copy.deepcopy(tiny_policy))
 
 
-def test_loop_samples_with_the_old_copy_and_updates_it(tiny_policy):
+def test_a_run_samples_with_the_old_copy_and_updates_it(tiny_policy):
     """Step 1 samples with old_1 = d_1 theta_0 + (1 - d_1) theta_1 (the reference's ``old`` adapter), built here
-    from the weights the loop had before and after step 0; M = 2 optimizer steps per step: d_1 = d(n = 2)."""
-    from digenrl.train.loop import colocated_step
+    from the weights the run had before and after step 0; M = 2 optimizer steps per step: d_1 = d(n = 2)."""
+    from product import product_steps
+
     from digenrl.train.step_work import generate
 
-    cfg, ctx = _ctx(tiny_policy, "train.nft_old_decay=[0, 0.2, 0.5]", "train.minibatches_per_step=2")
-    theta0 = {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}
-    colocated_step(ctx, 0)
+    cfg = load_config(None, [*SMALL, "train.nft_old_decay=[0, 0.2, 0.5]", "train.minibatches_per_step=2"])
+    theta0 = {k: v.detach().clone() for k, v in tiny_policy.state_dict().items()}
+    ctx = product_steps(cfg, policy=copy.deepcopy(tiny_policy), steps=1)[0].ctx
     theta1 = {k: v.detach().clone() for k, v in ctx.policy.state_dict().items()}
     d = 0.4  # min(0.2 x 2, 0.5)
     holder = copy.deepcopy(ctx.policy)
@@ -97,23 +98,18 @@ def test_loop_samples_with_the_old_copy_and_updates_it(tiny_policy):
 
 def test_resume_from_a_checkpoint_is_exact(tiny_policy):
     """4 steps straight == 2 steps, checkpoint bytes, a fresh context restored, 2 more (weights and old copy)."""
+    from product import product_steps
+
     from digenrl.train.checkpoint import capture, pack, restore_train_state, unpack
-    from digenrl.train.loop import colocated_step
 
     over = ["train.nft_old_decay=[0, 0.2, 0.5]"]
-    _, straight = _ctx(tiny_policy, *over)
-    for k in range(4):
-        colocated_step(straight, k)
-    _, first = _ctx(tiny_policy, *over)
-    for k in range(2):
-        colocated_step(first, k)
+    cfg = load_config(None, [*SMALL, *over])
+    straight = product_steps(cfg, policy=copy.deepcopy(tiny_policy), steps=4)[0].ctx
+    first = product_steps(cfg, policy=copy.deepcopy(tiny_policy), steps=2)[0].ctx
     data = pack(capture(first, step=2))
-    _, resumed = _ctx(tiny_policy, *over)
     state = unpack(data)
     assert state.nft_old is not None and state.nft_old_commits == 2
-    restore_train_state(resumed, state)
-    for k in range(2, 4):
-        colocated_step(resumed, k)
+    resumed = product_steps(cfg, policy=copy.deepcopy(tiny_policy), steps=2, state=data)[0].ctx  # restored, then on
     for k, v in straight.policy.state_dict().items():
         assert torch.equal(v, resumed.policy.state_dict()[k]), k
     for k, v in straight.policy.nft_old.shadow.items():
@@ -133,8 +129,9 @@ def test_lora_shadows_the_adapters_only(tmp_path):
     sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
     import tiny_diffusers as td
 
+    from product import product_steps
+
     from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
 
     model = td.save_sd3(tmp_path / "sd3")
     prompts = tmp_path / "p.txt"
@@ -146,16 +143,17 @@ def test_lora_shadows_the_adapters_only(tmp_path):
         f"task.prompts_file={prompts}", "reward={jpeg_incompressibility: {weight: 1}}", "sampler.num_steps=3",
         "train.prompts_per_step=2", "train.generations=2", "train.chunk_generations=2", "log.progress=false",
         "train.lr=0.01", "train.algorithm=nft", "train.nft_old_decay=[0, 0.3, 0.5]", "train.ema_decay=null"])
-    ctx = build_context(cfg)
+    start = build_context(cfg).policy  # (seeded: the weights the run starts from)
+    trainable = {n for n, p in start.named_parameters() if p.requires_grad}
+    assert set(start.nft_old.shadow) == trainable and all("lora" in n for n in trainable)
+    theta0 = {n: p.detach().clone() for n, p in start.named_parameters() if n in trainable}
+    worker, (row,) = product_steps(cfg, steps=1)
+    ctx = worker.ctx
     old = ctx.policy.nft_old
-    trainable = {n for n, p in ctx.policy.named_parameters() if p.requires_grad}
-    assert set(old.shadow) == trainable and all("lora" in n for n in trainable)
-    theta0 = {n: p.detach().clone() for n, p in ctx.policy.named_parameters() if n in trainable}
-    row = colocated_step(ctx, 0)
     assert row["approx_kl"] == 0.0
     d = 0.3  # n = 1
     for n, p in ctx.policy.named_parameters():
         if n in trainable:
             torch.testing.assert_close(old.shadow[n], d * theta0[n] + (1 - d) * p.detach(), rtol=0, atol=1e-6)
     assert any(not torch.equal(old.shadow[n], p) for n, p in ctx.policy.named_parameters() if n in trainable)
-    assert colocated_step(ctx, 1)["approx_kl"] > 0  # v_old from the old adapters
+    assert product_steps(cfg, steps=1, first=1, worker=worker)[1][0]["approx_kl"] > 0  # v_old from the old adapters

@@ -226,7 +226,7 @@ def test_nft_cells_give_the_reference_gradient(tiny_policy, beta_kl, old, beta):
 
 def test_nft_chunking_does_not_change_the_gradient(tiny_policy):
     from digenrl.train.chunk_loss import train_cells
-    from digenrl.train.step_work import train_group
+    from train_helpers import train_group
 
     cfg, ctx = _ctx(tiny_policy, *NFT)
     group = _group(ctx, cfg)
@@ -244,12 +244,12 @@ def test_nft_chunking_does_not_change_the_gradient(tiny_policy):
 
 
 @pytest.mark.parametrize("old", ["current", "soft"])
-def test_nft_reference_loop_trains_k_cells_per_sample(tiny_policy, old):
-    from digenrl.train.loop import colocated_step
+def test_nft_run_trains_k_cells_per_sample(tiny_policy, old):
+    from product import product_steps
 
-    cfg, ctx = _ctx(tiny_policy, *NFT, "train.filter_zero_advantage=false", f"train.nft_old_policy={old}")
-    for k in range(2):
-        row = colocated_step(ctx, k)
+    cfg = load_config(None, [*SMALL, *NFT, "train.filter_zero_advantage=false", f"train.nft_old_policy={old}"])
+    _, rows = product_steps(cfg, policy=tiny_policy, steps=2)
+    for k, row in enumerate(rows):
         assert row["cells"] == 2 * 4 * 3 and row["grad_norm"] > 0 and math.isfinite(row["loss"])
         assert row["clipfrac"] == 0.0  # old_deviate: 0 while old = theta (current; soft before its first move)
         assert (row["approx_kl"] > 0) == (old == "soft" and k > 0), row["approx_kl"]
@@ -266,7 +266,9 @@ def test_nft_deferred_round_equals_training_with_the_final_advantages(tiny_polic
     from digenrl.tasks.digits import DigitsTask
     from digenrl.train.chunk_loss import LossSettings
     from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
-    from digenrl.train.step_work import generate, split_groups, train_group
+    from digenrl.train.step_work import generate
+
+    from train_helpers import split_groups, train_group
 
     G, K = 4, 2
     prompts = DigitsTask().train_prompts(0, 3, seed=0)

@@ -10,14 +10,14 @@ import math
 import pytest
 import torch
 
-from train_helpers import scored_groups
-
 from digenrl.algo.timesteps import select_timesteps
 from digenrl.config import load_config
 from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import CellStats, LossSettings, train_cells
-from digenrl.train.step_work import generate, split_groups
+from digenrl.train.step_work import generate
+
+from train_helpers import split_groups
 
 NOISE, T, FRACTION = 0.8, 4, 0.5
 
@@ -131,17 +131,28 @@ def test_recompute_and_tis_gradient_is_the_formula(tiny_policy, step_start, tis_
 
 
 def _train_step(policy, overrides, offset):
-    """The weights after one step of the reference loop's training (``train_minibatches``) on groups whose recorded
-    log-probs carry ``offset`` (a generator biased like verl-omni PR 279's)."""
-    from digenrl.train.loop import train_minibatches
+    """The weights after one step of the product (``digenrl train``'s path, in this process) whose recorded log-probs
+    carry ``offset`` (a generator biased like verl-omni PR 279's)."""
+    from product import product_steps, product_worker
 
-    ctx, groups = scored_groups(copy.deepcopy(policy), ["sampler.num_steps=4", "train.timestep_fraction=0.5",
-                                                        "train.clip_range=0.2", *overrides])
-    gen = torch.Generator().manual_seed(9)
-    for g in groups:  # a constant bias, or (offset < 0) a random one of that scale per cell
-        g.log_probs = g.log_probs + (offset if offset >= 0 else -offset * torch.randn(g.log_probs.shape, generator=gen))
-    train_minibatches(ctx, 0, groups, len(groups[0].trained_steps))
-    return torch.cat([p.detach().flatten() for p in ctx.policy.parameters()])
+    cfg = load_config(None, ["train.prompts_per_step=4", "train.generations=4", "sampler.num_steps=4",
+                             "train.timestep_fraction=0.5", "train.clip_range=0.2", "log.progress=false",
+                             "train.ema_decay=null", *overrides])
+    worker = product_worker(cfg, policy=copy.deepcopy(policy))
+    sample = worker.generate_parts
+
+    def biased(policy, parts, version):  # a constant bias, or (offset < 0) a random one of that scale per cell
+        *batches, infos = sample(policy, parts, version)
+        gen = torch.Generator().manual_seed(9)
+        for b in batches:
+            if b is not None:
+                b.log_probs = b.log_probs + (offset if offset >= 0 else
+                                             -offset * torch.randn(b.log_probs.shape, generator=gen))
+        return (*batches, infos)
+
+    worker.generate_parts = biased
+    product_steps(cfg, worker=worker, steps=1)
+    return torch.cat([p.detach().flatten() for p in worker.ctx.policy.parameters()])
 
 
 def _d(a, b):
@@ -169,19 +180,18 @@ def test_recompute_ignores_a_biased_generator_and_generator_mode_does_not(tiny_p
         assert _d(tis0, rec0) < 1e-3 * moved and _d(tis_r, rec0) > 0.1 * moved
 
 
-def test_single_process_loop_logs_a_zero_mismatch(tiny_policy):
-    """Colocated (one process): the generator is the trainer, so the mismatch is float noise, measured on every
-    first-round cell."""
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+def test_a_colocated_run_logs_a_zero_mismatch(tiny_policy):
+    """Colocated: the generator is the trainer, so the mismatch is float noise, measured on every first-round
+    cell."""
+    from product import product_steps
 
     cfg = load_config(None, ["train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4",
-                             "train.minibatches_per_step=2", "train.old_logprob=recompute", "train.ema_decay=null"])
-    ctx = build_context(cfg, policy=tiny_policy)
-    for k in range(2):
-        row = colocated_step(ctx, k)
+                             "train.minibatches_per_step=2", "train.old_logprob=recompute", "train.ema_decay=null",
+                             "log.progress=false"])
+    worker, rows = product_steps(cfg, policy=tiny_policy, steps=2)
+    for k, row in enumerate(rows):
         assert {"mismatch/approx_kl", "mismatch/max_abs_logp", "mismatch/clipfrac", "mismatch/cells"} <= set(row)
-        assert 0 < row["mismatch/cells"] <= 4 * len(ctx.plan(k).trained)  # the first minibatch's group only
+        assert 0 < row["mismatch/cells"] <= 4 * len(worker.ctx.plan(k).trained)  # the first minibatch's group only
         assert row["mismatch/max_abs_logp"] < 1e-5 and row["mismatch/clipfrac"] == 0.0
 
 

@@ -15,9 +15,9 @@ import torch
 from digenrl.algo.timesteps import stable_seed
 from digenrl.config import load_config
 from digenrl.train.context import build_context
-from digenrl.train.loop import colocated_step, train_minibatches
-from digenrl.train.step_work import sample_minibatches, zero_adv_refill
+from digenrl.train.sample_masks import minibatch_masks, zero_adv_refill
 
+from product import product_steps, product_worker
 from train_helpers import scored_groups
 
 SMALL = ["train.prompts_per_step=4", "train.generations=4", "sampler.num_steps=4", "train.timestep_fraction=0.5",
@@ -73,11 +73,12 @@ def test_ema_update_key_sets_the_count(tiny_policy):
     assert ema_updates_per_commit(load_config(None, SMALL).train) == 1  # per_commit is the default
 
 
-def test_loop_ema_per_micro_batch_matches_flow_grpo(tiny_policy):
-    """The single-process loop's EMA after 2 steps x 2 minibatches = Flow-GRPO's over the same weights."""
+def test_a_run_ema_per_micro_batch_matches_flow_grpo(tiny_policy):
+    """A run's EMA after 2 steps x 2 minibatches = Flow-GRPO's over the same weights."""
     cfg = load_config(None, [*SMALL, "train.ema_update=per_micro_batch", "train.micro_batch=2",
                              "train.minibatches_per_step=2", "train.ema_decay=0.9", "train.ema_every=2"])
-    ctx = build_context(cfg, policy=tiny_policy)
+    worker = product_worker(cfg, policy=tiny_policy)
+    ctx = worker.ctx
     names = list(ctx.ema.shadow)
     snaps = [torch.cat([ctx.ema.params[n].detach().flatten() for n in names])]
     commit = ctx.transaction.commit
@@ -88,8 +89,7 @@ def test_loop_ema_per_micro_batch_matches_flow_grpo(tiny_policy):
         return out
 
     ctx.transaction.commit = recording
-    for step in range(2):
-        colocated_step(ctx, step)
+    product_steps(cfg, worker=worker, steps=2)
     assert len(snaps) == 5 and ctx.ema.updates == 4  # k = 16 / (2 x 2)
     got = torch.cat([ctx.ema.shadow[n].flatten() for n in names])
     torch.testing.assert_close(got, _flow_grpo_ema(snaps, 4, 0.9, 2), rtol=1e-6, atol=1e-7)
@@ -149,47 +149,59 @@ class _Tied:
         return torch.where(torch.tensor([p.uid == first for p in prompts]), torch.full_like(r, 0.5), r)
 
 
-def _tied_context(policy, *overrides):
+def _tied_worker(policy, *overrides):
     from digenrl.rewards.base import WeightedSum
 
     cfg = load_config(None, [*SMALL, "train.beta_kl=0.1", *overrides])
-    return build_context(cfg, policy=policy, reward=WeightedSum({"tied": (1.0, _Tied())}))
+    return cfg, product_worker(cfg, policy=policy, reward=WeightedSum({"tied": (1.0, _Tied())}))
 
 
-def _run_recorded(ctx, monkeypatch):
-    """colocated_step(ctx, 0) -> (its row, the commits' 1 / grad_scale, the trained cells)."""
-    from digenrl.train import loop
+def _recording(worker, monkeypatch):
+    """Record the worker's commits' 1 / grad_scale and its trained cells ((uid, generation) per round; rounds
+    end at the commits): lists filled while it runs."""
+    import digenrl.train.chunk_loss as chunk_loss
 
-    kept, trained = [], []
-    commit, train_group = ctx.transaction.commit, loop.train_group
+    kept, rounds = [], [[]]
+    commit, train_cells = worker.ctx.transaction.commit, chunk_loss.train_cells
 
     def recording(**kw):
         kept.append(1 / kw["grad_scale"])
+        rounds.append([])
         return commit(**kw)
 
-    def counting(policy, group, **kw):
-        st = train_group(policy, group, **kw)
-        trained.append(st.trained)
+    def counting(policy, group, cells, **kw):
+        st = train_cells(policy, group, cells, **kw)
+        uid = group.prompts[0].uid
+        rounds[-1].append((st.trained, {(uid, g) for g, _ in cells}, group))
         return st
 
-    ctx.transaction.commit = recording
-    monkeypatch.setattr(loop, "train_group", counting)
-    row = colocated_step(ctx, 0)
+    worker.ctx.transaction.commit = recording
+    monkeypatch.setattr(chunk_loss, "train_cells", counting)
+    return kept, rounds
+
+
+def _run_recorded(policy, monkeypatch, *overrides):
+    """One step of a run with the tied reward -> (its row, the commits' 1 / grad_scale, the trained cells)."""
+    cfg, worker = _tied_worker(policy, *overrides)
+    kept, rounds = _recording(worker, monkeypatch)
+    _, (row,) = product_steps(cfg, worker=worker, steps=1)
     monkeypatch.undo()
-    return row, kept, sum(trained)
+    return row, kept, sum(n for r in rounds for n, _, _ in r)
 
 
-def test_loop_refill_trains_and_counts_the_readded(tiny_policy, monkeypatch):
+def test_a_run_refill_trains_and_counts_the_readded(tiny_policy, monkeypatch):
     """Group 0 is tied (4 zero advantages), the other 12 samples are not. R = P G / micro_batch = 8: Flow-GRPO's
     rule re-adds 4 zero-advantage samples (12 -> 16); they train (S = 2 cells each, their KL counts) and the
     commit divides by 16. R = 2: 12 is a multiple already, nothing is added. Off: 12, the tied group untrained."""
-    row, kept, trained = _run_recorded(
-        _tied_context(tiny_policy, "train.zero_adv_refill=true", "train.micro_batch=2"), monkeypatch)
+    import copy
+
+    row, kept, trained = _run_recorded(copy.deepcopy(tiny_policy), monkeypatch, "train.zero_adv_refill=true",
+                                       "train.micro_batch=2")
     assert row["kept_fraction"] == 1.0 and kept == [pytest.approx(16)] and trained == 32
-    row, kept, trained = _run_recorded(
-        _tied_context(tiny_policy, "train.zero_adv_refill=true", "train.micro_batch=8"), monkeypatch)
+    row, kept, trained = _run_recorded(copy.deepcopy(tiny_policy), monkeypatch, "train.zero_adv_refill=true",
+                                       "train.micro_batch=8")
     assert row["kept_fraction"] == 0.75 and kept == [pytest.approx(12)] and trained == 24
-    row, kept, trained = _run_recorded(_tied_context(tiny_policy), monkeypatch)
+    row, kept, trained = _run_recorded(copy.deepcopy(tiny_policy), monkeypatch)
     assert row["kept_fraction"] == 0.75 and kept == [pytest.approx(12)] and trained == 24
 
 
@@ -211,29 +223,31 @@ def _flow_grpo_minibatches(groups, M, seed, step, epoch):
 
 
 def test_sample_minibatches_are_flow_grpos(tiny_policy):
-    ctx, groups = _groups(tiny_policy, ties=(1,))
+    _, groups = _groups(tiny_policy, ties=(1,))
+    kept = {k: g.advantages != 0 for k, g in enumerate(groups)}
     for epoch in range(2):
-        got = sample_minibatches(groups, 3, run_seed=5, step=2, epoch=epoch, filter_zero_advantage=True)
-        got = [{(g.prompts[0].uid, int(x)) for g in mb for x in g.gen_index} for mb in got]
+        got = minibatch_masks(kept, 3, run_seed=5, step=2, epoch=epoch)
+        got = [{(groups[k].prompts[0].uid, int(j)) for k, m in mb.items() for j in torch.nonzero(m).flatten()}
+               for mb in got]
         assert got == _flow_grpo_minibatches(groups, 3, 5, 2, epoch)
     assert len(set().union(*got)) == 12  # the tied group is in no minibatch
 
 
-def test_loop_trains_sample_minibatches(tiny_policy):
+def test_a_run_trains_sample_minibatches(tiny_policy, monkeypatch):
     """minibatch_split=samples: each commit trains exactly the cells of the oracle's part and divides by its
     size; each inner epoch draws its own permutation; groups split differently."""
-    ctx, groups = _groups(tiny_policy, "train.minibatches_per_step=2", "train.inner_epochs=2",
-                          "train.minibatch_split=samples", ties=(2,))
-    begun, scales = [], []
-    begin, commit = ctx.transaction.begin, ctx.transaction.commit
-    ctx.transaction.begin = lambda step, cells: (begun.append({(u, g) for u, g, _ in cells}), begin(step, cells))[1]
-    ctx.transaction.commit = lambda **kw: (scales.append(kw["grad_scale"]), commit(**kw))[1]
-    train_minibatches(ctx, 0, groups, 2)
-    want = [mb for e in range(2) for mb in _flow_grpo_minibatches(groups, 2, ctx.cfg.seed, 0, e)]
-    assert begun == want and [1 / s for s in scales] == [6, 6, 6, 6]
+    cfg, worker = _tied_worker(tiny_policy, "train.minibatches_per_step=2", "train.inner_epochs=2",
+                               "train.minibatch_split=samples", "train.beta_kl=0")
+    kept, rounds = _recording(worker, monkeypatch)
+    product_steps(cfg, worker=worker, steps=1)
+    begun = [set().union(*(cells for _, cells, _ in r)) for r in rounds[:-1]]
+    groups = {g.prompts[0].uid: g for r in rounds for _, _, g in r}
+    order = [p.uid for p in worker.ctx.task.train_prompts(0, 4, cfg.seed)]
+    groups = [groups[u] for u in order if u in groups]
+    want = [mb for e in range(2) for mb in _flow_grpo_minibatches(groups, 2, cfg.seed, 0, e)]
+    assert begun == want and kept == [pytest.approx(6)] * 4
     assert begun[0] != begun[2]  # a new permutation per inner epoch
-    whole = {u for u, _ in begun[0]}
-    assert len(whole) > 2  # the minibatch mixes samples of more prompt groups than half the groups
+    assert len({u for u, _ in begun[0]}) > 2  # the minibatch mixes samples of more prompt groups than half the groups
 
 
 @pytest.mark.parametrize("overrides,match", [

@@ -22,9 +22,9 @@ import torch
 from digenrl.config import load_config
 from digenrl.rewards.base import WeightedSum
 from digenrl.tasks.digits import DigitsTask
-from digenrl.train.context import build_context
-from digenrl.train.loop import colocated_step
 from digenrl.train.step_work import generate
+
+from product import product_steps, product_worker
 
 
 def _reward(images, prompts):
@@ -46,12 +46,17 @@ def _setup(tiny_policy, overrides):
     _reward.uid0 = prompts[0].uid
     reward = WeightedSum({"fake": (1.0, _reward)})
     ref_model = copy.deepcopy(tiny_policy)
-    ctx = build_context(cfg, policy=tiny_policy, reward=reward, task=task)
+    worker = product_worker(cfg, policy=tiny_policy, reward=reward, task=task)  # digenrl train's colocated worker
     rep = [p for p in prompts for _ in range(4)]
     gens = [g for _ in prompts for g in range(4)]
-    batch = generate(copy.deepcopy(ref_model), rep, gens, step=0, run_seed=cfg.seed, version=0, settings=ctx.sampler,
-                     plan=ctx.plan(0), reward=reward)
-    return cfg, ctx, ref_model, batch
+    batch = generate(copy.deepcopy(ref_model), rep, gens, step=0, run_seed=cfg.seed, version=0, settings=worker.ctx.sampler,
+                     plan=worker.ctx.plan(0), reward=reward)
+    return cfg, worker, ref_model, batch
+
+
+def _step(cfg, worker) -> dict:
+    """Step 0 of the product (``digenrl train``'s one path, in this process) on ``worker``; its row."""
+    return product_steps(cfg, worker=worker, steps=1)[1][0]
 
 
 def _flow_grpo_mean(x, v, sigma, sigma_next, a):
@@ -67,7 +72,7 @@ def _rel(a, b):
 
 
 def test_flow_grpo_style_step_parity(tiny_policy):
-    cfg, ctx, model, batch = _setup(tiny_policy, [
+    cfg, worker, model, batch = _setup(tiny_policy, [
         "sampler.noise_level=0.7", "train.timestep_fraction=0.99", "train.minibatches_per_step=2",
         "train.beta_kl=0.01", "train.clip_range=1e-4", "train.lr=3e-4", "train.weight_decay=1e-4",
         "train.max_grad_norm=1.0", "train.adam_epsilon=1e-6", "train.ema_decay=0.9", "train.ema_every=1", "train.adv_clip_max=5"])
@@ -111,7 +116,8 @@ def test_flow_grpo_style_step_parity(tiny_policy):
         for n, p in model.named_parameters():
             ema[n] += (1 - d) * (p.detach() - ema[n])
 
-    row = colocated_step(ctx, 0)
+    row = _step(cfg, worker)
+    ctx = worker.ctx
     assert row["kept_fraction"] == 0.75  # one of four groups has a constant reward
     got = dict(ctx.policy.named_parameters())
     for n, p in model.named_parameters():
@@ -122,7 +128,7 @@ def test_flow_grpo_style_step_parity(tiny_policy):
 
 def test_dance_grpo_style_step_parity(tiny_policy):
     eta = 0.3
-    cfg, ctx, model, batch = _setup(tiny_policy, [
+    cfg, worker, model, batch = _setup(tiny_policy, [
         "sampler.kind=dance", f"sampler.noise_level={eta}", "train.timestep_fraction=0.84",
         "train.adv_std_unbiased=true", "train.adv_eps=1e-8", "train.filter_zero_advantage=false",
         "train.clip_range=1e-4", "train.lr=1e-5", "train.weight_decay=1e-4", "train.max_grad_norm=1.0"])
@@ -157,7 +163,8 @@ def test_dance_grpo_style_step_parity(tiny_policy):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
-    colocated_step(ctx, 0)
+    _step(cfg, worker)
+    ctx = worker.ctx
     got = dict(ctx.policy.named_parameters())
     for n, p in model.named_parameters():
         assert _rel(got[n].detach(), p.detach()) < 1e-6, n

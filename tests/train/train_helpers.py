@@ -11,7 +11,7 @@ def scored_groups(policy, overrides, ties=()):
 
     from digenrl.config import load_config
     from digenrl.train.context import build_context
-    from digenrl.train.step_work import advantage_options, assign_advantages, generate, split_groups
+    from digenrl.train.step_work import advantage_options, assign_advantages, generate
 
     cfg = load_config(None, list(overrides))
     ctx = build_context(cfg, policy=policy)
@@ -25,3 +25,25 @@ def scored_groups(policy, overrides, ties=()):
         batch.rewards[4 * g: 4 * g + 4] = 0.5
     assign_advantages(batch, **advantage_options(cfg.train))
     return ctx, split_groups(batch)
+
+
+def split_groups(batch):
+    """The prompt groups of a batch, in order of first appearance."""
+    uids = batch.uids.tolist()
+    return [batch.select([i for i, u in enumerate(uids) if u == g]) for g in dict.fromkeys(uids)]
+
+
+def train_group(policy, group, *, settings, loss_scale, chunk_generations, chunk_timesteps, ref_policy=None,
+                record=None, step_start=True):
+    """Every cell of one prompt group through ``train_cells``, chunk by chunk (``schedule.layout.tile_grid``): the
+    trainers' work on a group without the scheduler around it."""
+    from digenrl.schedule.layout import tile_grid
+    from digenrl.train.chunk_loss import CellStats, train_cells
+
+    uid, total = group.prompts[0].uid, CellStats()
+    for chunk in tile_grid(group.gen_index.tolist(), len(group.trained_steps), chunk_generations, chunk_timesteps):
+        if record is not None:
+            record([(uid, g, t) for g, t in chunk])
+        total = total.add(train_cells(policy, group, chunk, settings=settings, loss_scale=loss_scale,
+                                      ref_policy=ref_policy, step_start=step_start))
+    return total

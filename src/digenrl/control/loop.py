@@ -1,8 +1,8 @@
 """The one control loop of a run: the scheduler's actions go to an executor, its completions come back as events.
 
 Two executors implement ``Executor``: ``digenrl.sim.executor.VirtualExecutor`` (completion times from a cost
-model, a heap in virtual time) and ``digenrl.runtime.executor.RayExecutor`` (Ray actor calls, completion from
-``ray.wait`` in wall time). Both hand back ``Completion`` records; the loop turns each into the scheduler's
+model, a heap in virtual time) and ``digenrl.runtime.executor.WorkerExecutor`` (calls on real workers, Ray actors
+or objects of the controller's process, completions in wall time). Both hand back ``Completion`` records; the loop turns each into the scheduler's
 event (``event_of``: the one mapping from a finished action to its event), feeds it to the scheduler, launches
 what the scheduler returns at the event's time, and lets ``Timeline`` record spans and the action/event log.
 

@@ -3,7 +3,8 @@
 Pure (no torch, no ray): the Ray runtime executes this plan, and ``digenrl simulate --config`` prices exactly
 the same plan without loading torch.
 
-Rules checked here (``ConfigError`` naming the key, before anything is written or started):
+The cross-key rules of the config are ``config.Config``'s (one home); what is checked here needs the plan
+itself (``ConfigError`` naming the key, before anything is written or started):
 
 * ``train.std_mode = global`` and ``train.adv_baseline = batch`` need every reward of the step: the pipelined
   modes train a group provisionally and rescale at the commit (``algo.deferred_std``), so the plan is
@@ -13,8 +14,10 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
 * ``train.minibatch_split = samples`` (barrier modes only: ``config``): every round plans every group
   (``StepPlan.sample_split``) and the trainers train the round's samples; ``train.best_of_n`` needs nothing
   here (the trainers drop the unselected generations' cells, ``train.sample_masks``).
-* ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
-  stay 1 (it is not used).
+* ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must stay 1
+  when the config runs colocated (a config may describe its pools for ``simulate``'s other modes); each worker
+  takes its share of the step's fragments at once and trains in chunks of the chunk shape (``StepPlan.packed``).
+* the trained timesteps (``train.timestep_*``): at least one.
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
 * ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker.
 
@@ -158,10 +161,7 @@ def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
 def plan_run(cfg: Config) -> RunPlan:
     rt, t = cfg.runtime, cfg.train
     mode = Mode(rt.mode)
-    if t.adv_per_reward and (t.std_mode == "global" or t.adv_baseline == "batch"):
-        raise ConfigError("train.adv_per_reward: per-reward advantages with step-wide statistics (std_mode=global "
-                          "or adv_baseline=batch) run in the single-process loop only")
-    if mode is Mode.COLOCATED and rt.generators != 1:
+    if mode is Mode.COLOCATED and rt.generators != 1:  # (a config may describe pools for other modes: `simulate`)
         raise ConfigError("runtime.generators: colocated mode runs runtime.trainers workers that both generate "
                           "and train; leave runtime.generators at 1")
     try:
@@ -185,6 +185,7 @@ def plan_run(cfg: Config) -> RunPlan:
         publish_streams=mode.disaggregated and rt.publish == "stream",
         sample_split=t.minibatch_split == "samples", stale_hold=rt.stale_hold, gang_groups=rt.gang_groups,
         generator_sequence_parallel=rt.generator_sequence_parallel.degree,
+        packed=mode is Mode.COLOCATED,
     )
     profile = None
     if rt.profile is not None:
@@ -194,9 +195,6 @@ def plan_run(cfg: Config) -> RunPlan:
             profile = load_profile(rt.profile)
         except ProfileError as e:
             raise ConfigError(f"runtime.profile: {e}") from None
-    elif mode.tag and rt.calibration.when == "never":
-        raise ConfigError(f"runtime.calibration.when: 'never' leaves mode {mode.value!r} without a cost model (BTS "
-                          "predicts with it): give runtime.profile or let the run measure one ('auto')")
     gen_groups = generator_groups(gens, rt.generator_sequence_parallel.degree)
     actors = tuple(r for g in gens for r in gen_groups[g]) if gen_groups else gens
     return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, actors + ranks), profile, shards, gen_groups)

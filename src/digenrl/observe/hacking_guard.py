@@ -33,9 +33,9 @@ it trips when ``D > tol``. Both rising (or the eval reward not rising) trips not
   ``guard_stop`` naming the guard), and ``digenrl train`` exits with ``EXIT_GUARD`` (3) and one line naming it.
 
 The final eval (after the last step) is checked the same way, but as the run has ended there a ``stop`` only
-warns (exit 0). The guard runs in the single-process loop (``runtime.mode=colocated`` with one generator and one
-trainer, no ``--ray``); the Ray runtime's periodic evals return only the eval reward, so ``eval.guard`` is
-refused there (``config``: exit 2).
+warns (exit 0). The guard runs in every mode: with ``eval.guard`` the controller waits for each eval at its step
+boundary (trainer rank 0 returns every eval sample) and scores it before the run goes on
+(``runtime.between_steps``).
 """
 
 from __future__ import annotations

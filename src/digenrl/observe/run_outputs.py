@@ -1,4 +1,4 @@
-"""What a run leaves in ``run_dir``, the same for the single-process loop and the Ray runtime: resolved config,
+"""What a run leaves in ``run_dir``, the same for every run (in-process or on Ray): resolved config,
 metrics.jsonl, reward curve, before/after sample grids, a safetensors checkpoint (the final weights), resumable
 checkpoints (``checkpoints/``, ``train.checkpoint``) and summary.json.
 
@@ -6,7 +6,8 @@ checkpoints (``checkpoints/``, ``train.checkpoint``) and summary.json.
 config validated, so a refused config writes nothing); ``before`` (eval before RL: step-0 row and
 ``samples_before.png``; skipped by a resumed run); ``log`` (one row per step); ``after`` (final eval row and
 ``samples_after.png``); ``write_checkpoint`` (``checkpoint.safetensors``, written atomically); ``finish``
-(``summary.json`` and ``reward_curve.png``); ``failure`` (``failure.json``).
+(``summary.json`` and ``reward_curve.png``). ``write_failure`` (``failure.json``, ``FailureRecord``) is the one writer of
+a stopped run's record, whatever stopped it.
 
 The run directory itself (one run per directory, its marker and lock, what a resume keeps) is
 ``observe.run_dir``'s.
@@ -15,6 +16,7 @@ The run directory itself (one run per directory, its marker and lock, what a res
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,50 @@ def finish_run(run_dir: Path, rows: list[dict], summary: dict[str, Any], title: 
 
     atomic_write_bytes(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
     (run_dir / "failure.json").unlink(missing_ok=True)  # a finished run has no failure
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """``failure.json``: why a run stopped before its end, one schema for every cause (every key present).
+
+    ``kind``: ``worker`` (a worker failed, restarts exhausted or not worth it), ``halted`` (a non-finite value or
+    a reward that raised: ``faults.RunHalted``), ``interrupted`` (a stop signal), ``io`` (the run could not write
+    its outputs). ``error``: one line. ``step``: the step (0-based) the run was at: the one whose work failed, or
+    the next one to run after a stop (= the steps in ``checkpoint``); None where not known. ``worker`` /
+    ``action``: who failed doing what; ``signal``, ``errno``: of a stop or an I/O error; ``restarts``: worker
+    failures recovered before; ``deterministic``: a restart would meet the error again; ``checkpoint``: the newest
+    resumable checkpoint (None: none); ``resume``: the command that continues the run from it."""
+
+    kind: str
+    error: str
+    step: int | None = None
+    worker: str | None = None
+    action: str | None = None
+    signal: str | None = None
+    errno: int | None = None
+    restarts: int = 0
+    deterministic: bool | None = None
+    checkpoint: str | None = None
+    resume: str | None = None
+
+
+def write_failure(run_dir: Path, record: FailureRecord) -> None:
+    """Write ``run_dir/failure.json`` atomically (nothing where the run dir is gone); a ``checkpoint`` path is
+    written as text."""
+    from dataclasses import asdict, replace
+
+    from digenrl.safe_files import atomic_write_bytes
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    record = replace(record, checkpoint=None if record.checkpoint is None else str(record.checkpoint))
+    atomic_write_bytes(run_dir / "failure.json", json.dumps(asdict(record), indent=2).encode())
+
+
+def resume_command(run_dir) -> str:
+    """How a stopped run goes on (``failure.json``'s ``resume``, the CLI's last line)."""
+    return f"digenrl train --resume {run_dir}"
 
 
 TIE_TOL = 1e-6  # rewards closer than this count as tied (the advantage's zero_std_tol)
@@ -249,11 +295,6 @@ class RunOutputs:
         finish_run(self.run_dir, self.writer.rows, summary,
                    title=f"{cfg.task.name} ({cfg.runtime.mode}): eval {self.eval0:.3f} -> {self.eval1:.3f}")
         return summary
-
-    def failure(self, record: dict) -> None:
-        from digenrl.safe_files import atomic_write_bytes
-
-        atomic_write_bytes(self.run_dir / "failure.json", json.dumps(record, indent=2).encode())
 
     def close(self) -> None:
         try:

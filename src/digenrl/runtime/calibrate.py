@@ -68,9 +68,6 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
     pipelined step (on a shared CPU node they slow each other down; on separate GPUs it changes nothing);
     else the generator first, then the trainer ranks (together: their all-reduce is a collective).
     """
-    import ray
-
-    from .cluster import get_named
     from .deadlines import call_deadline, op_deadline, remote_reward_wait
 
     plan = run.plan
@@ -82,32 +79,38 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
     gen_s = op_deadline(run.cfg, len(gen_sizes) * repeats) + remote_reward_wait(run.cfg)
     trn_s = op_deadline(run.cfg, (len(gen_sizes) if trainer_generation is not False else 0) * repeats
                         + len(cell_sizes) * repeats) + remote_reward_wait(run.cfg)  # fmt: skip
-    get_named({rank0: pools.rank0.ping.remote()}, "profiling", ping_s)
+    pools.get_named({rank0: pools.call(rank0, "ping")}, "profiling", ping_s)
     pings = []
     for _ in range(7):
         t0 = time.perf_counter()
-        get_named({rank0: pools.rank0.ping.remote()}, "profiling", ping_s)
+        pools.get_named({rank0: pools.call(rank0, "ping")}, "profiling", ping_s)
         pings.append(time.perf_counter() - t0)
     overhead = statistics.median(pings)
     if trainer_generation is None:
         trainer_generation = plan.mode.tag or not plan.mode.disaggregated
-    echo = ray.remote(num_cpus=0)(_EchoActor).remote()  # started (a worker process) and ready before anything is timed
-    get_named({"echo": echo.ping.remote()}, "profiling", ping_s)
+    echo = None
+    if not pools.in_process:  # (in-process calls run one after the other: no round trip while they run)
+        import ray
+
+        echo = ray.remote(num_cpus=0)(_EchoActor).remote()  # started (a worker process), ready before any timing
+        pools.get_named({"echo": echo.ping.remote()}, "profiling", ping_s)
     try:
         t_gen = time.monotonic()
         first = run.ranks_of(plan.generators[0]) if plan.generators else ()  # (a sequence-parallel one: its ranks)
-        gen_refs = {w: pools.generators[w].measure_generate.remote(gen_sizes, repeats) for w in first}
+        gen_refs = {w: pools.call(w, "measure_generate", gen_sizes, repeats) for w in first}
         if not concurrent:
-            get_named(gen_refs, "profiling", gen_s)
+            pools.get_named(gen_refs, "profiling", gen_s)
         t_trn = time.monotonic()
-        trn_refs = {w: t.measure.remote(gen_sizes if trainer_generation else [], cell_sizes, repeats)
-                    for w, t in pools.trainers.items()}
-        overhead = max(overhead, _loaded_round_trip(echo, list(gen_refs.values()) + list(trn_refs.values()),
-                                                    until=time.monotonic() + min(gen_s, trn_s)))  # fmt: skip
+        trn_refs = {w: pools.call(w, "measure", gen_sizes if trainer_generation else [], cell_sizes, repeats)
+                    for w in pools.trainers}
+        if echo is not None:
+            overhead = max(overhead, _loaded_round_trip(echo, list(gen_refs.values()) + list(trn_refs.values()),
+                                                        until=time.monotonic() + min(gen_s, trn_s)))  # fmt: skip
     finally:
-        ray.kill(echo)
-    gen = get_named(gen_refs, "profiling", max(1e-3, t_gen + gen_s - time.monotonic()))[0] if gen_refs else {}
-    meas = get_named(trn_refs, "profiling", max(1e-3, t_trn + trn_s - time.monotonic()))[0]
+        if echo is not None:
+            ray.kill(echo)
+    gen = pools.get_named(gen_refs, "profiling", max(1e-3, t_gen + gen_s - time.monotonic()))[0] if gen_refs else {}
+    meas = pools.get_named(trn_refs, "profiling", max(1e-3, t_trn + trn_s - time.monotonic()))[0]
     source = (f"digenrl runtime profile: {run.cfg.model.kind}, {rank0} + {len(pools.generators)} generators, "
               f"{run.cfg.runtime.threads_per_worker} threads/worker, {time.strftime('%Y-%m-%d %H:%M')}")
     return build_profile(gen, meas["generate"], meas, plan.sampling_steps, overhead, source,

@@ -8,20 +8,21 @@
   "GPU" keys override the counts). Heterogeneous pools are just different labels, e.g.
   ``generator_resources={"L40S": 1}`` on nodes started with ``ray start --resources='{"L40S": 8}'``. A label the
   cluster does not have is refused up front (``ConfigError`` naming the key) instead of hanging.
-* ``start_pools``: creates the actors, waits until they are built (a failure names the worker), measures each
-  worker's clock offset (``clocks``: its result stamps on the driver's clock), forms the torch.distributed
-  group(s) (rendezvous on a free TCP port of trainer rank 0's node) and publishes version 0.
+* ``ActorPools``: ``pools.WorkerPools`` over Ray actors.
+* ``start_pools``: creates the actors; ``ready_pools`` (both transports) waits until they are built (a failure
+  names the worker), measures each worker's clock offset (``clocks``: its result stamps on the driver's clock),
+  forms the torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node) and publishes
+  version 0.
 """
 
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from digenrl.config import Config, ConfigError
 
-from .errors import WorkerFailure
+from .pools import WorkerPools
 from .publish import GroupSpec
 from digenrl.control.run_plan import RunPlan
 
@@ -115,68 +116,26 @@ def ray_session(run: RunPlan):
         ray.shutdown()
 
 
-@dataclass
-class ActorPools:
-    """Actor handles by worker id, in plan order; trainer rank i = ``trainer_ids[i]``."""
+class ActorPools(WorkerPools):
+    """``WorkerPools`` over Ray actors: a call is ``handle.method.options(num_returns=n).remote(*args)``, a ref
+    an object ref."""
 
-    generators: dict[str, object]   # id -> Ray handle of a ``workers.GeneratorAPI`` actor
-    trainers: dict[str, object]     # id -> Ray handle of a ``workers.TrainerAPI`` actor
-    publish: str = "object_store"
-    grouped: bool = False           # grouped pool (FSDP or sequence-parallel): rank 0's calls that gather state or
-    # run the model are collectives of its group
-    first_group: tuple[str, ...] = ()  # the ranks of rank 0's group (hybrid sharding: one of several)
-    clock_offsets: dict[str, float] = field(default_factory=dict)  # id -> driver clock - its clock (``clocks``)
-    clock_error_s: float = 0.0      # the offsets' largest error bound (half a round trip)
+    def call(self, worker: str, method: str, *args, returns: int = 1):
+        fn = getattr(self.actor(worker), method)
+        return (fn if returns == 1 else fn.options(num_returns=returns)).remote(*args)
 
-    def actor(self, worker: str):
-        return self.generators.get(worker) or self.trainers[worker]
+    def wait(self, refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
+        return wait_sliced(refs, num_returns, timeout)  # (in slices: a stop signal is honoured within a second)
 
-    @property
-    def rank0(self):
-        return next(iter(self.trainers.values()))
+    def get(self, ref):
+        import ray
 
-    @property
-    def rank0_id(self) -> str:
-        return next(iter(self.trainers))
+        return ray.get(ref)
 
-    @property
-    def rank0_group(self) -> dict:
-        """The trainers that take part in a rank-0 call: rank 0 alone, or every rank of rank 0's group (a shard
-        group: such a call gathers the shards; a sequence-parallel group: an eval's forwards are collectives of
-        its ranks; only rank 0's result carries the value). Under hybrid sharding the other groups hold the same
-        weights, optimizer state and EMA, so they are not asked."""
-        if not self.grouped:
-            return {self.rank0_id: self.rank0}
-        return {w: self.trainers[w] for w in self.first_group} if self.first_group else self.trainers
+    def put(self, value):
+        import ray
 
-    def on_rank0(self, method: str, *args) -> dict:
-        """{rank id: ref} of a rank-0 call (eval, checkpoint), rank 0 first (``rank0_group``)."""
-        return {w: getattr(t, method).remote(*args) for w, t in self.rank0_group.items()}
-
-    def publish_refs(self, version: int) -> tuple[dict, object]:
-        """Start publishing ``version`` from rank 0: ({worker: ref} that resolve when it is published, state ref).
-
-        Object store: rank 0 puts the state; it is published once it is in the store (each generator
-        fetches it when it first generates with that version; the state ref is returned for that).
-        Broadcast: rank 0 and every generator join the broadcast; the state ref is None. A sharded pool's
-        ranks all take part (they gather the full state together). Stream: the senders (``rank0_group``:
-        rank 0, or every rank of its shard group) start their sends and answer at once; each generator's
-        call resolves once it holds the version.
-        """
-        if not self.generators:
-            return {}, None
-        ranks = self.rank0_group
-        if self.publish == "stream":
-            refs = {w: t.publish_stream.remote(version) for w, t in ranks.items()}
-            return refs | {w: g.receive_stream.remote(version) for w, g in self.generators.items()}, None
-        if self.publish == "broadcast":
-            refs = {w: t.publish_broadcast.remote(version) for w, t in ranks.items()}
-            return refs | {w: g.receive_broadcast.remote(version) for w, g in self.generators.items()}, None
-        refs, state_ref = {}, None
-        for w, t in ranks.items():
-            state, refs[w] = t.publish.options(num_returns=2).remote(version)
-            state_ref = state_ref or state  # rank 0's (the first)
-        return refs, state_ref
+        return ray.put(value)
 
     def kill(self) -> None:
         import ray
@@ -196,18 +155,14 @@ def worker_log_dir(cfg: Config):
 
 
 def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> ActorPools:
-    """Create the actors, form the groups and publish the first version to the generators: version 0 of rank
-    0's build, or the version of ``state`` (a resumable checkpoint every trainer rank loads). ``failure``:
-    the test hook handed to the workers (``runtime.inject_failure``)."""
+    """Create the actors (``runtime.*_resources``, a log file each in ``run_dir/logs/``) and ready them
+    (``ready_pools``). ``failure``: the test hook handed to the workers (``runtime.inject_failure``)."""
     import ray
 
-    from .clocks import measure_offsets
-    from .deadlines import startup_deadline
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
     cfg = run.cfg
-    up = startup_deadline(cfg)
     conf = cfg.model_dump(mode="json")
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
@@ -218,33 +173,43 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
                        cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
                        run.ranks_of(run.plan.trainers[0]) if run.grouped else ())
     try:
-        get_named({w: pools.actor(w).ping.remote() for w in run.generator_ids + run.trainer_ids}, "startup", up)
-        pools.clock_offsets, pools.clock_error_s = measure_offsets(
-            {w: lambda w=w: get_named({w: pools.actor(w).clock.remote()}, "clock offsets", up)[0]
-             for w in run.generator_ids + run.trainer_ids})
-        _form_groups(run, pools, up)
-        version = 0
-        if state is not None:
-            ref = ray.put(state)
-            version = get_named({w: t.restore_state.remote(ref) for w, t in pools.trainers.items()}, "restore",
-                                up)[0]  # fmt: skip
-        _publish_initial(run, pools, version, up)
+        ready_pools(run, pools, state)
     except BaseException:
         pools.kill()
         raise
     return pools
 
 
-def _publish_initial(run: RunPlan, pools: ActorPools, version: int, timeout_s: float | None = None) -> None:
+def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None) -> None:
+    """Wait until the workers are built (a failure names the worker), measure their clock offsets, form the
+    groups and publish the first version to the generators: version 0 of rank 0's build, or the version of
+    ``state`` (a resumable checkpoint every trainer rank loads). Both transports."""
+    from .clocks import measure_offsets
+    from .deadlines import startup_deadline
+
+    up = startup_deadline(run.cfg)
+    workers = run.generator_ids + run.trainer_ids
+    pools.get_named({w: pools.call(w, "ping") for w in workers}, "startup", up)
+    pools.clock_offsets, pools.clock_error_s = measure_offsets(
+        {w: lambda w=w: pools.get_named({w: pools.call(w, "clock")}, "clock offsets", up)[0] for w in workers})
+    _form_groups(run, pools, up)
+    version = 0
+    if state is not None:
+        ref = pools.put(state)
+        version = pools.get_named({w: pools.call(w, "restore_state", ref) for w in pools.trainers}, "restore", up)[0]
+    _publish_initial(pools, version, up)
+
+
+def _publish_initial(pools: WorkerPools, version: int, timeout_s: float | None = None) -> None:
     """Every generator starts from rank 0's ``version`` (whatever its own build produced)."""
     refs, state = pools.publish_refs(version)
-    get_named(refs, f"publish of version {version}", timeout_s)
+    pools.get_named(refs, f"publish of version {version}", timeout_s)
     if state is not None:
-        get_named({w: g.load_weights.remote(version, [state]) for w, g in pools.generators.items()},
-                  f"publish of version {version}", timeout_s)
+        pools.get_named({w: pools.call(w, "load_weights", version, [state]) for w in pools.generators},
+                        f"publish of version {version}", timeout_s)
 
 
-def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None) -> None:
+def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = None) -> None:
     """One torch.distributed world: the trainer ranks 0..N_t-1, and where the publish is a collective with the
     generators (broadcast, stream) or the generators are sequence-parallel the generator ranks N_t..N_t+N_g-1; the stream path's senders are the ranks of
     ``rank0_group`` (rank 0, or rank 0's shard group), one group (sender, generators) each."""
@@ -253,7 +218,8 @@ def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None
     gen_sp = run.gen_groups is not None  # sequence-parallel generators: their ranks share groups
     if n_t == 1 and not broadcast and not gen_sp:
         return
-    ip, port = get_named({run.trainer_ids[0]: pools.rank0.node_endpoint.remote()}, "process-group run", timeout_s)[0]
+    ip, port = pools.get_named({pools.rank0_id: pools.call(pools.rank0_id, "node_endpoint")}, "process-group run",
+                               timeout_s)[0]  # fmt: skip
     backend = "nccl" if run.cfg.model.device.startswith("cuda") else "gloo"
     world = n_t + (n_g if broadcast or gen_sp else 0)
     trainer_ranks = tuple(range(n_t))
@@ -269,15 +235,14 @@ def _form_groups(run: RunPlan, pools: ActorPools, timeout_s: float | None = None
         sequence += tuple(tuple(range(n_t + i, n_t + i + dg)) for i in range(0, n_g, dg))
     refs = {}
     for i, w in enumerate(run.trainer_ids):
-        refs[w] = pools.trainers[w].setup_dist.remote(
-            GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks, publish_ranks, shard_size, streams,
-                      sequence))
+        refs[w] = pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
+                                                        publish_ranks, shard_size, streams, sequence))
     if broadcast or gen_sp:
         for j, w in enumerate(run.generator_ids):
-            refs[w] = pools.generators[w].setup_dist.remote(
-                GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j, trainer_ranks, publish_ranks,
-                          shard_size, streams, sequence))
-    get_named(refs, "process-group run", timeout_s)
+            refs[w] = pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j,
+                                                            trainer_ranks, publish_ranks, shard_size, streams,
+                                                            sequence))
+    pools.get_named(refs, "process-group run", timeout_s)
 
 
 WAIT_SLICE_S = 1.0  # the longest single ray.wait (a signal's handler takes effect only when the call returns)
@@ -298,35 +263,3 @@ def wait_sliced(refs: list, num_returns: int, timeout: float | None) -> tuple[li
                                timeout=WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
         if len(ready) >= num_returns or (left is not None and left <= WAIT_SLICE_S):
             return ready, rest
-
-
-def get_named(refs: dict, what: str, timeout_s: float | None = None) -> list:
-    """ray.get each ref; a failure raises ``WorkerFailure`` naming the worker. ``timeout_s``: the deadline of
-    the whole wait (``runtime.deadlines``); a worker that has not answered by then is stalled (``WorkerFailure``
-    naming the first such worker)."""
-    import ray
-
-    if refs:  # (in slices: a stop signal is honoured within a second)
-        ready = set(wait_sliced(list(refs.values()), len(refs), timeout_s)[0])
-        late = [w for w, r in refs.items() if r not in ready]
-        if late:
-            raise WorkerFailure(late[0], None, what, f"no answer within {timeout_s:g} s ({what}; runtime.watchdog_s "
-                                                     "or its default, docs in runtime/deadlines.py): the worker is "
-                                                     "stalled")  # fmt: skip
-    out = []
-    for w, r in refs.items():
-        try:
-            out.append(ray.get(r))
-        except Exception as e:  # RayActorError / RayTaskError
-            raise WorkerFailure(w, None, what, error_cause(e)) from e
-    return out
-
-
-def error_cause(e: BaseException) -> str:
-    """The root error message of a Ray error (without the remote traceback)."""
-    cause = getattr(e, "cause", None) or e
-    text = str(cause).strip().splitlines()
-    msg = text[-1] if text else ""
-    if "Some common causes" in msg:  # Ray's actor-death text: keep the facts, drop the advice
-        msg = msg.split("Some common causes")[0].strip()
-    return f"{type(cause).__name__}: {msg}"

@@ -1,25 +1,33 @@
-"""``run_disaggregated(cfg)``: the controller of a Ray run; the same run outputs as ``train.loop.run_training``.
+"""``run_training(cfg)``: the one controller of every training run, in every mode, Ray or in-process.
 
-The controller runs ``digenrl.control.loop.run_loop`` (the simulator's control loop) with the ``RayExecutor``;
-it moves object refs, never tensors. After each commit it may ask trainer rank 0 for an eval (``eval.every``)
-or a resumable checkpoint (``runtime.checkpoint_every``, ``train.checkpoint``), written atomically.
+The controller runs ``digenrl.control.loop.run_loop`` (the simulator's control loop) with the scheduler and a
+``WorkerExecutor`` over the run's workers: Ray actors (``cluster``), or, for a run of one colocated worker
+without ``--ray``, the same worker classes in this process (``local``: no Ray imported). It moves refs, never
+tensors. Between steps (``between_steps.BetweenSteps``) it writes each step's metrics row and may ask trainer rank
+0 for an eval (``eval.every``; with ``eval.guard`` the eval's samples are scored by the guard before the run
+goes on) or a resumable checkpoint (``runtime.checkpoint_every``, ``train.checkpoint``), written atomically.
 
 Recovery (invariant I6): when a worker raises, dies or stalls (no answer within the watchdog budget), the
-attempt is abandoned: every open transaction is dropped, every actor is killed, fresh pools are started from
+attempt is abandoned: every open transaction is dropped, every worker is ended, fresh pools are started from
 the newest resumable checkpoint (or from the initial weights) and the scheduler replays from that step. By I5
 the replay generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
 ``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step (the
 checkpoints stay valid). A worker that stopped on a non-finite value (``digenrl.faults.RunHalted``: a reward's
 NaN score, a refused commit) is not restarted, since the replay would compute the same value: its error is
 raised as is (the CLI: ``failure.json``, exit 2) and the checkpoints written before it stay the newest. Nor is a
-deterministic error (``faults.find_deterministic``: a missing file, a bad-input error, torch without CUDA). A first SIGINT/SIGTERM abandons the step, checkpoints the last committed state and
-raises ``Interrupted``. Restarts are reported in ``summary.json`` (``recoveries``: cause, replayed-from step,
+deterministic error (``faults.find_deterministic``: a missing file, a bad-input error, torch without CUDA).
+
+Stopping (``train.interrupt.StopRequest``): on Ray a first SIGINT/SIGTERM raises in the controller's wait,
+abandons the step, checkpoints the last committed state and raises ``Interrupted``; in-process the signal only
+sets the request (the controller's thread is the workers'), and the run stops at the next step boundary with a
+checkpoint of that step. Restarts are reported in ``summary.json`` (``recoveries``: cause, replayed-from step,
 restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
 
-Besides the reference loop's outputs a run writes ``trace.json`` / ``gantt.png`` (``control.timeline``),
-``trajectories.jsonl`` (``step_metrics``), ``profile.json`` (the costs timed on the workers before step 1: TAG
-modes, or every run with ``runtime.calibration.when=always``), ``profile_observed.json`` (the costs its spans
-showed, ``control.observed``) and, when it failed, ``failure.json``.
+A run writes ``config.yaml``, ``metrics.jsonl``, sample grids, checkpoints and ``summary.json``
+(``observe.run_outputs``), ``trace.json`` / ``gantt.png`` (``control.timeline``), ``trajectories.jsonl``
+(``step_metrics``), ``profile.json`` (the costs timed on the workers before step 1: TAG modes, or every run with
+``runtime.calibration.when=always``), ``profile_observed.json`` (the costs its spans showed,
+``control.observed``) and, when it failed, ``failure.json``.
 """
 
 from __future__ import annotations
@@ -28,44 +36,67 @@ import logging
 import time
 
 from digenrl.config import Config
-from digenrl.control.loop import Completion, run_loop
+from digenrl.control.loop import run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
 from digenrl.faults import find_deterministic, find_halted
 from digenrl.observe.progress import eval_text, nothing as _nothing, phase
 from digenrl.observe.run_dir import RunStart
-from digenrl.observe.run_outputs import RunOutputs
-from digenrl.schedule import Commit, Durations, Scheduler, StepStats
+from digenrl.observe.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
+from digenrl.schedule import Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
+from .between_steps import BetweenSteps, GuardStopped
 from .clocks import Clock
 from .calibrate import measures
-from .cluster import ActorPools, get_named, ray_session, start_pools, worker_log_dir
 from .deadlines import ObservedCosts, call_deadline, remote_reward_wait
 from .errors import WorkerFailure
-from .executor import RayExecutor
+from .executor import WorkerExecutor
+from .local import in_process
+from .pools import WorkerPools
 from .step_metrics import StepMetrics
 
 logger = logging.getLogger(__name__)
 
 
-def run_disaggregated(cfg: Config, start: RunStart | None = None, stop=None) -> dict:
-    """Train with the Ray runtime (``runtime.mode``); writes every run output into ``cfg.run_dir``.
+def uses_ray(run: RunPlan, ray: bool | None = None) -> bool:
+    """Whether ``run`` runs on Ray: always with ``ray`` True (``digenrl train --ray``), else unless it is one
+    colocated worker (``local.in_process``)."""
+    return bool(ray) or not in_process(run)
+
+
+def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: bool | None = None) -> dict:
+    """Train ``cfg``; writes every run output into ``cfg.run_dir`` and returns the summary.
 
     ``start``: fresh, overwrite or resume (``observe.run_dir.plan_run_dir``); ``stop``: the CLI's
-    ``StopRequest`` (its signal handler raises ``Interrupted`` in this thread)."""
+    ``StopRequest`` (Ray: its signal handler raises ``Interrupted`` in this thread; in-process: polled at each
+    step boundary); ``ray``: ``uses_ray``."""
+    from contextlib import nullcontext
+
     run = plan_run(cfg)  # config errors before anything is written or started
-    with ray_session(run):  # placement errors too
+    ray = uses_ray(run, ray)
+    if not ray and run.failure is not None and run.failure.kind != "raise":
+        from digenrl.config import ConfigError
+
+        raise ConfigError(f"runtime.inject_failure: ':{run.failure.kind}' ends or stops the worker's process, which "
+                          "in-process is the run itself; use it on Ray (digenrl train --ray, or a Ray mode)")
+    if ray:
+        from .cluster import ray_session
+
+        session = ray_session(run)  # placement errors too
+    else:
+        session = nullcontext()
+    with session:
         out = RunOutputs(cfg, start)
         try:
-            return _Controller(run, out, start).train()
+            return _Controller(run, out, start, stop, local=not ray).train()
         finally:
             out.close()
 
 
 class _Controller:
-    def __init__(self, run: RunPlan, out: RunOutputs, start: RunStart | None):
-        self.run, self.cfg, self.plan, self.out = run, run.cfg, run.plan, out
+    def __init__(self, run: RunPlan, out: RunOutputs, start: RunStart | None, stop=None, local: bool = False):
+        self.run, self.cfg, self.plan, self.out, self.stop, self.local = run, run.cfg, run.plan, out, stop, local
         self.clock, self.timeline = Clock(), Timeline(run.plan)
         self.metrics = StepMetrics(run.plan, out.run_dir)
         self.stats = [StepStats(k, generations=run.plan.batch) for k in range(run.plan.steps)]
@@ -76,20 +107,33 @@ class _Controller:
         if start is not None and start.kind == "resume":
             self.first, self.state = start.step, start.checkpoint.read_bytes()
             self.counters = ckpt.unpack(self.state).counters
-            out.eval0 = self.counters.get("eval0", float("nan"))
+            out.restore(self.counters)  # the eval before RL and the guard's state
         self.wall0 = self.counters.get("wall_s", 0.0)
-        self.pools: ActorPools | None = None
+        self.pools: WorkerPools | None = None
         self.sched: Scheduler | None = None
         self._attempt_start, self._log_start = 0.0, 0  # clock time and log index where the attempt began
         self._controller_cpu_s = 0.0
 
+    def start_pools(self, state: bytes | None, failure) -> WorkerPools:
+        if self.local:
+            from .local import start_local_pools
+
+            return start_local_pools(self.run, state, failure)
+        from .cluster import start_pools
+
+        return start_pools(self.run, state, failure)
+
     def _startup_text(self) -> str:
         n_g, n_t = len(self.run.generator_ids), len(self.run.trainer_ids)
-        pools = f"{n_g} generator(s) and {n_t} trainer rank(s)" if n_g else f"{n_t} worker(s)"
         where = f", restored from step {self.first}" if self.state is not None else ""
+        model = f"{self.cfg.model.kind} from {self.cfg.model.path or 'the built-in weights'}{where}"
+        if self.local:
+            return f"{'reloading' if self.recoveries else 'loading'} {model}"
+        pools = f"{n_g} generator(s) and {n_t} trainer rank(s)" if n_g else f"{n_t} worker(s)"
+        from .cluster import worker_log_dir
+
         again = "restarting" if self.recoveries else "starting"
-        return f"{again} {pools} (each loads {self.cfg.model.kind} from {self.cfg.model.path or 'the built-in weights'}" \
-               f"{where}; logs in {worker_log_dir(self.cfg)})"
+        return f"{again} {pools} (each loads {model}; logs in {worker_log_dir(self.cfg)})"
 
     # ---- attempts ------------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -99,14 +143,14 @@ class _Controller:
         try:
             while True:
                 with phase(self.cfg, self._startup_text()):
-                    self.pools = start_pools(self.run, self.state, failure)
+                    self.pools = self.start_pools(self.state, failure)
                 self._restarted()
                 try:
                     return self._attempt()
                 except Exception as err:  # a stop signal first, whatever error it came back as (as_interrupted)
                     e = as_interrupted(err)
                     if e is not None:
-                        e.step, e.checkpoint = self._checkpoint_on_stop()  # the actors still live: the last commit
+                        e.step, e.checkpoint = self._checkpoint_on_stop()  # the workers still live: the last commit
                         raise e from None
                     if not isinstance(err, WorkerFailure):
                         raise
@@ -114,10 +158,10 @@ class _Controller:
                     _log_failure(self.cfg, e)  # the worker's traceback, as Ray returned it, into its own log
                     halted = find_halted(e)
                     if halted is not None:  # a non-finite reward / commit: a replay would meet it again
-                        _abort(self.pools)
+                        self.pools.abort()
                         raise _on_worker(halted, e.worker) from None
                     if find_deterministic(e) is not None:  # a missing file, bad config, no CUDA: same on replay
-                        _abort(self.pools)
+                        self.pools.abort()
                         raise
                     self._recover(e)
                     failure = None
@@ -131,11 +175,11 @@ class _Controller:
                     e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
                 raise e from None
             if isinstance(err, WorkerFailure):
-                resumable = ckpt.latest_checkpoint(self.out.run_dir) is not None  # --resume only from a checkpoint
-                self.out.failure({"worker": err.worker, "step": err.step, "action": err.action, "error": str(err),
-                                  "restarts": len(self.recoveries),
-                                  "deterministic": find_deterministic(err) is not None,
-                                  "resume": f"digenrl train --resume {self.cfg.run_dir}" if resumable else None})
+                path = ckpt.latest_checkpoint(self.out.run_dir)  # --resume only from a checkpoint
+                write_failure(self.out.run_dir, FailureRecord(
+                    "worker", str(err), step=err.step, worker=err.worker, action=err.action,
+                    restarts=len(self.recoveries), deterministic=find_deterministic(err) is not None,
+                    checkpoint=path, resume=resume_command(self.cfg.run_dir) if path else None))
             raise
         finally:
             self.metrics.close()
@@ -146,32 +190,58 @@ class _Controller:
         cfg, plan, pools = self.cfg, self.plan, self.pools
         if self.first == 0 and not self.recoveries:
             with phase(cfg, f"eval before RL ({eval_text(cfg)})"):
-                self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
+                self.out.before(*self.evaluate(), weights=lambda: self.eval_weights(0))
             self.clock.reset()
         timing = f"calibration: timing each operation on the workers ({cfg.runtime.calibration.repeats} repeats)"
         with phase(cfg, timing) if measures(self.run) else _nothing():
             cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
-        ex = RayExecutor(self.run, pools, self.clock, self.first, _watchdog(self.run, cost, self._observed),
-                         self._observed)
+        ex = WorkerExecutor(self.run, pools, self.clock, self.first,
+                            (lambda a: None) if self.local else _watchdog(self.run, cost, self._observed),
+                            self._observed)  # (in-process: no watchdog, the calls run in this thread)
         self.metrics.replay_from(self.first, len(self.recoveries), self._attempt_start)
         cpu0 = time.process_time()
-        end = run_loop(self.sched, ex, self.timeline, _BetweenSteps(self, ex), t0=self._attempt_start)
-        self._controller_cpu_s = time.process_time() - cpu0  # the controller's own CPU (scheduler, BTS, Ray calls)
-        with phase(cfg, f"final eval ({eval_text(cfg)})"):
-            self.out.after(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
-        meta = {"steps": str(cfg.steps), "version": str(self.sched.published)}
-        self.out.write_checkpoint(get_named(pools.on_rank0("checkpoint_bytes", meta), "checkpoint",
-                                            call_deadline(cfg))[0].value)  # fmt: skip
-        return self._finish(end)
+        between = BetweenSteps(self, ex)
+        try:
+            end, stopped = run_loop(self.sched, ex, self.timeline, between, t0=self._attempt_start), None
+        except GuardStopped as g:  # eval.guard_action=stop: the run ends after the step whose eval tripped it
+            end, stopped = self.clock.now(), g
+        finally:
+            between.close()
+        self._controller_cpu_s = time.process_time() - cpu0  # the controller's own CPU (scheduler, BTS, calls)
+        version = self.sched.published if stopped is None else stopped.version
+        if stopped is None:
+            with phase(cfg, f"final eval ({eval_text(cfg)})"):
+                self.out.after(*self.evaluate(), weights=lambda: self.eval_weights(cfg.steps))
+        else:
+            self.out.after(stopped.reward, stopped.batch)
+        meta = {"steps": str(cfg.steps if stopped is None else version), "version": str(version)}
+        self.out.write_checkpoint(self.rank0("checkpoint_bytes", meta))
+        return self._finish(end, version)
 
-    def _finish(self, end: float) -> dict:
+    def rank0(self, method: str, *args, deadline: float | None = None):
+        """The value of a rank-0 call (``WorkerPools.on_rank0``: an eval, a checkpoint), waited for now."""
+        refs = self.pools.on_rank0(method, *args)
+        return self.pools.get_named(refs, method, deadline or call_deadline(self.cfg))[0].value
+
+    def evaluate(self) -> tuple:
+        """(eval reward, eval samples) with rank 0's (EMA) weights: the first ``eval.grid_prompts`` samples, or
+        with ``eval.guard`` all of them (the guard scores them)."""
+        cfg = self.cfg
+        grid = max(cfg.eval.grid_prompts, cfg.eval.num_prompts) if cfg.eval.guard else cfg.eval.grid_prompts
+        return self.rank0("evaluate", grid, deadline=call_deadline(cfg) + remote_reward_wait(cfg))  # (it scores)
+
+    def eval_weights(self, step: int) -> bytes:
+        """The eval weights as checkpoint bytes (``eval.guard_action=checkpoint`` keeps them)."""
+        return self.rank0("checkpoint_bytes", {"steps": str(step), "guard": "pre-divergence"})
+
+    def _finish(self, end: float, version: int) -> dict:
         from digenrl.schedule.audit import audit
 
         cfg, plan = self.cfg, self.plan
-        if cfg.runtime.checkpoint_every and self.sched.published > self._last_checkpoint():
-            self._save_state(self.sched.published)  # a finished run can be extended with --resume steps=<more>
+        if cfg.runtime.checkpoint_every and version > self._last_checkpoint():
+            self._save_state(version)  # a finished run can be extended with --resume steps=<more>
         self._merge_stats()
         result = self.timeline.result(self.sched, end)
         result.stats = self.stats
@@ -180,11 +250,19 @@ class _Controller:
         result.write_gantt(self.out.run_dir / "gantt.png", f"{cfg.runtime.mode}: {result.pools_label()}, "
                                                            f"{plan.steps} steps (measured)")
         log, events = self._last_attempt_log()
-        return self.out.finish(wall_s=self.wall0 + end, version=self.sched.published, **result.timing(),
-                               audit_violations=audit(plan, log, events, self.first)[:20], bts=result.bts,
+        if version < plan.steps:  # ended by eval.guard after its commit: the steps done (its publish never ran)
+            from dataclasses import replace
+
+            done = audit(replace(plan, steps=version), log, events, self.first)
+            violations = [v for v in done if v != f"version {version} never published"]
+        else:
+            violations = audit(plan, log, events, self.first)
+        return self.out.finish(wall_s=self.wall0 + end, version=version, **result.timing(),
+                               audit_violations=violations[:20], bts=result.bts,
                                restarts=len(self.recoveries), recoveries=self.recoveries,
                                controller_cpu_s=self._controller_cpu_s, cost_scales=self.sched.cost_scales,
-                               clock_error_s=self.pools.clock_error_s)
+                               clock_error_s=self.pools.clock_error_s,
+                               transport="in-process" if self.local else "ray")
 
     def _write_observed_profile(self, spans) -> None:
         """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), laid over the
@@ -208,7 +286,7 @@ class _Controller:
         """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""
         detected = self.clock.now()
         self._merge_stats()
-        _abort(self.pools)
+        self.pools.abort()
         if len(self.recoveries) >= self.cfg.runtime.max_restarts:
             raise e
         path = ckpt.latest_checkpoint(self.out.run_dir)
@@ -237,14 +315,16 @@ class _Controller:
                 self.stats[k] = st
 
     # ---- checkpoints ---------------------------------------------------------------------------------
-    def _save_state(self, step: int, data: bytes | None = None) -> None:
+    def _save_state(self, step: int, data: bytes | None = None):
+        """Write the resumable checkpoint of ``step`` committed steps (``data``: packed already); its path."""
         if data is None:
-            data = get_named(self.pools.on_rank0("pack_state", step, self._counters()), "checkpoint",
-                             call_deadline(self.cfg))[0].value  # fmt: skip
-        ckpt.write_checkpoint(self.out.run_dir, step, data, keep=self.cfg.runtime.keep_checkpoints)
+            data = self.rank0("pack_state", step, self.counters_now())
+        return ckpt.write_checkpoint(self.out.run_dir, step, data, keep=self.cfg.runtime.keep_checkpoints)
 
-    def _counters(self) -> dict:
-        return {"eval0": self.out.eval0, "wall_s": self.wall0 + self.clock.now()}
+    def counters_now(self) -> dict:
+        """What a resumable checkpoint keeps of the controller's state: the eval before RL, the wall time so far,
+        the outputs' own (the guard's)."""
+        return {"eval0": self.out.eval0, "wall_s": self.wall0 + self.clock.now(), **self.out.counters()}
 
     def _last_checkpoint(self) -> int:
         """The step of the newest checkpoint file (-1: none)."""
@@ -255,7 +335,7 @@ class _Controller:
         """After a signal: drop the open step and checkpoint the last committed state (if at a step boundary)."""
         if self.pools is None or self.sched is None:
             return None, ckpt.latest_checkpoint(self.out.run_dir)
-        _abort(self.pools)
+        self.pools.abort()
         step = self.sched.train_step
         try:
             if step > self._last_checkpoint():
@@ -271,58 +351,12 @@ class _Controller:
         return log, [ev for ev in self.timeline.events if ev.time >= first_t - 1e-9]
 
 
-class _BetweenSteps:
-    """The control loop's observer in a Ray run: step metrics, and evals / checkpoints between steps, on
-    trainer rank 0 and off the schedule."""
-
-    def __init__(self, ctl: _Controller, ex: RayExecutor):
-        self.ctl, self.ex = ctl, ex
-        self._evals: dict[int, float | None] = {}   # version -> eval reward (None: requested, not back yet)
-        self._rows: list[dict] = []
-
-    def on_completion(self, c: Completion) -> None:
-        ctl = self.ctl
-        ctl.metrics.record(c)
-        if c.side == "eval":
-            reward, sample = c.results[0].value  # sample: the grid's eval samples (run_dir/samples/)
-            self._evals[c.step] = reward
-            ctl.out.eval_grid(c.step, reward, sample)
-        elif c.side == "checkpoint":
-            ctl._save_state(c.step, c.results[0].value)
-        elif isinstance(c.action, Commit) and c.action.final:
-            self._after_commit(c.action.step + 1)
-
-    def _after_commit(self, version: int) -> None:
-        ctl = self.ctl
-        cfg, pools = ctl.cfg, ctl.pools
-        if version <= ctl.metrics.logged:  # a replayed step: its eval is in the metrics already
-            return
-        if cfg.eval.every and version % cfg.eval.every == 0 and version < cfg.steps:
-            self._evals[version] = None
-            self.ex.side(pools.on_rank0("evaluate", cfg.eval.grid_prompts), "eval", version)  # grid: run_dir/samples/
-        if ckpt.due(version, cfg.runtime.checkpoint_every) and version < cfg.steps:
-            self.ex.side(pools.on_rank0("pack_state", version, ctl._counters()), "checkpoint", version)
-
-    def after_wait(self) -> None:
-        """Write rows in step order; a row whose eval is still running waits for it."""
-        ctl = self.ctl
-        self._rows.extend(ctl.metrics.rows_ready(ctl.timeline.spans))
-        while self._rows:
-            step = self._rows[0]["step"]
-            if step in self._evals:
-                if self._evals[step] is None:
-                    return
-                self._rows[0]["eval_reward"] = self._evals.pop(step)
-            self._rows[0]["restarts"] = len(ctl.recoveries)
-            if 1 <= step <= len(ctl.sched.stats):  # row k + 1: the online cost factors BTS planned step k with
-                self._rows[0].update({f"cost_scale/{k}": v for k, v in ctl.sched.stats[step - 1].cost_scales.items()})
-            ctl.out.log(self._rows.pop(0))
-
-
 def _log_failure(cfg: Config, e: WorkerFailure) -> None:
     """Append the error the driver saw from worker ``e.worker`` (with Ray's remote traceback) to that worker's log
     (``run_dir/logs/<worker>.log``): an actor's exception goes back to the caller, not into the worker's output."""
     from datetime import datetime
+
+    from .cluster import worker_log_dir
 
     path = worker_log_dir(cfg) / f"{e.worker}.log"
     if not path.parent.is_dir():
@@ -344,12 +378,6 @@ def _on_worker(e, worker: str):
         return type(e)(f"{e} (on worker {worker})")
     except Exception:  # a subclass with another signature: keep it as it came
         return e
-
-
-def _eval(pools: ActorPools, plan, grid: int, cfg=None):
-    """(eval reward, the first ``grid`` eval samples) with rank 0's (EMA) weights."""
-    deadline = None if cfg is None else call_deadline(cfg) + remote_reward_wait(cfg)  # an eval scores its samples
-    return get_named(pools.on_rank0("evaluate", grid), "eval", deadline)[0].value
 
 
 def _watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
@@ -377,12 +405,4 @@ def _watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
     return budget
 
 
-def _abort(pools: ActorPools, timeout_s: float = 30.0) -> None:
-    """Drop every open transaction on the trainers still alive (best effort: the actors are killed next)."""
-    import ray
-
-    refs = [t.abort.remote() for t in pools.trainers.values()]
-    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-
-
-__all__ = ["run_disaggregated"]
+__all__ = ["run_training", "uses_ray"]

@@ -1,8 +1,10 @@
-"""The Ray executor: scheduler actions -> actor calls; finished calls -> ``Completion`` records (the
+"""The worker executor: scheduler actions -> worker calls; finished calls -> ``Completion`` records (the
 driver's clock, ``clocks.Clock``: worker stamps mapped onto it).
 
-``RayExecutor`` implements ``digenrl.control.loop.Executor``. It moves object refs only: a ``Generate`` leaves
-its trajectories in the object store (ref kept per (step, group)) and carries the ref of the published weights
+``WorkerExecutor`` implements ``digenrl.control.loop.Executor`` over ``pools.WorkerPools``: Ray actors
+(``cluster.ActorPools``) or the same workers in this process (``local.LocalPools``). It moves refs only: a
+``Generate`` leaves its trajectories with the transport (Ray: the object store; ref kept per (step, group)) and
+carries the ref of the published weights
 when the generator does not hold that version yet; a ``Train`` hands the trainer the refs of its group's
 fragments, and the trainer fetches them. ``Commit`` and ``Publish`` are barriers over several calls; they
 complete when the last one is done. Calls that complete together are reported in the control loop's tie
@@ -35,7 +37,7 @@ from digenrl.schedule import Action, Commit, Generate, Publish, Train
 from digenrl.schedule.layout import gang_shares, grid_cells
 
 from .clocks import Clock
-from .cluster import ActorPools, error_cause, wait_sliced
+from .pools import WorkerPools, error_cause
 from .errors import WorkerFailure
 
 
@@ -78,13 +80,13 @@ class _StepRefs:
     parts: dict = field(default_factory=dict)       # group -> {reward part: {generation: value}}
 
 
-class RayExecutor:
+class WorkerExecutor:
     """``version``: the weights every worker holds at the start (the first step of a resumed or recovered run);
     ``budget``: the watchdog's seconds for an action, or None for no deadline (side calls: ``budget(None)``);
     ``observed``: told each completed action's seconds from launch (``deadlines.ObservedCosts``), which a budget
     without a cost model derives its deadlines from."""
 
-    def __init__(self, run: RunPlan, pools: ActorPools, clock: Clock, version: int = 0,
+    def __init__(self, run: RunPlan, pools: WorkerPools, clock: Clock, version: int = 0,
                  budget: Callable[[Action | None], float | None] = lambda a: None, observed=None):
         self.run, self.pools, self.clock, self.budget, self.observed = run, pools, clock, budget, observed
         self.plan = run.plan
@@ -123,8 +125,7 @@ class RayExecutor:
                 d = self.run.sequence_parallel  # the ranks of a lane share its part (one sequence split over them)
                 lanes = gang_shares(a.fragments, len(ranks) // d)
                 for w, share in zip(ranks, [lanes[i // d] for i in range(len(ranks))]):
-                    *refs, info = self.pools.actor(w).generate_gang.options(
-                        num_returns=len(share) + 1).remote(tuple(share), a.version)
+                    *refs, info = self.pools.call(w, "generate_gang", tuple(share), a.version, returns=len(share) + 1)
                     for lst, ref in zip(by_part, refs):
                         lst.append(ref)
                     infos[info] = w
@@ -133,7 +134,7 @@ class RayExecutor:
                 self._track(_Call(a, None, f.step, now), infos)
                 return
             for w in ranks:
-                traj, info = self.pools.actor(w).generate.options(num_returns=2).remote(*args)
+                traj, info = self.pools.call(w, "generate", *args, returns=2)
                 trajs.append(traj)
                 infos[info] = w
             self._step(f.step).fragments.setdefault(f.group, {})[f] = trajs
@@ -144,11 +145,11 @@ class RayExecutor:
             refs = [r for f in sorted(frags) for r in frags[f]]
             rewards, parts = self.step_rewards(c.step)
             self._track(_Call(a, None, c.step, now),
-                        {self.pools.trainers[w].train.remote(c, refs, rewards, parts): w for w in self._ranks(a.rank)})
+                        {self.pools.call(w, "train", c, refs, rewards, parts): w for w in self._ranks(a.rank)})
         elif isinstance(a, Commit):
             self._check_cells(a.step, a.round)
             rewards, parts = self.step_rewards(a.step)
-            refs = {self.pools.trainers[w].commit.remote(a.step, a.round, a.final, rewards, parts): w
+            refs = {self.pools.call(w, "commit", a.step, a.round, a.final, rewards, parts): w
                     for r in a.ranks for w in self._ranks(r)}
             self._track(_Call(a, None, a.step, now), refs)
         elif isinstance(a, Publish):
@@ -192,23 +193,21 @@ class RayExecutor:
     # ---- completions ---------------------------------------------------------------------------------
     def wait(self) -> list[Completion]:
         """Block until at least one call completed; every call complete now, in the loop's tie order."""
-        import ray
-
         if not self._ready:
             if not self._calls:
                 raise RuntimeError("executor: waiting with nothing in flight (the schedule is stuck)")
             refs = list(self._calls)
             due = min((c.deadline for c in self._calls.values() if c.deadline is not None), default=None)
             timeout = None if due is None else max(0.0, due - self.clock.now())
-            ready, rest = wait_sliced(refs, 1, timeout)  # (in slices: a stop signal is honoured within a second)
+            ready, rest = self.pools.wait(refs, 1, timeout)
             if not ready and due is not None and self.clock.now() >= due:
                 self._stalled()
             if rest and ready:
-                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+                ready += self.pools.wait(rest, len(rest), 0)[0]
             for ref in ready:
                 call = self._calls.pop(ref)
                 try:
-                    call.results[ref] = ray.get(ref)
+                    call.results[ref] = self.pools.get(ref)
                 except Exception as e:  # the worker raised, or its process died
                     raise WorkerFailure(call.workers[ref], call.step, call.what, error_cause(e)) from e
                 if not any(c is call for c in self._calls.values()):

@@ -32,7 +32,7 @@ import time
 
 from .messages import TimedResult
 from .publish import WeightInbox, broadcast_receive, init_groups, stream_receive
-from .worker_base import WorkerBase
+from .worker_base import WorkerBase, fetch
 from .workers import GeneratorAPI
 
 
@@ -78,9 +78,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         if version < self.version:
             raise RuntimeError(f"{self.name}: version {version} is older than the held version {self.version}")
         if weights:
-            import ray
-
-            state = ray.get(weights[0])
+            state = fetch(weights[:1])[0]
         else:
             state = self.inbox.take(version)
         if state is None:

@@ -47,6 +47,7 @@ class CommitResult:
     start: float = 0.0
     end: float = 0.0
     stats: CellStats | None = None     # the loss statistics of a deferred round's cells (``train.loss_scale``)
+    kept: int = 0                      # the round's trajectories that count in its mean (``LossScale.kept``)
 
 
 @dataclass(frozen=True)

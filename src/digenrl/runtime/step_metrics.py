@@ -1,8 +1,11 @@
 """Per-step metrics of a Ray run, and the version of every trajectory, from the control loop's completions.
 
-Metrics rows carry the reference loop's keys (``reward_mean``, ``reward_std``, ``reward/<part>``, ``loss``,
-``approx_kl``, ``clipfrac``, ``kl``, ``grad_norm``, ``zero_std_ratio``, ``timing_s/gen``, ``timing_s/train``,
-``timing_s/commit``, ``step_s``, ``samples_per_s``) plus the runtime's:
+The one ``StepMetrics`` of every run. A row has ``reward_mean``, ``reward_std``, ``reward/<part>``, the loss
+statistics (``loss``, ``approx_kl``, ``clipfrac``, ``clipfrac_gt_one``, ``clipfrac_lt_one``, ``kl``, the
+generator-trainer ``mismatch/*``: ``train.chunk_loss.CellStats``), ``cells`` (the cells of the step's rounds),
+``kept_fraction`` (the share of the step's B trajectories that count in its first epoch's means: all, those with a
+non-zero advantage under ``train.filter_zero_advantage``, the re-added ones of ``train.zero_adv_refill``, within
+``train.best_of_n``'s selection), ``grad_norm`` (the mean over the step's commits), ``zero_std_ratio``, and:
 
 * ``timing_s/publish``; ``timing_s/gen`` / ``timing_s/train`` are wall spans of the step's generation / training
   (first start to last end; they overlap in pipelined modes), ``busy_s/gen`` / ``busy_s/train`` the summed
@@ -57,6 +60,7 @@ class StepRecord:
     stats: CellStats = field(default_factory=CellStats)
     tag_fragments: int = 0
     grad_norms: list = field(default_factory=list)   # one per commit (round) of the step
+    kept: int = 0                                    # trajectories counted by the first epoch's rounds
     commit_s: float = 0.0
     publish_s: float = 0.0
     published: float | None = None
@@ -114,6 +118,8 @@ class StepMetrics:
         elif isinstance(a, Commit):
             st = self.steps[a.step]
             st.grad_norms.append(c.results[0].grad_norm)  # rank 0's (the results are in launch order)
+            if a.round < self.plan.minibatches:  # the first epoch's rounds count each kept sample once
+                st.kept += c.results[0].kept
             for r in c.results:  # a deferred round's loss statistics come with its commit, per rank
                 if r.stats is not None:
                     st.stats = st.stats.add(r.stats)
@@ -148,6 +154,7 @@ class StepMetrics:
         row.update(st.stats.means())
         row.update({
             "grad_norm": sum(st.grad_norms) / max(1, len(st.grad_norms)), "zero_std_ratio": adv_stats.zero_std_ratio,
+            "cells": st.stats.cells, "kept_fraction": st.kept / p.batch,
             "timing_s/gen": st.gen.span, "timing_s/train": st.train.span,
             "timing_s/commit": st.commit_s, "timing_s/publish": st.publish_s,
             "busy_s/gen": st.gen.busy, "busy_s/train": st.train.busy,

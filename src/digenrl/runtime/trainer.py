@@ -62,7 +62,7 @@ from digenrl.train.old_logprob import sync_step_start
 from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
 from .publish import broadcast_send, init_groups, local_state, state_copy, stream_send
-from .worker_base import WorkerBase
+from .worker_base import WorkerBase, fetch
 from digenrl.train.sequence_parallel import lane_role
 from .workers import TrainerAPI
 
@@ -133,11 +133,9 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         key = (step, group)
         g = self._groups.get(key)
         if g is None:
-            import ray
-
             from digenrl.rollout.records import TrajectoryBatch
 
-            g = TrajectoryBatch.cat([b for b in ray.get(list(refs)) if b is not None])  # None: a rank's empty share
+            g = TrajectoryBatch.cat([b for b in fetch(refs) if b is not None])  # None: a rank's empty share
             bad = sorted({int(v) for v in g.version.tolist()} - {step, step - 1})
             if bad or sorted(g.gen_index.tolist()) != list(range(self.cfg.train.generations)):
                 raise RuntimeError(f"{self.name}: group {group} of step {step} has generations "
@@ -196,9 +194,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         else:
             if group.advantages is None:
                 group.advantages = step_advantages(rewards, t, parts)[chunk.group][group.gen_index]
-                keep = self._refill(chunk.step, rewards, parts)
-                if keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train (A = 0)
-                    group.keep = keep[chunk.group][group.gen_index]
+            # the round's samples count, not A != 0 (train.zero_adv_refill: the re-added ones train with A = 0)
+            group.keep = None if masks is None else masks[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded, step_start=chunk.round == 0)
         if weight == 0.0 or not mine or not self._lane.lead:  # a throw-away cell that only joined the collectives,
@@ -234,7 +231,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
     @collective_action
     def generate_gang(self, share, version: int):
-        """A gang over several prompt groups (``Generate.more``) on a shard group: this rank's round-robin share
+        """A gang over several prompt groups (``Generate.more``) on a shard group, or a packed colocated worker's
+        share of the step (``StepPlan.packed``): this rank's round-robin share
         (``layout.gang_shares``, one fragment per part) sampled in one batch (``generate_parts``): returns one
         trajectory batch (or None) per part, then the tuple of per-part infos. Without an inference copy a rank
         without a share samples a throw-away copy of the gang's first generation so that its forwards still
@@ -245,9 +243,10 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate a gang {share} with version {version} but its "
                                f"weights are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        if not self.sharded:
-            raise RuntimeError(f"{self.name}: a gang over several groups runs on a shard group only")
         lead = self._lane.lead  # (``share`` is its lane's: the executor gives a lane's ranks the same one)
+        if not self.sharded:  # a packed colocated worker's (or lane's) share of the step (``StepPlan.packed``)
+            with sampling_weights(self.policy):
+                return self.generate_parts(self.policy, share, version, lead)
         if self.cfg.runtime.tag_inference_copy:
             return self.generate_parts(self._inference_copy(version), share, version, lead)
         mine = any(p.generations for p in share)
@@ -330,22 +329,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         if final:
             for key in [k for k in self._groups if k[0] <= step]:
                 del self._groups[key]
-        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.monotonic(), stats)
-
-    def _refill(self, step: int, rewards: dict, parts: dict) -> dict | None:
-        """``train.zero_adv_refill``: group -> kept mask (generation order) of ``step``, from every group's rewards
-        (drawn among the ``train.best_of_n`` selection where set)
-        (the config allows it in the barrier modes only, where they are all in before the first chunk)."""
-        t = self.cfg.train
-        if not t.zero_adv_refill:
-            return None
-        from digenrl.train.loss_scale import step_advantages
-        from digenrl.train.sample_masks import kept_masks
-
-        if len(rewards) < self._plan.prompts:
-            raise RuntimeError(f"{self.name}: train.zero_adv_refill at step {step} needs the rewards of all "
-                               f"{self._plan.prompts} groups, got {sorted(rewards)}")
-        return kept_masks(self.cfg, step_advantages(rewards, t, parts), rewards, parts, step=step)
+        return CommitResult(step, self.name, self.tx.version, out["grad_norm"], t0, time.monotonic(), stats,
+                            scale.kept)
 
     def abort(self) -> int | None:
         """Drop the open transaction (if any); returns the step it belonged to."""

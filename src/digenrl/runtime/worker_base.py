@@ -1,7 +1,6 @@
 """What generator and trainer actors share: config, threads, the step's prompts, fragment generation.
 
-A fragment (step, group, generation indices) is generated exactly like the reference loop generates those
-trajectories: same prompts (``task.train_prompts(step, P, seed)[group]``), same timestep plan of the step,
+A fragment (step, group, generation indices) is generated the same on every worker, in any batch: same prompts (``task.train_prompts(step, P, seed)[group]``), same timestep plan of the step,
 same per-trajectory noise (I5), so any worker produces identical samples. The decoded images are scored on
 the worker and dropped before the trajectories go to the object store (trainers need latents and log-probs).
 """
@@ -47,6 +46,17 @@ def log_tail(path: str | Path, lines: int = 20) -> list[str]:
     except OSError:
         return []
     return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+def fetch(refs) -> list:
+    """The values behind ``refs``: Ray object refs are read from the object store (``ray.get``); the in-process
+    transport (``local.LocalPools``) hands a worker the values themselves."""
+    refs = list(refs)
+    if any(type(r).__name__ == "ObjectRef" for r in refs):
+        import ray
+
+        return ray.get(refs)
+    return refs
 
 
 class InjectedFailure(RuntimeError):

@@ -1,7 +1,8 @@
 """Declared worker interfaces: what the controller may call on a generator and on a trainer rank.
 
-The controller holds Ray actor handles; ``handle.method.remote(*args)`` runs ``method`` of the protocol below
-on the actor and returns an object ref of its result. ``GeneratorWorker`` and ``TrainerWorker`` implement
+The controller holds worker handles (``pools.WorkerPools``: Ray actors, or objects of its own process);
+``pools.call(worker, "method", *args)`` runs ``method`` of the protocol below on the worker and returns a ref of
+its result. ``GeneratorWorker`` and ``TrainerWorker`` implement
 these protocols (a test checks every method and its parameters), and the executor, the driver, the cluster
 setup and the calibration call nothing else.
 """
@@ -51,14 +52,15 @@ class GeneratorAPI(WorkerAPI, Protocol):
 class TrainerAPI(WorkerAPI, Protocol):
     def train(self, chunk: Chunk, refs: list, rewards: dict, parts: dict) -> ChunkResult:
         """Forward+backward of ``chunk`` into its round's gradient transaction (``refs``: its group's fragments;
-        ``rewards`` / ``parts``: the rewards of the step's complete groups so far, ``RayExecutor.step_rewards``)."""
+        ``rewards`` / ``parts``: the rewards of the step's complete groups so far, ``WorkerExecutor.step_rewards``)."""
 
     def generate(self, fragment: Fragment, version: int) -> tuple[object, FragmentInfo]:
         """TAG / colocated generation with the rank's own weights, which must be ``version``."""
 
     def generate_gang(self, share: tuple[Fragment, ...], version: int) -> tuple:
-        """A shard group's gang over several prompt groups: this rank's share (one fragment per part) in one
-        batch; returns one trajectory batch (or None) per part, then the tuple of per-part infos."""
+        """A gang over several prompt groups (a shard group's TAG, or a packed colocated worker's share): this
+        rank's share (one fragment per part) in one batch; returns one trajectory batch (or None) per part, then
+        the tuple of per-part infos."""
 
     def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
         """Loss scale from the step's ``rewards`` (``train.loss_scale``), all-reduce, optimizer step of round

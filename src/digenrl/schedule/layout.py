@@ -68,8 +68,8 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
               chunk_timesteps: int) -> list[tuple[Cell, ...]]:
     """The one tiling of a group's (generation x trained timestep) grid into chunks, timestep-major: for each
     block of ``chunk_timesteps`` timesteps, for each block of ``chunk_generations`` of ``gens``, one chunk
-    (edge tiles are smaller). Every cell lands in exactly one chunk. The scheduler's TSP chunks and the
-    single-process loop's chunks both come from here."""
+    (edge tiles are smaller). Every cell lands in exactly one chunk. The scheduler's TSP chunks and a packed
+    colocated worker's (``classic_chunks``) both come from here."""
     if chunk_generations < 1 or chunk_timesteps < 1:
         raise ValueError("chunk shape must be at least 1 x 1")
     out = []
@@ -215,13 +215,17 @@ def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...
 
 
 def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dict[int, list[Chunk]]:
-    """rank index -> that rank's chunks of the group: one per trained timestep over its shard."""
+    """rank index -> that rank's chunks of the group: one per trained timestep over its shard, or (a ``packed``
+    plan) ``tile_grid`` of its shard's grid by the chunk shape."""
     out: dict[int, list[Chunk]] = {}
+    s = plan.trained_timesteps
     for r in range(len(plan.trainers)):
         shard = classic_shard(plan, group, r)
-        if shard:
-            out[r] = [Chunk(step, group, tuple((i, j) for i in shard), round)
-                      for j in range(plan.trained_timesteps)]
+        if shard and plan.packed:
+            out[r] = [Chunk(step, group, cells, round) for cells in
+                      tile_grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))]
+        elif shard:
+            out[r] = [Chunk(step, group, tuple((i, j) for i in shard), round) for j in range(s)]
     return out
 
 

@@ -108,6 +108,12 @@ class StepPlan:
       gang_groups: a shard group's TAG gang takes the next ``shard_ranks`` pending fragments across prompt
         groups (True, ``Generate.more``) or only those of the head group (False: a smaller gang, which ends
         sooner); ``runtime.gang_groups``, the planner picks it.
+      packed: colocated only: a worker takes its share of the step's fragments (``colocated_share``) in one
+        generation action (a gang over the step's prompt groups, ``layout.gang_parts``) and trains its shard of
+        each group in chunks of ``chunk_generations x chunk_timesteps`` (``layout.classic_chunks``), so a
+        run of one worker samples its whole step in one batch and trains it in chunks as large as the chunk
+        shape allows (what ``digenrl train`` runs: ``control.run_plan``); False: one fragment per action and one
+        trained timestep per chunk, the flow_grpo / veRL-Omni baseline the planner's presets price.
     """
 
     prompts: int
@@ -133,6 +139,7 @@ class StepPlan:
     publish_streams: bool = False
     sequence_parallel: int = 1
     generator_sequence_parallel: int = 1
+    packed: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -165,6 +172,8 @@ class StepPlan:
             raise PlanError("trainers: at least one trainer rank is required")
         if self.mode is Mode.COLOCATED and self.generators:
             raise PlanError("generators: must be empty in colocated mode (the trainer ranks also generate)")
+        if self.packed and self.mode.disaggregated:
+            raise PlanError(f"packed: a colocated plan's packing (mode {self.mode.value!r} has generator workers)")
         if self.mode.disaggregated and not self.generators:
             raise PlanError(f"generators: mode {self.mode.value!r} needs at least one generator worker")
         ids = self.generators + self.trainers
@@ -193,6 +202,11 @@ class StepPlan:
     @property
     def fragments_per_group(self) -> int:
         return math.ceil(self.generations / self.fragment_size)
+
+    @property
+    def colocated_share(self) -> int:
+        """``packed``: the fragments one colocated worker takes at once, ceil(P x fragments per group / N)."""
+        return -(-self.prompts * self.fragments_per_group // len(self.trainers))
 
     @property
     def stale_cap(self) -> int:

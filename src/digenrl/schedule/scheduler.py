@@ -355,8 +355,11 @@ class Scheduler:
             if chunk is not None:
                 acts.append(self._train(t, chunk, r))
             elif not p.mode.disaggregated and self.published == self.train_step and self._work(self.published).pending:
-                frag = self._work(self.published).pending.popleft()
-                acts.append(self._dispatch(t, frag, r, self.published, switch=not self._last_gen[r]))
+                pending = self._work(self.published).pending  # (packed: the worker's share in one action)
+                m = min(len(pending), p.colocated_share) if p.packed else 1
+                parts = gang_parts([pending.popleft() for _ in range(m)])
+                acts.append(self._dispatch(t, parts[0], r, self.published, switch=not self._last_gen[r], parts=m,
+                                           more=parts[1:]))
         if self.bts is not None and self._collective is None and any(self._rank_idle(r) for r in freed):
             acts.extend(self._bubble(t))
         return acts

@@ -405,21 +405,6 @@ def check_shards(d: str | Path, manifest: dict[str, list] | None, where: str) ->
                              f"recorded when it was written ({got[:12]}... != {digest[:12]}...)")
 
 
-def save_train_state(ctx, run_dir: str | Path, *, step: int, keep: int, counters: dict[str, Any] | None = None) -> Path:
-    """Checkpoint a single-process run (``pack_train_state`` + ``write_checkpoint``)."""
-    return write_checkpoint(run_dir, step, pack_train_state(ctx, step=step, counters=counters), keep=keep)
-
-
 def due(step: int, every: int) -> bool:
     """Is a periodic checkpoint due after ``step`` commits (``runtime.checkpoint_every``; 0 = never)?"""
     return every > 0 and step % every == 0
-
-
-def resume(ctx, start) -> tuple[int, dict[str, Any]]:
-    """(first step to run, run counters) for a ``RunStart``; restores ``ctx`` when it resumes a checkpoint."""
-    if start is None or start.kind != "resume":
-        return 0, {}
-    state = read_train_state(start.checkpoint)
-    check_resume_config(state.config, ctx.cfg)
-    restore_train_state(ctx, state)
-    return state.step, state.counters

@@ -25,7 +25,7 @@ Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 befo
 policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
 are dropped before the forward (they still count as done in the transaction) and the caller divides by the
 number of kept trajectories, B_m = kept ones (``step_work.kept_count``); a group's ``keep`` mask, where set
-(``train.zero_adv_refill``: ``step_work.zero_adv_refill``), replaces A != 0 as the kept test. One rule decides
+(``train.zero_adv_refill``: ``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. One rule decides
 what happens when no cell is left: alone (``collective=False``) the call returns without a forward; in a collective
 (``collective=True``: a rank of a sharded pool, whose forward and backward all-gather the blocks with the
 other ranks) it forwards its first cell with weight 0 instead::
@@ -53,6 +53,7 @@ from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.train.nft_old import old_of
 from digenrl.train.old_logprob import Mismatch, mismatch, step_start_of, tis_weight
+from digenrl.train.step_work import nonzero
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def train_cells(
     weight = 1.0
     if settings.filter_zero_advantage:
         a = group.advantages[rows]
-        keep = a != 0 if a.ndim == 1 else (a != 0).any(1)
+        keep = nonzero(a)
         if group.keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train too (A = 0)
             keep = group.keep[rows].clone()
         if not keep.any():

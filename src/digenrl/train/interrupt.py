@@ -1,9 +1,10 @@
 """Stopping a run on SIGINT / SIGTERM without losing it.
 
-The first signal asks the run to stop: a loop that polls ``StopRequest.requested`` finishes (or abandons) its
-current step, writes a resumable checkpoint and raises ``Interrupted``; with ``abandon=True`` (a controller
-blocked in Ray calls) the handler raises ``Interrupted`` at once, the open transaction is dropped and the run
-resumes from its last checkpoint. The CLI then writes ``failure.json``, prints one line saying how to resume
+The first signal asks the run to stop: the controller (``runtime.driver``) polls ``StopRequest.requested`` at
+each step boundary (an in-process run: its thread is the workers', so the step in progress is finished), writes
+a resumable checkpoint and raises ``Interrupted``; with ``abandon=True`` (a controller blocked in Ray calls) the
+handler raises ``Interrupted`` at once, the open transaction is dropped and the run resumes from its last
+checkpoint. The CLI then writes ``failure.json``, prints one line saying how to resume
 and exits with ``EXIT_INTERRUPTED`` (75, EX_TEMPFAIL: "try again later"). A second signal exits at once with
 128 + signal number (no cleanup; the last complete checkpoint stays valid: writes are atomic), after killing
 every process this one started (``kill_descendants``: a local Ray's GCS, raylet and actors), so none is left
@@ -125,15 +126,3 @@ def kill_descendants() -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-
-
-def write_failure(run_dir: Path, e: Interrupted, checkpoint: Path | None, resume_cmd: str | None) -> None:
-    """``failure.json`` of a stopped run (deleted when a later run of the directory finishes)."""
-    import json
-
-    from digenrl.safe_files import atomic_write_bytes
-
-    rec = {"error": str(e), "signal": e.signal_name, "step": e.step,
-           "checkpoint": str(checkpoint) if checkpoint else None, "resume": resume_cmd}
-    if run_dir.is_dir():
-        atomic_write_bytes(run_dir / "failure.json", json.dumps(rec, indent=2).encode())

@@ -1,5 +1,5 @@
-"""The normalisation of a round's gradient, in one place: the reference loop, the Ray trainer ranks and the FSDP
-ranks all take it from here; the controller only moves the rewards (plain numbers) to the trainers.
+"""The normalisation of a round's gradient, in one place: every trainer rank (in-process or on Ray, replicated or
+FSDP) takes it from here; the controller only moves the rewards (plain numbers) to the trainers.
 
 For a round (one commit) over the groups of a minibatch, with S trained timesteps::
 
@@ -10,7 +10,7 @@ For a round (one commit) over the groups of a minibatch, with S trained timestep
 the commit (1 / kept, the round's trajectories that count in the mean: all of them, or those with a non-zero
 advantage under ``train.filter_zero_advantage``). The final advantages come from ``step_advantages``: the
 rewards of the step's complete groups (group index -> rewards in generation order, as the controller collects
-them) normalised exactly as the reference loop normalises its batch (``step_work.assign_advantages``).
+them) normalised as one batch of the step (``step_work.assign_advantages``).
 
 Step-wide statistics (``train.std_mode=global``, ``train.adv_baseline=batch``) in a pipelined mode: a round
 that starts before every reward of its step is in is trained by a ``DeferredRound`` with provisional terms
@@ -73,14 +73,14 @@ def adv_options(train_cfg) -> AdvOptions:
 def step_advantages(rewards: Rewards, train_cfg, parts: Parts | None = None, *,
                     clip: float | None = None) -> dict[int, torch.Tensor]:
     """The advantages of the complete groups in ``rewards`` (group -> [G] or [G, K] per reward part), computed
-    as the reference loop computes them over its batch (the groups in index order); ``clip`` overrides
+    over the groups as one batch (in index order); ``clip`` overrides
     ``train.adv_clip_max`` (``inf``: the unclipped values). Step-wide statistics need every group of the step
     in ``rewards``."""
     groups = sorted(rewards)
     r = torch.tensor([float(x) for g in groups for x in rewards[g]], dtype=torch.float64)
     ids = torch.tensor([g for g in groups for _ in rewards[g]], dtype=torch.long)
     # the parts in the order the reward reported them (the config's order, that of ``LossSettings.adv_weights``
-    # and of the reference loop's ``reward_parts``), not sorted by name
+    # and of the sampled batch's ``reward_parts``), not sorted by name
     names = list(dict.fromkeys(k for g in groups for k in (parts or {}).get(g, {})))
     batch = SimpleNamespace(rewards=r, uids=ids, reward_parts={
         k: torch.tensor([float(x) for g in groups for x in parts[g][k]], dtype=torch.float64) for k in names})

@@ -1,24 +1,22 @@
-"""Which samples of its groups a round trains, as masks: the Ray trainers' form of ``train.best_of_n``,
-``train.zero_adv_refill`` and ``train.minibatch_split=samples``.
+"""Which samples of its groups a round trains, as masks: ``train.best_of_n``, ``train.zero_adv_refill`` and
+``train.minibatch_split=samples``, the one home of these rules.
 
-The single-process loop selects rows (``step_work.best_of_n``, ``zero_adv_refill`` on the selected groups,
-``sample_minibatches``); the trainer ranks keep every group whole (a chunk's cells are (generation, trained
-position) of the full G x S grid, the scheduler plans those) and instead get, per round, a mask [G] per group
-in generation order: the samples the round trains and counts. A rank drops the chunk cells outside it before
+The trainer ranks keep every group whole (a chunk's cells are (generation, trained position) of the full G x S
+grid, the scheduler plans those) and get, per round, a mask [G] per group in generation order: the samples the
+round trains and counts. A rank drops the chunk cells outside it before
 the forward (``masked_cells``: nothing to compute for them; on a sharded pool a rank left without a cell still
 joins the collectives with a weight-0 cell while another rank of its group trains part of the chunk), and the commit divides by the masks' sum (``step_work.kept_count``),
 so the round's gradient is the loop's::
 
     grad_m = (1 / |K_m|) sum_{i in K_m} sum_{t} grad (1 / S) L(i, t),    K_m = the round's mask
 
-* ``best_of_n``: K = the group's best-of-n selection (``step_work.best_of_n_mask``, group-local), intersected
+* ``best_of_n``: K = the group's best-of-n selection (``best_of_n_mask``, group-local), intersected
   with A != 0 under ``train.filter_zero_advantage``;
-* ``zero_adv_refill``: Flow-GRPO's re-added zero-advantage samples, drawn among the selected samples (the loop
-  runs it on its best-of-n groups);
+* ``zero_adv_refill``: Flow-GRPO's re-added zero-advantage samples, drawn among the selected samples;
 * ``minibatch_split=samples``: round r = (epoch r // M, minibatch r mod M) trains part r mod M of the seeded
   permutation of the step's kept samples (every group is in every round: ``StepPlan.sample_split``).
 
-These are the loop's rules written again on masks (not the loop's code: the loop is the oracle of I1).
+The I1 reference (``tests/reference``) selects rows instead, written from the same peers' formulas.
 """
 
 from __future__ import annotations
@@ -27,14 +25,95 @@ from typing import Mapping, Sequence
 
 import torch
 
-from digenrl.train.step_work import best_of_n_mask, reward_weights, zero_adv_refill
+from digenrl.train.step_work import nonzero
 
 Rewards = Mapping[int, Sequence[float]]
 Parts = Mapping[int, Mapping[str, Sequence[float]]]
 
 
-def _nonzero(a: torch.Tensor) -> torch.Tensor:
-    return a != 0 if a.ndim == 1 else (a != 0).any(1)
+def best_of_n_mask(rewards: Sequence[float], parts: Mapping[str, Sequence[float]] | None, n: int, *,
+                   weights: Mapping[str, float] | None = None, unbiased: bool = False,
+                   eps: float = 1e-4) -> torch.Tensor:
+    """``train.best_of_n``: the mask [G] (generation order) of the n/2 lowest- and n/2 highest-scored generations
+    of one group, DanceGRPO's ``--bestofn``.
+
+    XueZeyue/DanceGRPO@15cc71d5 ``fastvideo/train_grpo_hunyuan.py`` (``train_one_step``): the advantages are
+    computed over the whole group first (group mean, group std, not clipped yet), then::
+
+        total_scores = vq_coef * vq_advantages + mq_coef * mq_advantages
+        sorted_indices = torch.argsort(total_scores)
+        selected = cat([sorted_indices[-bestofn // 2:], sorted_indices[:bestofn // 2]])
+        samples[key] = samples[key][selected]          # the advantages are NOT recomputed on the subset
+
+    and only the selected generations train, with their whole-group advantages (clipped in the loss). Here the
+    score is the same: the group-statistics advantage (r - mean_G) / (std_G + eps), unclipped, of the reward, or
+    (``weights`` given: ``train.adv_per_reward``) sum_k w_k A_k of the per-reward ones; ties go to the lower
+    generation index (stable sort). It needs only the group's own rewards, so a pipelined mode selects a group
+    as soon as it is scored; under ``std_mode=global`` / ``adv_baseline=batch`` a group's trained advantages
+    are a positive multiple of r - c for one constant c, so they rank its generations exactly as this score."""
+    from digenrl.algo.advantage import group_advantages
+
+    G = len(rewards)
+    if n % 2 or not 2 <= n <= G:
+        raise ValueError(f"train.best_of_n must be even and in [2, {G}], got {n}")
+    ids = torch.zeros(G, dtype=torch.long)
+
+    def adv(values) -> torch.Tensor:
+        v = torch.tensor([float(x) for x in values], dtype=torch.float64)
+        return group_advantages(v, ids, std_mode="group", baseline="group", adv_clip_max=float("inf"),
+                                unbiased=unbiased, eps=eps)[0]
+
+    if weights is None:
+        score = adv(rewards)
+    else:
+        missing = sorted(set(weights) - set(parts or {}))
+        if missing:
+            raise ValueError(f"train.best_of_n with train.adv_per_reward needs the reward parts {missing}")
+        score = sum(w * adv(parts[k]) for k, w in weights.items())
+    order = torch.argsort(score, stable=True).tolist()
+    mask = torch.zeros(G, dtype=torch.bool)
+    mask[order[: n // 2] + order[-(n // 2):]] = True
+    return mask
+
+
+def reward_weights(cfg) -> dict[str, float] | None:
+    """reward name -> weight where ``train.adv_per_reward`` (the per-reward score of ``best_of_n_mask``), else None."""
+    return {k: float(v.get("weight", 1.0)) for k, v in cfg.reward.items()} if cfg.train.adv_per_reward else None
+
+
+def zero_adv_refill(advantages: Sequence[torch.Tensor], *, micro_batches: int, run_seed: int,
+                    step: int) -> list[torch.Tensor]:
+    """``train.zero_adv_refill``: the kept mask of each of a step's groups (in group index order, rows in
+    generation order) with Flow-GRPO's re-added zero-advantage samples.
+
+    yifan123/flow_grpo@ac4c86e8 ``scripts/train_sd3.py``, after the advantages, on each process's samples::
+
+        mask = (samples["advantages"].abs().sum(dim=1) != 0)
+        if true_count % num_batches != 0:                    # num_batches = sample.num_batches_per_epoch
+            false_indices = torch.where(~mask)[0]
+            num_to_change = num_batches - (true_count % num_batches)
+            if len(false_indices) >= num_to_change:
+                mask[false_indices[torch.randperm(len(false_indices))[:num_to_change]]] = True
+
+    so that its kept samples reshape into ``num_batches_per_epoch`` equal micro-batches; the re-added samples
+    train with A = 0 (no policy gradient, their KL does count) and count in the mean. Here the same rule on the
+    whole step: R = P G / ``train.micro_batch`` (the step's micro-batches), the zero-advantage samples listed
+    group by group in generation order, and the permutation drawn from a generator seeded with
+    ``stable_seed(run_seed, step, "zero_adv_refill")`` (Flow-GRPO: each process rounds its own share with its
+    global torch RNG, so up to GPUs x (R - 1) samples there, up to R - 1 here; ``train_wan2_1.py`` has the same
+    rule with R = ``num_batches_per_epoch x sample_time_per_prompt``). Every mode that runs it
+    (those with a barrier: all the step's advantages before the first training cell) gets the same masks.
+    It is arguably a bug (random samples of no advantage dilute the mean and add KL), hence off by default."""
+    from digenrl.algo.timesteps import stable_seed
+
+    keep = [nonzero(a).clone() for a in advantages]
+    short = -sum(int(k.sum()) for k in keep) % micro_batches
+    zeros = [(i, j) for i, k in enumerate(keep) for j in torch.nonzero(~k).flatten().tolist()]
+    if short and len(zeros) >= short:
+        gen = torch.Generator().manual_seed(stable_seed(run_seed, step, "zero_adv_refill"))
+        for r in torch.randperm(len(zeros), generator=gen)[:short].tolist():
+            keep[zeros[r][0]][zeros[r][1]] = True
+    return keep
 
 
 def kept_masks(cfg, adv: Mapping[int, torch.Tensor], rewards: Rewards, parts: Parts | None, *,
@@ -60,7 +139,7 @@ def kept_masks(cfg, adv: Mapping[int, torch.Tensor], rewards: Rewards, parts: Pa
         return out
     if not t.filter_zero_advantage:
         return sel
-    return {g: sel[g] & _nonzero(adv[g]) for g in groups}
+    return {g: sel[g] & nonzero(adv[g]) for g in groups}
 
 
 def minibatch_masks(kept: Mapping[int, torch.Tensor], minibatches: int, *, run_seed: int, step: int,

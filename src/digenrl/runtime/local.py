@@ -1,0 +1,132 @@
+"""The in-process transport: the generator and trainer workers as plain objects of this process, no Ray.
+
+``LocalPools`` implements ``pools.WorkerPools`` for ``GeneratorWorker`` / ``TrainerWorker`` objects. A call is
+queued when it is made and runs when a wait or a get needs its result: calls run one at a time, in the order they
+were made (as an actor runs its calls, and as the control loop launched them), so the controller, the executor
+and the scheduler are exactly a Ray run's, with the workers' own ``time.monotonic()`` stamps on the driver's
+clock (one process: every offset is 0 up to the measurement). A ref is a ``LocalRef``; a call's arguments may
+hold refs (a ``Train``'s fragments, a generator's published weights) and get their values, as a Ray actor gets
+the object store's (``worker_base.fetch``).
+
+Nothing here imports Ray (``tests/arch/test_layering.py`` runs ``digenrl train`` with Ray blocked). A worker that
+raises fails its call: the controller sees it as a Ray run sees a failed actor call (``WorkerFailure`` naming
+the worker; recovery replays from the newest checkpoint). No watchdog: a call runs in the controller's own
+thread, so there is no stalled worker to detect; a stop signal is honoured at the next step boundary
+(``driver``).
+
+Where it runs: ``driver.run_training`` picks it when the plan has one worker, a colocated one
+(``in_process``), unless ``digenrl train --ray`` asks for Ray.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from digenrl.control.run_plan import RunPlan
+
+from .errors import WorkerFailure
+from .pools import WorkerPools, error_cause
+
+
+@dataclass(eq=False)
+class _Call:
+    fn: object
+    args: tuple
+    returns: int
+    done: bool = False
+    value: object = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class LocalRef:
+    """The ``index``-th returned value of an in-process call (hashable by identity, as an object ref)."""
+
+    call: _Call
+    index: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.call.done
+
+
+def _resolved(arg):
+    """``arg`` with its refs replaced by their values (inside lists and tuples too)."""
+    if isinstance(arg, LocalRef):
+        return arg.call.value if arg.call.returns == 1 else arg.call.value[arg.index]
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_resolved(a) for a in arg)
+    return arg
+
+
+@dataclass
+class LocalPools(WorkerPools):
+    """``WorkerPools`` over worker objects of this process (module docstring)."""
+
+    in_process = True
+    _queue: deque = field(default_factory=deque, repr=False)
+
+    def call(self, worker: str, method: str, *args, returns: int = 1):
+        c = _Call(getattr(self.actor(worker), method), args, returns)
+        self._queue.append(c)
+        return LocalRef(c) if returns == 1 else tuple(LocalRef(c, i) for i in range(returns))
+
+    def wait(self, refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
+        """Run the queued calls, oldest first, until ``num_returns`` of ``refs`` are done (``timeout`` 0: run
+        nothing; otherwise unused: a call in this thread cannot be waited out)."""
+        while timeout != 0 and self._queue and sum(r.done for r in refs) < num_returns:
+            self._run(self._queue.popleft())
+        return [r for r in refs if r.done], [r for r in refs if not r.done]
+
+    def get(self, ref: LocalRef):
+        while not ref.done:  # (a get without a wait: its call and those before it run now)
+            if not self._queue:
+                raise RuntimeError("in-process pools: a ref of a call that was never made")
+            self._run(self._queue.popleft())
+        if ref.call.error is not None:
+            raise ref.call.error
+        return _resolved(ref)
+
+    def put(self, value):
+        return value
+
+    def kill(self) -> None:
+        self._queue.clear()
+
+    @staticmethod
+    def _run(c: _Call) -> None:
+        try:
+            c.value = c.fn(*(_resolved(a) for a in c.args))
+        except Exception as e:  # the call fails; the caller's get raises it (a Ray actor's error, in-process)
+            c.error = e
+        c.done = True
+
+
+def in_process(run: RunPlan) -> bool:
+    """Whether ``run`` can run in this process: one worker, a colocated one (no process group to form, no
+    second device to place)."""
+    return not run.generator_ids and len(run.trainer_ids) == 1
+
+
+def start_local_pools(run: RunPlan, state: bytes | None = None, failure=None) -> LocalPools:
+    """The run's workers built in this process (no log files: their output is this process's) and readied as
+    Ray's are (``cluster.ready_pools``); ``state``, ``failure``: as ``cluster.start_pools``."""
+    from .cluster import ready_pools
+    from .generator import GeneratorWorker
+    from .trainer import TrainerWorker
+
+    conf = run.cfg.model_dump(mode="json")
+
+    def build(w: str, make):
+        try:
+            return make()
+        except Exception as e:  # as a Ray actor's constructor error: a failed worker, named
+            raise WorkerFailure(w, None, "startup", error_cause(e)) from e
+
+    pools = LocalPools({w: build(w, lambda w=w: GeneratorWorker(w, conf, failure)) for w in run.generator_ids},
+                       {w: build(w, lambda w=w, i=i: TrainerWorker(w, conf, i, failure))
+                        for i, w in enumerate(run.trainer_ids)},
+                       run.cfg.runtime.publish if run.generator_ids else "object_store")
+    ready_pools(run, pools, state)
+    return pools

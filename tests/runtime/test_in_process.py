@@ -1,0 +1,34 @@
+"""A run of one colocated worker in this process (``runtime.local``) has the Ray runtime's recovery: a worker that
+raises ends the attempt, the run replays from its newest checkpoint and ends bitwise where an uninterrupted run
+does (I6), with the restart in summary.json and every step's row once more from the replayed step. A test hook
+that would end or stop the process itself is refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from digenrl.cli import main
+
+BASE = ["steps=3", "train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4", "eval.num_prompts=4",
+        "eval.every=0", "log.progress=false", "runtime.checkpoint_every=1", "train.ema_decay=null"]
+
+
+def test_a_raising_worker_is_recovered_in_process(tmp_path):
+    from safetensors.torch import load_file
+
+    assert main(["train", f"run_dir={tmp_path / 'a'}", *BASE]) == 0
+    assert main(["train", f"run_dir={tmp_path / 'b'}", *BASE, "runtime.inject_failure=col0@2"]) == 0
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["transport"] == "in-process" and summary["restarts"] == 1 and summary["audit_violations"] == []
+    assert summary["recoveries"][0]["replay_from_step"] == 2 and summary["recoveries"][0]["worker"] == "col0"
+    a, b = load_file(str(tmp_path / "a" / "checkpoint.safetensors")), load_file(str(tmp_path / "b" / "checkpoint.safetensors"))
+    assert all(bool((a[k] == b[k]).all()) for k in a)  # bitwise: the replay computed the same step
+
+
+@pytest.mark.parametrize("kind", ["exit", "stall"])
+def test_a_hook_that_ends_the_process_is_refused_in_process(tmp_path, capsys, kind):
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", *BASE, f"runtime.inject_failure=col0@1:{kind}"]) == 2
+    assert "runtime.inject_failure" in capsys.readouterr().err and not run.exists()
