@@ -97,7 +97,7 @@ def _load_train(args):
 
 def cmd_train(args) -> int:
     from digenrl.faults import RunHalted
-    from digenrl.observe.run_dir import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
+    from digenrl.runtime.run_dir import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
     from digenrl.runtime.errors import WorkerFailure
     from digenrl.train.interrupt import StopRequest, as_interrupted
     from digenrl.validate import validate_run
@@ -184,7 +184,7 @@ def _io_error(cfg, e: OSError) -> int:
     """The run could not write (or read) a file after it started: ``failure.json`` where it can still be
     written, one line naming the error and how to go on, exit 74. Writes are atomic, so every checkpoint on disk
     is whole and the newest resumes."""
-    from digenrl.observe.run_outputs import FailureRecord, resume_command, write_failure
+    from digenrl.runtime.run_outputs import FailureRecord, resume_command, write_failure
     from digenrl.train.checkpoint import latest_checkpoint
 
     run_dir = Path(cfg.run_dir)
@@ -203,7 +203,7 @@ def _io_error(cfg, e: OSError) -> int:
 
 def _halted(cfg, e) -> int:
     """A run stopped on a non-finite value before it reached the weights: ``failure.json``, one line, exit 2."""
-    from digenrl.observe.run_outputs import FailureRecord, write_failure
+    from digenrl.runtime.run_outputs import FailureRecord, write_failure
     from digenrl.train.checkpoint import latest_checkpoint
 
     run_dir = Path(cfg.run_dir)
@@ -215,7 +215,7 @@ def _halted(cfg, e) -> int:
 
 def _interrupted(cfg, e) -> int:
     """Record a stop on a signal and say in one line how to go on."""
-    from digenrl.observe.run_outputs import FailureRecord, resume_command, write_failure
+    from digenrl.runtime.run_outputs import FailureRecord, resume_command, write_failure
     from digenrl.train.checkpoint import latest_checkpoint
     from digenrl.train.interrupt import EXIT_INTERRUPTED
 
@@ -256,7 +256,7 @@ def cmd_pretrain(args) -> int:
         kwargs = {"epochs": args.iters} if args.iters else {}
         train_classifier(seed=args.seed, out=args.out or ASSET, **kwargs)
     else:
-        from digenrl.models.pretrain import pretrain_base
+        from digenrl.tasks.pretrain_digits import pretrain_base
         from digenrl.models.tiny_dit import DEFAULT_BASE
 
         kwargs = {"iters": args.iters} if args.iters else {}
@@ -323,7 +323,7 @@ FORWARDED = {
     "check": ("digenrl.check_cli:main", "validate a config and print its resolved form, memory plan and split (no Ray, no GPU)"),
     "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
     "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
-    "cache-prompts": ("digenrl.models.cache_prompts_cli:main", "encode the task's prompts into model.prompt_cache_dir"),
+    "cache-prompts": ("digenrl.tasks.cache_prompts_cli:main", "encode the task's prompts into model.prompt_cache_dir"),
     "export": ("digenrl.models.export:main", "export a run's trained weights as a diffusers LoRA or transformer"),
     "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for simulate --profile"),
     "plan": ("digenrl.sim.plan_cli:main", "search the fastest plan of a config and write it as a runnable config"),

@@ -7,7 +7,7 @@ directory was written:
 * ``model.device``: a torch device this machine has (no ``cuda`` without CUDA, no ``cuda:3`` on two GPUs);
 * ``log.wandb`` / ``log.tensorboard``: their packages are installed;
 * ``run_dir``: empty, the current directory, the home directory or ``/``; a file, or under a file, or not
-  writable (``observe.run_outputs``: what an existing run_dir may hold);
+  writable (``runtime.run_outputs``: what an existing run_dir may hold);
 * the model: tiny_dit weights must be a readable safetensors file with its config metadata; a diffusers
   directory must have the family layout (``model_index.json``, transformer / vae / scheduler) with readable
   JSON configs and safetensors files whose headers parse and whose tensors lie inside the file (truncation);

@@ -51,7 +51,7 @@ def test_simulate_and_plan_take_positionals_too(module):
         assert ns.modes == ["naive", "gap"] and ns.sets == ["runtime.trainers=2"]
 
 
-@pytest.mark.parametrize("module", ["digenrl.models.cache_prompts_cli", "digenrl.runtime.calibrate_cli"])
+@pytest.mark.parametrize("module", ["digenrl.tasks.cache_prompts_cli", "digenrl.runtime.calibrate_cli"])
 def test_profile_and_cache_prompts_take_set(module, capsys):
     import importlib
 

@@ -78,7 +78,7 @@ def test_bad_options_and_missing_files_before_any_worker(tmp_path, capsys, monke
 def _fake_ray_run(monkeypatch, exc_factory):
     """``run_training`` that creates the run outputs as the driver does, then fails before a step."""
     import digenrl.runtime.driver as driver
-    from digenrl.observe.run_outputs import RunOutputs
+    from digenrl.runtime.run_outputs import RunOutputs
 
     def fake(cfg, start=None, stop=None, ray=None):
         out = RunOutputs(cfg, start)
@@ -120,7 +120,7 @@ def test_deterministic_worker_errors_are_not_retried(tmp_path, monkeypatch):
     import digenrl.runtime.driver as driver
     from digenrl.config import load_config
     from digenrl.faults import find_deterministic
-    from digenrl.observe.run_outputs import RunOutputs
+    from digenrl.runtime.run_outputs import RunOutputs
     from digenrl.runtime.errors import WorkerFailure
 
     def failure(exc):

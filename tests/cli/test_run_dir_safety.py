@@ -34,8 +34,8 @@ def _someones_files(d: Path) -> Path:
 
 @pytest.mark.parametrize("value", ["", ".", "./", "/", "'~'", "HOME", "../cwd"])
 def test_unsafe_run_dirs_are_refused(tmp_path, capsys, monkeypatch, value):
-    import digenrl.observe.run_dir as rd
-    import digenrl.observe.run_outputs as ro
+    import digenrl.runtime.run_dir as rd
+    import digenrl.runtime.run_outputs as ro
 
     def never(*a, **k):  # should the refusal regress, this test still writes nothing (not even into /)
         raise AssertionError("the run reached its run_dir")

@@ -48,7 +48,7 @@ def test_mode_is_its_plain_name():
 
 
 def test_overwrite_removes_the_old_wandb_dir(tmp_path):
-    from digenrl.observe.run_dir import clear_previous_run, write_marker
+    from digenrl.runtime.run_dir import clear_previous_run, write_marker
 
     run = tmp_path / "run"
     (run / "wandb" / "offline-run-1").mkdir(parents=True)

@@ -14,7 +14,7 @@ from test_diffusers_adapters import FAMILIES, STEPS, TEXTS
 from digenrl.cli import main
 from digenrl.config import dump_config, load_config
 from digenrl.models.registry import build_policy
-from digenrl.observe.run_outputs import save_checkpoint
+from digenrl.runtime.run_outputs import save_checkpoint
 from digenrl.rollout.noise import trajectory_noise, trajectory_seed
 from digenrl.rollout.records import Prompt
 from digenrl.rollout.sampler import SamplerSettings, sample_trajectories

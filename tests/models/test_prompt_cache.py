@@ -121,7 +121,7 @@ def test_cache_rows_round_trip(tmp_path):
 def test_cache_prompts_cli(flux_dir, tmp_path, capsys, monkeypatch):
     import diffusers
 
-    from digenrl.models.cache_prompts_cli import main
+    from digenrl.tasks.cache_prompts_cli import main
 
     def refuse(*a, **k):
         raise AssertionError("cache-prompts must not load the transformer or the VAE")

@@ -86,7 +86,7 @@ def test_ray_run_resumes_from_its_checkpoint(ray_local, tiny_model, tmp_path, un
     """A Ray run stopped after step 2 (its last checkpoint) and resumed ends as the uninterrupted run."""
     from safetensors.torch import load_file
 
-    from digenrl.observe.run_dir import plan_run_dir
+    from digenrl.runtime.run_dir import plan_run_dir
     from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"

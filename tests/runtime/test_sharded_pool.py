@@ -134,7 +134,7 @@ def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_
     """Every rank writes its shards (torch.distributed.checkpoint) next to the metadata file; a run stopped
     after 2 steps and resumed for the third ends with the uninterrupted run's parameters (weights published by
     a torch.distributed broadcast from the sharded pool)."""
-    from digenrl.observe.run_dir import plan_run_dir
+    from digenrl.runtime.run_dir import plan_run_dir
     from digenrl.runtime.driver import run_training
     from digenrl.train import checkpoint as ckpt
 
@@ -230,7 +230,7 @@ def test_hybrid_sharding_with_gang_tag_matches_reference(ray_local, tiny_model, 
 def test_hybrid_sharding_broadcast_publish_and_resume(ray_local, tiny_model, tmp_path, reference):
     """Hybrid sharding with the broadcast publish (the generator joins the world and creates the shard and
     replica groups too) and a resume: rank 0's group writes the shards, every group loads them back."""
-    from digenrl.observe.run_dir import plan_run_dir
+    from digenrl.runtime.run_dir import plan_run_dir
     from digenrl.runtime.driver import run_training
     from digenrl.train import checkpoint as ckpt
 

@@ -24,7 +24,7 @@ checkpoint of that step. Restarts are reported in ``summary.json`` (``recoveries
 restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
 
 A run writes ``config.yaml``, ``metrics.jsonl``, sample grids, checkpoints and ``summary.json``
-(``observe.run_outputs``), ``trace.json`` / ``gantt.png`` (``control.timeline``), ``trajectories.jsonl``
+(``runtime.run_outputs``), ``trace.json`` / ``gantt.png`` (``control.timeline``), ``trajectories.jsonl``
 (``step_metrics``), ``profile.json`` (the costs timed on the workers before step 1: TAG modes, or every run with
 ``runtime.calibration.when=always``), ``profile_observed.json`` (the costs its spans showed,
 ``control.observed``) and, when it failed, ``failure.json``.
@@ -41,8 +41,8 @@ from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
 from digenrl.faults import find_deterministic, find_halted
 from digenrl.observe.progress import eval_text, nothing as _nothing, phase
-from digenrl.observe.run_dir import RunStart
-from digenrl.observe.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
+from digenrl.runtime.run_dir import RunStart
+from digenrl.runtime.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
 from digenrl.schedule import Durations, Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
@@ -68,7 +68,7 @@ def uses_ray(run: RunPlan, ray: bool | None = None) -> bool:
 def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: bool | None = None) -> dict:
     """Train ``cfg``; writes every run output into ``cfg.run_dir`` and returns the summary.
 
-    ``start``: fresh, overwrite or resume (``observe.run_dir.plan_run_dir``); ``stop``: the CLI's
+    ``start``: fresh, overwrite or resume (``runtime.run_dir.plan_run_dir``); ``stop``: the CLI's
     ``StopRequest`` (Ray: its signal handler raises ``Interrupted`` in this thread; in-process: polled at each
     step boundary); ``ray``: ``uses_ray``."""
     from contextlib import nullcontext

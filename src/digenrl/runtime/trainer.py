@@ -405,7 +405,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
     @collective_action
     def checkpoint_bytes(self, meta: dict) -> TimedResult:
         """The checkpoint file's bytes (the driver writes them atomically where the run lives)."""
-        from digenrl.observe.run_outputs import checkpoint_bytes
+        from digenrl.runtime.run_outputs import checkpoint_bytes
 
         t0 = time.monotonic()
         with self.ctx.eval_weights():

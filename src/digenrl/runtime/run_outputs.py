@@ -10,7 +10,7 @@ config validated, so a refused config writes nothing); ``before`` (eval before R
 a stopped run's record, whatever stopped it.
 
 The run directory itself (one run per directory, its marker and lock, what a resume keeps) is
-``observe.run_dir``'s.
+``runtime.run_dir``'s.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from digenrl.config import Config
 from digenrl.observe.plots import reward_curve, sample_grid
-from digenrl.observe.run_dir import RunStart, kept_metrics, lock_run_dir, prepare_run_dir, unlock_run_dir
+from digenrl.runtime.run_dir import RunStart, kept_metrics, lock_run_dir, prepare_run_dir, unlock_run_dir
 
 
 def write_grid(run_dir: Path, name: str, batch, n: int, title: str) -> None:
