@@ -69,8 +69,10 @@ def test_bts_section_numbers_come_from_the_bts_results_files():
     data["jitter"]["kinds"]["train"]["sigma_fast"] = 9.876
     online = data["online"]["summary"]
     online[next(k for k in online if k.endswith("/exact/online"))]["mean_vs_knowing"] = -0.5432
+    data["depth"]["summary"]["d0"]["different_decisions"] = 4321
     changed = "\n".join(simdoc_bts.section(data))
     assert "-43.21%" in changed and "12%" in changed and "9.876" in changed and "-54.32%" in changed
+    assert "depth 0 in 4321" in changed
 
 
 def test_bias_section_reads_its_numbers_from_the_results_files(tmp_path):
