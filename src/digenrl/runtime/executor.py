@@ -108,47 +108,41 @@ class WorkerExecutor:
             if a.worker in self._held and self._held[a.worker] != a.version:  # a generator, new version
                 args += ([self._weights[a.version]] if a.version in self._weights else None,)
                 self._held[a.worker] = a.version
-            trajs, infos = [], {}
-            ranks = self._ranks(a.worker)
+            refs, ranks = {}, self._ranks(a.worker)
             if a.more:  # a gang over several groups: each rank samples its round-robin share in one batch
                 by_part: list[list] = [[] for _ in a.fragments]
                 d = self.run.sequence_parallel  # the ranks of a lane share its part (one sequence split over them)
                 lanes = gang_shares(a.fragments, len(ranks) // d)
                 for w, share in zip(ranks, [lanes[i // d] for i in range(len(ranks))]):
-                    *refs, info = self.pools.call(w, "generate_gang", tuple(share), a.version, returns=len(share) + 1)
-                    for lst, ref in zip(by_part, refs):
+                    *trajs, info = self.pools.call(w, "generate_gang", tuple(share), a.version, returns=len(share) + 1)
+                    for lst, ref in zip(by_part, trajs):
                         lst.append(ref)
-                    infos[info] = w
-                for p, lst in zip(a.fragments, by_part):
-                    self._step(p.step).fragments.setdefault(p.group, {})[p] = lst
-                self._track(_Call(a, None, a.step, now), infos)
-                return
-            for w in ranks:
-                traj, info = self.pools.call(w, "generate", *args, returns=2)
-                trajs.append(traj)
-                infos[info] = w
-            self._step(f.step).fragments.setdefault(f.group, {})[f] = trajs
-            self._track(_Call(a, None, a.step, now), infos)
+                    refs[info] = w
+            else:
+                by_part = [[]]
+                for w in ranks:
+                    traj, info = self.pools.call(w, "generate", *args, returns=2)
+                    by_part[0].append(traj)
+                    refs[info] = w
+            for p, lst in zip(a.fragments, by_part):
+                self._step(p.step).fragments.setdefault(p.group, {})[p] = lst
         elif isinstance(a, Train):
             c = a.chunk
             frags = self._step(c.step).fragments[c.group]
-            refs = [r for f in sorted(frags) for r in frags[f]]
+            trajs = [r for f in sorted(frags) for r in frags[f]]
             rewards, parts = self.step_rewards(c.step)
-            self._track(_Call(a, None, a.step, now),
-                        {self.pools.call(w, "train", c, refs, rewards, parts): w for w in self._ranks(a.rank)})
+            refs = {self.pools.call(w, "train", c, trajs, rewards, parts): w for w in self._ranks(a.rank)}
         elif isinstance(a, Commit):
             self._check_cells(a.step, a.round)
             rewards, parts = self.step_rewards(a.step)
             refs = {self.pools.call(w, "commit", a.step, a.round, a.final, rewards, parts): w
-                    for r in a.ranks for w in self._ranks(r)}
-            self._track(_Call(a, None, a.step, now), refs)
-        elif isinstance(a, Publish):
-            refs, state = self.pools.publish_refs(a.version)
+                    for r in a.workers for w in self._ranks(r)}
+        else:
+            by_worker, state = self.pools.publish_refs(a.version)
             if state is not None:
                 self._weights = {a.version: state}  # generators need only the newest version
-            self._track(_Call(a, None, a.step, now), {r: w for w, r in refs.items()})
-        else:  # pragma: no cover
-            raise TypeError(f"unknown action {a!r}")
+            refs = {r: w for w, r in by_worker.items()}
+        self._track(_Call(a, None, a.step, now), refs)
 
     def _by_group(self, work: list[Interval]) -> tuple[Interval, ...]:
         """The ranks' busy intervals as the scheduler's workers': a shard group is busy from its first rank's

@@ -67,12 +67,11 @@ Event = Union[FragmentGenerated, ChunkTrained, Committed, Published]
 
 @dataclass(frozen=True)
 class Size:
-    """How much work an action is: ``generations`` sampled (a Generate), ``cells`` trained (a Train), prompt
-    ``groups`` it covers (a Generate: its parts; a Train: 1); all 0 for a collective."""
+    """How much work an action is: ``generations`` sampled (a Generate), ``cells`` trained (a Train); 0 and 0
+    for a collective."""
 
     generations: int = 0
     cells: int = 0
-    groups: int = 0
 
     @property
     def units(self) -> int:
@@ -141,8 +140,7 @@ class Generate(_Described):
         return (self.fragment,) + self.more
 
     def size(self) -> Size:
-        """Generations: the sum over its parts; groups: its parts."""
-        return Size(generations=sum(f.size for f in self.fragments), groups=len(self.fragments))
+        return Size(generations=sum(f.size for f in self.fragments))  # over its parts
 
     def label(self) -> str:
         fr = self.fragment
@@ -170,7 +168,7 @@ class Train(_Described):
         return (self.rank,)
 
     def size(self) -> Size:
-        return Size(cells=self.chunk.size, groups=1)
+        return Size(cells=self.chunk.size)
 
     def label(self) -> str:
         return f"s{self.chunk.step} g{self.chunk.group} {self.chunk.size} cells"

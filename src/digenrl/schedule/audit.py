@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Iterable, Sequence
 
-from .actions import Action, ChunkTrained, Commit, Committed, FragmentGenerated, Generate, Published
+from .actions import Action, ChunkTrained, Commit, Committed, Generate, Published
 from .actions import Train
 from .layout import plan_fragment_count
 from .plan import StepPlan
@@ -34,11 +34,7 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
     bad: list[str] = []
     eps = 1e-9
     events = list(events)
-    frag_end = {e.fragment: e.time for e in events if isinstance(e, FragmentGenerated)}
-    chunk_end = {}
-    for e in events:
-        if isinstance(e, ChunkTrained):
-            chunk_end[(e.chunk, e.rank)] = e.time
+    chunk_end = {(e.chunk, e.rank): e.time for e in events if isinstance(e, ChunkTrained)}
     commit_end = {(e.step, e.round): e.time for e in events if isinstance(e, Committed)}
     R = plan.rounds
     publish_end = {e.version: e.time for e in events if isinstance(e, Published)}
@@ -54,7 +50,7 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
     group_done: dict[tuple[int, int], float] = {}
     for _, a in log:
         if isinstance(a, Generate):
-            end = frag_end.get(a.fragment, float("inf"))  # one event reports every part of a gang
+            end = ends.get(a.event(0.0), float("inf"))  # one event reports every part of a gang
             for f in a.fragments:
                 key = (f.step, f.group)
                 group_done[key] = max(group_done.get(key, end), end)
@@ -75,8 +71,7 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
         for w in held.workers:  # each worker runs one action at a time (a publish: the workers the plan says)
             busy[w].append((t, ends.get(a.event(0.0), t)))
         if isinstance(a, Generate):
-            end = frag_end.get(a.fragment)
-            if end is None:
+            if a.event(0.0) not in ends:
                 bad.append(f"fragment {a.fragment} never reported generated")
                 continue
             counts = [plan_fragment_count(plan, f) for f in a.fragments]

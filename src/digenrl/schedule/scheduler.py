@@ -107,13 +107,12 @@ class Scheduler:
         raise SchedulerError(f"unknown event {event!r}")
 
     # ---- event handlers ----------------------------------------------------------------------------
-    def _finish(self, t: float, worker: str, kind: type, what) -> None:
+    def _finish(self, t: float, worker: str, e: Event) -> None:
         cur = self._busy.get(worker, "unknown")
         if cur == "unknown":
             raise SchedulerError(f"unknown worker {worker!r}")
-        if cur is None or not isinstance(cur[0], kind) or (cur[0].fragment if kind is Generate
-                                                           else cur[0].chunk) != what:
-            raise SchedulerError(f"worker {worker!r} was not running {what!r} (running {cur!r})")
+        if cur is None or cur[0].event(e.time) != e:  # the event reports the action the worker runs
+            raise SchedulerError(f"worker {worker!r} was not running what {e!r} reports (running {cur!r})")
         self._busy[worker] = None
         if self._online:
             self._online.observe(cur[0], t - cur[1])
@@ -135,7 +134,7 @@ class Scheduler:
 
     def _on_fragment(self, t: float, e: FragmentGenerated) -> list[Action]:
         cur = self._busy.get(e.worker)
-        self._finish(t, e.worker, Generate, e.fragment)
+        self._finish(t, e.worker, e)
         freed: set[str] = set()
         if self.plan.is_trainer(e.worker):
             self._last_gen[e.worker] = True
@@ -149,7 +148,7 @@ class Scheduler:
         return self._maybe_commit() + self._launch_publish(t) + self._fill(t, freed)
 
     def _on_chunk(self, t: float, e: ChunkTrained) -> list[Action]:
-        self._finish(t, e.rank, Train, e.chunk)
+        self._finish(t, e.rank, e)
         self._last_gen[e.rank] = False
         self._work(e.chunk.step).chunks_left -= 1
         return self._maybe_commit() + self._launch_publish(t) + self._fill(t, {e.rank})
