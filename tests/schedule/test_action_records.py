@@ -80,20 +80,15 @@ PLANS = {
 }
 
 
-class _SlowReceive(LinCost):
-    """Generation the bottleneck and a publish the generators take long to receive: the generators work through
-    every collective that leaves them free, the trainers train beside a streamed publish."""
-
-    def time(self, op, batch, pool):
-        return 2.5 if op == "publish" and pool == "generator" else super().time(op, batch, pool)
+# generation the bottleneck and a long publish: the workers a collective leaves free have work during it
+HOLD_COST = LinCost({"denoise": (0.0, 1.0), "vae_decode": (0.1, 0.0), "train_chunk": (0.2, 0.3),
+                     "allreduce": (0.1, 0.0), "optimizer": (0.5, 0.0), "publish": (2.5, 0.0), "tag_switch": (0.2, 0.0)})
 
 
 @pytest.mark.parametrize("name", list(PLANS))
 def test_workers_are_what_the_scheduler_holds(name):
     plan = PLANS[name]
-    cost = _SlowReceive({"denoise": (0.0, 1.0), "vae_decode": (0.1, 0.0), "train_chunk": (0.2, 0.3),
-                         "allreduce": (0.1, 0.0), "optimizer": (0.5, 0.0), "publish": (0.7, 0.0),
-                         "tag_switch": (0.2, 0.0)})
+    cost = HOLD_COST
     rec = _Recorder()
     run_loop(Scheduler(plan, cost=cost, bts_config=BTSConfig(policy="greedy")), VirtualExecutor(plan, cost), rec)
     end = {id(c.action): c.end for c in rec.done}
@@ -136,6 +131,8 @@ def test_the_observed_profile_of_a_simulated_run_prices_every_size_the_run_used(
             for f in [a.fragment] if not a.more}
     cells = {len(a.chunk.cells) for a in acts if isinstance(a, Train)}
     assert {n for n, _ in gens} == {4, 2} and "trainer" in {p for _, p in gens} and len(cells) >= 2  # sizes differ
+    tags = [a for a in acts if isinstance(a, Generate) and a.tag]
+    assert sum(s.kind == "tag" for s in res.spans) == len(tags) > 0  # a TAG fragment's span is a "tag" span
 
     def frag(n, pool):
         return sum((T if op == "denoise" else 1) * COST.time(op, n, pool)
