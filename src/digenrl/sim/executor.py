@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from ..control.loop import Completion, Interval, LoopError, run_loop, tie_order
 from ..control.timeline import RunResult, Timeline
 from ..schedule import TRAINER, Action, CostModel, Durations, Generate, Scheduler, StepPlan
-from ..schedule.actions import KINDS
+from ..schedule.actions import KINDS as JITTER_KINDS  # the action kinds
 from ..schedule.bts import BTSConfig
 from ..schedule.cost import Op
 
@@ -79,9 +79,6 @@ class VirtualExecutor:
         while self._heap and self._heap[0][0] == end:
             done.append(heapq.heappop(self._heap)[2])
         return tie_order(done)
-
-
-JITTER_KINDS = KINDS
 
 
 def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
