@@ -88,7 +88,7 @@ def test_a_gang_takes_up_to_one_fragment_per_rank_across_groups():
     res, first = _run_with_first_k(plan, cost, 1)
     tags = [a for _, a in res.actions if getattr(a, "tag", False)]
     assert tags[0].fragments == (Fragment(0, 0, (1,)), Fragment(0, 1, (0, 1)))
-    assert tags[0].size == 3 and res.stats[0].tag_fragments == sum(a.size for a in tags)
+    assert tags[0].size().generations == 3 and res.stats[0].tag_fragments == sum(a.size().generations for a in tags)
     assert audit(plan, res.actions, res.events) == []
     snap, k, bts = first[0]
     assert bts.model.predict_commit(snap, k) == res.stats[0].committed

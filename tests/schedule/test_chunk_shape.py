@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from digenrl.control.timeline import RunResult, idle_share, rank_busy
 from digenrl.observe.trace import Span
 from digenrl.schedule import StepPlan
+from digenrl.schedule.actions import Size
 from digenrl.schedule.layout import busy_share, choose_chunk_shape, rank_share
 from digenrl.sim.executor import simulate
 
@@ -74,8 +75,8 @@ def test_idle_counts_the_ranks_waiting_inside_a_collective_chunk():
     plan = StepPlan(prompts=1, generations=4, fragment_size=4, trained_timesteps=2, sampling_steps=2,
                     chunk_generations=3, chunk_timesteps=1, generators=("g0",), trainers=("shard0",),
                     mode="gap_tsp", steps=1, shard_ranks=4)
-    spans = [Span("shard0", "train", 0.0, 1.0, "s0 g0 3 cells", "trainer"),
-             Span("shard0", "train", 1.0, 2.0, "s0 g0 1 cells", "trainer"),
+    spans = [Span("shard0", "train", 0.0, 1.0, "s0 g0 3 cells", "trainer", Size(cells=3)),
+             Span("shard0", "train", 1.0, 2.0, "s0 g0 1 cells", "trainer", Size(cells=1)),
              Span("shard0", "commit", 2.0, 3.0, "commit s0", "trainer"),
              Span("shard0", "idle", 3.0, 4.0, "", "trainer")]
     # busy rank-seconds: 3/4 + 1/4 + 1 (the commit: every rank) = 2 of 4

@@ -46,7 +46,7 @@ def test_a_packed_worker_generates_its_share_at_once_and_trains_chunks_of_the_sh
 def test_the_unpacked_baseline_is_unchanged():
     plan = make_plan("colocated", prompts=3, generations=4, fragment_size=2, S=4, T=5, cg=3, cs=2, n_train=1)
     gens, trains = _run(plan)
-    assert all(not a.more and a.size == 2 for a in gens)  # one plan fragment per action
+    assert all(not a.more and a.size().generations == 2 for a in gens)  # one plan fragment per action
     assert {a.chunk.size for a in trains} == {4}  # one trained timestep over the worker's 4 generations
 
 

@@ -7,6 +7,7 @@ import pytest
 from digenrl.control.observed import observed_profile
 from digenrl.control.profile import ProfileCost
 from digenrl.observe.trace import Span
+from digenrl.schedule.actions import Size
 
 T = 10
 
@@ -14,18 +15,18 @@ T = 10
 def _spans() -> list[Span]:
     g = "generator"
     return [
-        Span("gen0", "generate", 0.00, 1.00, "s0 g0 x4 v0", g),
+        Span("gen0", "generate", 0.00, 1.00, "s0 g0 x4 v0", g, size=Size(generations=4)),
         Span("gen0", "idle", 1.00, 1.01, "", g),
-        Span("gen0", "generate", 1.01, 2.21, "s0 g1 x4 v0", g),
+        Span("gen0", "generate", 1.01, 2.21, "s0 g1 x4 v0", g, size=Size(generations=4)),
         Span("gen0", "idle", 2.21, 4.00, "", g),  # a wait for the trainer, not a dispatch gap
         Span("trn0", "idle", 0.00, 1.20, "", "trainer"),
-        Span("trn0", "train", 1.20, 1.70, "s0 g0 8 cells", "trainer"),
+        Span("trn0", "train", 1.20, 1.70, "s0 g0 8 cells", "trainer", size=Size(cells=8)),
         Span("trn0", "idle", 1.70, 1.73, "", "trainer"),
-        Span("trn0", "train", 1.73, 2.43, "s0 g1 8 cells", "trainer"),
-        Span("trn0", "tag", 2.43, 3.43, "s1 g0 x2 v1", "trainer"),
+        Span("trn0", "train", 1.73, 2.43, "s0 g1 8 cells", "trainer", size=Size(cells=8)),
+        Span("trn0", "tag", 2.43, 3.43, "s1 g0 x2 v1", "trainer", size=Size(generations=2)),
         Span("trn0", "commit", 3.43, 3.63, "commit s0", "trainer"),
         Span("trn0", "publish", 3.63, 3.73, "publish v1", "trainer"),
-        Span("trn0", "train", 5.00, 9.00, "s1 g0 8 cells", "trainer"),  # after ``until`` below
+        Span("trn0", "train", 5.00, 9.00, "s1 g0 8 cells", "trainer", size=Size(cells=8)),  # after ``until`` below
     ]
 
 

@@ -3,7 +3,7 @@
 Two executors implement ``Executor``: ``digenrl.sim.executor.VirtualExecutor`` (completion times from a cost
 model, a heap in virtual time) and ``digenrl.runtime.executor.WorkerExecutor`` (calls on real workers, Ray actors
 or objects of the controller's process, completions in wall time). Both hand back ``Completion`` records; the loop turns each into the scheduler's
-event (``event_of``: the one mapping from a finished action to its event), feeds it to the scheduler, launches
+event (``Action.event``), feeds it to the scheduler, launches
 what the scheduler returns at the event's time, and lets ``Timeline`` record spans and the action/event log.
 
 Tie rule (both executors): completions that end at the same time are reported together, collectives first
@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Sequence
 
-from digenrl.schedule import (Action, ChunkTrained, Commit, Committed, Event, FragmentGenerated, Generate, Publish,
-                              Published, Scheduler, Train)
+from digenrl.schedule import Action, Event, Scheduler
 
 
 SideCall = Literal["eval", "checkpoint"]  # work a runtime does between steps, outside the schedule
@@ -57,29 +56,12 @@ class Completion:
 
     @property
     def event(self) -> Event | None:
-        return None if self.action is None else event_of(self.action, self.end)
-
-
-def event_of(action: Action, t: float) -> Event:
-    """The scheduler event that reports ``action`` finished at ``t``."""
-    if isinstance(action, Generate):
-        return FragmentGenerated(t, action.fragment, action.worker)
-    if isinstance(action, Train):
-        return ChunkTrained(t, action.chunk, action.rank)
-    if isinstance(action, Commit):
-        return Committed(t, action.step, action.round)
-    if isinstance(action, Publish):
-        return Published(t, action.version)
-    raise TypeError(f"unknown action {action!r}")
-
-
-def is_collective(action: Action | None) -> bool:
-    return isinstance(action, (Commit, Publish))
+        return None if self.action is None else self.action.event(self.end)
 
 
 def tie_order(completions: list[Completion]) -> list[Completion]:
     """Completions that end together: collectives first, else the given (launch) order (a stable sort)."""
-    return sorted(completions, key=lambda c: not is_collective(c.action))
+    return sorted(completions, key=lambda c: not (c.action is not None and c.action.collective))
 
 
 class Executor(Protocol):

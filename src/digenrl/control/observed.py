@@ -7,7 +7,8 @@ controller takes a few milliseconds between a worker's actions. The spans of a r
 profile made from them is the one to plan the next run on the same machines with
 (``digenrl plan --profile run_dir/profile_observed.json``).
 
-From the spans that end by ``until`` (seconds of the run's clock; None: all):
+From the spans that end by ``until`` (seconds of the run's clock; None: all), by their kind and ``size``
+(``schedule.actions.Size``: generations of a fragment, cells of a chunk):
 
 * ``<pool>/denoise`` at n generations = mean span of a ``generate`` / ``tag`` action of n / T (the whole
   fragment is charged on ``denoise``; ``vae_decode`` and ``transfer`` are 0);
@@ -34,8 +35,6 @@ from typing import Sequence
 
 from digenrl.observe.trace import Span
 
-from .timeline import span_size
-
 
 def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | None = None,
                      max_gap_s: float = 0.05, source: str = "spans of a run",
@@ -50,9 +49,9 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
         pool = s.pool if s.pool in ("generator", "trainer") else ("generator" if s.worker.startswith("gen")
                                                                   else "trainer")
         if s.kind in ("generate", "tag"):
-            costs.setdefault((f"{pool}/denoise", span_size(s.kind, s.label)), []).append(s.duration / sampling_steps)
+            costs.setdefault((f"{pool}/denoise", s.size.generations), []).append(s.duration / sampling_steps)
         elif s.kind == "train":
-            costs.setdefault(("train_chunk", span_size(s.kind, s.label)), []).append(s.duration)
+            costs.setdefault(("train_chunk", s.size.cells), []).append(s.duration)
         elif s.kind == "commit":
             costs.setdefault((s.kind, 1), []).append(s.duration)
         elif s.kind == "publish":

@@ -1,7 +1,7 @@
 """What a run did, when: spans per worker, the action/event log, and the run-level figures of both executors.
 
-``Timeline`` records every ``Completion`` of the control loop as spans (one kind and label per action type,
-defined here once) and logs what the scheduler emitted; ``Timeline.result`` closes the run into a
+``Timeline`` records every ``Completion`` of the control loop as spans (the action's ``span_kind``, ``label()``
+and ``size()``) and logs what the scheduler emitted; ``Timeline.result`` closes the run into a
 ``RunResult``: spans with the idle gaps filled, makespan, the scheduler's step statistics, BTS statistics, and
 the figures reported by ``digenrl simulate`` and a runtime run's summary (step time, idle share per pool, TAG
 fragments per step, stale share, steady-state step time and efficiency), plus the Chrome trace and the Gantt
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from digenrl.observe.trace import Span
-from digenrl.schedule import Action, Commit, Generate, Publish, Scheduler, StepPlan, StepStats, Train
+from digenrl.schedule import Action, Scheduler, StepPlan, StepStats
 from digenrl.schedule.layout import busy_share
 
 from .loop import Completion
@@ -34,29 +34,6 @@ def pools_of(plan: StepPlan) -> dict[str, tuple[str, ...]]:
     return {"generator": plan.generators, "trainer": plan.trainers}
 
 
-def span_of(action: Action) -> tuple[str, str]:
-    """(kind, label) of the span of an action."""
-    if isinstance(action, Generate):
-        fr = action.fragment
-        groups = f"{fr.group}-{action.more[-1].group}" if action.more else f"{fr.group}"  # a gang over groups
-        return ("tag" if action.tag else "generate",
-                f"s{fr.step} g{groups} x{action.size} v{action.version}{' stale' if action.stale else ''}")
-    if isinstance(action, Train):
-        c = action.chunk
-        return "train", f"s{c.step} g{c.group} {c.size} cells"
-    if isinstance(action, Commit):
-        return "commit", f"commit s{action.step}"
-    if isinstance(action, Publish):
-        return "publish", f"publish v{action.version}"
-    raise TypeError(f"unknown action {action!r}")
-
-
-def span_size(kind: str, label: str) -> int:
-    """The size ``span_of`` wrote into a label: generations of a fragment (``x<n>``), cells of a chunk."""
-    word = label.split()[2]
-    return int(word[1:] if kind in ("generate", "tag") else word)
-
-
 def rank_busy(plan: StepPlan):
     """Span -> the share of its worker's ranks at work: 1, except on a shard group of N ranks
     (``plan.shard_ranks``), where a chunk of c cells or a fragment of n generations keeps
@@ -67,7 +44,7 @@ def rank_busy(plan: StepPlan):
     def weight(s: Span) -> float:
         if n <= 1 or s.worker not in trainers or s.kind not in ("train", "tag", "generate"):
             return 1.0
-        return busy_share(span_size(s.kind, s.label), n)
+        return busy_share(s.size.units, n)
 
     return weight
 
@@ -111,8 +88,8 @@ class Timeline:
         self.log.extend((t, a) for a in actions)
         return actions
 
-    def span(self, worker: str, kind: str, start: float, end: float, label: str = "") -> Span:
-        s = Span(worker, kind, start, max(start, end), label, self.pool.get(worker, "workers"))
+    def span(self, worker: str, kind: str, start: float, end: float, label: str = "", size=None) -> Span:
+        s = Span(worker, kind, start, max(start, end), label, self.pool.get(worker, "workers"), size)
         self.spans.append(s)
         return s
 
@@ -122,14 +99,15 @@ class Timeline:
                 self.span(w.worker, c.side or "side", w.start, w.end, f"{c.side} after s{c.step}")
             return
         self.events.append(c.event)
-        kind, label = span_of(c.action)
+        a = c.action
+        kind, label, size = a.span_kind, a.label(), a.size()
         for w in c.work:
             start = w.start
             if c.switch_s > 0:
                 start = min(w.end, w.start + c.switch_s)
                 self.span(w.worker, "switch", w.start, start, "switch to generation")
             if kind != "publish" or w.end > w.start:
-                self.span(w.worker, kind, start, w.end, label)
+                self.span(w.worker, kind, start, w.end, label, size)
 
     def result(self, sched: Scheduler, makespan: float) -> "RunResult":
         p = self.plan

@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from digenrl.schedule.actions import Size
 
 KINDS = ("generate", "tag", "train", "commit", "publish", "switch", "idle")
 
@@ -25,6 +28,7 @@ class Span:
     end: float     # seconds, >= start
     label: str = ""
     pool: str = ""
+    size: Size | None = None  # an action's span: its size (``schedule.actions.Size``), what profiles read
 
     def __post_init__(self) -> None:
         if not self.end >= self.start:

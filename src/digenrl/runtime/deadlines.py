@@ -78,25 +78,15 @@ class ObservedCosts:
     including a weight transfer or a queue wait) and kept over the run's attempts."""
 
     def __init__(self) -> None:
-        self.rate: dict[tuple, float] = {}
-
-    @staticmethod
-    def _kind(action) -> tuple[tuple, int]:
-        from digenrl.schedule.actions import Generate, Train
-
-        if isinstance(action, Generate):
-            return ("generate", action.tag), action.size
-        if isinstance(action, Train):
-            return ("train",), action.chunk.size
-        return (type(action).__name__,), 1
+        self.rate: dict[str, float] = {}
 
     def observe(self, action, seconds: float) -> None:
-        key, units = self._kind(action)
-        self.rate[key] = max(self.rate.get(key, 0.0), seconds / max(1, units))
+        """Per ``action.span_kind`` (a TAG generation apart) and unit of its ``size()``."""
+        key = action.span_kind
+        self.rate[key] = max(self.rate.get(key, 0.0), seconds / action.size().units)
 
     def deadline(self, action) -> float:
         """Seconds ``action`` may take: ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x the slowest observed time
         per unit of its kind x its units; ``DEFAULT_OP_S`` while none of its kind has completed."""
-        key, units = self._kind(action)
-        r = self.rate.get(key)
-        return DEFAULT_OP_S if r is None else OBSERVED_FLOOR_S + OBSERVED_FACTOR * r * max(1, units)
+        r = self.rate.get(action.span_kind)
+        return DEFAULT_OP_S if r is None else OBSERVED_FLOOR_S + OBSERVED_FACTOR * r * action.size().units

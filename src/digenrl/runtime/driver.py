@@ -387,8 +387,6 @@ def _watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
     (``action`` None: an eval or a checkpoint between steps) gets ``deadlines.call_deadline`` in every case. A generation (it scores its samples)
     with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the client
     waits out a service outage that long, and only past it is the worker at fault."""
-    from digenrl.schedule.actions import Generate
-
     fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
     side = call_deadline(run.cfg) + wait  # a side call (an eval between steps scores; a checkpoint): deadlines.py
     dur = Durations(run.plan, cost) if cost is not None else None
@@ -397,7 +395,7 @@ def _watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
     def budget(action) -> float | None:
         if action is None:
             return side
-        scoring = wait if isinstance(action, Generate) else 0.0
+        scoring = wait if action.kind == "generate" else 0.0
         if fixed is not None:
             return fixed + scoring
         return (observed.deadline(action) if dur is None else 60.0 + 20.0 * dur.of(action)) + scoring

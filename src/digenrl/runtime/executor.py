@@ -41,17 +41,6 @@ from .pools import WorkerPools, error_cause
 from .errors import WorkerFailure
 
 
-def describe(action: Action) -> str:
-    """What a failed action was doing, for ``WorkerFailure``."""
-    if isinstance(action, Generate):
-        return "TAG generate" if action.tag else "generate"
-    if isinstance(action, Train):
-        return "train"
-    if isinstance(action, Commit):
-        return "commit"
-    return f"publish of version {action.version}"
-
-
 @dataclass
 class _Call:
     """One action (or side call) in flight; done when every ref resolved."""
@@ -66,7 +55,8 @@ class _Call:
 
     @property
     def what(self) -> str:
-        return describe(self.action) if self.action is not None else str(self.side)
+        a = self.action  # what a failed call was doing, for ``WorkerFailure``
+        return f"{a.span_kind} {a.label()}" if a is not None else str(self.side)
 
 
 @dataclass
@@ -118,47 +108,41 @@ class WorkerExecutor:
             if a.worker in self._held and self._held[a.worker] != a.version:  # a generator, new version
                 args += ([self._weights[a.version]] if a.version in self._weights else None,)
                 self._held[a.worker] = a.version
-            trajs, infos = [], {}
-            ranks = self._ranks(a.worker)
+            refs, ranks = {}, self._ranks(a.worker)
             if a.more:  # a gang over several groups: each rank samples its round-robin share in one batch
                 by_part: list[list] = [[] for _ in a.fragments]
                 d = self.run.sequence_parallel  # the ranks of a lane share its part (one sequence split over them)
                 lanes = gang_shares(a.fragments, len(ranks) // d)
                 for w, share in zip(ranks, [lanes[i // d] for i in range(len(ranks))]):
-                    *refs, info = self.pools.call(w, "generate_gang", tuple(share), a.version, returns=len(share) + 1)
-                    for lst, ref in zip(by_part, refs):
+                    *trajs, info = self.pools.call(w, "generate_gang", tuple(share), a.version, returns=len(share) + 1)
+                    for lst, ref in zip(by_part, trajs):
                         lst.append(ref)
-                    infos[info] = w
-                for p, lst in zip(a.fragments, by_part):
-                    self._step(p.step).fragments.setdefault(p.group, {})[p] = lst
-                self._track(_Call(a, None, f.step, now), infos)
-                return
-            for w in ranks:
-                traj, info = self.pools.call(w, "generate", *args, returns=2)
-                trajs.append(traj)
-                infos[info] = w
-            self._step(f.step).fragments.setdefault(f.group, {})[f] = trajs
-            self._track(_Call(a, None, f.step, now), infos)
+                    refs[info] = w
+            else:
+                by_part = [[]]
+                for w in ranks:
+                    traj, info = self.pools.call(w, "generate", *args, returns=2)
+                    by_part[0].append(traj)
+                    refs[info] = w
+            for p, lst in zip(a.fragments, by_part):
+                self._step(p.step).fragments.setdefault(p.group, {})[p] = lst
         elif isinstance(a, Train):
             c = a.chunk
             frags = self._step(c.step).fragments[c.group]
-            refs = [r for f in sorted(frags) for r in frags[f]]
+            trajs = [r for f in sorted(frags) for r in frags[f]]
             rewards, parts = self.step_rewards(c.step)
-            self._track(_Call(a, None, c.step, now),
-                        {self.pools.call(w, "train", c, refs, rewards, parts): w for w in self._ranks(a.rank)})
+            refs = {self.pools.call(w, "train", c, trajs, rewards, parts): w for w in self._ranks(a.rank)}
         elif isinstance(a, Commit):
             self._check_cells(a.step, a.round)
             rewards, parts = self.step_rewards(a.step)
             refs = {self.pools.call(w, "commit", a.step, a.round, a.final, rewards, parts): w
-                    for r in a.ranks for w in self._ranks(r)}
-            self._track(_Call(a, None, a.step, now), refs)
-        elif isinstance(a, Publish):
-            refs, state = self.pools.publish_refs(a.version)
+                    for r in a.workers for w in self._ranks(r)}
+        else:
+            by_worker, state = self.pools.publish_refs(a.version)
             if state is not None:
                 self._weights = {a.version: state}  # generators need only the newest version
-            self._track(_Call(a, None, a.version - 1, now), {r: w for w, r in refs.items()})
-        else:  # pragma: no cover
-            raise TypeError(f"unknown action {a!r}")
+            refs = {r: w for w, r in by_worker.items()}
+        self._track(_Call(a, None, a.step, now), refs)
 
     def _by_group(self, work: list[Interval]) -> tuple[Interval, ...]:
         """The ranks' busy intervals as the scheduler's workers': a shard group is busy from its first rank's
@@ -235,13 +219,11 @@ class WorkerExecutor:
             work = self._by_group([span(r[0]) for r in results])
         elif a is None or not isinstance(a, Publish):
             work = self._by_group([span(r) for r in results])
-        elif self.plan.publish_streams:  # the generators are in it until they hold the version; the senders
-            gens = set(a.generators)       # only while they start their sends (then they go on; the sends drain)
-            sends = self._by_group([span(r) for r in results if self._group_of.get(r.worker, r.worker) not in gens])
-            work = tuple(Interval(g, call.start, now) for g in a.generators) + sends
-        else:  # rank 0 is busy until every generator has the version; a broadcast holds the generators too
-            held = a.ranks + (a.generators if self.plan.publish_joins else ())  # (as ``sim.executor`` counts it)
-            work = tuple(Interval(r, call.start, now) for r in held) if a.generators else ()
+        else:  # a publish holds ``a.workers`` until every generator has the version (none sent to: no span);
+            work = tuple(Interval(w, call.start, now) for w in a.workers) if a.generators else ()
+            if a.streamed:  # the senders, free during a streamed one, show their spans of starting the sends
+                gens = set(a.generators)
+                work += self._by_group([span(r) for r in results if self._group_of.get(r.worker, r.worker) not in gens])
         if isinstance(a, Generate):  # results: one merged info per part of the action, in part order
             if a.more:
                 results = [merge_fragment_infos(p, [r[i] for r in results]) for i, p in enumerate(a.fragments)]

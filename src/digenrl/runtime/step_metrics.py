@@ -94,8 +94,10 @@ class StepMetrics:
 
     def record(self, c: Completion) -> None:
         a = c.action
+        if a is None:  # a side call (eval / checkpoint)
+            return
+        st = self.steps[a.step]
         if isinstance(a, Generate):
-            st = self.steps[a.fragment.step]
             for w in c.work:
                 st.gen.add(w.start, w.end)
             st.tag_fragments += int(a.tag)
@@ -111,12 +113,10 @@ class StepMetrics:
                 for k, v in info.reward_parts.items():
                     st.parts[k].extend(v)
         elif isinstance(a, Train):
-            st = self.steps[a.chunk.step]
             for w in c.work:
                 st.train.add(w.start, w.end)
             st.stats = st.stats.add(c.results[0].stats)
         elif isinstance(a, Commit):
-            st = self.steps[a.step]
             st.grad_norms.append(c.results[0].grad_norm)  # rank 0's (the results are in launch order)
             if a.round < self.plan.minibatches:  # the first epoch's rounds count each kept sample once
                 st.kept += c.results[0].kept
@@ -125,7 +125,6 @@ class StepMetrics:
                     st.stats = st.stats.add(r.stats)
             st.commit_s += c.end - c.start
         elif isinstance(a, Publish):
-            st = self.steps[a.version - 1]
             st.publish_s, st.published = c.end - c.start, c.end
 
     def rows_ready(self, spans) -> list[dict]:

@@ -19,9 +19,10 @@ group's minibatch, with the weights after the previous round's commit; TAG only 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Iterable, Sequence
 
-from .actions import Action, ChunkTrained, Commit, Committed, FragmentGenerated, Generate, Publish, Published
+from .actions import Action, ChunkTrained, Commit, Committed, Generate, Published
 from .actions import Train
 from .layout import plan_fragment_count
 from .plan import StepPlan
@@ -33,14 +34,11 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
     bad: list[str] = []
     eps = 1e-9
     events = list(events)
-    frag_end = {e.fragment: e.time for e in events if isinstance(e, FragmentGenerated)}
-    chunk_end = {}
-    for e in events:
-        if isinstance(e, ChunkTrained):
-            chunk_end[(e.chunk, e.rank)] = e.time
+    chunk_end = {(e.chunk, e.rank): e.time for e in events if isinstance(e, ChunkTrained)}
     commit_end = {(e.step, e.round): e.time for e in events if isinstance(e, Committed)}
     R = plan.rounds
     publish_end = {e.version: e.time for e in events if isinstance(e, Published)}
+    ends = {replace(e, time=0.0): e.time for e in events}  # an action's event, less its time -> its end
     commit_start: dict[tuple[int, int], float] = {}
     busy: dict[str, list[tuple[float, float]]] = defaultdict(list)
     gens_of: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -52,7 +50,7 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
     group_done: dict[tuple[int, int], float] = {}
     for _, a in log:
         if isinstance(a, Generate):
-            end = frag_end.get(a.fragment, float("inf"))  # one event reports every part of a gang
+            end = ends.get(a.event(0.0), float("inf"))  # one event reports every part of a gang
             for f in a.fragments:
                 key = (f.step, f.group)
                 group_done[key] = max(group_done.get(key, end), end)
@@ -69,12 +67,13 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
         return commits_at(t) // R
 
     for t, a in log:
+        held = a if a.kind != "publish" else replace(a, joined=plan.publish_joins, streamed=plan.publish_streams)
+        for w in held.workers:  # each worker runs one action at a time (a publish: the workers the plan says)
+            busy[w].append((t, ends.get(a.event(0.0), t)))
         if isinstance(a, Generate):
-            end = frag_end.get(a.fragment)
-            if end is None:
+            if a.event(0.0) not in ends:
                 bad.append(f"fragment {a.fragment} never reported generated")
                 continue
-            busy[a.worker].append((t, end))
             counts = [plan_fragment_count(plan, f) for f in a.fragments]
             if 0 in counts:
                 f = a.fragments[counts.index(0)]
@@ -121,7 +120,6 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
             if end is None:
                 bad.append(f"chunk {c} on {a.rank} never reported trained")
                 continue
-            busy[a.rank].append((t, end))
             if commits_at(t) != c.step * R + c.round:
                 bad.append(f"chunk {c} trained after {commits_at(t)} commits (round {c.round} of step {c.step})")
             if c.group not in plan.round_groups(c.round):
@@ -141,12 +139,6 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
             if a.final != (a.round == R - 1):
                 bad.append(f"commit of round {a.round} of step {a.step} has final={a.final}")
             commit_start[key] = t
-            for r in a.ranks:
-                busy[r].append((t, commit_end.get(key, t)))
-        elif isinstance(a, Publish):  # a joined publish (broadcast) holds the generators too; a streamed one
-            # holds them alone (the trainers train beside it; the next commit waits for it, checked below)
-            for r in (() if plan.publish_streams else a.ranks) + (a.generators if plan.publish_joins else ()):
-                busy[r].append((t, publish_end.get(a.version, t)))
     order = [(k, r) for k in range(first_step, plan.steps) for r in range(R)]
     for prev, key in zip([None] + order, order):
         if key not in commit_start or key not in commit_end:

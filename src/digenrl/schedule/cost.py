@@ -123,7 +123,7 @@ class Durations:
 
     def of(self, action: Action) -> float:
         if isinstance(action, Generate):
-            return self.generate(action.size, self.plan.is_trainer(action.worker), action.switch)
+            return self.generate(action.size().generations, self.plan.is_trainer(action.worker), action.switch)
         if isinstance(action, Train):
             return self.train(action.chunk.size)
         if isinstance(action, Commit):

@@ -27,7 +27,7 @@ decisions are those of the static model, bit for bit.
 
 from __future__ import annotations
 
-from .actions import Action, Commit, Generate, Publish, Train
+from .actions import Action
 from .cost import GENERATOR, TRAINER, CostModel, Durations, Op
 from .plan import StepPlan
 
@@ -75,15 +75,10 @@ class OnlineCosts:
         self.scales: dict[str, float] = {}     # the factors in effect (kinds seen so far)
 
     def kind(self, action: Action) -> str:
-        if isinstance(action, Generate):
-            return "generate/trainer" if self.plan.is_trainer(action.worker) else "generate/generator"
-        if isinstance(action, Train):
-            return "train"
-        if isinstance(action, Commit):
-            return "commit"
-        if isinstance(action, Publish):
-            return "publish"
-        raise TypeError(f"not an action: {action!r}")
+        """``action.kind``; a generation's per pool (``KINDS``)."""
+        if action.kind != "generate":
+            return action.kind
+        return f"generate/{TRAINER if self.plan.is_trainer(action.worker) else GENERATOR}"
 
     def observe(self, action: Action, seconds: float) -> None:
         """``action`` took ``seconds`` from its launch to its completion event."""

@@ -62,6 +62,7 @@ class Scheduler:
         self._busy: dict[str, tuple[Action, float] | None] = {w: None for w in plan.generators + plan.trainers}
         self._last_gen = {r: False for r in plan.trainers}
         self._collective: str | None = None  # "commit" / "publish" while the trainer ranks are in one
+        self._held: tuple[str, ...] = ()     # the workers of that collective (``Action.workers``)
         self._pending_publish: Publish | None = None  # issued, not launched (waits for the generators to join)
 
     # ---- public API --------------------------------------------------------------------------------
@@ -106,13 +107,12 @@ class Scheduler:
         raise SchedulerError(f"unknown event {event!r}")
 
     # ---- event handlers ----------------------------------------------------------------------------
-    def _finish(self, t: float, worker: str, kind: type, what) -> None:
+    def _finish(self, t: float, worker: str, e: Event) -> None:
         cur = self._busy.get(worker, "unknown")
         if cur == "unknown":
             raise SchedulerError(f"unknown worker {worker!r}")
-        if cur is None or not isinstance(cur[0], kind) or (cur[0].fragment if kind is Generate
-                                                           else cur[0].chunk) != what:
-            raise SchedulerError(f"worker {worker!r} was not running {what!r} (running {cur!r})")
+        if cur is None or cur[0].event(e.time) != e:  # the event reports the action the worker runs
+            raise SchedulerError(f"worker {worker!r} was not running what {e!r} reports (running {cur!r})")
         self._busy[worker] = None
         if self._online:
             self._online.observe(cur[0], t - cur[1])
@@ -134,7 +134,7 @@ class Scheduler:
 
     def _on_fragment(self, t: float, e: FragmentGenerated) -> list[Action]:
         cur = self._busy.get(e.worker)
-        self._finish(t, e.worker, Generate, e.fragment)
+        self._finish(t, e.worker, e)
         freed: set[str] = set()
         if self.plan.is_trainer(e.worker):
             self._last_gen[e.worker] = True
@@ -148,7 +148,7 @@ class Scheduler:
         return self._maybe_commit() + self._launch_publish(t) + self._fill(t, freed)
 
     def _on_chunk(self, t: float, e: ChunkTrained) -> list[Action]:
-        self._finish(t, e.rank, Train, e.chunk)
+        self._finish(t, e.rank, e)
         self._last_gen[e.rank] = False
         self._work(e.chunk.step).chunks_left -= 1
         return self._maybe_commit() + self._launch_publish(t) + self._fill(t, {e.rank})
@@ -167,6 +167,7 @@ class Scheduler:
         self._collective = "commit"
         final = self.round == self.plan.rounds - 1
         commit = Commit(s, self.plan.trainers, tuple(self._work(s).stale), self.round, final)
+        self._held = commit.workers
         self._collective_launch = (commit, self._now)
         return [commit]
 
@@ -177,7 +178,7 @@ class Scheduler:
         self.stats[e.step].commits += 1
         self._finish_collective(t)
         if self.round < self.plan.rounds - 1:  # a minibatch's commit: the next round trains with its weights
-            self._collective = None
+            self._collective, self._held = None, ()
             self._start_round(self.train_step, self.round + 1)
             return self._fill(t, set(self.plan.trainers))
         self.stats[e.step].committed = t
@@ -187,7 +188,9 @@ class Scheduler:
         self.train_step += 1
         self._start_round(self.train_step, 0)
         self._collective = "publish"
-        self._pending_publish = Publish(e.step + 1, self.plan.trainers, self.plan.generators)
+        p = self.plan
+        self._pending_publish = Publish(e.step + 1, p.trainers, p.generators, p.publish_joins, p.publish_streams)
+        self._held = self._pending_publish.workers
         return self._launch_publish(t) + self._fill(t, set())
 
     def _launch_publish(self, t: float) -> list[Action]:
@@ -195,9 +198,7 @@ class Scheduler:
         when the last generator's in-flight fragment is done; until then no generator gets work. A streamed
         publish (``plan.publish_streams``) does not wait for the trainer ranks, which go on during it."""
         publish = self._pending_publish
-        trainers_busy = not self.plan.publish_streams and any(self._busy[r] is not None for r in self.plan.trainers)
-        if publish is None or trainers_busy or (
-                self.plan.publish_joins and any(self._busy[w] is not None for w in self.plan.generators)):
+        if publish is None or any(self._busy[w] is not None for w in publish.workers):
             return []
         self._pending_publish = None
         self._collective_launch = (publish, t)
@@ -206,7 +207,7 @@ class Scheduler:
     def _on_published(self, t: float, e: Published) -> list[Action]:
         if self._collective != "publish" or e.version != self.train_step:
             raise SchedulerError(f"unexpected Published(version={e.version}); expected {self.train_step}")
-        self._collective = None
+        self._collective, self._held = None, ()
         self._finish_collective(t)
         self.published = e.version
         self.stats[e.version - 1].published = t
@@ -312,7 +313,7 @@ class Scheduler:
         st.fragments += parts
         if tag:
             st.tag_fragments += parts
-            st.tag_generations += act.size
+            st.tag_generations += act.size().generations
         if act.stale:
             st.stale_fragments += 1
             st.stale_generations += frag.size
@@ -329,18 +330,16 @@ class Scheduler:
 
     # ---- the policy --------------------------------------------------------------------------------
     def _rank_idle(self, r: str) -> bool:
-        """Free for a chunk: no action of its own and no collective, except a streamed publish (its sends run
-        beside the rank's work; the next commit waits for it)."""
-        streaming = self._collective == "publish" and self.plan.publish_streams
-        return self._busy[r] is None and (self._collective is None or streaming)
+        """Free for a chunk: no action of its own and not held by a collective (a streamed publish does not hold
+        the ranks: its sends run beside their work; the next commit waits for it)."""
+        return self._busy[r] is None and r not in self._held
 
     def _fill(self, t: float, freed: set[str]) -> list[Action]:
         """Hand work to idle workers: generators take the next fragment; a trainer rank takes a ready chunk
         first, else (colocated) the next fragment of the step; then BTS may hand fragments to idle ranks."""
         p, acts = self.plan, []
-        joined = p.publish_joins and self._collective == "publish"  # the generators wait in the publish
-        for w in p.generators:
-            if self._busy[w] is None and not joined:
+        for w in p.generators:  # (a joined publish holds them: they wait in it)
+            if self._busy[w] is None and w not in self._held:
                 work = self._next_generator_work(t)
                 if work is None:
                     break

@@ -2,9 +2,10 @@
 
 Each action starts when the scheduler emits it (at the time of the event being handled) and lasts
 ``Durations.of(action) x jitter`` where jitter is 1 or a seeded log-normal factor exp(N(0, sigma^2)), one
-independent draw per action. ``sigma`` is one number for every action, or per action kind
-(``{"generate": s_g, "train": s_t, "commit": s_c, "publish": s_p}``, missing kinds 0), e.g. the per-op
-spread measured on a real run (``benchmarks/op_jitter.py``). Its end becomes the corresponding event. The control loop, the tie rule for events that end together, the spans and
+independent draw per action. ``sigma`` is one number for every action, or per action kind (``Action.kind``:
+``{"generate": s_g, "train": s_t, "commit": s_c, "publish": s_p}``, missing kinds 0), e.g. the per-op
+spread measured on a real run (``benchmarks/op_jitter.py``). It holds ``Action.workers`` from its start to its
+end, which becomes the corresponding event. The control loop, the tie rule for events that end together, the spans and
 the run figures are those of ``digenrl.control`` (the same code the Ray runtime runs).
 """
 
@@ -17,7 +18,8 @@ from typing import Mapping, Sequence
 
 from ..control.loop import Completion, Interval, LoopError, run_loop, tie_order
 from ..control.timeline import RunResult, Timeline
-from ..schedule import TRAINER, Action, Commit, CostModel, Durations, Generate, Publish, Scheduler, StepPlan, Train
+from ..schedule import TRAINER, Action, CostModel, Durations, Generate, Scheduler, StepPlan
+from ..schedule.actions import KINDS as JITTER_KINDS  # the action kinds
 from ..schedule.bts import BTSConfig
 from ..schedule.cost import Op
 
@@ -60,23 +62,11 @@ class VirtualExecutor:
         t = self.now
         for a in actions:
             exact = self.dur.of(a)
-            d = exact * self._factor(_kind(a))
+            d = exact * self._factor(a.kind)
             switch = 0.0
-            if isinstance(a, Generate):
-                workers = (a.worker,)
-                if a.switch:  # the switch's share of the (jittered) duration
-                    switch = min(d, self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER) * (d / max(exact, 1e-300)))
-            elif isinstance(a, Train):
-                workers = (a.rank,)
-            elif isinstance(a, Commit):
-                workers = a.ranks
-            elif isinstance(a, Publish):  # the generators are in it too when they join it (a broadcast); a
-                # streamed one holds them alone (the trainers' sends ran in the final commit)
-                ranks = () if self.plan.publish_streams else a.ranks
-                workers = ranks + (a.generators if self.plan.publish_joins else ())
-            else:  # pragma: no cover - the scheduler only emits the four kinds
-                raise SimulationError(f"unknown action {a!r}")
-            c = Completion(a, t, t + d, tuple(Interval(w, t, t + d) for w in workers), switch)
+            if isinstance(a, Generate) and a.switch:  # the switch's share of the (jittered) duration
+                switch = min(d, self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER) * (d / max(exact, 1e-300)))
+            c = Completion(a, t, t + d, tuple(Interval(w, t, t + d) for w in a.workers), switch)
             heapq.heappush(self._heap, (t + d, self._seq, c))
             self._seq += 1
             if self._seq > self.max_actions:
@@ -89,14 +79,6 @@ class VirtualExecutor:
         while self._heap and self._heap[0][0] == end:
             done.append(heapq.heappop(self._heap)[2])
         return tie_order(done)
-
-
-JITTER_KINDS = ("generate", "train", "commit", "publish")
-
-
-def _kind(a: Action) -> str:
-    return ("generate" if isinstance(a, Generate) else "train" if isinstance(a, Train)
-            else "commit" if isinstance(a, Commit) else "publish")
 
 
 def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
