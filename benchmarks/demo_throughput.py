@@ -25,7 +25,7 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.schedule.layout import tile_grid
 from digenrl.train.chunk_loss import LossSettings, train_cells
-from digenrl.train.step_work import assign_advantages, generate
+from digenrl.train.step_math import assign_advantages, generate
 
 OUT = Path(__file__).resolve().parent / "results" / "demo_throughput.json"
 

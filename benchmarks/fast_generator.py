@@ -18,7 +18,7 @@ interleaved round by round, so that a change of the machine's speed hits them al
   rollout 28% slower on GPUs, issue 248, mostly per-kernel overhead).
 
 Measured per variant and round: one denoising step (velocity + SDE step) at the fragment's batch (mean of
-``--step-calls``), and a whole fragment (``train.step_work.generate``: sampling, decode, reward), each after
+``--step-calls``), and a whole fragment (``train.step_math.generate``: sampling, decode, reward), each after
 ``os.getloadavg()`` is recorded; the compile time (first call) and the swap-in time of a version (``load``) apart.
 Ratios are the eager time over the variant's, per round, and their median over rounds. Each variant's mismatch:
 the eager float32 policy's log-probs of the variant's own transitions against what it recorded
@@ -165,7 +165,7 @@ def measure_model(name: str, tiny: bool, names, repeats: int, step_calls: int, b
     from digenrl.models.base import guided_velocity
     from digenrl.models.fast_generator import FastGenerator
     from digenrl.rollout.sampler import SamplerSettings
-    from digenrl.train.step_work import generate
+    from digenrl.train.step_math import generate
 
     base, prompt, reward, spec = demo_model(tiny) if name == "demo" else flux_model(tiny, rank)
     n, T = spec["fragment"], spec["steps"]

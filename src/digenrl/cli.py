@@ -97,7 +97,7 @@ def _load_train(args):
 
 def cmd_train(args) -> int:
     from digenrl.faults import RunHalted
-    from digenrl.runtime.run_dir import discard_unstarted, lock_run_dir, plan_run_dir, unlock_run_dir
+    from digenrl.runtime.run_dir import discard_unstarted, lock_run_dir, run_start, unlock_run_dir
     from digenrl.runtime.errors import WorkerFailure
     from digenrl.train.interrupt import StopRequest, as_interrupted
     from digenrl.validate import validate_run
@@ -110,12 +110,12 @@ def cmd_train(args) -> int:
     for warning in eval_warnings(cfg):  # the eval reuses the train prompts / fewer prompts than eval.num_prompts
         print(f"digenrl: warning: {warning}", file=sys.stderr, flush=True)
     _print_prediction(cfg)  # runtime.profile: the plan's predicted step time against colocated (warns if slower)
-    plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # refused: still nothing written
+    run_start(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # refused: still nothing written
     made = not Path(cfg.run_dir).exists()  # a run that fails before its first eval removes the dir it made
     lock_run_dir(cfg.run_dir)  # one writer per run_dir, for the whole run: a second one is refused here (exit 2)
     summary = None
     try:
-        start = plan_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # again, under the lock
+        start = run_start(cfg, resume=bool(args.resume), overwrite=args.overwrite)  # again, under the lock
         from digenrl.control.run_plan import plan_run
         from digenrl.runtime.driver import run_training, uses_ray
 

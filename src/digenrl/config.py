@@ -273,7 +273,7 @@ class TrainConfig(_Strict):
     ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
     """EMA update every N optimizer steps (Flow-GRPO `update_step_interval`)."""
     ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
-    # Flow-GRPO's quirks (train/ema.py, train/step_work.py; docs/math.md, "Recipes"); each off by default:
+    # Flow-GRPO's quirks (train/ema.py, train/step_math.py; docs/math.md, "Recipes"); each off by default:
     """decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; false: the fixed decay."""
     micro_batch: int | None = Field(None, ge=1)  # samples of one Flow-GRPO micro-batch (its sample.train_batch_size x
     # GPUs): only the unit of ema_update=per_micro_batch and zero_adv_refill (the forwards are cut by chunk_*)

@@ -65,7 +65,7 @@ def _ema(script: str, on: bool, cfg: str) -> list[PeerValue]:
 def _micro_batch_quirks(script: str, cfg: str, *, per_gpu: int, gpus: int, ema_k: int | None, refill: bool,
                         permuted: bool, gpu_note: str = "") -> list[PeerValue]:
     """The named options of Flow-GRPO's micro-batch habits (``train.micro_batch``, ``ema_update``,
-    ``zero_adv_refill``, ``minibatch_split``; train/ema.py and train/step_work.py quote the code). ``ema_k``:
+    ``zero_adv_refill``, ``minibatch_split``; train/ema.py and train/step_math.py quote the code). ``ema_k``:
     its micro-batches per optimizer step (None: no EMA in the recipe)."""
     g = f"{GRPO}::{cfg}"
     out = [_v("train.micro_batch", per_gpu * gpus, f"sample.train_batch_size {per_gpu} x {gpus} GPUs{gpu_note} "

@@ -1,6 +1,6 @@
 """The formulas of one step, written from the papers and the peers' scripts for the I1 reference (``loop.py``).
 
-Nothing here imports digenrl's training math (``train.step_work``, ``train.loss_scale``, ``train.chunk_loss``,
+Nothing here imports digenrl's training math (``train.step_math``, ``train.loss_scale``, ``train.chunk_loss``,
 ``train.sample_masks``, ``algo.advantage``, ``algo.loss``, ``algo.sde``, ``algo.guard``, ``algo.nft``): each rule
 is read off its source and written again, plainly, per group or per sample. The seeds of the seeded draws
 (Flow-GRPO's refill and sample minibatches, DiffusionNFT's slot draws) are the product's documented ones: a

@@ -12,7 +12,7 @@
 It shares with the product only its inputs: the model (``models``), the task, the reward, the sampler that
 records the trajectories (``rollout``: the generators' code and I5's noise; its own oracles are
 ``tests/rollout``) and the config's timestep plan. No chunking, no masks, no loss-scale object, no transaction:
-the product's ``train/step_work.py``, ``loss_scale.py``, ``chunk_loss.py``, ``sample_masks.py`` and
+the product's ``train/step_math.py``, ``loss_scale.py``, ``chunk_loss.py``, ``sample_masks.py`` and
 ``algo/advantage.py``, ``loss.py``, ``sde.py``, ``guard.py``, ``nft.py`` are not imported (``test_reference.py``
 checks it), so an error in them shows against this file.
 """

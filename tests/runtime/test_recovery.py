@@ -86,14 +86,14 @@ def test_ray_run_resumes_from_its_checkpoint(ray_local, tiny_model, tmp_path, un
     """A Ray run stopped after step 2 (its last checkpoint) and resumed ends as the uninterrupted run."""
     from safetensors.torch import load_file
 
-    from digenrl.runtime.run_dir import plan_run_dir
+    from digenrl.runtime.run_dir import run_start
     from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     first = make_cfg(tiny_model, run, *BASE[:2], "steps=2", "runtime.checkpoint_every=1")
     run_training(first, ray=True)
     cfg = make_cfg(tiny_model, run, *BASE)
-    start = plan_run_dir(cfg, resume=True)
+    start = run_start(cfg, resume=True)
     assert start.kind == "resume" and start.step == 2
     summary = run_training(cfg, start, ray=True)
     assert summary["version"] == 4 and summary["audit_violations"] == []

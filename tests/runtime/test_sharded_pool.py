@@ -134,7 +134,7 @@ def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_
     """Every rank writes its shards (torch.distributed.checkpoint) next to the metadata file; a run stopped
     after 2 steps and resumed for the third ends with the uninterrupted run's parameters (weights published by
     a torch.distributed broadcast from the sharded pool)."""
-    from digenrl.runtime.run_dir import plan_run_dir
+    from digenrl.runtime.run_dir import run_start
     from digenrl.runtime.driver import run_training
     from digenrl.train import checkpoint as ckpt
 
@@ -150,7 +150,7 @@ def test_sharded_checkpoints_resume_to_the_reference(ray_local, tiny_model, tmp_
     assert state.sharded == "step_00000002.dcp" and state.model == {} and state.version == 2
     assert ".metadata" in state.shards and ckpt.verify_checkpoint(found[-1][1]) is None  # every shard file hashed
     cfg = make_cfg(tiny_model, run, *over, "steps=3")
-    summary = run_training(cfg, plan_run_dir(cfg, resume=True), ray=True)
+    summary = run_training(cfg, run_start(cfg, resume=True), ray=True)
     assert summary["version"] == 3
     _check_params(run, reference, tiny_model)
 
@@ -230,7 +230,7 @@ def test_hybrid_sharding_with_gang_tag_matches_reference(ray_local, tiny_model, 
 def test_hybrid_sharding_broadcast_publish_and_resume(ray_local, tiny_model, tmp_path, reference):
     """Hybrid sharding with the broadcast publish (the generator joins the world and creates the shard and
     replica groups too) and a resume: rank 0's group writes the shards, every group loads them back."""
-    from digenrl.runtime.run_dir import plan_run_dir
+    from digenrl.runtime.run_dir import run_start
     from digenrl.runtime.driver import run_training
     from digenrl.train import checkpoint as ckpt
 
@@ -242,7 +242,7 @@ def test_hybrid_sharding_broadcast_publish_and_resume(ray_local, tiny_model, tmp
     assert state.sharded == "step_00000002.dcp" and sorted(state.shards) == [".metadata", "__0_0.distcp",
                                                                              "__1_0.distcp"]  # one group's 2 ranks
     cfg = make_cfg(tiny_model, run, *over, "steps=3")
-    summary = run_training(cfg, plan_run_dir(cfg, resume=True), ray=True)
+    summary = run_training(cfg, run_start(cfg, resume=True), ray=True)
     assert summary["version"] == 3 and summary["audit_violations"] == []
     _check_params(run, reference, tiny_model)
 

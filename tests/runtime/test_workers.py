@@ -23,7 +23,7 @@ def workers(tiny_model, tmp_path):
 
 
 def test_tag_never_touches_gradients_or_optimizer(workers):
-    from digenrl.train.step_work import assign_advantages
+    from digenrl.train.step_math import assign_advantages
 
     gen, trn = workers
     group, _ = gen.generate(Fragment(0, 0, (0, 1, 2, 3)), 0)
@@ -60,7 +60,7 @@ def test_trainer_refuses_cells_twice_and_wrong_versions(workers):
     gen, trn = workers
     group, _ = gen.generate(Fragment(0, 0, (0, 1, 2, 3)), 0)
     group.rewards = torch.tensor(REWARDS[0])
-    from digenrl.train.step_work import assign_advantages
+    from digenrl.train.step_math import assign_advantages
 
     assign_advantages(group, std_mode="group", adv_clip_max=5.0)
     trn._groups[(0, 0)] = group

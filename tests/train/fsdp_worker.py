@@ -17,7 +17,7 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
     from digenrl.schedule.layout import grid_cells, tile_grid
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.sharding import rank_cells
-    from digenrl.train.step_work import assign_advantages, generate
+    from digenrl.train.step_math import assign_advantages, generate
 
     from train_helpers import split_groups
 

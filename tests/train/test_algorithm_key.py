@@ -22,7 +22,7 @@ def _ctx(tiny_policy, *overrides):
 
 
 def _batch(ctx, cfg, step=0):
-    from digenrl.train.step_work import advantage_options, assign_advantages, generate
+    from digenrl.train.step_math import advantage_options, assign_advantages, generate
 
     prompts = ctx.task.train_prompts(step, cfg.train.prompts_per_step, cfg.seed)
     rep = [p for p in prompts for _ in range(cfg.train.generations)]

@@ -10,7 +10,7 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.schedule.layout import tile_grid
-from digenrl.train.step_work import assign_advantages, generate
+from digenrl.train.step_math import assign_advantages, generate
 from digenrl.train.transaction import GradientTransaction, TransactionError
 
 from train_helpers import split_groups, train_group

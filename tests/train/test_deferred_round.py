@@ -17,7 +17,7 @@ from digenrl.schedule.layout import tile_grid
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
-from digenrl.train.step_work import generate
+from digenrl.train.step_math import generate
 
 from train_helpers import split_groups, train_group
 

@@ -72,7 +72,7 @@ def test_a_run_samples_with_the_old_copy_and_updates_it(tiny_policy):
     from the weights the run had before and after step 0; M = 2 optimizer steps per step: d_1 = d(n = 2)."""
     from product import product_steps
 
-    from digenrl.train.step_work import generate
+    from digenrl.train.step_math import generate
 
     cfg = load_config(None, [*SMALL, "train.nft_old_decay=[0, 0.2, 0.5]", "train.minibatches_per_step=2"])
     theta0 = {k: v.detach().clone() for k, v in tiny_policy.state_dict().items()}

@@ -23,7 +23,7 @@ def _ctx(tiny_policy, *overrides):
 
 
 def _group(ctx, cfg, step=0):
-    from digenrl.train.step_work import advantage_options, assign_advantages, generate
+    from digenrl.train.step_math import advantage_options, assign_advantages, generate
 
     prompts = ctx.task.train_prompts(step, 1, cfg.seed)
     G = cfg.train.generations
@@ -266,7 +266,7 @@ def test_nft_deferred_round_equals_training_with_the_final_advantages(tiny_polic
     from digenrl.tasks.digits import DigitsTask
     from digenrl.train.chunk_loss import LossSettings
     from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
-    from digenrl.train.step_work import generate
+    from digenrl.train.step_math import generate
 
     from train_helpers import split_groups, train_group
 

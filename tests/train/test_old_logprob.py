@@ -15,7 +15,7 @@ from digenrl.config import load_config
 from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import CellStats, LossSettings, train_cells
-from digenrl.train.step_work import generate
+from digenrl.train.step_math import generate
 
 from train_helpers import split_groups
 

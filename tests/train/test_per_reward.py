@@ -10,7 +10,7 @@ from digenrl.algo.timesteps import select_timesteps
 from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings, train_cells
-from digenrl.train.step_work import assign_advantages, generate, kept_count
+from digenrl.train.step_math import assign_advantages, generate, kept_count
 
 
 def test_per_reward_loss_gradient_matches_dance_formula(tiny_policy):

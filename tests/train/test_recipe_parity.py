@@ -22,7 +22,7 @@ import torch
 from digenrl.config import load_config
 from digenrl.rewards.base import WeightedSum
 from digenrl.tasks.digits import DigitsTask
-from digenrl.train.step_work import generate
+from digenrl.train.step_math import generate
 
 from product import product_steps, product_worker
 

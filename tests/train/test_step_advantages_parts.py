@@ -10,7 +10,7 @@ import torch
 
 from digenrl.config import load_config
 from digenrl.train.loss_scale import step_advantages
-from digenrl.train.step_work import advantage_options, assign_advantages
+from digenrl.train.step_math import advantage_options, assign_advantages
 
 
 def test_per_reward_columns_keep_the_reward_order():

@@ -11,7 +11,7 @@ def scored_groups(policy, overrides, ties=()):
 
     from digenrl.config import load_config
     from digenrl.train.context import build_context
-    from digenrl.train.step_work import advantage_options, assign_advantages, generate
+    from digenrl.train.step_math import advantage_options, assign_advantages, generate
 
     cfg = load_config(None, list(overrides))
     ctx = build_context(cfg, policy=policy)

@@ -68,7 +68,7 @@ def uses_ray(run: RunPlan, ray: bool | None = None) -> bool:
 def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: bool | None = None) -> dict:
     """Train ``cfg``; writes every run output into ``cfg.run_dir`` and returns the summary.
 
-    ``start``: fresh, overwrite or resume (``runtime.run_dir.plan_run_dir``); ``stop``: the CLI's
+    ``start``: fresh, overwrite or resume (``runtime.run_dir.run_start``); ``stop``: the CLI's
     ``StopRequest`` (Ray: its signal handler raises ``Interrupted`` in this thread; in-process: polled at each
     step boundary); ``ray``: ``uses_ray``."""
     from contextlib import nullcontext

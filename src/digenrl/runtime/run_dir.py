@@ -1,6 +1,6 @@
 """The run directory: one run per directory, marked and locked, and what a resumed run keeps of it.
 
-One run per directory: ``plan_run_dir`` (no writes) refuses a ``run_dir`` that holds a previous run unless the
+One run per directory: ``run_start`` (no writes) refuses a ``run_dir`` that holds a previous run unless the
 run resumes it (``--resume`` / ``resume=auto``) or replaces it (``--overwrite``: the previous run's outputs are
 deleted first, so the directory never mixes two runs). Resuming keeps the metrics rows up to the checkpoint's
 step and drops everything written after it (the rest of metrics.jsonl, summary.json, failure.json...).
@@ -85,7 +85,7 @@ def _check_ours(d: Path) -> None:
                           "choose another run_dir, or empty it yourself")
 
 
-def plan_run_dir(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunStart:
+def run_start(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunStart:
     """Decide (without writing) how this run uses ``cfg.run_dir``; ``ConfigError`` if it may not."""
     from digenrl.train.checkpoint import latest_checkpoint
     from digenrl.train.resume_config import check_resume_config

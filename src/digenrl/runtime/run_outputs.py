@@ -158,7 +158,7 @@ class RunOutputs:
     """The outputs of one training run (see the module docstring for the order of the calls)."""
 
     def __init__(self, cfg: Config, start: RunStart | None = None):
-        """``start``: how the run uses ``run_dir`` (``plan_run_dir``; default a fresh run). A resumed run keeps
+        """``start``: how the run uses ``run_dir`` (``run_start``; default a fresh run). A resumed run keeps
         the metrics rows up to its checkpoint's step."""
         from digenrl.observe.metrics import MetricsWriter
 

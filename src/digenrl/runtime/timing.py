@@ -91,7 +91,7 @@ def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
 
     from digenrl.control.run_plan import timestep_plan
     from digenrl.train.chunk_loss import train_cells
-    from digenrl.train.step_work import assign_advantages, generate
+    from digenrl.train.step_math import assign_advantages, generate
 
     if worker.tx.open:
         raise RuntimeError(f"{worker.name}: cannot measure while a transaction is open")

@@ -127,7 +127,7 @@ class WorkerBase:
         ``lead=False``: a follower of a sequence-parallel group, which runs the same forwards (collectives) as
         its lead and reports nothing: no decode, no reward, (None, an info without generations)."""
         from digenrl.control.run_plan import timestep_plan
-        from digenrl.train.step_work import generate
+        from digenrl.train.step_math import generate
 
         t0 = time.monotonic()
         prompt = self.prompts(fragment.step)[fragment.group]
@@ -150,7 +150,7 @@ class WorkerBase:
         infos), one trajectory batch per part and a tuple of one ``FragmentInfo`` per part (same start/end).
         ``lead=False``: a sequence-parallel follower (``generate_fragment``): Nones and infos without generations."""
         from digenrl.control.run_plan import timestep_plan
-        from digenrl.train.step_work import generate
+        from digenrl.train.step_math import generate
 
         t0 = time.monotonic()
         step = parts[0].step
@@ -179,7 +179,7 @@ class WorkerBase:
     def _follow(self, policy, prompts: list, gens: list, step: int, version: int) -> None:
         """The forwards of a sequence-parallel follower: the lead's sampling, without decode or reward."""
         from digenrl.control.run_plan import timestep_plan
-        from digenrl.train.step_work import generate
+        from digenrl.train.step_math import generate
 
         if gens:
             generate(policy, prompts, gens, step=step, run_seed=self.cfg.seed, version=version, settings=self.sampler,

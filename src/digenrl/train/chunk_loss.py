@@ -24,7 +24,7 @@ trainer's (``CellStats``' mismatch sums). The formulas are in ``train.old_logpro
 Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training, so it adds neither
 policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
 are dropped before the forward (they still count as done in the transaction) and the caller divides by the
-number of kept trajectories, B_m = kept ones (``step_work.kept_count``); a group's ``keep`` mask, where set
+number of kept trajectories, B_m = kept ones (``step_math.kept_count``); a group's ``keep`` mask, where set
 (``train.zero_adv_refill``: ``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. One rule decides
 what happens when no cell is left: alone (``collective=False``) the call returns without a forward; in a collective
 (``collective=True``: a rank of a sharded pool, whose forward and backward all-gather the blocks with the
@@ -53,7 +53,7 @@ from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.train.nft_old import old_of
 from digenrl.train.old_logprob import Mismatch, mismatch, step_start_of, tis_weight
-from digenrl.train.step_work import nonzero
+from digenrl.train.step_math import nonzero
 
 
 @dataclass(frozen=True)

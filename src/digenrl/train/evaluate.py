@@ -11,7 +11,7 @@ from digenrl.models.base import Policy
 from digenrl.rewards.base import WeightedSum
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.rollout.sampler import SamplerSettings
-from digenrl.train.step_work import generate
+from digenrl.train.step_math import generate
 
 EVAL_SEED_OFFSET = 1_000_003  # eval noise is independent of any training step's noise
 

@@ -10,7 +10,7 @@ For a round (one commit) over the groups of a minibatch, with S trained timestep
 the commit (1 / kept, the round's trajectories that count in the mean: all of them, or those with a non-zero
 advantage under ``train.filter_zero_advantage``). The final advantages come from ``step_advantages``: the
 rewards of the step's complete groups (group index -> rewards in generation order, as the controller collects
-them) normalised as one batch of the step (``step_work.assign_advantages``).
+them) normalised as one batch of the step (``step_math.assign_advantages``).
 
 Step-wide statistics (``train.std_mode=global``, ``train.adv_baseline=batch``) in a pipelined mode: a round
 that starts before every reward of its step is in is trained by a ``DeferredRound`` with provisional terms
@@ -32,7 +32,7 @@ from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head
                                        sign, step_scale)
 from digenrl.algo.loss import clipped_policy_loss
 from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, nft_cell_terms
-from digenrl.train.step_work import advantage_options, assign_advantages, kept_count
+from digenrl.train.step_math import advantage_options, assign_advantages, kept_count
 
 Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
 Parts = Mapping[int, Mapping[str, Sequence[float]]]  # group index -> reward part -> values
