@@ -1,5 +1,5 @@
 """Recovery time of a Ray run on the demo: a clean run, then the same run with a generator and with a trainer
-rank killed mid-step (``runtime.inject_failure=<worker>@<step>:exit``). Writes the seconds each failure cost.
+rank killed mid-step (the test hook ``DIGENRL_TEST_HOOKS=inject_failure=<worker>@<step>:exit``). Writes the seconds each failure cost.
 
     python benchmarks/recovery_demo.py [--steps 30] [--fail-step 12] [--out benchmarks/results/recovery_demo.json]
     python benchmarks/recovery_demo.py --part full [--steps 16 --fail-step 8 --checkpoint-every 4]
@@ -28,12 +28,18 @@ HERE = Path(__file__).resolve().parent
 
 
 def run(overrides: list[str], run_dir: Path) -> dict:
+    """One run; an override ``hook:<hook>`` is a test hook (``DIGENRL_TEST_HOOKS``), not a config key."""
     from digenrl.config import load_config
     from digenrl.runtime.driver import run_training
 
-    cfg = load_config(None, [f"run_dir={run_dir}", *overrides])
+    cfg = load_config(None, [f"run_dir={run_dir}", *(o for o in overrides if not o.startswith("hook:"))])
+    hooks = ";".join(o.removeprefix("hook:") for o in overrides if o.startswith("hook:"))
+    os.environ["DIGENRL_TEST_HOOKS"] = hooks
     t0 = time.perf_counter()
-    summary = run_training(cfg, ray=True)
+    try:
+        summary = run_training(cfg, ray=True)
+    finally:
+        os.environ.pop("DIGENRL_TEST_HOOKS", None)
     return {"wall_s": time.perf_counter() - t0, "restarts": summary["restarts"],
             "recoveries": summary["recoveries"], "step_time_s": summary["step_time_s"]}
 
@@ -51,7 +57,7 @@ def full_mode(base: list[str], fail_step: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name, extra in (("clean", []), ("clean_again", []),
-                            ("generator_killed", [f"runtime.inject_failure=gen0@{fail_step}:exit"])):
+                            ("generator_killed", [f"hook:inject_failure=gen0@{fail_step}:exit"])):
             out["runs"][name] = run(base + extra, tmp / name)
             print("full", name, json.dumps(out["runs"][name]))
         final = {n: tmp / n / "checkpoint.safetensors" for n in out["runs"]}
@@ -83,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for name, extra in (("clean", []), ("generator_killed", [f"runtime.inject_failure=gen0@{args.fail_step}:exit"]),
-                            ("trainer_killed", [f"runtime.inject_failure=trn0@{args.fail_step}:exit"])):
+        for name, extra in (("clean", []), ("generator_killed", [f"hook:inject_failure=gen0@{args.fail_step}:exit"]),
+                            ("trainer_killed", [f"hook:inject_failure=trn0@{args.fail_step}:exit"])):
             res = run(base + extra, tmp / name)
             if name != "clean":
                 res["max_rel_diff_vs_clean"] = max_rel(tmp / name / "checkpoint.safetensors",

@@ -480,8 +480,6 @@ class RuntimeConfig(_Strict):
     """TAG modes: `bts` (the search), `greedy` (one fragment per idle trainer rank) or `none`."""
     bts: BTSOptions = BTSOptions()
     """Options of the BTS search (`runtime.bts.*`)."""
-    inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
-    """Test hook `<worker>@<step>[:exit|:stall]`: that worker fails when it gets work of that step (0-based)."""
     generator_sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()
     """The same for generators: each generator is d Ray actors in one torch.distributed group that denoise each
     fragment together; disaggregated modes only ([sequence parallelism](sequence_parallel.md)).
@@ -513,8 +511,6 @@ class GeneratorConfig(_Strict):
     """`torch.compile` of the transformer forward at the run's fixed shapes, compiled once and reused across versions
     (weights swapped in place); `reduce-overhead` adds CUDA graphs.
     """
-    inject_logprob_offset: float = 0.0
-    """Test hook: added to every log-prob the generator pool records (a biased generator)."""
 
 
 class LogConfig(_Strict):

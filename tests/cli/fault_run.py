@@ -10,7 +10,7 @@ accumulated), the process sends itself SIGNAL (KILL, TERM, INT) N times (default
 signal lets it. Ray runtime: the controller process does the same when it starts publishing version V; with
 N > 1 it sends the first there and the others while the controller stops (checkpointing after the first).
 ``stopped``: the first once one of the process's descendants is stopped (a worker that SIGSTOPped itself,
-``runtime.inject_failure=<worker>@<step>:stall``), so the others arrive while that worker is still held.
+``DIGENRL_TEST_HOOKS=inject_failure=<worker>@<step>:stall``), so the others arrive while that worker is still held.
 ``write``: the signal lands inside the first ``tqdm.write`` (a step line), in its ``get_lock`` before the lock is
 taken: the handler's exception then breaks tqdm's ``finally``, which raises its own error over it.
 """

@@ -29,8 +29,7 @@ def test_fast_generator_tiny(tmp_path, capsys):
     assert set(report["models"]["demo"]["variants"]) == {"eager", "bf16", "compile", "all"}  # no LoRA: no merge
     assert set(report["models"]["flux"]["variants"]) == {"eager", "merge", "bf16", "compile", "all"}
     flux = report["models"]["flux"]
-    assert flux["variants"]["all"]["options"] == {"merge_lora": True, "dtype": "bfloat16", "compile": "default",
-                                                  "inject_logprob_offset": 0.0}
+    assert flux["variants"]["all"]["options"] == {"merge_lora": True, "dtype": "bfloat16", "compile": "default"}
     assert 0 < flux["config"]["adapter_flop_share_at_flux1_width"] < flux["config"]["adapter_flop_share"]
     for res in report["models"].values():
         eager = res["variants"]["eager"]

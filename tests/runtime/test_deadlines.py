@@ -166,8 +166,8 @@ def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, ti
     from digenrl.runtime.driver import run_training
 
     monkeypatch.setattr(dl, "OBSERVED_FLOOR_S", 3.0, raising=False)  # (absent in the old code)
-    cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "steps=2",
-                   "runtime.inject_failure=gen0@1:stall")  # fmt: skip
+    cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "steps=2")
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@1:stall")
     assert cfg.runtime.watchdog_s is None and cfg.runtime.profile is None
     out: dict = {}
 

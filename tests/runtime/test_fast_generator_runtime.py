@@ -31,12 +31,12 @@ def _rows(run_dir):
 def test_generator_worker_builds_the_copy(tmp_path, monkeypatch):
     from torch._dynamo.testing import CompileCounter
 
+    from digenrl.control.run_plan import TestHooks
     from digenrl.runtime.generator import GeneratorWorker
 
     plain = GeneratorWorker("gen0", make_cfg(DEFAULT_BASE, tmp_path, "runtime.mode=gap").model_dump(mode="json"))
-    conf = make_cfg(DEFAULT_BASE, tmp_path, "runtime.mode=gap", "generator.dtype=bfloat16",
-                    "generator.inject_logprob_offset=0.25").model_dump(mode="json")
-    gen = GeneratorWorker("gen1", conf)
+    conf = make_cfg(DEFAULT_BASE, tmp_path, "runtime.mode=gap", "generator.dtype=bfloat16").model_dump(mode="json")
+    gen = GeneratorWorker("gen1", conf, TestHooks(logprob_offset=0.25))
     assert all(p.dtype == torch.bfloat16 for p in gen.policy.velocity_model().parameters())
     assert not gen.fast.compiled and not plain.fast.compiled
     state = {k: v + 0.01 for k, v in plain.policy.trainable_state_dict().items()}  # a published float32 version
@@ -88,14 +88,15 @@ def test_bf16_generator_with_stream_publish(ray_local, tmp_path):
     assert all(r["mismatch/cells"] > 0 and 1e-4 < r["mismatch/max_abs_logp"] < 0.1 for r in rows), rows
 
 
-def test_recompute_on_a_sharded_pool(ray_local, tiny_model, tmp_path):
+def test_recompute_on_a_sharded_pool(ray_local, tiny_model, tmp_path, monkeypatch):
     """``train.old_logprob=recompute`` on a 2-rank FSDP shard group, 2 minibatches x 2 inner epochs: the later rounds'
     logp_start comes from the step-start snapshot of each rank's shards (swapped in with FSDP's reshard around it),
     so a generator pool biased by +0.5 still ends with the unbiased reference's parameters."""
     math = ["train.old_logprob=recompute", "train.minibatches_per_step=2", "train.inner_epochs=2"]
     ref, _ = reference_run(tiny_model, tmp_path / "ref", math)
     cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "runtime.trainers=2", "train.sharding=fsdp",
-                   "generator.inject_logprob_offset=0.5", *math)
+                   *math)
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "logprob_offset=0.5")
     run_matches(cfg, ref, 5e-5, 5e-5, "recompute, sharded")
     rows = _rows(tmp_path / "run")
     assert all(abs(r["mismatch/max_abs_logp"] - 0.5) < 1e-3 for r in rows)

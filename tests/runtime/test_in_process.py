@@ -15,11 +15,12 @@ BASE = ["steps=3", "train.prompts_per_step=2", "train.generations=4", "sampler.n
         "eval.every=0", "log.progress=false", "runtime.checkpoint_every=1", "train.ema_decay=null"]
 
 
-def test_a_raising_worker_is_recovered_in_process(tmp_path):
+def test_a_raising_worker_is_recovered_in_process(tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
     assert main(["train", f"run_dir={tmp_path / 'a'}", *BASE]) == 0
-    assert main(["train", f"run_dir={tmp_path / 'b'}", *BASE, "runtime.inject_failure=col0@2"]) == 0
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=col0@2")
+    assert main(["train", f"run_dir={tmp_path / 'b'}", *BASE]) == 0
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["transport"] == "in-process" and summary["restarts"] == 1 and summary["audit_violations"] == []
     assert summary["recoveries"][0]["replay_from_step"] == 2 and summary["recoveries"][0]["worker"] == "col0"
@@ -28,7 +29,8 @@ def test_a_raising_worker_is_recovered_in_process(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["exit", "stall"])
-def test_a_hook_that_ends_the_process_is_refused_in_process(tmp_path, capsys, kind):
+def test_a_hook_that_ends_the_process_is_refused_in_process(tmp_path, capsys, kind, monkeypatch):
     run = tmp_path / "run"
-    assert main(["train", f"run_dir={run}", *BASE, f"runtime.inject_failure=col0@1:{kind}"]) == 2
-    assert "runtime.inject_failure" in capsys.readouterr().err and not run.exists()
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", f"inject_failure=col0@1:{kind}")
+    assert main(["train", f"run_dir={run}", *BASE]) == 2
+    assert "DIGENRL_TEST_HOOKS: inject_failure" in capsys.readouterr().err and not run.exists()

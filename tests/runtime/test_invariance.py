@@ -23,10 +23,10 @@ RTOL_MINIBATCHES = 5e-5
 
 MINIBATCHES = ["train.minibatches_per_step=2", "train.inner_epochs=2"]  # 4 optimizer steps per step
 # train.old_logprob=recompute: logp_old from the trainers' step-start weights (a later round's from the snapshot), so
-# a generator pool whose recorded log-probs are biased by +0.5 (generator.inject_logprob_offset; with them as logp_old
+# a generator pool whose recorded log-probs are biased by +0.5 (the test hook logprob_offset; with them as logp_old
 # every first-round ratio would sit at exp(-0.5), outside the clip band) trains exactly the unbiased reference
 RECOMPUTE = ["train.old_logprob=recompute", *MINIBATCHES]
-BIASED = ["generator.inject_logprob_offset=0.5"]
+BIASED = ["hook:logprob_offset=0.5"]  # DIGENRL_TEST_HOOKS, not a config key
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +76,16 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_mode_matches_reference(case, ray_local, tiny_model, tmp_path, references):
+def test_mode_matches_reference(case, ray_local, tiny_model, tmp_path, references, monkeypatch):
     from safetensors.torch import load_file
 
     from digenrl.runtime.driver import run_training
 
     mode = case.split("-")[0]
-    overrides = [f"runtime.mode={mode}", *CASES[case]]
+    overrides = [f"runtime.mode={mode}", *(o for o in CASES[case] if not o.startswith("hook:"))]
+    hooks = [o.removeprefix("hook:") for o in CASES[case] if o.startswith("hook:")]
+    if hooks:
+        monkeypatch.setenv("DIGENRL_TEST_HOOKS", ";".join(hooks))
     reference_params = references(*[o for o in CASES[case] if o.startswith("train.")])
     cfg = make_cfg(tiny_model, tmp_path / "run", *overrides)
     if mode == "colocated":  # through the CLI: `digenrl train --ray` runs the Ray runtime, without it in-process

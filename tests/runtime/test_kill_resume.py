@@ -93,9 +93,9 @@ def test_sigint_while_waiting_on_a_held_worker(tiny_model, tmp_path, fault, code
     sent while the controller stops, exits at once (130) after killing its local Ray (the old code left the
     actors busy at the time running after it: seconds on the demo, minutes in a long call)."""
     raytmp = Path(tempfile.mkdtemp(prefix="dgr-i-", dir="/tmp"))
-    env = {**os.environ, "RAY_TMPDIR": str(raytmp)}
+    env = {**os.environ, "RAY_TMPDIR": str(raytmp), "DIGENRL_TEST_HOOKS": "inject_failure=gen0@1:stall"}
     proc = subprocess.run([sys.executable, FAULT, fault, "train", f"model.path={tiny_model}",
-                           f"run_dir={tmp_path / 'run'}", *ARGS, "steps=2", "runtime.inject_failure=gen0@1:stall",
+                           f"run_dir={tmp_path / 'run'}", *ARGS, "steps=2",
                            "runtime.watchdog_s=900"], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip  (a stop held until the 900 s watchdog: the old one-long-ray.wait code)
     assert proc.returncode == code and ("second SIGINT" if code == 130 else "stopped by SIGINT") in proc.stderr, \

@@ -30,14 +30,15 @@ def _max_rel(a: dict, b: dict) -> float:
 
 
 @pytest.mark.parametrize("hook", ["gen0@2:exit", "trn1@2:exit", "trn0@1", "gen0@2:stall"])
-def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uninterrupted):
+def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uninterrupted, monkeypatch):
     from safetensors.torch import load_file
 
     from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     extra = ["runtime.watchdog_s=20"] if hook.endswith("stall") else []
-    summary = run_training(make_cfg(tiny_model, run, *BASE, f"runtime.inject_failure={hook}", *extra), ray=True)
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", f"inject_failure={hook}")
+    summary = run_training(make_cfg(tiny_model, run, *BASE, *extra), ray=True)
     worker, step = hook.split(":")[0].split("@")
     assert summary["restarts"] == 1 and summary["version"] == 4 and summary["audit_violations"] == []
     rec = summary["recoveries"][0]
@@ -69,14 +70,14 @@ def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uni
     assert not (run / "failure.json").exists()
 
 
-def test_restarts_are_bounded(ray_local, tiny_model, tmp_path):
+def test_restarts_are_bounded(ray_local, tiny_model, tmp_path, monkeypatch):
     from digenrl.runtime import WorkerFailure
     from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     with pytest.raises(WorkerFailure, match="worker gen0 failed at step 2"):
-        run_training(make_cfg(tiny_model, run, *BASE, "runtime.inject_failure=gen0@2:exit",
-                                   "runtime.max_restarts=0"), ray=True)
+        monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@2:exit")
+        run_training(make_cfg(tiny_model, run, *BASE, "runtime.max_restarts=0"), ray=True)
     rec = json.loads((run / "failure.json").read_text())
     assert rec["worker"] == "gen0" and rec["resume"].startswith("digenrl train --resume")
     assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "step_00000002.safetensors"

@@ -46,11 +46,34 @@ def test_plan_from_config(tiny_model, tmp_path):
 
 
 @pytest.mark.parametrize("spec", ["gen9@1", "gen0@x", "gen0@1:boom", "gen0"])
-def test_bad_failure_hook(tiny_model, tmp_path, spec):
+def test_bad_failure_hook(tiny_model, tmp_path, spec, monkeypatch):
     from digenrl.control.run_plan import plan_run
 
-    with pytest.raises(ConfigError, match=r"^runtime\.inject_failure"):
-        plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap", f"runtime.inject_failure={spec}"))
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", f"inject_failure={spec}")
+    with pytest.raises(ConfigError, match=r"^DIGENRL_TEST_HOOKS: inject_failure"):
+        plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap"))
+
+
+@pytest.mark.parametrize("text", ["logprob_offset=x", "inject_failure", "boom=1"])
+def test_bad_test_hooks_name_the_variable(tiny_model, tmp_path, text, monkeypatch):
+    from digenrl.control.run_plan import plan_run
+
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", text)
+    with pytest.raises(ConfigError, match=r"^DIGENRL_TEST_HOOKS: "):
+        plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap"))
+
+
+def test_test_hooks_are_read_from_the_environment_not_the_config(tiny_model, tmp_path, monkeypatch):
+    from digenrl.config import Config
+    from digenrl.control.run_plan import TestHooks, plan_run
+
+    assert not [k for k in Config.model_json_schema()["$defs"]["RuntimeConfig"]["properties"] if "inject" in k]
+    with pytest.raises(ConfigError, match="inject_failure"):
+        make_cfg(tiny_model, tmp_path, "runtime.mode=gap", "runtime.inject_failure=gen0@1")
+    assert plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap")).hooks is None
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@1:exit; logprob_offset=0.5")
+    hooks = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap")).hooks
+    assert hooks == TestHooks("gen0", 1, "exit", 0.5) and hooks.without_failure() == TestHooks(logprob_offset=0.5)
 
 
 def test_missing_resource_label_is_refused(tiny_model, tmp_path):

@@ -43,7 +43,7 @@ def test_full_mode_staleness_bounds(ray_local, tiny_model, tmp_path, publish):
 
 
 @pytest.mark.parametrize("hook,worker,step", [("gen0@2:exit", "gen0", 2), ("trn0@1", "trn0", 1)])
-def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, hook, worker, step):
+def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, hook, worker, step, monkeypatch):
     from digenrl.runtime import WorkerFailure
     from reference import reference_run
 
@@ -51,7 +51,8 @@ def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, h
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp", "steps=4", "runtime.checkpoint_every=1",
-                   f"runtime.inject_failure={hook}", "runtime.max_restarts=0")
+                   "runtime.max_restarts=0")
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", f"inject_failure={hook}")
     with pytest.raises(WorkerFailure) as err:
         run_training(cfg, ray=True)
     e = err.value
@@ -66,24 +67,26 @@ def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, h
         return
     state = read_train_state(path)
     assert 1 <= state.step == state.version <= step  # a committed step; the failed step never committed
+    monkeypatch.delenv("DIGENRL_TEST_HOOKS")
     ref, _, _ = reference_run(cfg.model_copy(update={"steps": state.step}))  # the checkpoint: the reference's
     for k, v in ref.items():
         assert float((state.model[k] - v).norm() / v.norm().clamp_min(1e-12)) < 1e-5, k
 
 
-def test_cli_worker_failure_exits_1_with_message(ray_local, tiny_model, tmp_path, capsys):
+def test_cli_worker_failure_exits_1_with_message(ray_local, tiny_model, tmp_path, capsys, monkeypatch):
     from digenrl.cli import main
 
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@1")
     run = tmp_path / "run"
     rc = main(["train", f"model.path={tiny_model}", f"run_dir={run}", "runtime.mode=gap", "steps=3",
                "train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4", "eval.every=0",
-               "eval.num_prompts=2", "log.progress=false", "runtime.inject_failure=gen0@1", "runtime.max_restarts=0"])
+               "eval.num_prompts=2", "log.progress=false", "runtime.max_restarts=0"])
     assert rc == 1
     err = capsys.readouterr().err
     assert "run failed" in err and "gen0" in err and "step 1" in err
 
 
-def test_full_mode_recovers_a_killed_generator_within_the_tcss_bounds(ray_local, tiny_model, tmp_path):
+def test_full_mode_recovers_a_killed_generator_within_the_tcss_bounds(ray_local, tiny_model, tmp_path, monkeypatch):
     """``full`` (TCSS) after a generator dies mid-run: the run restarts from the newest checkpoint and finishes,
     and the replayed steps keep every TCSS bound (the audit: staleness <= 1, stale share <= cap, one version per
     fragment, I2-I4). What it does not promise: the uninterrupted run's parameters, since which fragments run
@@ -93,7 +96,8 @@ def test_full_mode_recovers_a_killed_generator_within_the_tcss_bounds(ray_local,
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5",
-                   "runtime.checkpoint_every=1", "runtime.inject_failure=gen0@2:exit")
+                   "runtime.checkpoint_every=1")
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@2:exit")
     summary = run_training(cfg, ray=True)
     assert summary["restarts"] == 1 and summary["version"] == 4 and summary["audit_violations"] == []
     rec = summary["recoveries"][0]

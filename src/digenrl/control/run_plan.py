@@ -19,7 +19,7 @@ itself (``ConfigError`` naming the key, before anything is written or started):
   takes its share of the step's fragments at once and trains in chunks of the chunk shape (``StepPlan.packed``).
 * the trained timesteps (``train.timestep_*``): at least one.
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
-* ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker.
+* the test hooks (``DIGENRL_TEST_HOOKS``, not config keys: ``TestHooks``) must name a known worker.
 
 Sharded trainer pool (``train.sharding: fsdp``, docs/architecture.md): a forward or backward of an FSDP module needs
 every rank of its shard group, so the scheduler does not see the ranks: it sees one trainer per shard group
@@ -38,35 +38,84 @@ sequence-parallel generator (``runtime.generator_sequence_parallel`` = d) is one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 from digenrl.algo.timesteps import TimestepPlan, nft_plan, select_timesteps
 from digenrl.config import Config, ConfigError
 from digenrl.schedule import CostModel, Mode, StepPlan
 
 
-@dataclass(frozen=True)
-class FailureHook:
-    """Test hook: ``worker`` fails when it is first handed work of ``step``: ``raise`` an error, ``exit`` the
-    process (the actor dies) or ``stall`` (the process stops itself with SIGSTOP and never answers)."""
+HOOKS_ENV = "DIGENRL_TEST_HOOKS"
 
-    worker: str
-    step: int
+
+@dataclass(frozen=True)
+class TestHooks:
+    """Faults a test injects into a run. They are not config keys (a user's schema holds none): the process that
+    plans the run reads them from the environment variable ``DIGENRL_TEST_HOOKS``, ``;``-separated
+    ``key=value`` pairs (``read_hooks``), and the controller hands them to the workers (both transports):
+
+    * ``inject_failure=<worker>@<step>[:exit|:stall]``: ``worker`` fails when it is first handed work of ``step``
+      (0-based), on the run's first attempt only: ``raise`` an error (default), ``exit`` the process (the actor
+      dies) or ``stall`` (the process stops itself with SIGSTOP and never answers);
+    * ``logprob_offset=<x>``: added to every log-prob the generator pool records (a biased generator, as
+      verl-omni PR 279's +5e-3).
+    """
+
+    __test__ = False  # not a pytest class
+
+    worker: str | None = None
+    step: int = -1
     kind: str = "raise"
+    logprob_offset: float = 0.0
+
+    @property
+    def fails(self) -> bool:
+        return self.worker is not None
 
     @property
     def exit(self) -> bool:
         return self.kind == "exit"
 
+    def without_failure(self) -> "TestHooks":
+        """The hooks of a restarted attempt: the failure fired once."""
+        return replace(self, worker=None, step=-1, kind="raise")
+
+
+def read_hooks(workers: tuple[str, ...], env: str | None = None) -> TestHooks | None:
+    """``DIGENRL_TEST_HOOKS`` (or ``env``) parsed (``TestHooks``); None when unset or empty."""
+    text = os.environ.get(HOOKS_ENV, "") if env is None else env
+    if not text.strip():
+        return None
+    hooks = TestHooks()
+    for item in filter(None, (x.strip() for x in text.split(";"))):
+        key, eq, value = item.partition("=")
+        if key == "inject_failure" and eq:
+            head, _, kind = value.partition(":")
+            worker, _, step = head.partition("@")
+            if worker not in workers or not step.isdigit() or kind not in ("", "exit", "raise", "stall"):
+                raise ConfigError(f"{HOOKS_ENV}: inject_failure expects '<worker>@<step>[:exit|:stall]' with a worker "
+                                  f"among {', '.join(workers)} (got {value!r})")
+            hooks = replace(hooks, worker=worker, step=int(step), kind=kind or "raise")
+        elif key == "logprob_offset" and eq:
+            try:
+                hooks = replace(hooks, logprob_offset=float(value))
+            except ValueError:
+                raise ConfigError(f"{HOOKS_ENV}: logprob_offset expects a number (got {value!r})") from None
+        else:
+            raise ConfigError(f"{HOOKS_ENV}: unknown test hook {item!r} (known: inject_failure=..., "
+                              "logprob_offset=...)")
+    return hooks
+
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run of ``cfg`` executes: the scheduler's plan, S, the failure hook and a given cost profile."""
+    """What a run of ``cfg`` executes: the scheduler's plan, S, the test hooks and a given cost profile."""
 
     cfg: Config
     plan: StepPlan
     trained_timesteps: int  # S
-    failure: FailureHook | None = None
+    hooks: TestHooks | None = None  # DIGENRL_TEST_HOOKS (``read_hooks``)
     profile: CostModel | None = None  # ``runtime.profile`` loaded (else measured at start in TAG modes)
     shards: dict[str, tuple[str, ...]] | None = None  # shard group id -> its rank ids (None: unsharded)
     gen_groups: dict[str, tuple[str, ...]] | None = None  # generator id -> its ranks' ids (sequence-parallel
@@ -197,15 +246,4 @@ def plan_run(cfg: Config) -> RunPlan:
             raise ConfigError(f"runtime.profile: {e}") from None
     gen_groups = generator_groups(gens, rt.generator_sequence_parallel.degree)
     actors = tuple(r for g in gens for r in gen_groups[g]) if gen_groups else gens
-    return RunPlan(cfg, plan, S, parse_failure(rt.inject_failure, actors + ranks), profile, shards, gen_groups)
-
-
-def parse_failure(spec: str | None, workers: tuple[str, ...]) -> FailureHook | None:
-    if spec is None:
-        return None
-    head, _, kind = spec.partition(":")
-    worker, _, step = head.partition("@")
-    if worker not in workers or not step.isdigit() or kind not in ("", "exit", "raise", "stall"):
-        raise ConfigError(f"runtime.inject_failure: expected '<worker>@<step>[:exit|:stall]' with a worker among "
-                          f"{', '.join(workers)} (got {spec!r})")
-    return FailureHook(worker, int(step), kind or "raise")
+    return RunPlan(cfg, plan, S, read_hooks(actors + ranks), profile, shards, gen_groups)

@@ -154,9 +154,9 @@ def worker_log_dir(cfg: Config):
     return Path(cfg.run_dir).expanduser().resolve() / "logs"
 
 
-def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> ActorPools:
+def start_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> ActorPools:
     """Create the actors (``runtime.*_resources``, a log file each in ``run_dir/logs/``) and ready them
-    (``ready_pools``). ``failure``: the test hook handed to the workers (``runtime.inject_failure``)."""
+    (``ready_pools``). ``hooks``: the test hooks handed to the workers (``control.run_plan.TestHooks``)."""
     import ray
 
     from .generator import GeneratorWorker
@@ -167,8 +167,8 @@ def start_pools(run: RunPlan, state: bytes | None = None, failure=None) -> Actor
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
     logs = worker_log_dir(cfg)  # one file per worker: run_dir/logs/<worker>.log
-    pools = ActorPools({w: gen_cls.remote(w, conf, failure, str(logs / f"{w}.log")) for w in run.generator_ids},
-                       {w: trn_cls.remote(w, conf, i, failure, str(logs / f"{w}.log"))
+    pools = ActorPools({w: gen_cls.remote(w, conf, hooks, str(logs / f"{w}.log")) for w in run.generator_ids},
+                       {w: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log"))
                         for i, w in enumerate(run.trainer_ids)},
                        cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
                        run.ranks_of(run.plan.trainers[0]) if run.grouped else ())

@@ -75,10 +75,10 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
 
     run = plan_run(cfg)  # config errors before anything is written or started
     ray = uses_ray(run, ray)
-    if not ray and run.failure is not None and run.failure.kind != "raise":
+    if not ray and run.hooks is not None and run.hooks.fails and run.hooks.kind != "raise":
         from digenrl.config import ConfigError
 
-        raise ConfigError(f"runtime.inject_failure: ':{run.failure.kind}' ends or stops the worker's process, which "
+        raise ConfigError(f"DIGENRL_TEST_HOOKS: inject_failure ':{run.hooks.kind}' ends or stops the worker's process, which "
                           "in-process is the run itself; use it on Ray (digenrl train --ray, or a Ray mode)")
     if ray:
         from .cluster import ray_session
@@ -114,14 +114,14 @@ class _Controller:
         self._attempt_start, self._log_start = 0.0, 0  # clock time and log index where the attempt began
         self._controller_cpu_s = 0.0
 
-    def start_pools(self, state: bytes | None, failure) -> WorkerPools:
+    def start_pools(self, state: bytes | None, hooks) -> WorkerPools:
         if self.local:
             from .local import start_local_pools
 
-            return start_local_pools(self.run, state, failure)
+            return start_local_pools(self.run, state, hooks)
         from .cluster import start_pools
 
-        return start_pools(self.run, state, failure)
+        return start_pools(self.run, state, hooks)
 
     def _startup_text(self) -> str:
         n_g, n_t = len(self.run.generator_ids), len(self.run.trainer_ids)
@@ -139,11 +139,11 @@ class _Controller:
     def train(self) -> dict:
         from digenrl.train.interrupt import as_interrupted
 
-        failure = self.run.failure  # the test hook fails the first attempt only
+        hooks = self.run.hooks  # the test hook fails the first attempt only
         try:
             while True:
                 with phase(self.cfg, self._startup_text()):
-                    self.pools = self.start_pools(self.state, failure)
+                    self.pools = self.start_pools(self.state, hooks)
                 self._restarted()
                 try:
                     return self._attempt()
@@ -164,7 +164,7 @@ class _Controller:
                         self.pools.abort()
                         raise
                     self._recover(e)
-                    failure = None
+                    hooks = hooks.without_failure() if hooks else None
                 finally:
                     self.pools.kill()
         except Exception as err:

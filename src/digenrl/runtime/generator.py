@@ -39,8 +39,8 @@ from .workers import GeneratorAPI
 class GeneratorWorker(WorkerBase, GeneratorAPI):
     pool = "generator"
 
-    def __init__(self, name: str, config: dict, failure=None, log_file: str | None = None):
-        super().__init__(name, config, failure, log_file)
+    def __init__(self, name: str, config: dict, hooks=None, log_file: str | None = None):
+        super().__init__(name, config, hooks, log_file)
         import torch
 
         from digenrl.models.registry import build_policy
@@ -99,7 +99,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         batch, info = self.generate_fragment(self.policy, fragment, held, self._lead)
         if self.version != held:  # cannot happen: only this actor's own calls swap weights
             raise RuntimeError(f"{self.name}: weights changed while generating {fragment}")
-        offset = self.cfg.generator.inject_logprob_offset
+        offset = self.hooks.logprob_offset
         if offset and batch is not None:  # test hook: a generator whose recorded log-probs are biased (verl-omni PR 279's +5e-3)
             batch.log_probs = batch.log_probs + offset
         return batch, info

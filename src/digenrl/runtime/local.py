@@ -109,9 +109,9 @@ def in_process(run: RunPlan) -> bool:
     return not run.generator_ids and len(run.trainer_ids) == 1
 
 
-def start_local_pools(run: RunPlan, state: bytes | None = None, failure=None) -> LocalPools:
+def start_local_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> LocalPools:
     """The run's workers built in this process (no log files: their output is this process's) and readied as
-    Ray's are (``cluster.ready_pools``); ``state``, ``failure``: as ``cluster.start_pools``."""
+    Ray's are (``cluster.ready_pools``); ``state``, ``hooks``: as ``cluster.start_pools``."""
     from .cluster import ready_pools
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
@@ -124,8 +124,8 @@ def start_local_pools(run: RunPlan, state: bytes | None = None, failure=None) ->
         except Exception as e:  # as a Ray actor's constructor error: a failed worker, named
             raise WorkerFailure(w, None, "startup", error_cause(e)) from e
 
-    pools = LocalPools({w: build(w, lambda w=w: GeneratorWorker(w, conf, failure)) for w in run.generator_ids},
-                       {w: build(w, lambda w=w, i=i: TrainerWorker(w, conf, i, failure))
+    pools = LocalPools({w: build(w, lambda w=w: GeneratorWorker(w, conf, hooks)) for w in run.generator_ids},
+                       {w: build(w, lambda w=w, i=i: TrainerWorker(w, conf, i, hooks))
                         for i, w in enumerate(run.trainer_ids)},
                        run.cfg.runtime.publish if run.generator_ids else "object_store")
     ready_pools(run, pools, state)

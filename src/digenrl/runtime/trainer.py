@@ -70,11 +70,11 @@ from .workers import TrainerAPI
 class TrainerWorker(WorkerBase, TrainerAPI):
     pool = "trainer"
 
-    def __init__(self, name: str, config: dict, rank: int, failure=None, log_file: str | None = None, *,
+    def __init__(self, name: str, config: dict, rank: int, hooks=None, log_file: str | None = None, *,
                  ctx=None):
         """``ctx``: a ``train.context.RunContext`` built by an in-process caller (``runtime.local.colocated_worker``:
         a policy given as an object); default: built from ``config``."""
-        super().__init__(name, config, failure, log_file)
+        super().__init__(name, config, hooks, log_file)
         from digenrl.train.context import build_context
 
         self.rank = rank
