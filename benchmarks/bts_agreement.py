@@ -27,7 +27,7 @@ from digenrl.control.timeline import Timeline
 from digenrl.schedule import BTS, BTSConfig, Scheduler
 from digenrl.sim.executor import VirtualExecutor
 from digenrl.sim.planner import Scenario, make_cost, run_mode
-from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
+from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
 
 from bts_quality import MODES, PRESETS
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--steps: must be >= 1 (got {args.steps})")
     rows, t0 = [], time.perf_counter()
     for model, tb in PRESETS:
-        s = Scenario(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=args.steps)
+        s = Scenario(model_preset(model), TESTBEDS[tb], replace(workload_preset(model)), TESTBEDS[tb].total, steps=args.steps)
         for mode in MODES:
             rows.append({"testbed": tb, **config_agreement(s, mode)})
             r = rows[-1]

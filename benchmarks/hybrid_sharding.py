@@ -43,12 +43,12 @@ def _row(r) -> dict:
 
 def measure() -> list[dict]:
     from digenrl.sim.planner import Scenario, ScenarioError, run_mode
-    from digenrl.sim.presets import WORKLOADS, model_preset, testbed_preset
+    from digenrl.sim.presets import model_preset, testbed_preset, workload_preset
 
     rows = []
     for model, tb in CONFIGS:
         testbed = testbed_preset(tb)
-        s = Scenario(model_preset(model), testbed, WORKLOADS[model], testbed.total, 20, 0.5)
+        s = Scenario(model_preset(model), testbed, workload_preset(model), testbed.total, 20, 0.5)
         co = run_mode(s, "colocated").result.step_time
         row = {"model": model, "testbed": tb, "colocated_s": co, "per_k": [], "planner": _row(run_mode(s, "full"))}
         for k in GROUPS:

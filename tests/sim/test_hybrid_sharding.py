@@ -17,7 +17,7 @@ from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS, Training
 from digenrl.sim.roofline import RooflineCost
 
 
-def _cost(k: int, n_train: int = 24, model: str = "hunyuan", tb: str = "A") -> RooflineCost:
+def _cost(k: int, n_train: int = 24, model: str = "hunyuan_video", tb: str = "A") -> RooflineCost:
     w = replace(WORKLOADS[model], training=Training(shard_groups=k))
     return RooflineCost(MODELS[model], w, TESTBEDS[tb], 32 - n_train, n_train)
 
@@ -42,8 +42,8 @@ def test_a_group_is_priced_as_a_pool_of_its_own_ranks():
 
 
 def test_plan_has_one_scheduler_trainer_per_group_and_the_schedule_audits_clean():
-    w = replace(WORKLOADS["hunyuan"], training=Training(shard_groups=3))
-    s = Scenario(MODELS["hunyuan"], TESTBEDS["A"], w, 32, steps=3)
+    w = replace(WORKLOADS["hunyuan_video"], training=Training(shard_groups=3))
+    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], w, 32, steps=3)
     cost = RooflineCost(s.model, w, s.testbed, 8, 24)
     plan = make_plan(s, Mode("gap_tsp_tag"), 8, 24, cost)
     assert plan.trainers == ("shard0", "shard1", "shard2") and plan.shard_ranks == 8
@@ -56,7 +56,7 @@ def test_plan_has_one_scheduler_trainer_per_group_and_the_schedule_audits_clean(
 
 
 def test_group_options_divide_the_ranks_into_groups_of_two_or_more():
-    s = Scenario(MODELS["hunyuan"], TESTBEDS["A"], WORKLOADS["hunyuan"], 32, steps=3)
+    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], WORKLOADS["hunyuan_video"], 32, steps=3)
     split = Split(8, 24, TESTBEDS["A"].gpu, TESTBEDS["A"].gpu)
     assert group_options(s, Mode("full"), split) == [1, 2, 3, 4, 6]
     assert group_options(s, Mode("full"), Split(27, 5, split.gen_gpu, split.train_gpu)) == [1]
@@ -72,8 +72,8 @@ def test_pinned_shard_groups_are_the_planner_best_at_that_k():
     unpinned search over every k is never slower than the pinned ones (20 GPUs, 2 steps: the probe is the run)."""
     from digenrl.sim.planner import run_mode
 
-    w = WORKLOADS["hunyuan"]
-    s = Scenario(MODELS["hunyuan"], TESTBEDS["A"], w, 20, steps=2)
+    w = WORKLOADS["hunyuan_video"]
+    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], w, 20, steps=2)
     pinned = {k: run_mode(s, "full", shard_groups=k) for k in (1, 2)}
     assert {k: r.shard_groups for k, r in pinned.items()} == {1: 1, 2: 2}
     assert pinned[2].plan.trainers == ("shard0", "shard1") and len(pinned[1].plan.trainers) == 1

@@ -109,7 +109,7 @@ def test_flux_preset_maps_onto_the_roofline_inputs():
     assert (w.training.lora_rank, w.training.sharded, w.training.recompute, w.training.publish) == \
         (64, False, True, "object_store")
     m = config_model(cfg)
-    assert m.arch == "flux" and m.text_tokens == 128   # model.options.max_sequence_length
+    assert m.spec.kind == "flux" and m.text_tokens == 128   # model.options.max_sequence_length
     wan = load_config("configs/wan21_14b.yaml")
     ww = config_workload(wan, 19)
     assert (ww.width, ww.height, ww.frames, ww.training.lora_rank) == (416, 240, 33, 32)

@@ -24,7 +24,7 @@ from .assumptions import ATTN_BACKWARD_FACTOR, Assumptions
 from .baselines import baselines as peer_baselines
 from .comm import EXPOSED_COMM_SHARE
 from .planner import ModeRun, Scenario, ScenarioError, run_mode
-from .presets import MODELS, WORKLOADS, PresetError, Training, model_preset, testbed_preset
+from .presets import PresetError, Training, model_preset, testbed_preset, workload_preset
 
 ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
             "stale_fraction")
@@ -36,7 +36,7 @@ class CliError(ValueError):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="digenrl simulate", description="Compare the execution modes of one workload in virtual time: a model preset on a GPU testbed (roofline), or a config with a measured profile or a testbed.")
-    ap.add_argument("--model", default=None, help="flux | wan | hunyuan | qwen-image (roofline path)")
+    ap.add_argument("--model", default=None, help="flux | wan | hunyuan_video | qwen_image | sd3 (roofline path; also the aliases hunyuan, qwen-image, sd35-medium)")
     ap.add_argument("--testbed", default=None, help="A | B | C | A+C (roofline path)")
     ap.add_argument("--config", default=None,
                     help="simulate this run config's own plan (use 'default' for the built-in demo) with --profile or "
@@ -115,7 +115,7 @@ def _setup(args) -> Scenario:
         raise CliError(f"--gpus: {gpus} is outside 2..{testbed.total} for testbed {testbed.name}")
     if args.gen_gpus is not None and not 1 <= args.gen_gpus < gpus:
         raise CliError(f"--gen-gpus: {args.gen_gpus} must be at least 1 and less than --gpus ({gpus})")
-    w = WORKLOADS[args.model]
+    w = workload_preset(args.model)
     changes = {}
     for opt, field, lo in (("sampling_steps", "sampling_steps", 1), ("prompts", "prompts", 1),
                            ("generations", "generations", 1)):
@@ -175,9 +175,9 @@ def training_words(t: Training) -> str:
 
 def run_baselines(setup: Scenario, bts: BTSConfig | None = None) -> list[dict]:
     """Each peer baseline of ``setup``'s model (``sim.baselines``) run colocated on all of ``setup.gpus``."""
-    key = next((k for k, m in MODELS.items() if m is setup.model), None)
+    key = setup.model.spec.kind
     out = []
-    for b in peer_baselines(key or "", setup.workload.training):
+    for b in peer_baselines(key, setup.workload.training):
         rec = {"name": b.name, "label": b.label, "training": training_words(b.training), "source": b.source,
                "same_training": b.training == setup.workload.training}
         s = replace(setup, workload=replace(setup.workload, training=b.training), variant=b.variant)

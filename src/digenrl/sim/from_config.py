@@ -9,8 +9,8 @@ as in the roofline path.
 
 Testbed path: the config is mapped onto the roofline's inputs (``config_model``, ``config_workload``):
 
-* family: ``model.kind`` -> the sim's model preset (``SIM_MODEL_OF_KIND``), text tokens from
-  ``model.options.max_sequence_length`` (SD3: 77 CLIP tokens + the T5 length, as ``train.memory`` counts them);
+* family: ``model.kind`` -> the sim's model preset (``presets.MODELS``, from the registry ``models.specs``), text
+  tokens from ``model.options.max_sequence_length`` (SD3: 77 CLIP tokens + the T5 length, ``ModelSpec.text_tokens``);
 * workload: P = ``train.prompts_per_step``, G = ``train.generations``, T = ``sampler.num_steps``, S from
   ``plan_run`` (the trained share is S / T), width / height / frames from ``model.options``; the algorithm from
   ``train.algorithm`` (``sim.algorithms``: MixGRPO's window = S, MixGRPO-Flash's ``sampler.post_compress_ratio``,
@@ -35,16 +35,7 @@ from ..control.profile import ProfileCost
 from ..control.timeline import RunResult
 from .executor import simulate
 from .algorithms import Algorithm
-from .presets import MODELS, ModelPreset, Testbed, Training, Workload
-
-# SD3.5-Medium (not among the roofline presets of the paper's testbeds): MM-DiT, joint text (CLIP 77 + T5),
-# true CFG (2 forwards), 16-channel SD3 VAE (the FLUX/SD3 AutoencoderKL FLOPs per pixel), PickScore reward.
-SD35_MEDIUM = ModelPreset("SD3.5-Medium", "sd35-medium", 77 + 256, True, 2, False, vae_flop_per_px=9.59e6,
-                          reward_tflop=0.38,
-                          source="stabilityai/stable-diffusion-3.5-medium model card and config.json")
-SIM_MODEL_OF_KIND = {"flux": MODELS["flux"], "wan": MODELS["wan"], "hunyuan_video": MODELS["hunyuan"],
-                     "qwen_image": MODELS["qwen-image"], "sd3": SD35_MEDIUM}
-
+from .presets import MODELS, ModelPreset, Testbed, Training, Workload, preset_of
 
 class ConfigSimError(ValueError):
     """A config the testbed path cannot price (unknown family, bad --gpus, memory shortfall); names the key."""
@@ -111,14 +102,11 @@ def run_config_modes(config: str | None, sets: list[str], cost: ProfileCost, mod
 
 def config_model(cfg) -> ModelPreset:
     """The sim's model preset of ``model.kind`` with the config's text length."""
-    m = SIM_MODEL_OF_KIND.get(cfg.model.kind)
-    if m is None:
+    if cfg.model.kind not in MODELS:
         raise ConfigSimError(f"model.kind: {cfg.model.kind!r} has no roofline preset (known: "
-                             f"{', '.join(SIM_MODEL_OF_KIND)}); price it with --profile instead")
-    txt = cfg.model.options.get("max_sequence_length")
-    if txt is not None:
-        m = replace(m, text_tokens=int(txt) + (77 if cfg.model.kind == "sd3" else 0))
-    return m
+                             f"{', '.join(MODELS)}); price it with --profile instead")
+    spec = MODELS[cfg.model.kind].spec
+    return preset_of(spec, spec.text_tokens(cfg.model.options.get("max_sequence_length")))
 
 
 def config_training(cfg) -> Training:

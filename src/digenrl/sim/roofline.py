@@ -1,7 +1,7 @@
 """Analytic GPU roofline cost model (implements ``digenrl.schedule.CostModel``).
 
 Forward FLOPs of one sample, ``F``: per-stream parameter counts and attention layers of the diffusers
-transformer (``sim.flops``): ``F = 2 (P_img n_img + P_txt n_txt + P_joint (n_img + n_txt) + P_sample) + attn``.
+transformer (``models.flops``): ``F = 2 (P_img n_img + P_txt n_txt + P_joint (n_img + n_txt) + P_sample) + attn``.
 An op's time is ``max(compute, memory) + overhead`` with ``compute = FLOPs / (peak * eff(tokens))`` and ``eff``
 fitted per GPU kind to public measurements (``sim.efficiency``), ``memory = weight bytes / HBM bandwidth``; the
 communication inside an op overlaps its compute but for the exposed share x (``sim.comm.overlapped``:
@@ -50,9 +50,10 @@ shards across the k replicas (the j-th ranks of the groups), 2 (k - 1) / k x 4 x
 * colocated (no generator pool): the per-step switch of ``sim.colocation`` (gather + bucketed hand-off,
   optimizer offload over PCIe when memory requires it) is charged on each rank's first generation of a step.
 
-Memory: ``sim.colocation.rank_memory`` + reserve + chunk activations ``c * A_cell``, with
-``A_cell = (2 layers + 34) seq hidden fps`` bytes with recomputation (layer inputs + one layer's working set,
-Korthikanti et al. 2022) and ``34 layers seq hidden fps`` without. Generators hold a bf16 replica + reserve.
+Memory: the memory plan of ``train.memory`` (``sim.memory``: the one activation model, calibrated against
+allocation-counted peaks), per trainer rank with its chunk's cells and per generator rank with its fragment; a
+GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``). ``memory``: the plan's inputs of a config
+(``train.memory.inputs_from_config``); None prices the preset's training (``sim.memory.preset_inputs``).
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ from __future__ import annotations
 import math
 
 from ..schedule.cost import GENERATOR, TRAINER
+from ..train.memory import GiB
 from .assumptions import DEFAULT, Assumptions
-from .colocation import GB, colocated_switch, rank_memory
+from .colocation import GB, colocated_switch
 from .comm import Fabric, overlapped, pool_slots
 from .efficiency import Efficiency, efficiency_for
+from .memory import PoolMemory, preset_inputs
 from .presets import GPU, ModelPreset, Testbed, Workload, tokens_per_sample
 
 HOST_COPY_GBS = 10.0     # host memcpy into the object store's shared memory (assumed, single stream)
@@ -86,7 +89,7 @@ class RooflineCost:
 
     def __init__(self, model: ModelPreset, workload: Workload, testbed: Testbed, n_gen: int, n_train: int,
                  colocated: bool = False, eff: Efficiency | None = None, gen_gpu: GPU | None = None,
-                 train_gpu: GPU | None = None, assume: Assumptions = DEFAULT):
+                 train_gpu: GPU | None = None, assume: Assumptions = DEFAULT, memory=None):
         self.model, self.workload, self.testbed = model, workload, testbed
         self.assume = assume
         self.n_gen, self.n_train, self.colocated = n_gen, n_train, colocated
@@ -118,20 +121,20 @@ class RooflineCost:
         n = self.group_ranks = max(1, n_train) // self.groups  # the ranks one shard group shards over
         self.gather_s = self._group_ring(2.0 * self.params) if self.sharded else 0.0
         self.scatter_s = self._group_ring(4.0 * self.trainable) if self.grouped else 0.0
-        layers, hidden, fps = m.layers, m.hidden, m.forwards_per_step
-        self.train_fps = workload.algorithm.train_forwards(fps)  # DiffusionNFT trains CFG-free
-        self.act_infer = 34 * self.seq * hidden * fps
-        fps = self.train_fps
-        self.act_cell = ((2 * layers + 34) if self.training.recompute else 34 * layers) * self.seq * hidden * fps
-        self.mem = rank_memory(self.params, self.trainable, n, self.lora, self.sharded, self.eff.reserve_gb,
-                               grads_sharded=self.grouped)
+        self.train_fps = workload.algorithm.train_forwards(m.forwards_per_step)  # DiffusionNFT trains CFG-free
+        base = memory if memory is not None else preset_inputs(m, workload, self.training, self.eff.reserve_gb)
+        self.memory = PoolMemory.of(base, ranks=n, sharded=self.sharded, sequence=1, train_forwards=self.train_fps,
+                                    sample_forwards=m.forwards_per_step, generator_sequence=1,
+                                    train_gb=train_gpu.memory_gb, gen_gb=self.gpu[GENERATOR].memory_gb)
+        self.act_cell = self.memory.plan.act_cell   # bytes of one cell's activations on a trainer rank
+        self.act_infer = self.memory.generation_bytes(1)  # of one trajectory's sampling
         self.switch = None
         self.tag_copy = self.grouped and self.training.tag_copy
         if colocated:
             g = self.gpu[TRAINER]
-            self.switch = colocated_switch(self.mem, self.params, n, self.sharded, g.memory_gb * GB,
-                                           self.act_infer, self.fabric.bus_bytes_s(self.train_slots),
-                                           g.hbm_gbs * GB, g.pcie_gbs * GB)
+            self.switch = colocated_switch(self.memory.colocated(), self.params, n, self.sharded,
+                                           self.memory.train_capacity, self.act_infer,
+                                           self.fabric.bus_bytes_s(self.train_slots), g.hbm_gbs * GB, g.pcie_gbs * GB)
         self._check_memory()
         if self.tag_copy and not self.inference_copy_fits:
             raise InfeasibleError(f"{model.name}: no room for a bf16 inference copy beside the training state on "
@@ -153,13 +156,12 @@ class RooflineCost:
 
     # ---- memory ------------------------------------------------------------------------------------
     def trainer_state_bytes(self) -> float:
-        return self.mem.training
+        return self.memory.state
 
     @property
     def max_cells(self) -> int:
         """Largest chunk (cells) whose activations fit next to the training state (per rank)."""
-        free = self.gpu[TRAINER].memory_gb * GB - self.trainer_state_bytes()
-        return int(free // self.act_cell)
+        return self.memory.max_cells
 
     @property
     def max_chunk(self) -> int:
@@ -175,7 +177,7 @@ class RooflineCost:
         """Sharded trainer: room for a bf16 inference copy + one generation next to the training state."""
         if not self.sharded:
             return True
-        free = self.gpu[TRAINER].memory_gb * GB - self.trainer_state_bytes()
+        free = self.memory.train_capacity - self.trainer_state_bytes()
         return free >= 2.0 * self.params + self.act_infer
 
     @property
@@ -184,22 +186,22 @@ class RooflineCost:
         (possibly offloaded) training state on a colocated rank."""
         if self.colocated:
             return max(1, int(self.switch.free_for_generation // self.act_infer)) if self.switch else 0
-        free = self.gpu[GENERATOR].memory_gb * GB - 2.0 * self.params - self.effs[GENERATOR].reserve_gb * GB
-        return int(free // self.act_infer)
+        return self.memory.max_fragment
 
     def _check_memory(self) -> None:
         t = self.gpu[TRAINER]
         if self.max_cells < 1:
-            need = (self.trainer_state_bytes() + self.act_cell) / GB
+            need = self.memory.plan.total(1) / GiB
             groups = f" in {self.groups} shard groups of {self.group_ranks}" if self.groups > 1 else ""
-            raise InfeasibleError(f"{self.model.name} training needs {need:.0f} GB per rank with "
-                                  f"{self.n_train} {t.name} trainer ranks{groups} (capacity {t.memory_gb:.0f} GB)")
+            raise InfeasibleError(f"{self.model.name} training needs {need:.0f} GiB per rank with "
+                                  f"{self.n_train} {t.name} trainer ranks{groups} (capacity {t.memory_gb:.0f} GiB)")
         if self.colocated and self.switch is None:
             raise InfeasibleError(f"{self.model.name} cannot generate next to its training state on "
                                   f"{t.name} even with the optimizer offloaded")
         if not self.colocated and self.max_fragment < 1:
             g = self.gpu[GENERATOR]
-            raise InfeasibleError(f"{self.model.name} bf16 replica does not fit a {g.name} generator")
+            raise InfeasibleError(f"{self.model.name} bf16 replica and one trajectory's sampling do not fit a {g.name} "
+                                  "generator")
 
     # ---- CostModel ---------------------------------------------------------------------------------
     def time(self, op: str, batch: int, pool: str) -> float:
@@ -227,7 +229,7 @@ class RooflineCost:
     def _vae_decode(self, n: int, pool: str) -> float:
         w = self.workload
         px = w.width * w.height * (w.frames if self.model.video else 1)
-        flops = self._share(n, pool) * self.model.vae_flop_per_px * px
+        flops = self._share(n, pool) * self.model.spec.vae_flop_per_px * px
         return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
 
     def _reward(self, n: int, pool: str) -> float:
@@ -239,9 +241,9 @@ class RooflineCost:
         output latents and their fp32 log-probs, GRPO-Guard's means, DiffusionNFT's x_0 alone) plus the cached
         prompt embedding, bf16."""
         m, w = self.model, self.workload
-        latent = m.latent_channels * self.latent_frames * (w.height // m.spatial_down) * (w.width // m.spatial_down)
+        latent = m.spec.latent_elements(w.height, w.width, w.frames)
         latents, scalars = w.algorithm.moved_latents(w.trained_timesteps)
-        return latents * latent * 2 + scalars * 4 + m.text_tokens * m.text_dim * 2
+        return latents * latent * 2 + scalars * 4 + m.text_tokens * m.spec.text_dim * 2
 
     def _transfer(self, n: int, pool: str) -> float:
         if self.colocated:  # the colocated baseline (flow_grpo, VeRL-Omni) keeps trajectories in process
