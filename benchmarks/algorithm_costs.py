@@ -39,7 +39,7 @@ ALGORITHMS = (("flow_grpo", {}, 20), ("grpo_guard", {"name": "grpo_guard"}, 20),
 
 def measure(steps: int = 20) -> list[dict]:
     from digenrl.sim.algorithms import Algorithm
-    from digenrl.sim.planner import Scenario, run_mode
+    from digenrl.sim.scenario import Scenario, run_mode
     from digenrl.sim.presets import model_preset, testbed_preset, workload_preset
 
     rows = []

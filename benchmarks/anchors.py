@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from digenrl.schedule.cost import GENERATOR  # noqa: E402
 from digenrl.sim.assumptions import Assumptions  # noqa: E402
 from digenrl.sim.baselines import dancegrpo  # noqa: E402
-from digenrl.sim.planner import Scenario, run_mode  # noqa: E402
+from digenrl.sim.scenario import Scenario, run_mode  # noqa: E402
 from digenrl.sim.presets import (H20, LORA_REPLICATED, MODELS, TESTBEDS, Testbed, Training,  # noqa: E402
                                  Workload, model_preset)
 from digenrl.sim.roofline import RooflineCost  # noqa: E402

@@ -26,7 +26,7 @@ from digenrl.control.loop import run_loop
 from digenrl.control.timeline import Timeline
 from digenrl.schedule import BTS, BTSConfig, Scheduler
 from digenrl.sim.executor import VirtualExecutor
-from digenrl.sim.planner import Scenario, make_cost, run_mode
+from digenrl.sim.scenario import Scenario, make_cost, run_mode
 from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
 
 from bts_quality import MODES, PRESETS
@@ -57,7 +57,7 @@ class Recorder:
 
 def config_agreement(s: Scenario, mode: str) -> dict:
     run = run_mode(s, mode, bts=BTSConfig())
-    cost = make_cost(s, run.split, False)
+    cost = make_cost(s, run.candidate, False)
     sched = Scheduler(run.plan, cost, BTSConfig())
     rec = sched.bts = Recorder(sched.bts)
     run_loop(sched, VirtualExecutor(run.plan, cost), Timeline(run.plan))

@@ -51,7 +51,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from digenrl.schedule.bts import BTSConfig
-from digenrl.sim.planner import Scenario, run_mode
+from digenrl.sim.scenario import Scenario, run_mode
 from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
 
 PRESETS = [("hunyuan", "A"), ("hunyuan", "B"), ("hunyuan", "C"), ("wan", "B"), ("wan", "C"), ("flux", "A"),

@@ -3,7 +3,7 @@
     python benchmarks/hybrid_sharding.py                 # writes benchmarks/results/hybrid_sharding.json
     python benchmarks/hybrid_sharding.py --table         # prints the results file
 
-The runtime runs it (``train.shard_groups`` = k) and the planner searches k (``sim.planner.group_options``).
+The runtime runs it (``train.shard_groups`` = k) and the planner searches k (``sim.scenario.PresetSource.values``).
 This is the ablation behind that choice: ``full`` mode, exact roofline costs, 20 steps, for each k the split,
 fragment size, TAG inference copy and publish path searched by the planner itself (``run_mode(...,
 shard_groups=k)``; k = 1 is one group of all ranks). Each group is one scheduler trainer of g ranks
@@ -42,7 +42,7 @@ def _row(r) -> dict:
 
 
 def measure() -> list[dict]:
-    from digenrl.sim.planner import Scenario, ScenarioError, run_mode
+    from digenrl.sim.scenario import Scenario, ScenarioError, run_mode
     from digenrl.sim.presets import model_preset, testbed_preset, workload_preset
 
     rows = []

@@ -29,7 +29,7 @@ MODES = ("gap_tsp", "gap_tsp_tag", "full")
 def measure(src: Path) -> list[dict]:
     sys.path.insert(0, str(src))
     import digenrl
-    from digenrl.sim.planner import Scenario, run_mode
+    from digenrl.sim.scenario import Scenario, run_mode
     from digenrl.sim.presets import model_preset, testbed_preset, workload_preset
 
     if not Path(digenrl.__file__).resolve().is_relative_to(src):

@@ -12,9 +12,9 @@ from dataclasses import replace
 from digenrl.schedule import MODES as ALL_MODES
 from digenrl.sim.cli import rows_of, run_modes
 from digenrl.sim.efficiency import MEASUREMENTS, fitted, plateau, residuals
-from digenrl.sim.planner import run_mode
+from digenrl.sim.scenario import run_mode
 
-from digenrl.sim.planner import Scenario as Setup
+from digenrl.sim.scenario import Scenario as Setup
 from digenrl.sim.presets import (H20, H100, L40S, LORA_REPLICATED, MODELS, TESTBEDS, WORKLOADS, model_preset, tokens_per_sample,
                                  workload_preset)
 from digenrl.sim.roofline import InfeasibleError, RooflineCost

@@ -10,7 +10,8 @@ import pytest
 
 from digenrl.cli import main
 from digenrl.config import load_config
-from digenrl.control.prediction import RingAllreduce, predict, report
+from digenrl.sim.prediction import predict, report
+from digenrl.control.profile import RingAllreduce
 from digenrl.control.profile import load_profile
 from digenrl.control.run_plan import plan_run
 from digenrl.sim.executor import simulate

@@ -71,11 +71,11 @@ def test_nft_trains_cfg_free_and_moves_only_x0():
 def test_config_path_prices_the_configs_algorithm(tmp_path):
     """`simulate --config` with MixGRPO-Flash: the priced plan samples the compressed schedule's steps and
     trains the window."""
-    from digenrl.sim.from_config import price_on_testbed
+    from digenrl.sim.config_source import run_config_modes
 
     sets = ["train.algorithm=mixgrpo", "train.window_size=4", "sampler.num_steps=25", "sampler.post_solver=dpmpp_2m",
             "sampler.post_compress_ratio=0.4", "sampler.static_shift=3", "steps=2"]
-    runs = price_on_testbed("configs/flux1_dev.yaml", sets, presets.testbed_preset("B"), ["gap_tsp"])
+    runs = run_config_modes("configs/flux1_dev.yaml", sets, ["gap_tsp"], testbed=presets.testbed_preset("B"))
     plan = runs["gap_tsp"].plan
     assert plan.trained_timesteps == 4
     assert plan.sampling_steps == round(Algorithm("mixgrpo", window=4, flash_ratio=0.4).denoise_steps(25)) < 25

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from digenrl.schedule import Durations, Mode
-from digenrl.sim.planner import Scenario, make_plan
+from digenrl.sim.planner import Candidate, Split
+from digenrl.sim.scenario import Scenario, make_plan
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS, tokens_per_sample
 from digenrl.control.profile import ProfileCost, ProfileError, load_profile, save_profile, tabulate
 from digenrl.sim.roofline import InfeasibleError, RooflineCost
@@ -207,7 +208,7 @@ def test_heterogeneous_pools_price_each_side_on_its_gpu():
 def test_colocated_publish_is_free():
     s = Scenario(MODELS["flux"], TESTBEDS["B"], WORKLOADS["flux"], 8, steps=1)
     cost = RooflineCost(MODELS["flux"], WORKLOADS["flux"], TESTBEDS["B"], 0, 8, colocated=True)
-    plan = make_plan(s, Mode.COLOCATED, 0, 8, cost)
+    plan = make_plan(s, Mode.COLOCATED, Candidate(Split(0, 8, s.testbed.gpu, s.testbed.gpu), 1), cost)
     assert Durations(plan, cost).publish() == 0.0 and cost.time("publish", 1, "trainer") > 0
 
 
