@@ -44,7 +44,7 @@ class ConfigSource:
         self.bts, self.testbed, self.profile, self.pinned = cfg.runtime.bts_config(), testbed, profile, pinned
         self.profile_trainers = profile_trainers or (cfg.runtime.trainers if profile is not None else None)
         self.trained = plan_run(cfg).trained_timesteps  # refuses what the runtime refuses, before any search
-        self.preset, self._configs = None, {}
+        self.preset, self._configs, self._starts = None, {}, {}
         if testbed is not None:
             if workers > testbed.total:
                 raise ConfigSimError(f"--gpus: {workers} exceeds testbed {testbed.name} ({testbed.total} GPUs)")
@@ -76,7 +76,26 @@ class ConfigSource:
                     Split(n_gen, n_train, tb.gpu, tb.gpu2 or tb.gpu))
 
     def start(self, split: Split) -> Candidate:
-        """The config's own values on ``split``."""
+        """The config's own values on ``split``; searched (not pinned), where they do not fit, the smallest
+        sequence-parallel degrees (trainer first) that do."""
+        own = self._own(split)
+        if self.pinned or self.preset is None:
+            return own
+        if split not in self._starts:
+            self._starts[split] = own
+            tries = [own] + [replace(own, sequence_parallel=d, generator_sequence_parallel=g)
+                             for d in self.values(split, "sequence_parallel")
+                             for g in self.values(split, "generator_sequence_parallel")]
+            for c in tries:
+                try:
+                    self.build(c)
+                except Infeasible:
+                    continue
+                self._starts[split] = c
+                break
+        return self._starts[split]
+
+    def _own(self, split: Split) -> Candidate:
         rt, t, G = self.cfg.runtime, self.cfg.train, self.cfg.train.generations
         return Candidate(split, rt.fragment_size if G % rt.fragment_size == 0 else 1,
                          rt.max_stale_fraction,
@@ -85,7 +104,7 @@ class ConfigSource:
                          rt.stale_hold)
 
     def values(self, split: Split, axis: str) -> list:
-        own = getattr(self.start(split), axis)
+        own = getattr(self._own(split), axis)
         if self.pinned:
             return [own]
         if axis == "fragment_size":

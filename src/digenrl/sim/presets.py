@@ -191,7 +191,10 @@ class Training:
     inference copy (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without
     per-forward gathers (only where the copy fits beside the training state). ``shard_groups`` k (sharded only):
     hybrid sharding, the pool as k shard groups of N / k ranks, data-parallel replicas of each other, each one
-    trainer of the scheduler (``train.shard_groups``); the commit all-reduces the gradient shards across them."""
+    trainer of the scheduler (``train.shard_groups``); the commit all-reduces the gradient shards across them.
+    ``sequence_parallel`` d: every cell is trained by a lane of d ranks, each on 1 / d of the latent tokens (Ulysses:
+    all-to-alls around every attention); a shard group of g ranks has g / d lanes, replicated trainers form groups of
+    d ranks. ``generator_sequence_parallel`` d: a generator is d GPUs that denoise its fragment together."""
 
     lora_rank: int = 0
     sharded: bool = True
@@ -199,12 +202,16 @@ class Training:
     recompute: bool = True
     tag_copy: bool = False
     shard_groups: int = 1
+    sequence_parallel: int = 1            # Ulysses degree d of a trainer lane (train.sequence_parallel)
+    generator_sequence_parallel: int = 1  # GPUs of one generator (runtime.generator_sequence_parallel)
 
     def __post_init__(self) -> None:
         if self.lora_rank < 0:
             raise PresetError(f"training.lora_rank: must be >= 0 (got {self.lora_rank})")
         if self.publish not in PUBLISH_PATHS:
             raise PresetError(f"training.publish: {self.publish!r} is not one of {', '.join(PUBLISH_PATHS)}")
+        if self.sequence_parallel < 1 or self.generator_sequence_parallel < 1:
+            raise PresetError("training.sequence_parallel: degrees must be >= 1")
         if self.shard_groups < 1 or (self.shard_groups > 1 and not self.sharded):
             raise PresetError(f"training.shard_groups: {self.shard_groups} needs >= 1 and, above 1, sharded training")
 
@@ -259,18 +266,30 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
+# The video models at their native size (issue 39), planned on 80 GB GPUs (docs/sequence_parallel.md): HunyuanVideo
+# 720 x 1280 x 129 frames (33 x 45 x 80 = 118,800 latent tokens), Wan2.1 720p x 81 frames (21 x 45 x 80 = 75,600);
+# the recipes' step (8 prompts x 12 generations), full fine-tuning on FSDP.
+NATIVE: dict[str, tuple[str, Workload]] = {
+    "hunyuan_video_native": ("hunyuan_video", Workload(8, 12, 1280, 720, 129)),
+    "wan_native": ("wan", Workload(8, 12, 1280, 720, 81)),
+}
+
+
 def model_preset(name: str) -> ModelPreset:
-    """``MODELS[name]``, ``name`` a ``model.kind`` or a documented alias (``models.specs.ALIASES``)."""
+    """``MODELS[name]``, ``name`` a ``model.kind`` or a documented alias (``models.specs.ALIASES``), or a native-size
+    video preset (``NATIVE``)."""
+    if name in NATIVE:
+        return MODELS[NATIVE[name][0]]
     try:
         return MODELS[canonical(name)]
     except KeyError:
         raise PresetError(f"--model: unknown model {name!r} (choose from {', '.join(MODELS)}; aliases: "
-                          "hunyuan, qwen-image, sd35-medium)") from None
+                          "hunyuan, qwen-image, sd35-medium; native sizes: " + ", ".join(NATIVE) + ")") from None
 
 
 def workload_preset(name: str) -> Workload:
-    """``WORKLOADS[name]`` for a ``model.kind`` or a documented alias."""
-    return WORKLOADS[canonical(name)]
+    """``WORKLOADS[name]`` for a ``model.kind`` or a documented alias, or a native-size preset's workload."""
+    return NATIVE[name][1] if name in NATIVE else WORKLOADS[canonical(name)]
 
 
 def testbed_preset(name: str) -> Testbed:

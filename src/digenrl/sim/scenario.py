@@ -12,7 +12,10 @@ measured profile at the candidate's trainer count (``control.profile.profile_at`
 
 Values (roofline costs): every fragment size (a divisor of G the generators hold), the shard-group counts of a
 sharded pool under TSP, TAG with and without an inference copy and both gang widths on a shard group, the
-publish paths (outside TCSS the one of the shortest span). A profile prices only the pools it was measured on: the scenario's own training settings.
+publish paths (outside TCSS the one of the shortest span), and for a family with a sequence-parallel plan the
+Ulysses degrees of the trainer lanes and (disaggregated) of the generators: 1 and 2, 4, 8 where they fit one node
+and divide the heads and the pool's GPUs (``_degrees``). A profile prices only the pools it was measured on: the
+scenario's own training settings.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ def colocated_options(setup: Scenario) -> list[Split]:
 def with_candidate(setup: Scenario, c: Candidate) -> Scenario:
     """``setup`` trained as candidate ``c`` says (publish path, inference copy, shard groups, degrees)."""
     t = setup.workload.training
-    t = replace(t, publish=c.publish, tag_copy=c.tag_copy, shard_groups=c.shard_groups)
+    t = replace(t, publish=c.publish, tag_copy=c.tag_copy, shard_groups=c.shard_groups,
+                sequence_parallel=c.sequence_parallel, generator_sequence_parallel=c.generator_sequence_parallel)
     return replace(setup, workload=replace(setup.workload, training=t))
 
 
@@ -95,7 +99,7 @@ def make_cost(setup: Scenario, c: Candidate, colocated: bool = False):
         return cost
     s = with_candidate(setup, c)
     try:
-        cost = RooflineCost(s.model, s.workload, s.testbed, c.generators, c.split.n_train, colocated,
+        cost = RooflineCost(s.model, s.workload, s.testbed, c.split.n_gen, c.split.n_train, colocated,
                             gen_gpu=c.split.gen_gpu, train_gpu=c.split.train_gpu, assume=s.assume)
     except InfeasibleError as e:
         raise Infeasible(str(e)) from None
@@ -169,10 +173,10 @@ class PresetSource:
     def splits(self) -> list[Split]:
         return self._splits
 
-    def values(self, split: Split, axis: str) -> list:
+    def values(self, split: Split, axis: str, start: Candidate | None = None) -> list:
         t, mode, roof = self.setup.workload.training, self.mode, self.roofline
         grouped = t.sharded and mode is not Mode.COLOCATED
-        start = self.start(split)
+        start = start or self.start(split)
         if axis == "fragment_size":
             return divisors(self.setup.workload.generations)
         if axis == "max_stale_fraction":
@@ -190,9 +194,19 @@ class PresetSource:
             return [True, False] if (mode.tag and grouped and roof) else [True]
         if axis == "publish":
             return self._publish_paths(split) if (mode.disaggregated and roof) else [start.publish]
-        if axis in ("sequence_parallel", "generator_sequence_parallel"):
-            return [1]
+        if axis == "sequence_parallel":
+            return self._degrees(split.n_train) if roof else [start.sequence_parallel]
+        if axis == "generator_sequence_parallel":
+            return self._degrees(split.n_gen) if (roof and mode.disaggregated) else [start.generator_sequence_parallel]
         raise KeyError(axis)
+
+    def _degrees(self, gpus: int) -> list[int]:
+        """Ulysses degrees for a family with a sequence-parallel plan (``models.specs``): 1 and the powers of two
+        up to one node's GPUs that divide the heads and ``gpus`` (a group stays inside a node, at NVLink rate)."""
+        spec, tb = self.setup.model.spec, self.setup.testbed
+        if not spec.sequence_parallel:
+            return [1]
+        return [1] + [d for d in (2, 4, 8) if d <= tb.node_gpus and spec.heads % d == 0 and gpus % d == 0]
 
     def _publish_paths(self, split: Split) -> list[str]:
         """Outside TCSS the generators are idle at every final commit (each fragment of the step is in before it,
@@ -215,17 +229,25 @@ class PresetSource:
         return [min(priced)[1]] if priced else [self.setup.workload.training.publish]
 
     def start(self, split: Split) -> Candidate:
-        """The scenario's own training settings and fragments of at most 4 generations."""
+        """The scenario's own training settings, the smallest sequence-parallel degrees (trainer first) whose memory
+        plan fits, and fragments of at most 4 generations."""
         if split not in self._starts:
             t, w = self.setup.workload.training, self.setup.workload
             grouped = t.sharded and self.mode is not Mode.COLOCATED
             k = self.pinned_k or (t.shard_groups if grouped else 1)
             c = Candidate(split, 1, self.setup.max_stale_fraction if self.mode.tcss else 0.0, k, t.tag_copy,
-                          t.publish, True)
-            try:
-                frag = limits(make_cost(self.setup, c, self.mode is Mode.COLOCATED), w)[0]
-            except Infeasible:
-                frag = w.generations
+                          t.publish, True, t.sequence_parallel, t.generator_sequence_parallel)
+            degrees = [(d, g) for d in self.values(split, "sequence_parallel", c)
+                       for g in self.values(split, "generator_sequence_parallel", c)]
+            frag = w.generations
+            for d, g in degrees:
+                try:
+                    frag = limits(make_cost(self.setup, replace(c, sequence_parallel=d, generator_sequence_parallel=g),
+                                            self.mode is Mode.COLOCATED), w)[0]
+                except Infeasible:
+                    continue
+                c = replace(c, sequence_parallel=d, generator_sequence_parallel=g)
+                break
             c = replace(c, fragment_size=max([f for f in divisors(w.generations) if f <= min(4, max(1, frag))]))
             self._starts[split] = c
         return self._starts[split]
