@@ -36,7 +36,7 @@ class CliError(ValueError):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="digenrl simulate", description="Compare the execution modes of one workload in virtual time: a model preset on a GPU testbed (roofline), or a config with a measured profile or a testbed.")
-    ap.add_argument("--model", default=None, help="flux | wan | hunyuan_video | qwen_image | sd3 (roofline path; also the aliases hunyuan, qwen-image, sd35-medium)")
+    ap.add_argument("--model", default=None, help="flux | wan | hunyuan_video | qwen_image | sd3 (roofline path; also the aliases hunyuan, qwen-image, sd35-medium), or a native-size video preset: hunyuan_video_native | wan_native")
     ap.add_argument("--testbed", default=None, help="A | B | C | A+C (roofline path)")
     ap.add_argument("--config", default=None,
                     help="simulate this run config's own plan (use 'default' for the built-in demo) with --profile or "
@@ -264,7 +264,8 @@ def print_baselines(rows: list[dict]) -> None:
 
 def plan_words(row: dict) -> str:
     """The chosen plan's runtime settings beyond the split, in a few words: fragment size, chunk shape, publish
-    path (``runtime.publish``), shard groups (``train.shard_groups``), TAG inference copy, stale hold."""
+    path (``runtime.publish``), shard groups (``train.shard_groups``), TAG inference copy, stale hold, the
+    sequence-parallel degrees of the trainer lanes and of the generators."""
     words = [f"frag {row['fragment_size']}"]
     if row.get("chunk"):
         words.append("chunk {}x{}".format(*row["chunk"]))
@@ -276,6 +277,10 @@ def plan_words(row: dict) -> str:
         words.append("tag copy")
     if row.get("stale_hold"):
         words.append(f"hold {row['stale_hold']:g}")
+    if row.get("sequence_parallel", 1) > 1:
+        words.append(f"sp {row['sequence_parallel']}")
+    if row.get("generator_sequence_parallel", 1) > 1:
+        words.append(f"gen sp {row['generator_sequence_parallel']}")
     return ", ".join(words)
 
 

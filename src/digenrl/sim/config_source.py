@@ -163,7 +163,8 @@ class ConfigSource:
         try:
             return Config.model_validate(data)
         except (ValueError, ConfigError) as e:
-            raise Infeasible(str(e).splitlines()[-1] if str(e) else type(e).__name__) from None
+            errs = getattr(e, "errors", None)
+            raise Infeasible(errs()[0]["msg"] if callable(errs) else str(e)) from None
 
     def _plan(self, cc):
         """(plan_run, the chunk cells the memory plan holds or None) of a candidate config; raises Infeasible."""
