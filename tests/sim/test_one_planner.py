@@ -86,3 +86,23 @@ def test_the_stale_hold_is_the_fastest_h_of_the_written_plan(tmp_path, capsys):
 def rep_steps(cost, cfg) -> int:
     """The denoising steps the roofline prices (MixGRPO-Flash samples fewer)."""
     return cost.workload.denoise_steps if hasattr(cost, "workload") else cfg.sampler.num_steps
+
+
+def test_plan_writes_the_sequence_parallel_degree_a_native_size_needs(tmp_path, capsys):
+    """Wan2.1 at 720p x 81 frames, full fine-tuning on 16 H100s: the memory plan refuses the config's unsplit lane,
+    `digenrl plan` searches the degree and writes one whose plan `digenrl train` accepts."""
+    from digenrl.train.memory import MemoryPlanError, check_config
+
+    sets = ["model.options.height=720", "model.options.width=1280", "model.options.frames=81",
+            "train.sharding=fsdp", "model.lora.enabled=false", "runtime.generators=8", "runtime.trainers=8"]
+    whole = load_config("configs/wan21_14b.yaml", sets + ["train.memory_gb=80"])
+    with pytest.raises(MemoryPlanError, match="train.sequence_parallel"):
+        check_config(whole)
+    out = tmp_path / "wan_native.yaml"
+    argv = ["--config", "configs/wan21_14b.yaml", "--testbed", "B", "--gpus", "16", "--out", str(out), "--json",
+            *_sets(sets)]
+    assert plan_main(argv) == 0, capsys.readouterr().err
+    rep = json.loads(capsys.readouterr().out)
+    written = load_config(str(out))
+    assert written.train.sequence_parallel.degree == rep["best"]["sequence_parallel"] > 1
+    assert check_config(written) is not None
