@@ -18,7 +18,7 @@ The ``# plan:`` line is the input (the roofline testbed, the GPUs to split, the 
 rest is output. A preset without a block is planned on testbed B with its own pools and mode. The planner is the
 one of ``digenrl plan`` (``sim.plan_cli.plan_from_args``: the split x fragment x chunk search of the mode, the
 shard-group count of a sharded pool (``sim.planner``), the publish path and, in ``full``, the stale hold
-(``sim.plan_publish``), then the colocated baseline on the same GPUs, planned the same way); predicted times are
+(``sim.planner``), then the colocated baseline on the same GPUs, planned the same way); predicted times are
 steady step times in virtual time. The preset's ``runtime.mode / generators / trainers / fragment_size / publish``
 (``max_stale_fraction`` and ``stale_hold`` in ``full``) and ``train.chunk_generations / chunk_timesteps``
 (``train.chunk_cells`` removed) are set to the faster of the two (``publish`` only where the default is
@@ -68,7 +68,7 @@ class Planned:
     fragment_size: int
     chunk: tuple[int, int]
     max_stale_fraction: float
-    publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.plan_publish``)
+    publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.planner``)
     stale_hold: float     # runtime.stale_hold of the plan (searched in ``full`` with a joined publish)
     shard_groups: int     # train.shard_groups of the plan (searched for a sharded pool: ``sim.planner``)
     plan_label: str

@@ -1,6 +1,6 @@
 """`digenrl train` with a measured cost profile (runtime.profile) says, before anything starts, the predicted
 step time of its plan against colocated on the same workers, and warns when colocated is predicted faster
-(issue 24, item 1; digenrl.control.prediction)."""
+(issue 24, item 1; digenrl.sim.prediction)."""
 
 from __future__ import annotations
 
