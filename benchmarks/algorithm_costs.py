@@ -39,14 +39,14 @@ ALGORITHMS = (("flow_grpo", {}, 20), ("grpo_guard", {"name": "grpo_guard"}, 20),
 
 def measure(steps: int = 20) -> list[dict]:
     from digenrl.sim.algorithms import Algorithm
-    from digenrl.sim.planner import Scenario, run_mode
-    from digenrl.sim.presets import WORKLOADS, model_preset, testbed_preset
+    from digenrl.sim.scenario import Scenario, run_mode
+    from digenrl.sim.presets import model_preset, testbed_preset, workload_preset
 
     rows = []
     for model, tb in MODELS:
         testbed = testbed_preset(tb)
         for label, kw, T in ALGORITHMS:
-            w = replace(WORKLOADS[model], sampling_steps=T, algorithm=Algorithm(**kw))
+            w = replace(workload_preset(model), sampling_steps=T, algorithm=Algorithm(**kw))
             s = Scenario(model_preset(model), testbed, w, testbed.total, steps, 0.5)
             row = {"model": model, "testbed": tb, "algorithm": label, "T": T, "S": w.trained_timesteps,
                    "denoise_steps": w.denoise_steps}

@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from digenrl.schedule.cost import GENERATOR  # noqa: E402
 from digenrl.sim.assumptions import Assumptions  # noqa: E402
 from digenrl.sim.baselines import dancegrpo  # noqa: E402
-from digenrl.sim.planner import Scenario, run_mode  # noqa: E402
+from digenrl.sim.scenario import Scenario, run_mode  # noqa: E402
 from digenrl.sim.presets import (H20, LORA_REPLICATED, MODELS, TESTBEDS, Testbed, Training,  # noqa: E402
-                                 Workload)
+                                 Workload, model_preset)
 from digenrl.sim.roofline import RooflineCost  # noqa: E402
 from digenrl.sim.variants import COMPILED_SPEEDUP, COMPILED_SPEEDUP_BEFORE  # noqa: E402
 
@@ -106,7 +106,9 @@ def verl_omni_qwen() -> list[dict]:
     """(b): a colocated FlowGRPO step of 512 Qwen-Image samples on 4 H200s, full fine-tuning, no CFG; one row per
     reading of the unknown trained timesteps."""
     tb = TESTBEDS["D"]
-    model = replace(MODELS["qwen-image"], forwards_per_step=1)  # "without CFG": one forward per step
+    # "without CFG": one forward per step; ~256 prompt tokens (the Qwen2.5-VL features of a short prompt; the
+    # adapter's default pads to 512, ``models.specs``)
+    model = replace(model_preset("qwen_image"), forwards_per_step=1, text_tokens=256)
     out = []
     for fraction, reading in QWEN_READINGS:
         w = Workload(32, 16, 512, 512, 1, sampling_steps=10, timestep_fraction=fraction, training=Training())

@@ -26,8 +26,8 @@ from digenrl.control.loop import run_loop
 from digenrl.control.timeline import Timeline
 from digenrl.schedule import BTS, BTSConfig, Scheduler
 from digenrl.sim.executor import VirtualExecutor
-from digenrl.sim.planner import Scenario, make_cost, run_mode
-from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
+from digenrl.sim.scenario import Scenario, make_cost, run_mode
+from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
 
 from bts_quality import MODES, PRESETS
 
@@ -57,7 +57,7 @@ class Recorder:
 
 def config_agreement(s: Scenario, mode: str) -> dict:
     run = run_mode(s, mode, bts=BTSConfig())
-    cost = make_cost(s, run.split, False)
+    cost = make_cost(s, run.candidate, False)
     sched = Scheduler(run.plan, cost, BTSConfig())
     rec = sched.bts = Recorder(sched.bts)
     run_loop(sched, VirtualExecutor(run.plan, cost), Timeline(run.plan))
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--steps: must be >= 1 (got {args.steps})")
     rows, t0 = [], time.perf_counter()
     for model, tb in PRESETS:
-        s = Scenario(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=args.steps)
+        s = Scenario(model_preset(model), TESTBEDS[tb], replace(workload_preset(model)), TESTBEDS[tb].total, steps=args.steps)
         for mode in MODES:
             rows.append({"testbed": tb, **config_agreement(s, mode)})
             r = rows[-1]

@@ -61,13 +61,14 @@ def _bts(policy: str) -> BTSConfig:
 def config_rows(task) -> list[dict]:
     """Every misjudgement, level, seed and policy of one preset and mode (one process)."""
     from digenrl.sim.executor import simulate
-    from digenrl.sim.planner import Scenario, _build, run_mode
-    from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
+    from digenrl.sim.scenario import PresetSource, Scenario, run_mode
+    from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
 
     model, tb, mode, steps, levels = task
-    s = Scenario(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=steps)
-    split = run_mode(s, mode, bts=BTSConfig()).split
-    profile, plan = _build(s, Mode(mode), split)
+    s = Scenario(model_preset(model), TESTBEDS[tb], replace(workload_preset(model)), TESTBEDS[tb].total, steps=steps)
+    chosen = run_mode(s, mode, bts=BTSConfig()).candidate
+    profile, plan = PresetSource(s, Mode(mode)).build(chosen)
+    plan = replace(plan, steps=steps)
     rows = []
     for name, factors in MISJUDGED.items():
         machine = ScaledCost(profile, factors)

@@ -51,8 +51,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from digenrl.schedule.bts import BTSConfig
-from digenrl.sim.planner import Scenario, run_mode
-from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
+from digenrl.sim.scenario import Scenario, run_mode
+from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
 
 PRESETS = [("hunyuan", "A"), ("hunyuan", "B"), ("hunyuan", "C"), ("wan", "B"), ("wan", "C"), ("flux", "A"),
            ("flux", "B"), ("flux", "C")]
@@ -92,7 +92,7 @@ def one_run(s: Scenario, mode: str, split: int, sigma: dict, seed: int, cfg: BTS
 def config_rows(task) -> list[dict]:
     """Every jitter level, seed and policy of one preset and mode (one process)."""
     model, tb, mode, steps, levels = task
-    s = Scenario(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=steps)
+    s = Scenario(model_preset(model), TESTBEDS[tb], replace(workload_preset(model)), TESTBEDS[tb].total, steps=steps)
     split = run_mode(s, mode, bts=BTSConfig()).n_gen
     rows = []
     for lvl, sigma in levels.items():
@@ -160,7 +160,7 @@ def summarize(rows: list[dict], levels: list[str]) -> tuple[list[dict], dict]:
 def recheck_one(task) -> dict:
     """Depth 2 vs greedy on one configuration and jitter level over ``seeds`` seeds (mean and its standard error)."""
     model, tb, mode, split, steps, lvl, sigma, seeds = task
-    s = Scenario(MODELS[model], TESTBEDS[tb], replace(WORKLOADS[model]), TESTBEDS[tb].total, steps=steps)
+    s = Scenario(model_preset(model), TESTBEDS[tb], replace(workload_preset(model)), TESTBEDS[tb].total, steps=steps)
     rel = []
     for seed in range(1, seeds + 1):
         g = one_run(s, mode, split, sigma, seed, POLICIES["greedy"])["step_time_s"]

@@ -2,7 +2,7 @@
 
 Shared by ``gpu_throughput.py``, ``gpu_memory.py`` and ``gpu_calibrate.py``:
 
-* ``flux_transformer``: ``FluxTransformer2DModel`` at the FLUX.1-dev widths (``models.memory_probe.REAL_CONFIGS``:
+* ``flux_transformer``: ``FluxTransformer2DModel`` at the FLUX.1-dev widths (``models.specs``:
   3072 hidden = 24 heads x 128, T5 width 4096, CLIP pooled 768, 64 packed latent channels, guidance
   embedding) with a chosen number of double-stream and single-stream blocks; ``tiny=True`` gives a 64-wide
   model (4 heads x 16) for CPU smoke runs.
@@ -31,9 +31,9 @@ def flux_transformer(double: int, single: int, *, tiny: bool = False, device="cp
     """Random-weight FLUX transformer with ``double`` + ``single`` blocks (float32, built on ``device``)."""
     from diffusers import FluxTransformer2DModel
 
-    from digenrl.models.memory_probe import REAL_CONFIGS
+    from digenrl.models.specs import SPECS
 
-    kw = dict(TINY_TRANSFORMER) if tiny else dict(REAL_CONFIGS["flux"][1])
+    kw = dict(TINY_TRANSFORMER) if tiny else dict(SPECS["flux"].config)
     kw.update(override, num_layers=double, num_single_layers=single)
     with torch.device(device):
         return FluxTransformer2DModel(**kw)

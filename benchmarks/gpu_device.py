@@ -10,7 +10,7 @@ It needs torch, diffusers, peft, pydantic (DigenRL's config) and DigenRL itself,
 Stages, each timed and recorded on its own (a failing stage records its error and the others still run):
 
 * ``forward``: one transformer forward against batch (1, 2, 4) at FLUX.1-dev, Qwen-Image and Wan2.1-14B widths
-  (``sim.flops``' configs) with 1 and 2 block units (FLUX: 1 double + 2 single blocks per unit; Qwen-Image and
+  (the registry's configs, ``models.specs``) with 1 and 2 block units (FLUX: 1 double + 2 single blocks per unit; Qwen-Image and
   Wan: 1 block), bf16, 512 px images / 33 x 480 x 832 video latents;
 * ``train``: forward + backward against cells per chunk (1, 3, 8) with activation recomputation (diffusers'
   gradient checkpointing), full fine-tuning, bf16 weights;
@@ -48,9 +48,11 @@ UNITS = (1, 2)
 
 
 def _configs(tiny: bool) -> dict:
-    """diffusers constructor kwargs per family, the real widths (``sim.flops``) or tiny ones; and the inputs'
+    """diffusers constructor kwargs per family, the real widths (``models.specs``) or tiny ones; and the inputs'
     token counts."""
-    from digenrl.sim.flops import FLUX_CONFIG, QWEN_CONFIG, WAN_CONFIG
+    from digenrl.models.specs import SPECS
+
+    FLUX_CONFIG, QWEN_CONFIG, WAN_CONFIG = (SPECS[k].config for k in ("flux", "qwen_image", "wan"))
 
     if tiny:
         return {

@@ -1,6 +1,6 @@
 """Peak memory and step time of training FLUX-width blocks under each memory setting, next to the memory plan.
 
-The transformer is ``FluxTransformer2DModel`` at the FLUX.1-dev widths (``models.memory_probe.REAL_CONFIGS``)
+The transformer is ``FluxTransformer2DModel`` at the FLUX.1-dev widths (``models.specs``)
 with ``--double`` double-stream and ``--single`` single-stream blocks; one training chunk of ``--cells``
 samples with ``--tokens`` latent and ``--text`` text tokens runs forward + backward into existing gradients
 (after one chunk and one AdamW step, the steady state of a chunked step), for every combination of

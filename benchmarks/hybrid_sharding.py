@@ -3,7 +3,7 @@
     python benchmarks/hybrid_sharding.py                 # writes benchmarks/results/hybrid_sharding.json
     python benchmarks/hybrid_sharding.py --table         # prints the results file
 
-The runtime runs it (``train.shard_groups`` = k) and the planner searches k (``sim.planner.group_options``).
+The runtime runs it (``train.shard_groups`` = k) and the planner searches k (``sim.scenario.PresetSource.values``).
 This is the ablation behind that choice: ``full`` mode, exact roofline costs, 20 steps, for each k the split,
 fragment size, TAG inference copy and publish path searched by the planner itself (``run_mode(...,
 shard_groups=k)``; k = 1 is one group of all ranks). Each group is one scheduler trainer of g ranks
@@ -42,13 +42,13 @@ def _row(r) -> dict:
 
 
 def measure() -> list[dict]:
-    from digenrl.sim.planner import Scenario, ScenarioError, run_mode
-    from digenrl.sim.presets import WORKLOADS, model_preset, testbed_preset
+    from digenrl.sim.scenario import Scenario, ScenarioError, run_mode
+    from digenrl.sim.presets import model_preset, testbed_preset, workload_preset
 
     rows = []
     for model, tb in CONFIGS:
         testbed = testbed_preset(tb)
-        s = Scenario(model_preset(model), testbed, WORKLOADS[model], testbed.total, 20, 0.5)
+        s = Scenario(model_preset(model), testbed, workload_preset(model), testbed.total, 20, 0.5)
         co = run_mode(s, "colocated").result.step_time
         row = {"model": model, "testbed": tb, "colocated_s": co, "per_k": [], "planner": _row(run_mode(s, "full"))}
         for k in GROUPS:

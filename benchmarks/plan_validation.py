@@ -3,7 +3,7 @@
 Setup: the workload and TinyDiT of ``benchmarks/pipeline_cpu.py`` (P = 8 prompts x G = 8 generations, T = 10,
 S = 4 trained timesteps, 1 thread per worker), ``gap_tsp_tag`` on 2 workers (1 generator + 1 trainer rank:
 this machine has 2 cores). A cost profile is measured once on live workers of that layout with every fragment
-size (divisors of G) and chunk size the sweep can use; ``sim.plan_search.search`` probes every fragment size x
+size (divisors of G) and chunk size the sweep can use; ``sim.planner.search`` probes every fragment size x
 chunk shape (48 candidates) with it. Three plans are then run for real with the Ray runtime
 (``run_training``, the profile also feeding BTS): the plan's choice, the median candidate and the slowest
 candidate (by predicted time), each ``--rounds`` times, interleaved. For each: the predicted steady step time of the
@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     from digenrl.control.run_plan import plan_run
     from digenrl.models.tiny_dit import TinyDiTConfig, TinyDiTPolicy
     from digenrl.runtime.driver import run_training
-    from digenrl.sim.plan_search import apply, profile_costs, profile_pools, search
+    from digenrl.control.profile import profile_pools
+    from digenrl.sim.config_source import ConfigSource
+    from digenrl.sim.planner import search
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     rows = []
@@ -130,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                                      "runtime.mode=gap_tsp_tag", "runtime.generators=1", "runtime.trainers=1"])
             prof_path = measure(cfg, work, args.repeats)
             prof = load_profile(prof_path)
-            res = search(cfg, 2, profile_costs(prof, profile_pools(prof_path)[1]), probe_steps=4)
+            src = ConfigSource(cfg, 2, profile=prof, profile_trainers=profile_pools(prof_path)[1])
+            res = search(src, probe_steps=4)
+            apply = lambda _cfg, c: src.config_for(c)  # noqa: E731 - the config the planner priced
             ranked = sorted(res.probes, key=lambda p: p.step_time)
             picks = {"chosen": res.best, "median": ranked[len(ranked) // 2], "slowest": ranked[-1]}
             runs: dict[str, list] = {name: [] for name in picks}
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 from_observed = sim_steady_step(plan, observed)
                 measured = statistics.fmean(m for m, _, _ in runs[name])
                 own = statistics.fmean(o for _, o, _ in runs[name])
-                row = {"plan": name, "label": p.candidate.label(), "probe_step_time_s": p.step_time,
+                row = {"plan": name, "label": p.candidate.label(p.plan), "probe_step_time_s": p.step_time,
                        "predicted_step_time_s": predicted, "measured_step_time_s": measured,
                        "error": predicted / measured - 1.0, "observed_step_time_s": from_observed,
                        "observed_error": from_observed / measured - 1.0, "own_costs_step_time_s": own,

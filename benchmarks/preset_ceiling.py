@@ -29,8 +29,8 @@ MODES = ("gap_tsp", "gap_tsp_tag", "full")
 def measure(src: Path) -> list[dict]:
     sys.path.insert(0, str(src))
     import digenrl
-    from digenrl.sim.planner import Scenario, run_mode
-    from digenrl.sim.presets import WORKLOADS, model_preset, testbed_preset
+    from digenrl.sim.scenario import Scenario, run_mode
+    from digenrl.sim.presets import model_preset, testbed_preset, workload_preset
 
     if not Path(digenrl.__file__).resolve().is_relative_to(src):
         raise SystemExit(f"--src: imported digenrl from {digenrl.__file__}, not from {src}")
@@ -38,7 +38,7 @@ def measure(src: Path) -> list[dict]:
     rows = []
     for model, tb in CONFIGS:
         testbed = testbed_preset(tb)
-        s = Scenario(model_preset(model), testbed, WORKLOADS[model], testbed.total, 20, 0.5)
+        s = Scenario(model_preset(model), testbed, workload_preset(model), testbed.total, 20, 0.5)
         co = run_mode(s, "colocated").result
         row = {"model": model, "testbed": tb, "colocated_s": co.step_time}
         for mode in MODES:

@@ -37,8 +37,8 @@ from digenrl.sim.balanced import GPU_HOUR_USD, break_even_price, load_balanced_c
 from digenrl.sim.baselines import dancegrpo, flow_grpo, idealised  # noqa: E402
 from digenrl.sim.comm import EXPOSED_COMM_SHARE  # noqa: E402
 from digenrl.schedule import Mode  # noqa: E402
-from digenrl.sim.planner import Choice, Scenario, ScenarioError, _run_choice, run_mode  # noqa: E402
-from digenrl.sim.presets import WORKLOADS, model_preset, testbed_preset  # noqa: E402
+from digenrl.sim.scenario import PresetSource, Scenario, ScenarioError, run_candidate, run_mode  # noqa: E402
+from digenrl.sim.presets import model_preset, testbed_preset, workload_preset  # noqa: E402
 from digenrl.sim.variants import COMPILED_SPEEDUP, UNMERGED_LORA_SLOWDOWN, FastGenerators, GeneratorPath  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "where_wins.json"
@@ -77,7 +77,7 @@ def _full_and_variants(setup: Scenario) -> dict:
         return {"full": {"error": str(e)}}
     out = {"full": _rec(r)}
     # the same split, every other setting the runtime's default (the scenario's training: object store, k = 1)
-    out["full_defaults"] = _rec(_run_choice(setup, Mode.FULL, Choice(r.split), 0.0, 0, None, False))
+    out["full_defaults"] = _rec(run_candidate(setup, Mode.FULL, PresetSource(setup, Mode.FULL, split=r.split).start(r.split)))
     out["full_fast_gen"] = _step(replace(setup, variant=lambda c: FastGenerators(c, COMPILED_SPEEDUP)), "full",
                                  split=r.split)
     out["_split"] = r.split
@@ -86,7 +86,7 @@ def _full_and_variants(setup: Scenario) -> dict:
 
 def measure(model: str, tb: str, gpus: int) -> dict:
     testbed = testbed_preset(tb)
-    w = WORKLOADS[model]
+    w = workload_preset(model)
     base = Scenario(model_preset(model), testbed, w, gpus, STEPS, 0.5)
     out = {"model": model, "testbed": tb, "gpus": gpus,
            "idealised": _baseline(base, idealised(w.training)), "dancegrpo": _baseline(base, dancegrpo(model))}
@@ -133,7 +133,7 @@ def sensitivity(base: Scenario, model: str, split) -> dict:
 
 def hetero(model: str, tb: str) -> dict:
     testbed = testbed_preset(tb)
-    w = WORKLOADS[model]
+    w = workload_preset(model)
     base = Scenario(model_preset(model), testbed, w, testbed.total, STEPS, 0.5)
     out = {"model": model, "testbed": tb, "gpus": testbed.total,
            "idealised": _baseline(base, idealised(w.training)), "dancegrpo": _baseline(base, dancegrpo(model)),
@@ -415,7 +415,7 @@ def main() -> int:
         t0 = time.perf_counter()
         for r in res["rows"]:
             if "lora" in r:
-                w = WORKLOADS[r["model"]]
+                w = workload_preset(r["model"])
                 base = Scenario(model_preset(r["model"]), testbed_preset(r["testbed"]), w, r["gpus"], STEPS, 0.5)
                 r["lora"] = lora(base, r["model"])
                 print(f"{r['model']} {r['testbed']} {r['gpus']} LoRA [{time.perf_counter() - t0:.0f}s]", flush=True)

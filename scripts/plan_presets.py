@@ -17,8 +17,8 @@ Each preset carries a plan block (comments, so the strict config loader never se
 The ``# plan:`` line is the input (the roofline testbed, the GPUs to split, the disaggregated mode planned); the
 rest is output. A preset without a block is planned on testbed B with its own pools and mode. The planner is the
 one of ``digenrl plan`` (``sim.plan_cli.plan_from_args``: the split x fragment x chunk search of the mode, the
-shard-group count of a sharded pool (``sim.plan_groups``), the publish path and, in ``full``, the stale hold
-(``sim.plan_publish``), then the colocated baseline on the same GPUs, planned the same way); predicted times are
+shard-group count of a sharded pool (``sim.planner``), the publish path and, in ``full``, the stale hold
+(``sim.planner``), then the colocated baseline on the same GPUs, planned the same way); predicted times are
 steady step times in virtual time. The preset's ``runtime.mode / generators / trainers / fragment_size / publish``
 (``max_stale_fraction`` and ``stale_hold`` in ``full``) and ``train.chunk_generations / chunk_timesteps``
 (``train.chunk_cells`` removed) are set to the faster of the two (``publish`` only where the default is
@@ -68,9 +68,9 @@ class Planned:
     fragment_size: int
     chunk: tuple[int, int]
     max_stale_fraction: float
-    publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.plan_publish``)
+    publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.planner``)
     stale_hold: float     # runtime.stale_hold of the plan (searched in ``full`` with a joined publish)
-    shard_groups: int     # train.shard_groups of the plan (searched for a sharded pool: ``sim.plan_groups``)
+    shard_groups: int     # train.shard_groups of the plan (searched for a sharded pool: ``sim.planner``)
     plan_label: str
     plan_s: float
     colocated_label: str | None
@@ -110,10 +110,11 @@ def plan_preset(path: Path, sets: tuple[str, ...] = (), probe_steps: int = 4, ex
     b, co = res.best, res.colocated
     pick = co if co is not None and co.step_time < b.step_time else b
     c = pick.candidate
-    return Planned(t, "colocated" if pick is co else t.mode, 1 if c.n_gen == 0 else c.n_gen, c.n_train,
-                   c.fragment_size, tuple(c.chunk), c.max_stale_fraction, res.config.runtime.publish,
-                   res.config.runtime.stale_hold, res.config.train.shard_groups, b.candidate.label(), b.step_time,
-                   co.candidate.label() if co is not None else None, co.step_time if co is not None else None,
+    return Planned(t, "colocated" if pick is co else t.mode, 1 if c.split.n_gen == 0 else c.generators,
+                   c.split.n_train, c.fragment_size, (pick.plan.chunk_generations, pick.plan.chunk_timesteps),
+                   c.max_stale_fraction, res.config.runtime.publish, res.config.runtime.stale_hold,
+                   res.config.train.shard_groups, b.candidate.label(b.plan), b.step_time,
+                   co.candidate.label(co.plan) if co is not None else None, co.step_time if co is not None else None,
                    res.colocated_refused, pick.plan)
 
 
@@ -240,8 +241,17 @@ def check_written(text: str, p: Planned) -> None:
         f.write(text)
         f.flush()
         cfg = load_config(f.name)
-    if p.plan is not None and plan_run(cfg).plan != p.plan:
-        raise RuntimeError("plan_presets: the rewritten preset does not plan to the priced plan")
+    from dataclasses import fields, replace
+
+    from digenrl.sim.config_source import _unsharded_colocated
+
+    if p.plan is None:
+        return
+    got = plan_run(_unsharded_colocated(cfg)).plan
+    want = replace(p.plan, steps=got.steps, sampling_steps=got.sampling_steps)  # (the probe length; MixGRPO-Flash)
+    if got != want:
+        diff = [f.name for f in fields(got) if getattr(got, f.name) != getattr(want, f.name)]
+        raise RuntimeError(f"plan_presets: the rewritten preset does not plan to the priced plan ({diff})")
 
 
 def presets(names: list[str]) -> list[Path]:

@@ -24,9 +24,9 @@ def section(results_dir: Path) -> list[str]:
             "The runtime shards the trainer pool into k groups of g = N / k ranks (`train.shard_groups`; each group "
             "a data-parallel replica with its own chunks and TAG gangs of at most g fragments, of one or several prompt groups; "
             "the commit all-reduces the gradient shards across the replicas), and the planner searches k "
-            "(`sim.planner.group_options`, k <= 6). `benchmarks/hybrid_sharding.py` runs the planner with each k "
+            "(an axis of `sim.planner`, k <= 6). `benchmarks/hybrid_sharding.py` runs the planner with each k "
             "pinned, `full` mode, exact costs, 20 steps (results in `benchmarks/results/hybrid_sharding.json`); "
-            "the last columns are the planner's own pick (its 3 fastest 3-step probes of each k run for 20 steps) "
+            "the last columns are the planner's own pick (k searched with the other axes by 4-step probes) "
             "against one group.\n",
             table(rows) + "\n",
             f"Some k > 1 is faster than one group on {len(better)} of {len(rows)} configurations, and the planner "

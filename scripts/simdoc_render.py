@@ -60,7 +60,7 @@ def flops_section(res: dict) -> list[str]:
                      pct(f["attn_share"]), f"{f['lora64'] / 1e6:.0f}"])
     return ["## FLOPs: per-stream parameter counts\n",
             "A token passes only the weights of its stream; the AdaLN modulation and the timestep/guidance/pooled "
-            "embedders act once per sample. Counts are the closed forms of `digenrl.sim.flops` from the published "
+            "embedders act once per sample. Counts are the closed forms of `digenrl.models.flops` from the published "
             "diffusers configs; `tests/sim/test_sim_flops.py` checks every stream count, the LoRA target widths "
             "and the total forward FLOPs against the diffusers classes built on the meta device "
             "(`torch.utils.flop_counter`).\n",

@@ -12,10 +12,11 @@ from dataclasses import replace
 from digenrl.schedule import MODES as ALL_MODES
 from digenrl.sim.cli import rows_of, run_modes
 from digenrl.sim.efficiency import MEASUREMENTS, fitted, plateau, residuals
-from digenrl.sim.planner import run_mode
+from digenrl.sim.scenario import run_mode
 
-from digenrl.sim.planner import Scenario as Setup
-from digenrl.sim.presets import H20, H100, L40S, LORA_REPLICATED, MODELS, TESTBEDS, WORKLOADS, tokens_per_sample
+from digenrl.sim.scenario import Scenario as Setup
+from digenrl.sim.presets import (H20, H100, L40S, LORA_REPLICATED, MODELS, TESTBEDS, WORKLOADS, model_preset, tokens_per_sample,
+                                 workload_preset)
 from digenrl.sim.roofline import InfeasibleError, RooflineCost
 
 MODES = list(ALL_MODES)
@@ -27,10 +28,10 @@ HETERO = ["hunyuan", "wan", "flux"]
 
 
 def setup(model: str, tb: str, steps: int, T: int = 20, training=None, gpus: int | None = None) -> Setup:
-    w = replace(WORKLOADS[model], sampling_steps=T)
+    w = replace(workload_preset(model), sampling_steps=T)
     if training is not None:
         w = replace(w, training=training)
-    return Setup(MODELS[model], TESTBEDS[tb], w, gpus or TESTBEDS[tb].total, steps=steps)
+    return Setup(model_preset(model), TESTBEDS[tb], w, gpus or TESTBEDS[tb].total, steps=steps)
 
 
 def _rows(s: Setup) -> list[dict]:
@@ -38,14 +39,14 @@ def _rows(s: Setup) -> list[dict]:
 
 
 def _costs(model: str, tb: str, n_gen: int, n_train: int, training=None) -> dict:
-    w = WORKLOADS[model] if training is None else replace(WORKLOADS[model], training=training)
+    w = workload_preset(model) if training is None else replace(workload_preset(model), training=training)
     out: dict = {"model": model, "testbed": tb, "lora": w.training.lora_rank > 0}
     try:
-        out.update(RooflineCost(MODELS[model], w, TESTBEDS[tb], n_gen, n_train).describe())
+        out.update(RooflineCost(model_preset(model), w, TESTBEDS[tb], n_gen, n_train).describe())
     except InfeasibleError as e:
         out["infeasible"] = str(e)
     try:
-        c = RooflineCost(MODELS[model], w, TESTBEDS[tb], 0, TESTBEDS[tb].total, colocated=True).describe()
+        c = RooflineCost(model_preset(model), w, TESTBEDS[tb], 0, TESTBEDS[tb].total, colocated=True).describe()
         out.update({k: v for k, v in c.items() if k.startswith("coloc_")})
     except InfeasibleError as e:
         out["coloc_infeasible"] = str(e)
@@ -56,7 +57,7 @@ def _split_costs(model: str, tb: str, rows: list[dict], training=None) -> dict:
     """Switch and publish costs at the split, publish path, shard groups and TAG copy the planner chose for
     ``full``."""
     full = next(r for r in rows if r["mode"] == "full")
-    t = training if training is not None else WORKLOADS[model].training
+    t = training if training is not None else workload_preset(model).training
     chosen = replace(t, publish=full.get("publish") or t.publish, tag_copy=bool(full.get("tag_copy", t.tag_copy)),
                      shard_groups=full.get("shard_groups", 1) if t.sharded else 1)
     return _costs(model, tb, full["gen_gpus"], full["trainer_gpus"], chosen)

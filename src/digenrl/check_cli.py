@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_memory_lines(cfg)))
     print("planned split:")
     print("\n".join(_split_lines(run)))
-    from digenrl.control.prediction import predict, report
+    from digenrl.sim.prediction import predict, report
 
     line, warn = report(cfg, predict(cfg))
     for text in (line, warn):

@@ -234,8 +234,8 @@ def _interrupted(cfg, e) -> int:
 
 def _print_prediction(cfg) -> None:
     """A disaggregated run with ``runtime.profile``: its predicted steady step time and colocated's on the same
-    workers (``control.prediction``), on stdout; a warning on stderr when colocated is predicted faster."""
-    from digenrl.control.prediction import predict, report
+    workers (``sim.prediction``), on stdout; a warning on stderr when colocated is predicted faster."""
+    from digenrl.sim.prediction import predict, report
 
     line, warn = report(cfg, predict(cfg))
     if line:

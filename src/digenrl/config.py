@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES  # families with a sequence-parallel plan
 from digenrl.schedule.plan import Mode
 
 
@@ -158,9 +159,6 @@ class SamplerConfig(_Strict):
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
 
 
-# Families whose transformer can split a sample's sequence over ranks (docs/sequence_parallel.md): diffusers'
-# own context-parallel plan (``_cp_plan``) or the project's (``models.hunyuan_video_sp``, HunyuanVideo has none).
-SEQUENCE_PARALLEL_FAMILIES = {"wan": "diffusers' _cp_plan", "hunyuan_video": "digenrl's plan (models.hunyuan_video_sp)"}
 
 
 class SequenceParallelConfig(_Strict):

@@ -67,6 +67,14 @@ def test_runtime_and_sim_are_peers():
     assert not bad, bad
 
 
+def test_control_imports_neither_sim_nor_runtime():
+    """control/ sits below both executors (DESIGN.md section 5): what it needs of a cost model is the interface."""
+    g = _graph()
+    bad = [(m, d) for m, deps in g.items() for d in deps
+           if m.startswith("digenrl.control") and d.startswith(("digenrl.sim", "digenrl.runtime"))]
+    assert not bad, bad
+
+
 def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
     """A cycle of ``g`` (module -> imported modules) as a path, or None. A package importing its own
     submodules (its ``__init__``) is not an edge."""

@@ -1,6 +1,6 @@
 """`digenrl train` with a measured cost profile (runtime.profile) says, before anything starts, the predicted
 step time of its plan against colocated on the same workers, and warns when colocated is predicted faster
-(issue 24, item 1; digenrl.control.prediction)."""
+(issue 24, item 1; digenrl.sim.prediction)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from digenrl.cli import main
 from digenrl.config import load_config
-from digenrl.control.prediction import RingAllreduce, predict, report
+from digenrl.sim.prediction import predict, report
+from digenrl.control.profile import RingAllreduce
 from digenrl.control.profile import load_profile
 from digenrl.control.run_plan import plan_run
 from digenrl.sim.executor import simulate

@@ -13,7 +13,7 @@ from script_loader import load_script
 
 from digenrl.control.profile import load_profile
 from digenrl.sim.device_profile import affine_at, profile_from_device
-from digenrl.sim.flops import ARCHS
+from digenrl.models.specs import SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_the_profile_scales_measured_blocks_to_the_model_by_the_affine_rule():
     ops = profile_from_device(raw)["ops"]
     assert ops["denoise"] == [[1, pytest.approx(0.10 + 18 * 0.04)], [2, pytest.approx(0.15 + 18 * 0.08)]]
     assert ops["train_chunk"] == [[1, pytest.approx(0.3 + 18 * 0.2)], [3, pytest.approx(0.6 + 18 * 0.4)]]  # no 8
-    nbytes = 2 * ARCHS["flux"].params
+    nbytes = 2 * SPECS["flux"].arch.params
     assert ops["publish"] == [[1, pytest.approx(nbytes / 10e9 + nbytes / 20e9)]]
     assert ops["vae_decode"] == [[1, 0.2], [4, 0.7]] and ops["optimizer"] == [[1, 0.0]]
     assert affine_at({1: 1.0, 2: 0.5}, 19) == 0.0  # clamped at 0

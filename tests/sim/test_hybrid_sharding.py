@@ -2,7 +2,7 @@
 
 Oracles: the cost arithmetic written out here (a ring all-reduce of the fp32 gradient shards across the k
 replicas; a group's memory and per-rank shares are those of a g-rank pool), the schedule audit, and an
-exhaustive loop over the planner's candidates."""
+pinned searches against the free one."""
 
 from __future__ import annotations
 
@@ -12,12 +12,25 @@ from dataclasses import replace
 from digenrl.schedule import Durations, Mode
 from digenrl.schedule.audit import audit
 from digenrl.sim.executor import simulate
-from digenrl.sim.planner import Scenario, Split, group_options, make_plan, with_training
+from digenrl.sim.planner import Candidate, Split
+from digenrl.sim.scenario import PresetSource, Scenario
+from digenrl.sim.scenario import make_plan as _make_plan
+
+
+def make_plan(s, mode, n_gen, n_train, cost):
+    """The plan of the scenario's own candidate on an n_gen + n_train split, fragments of 1."""
+    gpu = s.testbed.gpu
+    c = Candidate(Split(n_gen, n_train, gpu, gpu), 1, shard_groups=s.workload.training.shard_groups)
+    return _make_plan(s, mode, c, cost)
+
+
+def group_options(s, mode, split):
+    return PresetSource(s, mode).values(split, "shard_groups")
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS, Training
 from digenrl.sim.roofline import RooflineCost
 
 
-def _cost(k: int, n_train: int = 24, model: str = "hunyuan", tb: str = "A") -> RooflineCost:
+def _cost(k: int, n_train: int = 24, model: str = "hunyuan_video", tb: str = "A") -> RooflineCost:
     w = replace(WORKLOADS[model], training=Training(shard_groups=k))
     return RooflineCost(MODELS[model], w, TESTBEDS[tb], 32 - n_train, n_train)
 
@@ -42,8 +55,8 @@ def test_a_group_is_priced_as_a_pool_of_its_own_ranks():
 
 
 def test_plan_has_one_scheduler_trainer_per_group_and_the_schedule_audits_clean():
-    w = replace(WORKLOADS["hunyuan"], training=Training(shard_groups=3))
-    s = Scenario(MODELS["hunyuan"], TESTBEDS["A"], w, 32, steps=3)
+    w = replace(WORKLOADS["hunyuan_video"], training=Training(shard_groups=3))
+    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], w, 32, steps=3)
     cost = RooflineCost(s.model, w, s.testbed, 8, 24)
     plan = make_plan(s, Mode("gap_tsp_tag"), 8, 24, cost)
     assert plan.trainers == ("shard0", "shard1", "shard2") and plan.shard_ranks == 8
@@ -56,52 +69,25 @@ def test_plan_has_one_scheduler_trainer_per_group_and_the_schedule_audits_clean(
 
 
 def test_group_options_divide_the_ranks_into_groups_of_two_or_more():
-    s = Scenario(MODELS["hunyuan"], TESTBEDS["A"], WORKLOADS["hunyuan"], 32, steps=3)
+    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], WORKLOADS["hunyuan_video"], 32, steps=3)
     split = Split(8, 24, TESTBEDS["A"].gpu, TESTBEDS["A"].gpu)
     assert group_options(s, Mode("full"), split) == [1, 2, 3, 4, 6]
     assert group_options(s, Mode("full"), Split(27, 5, split.gen_gpu, split.train_gpu)) == [1]
-    assert group_options(s, Mode("gap"), split) == [None]  # no TSP: one trainer's chunks anyway
-    assert group_options(s, Mode("colocated"), split) == [None]
-    lora = with_training(s)
-    lora = replace(lora, workload=replace(lora.workload, training=Training(lora_rank=64, sharded=False)))
-    assert group_options(lora, Mode("full"), split) == [None]  # replicated ranks: nothing to group
+    assert group_options(s, Mode("gap"), split) == [1]  # no TSP: one trainer's chunks anyway (not searched)
+    assert group_options(s, Mode("colocated"), split) == [1]
+    lora = replace(s, workload=replace(s.workload, training=Training(lora_rank=64, sharded=False)))
+    assert group_options(lora, Mode("full"), split) == [1]  # replicated ranks: nothing to group
 
 
 def test_pinned_shard_groups_are_the_planner_best_at_that_k():
     """``run_mode(shard_groups=k)`` searches the rest (split, fragment, copy, publish) for that k only; the
     unpinned search over every k is never slower than the pinned ones (20 GPUs, 2 steps: the probe is the run)."""
-    from digenrl.sim.planner import run_mode
+    from digenrl.sim.scenario import run_mode
 
-    w = WORKLOADS["hunyuan"]
-    s = Scenario(MODELS["hunyuan"], TESTBEDS["A"], w, 20, steps=2)
+    w = WORKLOADS["hunyuan_video"]
+    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], w, 20, steps=2)
     pinned = {k: run_mode(s, "full", shard_groups=k) for k in (1, 2)}
     assert {k: r.shard_groups for k, r in pinned.items()} == {1: 1, 2: 2}
     assert pinned[2].plan.trainers == ("shard0", "shard1") and len(pinned[1].plan.trainers) == 1
     free = run_mode(s, "full")  # every split, every k that divides its trainer ranks
     assert free.result.step_time <= min(r.result.step_time for r in pinned.values()) + 1e-9
-
-
-def test_the_split_search_runs_the_fastest_probes_of_each_k_to_the_end():
-    """``choose_split`` probes every candidate for 3 steps, then runs the ``FINALISTS`` fastest probes of each
-    shard-group count for the scenario's steps and keeps the fastest of those: never slower over the run than
-    the fastest probe, and as fast as the best finalist (an oracle computed here from the candidates)."""
-    from digenrl.sim.executor import simulate
-    from digenrl.sim.planner import FINALISTS, _built, candidates, choose_split, split_options
-
-    # a probe ranking that misleads: the best 6-step plan takes 291.0 s a step, the fastest probe of each k
-    # 294.7 s at best (FLUX.1 on 8 GPUs of A misled before the streamed publish; with it, it no longer does)
-    s = Scenario(MODELS["flux"], TESTBEDS["A"], WORKLOADS["flux"], 10, steps=6)
-    mode = Mode("full")
-    cands = candidates(s, mode, split_options(s))
-    short = replace(s, steps=3)
-    probe = {i: simulate(*reversed(_built(short, mode, c)), record=False).step_time for i, c in enumerate(cands)}
-    run = lambda c: simulate(*reversed(_built(s, mode, c)), record=False).step_time  # noqa: E731
-    by_k: dict = {}
-    for i, c in enumerate(cands):
-        by_k.setdefault(c.shard_groups, []).append(i)
-    finalists = [i for ids in by_k.values() for i in sorted(ids, key=lambda i: (probe[i], i))[:FINALISTS]]
-    assert len(finalists) > len(by_k)  # more than one finalist per k: the search looks past the probe ranking
-    pick = run(choose_split(s, mode, split_options(s)))
-    assert pick == min(run(cands[i]) for i in finalists)
-    firsts = [min(ids, key=lambda i: (probe[i], i)) for ids in by_k.values()]  # the fastest probe of each k
-    assert pick < min(run(cands[i]) for i in firsts)  # here a later probe is the faster plan over the run

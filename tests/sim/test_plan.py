@@ -7,7 +7,7 @@ import pytest
 from digenrl.config import load_config
 from digenrl.control.run_plan import plan_run
 from digenrl.schedule import Mode
-from digenrl.sim.executor import simulate
+from digenrl.sim.executor import simulate, steady_step_time
 from digenrl.sim.plan_cli import main
 
 OPS = {"denoise": [[1, 0.004], [4, 0.010]], "vae_decode": [[1, 0.001]], "reward": [[1, 0.0005]],
@@ -52,24 +52,29 @@ def test_sweep_picks_the_fastest_of_an_exhaustive_loop(tmp_path, capsys):
                         *_sets(), "--no-prune"])
     pruned = _run(capsys, ["--config", "default", "--profile", str(prof), "--out", str(tmp_path / "plan2.yaml"),
                            *_sets()])
+    from digenrl.sim.scenario import rule_chunk
+
     cost = load_profile(prof)
-    times = {}
+    times, every_chunk = {}, {}
     for g in (1, 2):
         for f in (1, 2, 4):
+            c = cost if 3 - g == 2 else _NoAllreduce(cost)
+            base = TINY + [f"runtime.generators={g}", f"runtime.trainers={3 - g}", f"runtime.fragment_size={f}",
+                           "steps=4"]
             for cg in (1, 2, 4):
                 for cs in (1, 2):
-                    cfg = load_config(None, TINY + [f"runtime.generators={g}", f"runtime.trainers={3 - g}",
-                                                    f"runtime.fragment_size={f}", f"train.chunk_generations={cg}",
-                                                    f"train.chunk_timesteps={cs}", "steps=4"])
-                    c = cost if 3 - g == 2 else _NoAllreduce(cost)
-                    res = simulate(plan_run(cfg).plan, c, record=False)
-                    times[(g, f, cg, cs)] = res.timing()["steady_step_time_s"]
+                    cfg = load_config(None, base + [f"train.chunk_generations={cg}", f"train.chunk_timesteps={cs}"])
+                    every_chunk[(g, f, cg, cs)] = steady_step_time(plan_run(cfg).plan, c)
+            # the planner's one chunk rule (not an axis: sim.planner), at most G x S cells with a profile
+            cg, cs = rule_chunk(plan_run(load_config(None, base)).plan, c, 8)
+            times[(g, f, cg, cs)] = every_chunk[(g, f, cg, cs)]
     best = min(times.values())
     assert len(set(times.values())) > 3  # the space is not flat: the choice matters
     assert rep["probes"] == len(times)
     assert rep["best"]["step_time_s"] == pytest.approx(best, rel=1e-12)
     b = rep["best"]
     assert times[(b["generators"], b["fragment_size"], *b["chunk"])] == pytest.approx(best, rel=1e-12)
+    assert best <= 1.05 * min(every_chunk.values())  # the rule's chunk costs at most 5 % here
     assert pruned["best"] == b and pruned["probes"] < rep["probes"] and pruned["pruned"] > 0  # same plan, fewer runs
 
 
@@ -102,9 +107,8 @@ def test_robustness_report(tmp_path, capsys):
     slow_train = r["skewed"]["rollout x0.8, training x1.2"]
     assert slow_train["best_split_s"] <= slow_train["chosen_s"]
     assert r["neighbours"] and all(v >= t for v in r["neighbours"].values())
-    # a profile measured with 2 trainers: 3 trainer ranks are refused, 1 and 2 are priced
-    assert "1+3" in rep["refused"] and "trainers" in rep["refused"]["1+3"]
-    assert set(rep["best_per_split_s"]) == {"2+2", "3+1"}
+    # a profile measured with 2 trainers prices every count (its all-reduce scaled: control.profile.profile_at)
+    assert rep["refused"] == {} and set(rep["best_per_split_s"]) == {"1+3", "2+2", "3+1"}
 
 
 def test_plan_on_a_testbed_writes_a_runnable_preset(tmp_path, capsys):
@@ -126,7 +130,6 @@ def test_plan_on_a_testbed_writes_a_runnable_preset(tmp_path, capsys):
     (["--set", "train.lrr=1"], "train.lrr"),
     (["--gpus", "1"], "--gpus"),
     (["--out", "/no/such/dir/plan.yaml"], "--out"),
-    (["--set", "runtime.mode=colocated", "--set", "runtime.generators=1"], "trainers"),  # 3 coloc ranks, 2 measured
 ])
 def test_bad_input_exits_2_naming_the_option(tmp_path, capsys, argv, needle):
     out = tmp_path / "plan.yaml"
@@ -148,9 +151,10 @@ def test_unknown_testbed_exits_2(tmp_path, capsys):
 
 def test_coordinate_descent_probes_fewer_and_never_beats_the_exhaustive_best(tmp_path, capsys):
     prof = str(_profile(tmp_path))
-    full = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "a.yaml"), *_sets(),
+    wide = _sets(["train.generations=8", "runtime.mode=full"])  # 4 fragments x 3 stale caps per split
+    full = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "a.yaml"), *wide,
                          "--no-prune"])
-    cd = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "b.yaml"), *_sets(),
+    cd = _run(capsys, ["--config", "default", "--profile", prof, "--out", str(tmp_path / "b.yaml"), *wide,
                        "--exhaustive", "1", "--no-prune"])
     assert cd["probes"] < full["probes"]
     assert cd["best"]["step_time_s"] >= full["best"]["step_time_s"] * (1 - 1e-12)
@@ -186,10 +190,11 @@ def test_a_large_space_descends_only_on_the_best_splits(tmp_path, capsys):
     """Beyond --exhaustive every split is probed once at the config's values; only --descend-splits of them
     get the coordinate descent (so fewer probes than the exhaustive sweep, every split still priced)."""
     prof = _profile(tmp_path)
-    base = ["--config", "default", "--profile", str(prof), *_sets()]
+    base = ["--config", "default", "--profile", str(prof), *_sets(["train.generations=8", "runtime.mode=full"]),
+            "--gpus", "4"]
     full = _run(capsys, base + ["--out", str(tmp_path / "a.yaml")])
     cut = _run(capsys, base + ["--out", str(tmp_path / "b.yaml"), "--exhaustive", "1", "--descend-splits", "1"])
-    assert set(cut["best_per_split_s"]) == set(full["best_per_split_s"]) == {"1+2", "2+1"}
+    assert set(cut["best_per_split_s"]) == set(full["best_per_split_s"]) == {"1+3", "2+2", "3+1"}
     assert cut["probes"] < full["probes"]
     assert cut["best"]["step_time_s"] >= full["best"]["step_time_s"] * (1 - 1e-12)  # never better than exhaustive
     assert main(base + ["--out", str(tmp_path / "c.yaml"), "--descend-splits", "0"]) == 2
@@ -201,19 +206,20 @@ def test_plan_prices_colocated_fsdp_like_simulate_config():
     idealised colocated FSDP bound, like `digenrl simulate --config`: the plan's colocated step equals the simulator's for
     the same values (before, the whole pool ran as one worker generating each fragment alone: hunyuan_video's
     planned preset priced colocated at 33580 s against simulate's 3487 s)."""
-    from digenrl.sim.from_config import price_on_testbed
-    from digenrl.sim.plan_cli import _testbed_costs
-    from digenrl.sim.plan_search import Candidate, search
+    from digenrl.sim.config_source import ConfigSource, run_config_modes
+    from digenrl.sim.planner import search
     from digenrl.sim.presets import testbed_preset
 
     sets = ["runtime.mode=colocated", "runtime.generators=1", "runtime.trainers=16", "runtime.fragment_size=6",
             "train.chunk_generations=4", "train.chunk_timesteps=1"]
     cfg = load_config("configs/hunyuan_video.yaml", sets)
-    trained = plan_run(cfg).trained_timesteps
-    cost_of, fit, _ = _testbed_costs(cfg, "A", 16, trained)
-    res = search(cfg, 16, cost_of, probe_steps=4, exhaustive=1, fit=fit, robust=False, descend_splits=1)
-    probe = next(p for p in res.probes if p.candidate == Candidate(0, 16, 6, (4, 1), cfg.runtime.max_stale_fraction))
+    src = ConfigSource(cfg, 16, testbed=testbed_preset("A"))
+    res = search(src, probe_steps=4, exhaustive=1, descend_splits=1)
+    probe = next(p for p in res.probes if p.candidate == src.start(src.splits()[0]))
     assert len(probe.plan.trainers) == 16  # one scheduler worker per rank, not one shard group
-    sim = price_on_testbed("configs/hunyuan_video.yaml", sets + ["steps=4"], testbed_preset("A"), ["colocated"])
+    pinned = src.config_for(probe.candidate)  # its chunk shape: the planner's rule
+    sim = run_config_modes("configs/hunyuan_video.yaml", sets + ["steps=4", f"train.chunk_generations="
+                           f"{pinned.train.chunk_generations}", f"train.chunk_timesteps={pinned.train.chunk_timesteps}"],
+                           ["colocated"], testbed=testbed_preset("A"))
     want = sim["colocated"].result.timing()["steady_step_time_s"]
     assert abs(probe.step_time - want) <= 1e-6 * want

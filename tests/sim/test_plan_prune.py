@@ -10,10 +10,11 @@ import pytest
 from digenrl.config import load_config
 from digenrl.control.profile import load_profile
 from digenrl.schedule import Mode, StepPlan
-from digenrl.sim import plan_search
+from digenrl.sim import planner
+from digenrl.sim.config_source import ConfigSource
 from digenrl.sim.executor import simulate, steady_step_time
 from digenrl.sim.plan_bound import step_time_floor
-from digenrl.sim.plan_search import ScaledCost, profile_costs, search
+from digenrl.sim.planner import ScaledCost, robustness, search
 
 OPS = {"denoise": [[1, 0.004], [4, 0.010]], "vae_decode": [[1, 0.001]], "reward": [[1, 0.0005]],
        "transfer": [[1, 0.0001]], "train_chunk": [[1, 0.006], [8, 0.03]], "allreduce": [[1, 0.004]],
@@ -74,18 +75,15 @@ def test_the_floor_is_never_above_the_simulated_step_time(tmp_path):
     assert max(ratios) > 0.95  # tight where a pool's work alone decides (so the pruning has teeth)
 
 
-def _both(cfg, workers, cost_of, **kw):
-    a = search(cfg, workers, cost_of, probe_steps=4, prune=False, **kw)
-    b = search(cfg, workers, cost_of, probe_steps=4, prune=True, **kw)
+def _both(cfg, workers, cost, trainers, **kw):
+    src = ConfigSource(cfg, workers, profile=cost, profile_trainers=trainers)
+    a = search(src, probe_steps=4, prune=False, **kw)
+    b = search(src, probe_steps=4, prune=True, **kw)
     return a, b
 
 
 def _summary(res):
-    per_split = {}
-    for p in res.probes:
-        k = (p.candidate.n_gen, p.candidate.n_train)
-        per_split[k] = min(per_split.get(k, float("inf")), p.step_time)
-    return res.best.candidate, res.best.step_time, per_split, res.robustness
+    return res.best.candidate, res.best.step_time, res.per_split(), robustness(res, 4)
 
 
 CASES = [("gap_tsp", 2, {}), ("gap_tsp_tag", 2, {}), ("full", 2, {}), ("gap", 2, {}),
@@ -98,13 +96,7 @@ def _case_runs(tmp_path):
     for (mode, trainers, kw), (gf, tf) in itertools.product(CASES, SKEWS):
         pools = ["runtime.generators=1", "runtime.trainers=3"] if mode == "colocated" else []
         cfg = load_config(None, TINY + [f"runtime.mode={mode}"] + pools)
-        prof = _profile(tmp_path, trainers)
-        inner = profile_costs(prof, trainers)
-
-        def cost_of(g, t, inner=inner, gf=gf, tf=tf):
-            c = inner(g, t)
-            return c if isinstance(c, str) else ScaledCost(c, gf, tf)
-        yield (mode, kw, gf, tf), _both(cfg, 3, cost_of, **kw)
+        yield (mode, kw, gf, tf), _both(cfg, 3, ScaledCost(_profile(tmp_path, trainers), gf, tf), trainers, **kw)
 
 
 def test_pruned_search_returns_the_exhaustive_result(tmp_path):
@@ -121,7 +113,7 @@ def test_pruned_search_returns_the_exhaustive_result(tmp_path):
 def test_an_optimistic_floor_would_be_caught(tmp_path, monkeypatch):
     """The comparison above has teeth: a floor 30 % above the true one (so it prunes candidates that win)
     changes the result of at least one case."""
-    monkeypatch.setattr(plan_search, "step_time_floor", lambda plan, cost: 1.3 * step_time_floor(plan, cost))
+    monkeypatch.setattr(planner, "step_time_floor", lambda plan, cost: 1.3 * step_time_floor(plan, cost))
     assert any(_summary(pruned) != _summary(full) for _, (full, pruned) in _case_runs(tmp_path))
 
 
@@ -134,7 +126,7 @@ def test_progress_reports_probes_and_skipped_candidates(tmp_path, capsys, monkey
 
     cfg = load_config(None, TINY + ["runtime.mode=gap_tsp"])
     calls = []
-    res = search(cfg, 3, profile_costs(_profile(tmp_path, 2), 2), probe_steps=4,
+    res = search(ConfigSource(cfg, 3, profile=_profile(tmp_path, 2), profile_trainers=2), probe_steps=4,
                  progress=lambda *a: calls.append(a))
     assert res.pruned > 0 and calls[-1][0] == len(res.probes) and calls[-1][3] == res.pruned
     assert len(calls) == len(res.probes) + res.pruned

@@ -1,12 +1,24 @@
-"""The planner's publish path (``sim.planner.publish_paths``): outside TCSS the path of the shortest span by the
+"""The planner's publish path (``sim.scenario.PresetSource.values(split, "publish")``): outside TCSS the path of the shortest span by the
 cost model, in ``full`` every path simulated (a broadcast the generators join waits for their stale fragments;
 a stream lets the trainers go on)."""
 
 from __future__ import annotations
 
 from digenrl.schedule import Durations, Mode
-from digenrl.sim.planner import PUBLISH_PATHS, Scenario, _build, publish_paths, run_mode, split_options
+from dataclasses import replace
+
 from digenrl.sim import presets
+from digenrl.sim.presets import PUBLISH_PATHS
+from digenrl.sim.scenario import PresetSource, Scenario, run_mode, split_options
+
+
+def _build(setup, mode, split, path):
+    src = PresetSource(setup, mode)
+    return src.build(replace(src.start(split), publish=path))
+
+
+def publish_paths(setup, mode, split):
+    return PresetSource(setup, mode).values(split, "publish")
 
 
 def _setup(model="flux", tb="B", steps=3):
@@ -17,7 +29,7 @@ def _setup(model="flux", tb="B", steps=3):
 def _publish_span(setup, mode, split, path):
     """From the final commit's end to the generators holding the version: the publish, and for a stream the
     trainers' sends, which the final commit carries."""
-    cost, plan = _build(setup, mode, split, None, None, path)
+    cost, plan = _build(setup, mode, split, path)
     d = Durations(plan, cost)
     return d.publish() + d.commit(final=True) - d.commit(final=False)
 
@@ -35,9 +47,9 @@ def test_outside_tcss_the_shortest_path_alone_is_tried():
     assert spans["broadcast"] < spans["object_store"] / 3
     assert abs((spans["broadcast"] - spans["stream"]) - (b * (n - 1) / n / bus - b / n / net - 1e-3)) < 1e-9
     for mode in (Mode.GAP_TSP, Mode.GAP_TSP_TAG, Mode.NAIVE):
-        assert publish_paths(s, mode, split, None) == ["stream"]
-    assert publish_paths(s, Mode.FULL, split, None) == list(PUBLISH_PATHS)
-    assert publish_paths(s, Mode.COLOCATED, split, None) == [None]
+        assert publish_paths(s, mode, split) == ["stream"]
+    assert publish_paths(s, Mode.FULL, split) == list(PUBLISH_PATHS)
+    assert len(publish_paths(s, Mode.COLOCATED, split)) == 1  # (no publish: not searched)
 
 
 def test_joined_publish_in_the_plan_and_the_run():
@@ -46,8 +58,7 @@ def test_joined_publish_in_the_plan_and_the_run():
     r = run_mode(_setup(), "gap_tsp_tag", gen_gpus=4, shard_groups=1)
     assert r.publish == "stream" and r.plan.publish_joins and r.plan.publish_streams
     # the chosen plan's publish holds the generators for the stream's receive, not the trainers
-    cost, plan = _build(_setup(), Mode.GAP_TSP_TAG, r.split, r.plan.fragment_size, r.tag_copy, "stream",
-                        r.shard_groups)
+    cost, plan = PresetSource(_setup(), Mode.GAP_TSP_TAG).build(r.candidate)
     pubs = [sp for sp in r.result.spans if sp.kind == "publish"]
     assert pubs and {sp.worker for sp in pubs} == set(r.plan.generators)
     assert all(abs((sp.end - sp.start) - Durations(plan, cost).publish()) < 1e-9 for sp in pubs)

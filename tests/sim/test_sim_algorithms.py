@@ -52,35 +52,36 @@ def _cost(model, algo, n_gen=8, n_train=24):
 
 def test_nft_trains_cfg_free_and_moves_only_x0():
     # Qwen-Image samples with true CFG (2 forwards per step): DiffusionNFT's cell is one forward + backward
-    flow, nft = _cost("qwen-image", Algorithm()), _cost("qwen-image", Algorithm("nft", nft_old="current"))
+    flow, nft = _cost("qwen_image", Algorithm()), _cost("qwen_image", Algorithm("nft", nft_old="current"))
     assert flow.model.forwards_per_step == 2
     assert nft.train_flops_per_cell() == pytest.approx(flow.train_flops_per_cell() / 2)
     assert nft.act_cell == pytest.approx(flow.act_cell / 2)
     assert nft._denoise(4, "generator") == flow._denoise(4, "generator")  # sampling is unchanged
     m, wl = flow.model, flow.workload
-    latent = m.latent_channels * (wl.height // m.spatial_down) * (wl.width // m.spatial_down) * 2
-    text = m.text_tokens * m.text_dim * 2
+    sp = m.spec
+    latent = sp.latent_channels * (wl.height // sp.spatial_down) * (wl.width // sp.spatial_down) * 2
+    text = m.text_tokens * sp.text_dim * 2
     S = wl.trained_timesteps
     assert flow.trajectory_bytes() == 2 * S * latent + 4 * S + text
     assert nft.trajectory_bytes() == latent + text
-    guard = _cost("qwen-image", Algorithm("grpo_guard"))
+    guard = _cost("qwen_image", Algorithm("grpo_guard"))
     assert guard.trajectory_bytes() == 3 * S * latent + 4 * S + text
 
 
 def test_config_path_prices_the_configs_algorithm(tmp_path):
     """`simulate --config` with MixGRPO-Flash: the priced plan samples the compressed schedule's steps and
     trains the window."""
-    from digenrl.sim.from_config import price_on_testbed
+    from digenrl.sim.config_source import run_config_modes
 
     sets = ["train.algorithm=mixgrpo", "train.window_size=4", "sampler.num_steps=25", "sampler.post_solver=dpmpp_2m",
             "sampler.post_compress_ratio=0.4", "sampler.static_shift=3", "steps=2"]
-    runs = price_on_testbed("configs/flux1_dev.yaml", sets, presets.testbed_preset("B"), ["gap_tsp"])
+    runs = run_config_modes("configs/flux1_dev.yaml", sets, ["gap_tsp"], testbed=presets.testbed_preset("B"))
     plan = runs["gap_tsp"].plan
     assert plan.trained_timesteps == 4
     assert plan.sampling_steps == round(Algorithm("mixgrpo", window=4, flash_ratio=0.4).denoise_steps(25)) < 25
 
 
-@pytest.mark.parametrize("model,training", [("qwen-image", {}), ("flux", {}), ("flux", {"sharded": False, "lora_rank": 32})])
+@pytest.mark.parametrize("model,training", [("qwen_image", {}), ("flux", {}), ("flux", {"sharded": False, "lora_rank": 32})])
 def test_nft_soft_old_policy_adds_a_forward_per_cell_and_the_copys_updates(model, training):
     """train.nft_old_policy=soft over current: + F per cell (the no-grad v_old forward), + one all-gather per
     chunk under FSDP, + 48 bytes per rank trainable parameter per chunk (two in-place exchanges, 3 copies each,

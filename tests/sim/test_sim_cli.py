@@ -85,38 +85,47 @@ FIGURES = ("step_time_s", "gen_idle", "trainer_idle", "stale_fraction", "tag_fra
 SHAPE = ("gen_gpus", "trainer_gpus", "fragment_size", "chunk")
 
 
-def _cli_cost(colocated: bool):
-    """The cost model the CLI builds for SMALL (3+5 split, or the colocated pool): the same code path."""
+def _setup_small():
     from digenrl.sim.cli import _setup, build_parser
-    from digenrl.sim.planner import colocated_options, make_cost, split_options
 
-    setup = _setup(build_parser().parse_args(SMALL))
-    split = colocated_options(setup)[0] if colocated else next(s for s in split_options(setup) if s.n_gen == 3)
-    return make_cost(setup, split, colocated)
+    return _setup(build_parser().parse_args(SMALL))
 
 
-def test_measured_profile_replaces_the_roofline(tmp_path, capsys):
-    # a profile tabulated from the CLI's own roofline at every batch the plans use prices every action exactly
-    # as the roofline does, and the simulator is deterministic: every mode's figures are the same floats
-    modes = ["naive", "gap", "gap_tsp", "gap_tsp_tag", "full"]
-    path = save_profile(tabulate(_cli_cost(False), range(1, 129), "roofline B 3+5"), tmp_path / "p.json")
-    a = run_json(capsys, "--gen-gpus", "3", "--modes", *modes)
-    b = run_json(capsys, "--gen-gpus", "3", "--modes", *modes, "--profile", str(path))
-    assert [r["mode"] for r in b] == modes
-    for ra, rb in zip(a, b):
-        for k in FIGURES:
-            assert rb[k] == pytest.approx(ra[k], rel=1e-12, abs=1e-12), (ra["mode"], k)
-        assert [rb[k] for k in SHAPE] == [ra[k] for k in SHAPE]
-        assert rb["speedup_vs_naive"] == pytest.approx(ra["speedup_vs_naive"], rel=1e-12)
-    # colocated runs on its own (8-GPU colocated) costs: the 3+5 profile changes it, its own profile does not
-    (ca,) = run_json(capsys, "--modes", "colocated")
-    (cb,) = run_json(capsys, "--modes", "colocated", "--profile", str(path))
-    assert cb["step_time_s"] != pytest.approx(ca["step_time_s"], rel=1e-3)
-    own = save_profile(tabulate(_cli_cost(True), range(1, 129), "roofline B colocated"), tmp_path / "c.json")
-    (cc,) = run_json(capsys, "--modes", "colocated", "--profile", str(own))
-    for k in FIGURES:
-        assert cc[k] == pytest.approx(ca[k], rel=1e-12, abs=1e-12), k
-    assert [cc[k] for k in SHAPE] == [ca[k] for k in SHAPE]
+def _as_profiled(setup, run, tmp_path):
+    """``setup`` priced by a profile tabulated from the roofline of ``run``'s candidate at every batch the plans
+    use, measured at its trainer count, with the candidate's training settings (a profile prices only those)."""
+    from dataclasses import replace
+
+    from digenrl.control.profile import load_profile
+    from digenrl.sim.scenario import make_cost, with_candidate
+
+    c = run.candidate
+    path = save_profile(tabulate(make_cost(setup, c, run.mode.value == "colocated"), range(1, 129), "roofline"),
+                        tmp_path / f"{run.mode.value}.json")
+    return replace(with_candidate(setup, c), profile=load_profile(path), profile_trainers=c.split.n_train)
+
+
+def test_measured_profile_replaces_the_roofline(tmp_path):
+    # a profile tabulated from the roofline of the plan the planner chose, at every batch the plans use, prices
+    # every action exactly as the roofline does, and the simulator is deterministic: the same floats
+    from digenrl.sim.scenario import run_mode
+
+    setup = _setup_small()
+    for m in ["naive", "gap", "gap_tsp", "gap_tsp_tag", "full", "colocated"]:
+        ra = run_mode(setup, m, 3 if m != "colocated" else None)
+        rb = run_mode(_as_profiled(setup, ra, tmp_path), m, 3 if m != "colocated" else None)
+        for k in ("step_time", "gen_idle", "trainer_idle", "stale_fraction", "tag_fragments_per_step"):
+            assert getattr(rb.result, k) == pytest.approx(getattr(ra.result, k), rel=1e-12, abs=1e-12), (m, k)
+        assert (rb.n_gen, rb.n_train, rb.plan.fragment_size, rb.plan.chunk_generations, rb.plan.chunk_timesteps) \
+            == (ra.n_gen, ra.n_train, ra.plan.fragment_size, ra.plan.chunk_generations, ra.plan.chunk_timesteps)
+    # colocated on the 3+5 split's costs (its all-reduce scaled from 5 ranks to 8) is another figure
+    naive = run_mode(setup, "naive", 3)
+    coloc = run_mode(setup, "colocated")
+    assert run_mode(_as_profiled(setup, naive, tmp_path), "colocated").result.step_time != \
+        pytest.approx(coloc.result.step_time, rel=1e-3)
+
+
+def test_a_bad_profile_exits_2(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "digenrl-profile", "version": 1, "ops": {"denoise": [[1, 0.1]]}}))
     assert main(SMALL + ["--profile", str(bad)]) == 2

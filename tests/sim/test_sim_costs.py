@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from digenrl.schedule import Durations, Mode
-from digenrl.sim.planner import Scenario, make_plan
+from digenrl.sim.planner import Candidate, Split
+from digenrl.sim.scenario import Scenario, make_plan
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS, tokens_per_sample
 from digenrl.control.profile import ProfileCost, ProfileError, load_profile, save_profile, tabulate
 from digenrl.sim.roofline import InfeasibleError, RooflineCost
@@ -16,12 +17,14 @@ from digenrl.sim.roofline import InfeasibleError, RooflineCost
 
 def test_token_counts_from_latent_shapes():
     # HunyuanVideo 848x480x33: (33-1)/4+1 = 9 latent frames of (480/16) x (848/16) = 30 x 53 tokens
-    assert tokens_per_sample(MODELS["hunyuan"], WORKLOADS["hunyuan"]) == (9 * 30 * 53, 9)
+    assert tokens_per_sample(MODELS["hunyuan_video"], WORKLOADS["hunyuan_video"]) == (9 * 30 * 53, 9)
     assert tokens_per_sample(MODELS["flux"], WORKLOADS["flux"]) == (32 * 32, 1)
 
 
 def test_forward_flops_are_per_stream_and_denoise_prices_them():
-    from digenrl.sim.flops import ARCHS
+    from digenrl.models.specs import SPECS
+
+    ARCHS = {k: s.arch for k, s in SPECS.items()}
 
     c = RooflineCost(MODELS["flux"], WORKLOADS["flux"], TESTBEDS["B"], 8, 24)
     a, s = ARCHS["flux"], ARCHS["flux"].streams
@@ -56,13 +59,15 @@ def test_training_flops_full_vs_lora():
 
 
 def test_publish_object_store_and_lora_sizes():
-    from digenrl.sim.flops import ARCHS
+    from digenrl.models.specs import SPECS
+
+    ARCHS = {k: s.arch for k, s in SPECS.items()}
     from digenrl.sim.presets import LORA_REPLICATED, Training
     from digenrl.sim.roofline import HOST_COPY_GBS
 
     tb = TESTBEDS["B"]
-    c = RooflineCost(MODELS["hunyuan"], WORKLOADS["hunyuan"], tb, 12, 20)
-    b = 2 * ARCHS["hunyuan"].params
+    c = RooflineCost(MODELS["hunyuan_video"], WORKLOADS["hunyuan_video"], tb, 12, 20)
+    b = 2 * ARCHS["hunyuan_video"].params
     net = 400e9 / 8
     # the 20 trainer ranks sit on slots 0-19: 8 + 8 + 4 per HGX node, so a ring over them runs at the slowest
     # node's 4 NICs (4 x 50 GB/s, under NVLink's 450 GB/s one way); the 12 generators on nodes 2 and 3
@@ -72,19 +77,19 @@ def test_publish_object_store_and_lora_sizes():
     gather = b * 19 / 20 / bus
     expect = gather + b / 64e9 + b / (HOST_COPY_GBS * 1e9) + 2 * b / net + b / 64e9 + 0.01
     assert c.time("publish", 1, "trainer") == pytest.approx(expect)
-    bc = RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=Training(publish="broadcast")),
+    bc = RooflineCost(MODELS["hunyuan_video"], replace(WORKLOADS["hunyuan_video"], training=Training(publish="broadcast")),
                       tb, 12, 20)
     assert bc.time("publish", 1, "trainer") == pytest.approx(gather + b / net + b / 3350e9 + 0.01)
     # stream: each of the 20 ranks sends its 1/20 (the trainers' part); the generators receive all b and load it
-    st = RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=Training(publish="stream")),
+    st = RooflineCost(MODELS["hunyuan_video"], replace(WORKLOADS["hunyuan_video"], training=Training(publish="stream")),
                       tb, 12, 20)
     assert st.time("publish", 1, "trainer") == pytest.approx(b / 20 / net + 1e-3)
     assert st.time("publish", 1, "generator") == pytest.approx(b / net + b / 3350e9 + 0.01)
-    lora = RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=LORA_REPLICATED), tb, 12, 20)
-    assert lora.publish_bytes() == 2 * 64 * ARCHS["hunyuan"].adapter_dims
+    lora = RooflineCost(MODELS["hunyuan_video"], replace(WORKLOADS["hunyuan_video"], training=LORA_REPLICATED), tb, 12, 20)
+    assert lora.publish_bytes() == 2 * 64 * ARCHS["hunyuan_video"].adapter_dims
     assert lora.time("publish", 1, "trainer") < 0.05 * c.time("publish", 1, "trainer")
     # replicated LoRA: ring all-reduce of fp32 LoRA grads, Adam over every LoRA parameter on each rank
-    L = 64 * ARCHS["hunyuan"].adapter_dims
+    L = 64 * ARCHS["hunyuan_video"].adapter_dims
     assert lora.time("allreduce", 1, "trainer") == pytest.approx(2 * 4 * L * 19 / 20 / bus + 1e-3)
     assert lora.time("optimizer", 1, "trainer") == pytest.approx(28 * L / 3350e9 + 1e-3)
 
@@ -137,21 +142,24 @@ def test_tag_with_an_inference_copy_pays_one_gather_per_switch_and_none_per_forw
     assert c.time("denoise", 1, "generator") == plain.time("denoise", 1, "generator")
     # where the copy does not fit beside the training state (HunyuanVideo on 12 L40S: training fits), refused
     with pytest.raises(InfeasibleError, match="inference copy"):
-        RooflineCost(MODELS["hunyuan"], replace(WORKLOADS["hunyuan"], training=Training(tag_copy=True)),
+        RooflineCost(MODELS["hunyuan_video"], replace(WORKLOADS["hunyuan_video"], training=Training(tag_copy=True)),
                      TESTBEDS["A"], 20, 12)
 
 
 def test_colocated_switch_from_bytes_and_bandwidths():
-    P = MODELS["hunyuan"].archi.params
+    P = MODELS["hunyuan_video"].archi.params
     tb = TESTBEDS["A"]
     # 32 ranks: optimizer shards are small, the inference copy fits: gather + bucketed hand-off only
-    c = RooflineCost(MODELS["hunyuan"], WORKLOADS["hunyuan"], tb, 0, 32, colocated=True)
+    c = RooflineCost(MODELS["hunyuan_video"], WORKLOADS["hunyuan_video"], tb, 0, 32, colocated=True)
     assert not c.switch.offload
     # L40S servers have no NVLink: inside a node the ranks talk over PCIe Gen4 (32 GB/s one way), below their
     # 8 NICs' 8 x 25 GB/s, so the 32-rank ring runs at 32 GB/s
     assert c.time("tag_switch", 1, "trainer") == pytest.approx(2 * P * 31 / 32 / 32e9 + 2 * P / 864e9)
-    # gradients are free while a colocated rank generates, so the 2P inference copy takes their place
-    assert c.max_fragment == int((48e9 - (2 * P / 32 + 12 * P / 32 + 2 * P + 3e9)) // c.act_infer)
+    # gradients are free while a colocated rank generates, so the 2P inference copy takes their place (the bytes
+    # of the memory plan, train.memory; 48 GiB)
+    items = c.memory.plan.items
+    resident = sum(items.values()) - items["grads"]
+    assert c.max_fragment == int((48 * 2**30 - resident - 2 * P) // c.act_infer)
 
 
 def test_colocated_offload_when_the_copy_does_not_fit():
@@ -180,12 +188,14 @@ def test_batching_and_packing_pay_off_only_when_compute_is_not_saturated():
 
 
 def test_memory_limits():
-    # 20B over 4 ranks: bf16 shards + fp32 master/Adam + fp32 grad shards = 18P/4 = 90 GB > 48 GB
-    with pytest.raises(InfeasibleError, match="GB"):
-        RooflineCost(MODELS["qwen-image"], WORKLOADS["qwen-image"], TESTBEDS["A"], 8, 4)
-    ok = RooflineCost(MODELS["qwen-image"], WORKLOADS["qwen-image"], TESTBEDS["A"], 8, 24)  # 18P/24 = 15 GB
+    # 20B over 4 ranks: fp32 master + AdamW + fp32 grad shards = 16P/4 = 82 GB > 48 GiB (the memory plan)
+    with pytest.raises(InfeasibleError, match="GiB per rank"):
+        RooflineCost(MODELS["qwen_image"], WORKLOADS["qwen_image"], TESTBEDS["A"], 8, 4)
+    ok = RooflineCost(MODELS["qwen_image"], WORKLOADS["qwen_image"], TESTBEDS["A"], 8, 24)  # 16P/24 = 14 GB
     assert ok.max_cells >= 1
-    assert ok.mem.grads == pytest.approx(4 * MODELS["qwen-image"].archi.params / 24)  # reduce-scattered per chunk
+    items = ok.memory.plan.items
+    assert items["grads"] == pytest.approx(4 * MODELS["qwen_image"].archi.params / 24)  # reduce-scattered per chunk
+    assert ok.trainer_state_bytes() + ok.max_cells * ok.act_cell <= 48 * 2**30
 
 
 def test_heterogeneous_pools_price_each_side_on_its_gpu():
@@ -198,7 +208,7 @@ def test_heterogeneous_pools_price_each_side_on_its_gpu():
 def test_colocated_publish_is_free():
     s = Scenario(MODELS["flux"], TESTBEDS["B"], WORKLOADS["flux"], 8, steps=1)
     cost = RooflineCost(MODELS["flux"], WORKLOADS["flux"], TESTBEDS["B"], 0, 8, colocated=True)
-    plan = make_plan(s, Mode.COLOCATED, 0, 8, cost)
+    plan = make_plan(s, Mode.COLOCATED, Candidate(Split(0, 8, s.testbed.gpu, s.testbed.gpu), 1), cost)
     assert Durations(plan, cost).publish() == 0.0 and cost.time("publish", 1, "trainer") > 0
 
 
@@ -234,7 +244,7 @@ def test_profile_errors(data, msg):
 
 
 def test_profile_file_round_trip(tmp_path):
-    roof = RooflineCost(MODELS["hunyuan"], WORKLOADS["hunyuan"], TESTBEDS["B"], 12, 20)
+    roof = RooflineCost(MODELS["hunyuan_video"], WORKLOADS["hunyuan_video"], TESTBEDS["B"], 12, 20)
     path = save_profile(tabulate(roof, (1, 2, 4)), tmp_path / "p.json")
     loaded = load_profile(path)
     assert json.loads(path.read_text())["format"] == "digenrl-profile"

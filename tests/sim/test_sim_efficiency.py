@@ -25,7 +25,7 @@ def test_h100_plateau_is_the_geometric_mean_of_its_measured_utilisations():
         lf = 1 + (m.frames - 1) // 4 if m.frames > 1 else 1
         x = lf * (m.height // 16) * (m.width // 16)
         F = m.steps * m.forwards_per_step * MODELS[m.model].archi.forward_flops(x, m.text_tokens)
-        vae = MODELS[m.model].vae_flop_per_px * m.width * m.height * m.frames / (989e12 * 0.35)
+        vae = MODELS[m.model].spec.vae_flop_per_px * m.width * m.height * m.frames / (989e12 * 0.35)
         vals.append(F / ((m.seconds - vae) * 989e12) / (x / (x + 512)))
     assert len(vals) == 3
     assert plateau(H100)[0] == pytest.approx(math.exp(sum(map(math.log, vals)) / 3))

@@ -3,7 +3,7 @@
 Oracles: (1) the diffusers class built from the same config on the meta device, its parameters classified here
 by module name into the streams their tokens pass; (2) ``torch.utils.flop_counter.FlopCounterMode`` over a
 meta-device forward (counts every matmul, linear and scaled-dot-product attention). Neither uses the closed
-forms of ``digenrl.sim.flops``.
+forms of ``digenrl.models.flops`` (the configs are the registry's, ``digenrl.models.specs``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import re
 
 import pytest
 
-from digenrl.sim.flops import ARCHS
+from digenrl.models.specs import SPECS
+
+ARCHS = {k: s.arch for k, s in SPECS.items()}
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -44,10 +46,10 @@ def _stream_of(family: str, name: str, p) -> str:
 
 
 def _meta_model(key: str):
-    a = ARCHS[key]
-    cls = getattr(diffusers, a.diffusers_class)
+    s = SPECS[key]
+    cls = getattr(diffusers, s.diffusers_class)
     with torch.device("meta"):
-        return cls(**a.config)
+        return cls(**s.config)
 
 
 @pytest.mark.parametrize("key", sorted(ARCHS))
@@ -65,27 +67,26 @@ def _forward_inputs(key: str, n_img_side: tuple[int, int, int], n_txt: int):
     """Inputs of one meta-device forward: (frames, height, width) latent tokens after patchify."""
     f, hh, ww = n_img_side
     dt, dev = torch.bfloat16, "meta"
-    a = ARCHS[key]
-    c = a.config
+    c = SPECS[key].config
     t = torch.empty(1, device=dev)
     if key == "flux":
         return dict(hidden_states=torch.empty(1, hh * ww, 64, device=dev, dtype=dt),
                     encoder_hidden_states=torch.empty(1, n_txt, 4096, device=dev, dtype=dt),
                     pooled_projections=torch.empty(1, 768, device=dev, dtype=dt), timestep=t, guidance=t,
                     img_ids=torch.zeros(hh * ww, 3), txt_ids=torch.zeros(n_txt, 3), return_dict=False)
-    if key == "qwen-image":
+    if key == "qwen_image":
         return dict(hidden_states=torch.empty(1, hh * ww, 64, device=dev, dtype=dt),
                     encoder_hidden_states=torch.empty(1, n_txt, c["joint_attention_dim"], device=dev, dtype=dt),
                     encoder_hidden_states_mask=torch.ones(1, n_txt, device=dev, dtype=torch.long), timestep=t,
                     img_shapes=[(1, hh, ww)], return_dict=False)
-    if key == "sd35-medium":
+    if key == "sd3":
         return dict(hidden_states=torch.empty(1, 16, 2 * hh, 2 * ww, device=dev, dtype=dt),
                     encoder_hidden_states=torch.empty(1, n_txt, 4096, device=dev, dtype=dt),
                     pooled_projections=torch.empty(1, 2048, device=dev, dtype=dt), timestep=t, return_dict=False)
     if key == "wan":
         return dict(hidden_states=torch.empty(1, 16, f, 2 * hh, 2 * ww, device=dev, dtype=dt), timestep=t,
                     encoder_hidden_states=torch.empty(1, n_txt, 4096, device=dev, dtype=dt), return_dict=False)
-    if key == "hunyuan":
+    if key == "hunyuan_video":
         return dict(hidden_states=torch.empty(1, 16, f, 2 * hh, 2 * ww, device=dev, dtype=dt), timestep=t,
                     encoder_hidden_states=torch.empty(1, n_txt, 4096, device=dev, dtype=dt),
                     encoder_attention_mask=torch.ones(1, n_txt, device=dev, dtype=torch.long),

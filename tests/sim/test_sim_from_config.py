@@ -109,7 +109,7 @@ def test_flux_preset_maps_onto_the_roofline_inputs():
     assert (w.training.lora_rank, w.training.sharded, w.training.recompute, w.training.publish) == \
         (64, False, True, "object_store")
     m = config_model(cfg)
-    assert m.arch == "flux" and m.text_tokens == 128   # model.options.max_sequence_length
+    assert m.spec.kind == "flux" and m.text_tokens == 128   # model.options.max_sequence_length
     wan = load_config("configs/wan21_14b.yaml")
     ww = config_workload(wan, 19)
     assert (ww.width, ww.height, ww.frames, ww.training.lora_rank) == (416, 240, 33, 32)
@@ -163,15 +163,25 @@ def test_config_path_decides_tag_with_the_configs_policy(tmp_path, capsys):
 
 
 def test_profile_pool_sizes_are_checked(tmp_path, capsys):
-    """A profile that says it was measured with 2 trainer ranks prices 2 (and 1: all-reduce 0); a requested mode
-    at 3 ranks is refused (its all-reduce is unknown), a baseline at other sizes carries a note."""
+    """The one policy (``control.profile.profile_at``): a profile measured at 2 trainer ranks prices any count (its
+    all-reduce scaled as a ring's); one measured at 1 rank prices only 1: a requested mode at 2 ranks is refused,
+    a baseline at another count is priced as profiled and its row says so."""
     p = _profile(tmp_path)
     data = json.loads(p.read_text())
     data["trainers"] = 2
     p.write_text(json.dumps(data))
     rows = _rows(capsys, ["--config", "default", "--profile", str(p), "--json", *SETS, "--modes", "gap_tsp", "colocated"])
-    assert rows["gap_tsp"]["note"] == "" and "priced as profiled at 2" in rows["colocated"]["note"]
-    argv = ["--config", "default", "--profile", str(p), "--json", "--set", "steps=4", "--set", "runtime.trainers=3",
+    assert rows["gap_tsp"]["note"] == "" and rows["colocated"]["note"] == ""
+    three = ["--config", "default", "--profile", str(p), "--json", "--set", "steps=4", "--set", "runtime.trainers=3",
+             "--modes", "gap_tsp"]
+    assert main(three) == 0
+    capsys.readouterr()
+    data["trainers"] = 1
+    p.write_text(json.dumps(data))
+    argv = ["--config", "default", "--profile", str(p), "--json", "--set", "steps=4", "--set", "runtime.trainers=1",
             "--modes", "gap_tsp"]
-    assert main(argv) == 2
-    assert "allreduce is unknown at 3 trainer ranks" in capsys.readouterr().err
+    assert _rows(capsys, argv)["gap_tsp"]["note"] == ""  # (the colocated baseline at 2: priced as profiled)
+    assert main(argv + ["colocated"]) == 2  # requested at 2 ranks: refused
+    assert "measured at 1 trainer rank" in capsys.readouterr().err
+    assert main(three) == 2
+    assert "measured at 1 trainer rank" in capsys.readouterr().err

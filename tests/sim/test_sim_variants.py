@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from digenrl.sim.planner import Scenario, run_mode
+from digenrl.sim.scenario import Scenario, run_mode
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
 from digenrl.sim.roofline import RooflineCost
 from digenrl.sim.presets import LORA_REPLICATED
@@ -61,7 +61,7 @@ def test_the_default_factor_is_xdits_compile_ratio():
 
 
 def test_a_variant_keeps_the_rooflines_memory_limits_in_the_planner():
-    from digenrl.sim.planner import _limits
+    from digenrl.sim.scenario import limits as _limits
 
     base = _roof()
     assert _limits(FastGenerators(base), WORKLOADS["flux"]) == (base.max_fragment, base.max_chunk)

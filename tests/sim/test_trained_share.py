@@ -14,9 +14,9 @@ from digenrl.sim.roofline import RooflineCost
 
 
 def test_a_chunk_costs_the_cells_that_run():
-    w = WORKLOADS["hunyuan"]
-    third = RooflineCost(MODELS["hunyuan"], replace(w, trained_share=8 / 24), TESTBEDS["A"], 8, 24)
-    whole = RooflineCost(MODELS["hunyuan"], w, TESTBEDS["A"], 8, 24)
+    w = WORKLOADS["hunyuan_video"]
+    third = RooflineCost(MODELS["hunyuan_video"], replace(w, trained_share=8 / 24), TESTBEDS["A"], 8, 24)
+    whole = RooflineCost(MODELS["hunyuan_video"], w, TESTBEDS["A"], 8, 24)
     for c in (24, 48, 72, 25):
         runs = -(-c * 8 // 24)  # ceil(c / 3) cells of the chunk train
         assert third.time("train_chunk", c, "trainer") == whole.time("train_chunk", runs, "trainer")

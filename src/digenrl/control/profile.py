@@ -21,6 +21,17 @@ Ops are those of ``digenrl.schedule.cost`` (batch = generations, cells, or 1). E
 (generic or for both pools). Lookup: ``"<pool>/<op>"`` if present, else ``"<op>"``. Evaluation at batch b:
 one point (b0, s0) -> s0 * b / b0 (proportional); several points -> linear interpolation between the two
 neighbouring points, linear extrapolation from the two first / last points outside, clamped at 0.
+
+**A profile at another trainer count** (``profile_at``, the one policy of ``digenrl simulate``, ``digenrl plan`` and
+``digenrl train``'s prediction): every op is a worker's own work, the same at any pool size, except the gradient
+all-reduce, which was measured at the profile's ``trainers`` = M ranks. At N ranks it is scaled as a ring
+all-reduce scales, per-rank traffic 2 (N - 1) / N of the gradient::
+
+    allreduce(N) = allreduce(M) x ((N - 1) / N) / ((M - 1) / M)          (0 at N = 1: no collective)
+
+A profile without ``trainers`` is taken as measured at the trainer count of the config it prices (``digenrl
+simulate --config``, ``digenrl plan``); one measured at one rank (no all-reduce), or without ``trainers`` where
+there is no config (``simulate --model``), prices only its own count and N = 1: another is refused, naming why.
 """
 
 from __future__ import annotations
@@ -126,6 +137,41 @@ def load_profile(path: str | Path) -> ProfileCost:
     except (OSError, json.JSONDecodeError) as e:
         raise ProfileError(f"--profile: {str(p)!r} is not valid JSON ({e})") from None
     return ProfileCost.from_dict(data, where=str(p))
+
+
+class RingAllreduce:
+    """``cost`` with the all-reduce moved from the ``measured`` trainer ranks it was timed on to ``ranks``."""
+
+    def __init__(self, cost: CostModel, measured: int, ranks: int):
+        self.cost = cost
+        self.factor = 0.0 if ranks == 1 else ((ranks - 1) / ranks) / ((measured - 1) / measured)
+
+    def time(self, op: str, batch: int, pool: str) -> float:
+        t = self.cost.time(op, batch, pool)
+        return t * self.factor if op == "allreduce" else t
+
+
+def profile_at(cost: CostModel, measured: int | None, ranks: int) -> CostModel | str:
+    """The profile ``cost`` (measured at ``measured`` trainer ranks; None: unknown) at ``ranks`` trainer ranks, or
+    why it cannot price them (the module docstring's policy)."""
+    if ranks == measured:
+        return cost
+    if ranks == 1:
+        return RingAllreduce(cost, 2, 1)
+    if measured is None or measured < 2:
+        have = "has no 'trainers' key" if measured is None else "was measured at 1 trainer rank (no all-reduce)"
+        return f"the profile {have}: its all-reduce at {ranks} trainer ranks is unknown"
+    return RingAllreduce(cost, measured, ranks)
+
+
+def profile_pools(path: str | Path) -> tuple[int | None, int | None]:
+    """(generators, trainers) a profile JSON says it was measured with (None where it does not say)."""
+    data = json.loads(Path(path).read_text())
+    out = []
+    for k in ("generators", "trainers"):
+        v = data.get(k)
+        out.append(int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None)
+    return out[0], out[1]
 
 
 def tabulate(cost: CostModel, batches: Iterable[int] = (1, 2, 4, 8, 16), source: str = "") -> ProfileCost:

@@ -23,6 +23,7 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
+from digenrl.models.specs import SPECS
 
 
 class FluxPolicy(DiffusersPolicy):
@@ -31,7 +32,7 @@ class FluxPolicy(DiffusersPolicy):
         pipeline_class="FluxPipeline",
         text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
         extra_components=("image_encoder", "feature_extractor"),
-        default_options=(("height", 512), ("width", 512), ("max_sequence_length", 512)),
+        default_options=SPECS["flux"].default_options(),
     )
 
     def __init__(self, pipe, model_cfg, **kw):

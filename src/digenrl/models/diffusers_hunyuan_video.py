@@ -21,6 +21,7 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
+from digenrl.models.specs import SPECS
 
 
 class HunyuanVideoPolicy(DiffusersPolicy):
@@ -28,7 +29,7 @@ class HunyuanVideoPolicy(DiffusersPolicy):
         name="hunyuan_video",
         pipeline_class="HunyuanVideoPipeline",
         text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
-        default_options=(("height", 480), ("width", 480), ("frames", 53), ("max_sequence_length", 256)),
+        default_options=SPECS["hunyuan_video"].default_options(),
     )
     uses_guidance_embedding = True
 

@@ -26,6 +26,7 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
+from digenrl.models.specs import SPECS
 
 
 class QwenImagePolicy(DiffusersPolicy):
@@ -33,7 +34,7 @@ class QwenImagePolicy(DiffusersPolicy):
         name="qwen_image",
         pipeline_class="QwenImagePipeline",
         text_components=("text_encoder", "tokenizer"),
-        default_options=(("height", 512), ("width", 512), ("max_sequence_length", 512), ("negative_prompt", " ")),
+        default_options=SPECS["qwen_image"].default_options() + (("negative_prompt", " "),),
     )
 
     def _latent_layout(self) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
+from digenrl.models.specs import SPECS
 
 
 class SD3Policy(DiffusersPolicy):
@@ -28,7 +29,7 @@ class SD3Policy(DiffusersPolicy):
         pipeline_class="StableDiffusion3Pipeline",
         text_components=("text_encoder", "text_encoder_2", "text_encoder_3", "tokenizer", "tokenizer_2", "tokenizer_3"),
         extra_components=("image_encoder", "feature_extractor"),
-        default_options=(("height", 512), ("width", 512), ("max_sequence_length", 256)),
+        default_options=SPECS["sd3"].default_options(),
     )
 
     def _latent_layout(self) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
+from digenrl.models.specs import SPECS
 
 
 class WanPolicy(DiffusersPolicy):
@@ -31,7 +32,7 @@ class WanPolicy(DiffusersPolicy):
         pipeline_class="WanPipeline",
         text_components=("text_encoder", "tokenizer"),
         extra_components=("transformer_2",),
-        default_options=(("height", 240), ("width", 416), ("frames", 33), ("max_sequence_length", 512)),
+        default_options=SPECS["wan"].default_options(),
     )
 
     def _latent_layout(self) -> tuple[int, ...]:

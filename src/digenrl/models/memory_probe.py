@@ -14,8 +14,8 @@ and the real-width diffusers transformers (fewer layers) the memory plan is cali
 * ``saved_bytes_by_block``: bytes of the tensors autograd saves for backward during one forward
   (``saved_tensors_hooks``), each storage counted once, parameters excluded, attributed to the module kind
   that was running (forward pre/post hooks).
-* ``REAL_CONFIGS`` / ``build_transformer``: the diffusers transformer classes with the published widths (the
-  ``transformer/config.json`` of each model repo; cited per entry) and a chosen number of layers;
+* ``build_transformer``: the diffusers transformer class of a family with the published widths (its
+  ``transformer/config.json``, from the registry ``models.specs``) and a chosen number of layers;
   ``transformer_inputs`` makes one batch of inputs with ``img_tokens`` latent tokens and ``txt_tokens`` text
   tokens, mirroring the family adapters' ``_transformer_call``.
 """
@@ -29,46 +29,6 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
-
-# Published transformer configs (diffusers constructor arguments) - the layer counts are replaced by the probe.
-REAL_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
-    # black-forest-labs/FLUX.1-dev transformer/config.json
-    "flux": ("FluxTransformer2DModel", dict(
-        patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
-        num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
-        axes_dims_rope=(16, 56, 56))),
-    # stabilityai/stable-diffusion-3.5-medium transformer/config.json (MMDiT-X: dual attention in layers 0-12)
-    "sd3": ("SD3Transformer2DModel", dict(
-        sample_size=128, patch_size=2, in_channels=16, num_layers=24, attention_head_dim=64, num_attention_heads=24,
-        joint_attention_dim=4096, caption_projection_dim=1536, pooled_projection_dim=2048, out_channels=16,
-        pos_embed_max_size=384, dual_attention_layers=tuple(range(13)), qk_norm="rms_norm")),
-    # Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json
-    "wan": ("WanTransformer3DModel", dict(
-        patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=16, out_channels=16,
-        text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", eps=1e-6)),
-    # Qwen/Qwen-Image transformer/config.json
-    "qwen_image": ("QwenImageTransformer2DModel", dict(
-        patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
-        num_attention_heads=24, joint_attention_dim=3584, guidance_embeds=False, axes_dims_rope=(16, 56, 56))),
-    # hunyuanvideo-community/HunyuanVideo transformer/config.json
-    "hunyuan_video": ("HunyuanVideoTransformer3DModel", dict(
-        in_channels=16, out_channels=16, num_attention_heads=24, attention_head_dim=128, num_layers=20,
-        num_single_layers=40, num_refiner_layers=2, mlp_ratio=4.0, patch_size=2, patch_size_t=1,
-        qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=4096, pooled_projection_dim=768,
-        rope_theta=256.0, rope_axes_dim=(16, 56, 56))),
-}  # fmt: skip
-
-# The layer-count keys of each config and the block-list attribute each one sizes.
-LAYER_KEYS: dict[str, dict[str, str]] = {
-    "flux": {"num_layers": "transformer_blocks", "num_single_layers": "single_transformer_blocks"},
-    "sd3": {"num_layers": "transformer_blocks"},
-    "wan": {"num_layers": "blocks"},
-    "qwen_image": {"num_layers": "transformer_blocks"},
-    "hunyuan_video": {"num_layers": "transformer_blocks", "num_single_layers": "single_transformer_blocks",
-                      "num_refiner_layers": "context_embedder.token_refiner.refiner_blocks"},
-}
-
 
 _MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
             torch.ops.aten.baddbmm.default)
@@ -169,9 +129,11 @@ def build_transformer(family: str, layers: dict[str, int] | None = None, *, dtyp
     ``empty``: parameters are allocated without initialisation (memory probes do not need values)."""
     import diffusers
 
-    cls_name, cfg = REAL_CONFIGS[family]
-    cfg = dict(cfg)
-    for key in LAYER_KEYS[family]:
+    from digenrl.models.specs import SPECS
+
+    spec = SPECS[family]
+    cls_name, cfg = spec.diffusers_class, dict(spec.config)
+    for key in spec.layer_keys:
         cfg[key] = (layers or {}).get(key, 1)
     cls = getattr(diffusers, cls_name)
     if not empty:
@@ -243,12 +205,14 @@ def transformer_inputs(family: str, model: torch.nn.Module, batch: int, img_toke
                     encoder_attention_mask=torch.ones(batch, txt_tokens, dtype=torch.long),
                     pooled_projections=rnd(batch, c.pooled_projection_dim),
                     guidance=torch.full((batch,), 3500.0, dtype=dtype), return_dict=False)
-    raise ValueError(f"unknown family {family!r}; expected one of {sorted(REAL_CONFIGS)}")
+    raise ValueError(f"unknown family {family!r}; expected one of sd3, flux, wan, qwen_image, hunyuan_video")
 
 
 def block_kinds(family: str) -> dict[str, str]:
     """Block-list path -> kind name used by the memory plan (the last path component)."""
-    return {path: path.split(".")[-1] for path in LAYER_KEYS[family].values()}
+    from digenrl.models.specs import SPECS
+
+    return {path: path.split(".")[-1] for path in SPECS[family].layer_keys.values()}
 
 
 def add_lora(model: torch.nn.Module, family: str, rank: int) -> None:

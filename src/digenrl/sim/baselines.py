@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..schedule.cost import TRAINER
+from ..models.specs import canonical
 from ..recipe_base import SOURCES
 from .presets import FULL_SHARDED, Training
 from .roofline import RooflineCost
@@ -63,9 +64,9 @@ class PeerConfig:
 FLOW_GRPO: dict[str, PeerConfig] = {
     "flux": PeerConfig(64, 3, 3, "config/grpo.py::pickscore_flux: sample.train_batch_size = 3, train.batch_size = 3; "
                                  "scripts/train_flux.py: LoraConfig(r=64)"),
-    "qwen-image": PeerConfig(64, 4, 4, "config/grpo.py::pickscore_qwenimage: sample.train_batch_size = 4, "
+    "qwen_image": PeerConfig(64, 4, 4, "config/grpo.py::pickscore_qwenimage: sample.train_batch_size = 4, "
                                        "train.batch_size = 4; scripts/train_qwenimage.py: LoraConfig(r=64)"),
-    "sd35-medium": PeerConfig(32, 9, 9, "config/grpo.py::pickscore_sd3: sample.train_batch_size = 9, "
+    "sd3": PeerConfig(32, 9, 9, "config/grpo.py::pickscore_sd3: sample.train_batch_size = 9, "
                                         "train.batch_size = 9; scripts/train_sd3.py: LoraConfig(r=32)"),
     "wan": PeerConfig(32, 8, 8, "config/grpo.py::general_ocr_wan2_1: sample.train_batch_size = 8, train.batch_size "
                                 "= 8; scripts/train_wan2_1.py: LoraConfig(r=32)"),
@@ -77,7 +78,7 @@ FLOW_GRPO: dict[str, PeerConfig] = {
 DANCEGRPO: dict[str, PeerConfig] = {
     "flux": PeerConfig(0, 1, 1, "fastvideo/train_grpo_flux.py: FSDP(transformer), batch 1; "
                                 "finetune_flux_grpo.sh: --train_batch_size 1, --gradient_checkpointing"),
-    "hunyuan": PeerConfig(0, 1, 1, "fastvideo/train_grpo_hunyuan.py: FSDP(transformer), batch 1; "
+    "hunyuan_video": PeerConfig(0, 1, 1, "fastvideo/train_grpo_hunyuan.py: FSDP(transformer), batch 1; "
                                    "finetune_hunyuan_grpo.sh: --train_batch_size 1, --gradient_checkpointing"),
 }
 DANCEGRPO_LOOP = PeerConfig(0, 1, 1, "DanceGRPO's loop (batch 1, FSDP, fp32 parameters); DanceGRPO ships no "
@@ -109,7 +110,7 @@ def idealised(training: Training) -> Baseline:
 
 def flow_grpo(model: str) -> Baseline | None:
     """flow_grpo's loop for ``model`` (None: flow_grpo has no config for it)."""
-    cfg = FLOW_GRPO.get(model)
+    cfg = FLOW_GRPO.get(canonical(model))
     if cfg is None:
         return None
     return Baseline("flow_grpo", f"flow_grpo (LoRA r{cfg.lora_rank}, DDP, {cfg.train_batch} samples per "
@@ -119,7 +120,7 @@ def flow_grpo(model: str) -> Baseline | None:
 
 def dancegrpo(model: str) -> Baseline:
     """DanceGRPO's loop; labelled as DanceGRPO's config only where DanceGRPO has one for ``model``."""
-    cfg = DANCEGRPO.get(model)
+    cfg = DANCEGRPO.get(canonical(model))
     if cfg is None:
         return Baseline("dancegrpo", "batch-1 FSDP loop as DanceGRPO's (fp32 parameters; no DanceGRPO config "
                                      "for this model)", FULL_SHARDED, DANCEGRPO_LOOP, DANCEGRPO_LOOP.source)

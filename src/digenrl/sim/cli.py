@@ -23,8 +23,8 @@ from .algorithms import Algorithm, AlgorithmError
 from .assumptions import ATTN_BACKWARD_FACTOR, Assumptions
 from .baselines import baselines as peer_baselines
 from .comm import EXPOSED_COMM_SHARE
-from .planner import ModeRun, Scenario, ScenarioError, run_mode
-from .presets import MODELS, WORKLOADS, PresetError, Training, model_preset, testbed_preset
+from .scenario import ModeRun, Scenario, ScenarioError, run_mode
+from .presets import PresetError, Training, model_preset, testbed_preset, workload_preset
 
 ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
             "stale_fraction")
@@ -36,7 +36,7 @@ class CliError(ValueError):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="digenrl simulate", description="Compare the execution modes of one workload in virtual time: a model preset on a GPU testbed (roofline), or a config with a measured profile or a testbed.")
-    ap.add_argument("--model", default=None, help="flux | wan | hunyuan | qwen-image (roofline path)")
+    ap.add_argument("--model", default=None, help="flux | wan | hunyuan_video | qwen_image | sd3 (roofline path; also the aliases hunyuan, qwen-image, sd35-medium), or a native-size video preset: hunyuan_video_native | wan_native")
     ap.add_argument("--testbed", default=None, help="A | B | C | A+C (roofline path)")
     ap.add_argument("--config", default=None,
                     help="simulate this run config's own plan (use 'default' for the built-in demo) with --profile or "
@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--bts-budget-nodes", type=int, default=None,
                     help="BTS search nodes per decision (default 2000; deterministic)")
     ap.add_argument("--profile", default=None, help="measured cost profile JSON (replaces the roofline)")
+    ap.add_argument("--search", action="store_true",
+                    help="--config: give each mode the planner's choice on the config's GPUs (what digenrl plan writes "
+                         "for that mode) instead of the config's own plan")
     ap.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     ap.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of --trace-mode here")
     ap.add_argument("--gantt", default=None, help="write a Gantt PNG of --trace-mode here")
@@ -115,7 +118,7 @@ def _setup(args) -> Scenario:
         raise CliError(f"--gpus: {gpus} is outside 2..{testbed.total} for testbed {testbed.name}")
     if args.gen_gpus is not None and not 1 <= args.gen_gpus < gpus:
         raise CliError(f"--gen-gpus: {args.gen_gpus} must be at least 1 and less than --gpus ({gpus})")
-    w = WORKLOADS[args.model]
+    w = workload_preset(args.model)
     changes = {}
     for opt, field, lo in (("sampling_steps", "sampling_steps", 1), ("prompts", "prompts", 1),
                            ("generations", "generations", 1)):
@@ -153,8 +156,13 @@ def _setup(args) -> Scenario:
     if args.gantt_steps < 1:
         raise CliError(f"--gantt-steps: must be >= 1 (got {args.gantt_steps})")
     profile = load_profile(args.profile) if args.profile else None
+    measured = None
+    if args.profile:
+        from ..control.profile import profile_pools
+
+        measured = profile_pools(args.profile)[1]
     return Scenario(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile,
-                    assume=assume)
+                    assume=assume, profile_trainers=measured)
 
 
 def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
@@ -175,9 +183,9 @@ def training_words(t: Training) -> str:
 
 def run_baselines(setup: Scenario, bts: BTSConfig | None = None) -> list[dict]:
     """Each peer baseline of ``setup``'s model (``sim.baselines``) run colocated on all of ``setup.gpus``."""
-    key = next((k for k, m in MODELS.items() if m is setup.model), None)
+    key = setup.model.spec.kind
     out = []
-    for b in peer_baselines(key or "", setup.workload.training):
+    for b in peer_baselines(key, setup.workload.training):
         rec = {"name": b.name, "label": b.label, "training": training_words(b.training), "source": b.source,
                "same_training": b.training == setup.workload.training}
         s = replace(setup, workload=replace(setup.workload, training=b.training), variant=b.variant)
@@ -210,6 +218,10 @@ def rows_of(runs: dict, modes: list[str], baselines: list[dict] | None = None) -
             "publish": getattr(r, "publish", ""), "shard_groups": getattr(r, "shard_groups", 1),
             "stale_hold": getattr(r, "stale_hold", 0.0),
             "gang_groups": getattr(r, "gang_groups", r.plan.gang_groups),
+            "sequence_parallel": r.plan.sequence_parallel,
+            "generator_sequence_parallel": r.plan.generator_sequence_parallel,
+            "label": r.candidate.label(r.plan) if hasattr(r, "candidate") else "",
+            "planned_step_s": r.search.best.step_time if getattr(r, "search", None) is not None else None,
         })
         if baselines is not None:
             rows[-1]["baselines"] = {b["name"]: {**b, "speedup": (b["step_time_s"] / res.step_time
@@ -252,7 +264,8 @@ def print_baselines(rows: list[dict]) -> None:
 
 def plan_words(row: dict) -> str:
     """The chosen plan's runtime settings beyond the split, in a few words: fragment size, chunk shape, publish
-    path (``runtime.publish``), shard groups (``train.shard_groups``), TAG inference copy, stale hold."""
+    path (``runtime.publish``), shard groups (``train.shard_groups``), TAG inference copy, stale hold, the
+    sequence-parallel degrees of the trainer lanes and of the generators."""
     words = [f"frag {row['fragment_size']}"]
     if row.get("chunk"):
         words.append("chunk {}x{}".format(*row["chunk"]))
@@ -264,6 +277,10 @@ def plan_words(row: dict) -> str:
         words.append("tag copy")
     if row.get("stale_hold"):
         words.append(f"hold {row['stale_hold']:g}")
+    if row.get("sequence_parallel", 1) > 1:
+        words.append(f"sp {row['sequence_parallel']}")
+    if row.get("generator_sequence_parallel", 1) > 1:
+        words.append(f"gen sp {row['generator_sequence_parallel']}")
     return ", ".join(words)
 
 
@@ -312,7 +329,8 @@ def _emit(rows: list[dict], args, title: str) -> None:
 def _main_config(args) -> int:
     """``--config``: the run's own plan per mode, priced with the measured ``--profile`` or on ``--testbed``."""
     from ..config import ConfigError
-    from .from_config import ConfigSimError, price_on_testbed, run_config_modes
+    from .config_source import run_config_modes
+    from .from_config import ConfigSimError
 
     record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     try:
@@ -330,22 +348,24 @@ def _main_config(args) -> int:
                            "or --testbed (roofline of a GPU testbed) with --config")
         _check_modes(args)
         config = None if args.config == "default" else args.config
+        kw = {"gpus": args.gpus, "jitter": args.jitter, "seed": args.seed, "record_mode": record_mode,
+              "search_plan": args.search}
         if args.profile is not None:
             if args.gpus is not None:
                 raise CliError("--gpus: with --profile the pools are the config's (use --set runtime.generators=...)")
-            from .plan_search import profile_pools
+            from ..control.profile import profile_pools
 
-            cost = load_profile(args.profile)
-            runs = run_config_modes(config, args.sets, cost, args.modes, jitter=args.jitter, seed=args.seed,
-                                    record_mode=record_mode, measured_trainers=profile_pools(args.profile)[1])
+            runs = run_config_modes(config, args.sets, args.modes, profile=load_profile(args.profile),
+                                    profile_trainers=profile_pools(args.profile)[1], **kw)
             title = f"{args.config} with profile {args.profile}"
         else:
             if args.steps < 1:
                 raise CliError(f"--steps: must be >= 1 (got {args.steps})")
             testbed = testbed_preset(args.testbed)
-            runs = price_on_testbed(config, args.sets + [f"steps={args.steps}"], testbed, args.modes,
-                                    gpus=args.gpus, jitter=args.jitter, seed=args.seed, record_mode=record_mode)
+            runs = run_config_modes(config, args.sets + [f"steps={args.steps}"], args.modes, testbed=testbed, **kw)
             title = f"{args.config} on testbed {testbed.name} ({testbed.description}), {args.steps} steps"
+        if args.search:
+            title += ", each mode planned by the planner (as digenrl plan)"
     except (CliError, ConfigError, ConfigSimError, PresetError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2

@@ -1,15 +1,7 @@
 """Memory per rank and the switch work of a colocated step, from hardware facts (bytes / bandwidth).
 
-Bytes per rank (P base parameters, L trainable LoRA parameters, N trainer ranks; bf16 = 2 bytes)::
-
-    full, sharded (FSDP):   params 2P/N + fp32 master, Adam m, v 12P/N + grads: fp32 shards 4P/N when each
-                            chunk's backward reduce-scatters them (the runtime's shard group), unsharded bf16
-                            2P under no_sync until the commit (the colocated FSDP baseline)
-    full, replicated:       2P + 12P + 2P
-    LoRA (base frozen):     base 2P (sharded: 2P/N) + 18 bytes per LoRA parameter (bf16 param, fp32 master,
-                            m, v, fp32 grad)
-
-A colocated rank generates between the commit and the next step's training, so its gradient buffer is free
+Bytes per rank: the memory plan of ``train.memory`` (``sim.memory.PoolMemory.colocated``: what stays resident,
+what can move to host, the gradients). A colocated rank generates between the commit and the next step's training, so its gradient buffer is free
 while it generates. The switch of one step (train -> generate -> train), per rank:
 
 * sharded trainer: all-gather the shards into a bf16 inference copy, ring over the pool at the per-GPU link
@@ -36,28 +28,16 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class RankMemory:
-    """Bytes resident on one trainer rank (the terms of the module docstring)."""
+    """Bytes on one colocated rank while it generates (``sim.memory``)."""
 
-    params: float        # bf16 weights held (shard or replica)
-    optimizer: float     # fp32 master + Adam moments (+ LoRA params' own copies)
-    grads: float         # gradient accumulation buffer
+    params: float        # resident: weights (shard or replica, fp32 master included), VAE, FSDP working set, ...
+    optimizer: float     # what can move to host: the AdamW moments (and the EMA)
+    grads: float         # gradient accumulation buffer (free while generating)
     reserve: float
 
     @property
     def training(self) -> float:
         return self.params + self.optimizer + self.grads + self.reserve
-
-
-def rank_memory(P: float, L: float, n: int, lora: bool, sharded: bool, reserve_gb: float,
-                grads_sharded: bool = False) -> RankMemory:
-    n = max(1, n)
-    if lora:
-        base = 2.0 * P / n if sharded else 2.0 * P
-        return RankMemory(base, 14.0 * L, 4.0 * L, reserve_gb * GB)
-    if sharded:
-        grads = 4.0 * P / n if grads_sharded else 2.0 * P
-        return RankMemory(2.0 * P / n, 12.0 * P / n, grads, reserve_gb * GB)
-    return RankMemory(2.0 * P, 12.0 * P, 2.0 * P, reserve_gb * GB)
 
 
 @dataclass(frozen=True)

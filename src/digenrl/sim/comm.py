@@ -23,6 +23,14 @@ so an all-gather inside one HGX node runs at NVLink rate (450 GB/s one way on an
 Point-to-point transfers between two groups (a publish, trajectories) run at one NIC's rate, or at the
 intra-node rate when both groups sit on one node (``p2p_bytes_s``).
 
+All-to-all (``all_to_all_s``, Ulysses sequence parallelism): each of the ``d`` ranks holds ``B`` bytes and sends
+each other rank 1 / d of them, (d - 1) / d of B in all; the share bound for the ``d_v`` ranks of its own node goes
+over NVLink, the rest through its NIC, both at once, and the slowest rank sets the pace::
+
+    t = max over ranks of  max(B (d_v - 1) / d / intra(v),  B (d - d_v) / d / nic)
+
+inside one node ``B (d - 1) / d / intra``.
+
 Overlap with compute (``overlapped``): a share ``x`` of an action's communication cannot hide behind its
 compute (the first block's gather and the last block's reduce-scatter of a pass, NCCL kernels taking SMs from
 the matmuls), the rest can::
@@ -100,6 +108,15 @@ class Fabric:
     def allreduce_s(self, nbytes: float, slots: list[int]) -> float:
         """Ring all-reduce of ``nbytes`` over ``slots``: a reduce-scatter and an all-gather."""
         return 2.0 * self.ring_s(nbytes, slots)
+
+    def all_to_all_s(self, nbytes: float, slots: list[int]) -> float:
+        """All-to-all of ``slots`` in which every rank holds ``nbytes`` (module docstring)."""
+        d = len(slots)
+        if d <= 1:
+            return 0.0
+        per_node = Counter(self.node_of(s) for s in slots)
+        return max(max(nbytes * (r - 1) / d / (self.gpu_of_node(v).intra_node_gbs * GB),
+                       nbytes * (d - r) / d / self.nic_bytes_s) for v, r in per_node.items())
 
     def p2p_bytes_s(self, a: list[int], b: list[int]) -> float:
         """Between two groups: the intra-node rate when all of both sit on one node, else one NIC's."""

@@ -12,7 +12,7 @@ output projection, launches) is the intercept::
   price their second forward by a batch twice as large: the profile's batch is the generations);
 * ``train_chunk``: forward + backward with recomputation at each chunk size (the ``train`` stage);
 * ``vae_decode``: the FLUX VAE's decode (the ``vae`` stage; not scaled);
-* ``publish``: the trainable state (2 bytes per parameter of the family, ``sim.flops``) copied device -> host
+* ``publish``: the trainable state (2 bytes per parameter of the family, ``models.specs``) copied device -> host
   and host -> device over pinned memory at the ``host_copy`` stage's rates;
 * ``reward``, ``transfer``, ``allreduce``, ``optimizer``, ``tag_switch``: not measured by this check, written as
   0 and named in the profile's ``source``.
@@ -23,10 +23,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..control.profile import profile_dict, save_profile
-from .flops import ARCHS
+from ..models.specs import canonical, spec
 
-TARGET_UNITS = {"flux": 19, "qwen-image": 60, "wan": 40}
-ARCH_OF = {"flux": "flux", "qwen-image": "qwen-image", "wan": "wan"}
+TARGET_UNITS = {"flux": 19, "qwen_image": 60, "wan": 40}
 
 
 def affine_at(points: dict[int, float], target: int) -> float:
@@ -63,16 +62,16 @@ def profile_from_device(raw: dict, family: str = "flux") -> dict:
     """The ``digenrl-profile`` dict of ``family`` (module docstring)."""
     if raw.get("format") != "digenrl-device-results":
         raise ValueError("device results: 'format' must be 'digenrl-device-results'")
-    if family not in TARGET_UNITS:
+    if canonical(family) not in TARGET_UNITS:  # (the device results key a family as the benchmark names it)
         raise KeyError(f"device results: unknown family {family!r} (choose from {', '.join(TARGET_UNITS)})")
-    target = TARGET_UNITS[family]
+    target = TARGET_UNITS[canonical(family)]
     fwd = _scaled(_stage(raw, "forward")[family], target)
     train = _scaled(_stage(raw, "train")[family], target)
     if not fwd or not train:
         raise ValueError(f"device results: {family} has no batch measured at every block count")
     vae = _stage(raw, "vae")["points"]
     copy = _stage(raw, "host_copy")["pinned"]
-    nbytes = 2.0 * ARCHS[ARCH_OF[family]].params
+    nbytes = 2.0 * spec(family).arch.params
     publish = nbytes / (copy["d2h_gbs"] * 1e9) + nbytes / (copy["h2d_gbs"] * 1e9)
     m = raw["meta"]
     ops = {"denoise": fwd, "vae_decode": vae, "train_chunk": train, "publish": [[1, publish]],
@@ -81,7 +80,7 @@ def profile_from_device(raw: dict, family: str = "flux") -> dict:
     source = (f"benchmarks/gpu_device.py on {m['device']} ({m['date']}, torch {m['torch']}, {m['dtype']}"
               f"{', tiny widths' if m.get('tiny') else ''}): {family} denoise and train_chunk (recomputation) "
               f"measured at {'/'.join(str(u) for u in m['units'])} block units and scaled to {target} by "
-              f"t = a + b L; vae_decode the FLUX VAE; publish = 2 bytes x {ARCHS[ARCH_OF[family]].params:.3g} "
+              f"t = a + b L; vae_decode the FLUX VAE; publish = 2 bytes x {spec(family).arch.params:.3g} "
               f"parameters over pinned host copies; reward, transfer, allreduce, optimizer, tag_switch not "
               f"measured (0); one device")
     return profile_dict(ops, source, (1, 1))

@@ -5,7 +5,7 @@ For a transformer forward over ``x`` tokens (all samples of the batch together) 
     eff_g(x) = plateau_g * x / (x + half_tokens)
 
 ``plateau_g`` is fitted per GPU kind to the public end-to-end measurements below: for measurement i
-(``steps`` denoising steps of one sample, FLOPs F_i from ``sim.flops``, the VAE decode priced at
+(``steps`` denoising steps of one sample, FLOPs F_i from ``models.flops``, the VAE decode priced at
 ``conv_fraction`` of peak and subtracted), the achieved model-FLOP utilisation is
 ``mfu_i = F_i / ((t_i - vae_i) * peak_g)``; ``plateau_g = exp(mean_i log(mfu_i / sat(x_i)))`` over the kind's
 measurements. A GPU kind without a measurement (the L40S: none found) takes the log-log regression of the
@@ -35,7 +35,7 @@ OVERHEAD_S = 0.003
 
 @dataclass(frozen=True)
 class Measurement:
-    model: str          # key of presets.MODELS
+    model: str          # a model.kind (key of presets.MODELS)
     gpu: GPU
     width: int
     height: int
@@ -54,12 +54,12 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("flux", A100, 1024, 1024, 1, 28, 1, 512, 15.65, "varadrane1707/BenchmarkFlux README (BF16)"),
     # github.com/xdit-project/xDiT docs/performance/hunyuanvideo.md, 1 GPU column: 129 frames, 50 steps;
     # H100/H20 with the official HunyuanVideo repository, L20 with diffusers + flash-attn 2.7.2.
-    Measurement("hunyuan", H100, 1280, 720, 129, 50, 1, 256, 1904.08, "xDiT docs/performance/hunyuanvideo.md"),
-    Measurement("hunyuan", H20, 1280, 720, 129, 50, 1, 256, 6639.17, "xDiT docs/performance/hunyuanvideo.md"),
-    Measurement("hunyuan", L20, 1280, 720, 129, 50, 1, 256, 6043.88, "xDiT docs/performance/hunyuanvideo.md"),
-    Measurement("hunyuan", H100, 960, 960, 129, 50, 1, 256, 1735.01, "xDiT docs/performance/hunyuanvideo.md"),
-    Measurement("hunyuan", H20, 960, 960, 129, 50, 1, 256, 6621.46, "xDiT docs/performance/hunyuanvideo.md"),
-    Measurement("hunyuan", L20, 960, 960, 129, 50, 1, 256, 6039.08, "xDiT docs/performance/hunyuanvideo.md"),
+    Measurement("hunyuan_video", H100, 1280, 720, 129, 50, 1, 256, 1904.08, "xDiT docs/performance/hunyuanvideo.md"),
+    Measurement("hunyuan_video", H20, 1280, 720, 129, 50, 1, 256, 6639.17, "xDiT docs/performance/hunyuanvideo.md"),
+    Measurement("hunyuan_video", L20, 1280, 720, 129, 50, 1, 256, 6043.88, "xDiT docs/performance/hunyuanvideo.md"),
+    Measurement("hunyuan_video", H100, 960, 960, 129, 50, 1, 256, 1735.01, "xDiT docs/performance/hunyuanvideo.md"),
+    Measurement("hunyuan_video", H20, 960, 960, 129, 50, 1, 256, 6621.46, "xDiT docs/performance/hunyuanvideo.md"),
+    Measurement("hunyuan_video", L20, 960, 960, 129, 50, 1, 256, 6039.08, "xDiT docs/performance/hunyuanvideo.md"),
     # github.com/ModelTC/lightx2v docs benchmark (H200): Wan2.1-I2V-14B 480P 5 s (81 frames), 40 steps with
     # CFG, "Wan2.1 Official" inference time 366.04 s. Priced as the T2V-14B (the I2V image cross-attention over
     # 257 CLIP tokens adds ~0.1 % of the FLOPs).
@@ -81,7 +81,7 @@ def transformer_flops(m: Measurement) -> float:
 
 
 def vae_seconds(m: Measurement) -> float:
-    flops = MODELS[m.model].vae_flop_per_px * m.width * m.height * m.frames
+    flops = MODELS[m.model].spec.vae_flop_per_px * m.width * m.height * m.frames
     return flops / (m.gpu.bf16_tflops * 1e12 * CONV_FRACTION)
 
 

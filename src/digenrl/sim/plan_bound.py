@@ -1,6 +1,6 @@
 """A lower bound on a probe's steady step time, from the plan and the cost model alone (no simulation).
 
-``digenrl plan`` uses it to skip a candidate that cannot beat one already probed (``sim.plan_search``): the
+``digenrl plan`` uses it to skip a candidate that cannot beat one already probed (``sim.planner``): the
 bound is never above the simulated figure, so a skipped candidate is strictly slower and the search returns
 the plan, the step time and the per-split bests of the exhaustive search.
 

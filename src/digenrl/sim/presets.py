@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..models.specs import SPECS, ModelSpec, canonical
 from .algorithms import Algorithm
 
 
@@ -114,68 +115,61 @@ TESTBEDS: dict[str, Testbed] = {
 
 @dataclass(frozen=True)
 class ModelPreset:
-    """A flow-matching transformer. ``arch``: its key in ``sim.flops.ARCHS`` (per-stream parameter counts and
-    attention layers from the diffusers config). ``joint_text``: text tokens share the self-attention sequence
-    (MM-DiT); otherwise text enters by cross-attention. ``forwards_per_step``: 2 with true CFG (cond +
-    uncond), 1 for guidance-distilled models."""
+    """A flow-matching transformer as the roofline prices it: its facts from the one registry (``models.specs``:
+    the published config, whose closed forms ``models.flops`` give the per-stream parameters and attention
+    layers; text by joint attention or cross-attention; the VAE) and what a run sets: ``text_tokens`` (the
+    config's ``model.options.max_sequence_length``, SD3's 77 CLIP tokens included), ``forwards_per_step`` (2 with
+    true CFG, 1 for guidance-distilled models) and the reward model's FLOPs per sample (``reward_tflop``)."""
 
-    name: str
-    arch: str
+    spec: ModelSpec
     text_tokens: int
-    joint_text: bool
     forwards_per_step: int
-    video: bool
-    spatial_down: int = 8          # VAE spatial compression
-    temporal_down: int = 1         # VAE temporal compression (video: 4, first frame kept)
-    patch: int = 2                 # spatial patchify of latents
-    latent_channels: int = 16
-    vae_flop_per_px: float = 9.59e6     # VAE decoder FLOPs per output pixel (per pixel-frame for video)
-    reward_tflop: float = 0.38          # reward model FLOPs per sample (TFLOP)
-    text_dim: int = 4096                # width of the cached prompt embeddings shipped with a trajectory
-    source: str = ""
+    reward_tflop: float
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     @property
     def archi(self):
-        from .flops import ARCHS
+        return self.spec.arch
 
-        return ARCHS[self.arch]
+    @property
+    def video(self) -> bool:
+        return self.spec.video
+
+    @property
+    def joint_text(self) -> bool:
+        return self.spec.joint_text
 
     @property
     def layers(self) -> int:
-        return sum(n for n, kind in self.archi.attn if kind in ("joint", "img"))
+        return self.archi.attention_layers("joint", "img")
 
     @property
     def hidden(self) -> int:
         return self.archi.d_attn
 
+    @property
+    def source(self) -> str:
+        return self.spec.source
 
-# VAE decoders: FLOPs counted with torch.utils.flop_counter on the diffusers decoders (meta device; checked
-# by tests/sim/test_sim_flops.py): FLUX/SD3 AutoencoderKL (16 latent channels) 2.515 TFLOP per 512x512 image
-# = 9.59 MFLOP per pixel; Wan2.1 AutoencoderKLWan 112.75 TFLOP for 33 x 480 x 832 = 8.56 MFLOP per pixel-frame
-# (10.85 MFLOP per pixel for a single 512x512 frame, as Qwen-Image uses it); HunyuanVideo
-# AutoencoderKLHunyuanVideo 237.3 TFLOP for 33 x 480 x 848 = 17.67 MFLOP per pixel-frame (untiled).
-# Rewards: images scored by PickScore (CLIP ViT-H/14: 0.38 TFLOP per image+prompt, counted the same way on
-# the transformers CLIPModel); videos by a ~2B VLM reward (VideoAlign class, Qwen2-VL-2B) over sampled frames,
-# ~2 x 2e9 params x 2000 tokens = ~8 TFLOP (an estimate: no counted model).
-MODELS: dict[str, ModelPreset] = {
-    # FLUX.1-dev: T5 prompt up to 512 tokens (diffusers default max_sequence_length); guidance-distilled.
-    "flux": ModelPreset("FLUX.1-dev", "flux", 512, True, 1, False, vae_flop_per_px=9.59e6,
-                        reward_tflop=0.38, source="black-forest-labs/FLUX.1-dev model card and config.json"),
-    # Wan2.1-T2V-14B: umT5 text (512 tokens) by cross-attention; Wan-VAE 4x8x8, patch (1, 2, 2); CFG (2 fwd).
-    "wan": ModelPreset("Wan2.1-T2V-14B", "wan", 512, False, 2, True, temporal_down=4,
-                       vae_flop_per_px=8.56e6, reward_tflop=8.0,
-                       source="Wan-AI/Wan2.1-T2V-14B model card and config.json"),
-    # HunyuanVideo: LLM text features (256 tokens, joint attention); causal 3D VAE 4x8x8, patch (1, 2, 2);
-    # guidance-distilled ("embedded guidance"), 1 forward per step.
-    "hunyuan": ModelPreset("HunyuanVideo-13B", "hunyuan", 256, True, 1, True, temporal_down=4,
-                           vae_flop_per_px=17.67e6, reward_tflop=8.0,
-                           source="tencent/HunyuanVideo model card and config.json"),
-    # Qwen-Image: Qwen2.5-VL text features (joint attention, ~256 tokens); Wan-2.1 VAE (8x spatial), patch 2;
-    # true CFG (2 forwards).
-    "qwen-image": ModelPreset("Qwen-Image-20B", "qwen-image", 256, True, 2, False, vae_flop_per_px=10.85e6,
-                              reward_tflop=0.38, text_dim=3584,
-                              source="Qwen/Qwen-Image model card and config.json"),
-}
+
+# Rewards: images scored by PickScore (CLIP ViT-H/14: 0.38 TFLOP per image+prompt, counted with
+# torch.utils.flop_counter on the transformers CLIPModel); videos by a ~2B VLM reward (VideoAlign class,
+# Qwen2-VL-2B) over sampled frames, ~2 x 2e9 params x 2000 tokens = ~8 TFLOP (an estimate: no counted model).
+IMAGE_REWARD_TFLOP, VIDEO_REWARD_TFLOP = 0.38, 8.0
+
+
+def preset_of(spec: ModelSpec, text_tokens: int | None = None) -> ModelPreset:
+    """The roofline's preset of a registry spec, with its default text length unless ``text_tokens`` is given."""
+    return ModelPreset(spec, spec.text_tokens() if text_tokens is None else text_tokens, spec.forwards_per_step,
+                       VIDEO_REWARD_TFLOP if spec.video else IMAGE_REWARD_TFLOP)
+
+
+# One preset per family of the registry, by its one spelling (``model.kind``; ``model_preset`` also takes the
+# documented aliases ``hunyuan``, ``qwen-image``, ``sd35-medium``).
+MODELS: dict[str, ModelPreset] = {k: preset_of(s) for k, s in SPECS.items()}
 
 
 PUBLISH_PATHS = ("object_store", "broadcast", "stream")  # runtime.publish
@@ -197,7 +191,10 @@ class Training:
     inference copy (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without
     per-forward gathers (only where the copy fits beside the training state). ``shard_groups`` k (sharded only):
     hybrid sharding, the pool as k shard groups of N / k ranks, data-parallel replicas of each other, each one
-    trainer of the scheduler (``train.shard_groups``); the commit all-reduces the gradient shards across them."""
+    trainer of the scheduler (``train.shard_groups``); the commit all-reduces the gradient shards across them.
+    ``sequence_parallel`` d: every cell is trained by a lane of d ranks, each on 1 / d of the latent tokens (Ulysses:
+    all-to-alls around every attention); a shard group of g ranks has g / d lanes, replicated trainers form groups of
+    d ranks. ``generator_sequence_parallel`` d: a generator is d GPUs that denoise its fragment together."""
 
     lora_rank: int = 0
     sharded: bool = True
@@ -205,12 +202,16 @@ class Training:
     recompute: bool = True
     tag_copy: bool = False
     shard_groups: int = 1
+    sequence_parallel: int = 1            # Ulysses degree d of a trainer lane (train.sequence_parallel)
+    generator_sequence_parallel: int = 1  # GPUs of one generator (runtime.generator_sequence_parallel)
 
     def __post_init__(self) -> None:
         if self.lora_rank < 0:
             raise PresetError(f"training.lora_rank: must be >= 0 (got {self.lora_rank})")
         if self.publish not in PUBLISH_PATHS:
             raise PresetError(f"training.publish: {self.publish!r} is not one of {', '.join(PUBLISH_PATHS)}")
+        if self.sequence_parallel < 1 or self.generator_sequence_parallel < 1:
+            raise PresetError("training.sequence_parallel: degrees must be >= 1")
         if self.shard_groups < 1 or (self.shard_groups > 1 and not self.sharded):
             raise PresetError(f"training.shard_groups: {self.shard_groups} needs >= 1 and, above 1, sharded training")
 
@@ -257,18 +258,38 @@ class Workload:
 # Images: 16 prompts x 16 generations at 512 px (Flow-GRPO trains at 512). Video: 8 prompts x 12
 # generations of 33 frames at 480p (848x480 / 832x480), the short-clip regime of GRPO video recipes.
 WORKLOADS: dict[str, Workload] = {
+    "sd3": Workload(16, 16, 512, 512, 1),
     "flux": Workload(16, 16, 512, 512, 1),
-    "qwen-image": Workload(16, 16, 512, 512, 1),
-    "hunyuan": Workload(8, 12, 848, 480, 33),
+    "qwen_image": Workload(16, 16, 512, 512, 1),
+    "hunyuan_video": Workload(8, 12, 848, 480, 33),
     "wan": Workload(8, 12, 832, 480, 33),
 }
 
 
+# The video models at their native size (issue 39), planned on 80 GB GPUs (docs/sequence_parallel.md): HunyuanVideo
+# 720 x 1280 x 129 frames (33 x 45 x 80 = 118,800 latent tokens), Wan2.1 720p x 81 frames (21 x 45 x 80 = 75,600);
+# the recipes' step (8 prompts x 12 generations), full fine-tuning on FSDP.
+NATIVE: dict[str, tuple[str, Workload]] = {
+    "hunyuan_video_native": ("hunyuan_video", Workload(8, 12, 1280, 720, 129)),
+    "wan_native": ("wan", Workload(8, 12, 1280, 720, 81)),
+}
+
+
 def model_preset(name: str) -> ModelPreset:
+    """``MODELS[name]``, ``name`` a ``model.kind`` or a documented alias (``models.specs.ALIASES``), or a native-size
+    video preset (``NATIVE``)."""
+    if name in NATIVE:
+        return MODELS[NATIVE[name][0]]
     try:
-        return MODELS[name]
+        return MODELS[canonical(name)]
     except KeyError:
-        raise PresetError(f"--model: unknown model {name!r} (choose from {', '.join(MODELS)})") from None
+        raise PresetError(f"--model: unknown model {name!r} (choose from {', '.join(MODELS)}; aliases: "
+                          "hunyuan, qwen-image, sd35-medium; native sizes: " + ", ".join(NATIVE) + ")") from None
+
+
+def workload_preset(name: str) -> Workload:
+    """``WORKLOADS[name]`` for a ``model.kind`` or a documented alias, or a native-size preset's workload."""
+    return NATIVE[name][1] if name in NATIVE else WORKLOADS[canonical(name)]
 
 
 def testbed_preset(name: str) -> Testbed:
@@ -279,8 +300,5 @@ def testbed_preset(name: str) -> Testbed:
 
 
 def tokens_per_sample(m: ModelPreset, w: Workload) -> tuple[int, int]:
-    """(latent tokens, latent frames): frames -> 1 + (frames - 1) / temporal_down latent frames, each of
-    (H / (down * patch)) x (W / (down * patch)) tokens."""
-    lf = 1 + (w.frames - 1) // m.temporal_down if m.video else 1
-    per = (w.height // (m.spatial_down * m.patch)) * (w.width // (m.spatial_down * m.patch))
-    return lf * per, lf
+    """(latent tokens, latent frames) of one sample (``ModelSpec.latent_tokens``)."""
+    return m.spec.latent_tokens(w.height, w.width, w.frames), m.spec.latent_frames(w.frames)

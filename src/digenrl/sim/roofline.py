@@ -1,7 +1,7 @@
 """Analytic GPU roofline cost model (implements ``digenrl.schedule.CostModel``).
 
 Forward FLOPs of one sample, ``F``: per-stream parameter counts and attention layers of the diffusers
-transformer (``sim.flops``): ``F = 2 (P_img n_img + P_txt n_txt + P_joint (n_img + n_txt) + P_sample) + attn``.
+transformer (``models.flops``): ``F = 2 (P_img n_img + P_txt n_txt + P_joint (n_img + n_txt) + P_sample) + attn``.
 An op's time is ``max(compute, memory) + overhead`` with ``compute = FLOPs / (peak * eff(tokens))`` and ``eff``
 fitted per GPU kind to public measurements (``sim.efficiency``), ``memory = weight bytes / HBM bandwidth``; the
 communication inside an op overlaps its compute but for the exposed share x (``sim.comm.overlapped``:
@@ -50,9 +50,23 @@ shards across the k replicas (the j-th ranks of the groups), 2 (k - 1) / k x 4 x
 * colocated (no generator pool): the per-step switch of ``sim.colocation`` (gather + bucketed hand-off,
   optimizer offload over PCIe when memory requires it) is charged on each rank's first generation of a step.
 
-Memory: ``sim.colocation.rank_memory`` + reserve + chunk activations ``c * A_cell``, with
-``A_cell = (2 layers + 34) seq hidden fps`` bytes with recomputation (layer inputs + one layer's working set,
-Korthikanti et al. 2022) and ``34 layers seq hidden fps`` without. Generators hold a bf16 replica + reserve.
+Sequence parallelism (Ulysses; ``training.sequence_parallel`` d of a trainer lane, ``training.
+generator_sequence_parallel`` d of a generator): the d ranks of a lane (a shard group of g ranks has g / d lanes;
+replicated trainers: one scheduler trainer per d ranks) or of a generator run each forward together, each on its
+share of the FLOPs (``models.flops``: 1 / d of the latent tokens, H / d heads) at the efficiency of its n / d tokens.
+Every self-attention layer (joint or image; Wan's cross-attention needs none) exchanges the sequence activations
+4 times (q, k, v: tokens split -> heads split; the output back), each all-to-all moving (d - 1) / d of a rank's
+activation bytes ``B = n_img / d x d_attn x 2`` (bf16) per sample-forward (``sim.comm.all_to_all_s``: NVLink inside
+a node, the NIC across nodes)::
+
+    a2a(d) = 4 x L_attn x all_to_all_s(B, the lane's slots)         per sample-forward, exposed (on the attention's path)
+
+a training cell pays it in its forward, its backward (the gradients' all-to-alls) and its recomputed forward.
+
+Memory: the memory plan of ``train.memory`` (``sim.memory``: the one activation model, calibrated against
+allocation-counted peaks), per trainer rank with its chunk's cells and per generator rank with its fragment; a
+GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``). ``memory``: the plan's inputs of a config
+(``train.memory.inputs_from_config``); None prices the preset's training (``sim.memory.preset_inputs``).
 """
 
 from __future__ import annotations
@@ -60,10 +74,12 @@ from __future__ import annotations
 import math
 
 from ..schedule.cost import GENERATOR, TRAINER
+from ..train.memory import GiB
 from .assumptions import DEFAULT, Assumptions
-from .colocation import GB, colocated_switch, rank_memory
+from .colocation import GB, colocated_switch
 from .comm import Fabric, overlapped, pool_slots
 from .efficiency import Efficiency, efficiency_for
+from .memory import PoolMemory, preset_inputs
 from .presets import GPU, ModelPreset, Testbed, Workload, tokens_per_sample
 
 HOST_COPY_GBS = 10.0     # host memcpy into the object store's shared memory (assumed, single stream)
@@ -86,7 +102,7 @@ class RooflineCost:
 
     def __init__(self, model: ModelPreset, workload: Workload, testbed: Testbed, n_gen: int, n_train: int,
                  colocated: bool = False, eff: Efficiency | None = None, gen_gpu: GPU | None = None,
-                 train_gpu: GPU | None = None, assume: Assumptions = DEFAULT):
+                 train_gpu: GPU | None = None, assume: Assumptions = DEFAULT, memory=None):
         self.model, self.workload, self.testbed = model, workload, testbed
         self.assume = assume
         self.n_gen, self.n_train, self.colocated = n_gen, n_train, colocated
@@ -106,6 +122,9 @@ class RooflineCost:
         self.seq = self.latent_tokens + (n_txt if m.joint_text else 0)
         self.fwd_flops = arch.forward_flops(self.latent_tokens, n_txt)
         self.fwd_linear = arch.linear_flops(self.latent_tokens, n_txt)
+        t = self.training
+        self.sp = {TRAINER: t.sequence_parallel, GENERATOR: t.sequence_parallel if colocated else
+                   t.generator_sequence_parallel}
         self.net = testbed.net_bytes_s
         self.fabric = Fabric(testbed)
         self.gen_slots, self.train_slots = pool_slots(self.fabric, self.gpu[GENERATOR], n_gen, train_gpu,
@@ -116,22 +135,27 @@ class RooflineCost:
         if max(1, n_train) % self.groups:
             raise InfeasibleError(f"{n_train} trainer ranks do not split into {self.groups} shard groups")
         n = self.group_ranks = max(1, n_train) // self.groups  # the ranks one shard group shards over
+        if n % self.sp[TRAINER] or (not colocated and n_gen % self.sp[GENERATOR]):
+            raise InfeasibleError(f"sequence parallel: degree {self.sp[TRAINER]} does not divide {n} trainer ranks "
+                                  f"or {self.sp[GENERATOR]} does not divide {n_gen} generator GPUs")
+        self.lanes = n // self.sp[TRAINER] if self.grouped else 1  # data-parallel lanes of a scheduler trainer
         self.gather_s = self._group_ring(2.0 * self.params) if self.sharded else 0.0
         self.scatter_s = self._group_ring(4.0 * self.trainable) if self.grouped else 0.0
-        layers, hidden, fps = m.layers, m.hidden, m.forwards_per_step
-        self.train_fps = workload.algorithm.train_forwards(fps)  # DiffusionNFT trains CFG-free
-        self.act_infer = 34 * self.seq * hidden * fps
-        fps = self.train_fps
-        self.act_cell = ((2 * layers + 34) if self.training.recompute else 34 * layers) * self.seq * hidden * fps
-        self.mem = rank_memory(self.params, self.trainable, n, self.lora, self.sharded, self.eff.reserve_gb,
-                               grads_sharded=self.grouped)
+        self.train_fps = workload.algorithm.train_forwards(m.forwards_per_step)  # DiffusionNFT trains CFG-free
+        base = memory if memory is not None else preset_inputs(m, workload, self.training, self.eff.reserve_gb)
+        self.memory = PoolMemory.of(base, ranks=n, sharded=self.sharded, sequence=self.sp[TRAINER],
+                                    train_forwards=self.train_fps, sample_forwards=m.forwards_per_step,
+                                    generator_sequence=self.sp[GENERATOR],
+                                    train_gb=train_gpu.memory_gb, gen_gb=self.gpu[GENERATOR].memory_gb)
+        self.act_cell = self.memory.plan.act_cell   # bytes of one cell's activations on a trainer rank
+        self.act_infer = self.memory.generation_bytes(1)  # of one trajectory's sampling
         self.switch = None
         self.tag_copy = self.grouped and self.training.tag_copy
         if colocated:
             g = self.gpu[TRAINER]
-            self.switch = colocated_switch(self.mem, self.params, n, self.sharded, g.memory_gb * GB,
-                                           self.act_infer, self.fabric.bus_bytes_s(self.train_slots),
-                                           g.hbm_gbs * GB, g.pcie_gbs * GB)
+            self.switch = colocated_switch(self.memory.colocated(), self.params, n, self.sharded,
+                                           self.memory.train_capacity, self.act_infer,
+                                           self.fabric.bus_bytes_s(self.train_slots), g.hbm_gbs * GB, g.pcie_gbs * GB)
         self._check_memory()
         if self.tag_copy and not self.inference_copy_fits:
             raise InfeasibleError(f"{model.name}: no room for a bf16 inference copy beside the training state on "
@@ -153,29 +177,52 @@ class RooflineCost:
 
     # ---- memory ------------------------------------------------------------------------------------
     def trainer_state_bytes(self) -> float:
-        return self.mem.training
+        return self.memory.state
 
     @property
     def max_cells(self) -> int:
         """Largest chunk (cells) whose activations fit next to the training state (per rank)."""
-        free = self.gpu[TRAINER].memory_gb * GB - self.trainer_state_bytes()
-        return int(free // self.act_cell)
+        return self.memory.max_cells
 
     @property
     def max_chunk(self) -> int:
-        """Largest chunk of the scheduler's trainer: a shard group trains N x ``max_cells`` together."""
-        return self.max_cells * (self.group_ranks if self.grouped else 1)
+        """Largest chunk of the scheduler's trainer: a shard group's N / d lanes train ``max_cells`` each."""
+        return self.max_cells * self.lanes
 
     def _share(self, n: int, pool: str) -> int:
-        """Items of an action of ``n`` one rank handles: ceil(n / N) on a shard group, else n."""
-        return math.ceil(n / self.group_ranks) if self.grouped and pool == TRAINER else n
+        """Items of an action of ``n`` one lane handles: ceil(n / lanes) on a shard group (N / d lanes of d
+        sequence-parallel ranks), else n."""
+        return math.ceil(n / self.lanes) if self.grouped and pool == TRAINER else n
+
+    # ---- sequence parallelism ----------------------------------------------------------------------
+    def sp_slots(self, pool: str) -> list[int]:
+        """The slots of the first sequence-parallel group of ``pool`` (consecutive GPUs)."""
+        d = self.sp[pool]
+        return (self.train_slots if pool == TRAINER or self.colocated else self.gen_slots)[:d]
+
+    def a2a_bytes(self, pool: str) -> float:
+        """A rank's sequence activations of one sample-forward: n_img / d tokens x d_attn x 2 bytes (bf16)."""
+        return self.latent_tokens / self.sp[pool] * self.model.hidden * 2.0
+
+    def a2a_s(self, pool: str) -> float:
+        """The all-to-alls of one sample-forward under sequence parallelism (module docstring); 0 at d = 1."""
+        if self.sp[pool] == 1:
+            return 0.0
+        return 4 * self.model.layers * self.fabric.all_to_all_s(self.a2a_bytes(pool), self.sp_slots(pool))
+
+    def fwd_share(self, pool: str) -> tuple[float, float]:
+        """(forward FLOPs, linear FLOPs) of one rank's share of one sample-forward (``models.flops``)."""
+        d, arch, n_txt = self.sp[pool], self.model.archi, self.model.text_tokens
+        if d == 1:
+            return self.fwd_flops, self.fwd_linear
+        return arch.forward_flops(self.latent_tokens, n_txt, d), arch.linear_flops(self.latent_tokens, n_txt, d)
 
     @property
     def inference_copy_fits(self) -> bool:
         """Sharded trainer: room for a bf16 inference copy + one generation next to the training state."""
         if not self.sharded:
             return True
-        free = self.gpu[TRAINER].memory_gb * GB - self.trainer_state_bytes()
+        free = self.memory.train_capacity - self.trainer_state_bytes()
         return free >= 2.0 * self.params + self.act_infer
 
     @property
@@ -184,22 +231,22 @@ class RooflineCost:
         (possibly offloaded) training state on a colocated rank."""
         if self.colocated:
             return max(1, int(self.switch.free_for_generation // self.act_infer)) if self.switch else 0
-        free = self.gpu[GENERATOR].memory_gb * GB - 2.0 * self.params - self.effs[GENERATOR].reserve_gb * GB
-        return int(free // self.act_infer)
+        return self.memory.max_fragment
 
     def _check_memory(self) -> None:
         t = self.gpu[TRAINER]
         if self.max_cells < 1:
-            need = (self.trainer_state_bytes() + self.act_cell) / GB
+            need = self.memory.plan.total(1) / GiB
             groups = f" in {self.groups} shard groups of {self.group_ranks}" if self.groups > 1 else ""
-            raise InfeasibleError(f"{self.model.name} training needs {need:.0f} GB per rank with "
-                                  f"{self.n_train} {t.name} trainer ranks{groups} (capacity {t.memory_gb:.0f} GB)")
+            raise InfeasibleError(f"{self.model.name} training needs {need:.0f} GiB per rank with "
+                                  f"{self.n_train} {t.name} trainer ranks{groups} (capacity {t.memory_gb:.0f} GiB)")
         if self.colocated and self.switch is None:
             raise InfeasibleError(f"{self.model.name} cannot generate next to its training state on "
                                   f"{t.name} even with the optimizer offloaded")
         if not self.colocated and self.max_fragment < 1:
             g = self.gpu[GENERATOR]
-            raise InfeasibleError(f"{self.model.name} bf16 replica does not fit a {g.name} generator")
+            raise InfeasibleError(f"{self.model.name} bf16 replica and one trajectory's sampling do not fit a {g.name} "
+                                  "generator")
 
     # ---- CostModel ---------------------------------------------------------------------------------
     def time(self, op: str, batch: int, pool: str) -> float:
@@ -219,15 +266,17 @@ class RooflineCost:
     def _denoise(self, n: int, pool: str) -> float:
         gpu, m = self.gpu[pool], self.model
         fwd = self._share(n, pool) * m.forwards_per_step
-        t = max(self._compute(fwd * self.fwd_flops, fwd * self.seq, pool), 2.0 * self.params / (gpu.hbm_gbs * GB))
+        d = self.sp[pool]
+        t = max(self._compute(fwd * self.fwd_share(pool)[0], fwd * self.seq / d, pool),
+                2.0 * self.params / (gpu.hbm_gbs * GB))
         if pool == TRAINER and self.grouped and not self.tag_copy:
             t = self._comm(t, self.gather_s)  # FSDP forward of the shard group: shards gathered on the fly
-        return t + self.effs[pool].overhead_s
+        return t + fwd * self.a2a_s(pool) + self.effs[pool].overhead_s
 
     def _vae_decode(self, n: int, pool: str) -> float:
         w = self.workload
         px = w.width * w.height * (w.frames if self.model.video else 1)
-        flops = self._share(n, pool) * self.model.vae_flop_per_px * px
+        flops = self._share(n, pool) * self.model.spec.vae_flop_per_px * px
         return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
 
     def _reward(self, n: int, pool: str) -> float:
@@ -239,9 +288,9 @@ class RooflineCost:
         output latents and their fp32 log-probs, GRPO-Guard's means, DiffusionNFT's x_0 alone) plus the cached
         prompt embedding, bf16."""
         m, w = self.model, self.workload
-        latent = m.latent_channels * self.latent_frames * (w.height // m.spatial_down) * (w.width // m.spatial_down)
+        latent = m.spec.latent_elements(w.height, w.width, w.frames)
         latents, scalars = w.algorithm.moved_latents(w.trained_timesteps)
-        return latents * latent * 2 + scalars * 4 + m.text_tokens * m.text_dim * 2
+        return latents * latent * 2 + scalars * 4 + m.text_tokens * m.spec.text_dim * 2
 
     def _transfer(self, n: int, pool: str) -> float:
         if self.colocated:  # the colocated baseline (flow_grpo, VeRL-Omni) keeps trajectories in process
@@ -251,18 +300,26 @@ class RooflineCost:
     def train_flops_per_cell(self) -> float:
         """Forward (L + A) + input gradients (L + k A) + weight gradients (L, full fine-tuning) + recomputed
         forward (L + A, with recomputation), times the training forwards per cell (module docstring)."""
-        lin, attn = self.fwd_linear, self.fwd_flops - self.fwd_linear
-        per = self.fwd_flops + lin + self.assume.attn_backward * attn + (0.0 if self.lora else lin)
-        per += self.fwd_flops if self.training.recompute else 0.0
-        per += self.fwd_flops * self.workload.algorithm.old_forwards()  # DiffusionNFT's soft old policy: v_old
+        fwd, lin = self.fwd_share(TRAINER)  # one rank's share under sequence parallelism
+        attn = fwd - lin
+        per = fwd + lin + self.assume.attn_backward * attn + (0.0 if self.lora else lin)
+        per += fwd if self.training.recompute else 0.0
+        per += fwd * self.workload.algorithm.old_forwards()  # DiffusionNFT's soft old policy: v_old
         return per * self.train_fps
+
+    def train_a2a_s(self) -> float:
+        """A training cell's all-to-alls: forward, backward and (with recomputation) the recomputed forward, per
+        training forward (module docstring)."""
+        passes = 2 + (1 if self.training.recompute else 0) + self.workload.algorithm.old_forwards()
+        return passes * self.train_fps * self.a2a_s(TRAINER)
 
     def _train_chunk(self, c: int, pool: str) -> float:
         c = self._share(max(1, math.ceil(c * self.workload.trained_share - 1e-9)), TRAINER)  # the cells that run
         fwd = c * self.train_fps
-        comp = self.train_compute(c * self.train_flops_per_cell(), fwd * self.seq)
+        comp = self.train_compute(c * self.train_flops_per_cell(), fwd * self.seq / self.sp[TRAINER])
         alg = self.workload.algorithm  # (+ DiffusionNFT's soft old policy: its forward's gather, the exchanges)
         return (self._comm(comp, (2.0 + alg.old_forwards()) * self.gather_s + self.scatter_s) + 3 * self.eff.overhead_s
+                + c * self.train_a2a_s()
                 + alg.chunk_copy_bytes() * self._local_trainable() / (self.gpu[TRAINER].hbm_gbs * GB))
 
     def grad_bytes(self) -> float:
@@ -317,7 +374,7 @@ class RooflineCost:
         """Key derived numbers (for docs and sanity checks)."""
         w = self.workload
         gen_pool = TRAINER if self.colocated else GENERATOR
-        ranks = self.group_ranks if self.grouped else 1
+        ranks = self.lanes
         out = {
             "seq_tokens": self.seq,
             "fwd_tflop": self.fwd_flops / 1e12,

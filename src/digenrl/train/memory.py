@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from digenrl.config import SEQUENCE_PARALLEL_FAMILIES
+from digenrl.models.specs import SPECS, ModelSpec
 
 GiB = 1024 ** 3
 
@@ -65,21 +66,42 @@ class Block:
 
 @dataclass(frozen=True)
 class Family:
-    kind: str
-    name: str
-    params: int
-    hidden: int
+    """A family's measured activation coefficients (``Block``, ``other``) beside its facts from the one registry
+    (``models.specs``: parameters, width, default text length, latent geometry, text encoders, VAE)."""
+
+    spec: ModelSpec
     blocks: dict[str, Block]
     other: dict[str, tuple[float, float, float]]  # embedders and output layer, per mode
     largest_tensor: int  # elements of the largest weight matrix
-    text_tokens: int  # default text length the adapter feeds (max_sequence_length etc.)
-    text_encoder_params: float
-    vae_params: float
-    video: bool = False
-    patch: int = 2  # spatial token size in latent pixels (FLUX / Qwen-Image pack 2 x 2)
-    spatial_down: int = 8
-    temporal_down: int = 4
-    source: str = ""
+    params: int = 0  # 0: the spec's (``with_layers`` changes it)
+
+    def __post_init__(self) -> None:
+        if not self.params:
+            object.__setattr__(self, "params", self.spec.arch.params)
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def hidden(self) -> int:
+        return self.spec.hidden
+
+    @property
+    def text_tokens(self) -> int:
+        return self.spec.text_tokens()
+
+    @property
+    def text_encoder_params(self) -> float:
+        return self.spec.text_encoder_params
+
+    @property
+    def vae_params(self) -> float:
+        return self.spec.vae_params
 
     def with_layers(self, counts: dict[str, int]) -> "Family":
         """The same family with other block counts (the probe's few-layer models)."""
@@ -88,56 +110,48 @@ class Family:
         return replace(self, blocks=blocks, params=params)
 
     def tokens(self, height: int, width: int, frames: int = 1) -> int:
-        """Latent tokens of one sample: (H / 8 / p) (W / 8 / p) [((F - 1) / 4 + 1) for video]."""
-        per = self.spatial_down * self.patch
-        lat_frames = (frames - 1) // self.temporal_down + 1 if self.video else 1
-        return (height // per) * (width // per) * lat_frames
+        """Latent tokens of one sample (``ModelSpec.latent_tokens``)."""
+        return self.spec.latent_tokens(height, width, frames)
 
 
-# Parameter counts: counted from the diffusers classes built on the meta device with the published configs
-# (``models.memory_probe.REAL_CONFIGS``, which cites each config.json). Text encoders and VAEs: the model
-# cards (FLUX.1: CLIP-L 123M + T5-XXL encoder 4.76B; SD3.5: CLIP-L + CLIP-G 0.82B + T5-XXL; Wan2.1: umT5-XXL
-# encoder 5.7B; Qwen-Image: Qwen2.5-VL-7B 8.3B; HunyuanVideo: LLaVA-Llama-3-8B 8.0B + CLIP-L). Largest
-# tensors and LoRA parameters per block: counted the same way (LoRA of ``models.lora.FAMILY_TARGETS``).
+# Activation coefficients and per-block counts, measured with ``models.memory_probe`` on the diffusers classes
+# built from ``models.specs`` (parameters per block, largest tensors, LoRA parameters of ``models.lora.FAMILY_TARGETS``
+# per block: counted on the meta device; the family's parameters are its spec's, ``models.flops``).
 FAMILIES: dict[str, Family] = {
     "flux": Family(
-        "flux", "FLUX.1-dev", 11_901_408_320, 3072,
+        SPECS["flux"],
         {"transformer_blocks": Block(19, 339_831_296, 12, 7_077_888, (296240, 296240, 233472), (173352, 173352, 116736),
                                      (211752, 211752, 172032), (137252, 137252, 86016)),
          "single_transformer_blocks": Block(38, 141_591_808, 3, 1_179_648, (258344, 258344, 61440), (153892, 153892, 30720),
                                             (148520, 148520, 49152), (98980, 98980, 24576))},
         {"full32": (37128, 28672, 103424), "full16": (18564, 14336, 51712),
          "lora32": (12296, 12288, 12288), "lora16": (6148, 6144, 6144)},
-        56_623_104, 512, 4.88e9, 83.7e6, patch=2,
-        source="black-forest-labs/FLUX.1-dev transformer/config.json"),
+        56_623_104),
     "sd3": Family(
-        "sd3", "SD3.5-Medium", 2_243_171_520, 1536,
+        SPECS["sd3"],
         # activations measured on layer 0 (dual attention, layers 0-12): an upper bound for the 11 others;
         # parameters: the mean block (layers are 54M-102M)
         {"transformer_blocks": Block(24, 92_653_957, 8, 1_572_864, (215632, 74024, 98304), (148040, 52516, 49152),
                                      (81192, 50208, 61440), (59172, 40608, 30720))},
         {"full32": (18696, 16384, 46080), "full16": (9348, 8192, 23040),
          "lora32": (6152, 0, 6144), "lora16": (3076, 0, 3072)},
-        21_233_664, 77 + 256, 5.58e9, 83.7e6, patch=2,
-        source="stabilityai/stable-diffusion-3.5-medium transformer/config.json"),
+        21_233_664),
     "wan": Family(
-        "wan", "Wan2.1-T2V-14B", 14_288_491_584, 5120,
+        SPECS["wan"],
         {"blocks": Block(40, 351_394_304, 8, 5_242_880, (562532, 102404, 163840), (404836, 71684, 81920),
                          (324444, 82436, 143360), (255068, 61700, 71680))},
         {"full32": (61704, 57344, 103424), "full16": (51336, 28672, 51712),
          "lora32": (20488, 0, 20480), "lora16": (20488, 0, 10240)},
-        157_286_400, 512, 5.7e9, 127e6, video=True, patch=2,
-        source="Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json"),
+        157_286_400),
     "qwen_image": Family(
-        "qwen_image", "Qwen-Image", 20_430_401_088, 3072,
+        SPECS["qwen_image"],
         {"transformer_blocks": Block(60, 339_831_296, 12, 7_077_888, (295732, 295220, 2330624), (191274, 190762, 1165312),
                                      (211244, 210732, 2269184), (149030, 148518, 1134592))},
         {"full32": (37128, 28672, 50176), "full16": (18564, 21504, 25088),
          "lora32": (12296, 0, 12288), "lora16": (6148, 0, 6144)},
-        56_623_104, 512, 8.3e9, 127e6, patch=2,
-        source="Qwen/Qwen-Image transformer/config.json"),
+        56_623_104),
     "hunyuan_video": Family(
-        "hunyuan_video", "HunyuanVideo", 12_821_012_544, 3072,
+        SPECS["hunyuan_video"],
         {"transformer_blocks": Block(20, 339_831_296, 8, 3_145_728, (296244, 295220, 233472), (191786, 190762, 116736),
                                      (149804, 161076, 184320), (118566, 123690, 92160)),
          "single_transformer_blocks": Block(40, 141_591_808, 3, 1_179_648, (270636, 270636, 61440), (172326, 172326, 30720),
@@ -146,8 +160,7 @@ FAMILIES: dict[str, Family] = {
                                  tokens="text")},
         {"full32": (37128, 28672, 169984), "full16": (18564, 14336, 84992),
          "lora32": (12296, 12288, 12288), "lora16": (6148, 6144, 6144)},
-        56_623_104, 256, 8.1e9, 246e6, video=True, patch=2,
-        source="hunyuanvideo-community/HunyuanVideo transformer/config.json"),
+        56_623_104),
 }  # fmt: skip
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -293,26 +306,20 @@ def rank_tokens(fam: Family, p: PlanInputs) -> int:
 
 # ---- from a config -----------------------------------------------------------------------------------------
 
-FAMILY_OF_KIND = {"flux": "flux", "sd3": "sd3", "wan": "wan", "qwen_image": "qwen_image",
-                  "hunyuan_video": "hunyuan_video"}
-
-
 def inputs_from_config(cfg) -> PlanInputs | None:
-    """``PlanInputs`` of a ``Config`` (None for models without a plan, e.g. the built-in tiny DiT)."""
+    """``PlanInputs`` of a ``Config`` (None for models without a plan, e.g. the built-in tiny DiT); sizes and the
+    text length default to the family adapter's (``models.specs``)."""
     m, t, s = cfg.model, cfg.train, cfg.sampler
-    fam = FAMILY_OF_KIND.get(m.kind)
-    if fam is None:
+    f = FAMILIES.get(m.kind)
+    if f is None:
         return None
-    o = m.options
-    f = FAMILIES[fam]
-    txt = o.get("max_sequence_length")
-    if fam == "sd3":
-        txt = 77 + int(txt if txt is not None else 256)
-    cfg_forwards = 2 if (t.cfg_in_training and s.cfg_scale != 1.0 and fam not in ("flux", "hunyuan_video")) else 1
+    o, sp = m.options, f.spec
+    h, w, frames = sp.default_size
+    cfg_forwards = 2 if (t.cfg_in_training and s.cfg_scale != 1.0 and not sp.guidance_distilled) else 1
     text_loaded = o.get("load_text_encoders", "auto") is True or not m.prompt_cache_dir
     return PlanInputs(
-        family=fam, height=int(o.get("height", 512)), width=int(o.get("width", 512)),
-        frames=int(o.get("frames", 1)) if f.video else 1, text_tokens=int(txt) if txt is not None else None,
+        family=m.kind, height=int(o.get("height", h)), width=int(o.get("width", w)),
+        frames=int(o.get("frames", frames)) if sp.video else 1, text_tokens=sp.text_tokens(o.get("max_sequence_length")),
         lora_rank=m.lora.rank if m.lora.enabled else None, model_dtype=m.dtype,
         mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
         sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=shard_ranks(cfg), beta_kl=t.beta_kl, ema=t.ema_decay is not None,
@@ -414,7 +421,7 @@ def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] 
     cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
     if p is None or cap is None or cfg.runtime.mode == "colocated":
         return None
-    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and p.family not in ("flux", "hunyuan_video")) else 1
+    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and not FAMILIES[p.family].spec.guidance_distilled) else 1
     d = cfg.runtime.generator_sequence_parallel.degree
     items = generator_bytes(replace(p, forwards_per_cell=fwd, sequence_parallel=d), cfg.runtime.fragment_size)
     total = sum(items.values())
@@ -440,7 +447,7 @@ def resolve_chunk_cells(cfg, trained: int):
     p = inputs_from_config(cfg)
     if t.memory_gb is None or p is None:
         raise MemoryPlanError("train.chunk_cells=auto needs train.memory_gb (the per-rank GPU memory) and a model "
-                              f"with a memory plan (model.kind one of {sorted(FAMILY_OF_KIND)}, got {cfg.model.kind!r})")
+                              f"with a memory plan (model.kind one of {sorted(FAMILIES)}, got {cfg.model.kind!r})")
     fits = plan_memory(p).max_cells(t.memory_gb * GiB)
     if fits < 1:
         check_config(cfg)  # raises with the numbers and the keys
@@ -455,9 +462,3 @@ def resolve_chunk_cells(cfg, trained: int):
     else:
         cg, ct = auto_chunk_shape(fits, t.generations, trained)
     return cfg.model_copy(update={"train": t.model_copy(update={"chunk_generations": cg, "chunk_timesteps": ct})})
-
-
-# The simulator's model presets (``sim.presets.MODELS``) -> memory-plan families, so that the simulator can
-# price the same per-rank memory the runtime will use (``plan_memory(PlanInputs(SIM_MODEL_FAMILY[name], ...))``).
-SIM_MODEL_FAMILY = {"flux": "flux", "wan": "wan", "hunyuan": "hunyuan_video", "qwen-image": "qwen_image",
-                    "sd3": "sd3"}

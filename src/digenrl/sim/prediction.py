@@ -4,9 +4,8 @@ with the profile's costs (``sim.executor.simulate``, 4 steps, as ``digenrl plan`
 colocated is predicted faster.
 
 The profile's all-reduce was measured at its ``trainers`` ranks; another rank count (colocated runs on all
-``generators + trainers`` workers) takes it scaled as a ring all-reduce scales: per-rank traffic 2 (N - 1) / N of
-the gradient, so the time x ((N - 1) / N) / ((M - 1) / M) from M measured to N ranks. A profile measured at one
-trainer rank (no all-reduce) or without its ``trainers`` cannot price another count: then the line says so.
+``generators + trainers`` workers) takes it as ``control.profile.profile_at`` says (the one policy: scaled as a
+ring all-reduce scales; a profile without ``trainers`` is taken as measured on the config's own pools).
 """
 
 from __future__ import annotations
@@ -16,32 +15,8 @@ from dataclasses import replace
 PROBE_STEPS = 4
 
 
-class RingAllreduce:
-    """``cost`` with the all-reduce moved from the ``measured`` trainer ranks it was timed on to ``ranks``."""
-
-    def __init__(self, cost, measured: int, ranks: int):
-        self.cost = cost
-        self.factor = 0.0 if ranks == 1 else ((ranks - 1) / ranks) / ((measured - 1) / measured)
-
-    def time(self, op: str, batch: int, pool: str) -> float:
-        t = self.cost.time(op, batch, pool)
-        return t * self.factor if op == "allreduce" else t
-
-
-def _cost_at(prof, measured: int | None, ranks: int):
-    """The profile's cost model at ``ranks`` trainer ranks, or the reason it cannot be priced there (str)."""
-    if ranks == measured:
-        return prof
-    if ranks == 1:
-        return RingAllreduce(prof, 2, 1)  # no collective at one rank
-    if measured is None or measured < 2:
-        have = "has no 'trainers' key" if measured is None else "was measured at 1 trainer rank (no all-reduce)"
-        return f"the profile {have}: its all-reduce at {ranks} ranks is unknown"
-    return RingAllreduce(prof, measured, ranks)
-
-
 def _steady(plan, cost) -> float:
-    from ..sim.executor import simulate
+    from .executor import simulate
 
     return simulate(replace(plan, steps=PROBE_STEPS), cost, record=False).timing()["steady_step_time_s"]
 
@@ -50,22 +25,21 @@ def predict(cfg) -> dict | None:
     """``{"workers", "plan_s", "colocated_s" | "colocated_refused", "faster"}`` for a disaggregated ``cfg`` with
     ``runtime.profile``; None otherwise (colocated, or no profile)."""
     from ..config import ConfigError
-    from ..sim.plan_search import profile_pools
-    from .profile import load_profile
-    from .run_plan import plan_run
+    from ..control.profile import load_profile, profile_at, profile_pools
+    from ..control.run_plan import plan_run
 
     rt = cfg.runtime
     if rt.profile is None or rt.mode == "colocated":
         return None
-    prof, measured = load_profile(rt.profile), profile_pools(rt.profile)[1]
+    prof, measured = load_profile(rt.profile), profile_pools(rt.profile)[1] or rt.trainers
     workers = rt.generators + rt.trainers
-    own = _cost_at(prof, measured, rt.trainers)
+    own = profile_at(prof, measured, rt.trainers)
     if isinstance(own, str):
         return {"workers": workers, "refused": own}
     out = {"workers": workers, "plan_s": _steady(plan_run(cfg).plan, own)}
     coloc = cfg.model_copy(update={"runtime": rt.model_copy(update={"mode": "colocated", "generators": 1,
                                                                      "trainers": workers})})
-    cost = _cost_at(prof, measured, workers)
+    cost = profile_at(prof, measured, workers)
     if isinstance(cost, str):
         out["colocated_refused"] = cost
         return out

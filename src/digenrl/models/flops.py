@@ -19,10 +19,18 @@ where the parameters of the network are split by what passes through them:
 ``2 * params * seq`` would charge every token for every weight: it overcounts dual-stream models (a token passes
 only its own stream) and charges the per-sample modulation (a sixth of FLUX's weights) once per token.
 
-The config values below are the published diffusers ``transformer/config.json`` of each model (sources in the
-comments); ``tests/sim/test_sim_flops.py`` instantiates the diffusers class on the meta device from the same
-values and checks every stream count and the total forward FLOPs (``torch.utils.flop_counter``) against these
-closed forms.
+The config values are the published diffusers ``transformer/config.json`` of each model, from the one registry
+(``models.specs``: ``ModelSpec.arch`` is this module's ``Arch`` of the spec); ``tests/sim/test_sim_flops.py``
+instantiates the diffusers class on the meta device from the same values and checks every stream count and the
+total forward FLOPs (``torch.utils.flop_counter``) against these closed forms.
+
+Sequence parallelism (``sp`` = d ranks split one sample's latent tokens, Ulysses; docs/sequence_parallel.md): one
+rank's share of a forward. Each rank runs the linear layers on its ``n_img / d`` latent tokens and on every text
+token (the text stream and HunyuanVideo's refiner run whole on every rank), and each attention on H / d heads over
+the whole sequence (Wan's cross-attention: its ``n_img / d`` queries on every head)::
+
+    F_d = 2 (P_img n_img / d + P_txt n_txt + P_joint (n_img / d + n_txt) + P_sample) + A / d
+          (A: the attention FLOPs of the unsplit forward, HunyuanVideo's text-only refiner not divided)
 """
 
 from __future__ import annotations
@@ -76,26 +84,31 @@ class Arch:
     streams: Streams
     d_attn: int
     attn: tuple[tuple[int, str], ...]
-    config: dict
-    diffusers_class: str
-    source: str
     adapter_dims: int = 0   # sum of (in + out) over the blocks' token-stream linear layers (LoRA targets)
 
     def lora_params(self, rank: int) -> int:
         """Parameters of rank-``rank`` LoRA adapters (A: in x r, B: r x out) on every token-stream linear."""
         return rank * self.adapter_dims
 
-    def attention_flops(self, n_img: int, n_txt: int) -> float:
+    def attention_flops(self, n_img: int, n_txt: int, sp: int = 1) -> float:
+        """QK^T and AV of every attention layer; one rank's share of them under ``sp``-way sequence parallelism
+        (the text-only refiner is not split)."""
         pairs = {"joint": (n_img + n_txt) ** 2, "img": n_img ** 2, "cross": n_img * n_txt, "txt": n_txt ** 2}
-        return sum(4.0 * layers * pairs[kind] * self.d_attn for layers, kind in self.attn)
+        return sum(4.0 * layers * pairs[kind] * self.d_attn / (1 if kind == "txt" else sp)
+                   for layers, kind in self.attn)
 
-    def linear_flops(self, n_img: int, n_txt: int) -> float:
-        s = self.streams
-        return 2.0 * (s.img * n_img + s.txt * n_txt + s.joint * (n_img + n_txt) + s.sample)
+    def linear_flops(self, n_img: float, n_txt: int, sp: int = 1) -> float:
+        s, n = self.streams, n_img / sp
+        return 2.0 * (s.img * n + s.txt * n_txt + s.joint * (n + n_txt) + s.sample)
 
-    def forward_flops(self, n_img: int, n_txt: int) -> float:
-        """FLOPs of one transformer forward of one sample (no CFG doubling)."""
-        return self.linear_flops(n_img, n_txt) + self.attention_flops(n_img, n_txt)
+    def forward_flops(self, n_img: int, n_txt: int, sp: int = 1) -> float:
+        """FLOPs of one transformer forward of one sample (no CFG doubling); with ``sp`` > 1 one rank's share
+        (module docstring)."""
+        return self.linear_flops(n_img, n_txt, sp) + self.attention_flops(n_img, n_txt, sp)
+
+    def attention_layers(self, *kinds: str) -> int:
+        """Attention layers of the given kinds (``joint``, ``img``, ``cross``, ``txt``)."""
+        return sum(n for n, kind in self.attn if kind in kinds)
 
     @property
     def params(self) -> int:
@@ -122,14 +135,6 @@ def _single_block(h: int, hd: int, mlp: int) -> Streams:
                    elementwise=2 * hd)
 
 
-# black-forest-labs/FLUX.1-dev transformer/config.json: patch_size 1, in_channels 64, num_layers 19,
-# num_single_layers 38, attention_head_dim 128, num_attention_heads 24, joint_attention_dim 4096,
-# pooled_projection_dim 768, guidance_embeds true, axes_dims_rope [16, 56, 56].
-FLUX_CONFIG = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
-                   num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
-                   axes_dims_rope=(16, 56, 56))
-
-
 def _flux(c: dict) -> Arch:
     hd, h = c["attention_head_dim"], c["attention_head_dim"] * c["num_attention_heads"]
     emb = Streams(img=lin(c["in_channels"], h) + lin(h, c["patch_size"] ** 2 * c["in_channels"]),
@@ -138,19 +143,8 @@ def _flux(c: dict) -> Arch:
                   sample=mlp2(256, h, h) * (2 if c["guidance_embeds"] else 1) + mlp2(c["pooled_projection_dim"], h, h)
                   + lin(h, 2 * h), elementwise=0)
     s = emb + _double_block(h, hd, 4 * h) * c["num_layers"] + _single_block(h, hd, 4 * h) * c["num_single_layers"]
-    return Arch("FLUX.1-dev", s, h, ((c["num_layers"] + c["num_single_layers"], "joint"),), c,
-                "FluxTransformer2DModel", "huggingface.co/black-forest-labs/FLUX.1-dev transformer/config.json",
+    return Arch("FLUX.1-dev", s, h, ((c["num_layers"] + c["num_single_layers"], "joint"),),
                 _dual_single_adapter_dims(h, 4 * h, c["num_layers"], c["num_single_layers"]))
-
-
-# tencent/HunyuanVideo (diffusers: hunyuanvideo-community/HunyuanVideo) transformer/config.json: in_channels 16,
-# out_channels 16, num_attention_heads 24, attention_head_dim 128, num_layers 20, num_single_layers 40,
-# num_refiner_layers 2, mlp_ratio 4.0, patch_size 2, patch_size_t 1, qk_norm rms_norm, guidance_embeds true,
-# text_embed_dim 4096, pooled_projection_dim 768, rope_theta 256, rope_axes_dim [16, 56, 56].
-HUNYUAN_CONFIG = dict(in_channels=16, out_channels=16, num_attention_heads=24, attention_head_dim=128, num_layers=20,
-                      num_single_layers=40, num_refiner_layers=2, mlp_ratio=4.0, patch_size=2, patch_size_t=1,
-                      qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=4096, pooled_projection_dim=768,
-                      rope_theta=256.0, rope_axes_dim=(16, 56, 56))
 
 
 def _hunyuan(c: dict) -> Arch:
@@ -168,17 +162,8 @@ def _hunyuan(c: dict) -> Arch:
     s = (emb + refiner + _double_block(h, hd, mlp) * c["num_layers"]
          + _single_block(h, hd, mlp) * c["num_single_layers"])
     return Arch("HunyuanVideo-13B", s, h,
-                ((c["num_layers"] + c["num_single_layers"], "joint"), (c["num_refiner_layers"], "txt")), c,
-                "HunyuanVideoTransformer3DModel",
-                "huggingface.co/hunyuanvideo-community/HunyuanVideo transformer/config.json",
+                ((c["num_layers"] + c["num_single_layers"], "joint"), (c["num_refiner_layers"], "txt")),
                 _dual_single_adapter_dims(h, mlp, c["num_layers"], c["num_single_layers"]))
-
-
-# Qwen/Qwen-Image transformer/config.json: patch_size 2, in_channels 64, out_channels 16, num_layers 60,
-# attention_head_dim 128, num_attention_heads 24, joint_attention_dim 3584, guidance_embeds false,
-# axes_dims_rope [16, 56, 56].
-QWEN_CONFIG = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
-                   num_attention_heads=24, joint_attention_dim=3584, guidance_embeds=False, axes_dims_rope=(16, 56, 56))
 
 
 def _qwen(c: dict) -> Arch:
@@ -186,19 +171,8 @@ def _qwen(c: dict) -> Arch:
     block = _double_block(h, hd, 4 * h)
     emb = Streams(img=lin(c["in_channels"], h) + lin(h, c["patch_size"] ** 2 * c["out_channels"]), txt=lin(jd, h),
                   joint=0, sample=mlp2(256, h, h) + lin(h, 2 * h), elementwise=jd)  # txt_norm: RMSNorm scale
-    return Arch("Qwen-Image-20B", emb + block * c["num_layers"], h, ((c["num_layers"], "joint"),), c,
-                "QwenImageTransformer2DModel", "huggingface.co/Qwen/Qwen-Image transformer/config.json",
+    return Arch("Qwen-Image-20B", emb + block * c["num_layers"], h, ((c["num_layers"], "joint"),),
                 _dual_single_adapter_dims(h, 4 * h, c["num_layers"], 0))
-
-
-# Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json: patch_size [1, 2, 2], num_attention_heads 40,
-# attention_head_dim 128, in_channels 16, out_channels 16, text_dim 4096, freq_dim 256, ffn_dim 13824,
-# num_layers 40, cross_attn_norm true, qk_norm rms_norm_across_heads, eps 1e-6, image_dim null,
-# added_kv_proj_dim null, rope_max_seq_len 1024.
-WAN_CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=16,
-                  out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True,
-                  qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None,
-                  rope_max_seq_len=1024)
 
 
 def _wan(c: dict) -> Arch:
@@ -214,19 +188,8 @@ def _wan(c: dict) -> Arch:
                   txt=mlp2(c["text_dim"], h, h), joint=0,
                   sample=mlp2(c["freq_dim"], h, h) + lin(h, 6 * h), elementwise=2 * h)
     return Arch("Wan2.1-T2V-14B", emb + block * c["num_layers"], h,
-                ((c["num_layers"], "img"), (c["num_layers"], "cross")), c, "WanTransformer3DModel",
-                "huggingface.co/Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json",
+                ((c["num_layers"], "img"), (c["num_layers"], "cross")),
                 c["num_layers"] * (8 * 2 * h + 2 * (h + c["ffn_dim"])))
-
-
-# stabilityai/stable-diffusion-3.5-medium transformer/config.json: sample_size 128, patch_size 2, in_channels 16,
-# num_layers 24, attention_head_dim 64, num_attention_heads 24, joint_attention_dim 4096,
-# caption_projection_dim 1536, pooled_projection_dim 2048, out_channels 16, pos_embed_max_size 384,
-# dual_attention_layers 0..12, qk_norm rms_norm.
-SD35M_CONFIG = dict(sample_size=128, patch_size=2, in_channels=16, num_layers=24, attention_head_dim=64,
-                    num_attention_heads=24, joint_attention_dim=4096, caption_projection_dim=1536,
-                    pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=384,
-                    dual_attention_layers=tuple(range(13)), qk_norm="rms_norm")
 
 
 def _sd35m(c: dict) -> Arch:
@@ -243,14 +206,15 @@ def _sd35m(c: dict) -> Arch:
         sample = lin(h, (9 if i in dual else 6) * h) + lin(h, (2 if last else 6) * h)
         s = s + Streams(img, txt, 0, sample, 4 * hd + (2 * hd if i in dual else 0))
         dims += 4 * 2 * h + 10 * h + (8 * h if i in dual else 0) + 3 * 2 * h + (0 if last else 2 * h + 10 * h)
-    return Arch("SD3.5-Medium", s, h, ((L, "joint"), (len(dual), "img")), c, "SD3Transformer2DModel",
-                "huggingface.co/stabilityai/stable-diffusion-3.5-medium transformer/config.json", dims)
+    return Arch("SD3.5-Medium", s, h, ((L, "joint"), (len(dual), "img")), dims)
 
 
-ARCHS: dict[str, Arch] = {
-    "flux": _flux(FLUX_CONFIG),
-    "hunyuan": _hunyuan(HUNYUAN_CONFIG),
-    "qwen-image": _qwen(QWEN_CONFIG),
-    "wan": _wan(WAN_CONFIG),
-    "sd35-medium": _sd35m(SD35M_CONFIG),
-}
+_BUILDERS = {"flux": _flux, "hunyuan_video": _hunyuan, "qwen_image": _qwen, "wan": _wan, "sd3": _sd35m}
+
+
+def arch_of(spec) -> Arch:
+    """The ``Arch`` of a ``models.specs.ModelSpec`` (its published config)."""
+    return _BUILDERS[spec.kind](dict(spec.config))
+
+
+__all__ = ["Arch", "Streams", "arch_of", "lin", "mlp2"]

@@ -1,0 +1,281 @@
+"""A run config as a source of ``sim.planner``: the candidates of ``digenrl plan --config`` and of
+``digenrl simulate --config``, each priced as the config ``digenrl train`` would run.
+
+A candidate (``planner.Candidate``) becomes a config (``config_of``): the split as ``runtime.generators / trainers``
+(colocated: 1 / W), the fragment size, the stale cap, the publish path, the stale hold, ``train.shard_groups``,
+``runtime.tag_inference_copy``, ``runtime.gang_groups`` and the two sequence-parallel degrees; on a ``--testbed``
+``train.memory_gb`` = the trainer GPU's memory. That config must pass the memory plan of ``digenrl train``
+(``train.memory.check_config`` / ``check_generators``) and ``control.run_plan.plan_run``; a refusal is the
+candidate's ``Infeasible`` reason. Its plan is ``plan_run``'s (a colocated FSDP config: one worker per rank, priced
+as the peers' idealised colocated FSDP bound, ``sim.colocation``), with the planner's one chunk-shape rule
+(``sim.scenario.rule_chunk``) at most the chunk the memory plan holds; the config written carries that chunk shape.
+
+Costs: on a testbed, the roofline of the candidate config's model and workload (``sim.from_config``) on the split's
+GPUs; with a profile, the profile at the candidate's trainer count (``control.profile.profile_at``; a profile that
+does not name its ``trainers`` is taken as measured on the config's own pools).
+
+Values: those of ``sim.scenario.PresetSource`` on the same workload (roofline: shard groups, TAG copy, gang width,
+publish path; a profile prices the config's own), and in ``full`` the stale caps ``planner.STALE_CAPS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config import ConfigError
+from ..control.profile import profile_at
+from ..schedule import Mode
+from .from_config import ConfigSimError, config_model, config_workload
+from .planner import STALE_CAPS, Candidate, Infeasible, Split, divisors
+from .scenario import PresetSource, Scenario, colocated_options, limits, make_cost, rule_chunk, split_options
+
+
+class ConfigSource:
+    """``sim.planner.Source`` of a config on ``workers`` GPUs, with ``testbed`` (roofline) or ``profile``
+    (measured, at ``profile_trainers`` trainer ranks). ``pinned``: only the config's own candidate (its pools)."""
+
+    def __init__(self, cfg, workers: int, *, testbed=None, profile=None, profile_trainers: int | None = None,
+                 pinned: bool = False):
+        from ..control.run_plan import plan_run
+
+        if (testbed is None) == (profile is None):
+            raise ValueError("ConfigSource: give exactly one of testbed or profile")
+        self.cfg, self.workers, self.mode = cfg, workers, Mode(cfg.runtime.mode)
+        self.bts, self.testbed, self.profile, self.pinned = cfg.runtime.bts_config(), testbed, profile, pinned
+        self.profile_trainers = profile_trainers or (cfg.runtime.trainers if profile is not None else None)
+        self.trained = plan_run(cfg).trained_timesteps  # refuses what the runtime refuses, before any search
+        self.preset, self._configs, self._starts = None, {}, {}
+        if testbed is not None:
+            if workers > testbed.total:
+                raise ConfigSimError(f"--gpus: {workers} exceeds testbed {testbed.name} ({testbed.total} GPUs)")
+            if workers < 2:
+                raise ConfigSimError(f"--gpus: the roofline needs at least 2 GPUs (got {workers})")
+            setup = Scenario(config_model(cfg), testbed, config_workload(cfg, self.trained), workers, cfg.steps,
+                             cfg.runtime.max_stale_fraction)
+            self.preset = PresetSource(setup, self.mode, self.bts)
+
+    # ---- the Source protocol ---------------------------------------------------------------------------------
+
+    def splits(self) -> list[Split]:
+        if self.pinned:
+            return [self.own_split()]
+        if self.preset is not None:
+            return self.preset.splits()
+        if self.mode is Mode.COLOCATED:
+            return [Split(0, self.workers)]
+        return [Split(g, self.workers - g) for g in range(1, self.workers)]
+
+    def own_split(self) -> Split:
+        rt, tb = self.cfg.runtime, self.testbed
+        n_gen = 0 if self.mode is Mode.COLOCATED else rt.generators * rt.generator_sequence_parallel.degree
+        n_train = rt.trainers
+        if tb is None:
+            return Split(n_gen, n_train)
+        opts = colocated_options(self.preset.setup) if n_gen == 0 else split_options(self.preset.setup)
+        return next((s for s in opts if (s.n_gen, s.n_train) == (n_gen, n_train)),
+                    Split(n_gen, n_train, tb.gpu, tb.gpu2 or tb.gpu))
+
+    def start(self, split: Split) -> Candidate:
+        """The config's own values on ``split``; searched (not pinned), where they do not fit, the smallest
+        sequence-parallel degrees (trainer first) that do."""
+        own = self._own(split)
+        if self.pinned or self.preset is None:
+            return own
+        if split not in self._starts:
+            self._starts[split] = own
+            tries = [own] + [replace(own, sequence_parallel=d, generator_sequence_parallel=g)
+                             for d in self.values(split, "sequence_parallel")
+                             for g in self.values(split, "generator_sequence_parallel")]
+            for c in tries:
+                try:
+                    self.build(c)
+                except Infeasible:
+                    continue
+                self._starts[split] = c
+                break
+        return self._starts[split]
+
+    def _own(self, split: Split) -> Candidate:
+        rt, t, G = self.cfg.runtime, self.cfg.train, self.cfg.train.generations
+        return Candidate(split, rt.fragment_size if G % rt.fragment_size == 0 else 1,
+                         rt.max_stale_fraction,
+                         t.shard_groups if t.sharding == "fsdp" else 1, rt.tag_inference_copy, rt.publish,
+                         rt.gang_groups, t.sequence_parallel.degree, rt.generator_sequence_parallel.degree,
+                         rt.stale_hold)
+
+    def values(self, split: Split, axis: str) -> list:
+        own = getattr(self._own(split), axis)
+        if self.pinned:
+            return [own]
+        if axis == "fragment_size":
+            return divisors(self.cfg.train.generations)
+        if axis == "max_stale_fraction":
+            return list(STALE_CAPS) if self.mode is Mode.FULL else [own]
+        if self.preset is None:
+            return [own]
+        vals = self.preset.values(split, axis)
+        return vals if len(vals) > 1 else [own]
+
+    def build(self, c: Candidate):
+        """(cost model, plan) of candidate ``c`` (module docstring); raises ``Infeasible``."""
+        cc = self.config_of(c)
+        run, cap = self._plan(cc)  # the memory plan of ``digenrl train`` refuses first, naming its keys
+        cost = self._cost(c, cc)
+        w = config_workload(cc, run.trained_timesteps) if self.preset is not None else None
+        max_cells = limits(cost, w)[1] if w is not None else cap
+        plan = run.plan
+        if plan.mode.tsp and not self.pinned:
+            cg, cs = rule_chunk(plan, cost, max_cells if max_cells else plan.generations * plan.trained_timesteps)
+            cc = _with_chunk(cc, cg, cs)
+            plan = self._plan(cc)[0].plan
+        if w is not None:
+            plan = replace(plan, sampling_steps=cost.workload.denoise_steps if hasattr(cost, "workload")
+                           else plan.sampling_steps)  # MixGRPO-Flash samples fewer steps
+        self._configs[c] = cc
+        return cost, plan
+
+    # ---- candidate -> config ---------------------------------------------------------------------------------
+
+    def config_for(self, c: Candidate):
+        """The config ``digenrl plan`` writes for ``c`` (after ``build``: with its chunk shape)."""
+        return self._configs[c]
+
+    def config_of(self, c: Candidate):
+        """``cfg`` with the candidate's settings (module docstring); on a testbed, its trainer GPU's memory."""
+        cfg, t = self.cfg, self.cfg.train
+        rt = {"fragment_size": c.fragment_size, "max_stale_fraction": c.max_stale_fraction, "publish": c.publish,
+              "stale_hold": c.stale_hold, "tag_inference_copy": c.tag_copy, "gang_groups": c.gang_groups,
+              "generator_sequence_parallel": {"ulysses": c.generator_sequence_parallel},
+              **({"generators": 1, "trainers": c.split.n_train} if c.split.n_gen == 0 else
+                 {"generators": c.generators, "trainers": c.split.n_train})}
+        tr = {"sequence_parallel": {"ulysses": c.sequence_parallel}}
+        if t.sharding == "fsdp":
+            tr["shard_groups"] = c.shard_groups
+        if self.testbed is not None:
+            tr["memory_gb"] = (c.split.train_gpu or self.testbed.gpu).memory_gb
+        data = cfg.model_dump(mode="json")
+        data["runtime"].update(rt)
+        data["train"].update(tr)
+        if c.split.n_gen == 0:
+            data["runtime"]["generator_sequence_parallel"] = {"ulysses": 1}
+        from ..config import Config
+
+        try:
+            return Config.model_validate(data)
+        except (ValueError, ConfigError) as e:
+            errs = getattr(e, "errors", None)
+            raise Infeasible(errs()[0]["msg"] if callable(errs) else str(e)) from None
+
+    def _plan(self, cc):
+        """(plan_run, the chunk cells the memory plan holds or None) of a candidate config; raises Infeasible."""
+        from ..control.run_plan import plan_run
+        from ..train.memory import GiB, MemoryPlanError, check_config, check_generators, lanes
+
+        try:
+            gen_gb = None
+            if self.testbed is not None and cc.runtime.mode != "colocated":
+                gen_gb = self.testbed.gpu.memory_gb
+            mp = check_config(cc.model_copy(update={"train": cc.train.model_copy(update={"chunk_cells": "auto"})}))
+            check_generators(cc, gen_gb)
+            if self.pinned and cc.train.chunk_cells == "auto":  # the config's own chunk, as the runtime resolves it
+                from ..control.run_plan import timestep_plan
+                from ..train.memory import resolve_chunk_cells
+
+                cc = resolve_chunk_cells(cc, len(timestep_plan(cc, 0).trained))
+            run = plan_run(_unsharded_colocated(cc))
+        except (MemoryPlanError, ConfigError) as e:
+            raise Infeasible(str(e)) from None
+        cap = None
+        if mp is not None:
+            cap = mp.max_cells(cc.train.memory_gb * GiB) * lanes(cc)
+        return run, cap
+
+    def _cost(self, c: Candidate, cc):
+        if self.profile is not None:
+            cost = profile_at(self.profile, self.profile_trainers, c.split.n_train)
+            if isinstance(cost, str):
+                raise Infeasible(f"--profile: {cost}")
+            return cost
+        setup = replace(self.preset.setup, workload=config_workload(cc, self.trained))
+        return make_cost(setup, c, c.split.n_gen == 0)
+
+
+def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, testbed=None, profile=None,
+                     profile_trainers: int | None = None, gpus: int | None = None, search_plan: bool = False,
+                     probe_steps: int = 4, jitter: float = 0.0, seed: int = 0, record_mode: str | None = None) -> dict:
+    """``digenrl simulate --config``: every requested mode plus the baselines ``naive`` and ``colocated``, each
+    the config's own plan on its pools (or ``gpus`` in its ratio, ``from_config.pools_for``; a colocated config's
+    W workers split W // 2 + the rest for the disaggregated modes), or with ``search_plan`` the planner's choice on
+    those GPUs (what ``digenrl plan`` writes for that mode), simulated for ``steps``; ``{mode: scenario.ModeRun}``.
+    Raises ConfigError / ConfigSimError (exit 2 in the CLI). With a profile, a baseline whose trainer count it
+    cannot price (``profile_at``), or any mode where the profile does not name its ``trainers``, is priced as
+    profiled, and its row says so."""
+    from ..config import load_config
+    from .executor import simulate
+    from .from_config import pools_for
+    from .planner import search
+    from .scenario import ModeRun
+
+    base = load_config(config, sets)
+    if testbed is not None:
+        config_model(base)  # refuses an unknown family before anything else
+    n_gen, n_train = pools_for(base, gpus)
+    if profile is not None and base.runtime.mode != "colocated":  # a profile prices the config's own pools
+        n_gen, n_train = base.runtime.generators * base.runtime.generator_sequence_parallel.degree, base.runtime.trainers
+    if testbed is not None and n_gen + n_train > testbed.total:
+        raise ConfigSimError(f"--gpus: {n_gen + n_train} GPUs ({n_gen} generators + {n_train} trainers) exceed "
+                             f"testbed {testbed.name} ({testbed.total} GPUs)")
+    if n_gen == 0 and profile is not None:
+        n_gen, n_train = base.runtime.generators, base.runtime.trainers  # (the modes' pools; colocated on all)
+    elif n_gen == 0:
+        if n_train < 2:
+            raise ConfigSimError(f"runtime.trainers: {n_train} colocated worker cannot be split into two pools")
+        n_gen, n_train = n_train // 2, n_train - n_train // 2
+    measured = profile_trainers or base.runtime.trainers
+    gsp = base.runtime.generator_sequence_parallel.degree
+    runs = {}
+    for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
+        pools = (["runtime.mode=colocated", f"runtime.trainers={n_gen + n_train}", "runtime.generators=1",
+                  "runtime.generator_sequence_parallel.ulysses=1"] if m == "colocated" else
+                 [f"runtime.mode={m}", f"runtime.generators={max(1, n_gen // gsp)}", f"runtime.trainers={n_train}"])
+        cfg = load_config(config, sets + pools)
+        src = ConfigSource(cfg, n_gen + n_train, testbed=testbed, profile=profile, profile_trainers=measured,
+                           pinned=not search_plan)
+        note, res = "", None
+        try:
+            res = search(src, probe_steps=probe_steps) if search_plan else None
+            c = res.best.candidate if res is not None else src.start(src.own_split())
+            cost, plan = src.build(c)
+        except (Infeasible, ValueError) as e:
+            if profile is None or (m in modes and profile_trainers is not None):
+                where = f"testbed {testbed.name}" if testbed is not None else "the profile"
+                raise ConfigSimError(f"--{'testbed' if testbed is not None else 'profile'}: {m} does not fit "
+                                     f"{where}: {e}") from None
+            src.profile_trainers = cfg.runtime.trainers  # a baseline: as profiled
+            c = src.start(src.own_split())
+            cost, plan = src.build(c)
+            note = (f"all-reduce at {cfg.runtime.trainers} ranks priced as profiled at {measured}" if profile_trainers
+                    else f"profile without pool sizes: all-reduce at {cfg.runtime.trainers} ranks as profiled")
+        if m == "colocated" and cfg.train.sharding == "fsdp":
+            note = note or "colocated FSDP priced as the idealised bound (inference copy)"
+        plan = replace(plan, steps=cfg.steps)
+        runs[m] = ModeRun(Mode(m), c, plan, simulate(plan, cost, jitter=jitter, seed=seed, bts=src.bts,
+                                                     record=(m == record_mode)), note, res)
+    return runs
+
+
+def _with_chunk(cc, cg: int, cs: int):
+    return cc.model_copy(update={"train": cc.train.model_copy(
+        update={"chunk_generations": cg, "chunk_timesteps": cs, "chunk_cells": None})})
+
+
+def _unsharded_colocated(cc):
+    """A colocated FSDP config is planned with one worker per rank (the peers' idealised colocated FSDP bound,
+    ``sim.colocation``); every other config as is."""
+    if cc.runtime.mode != "colocated" or cc.train.sharding != "fsdp":
+        return cc
+    return cc.model_copy(update={"train": cc.train.model_copy(update={"sharding": "none", "shard_groups": 1,
+                                                                      "sequence_parallel": type(cc.train.sequence_parallel)()})})
+
+
+__all__ = ["ConfigSource", "run_config_modes"]

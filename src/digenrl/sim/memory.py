@@ -1,0 +1,80 @@
+"""The roofline's memory: the memory plan of ``train.memory`` (what ``digenrl train`` refuses a config with), the one
+activation-memory model of the project, applied to the simulator's pools.
+
+A trainer rank holds its plan (``plan_memory``: weights, gradients, AdamW, EMA, the KL reference, autocast copies,
+the FSDP working set, the VAE, text encoders without a prompt cache, a reserve, and ``cells`` cells of
+activations, each rank of a sequence-parallel lane with its share of the tokens); a generator rank its
+``generator_bytes`` (a 16-bit replica, the VAE, the reserve and the sampling activations of its fragment). The
+capacity of a GPU is ``GPU.memory_gb`` GiB, the unit of ``train.memory_gb``. The plan's inputs are a config's own
+(``train.memory.inputs_from_config``, ``digenrl plan`` / ``simulate --config``) or, for a preset, what the roofline
+prices: bf16 weights with fp32 master weights and moments (bf16 mixed precision), LoRA of the preset's rank,
+recomputation as ``Training.recompute``, a prompt cache (no text encoders), the efficiency fit's reserve.
+
+While a colocated rank generates, its gradients are free (the commit consumed them) and so are autocast's copies
+(they exist in a backward only); its optimizer moments (and EMA) are what it can offload to host
+(``sim.colocation``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..train.memory import GiB, MemoryPlan, PlanInputs, generator_bytes, plan_memory
+from .colocation import RankMemory
+
+
+def preset_inputs(model, workload, training, reserve_gb: float) -> PlanInputs:
+    """The plan's inputs for a preset (module docstring); ranks and degrees are set per pool (``PoolMemory``)."""
+    return PlanInputs(model.spec.kind, workload.height, workload.width, workload.frames, text_tokens=model.text_tokens,
+                      lora_rank=training.lora_rank or None, model_dtype="bfloat16", mixed_precision="bf16",
+                      activation_checkpointing=training.recompute, reserve_gb=reserve_gb)
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    """Bytes of one trainer rank and one generator rank, and what fits in their GPUs."""
+
+    plan: MemoryPlan            # a trainer rank's
+    generator: PlanInputs       # a generator rank's inputs
+    train_capacity: float       # bytes
+    gen_capacity: float
+
+    @classmethod
+    def of(cls, base: PlanInputs, *, ranks: int, sharded: bool, sequence: int, train_forwards: int,
+           sample_forwards: int, generator_sequence: int, train_gb: float, gen_gb: float) -> "PoolMemory":
+        """``ranks``: the ranks the state is sharded over (a shard group's; 1 unsharded); ``sequence``: ranks of a
+        trainer lane; ``train_forwards`` / ``sample_forwards``: forwards per training cell / per sampling step."""
+        trainer = replace(base, sharding="fsdp" if sharded else "none", ranks=ranks if sharded else 1,
+                          sequence_parallel=sequence, forwards_per_cell=train_forwards)
+        gen = replace(base, sequence_parallel=generator_sequence, forwards_per_cell=sample_forwards)
+        return cls(plan_memory(trainer), gen, train_gb * GiB, gen_gb * GiB)
+
+    @property
+    def state(self) -> float:
+        return self.plan.state
+
+    @property
+    def max_cells(self) -> int:
+        """Cells of one chunk a trainer rank fits (0: not even one)."""
+        return self.plan.max_cells(self.train_capacity)
+
+    def generation_bytes(self, samples: int) -> float:
+        """Sampling activations of ``samples`` trajectories on one rank (no-grad forwards, CFG included)."""
+        return generator_bytes(self.generator, samples)["activations"]
+
+    @property
+    def max_fragment(self) -> int:
+        """Largest batch of trajectories a generator rank fits next to its replica (0: none)."""
+        fixed = sum(generator_bytes(self.generator, 0).values())
+        per = self.generation_bytes(1)
+        return max(0, int((self.gen_capacity - fixed) // per)) if per > 0 else 1 << 20
+
+    def colocated(self) -> RankMemory:
+        """What a colocated rank holds while it generates (module docstring), for ``sim.colocation``."""
+        items = self.plan.items
+        movable = items.get("optimizer", 0.0) + items.get("ema", 0.0)
+        resident = self.state - items.get("grads", 0.0) - items.get("cast", 0.0) - items["reserve"] - movable
+        return RankMemory(resident, movable, items.get("grads", 0.0), items["reserve"])
+
+
+__all__ = ["PoolMemory", "preset_inputs"]
