@@ -267,7 +267,7 @@ def cmd_pretrain(args) -> int:
 def _trained_context(args, cfg):
     """The run context with ``--checkpoint`` (a run dir, checkpoint, exported LoRA or transformer) loaded."""
     from digenrl.config import ConfigError
-    from digenrl.models.export import ArtifactError, apply_checkpoint
+    from digenrl.export import ArtifactError, apply_checkpoint
 
     ctx = _context(cfg)
     loaded = None
@@ -324,7 +324,7 @@ FORWARDED = {
     "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
     "reward-serve": ("digenrl.rewards.service:main", "serve registered rewards over HTTP"),
     "cache-prompts": ("digenrl.tasks.cache_prompts_cli:main", "encode the task's prompts into model.prompt_cache_dir"),
-    "export": ("digenrl.models.export:main", "export a run's trained weights as a diffusers LoRA or transformer"),
+    "export": ("digenrl.export:main", "export a run's trained weights as a diffusers LoRA or transformer"),
     "profile": ("digenrl.runtime.calibrate_cli:main", "measure a cost profile of this machine for simulate --profile"),
     "plan": ("digenrl.sim.plan_cli:main", "search the fastest plan of a config and write it as a runnable config"),
 }

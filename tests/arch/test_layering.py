@@ -1,7 +1,10 @@
 """The layout rules of the architecture page (docs/architecture.md), checked on the source itself.
 
 * ``runtime/`` and ``sim/`` are peers: neither imports the other (at any depth of a module, lazily or not);
-* no import cycle between the modules of ``src/digenrl`` (lazy imports inside functions count too);
+* no import cycle between the modules of ``src/digenrl`` (lazy imports inside functions count too), nor between
+  its packages (``train`` -> ``control`` -> ``train`` through any modules is a cycle too);
+* ``schedule/`` imports no other part of digenrl; ``control/`` (below both executors) imports neither ``sim/``
+  nor ``runtime/``;
 * the planning path (``digenrl.sim``, ``digenrl.control``, ``simulate --config``) runs without torch or ray.
 """
 
@@ -114,6 +117,46 @@ def test_cycle_finder_finds_cycles():
 def test_no_import_cycles():
     cyc = find_cycle(_graph())
     assert cyc is None, " -> ".join(cyc)
+
+
+def package(module: str) -> str:
+    """``digenrl.X`` for ``digenrl.X.y.z``; a top-level module (``digenrl.config``) is its own package."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Packages -> the packages their modules import (the root ``digenrl/__init__`` left out: it only holds the
+    version)."""
+    out: dict[str, set[str]] = {}
+    for m, deps in g.items():
+        for d in deps:
+            a, b = package(m), package(d)
+            if a != b and b != "digenrl":
+                out.setdefault(a, set()).add(b)
+    return out
+
+
+def test_package_graph_is_read():
+    p = package_graph({"digenrl.train.a": {"digenrl.control.b"}, "digenrl.control.b": {"digenrl.train.c"},
+                       "digenrl.train.c": set()})
+    assert p == {"digenrl.train": {"digenrl.control"}, "digenrl.control": {"digenrl.train"}}
+    assert find_cycle(p) == ["digenrl.control", "digenrl.train", "digenrl.control"]
+
+
+def test_no_package_cycles():
+    cyc = find_cycle(package_graph(_graph()))
+    assert cyc is None, " -> ".join(cyc)
+
+
+def _imports_of(pkg: str) -> dict[str, set[str]]:
+    return {m: deps for m, deps in _graph().items() if package(m) == pkg}
+
+
+def test_schedule_imports_nothing_else_of_digenrl():
+    mods = _imports_of("digenrl.schedule")
+    assert len(mods) > 5
+    bad = {m: sorted(d for d in deps if package(d) != "digenrl.schedule") for m, deps in mods.items()}
+    assert not {m: d for m, d in bad.items() if d}, bad
 
 
 BLOCK = (

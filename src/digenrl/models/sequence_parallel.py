@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from digenrl.config import SEQUENCE_PARALLEL_FAMILIES
+from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
 
 
 @dataclass(frozen=True)
