@@ -85,7 +85,8 @@ class SamplerConfig(_Strict):
     cfg_scale: float = Field(1.0, ge=0.0)
     eval_cfg_scale: float | None = Field(None, ge=0.0)  # Flow-GRPO's sample.eval_guidance_scale; None = cfg_scale
     static_shift: float | None = Field(None, gt=0.0)  # DanceGRPO --shift: its schedule instead of the family's
-    integer_timesteps: bool = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's timesteps)
+    integer_timesteps: bool | Literal["sampling"] = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's and
+    # MixGRPO's timesteps, sampling and training); "sampling": only while sampling, float time in training (DiffusionNFT)
     same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
     post_solver: Literal["euler", "dpmpp_2m"] = "euler"  # mixgrpo: ODE solver after the window (dpmpp_2m: MixGRPO-Flash)
     post_compress_ratio: float = Field(1.0, gt=0.0, le=1.0)  # mixgrpo: steps kept after the window (Flash: 0.4)
@@ -111,7 +112,10 @@ class TrainConfig(_Strict):
     adv_baseline: Literal["group", "batch"] = "group"  # batch = Flow-GRPO per_prompt_stat_tracking=False
     adv_std_unbiased: bool = False  # True: DanceGRPO's torch std (n - 1)
     adv_eps: float = Field(1e-4, gt=0.0)  # Flow-GRPO 1e-4, DanceGRPO 1e-8
-    adv_per_reward: bool = False  # DanceGRPO vq/mq: normalise each reward part in its group, loss sum_k w_k L(A_k)
+    adv_per_reward: bool = False  # normalise each reward part in its group (DanceGRPO vq/mq, MixGRPO advantage_aggr)
+    reward_aggregation: Literal["advantages", "losses"] | None = None  # adv_per_reward: how the A_k enter the loss:
+    # advantages = one clipped loss of clamp(sum_k w_k A_k, +-adv_clip_max) (MixGRPO), losses = sum_k w_k L(A_k)
+    # (DanceGRPO); None: the algorithm's reference (mixgrpo: advantages, else losses)
     best_of_n: int | None = Field(None, ge=2)  # DanceGRPO --bestofn: train the n/2 best and n/2 worst of each group
     filter_zero_advantage: bool = True  # Flow-GRPO drops samples with advantage 0 (no loss, no KL, not counted)
     beta_kl: float = Field(0.0, ge=0.0)
@@ -141,8 +145,12 @@ class TrainConfig(_Strict):
     # micro-batch, k = P G / (M micro_batch) EMA updates per optimizer step with the same n and weights
     zero_adv_refill: bool = False  # Flow-GRPO: re-add random zero-advantage samples (seeded by run seed, step) until
     # the step's kept count is a multiple of P G / micro_batch; they train with A = 0 (KL only) and count (not pipelined)
-    minibatch_split: Literal["groups", "samples"] = "groups"  # samples: Flow-GRPO's random permutation of the kept
-    # samples per inner epoch, cut into M parts (every group in every minibatch: runtime.mode naive / colocated only)
+    minibatch_split: Literal["groups", "samples", "generations"] = "groups"  # samples: Flow-GRPO's random permutation
+    # of the kept samples per inner epoch, cut into M parts (every group in every minibatch: runtime.mode naive /
+    # colocated only); generations: minibatch m takes generations [ceil(m G / M), ceil((m + 1) G / M)) of every
+    # group (MixGRPO: 3 of each prompt's 12), group-local, so every mode runs it
+    guard_bias: Literal["batch", "cell"] = "batch"  # grpo_guard: RatioNorm's bias averaged over the cells one forward
+    # holds at one trained timestep (flow_grpo's per-device batch, algo.guard) | each cell's own (the paper's formula)
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
     cfg_detach_uncond: bool = False  # no gradient through the unconditional CFG branch in training
     # --- scale: memory plan, precision, recomputation, sharding ---
@@ -156,6 +164,14 @@ class TrainConfig(_Strict):
     shard_groups: int = Field(1, ge=1)  # fsdp only: hybrid sharding (HSDP): the trainer ranks form this many shard
     # groups of runtime.trainers / shard_groups ranks, data-parallel replicas of each other (the commit all-reduces
     # the gradient shards across them); each group is one trainer of the scheduler
+
+    @property
+    def reward_mix(self) -> str:
+        """``reward_aggregation`` in effect: the key, else the algorithm's reference (MixGRPO's advantage_aggr for
+        mixgrpo: "advantages"; DanceGRPO's per-reward losses otherwise: "losses")."""
+        if self.reward_aggregation is not None:
+            return self.reward_aggregation
+        return "advantages" if self.algorithm == "mixgrpo" else "losses"
 
 
 class EvalConfig(_Strict):
@@ -278,9 +294,14 @@ class Config(_Strict):
         if not self.reward:
             raise ValueError("reward: at least one reward is required")
         t = self.train
-        if t.minibatches_per_step > t.prompts_per_step:
+        if t.minibatch_split == "generations" and t.minibatches_per_step > t.generations:
+            raise ValueError(f"train.minibatches_per_step {t.minibatches_per_step} exceeds train.generations "
+                             f"{t.generations}: with train.minibatch_split=generations a minibatch takes a block of "
+                             "every group's generations")
+        if t.minibatch_split != "generations" and t.minibatches_per_step > t.prompts_per_step:
             raise ValueError(f"train.minibatches_per_step {t.minibatches_per_step} exceeds train.prompts_per_step "
                              f"{t.prompts_per_step}: a minibatch is a set of whole prompt groups")
+        self._check_algorithm_options()
         if t.best_of_n is not None and (t.best_of_n % 2 or t.best_of_n > t.generations):
             raise ValueError(f"train.best_of_n {t.best_of_n} must be even and at most train.generations {t.generations}")
         if t.algorithm == "grpo_guard" and self.sampler.kind == "cps":
@@ -329,6 +350,19 @@ class Config(_Strict):
             raise ValueError(f"train.shard_groups: {k} does not divide runtime.trainers {self.runtime.trainers} "
                              "(every shard group has the same number of ranks)")
         return self
+
+    def _check_algorithm_options(self) -> None:
+        """train.reward_aggregation, train.guard_bias, sampler.integer_timesteps=sampling: refused where unused."""
+        t = self.train
+        if t.reward_aggregation is not None and not t.adv_per_reward:
+            raise ValueError(f"train.reward_aggregation: {t.reward_aggregation} aggregates per-reward advantages; it "
+                             "needs train.adv_per_reward=true (else the weighted reward is normalised as one)")
+        if t.guard_bias != "batch" and t.algorithm != "grpo_guard":
+            raise ValueError("train.guard_bias: GRPO-Guard's RatioNorm bias needs train.algorithm=grpo_guard")
+        if self.sampler.integer_timesteps == "sampling" and t.algorithm != "nft":
+            raise ValueError("sampler.integer_timesteps: 'sampling' (integer time while sampling, float in training: "
+                             "DiffusionNFT) needs train.algorithm=nft; a ratio algorithm recomputes the behaviour "
+                             "log-prob in training, which must see the sampler's time (true or false)")
 
     def _check_nft(self) -> None:
         """train.algorithm=nft (DiffusionNFT, ``algo.nft``): ODE sampling, its own timestep draw, no ratio."""

@@ -10,7 +10,8 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
   ``step_wide`` and the scheduler holds every commit until the step's last group is rewarded (with several
   minibatches, round 0's commit waits for it; the later rounds start after it).
 * ``train.minibatches_per_step`` x ``train.inner_epochs`` commits per step (the plan's rounds).
-* ``train.minibatch_split = samples`` (barrier modes only: ``config``): every round plans every group
+* ``train.minibatch_split = samples`` (barrier modes only: ``config``) and ``generations`` (every mode: a
+  group's block of generations needs only the group's rewards): every round plans every group
   (``StepPlan.sample_split``) and the trainers train the round's samples; ``train.best_of_n`` needs nothing
   here (the trainers drop the unselected generations' cells, ``train.sample_masks``).
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
@@ -139,7 +140,7 @@ def plan_run(cfg: Config) -> RunPlan:
         shard_ranks=len(ranks) // t.shard_groups if shards else 1, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
         publish_joins=mode.disaggregated and rt.publish in ("broadcast", "stream"),
         publish_streams=mode.disaggregated and rt.publish == "stream",
-        sample_split=t.minibatch_split == "samples", stale_hold=rt.stale_hold, gang_groups=rt.gang_groups,
+        sample_split=t.minibatch_split in ("samples", "generations"), stale_hold=rt.stale_hold, gang_groups=rt.gang_groups,
     )
     profile = None
     if rt.profile is not None:

@@ -5,7 +5,8 @@
         rewards  <- reward(decode(x_0));  advantages <- group-normalised rewards
         [train.zero_adv_refill: re-add seeded zero-advantage samples until kept is a multiple of P G / micro_batch]
         for each inner epoch, for each minibatch m = 1..M (groups split by index, docs/architecture.md; or
-                train.minibatch_split=samples: part m of a seeded permutation of the kept samples):
+                train.minibatch_split=samples: part m of a seeded permutation of the kept samples; or
+                train.minibatch_split=generations: block m of every group's generations):
             for each group of m, for each chunk of its (generation x timestep) grid: accumulate grad of the loss
             commit m (one optimizer step; logp_old stays the behaviour log-prob, so from m = 2 on r != 1);
                 EMA (k updates: train.ema_update)
@@ -84,12 +85,18 @@ def train_minibatches(ctx: RunContext, step: int, groups: list[TrajectoryBatch],
     scale of ``train.loss_scale`` (1 / S per cell, 1 / kept trajectories of m at the commit; kept = all, or
     those with a non-zero advantage); the version is bumped by the very last commit only. Returns (cell stats,
     commit info) per commit, in order. ``train.minibatch_split=samples``: minibatch m of each inner epoch is
-    instead part m of a seeded permutation of the step's kept samples (``step_work.sample_minibatches``).
+    instead part m of a seeded permutation of the step's kept samples (``step_work.sample_minibatches``);
+    ``generations``: minibatch m holds the generations ceil(m G / M) .. ceil((m + 1) G / M) - 1 of every group
+    (MixGRPO's optimizer step takes 3 of each prompt's 12 generations).
     """
     t = ctx.cfg.train
     M, P = t.minibatches_per_step, len(groups)
     bounds = [-(-m * P // M) for m in range(M + 1)]  # ceil(m P / M)
     members = [groups[bounds[m]:bounds[m + 1]] for m in range(M)]
+    if t.minibatch_split == "generations":
+        gb = [-(-m * t.generations // M) for m in range(M + 1)]  # ceil(m G / M)
+        members = [[b for b in (g.select([r for r, j in enumerate(g.gen_index.tolist()) if gb[m] <= j < gb[m + 1]])
+                                for g in groups) if len(b)] for m in range(M)]
     out = []
     for epoch in range(t.inner_epochs):
         if t.minibatch_split == "samples":
