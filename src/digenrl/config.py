@@ -245,7 +245,8 @@ class RuntimeConfig(_Strict):
     tag_policy: Literal["bts", "greedy", "none"] = "bts"  # TAG modes: who decides the fragments given to idle
     # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
     bts: BTSOptions = BTSOptions()
-    inject_failure: str | None = None  # test hook "<worker>@<step>[:exit]": that worker fails at that step
+    inject_failure: str | None = None  # test hook "<worker>@<step>[:exit|:stall]": that worker fails at that step
+    # (or at startup, calibrate, eval, checkpoint: control.run_plan.HOOK_PHASES)
 
 
     def bts_config(self):

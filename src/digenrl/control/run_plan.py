@@ -17,7 +17,8 @@ Rules checked here (``ConfigError`` naming the key, before anything is written o
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must
   stay 1 (it is not used).
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
-* ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker.
+* ``runtime.inject_failure`` must look like ``<worker>@<step>[:exit|:stall]`` with a known worker (``step``
+  a step index or one of ``HOOK_PHASES``).
 
 Sharded trainer pool (``train.sharding: fsdp``, docs/architecture.md): a forward or backward of an FSDP module needs
 every rank of its shard group, so the scheduler does not see the ranks: it sees one trainer per shard group
@@ -36,13 +37,18 @@ from digenrl.config import Config, ConfigError
 from digenrl.schedule import CostModel, Mode, StepPlan
 
 
+HOOK_PHASES = ("startup", "calibrate", "eval", "checkpoint")  # runtime.inject_failure outside a step's work
+
+
 @dataclass(frozen=True)
 class FailureHook:
-    """Test hook: ``worker`` fails when it is first handed work of ``step``: ``raise`` an error, ``exit`` the
-    process (the actor dies) or ``stall`` (the process stops itself with SIGSTOP and never answers)."""
+    """Test hook: ``worker`` fails when it is first handed work of ``step``, or (``step`` one of ``HOOK_PHASES``)
+    at the end of its construction, when the calibration starts, at its first eval or its first resumable
+    checkpoint: ``raise`` an error, ``exit`` the process (the actor dies) or ``stall`` (the process stops itself
+    with SIGSTOP and never answers)."""
 
     worker: str
-    step: int
+    step: int | str
     kind: str = "raise"
 
     @property
@@ -161,7 +167,7 @@ def parse_failure(spec: str | None, workers: tuple[str, ...]) -> FailureHook | N
         return None
     head, _, kind = spec.partition(":")
     worker, _, step = head.partition("@")
-    if worker not in workers or not step.isdigit() or kind not in ("", "exit", "raise", "stall"):
-        raise ConfigError(f"runtime.inject_failure: expected '<worker>@<step>[:exit|:stall]' with a worker among "
-                          f"{', '.join(workers)} (got {spec!r})")
-    return FailureHook(worker, int(step), kind or "raise")
+    if worker not in workers or not (step.isdigit() or step in HOOK_PHASES) or kind not in ("", "exit", "raise", "stall"):
+        raise ConfigError(f"runtime.inject_failure: expected '<worker>@<step or {'|'.join(HOOK_PHASES)}>"
+                          f"[:exit|:stall]' with a worker among {', '.join(workers)} (got {spec!r})")
+    return FailureHook(worker, int(step) if step.isdigit() else step, kind or "raise")

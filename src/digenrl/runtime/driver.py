@@ -80,6 +80,7 @@ class _Controller:
         self.sched: Scheduler | None = None
         self._attempt_start, self._log_start = 0.0, 0  # clock time and log index where the attempt began
         self._controller_cpu_s = 0.0
+        self._evaluated = False  # the initial eval (run_outputs.before) is done
 
     # ---- attempts ------------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -102,10 +103,8 @@ class _Controller:
                     e = err
                     halted = find_halted(e)
                     if halted is not None:  # a non-finite reward / commit: a replay would meet it again
-                        _abort(self.pools)
-                        raise _on_worker(halted, e.worker) from None
+                        raise _on_worker(halted, e.worker) from None  # (the actors are killed below)
                     if find_deterministic(e) is not None:  # a missing file, bad config, no CUDA: same on replay
-                        _abort(self.pools)
                         raise
                     self._recover(e)
                     failure = None
@@ -132,9 +131,11 @@ class _Controller:
         from .calibrate import cost_model
 
         cfg, plan, pools = self.cfg, self.plan, self.pools
-        if self.first == 0 and not self.recoveries:
+        if self.first == 0 and not self._evaluated:  # (again after a failure in the first eval itself)
             self.out.before(*_eval(pools, plan, cfg.eval.grid_prompts, cfg))
-            self.clock.reset()
+            self._evaluated = True
+            if not self.recoveries:
+                self.clock.reset()
         cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
@@ -189,10 +190,11 @@ class _Controller:
         save_profile(data, self.out.run_dir / "profile_observed.json")
 
     def _recover(self, e: WorkerFailure) -> None:
-        """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""
+        """Abandon the attempt and set up the replay from the newest checkpoint. Nothing is asked of the old
+        actors: ``train`` kills them next, which drops every open transaction, and a stalled or dead worker
+        would not answer (an abort call waited ``_abort``'s 30 s for it before every restart after a stall)."""
         detected = self.clock.now()
         self._merge_stats()
-        _abort(self.pools)
         if len(self.recoveries) >= self.cfg.runtime.max_restarts:
             raise e
         path = ckpt.latest_checkpoint(self.out.run_dir)

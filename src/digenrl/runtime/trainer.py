@@ -82,6 +82,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._gsize, self._local = 1, 0  # this rank's shard group size and rank in it (set by ``setup_dist``)
         self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
         self._copy, self._copy_version = None, None  # TAG inference copy (runtime.tag_inference_copy)
+        self.check_failure("startup")
 
     @property
     def policy(self):
@@ -375,6 +376,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         """TimedResult(value=(eval reward, the first ``grid`` eval samples)) with the (EMA) weights."""
         from digenrl.train.evaluate import evaluate
 
+        self.check_failure("eval")
         t0 = time.monotonic()
         cfg = self.cfg
         with self.ctx.eval_weights():
@@ -405,6 +407,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         """value = the resumable state (``train.checkpoint``) after ``step`` committed steps, at a step boundary."""
         from digenrl.train.checkpoint import pack_train_state
 
+        self.check_failure("checkpoint")
         t0 = time.monotonic()
         if self._round or self.tx.open or self.tx.version != step:
             raise RuntimeError(f"{self.name}: no step boundary to checkpoint (version {self.tx.version}, "
@@ -434,10 +437,21 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._deferred = None
         return self.tx.version
 
-    @collective_action
-    def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
-        """Seconds of generation (per fragment size), training (per chunk size), commit and publish."""
-        from .timing import time_generation, time_training
+    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
+        """Prepare the timing of generation (per fragment size), training (per chunk size), commit and publish
+        (``timing.Calibration``); the op keys in blocks."""
+        from .timing import Calibration
 
-        gen = time_generation(self, self.policy, gen_sizes, repeats) if gen_sizes else {}
-        return {"generate": gen, **time_training(self, cell_sizes, repeats)}
+        self.check_failure("calibrate")
+        self._calibration = Calibration(self, self.policy, gen_sizes, cell_sizes, trainer=True)
+        return self._calibration.keys()
+
+    @collective_action
+    def calibration_run(self, key: tuple) -> float:
+        """Seconds of one execution of the op ``key`` (a collective of a sharded pool's ranks)."""
+        return self._calibration.run(key)
+
+    def calibration_end(self) -> bool:
+        self._calibration.end()
+        self._calibration = None
+        return True
