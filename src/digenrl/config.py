@@ -164,6 +164,9 @@ class TrainConfig(_Strict):
     shard_groups: int = Field(1, ge=1)  # fsdp only: hybrid sharding (HSDP): the trainer ranks form this many shard
     # groups of runtime.trainers / shard_groups ranks, data-parallel replicas of each other (the commit all-reduces
     # the gradient shards across them); each group is one trainer of the scheduler
+    grad_sum: Literal["auto", "fp32", "fp64"] = "auto"  # the round's gradient summed over its chunks in float32
+    # (arrival order) or float64 (order-free, cast at the commit: train.transaction); auto: fp64 where chunks go to
+    # whichever trainer is free (a TSP mode with several trainers or shard groups), so two runs end bitwise equal
 
     @property
     def reward_mix(self) -> str:

@@ -108,6 +108,17 @@ def shard_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1) -> tupl
             {f"shard{i}": ranks[i * g:(i + 1) * g] for i in range(groups)})
 
 
+def grad_sum_fp64(cfg) -> bool:
+    """``train.grad_sum`` in effect: ``auto`` is fp64 where a round's chunks go to whichever of several trainers is
+    free (a TSP mode with more than one scheduler trainer: replicated ranks, or shard groups under FSDP), the case
+    whose float32 sums depend on timing; the single-process loop and one trainer keep the float32 order."""
+    t, rt = cfg.train, cfg.runtime
+    if t.grad_sum != "auto":
+        return t.grad_sum == "fp64"
+    trainers = t.shard_groups if t.sharding == "fsdp" else rt.trainers
+    return Mode(rt.mode).tsp and trainers > 1
+
+
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
     """SDE and trained denoising steps of ``step`` (``algo.timesteps.select_timesteps`` with the config's keys)."""
     t = cfg.train

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import time
 
-from digenrl.control.run_plan import plan_run
+from digenrl.control.run_plan import grad_sum_fp64, plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
 
 from .collectives import collective_action
@@ -71,6 +71,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             self.ctx.ema = None  # only rank 0 evaluates and saves (under FSDP every rank holds its EMA shard)
         self.task, self.reward, self.sampler = self.ctx.task, self.ctx.reward, self.ctx.sampler
         self.tx = self.ctx.transaction
+        self.tx.fp64 = grad_sum_fp64(self.cfg)
         self._groups: dict[tuple[int, int], object] = {}
         self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
@@ -106,6 +107,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
             shard_context(self.ctx, groups.shard, replica_group=groups.replica)
             self.tx = self.ctx.transaction
+            self.tx.fp64 = grad_sum_fp64(self.cfg)
             self.sharded = True
         elif self._world > 1:
             for p in self.policy.parameters():
@@ -182,6 +184,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
                     group.keep = keep[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded)
+            self.tx.fold()  # train.grad_sum=fp64: into the order-free float64 sums (train.transaction)
         if weight == 0.0 or not mine:  # a throw-away cell that only joined the collectives, or none
             from digenrl.train.chunk_loss import CellStats
 
