@@ -17,7 +17,6 @@ imported."""
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
@@ -27,16 +26,10 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings, train_cells
 from digenrl.train.step_work import assign_advantages, generate
+from train_helpers import sde_reference
 
 
-def _sde(x, v, sigma, sigma_next, a, x_next):
-    """Flow-GRPO's SDE step (sigma convention 1 = noise): (mean, transition std, log p(x_next | x)) per sample."""
-    dt = sigma_next - sigma
-    s = a * math.sqrt(sigma / (1 - (sigma if sigma < 1 else sigma_next)))  # sigma' in 1 - sigma where sigma = 1
-    mean = x * (1 + s**2 / (2 * sigma) * dt) + v * (1 + s**2 * (1 - sigma) / (2 * sigma)) * dt
-    std = s * math.sqrt(-dt)
-    lp = -((x_next - mean) ** 2) / (2 * std**2) - math.log(std) - math.log(math.sqrt(2 * math.pi))
-    return mean, std, lp.mean(dim=tuple(range(1, lp.ndim)))
+_sde = sde_reference
 
 
 def _batch(policy, n, *, a=0.7, steps=4, record_means=False, run_seed=3):
