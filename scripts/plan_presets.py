@@ -232,15 +232,17 @@ def rewrite(text: str, p: Planned) -> str:
 
 
 def check_written(text: str, p: Planned) -> None:
-    """The rewritten preset loads and plans to the priced plan (else the script has a bug)."""
+    """The rewritten preset loads and plans to the priced plan (else the script has a bug): ``plan_for_pricing``'s
+    plan, which is ``plan_run``'s except for a colocated sharded default (priced as the peers' colocated FSDP, one
+    scheduler worker per rank)."""
     from digenrl.config import load_config
-    from digenrl.control.run_plan import plan_run
+    from digenrl.sim.plan_search import plan_for_pricing
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         f.write(text)
         f.flush()
         cfg = load_config(f.name)
-    if p.plan is not None and plan_run(cfg).plan != p.plan:
+    if p.plan is not None and plan_for_pricing(cfg)[0] != p.plan:
         raise RuntimeError("plan_presets: the rewritten preset does not plan to the priced plan")
 
 

@@ -1,8 +1,8 @@
 """``train.sequence_parallel`` under the Ray runtime: lanes of 2 trainer ranks split every cell's sequence, and the
-run still ends with the single-process loop's parameters (I1; docs/sequence_parallel.md).
+run still ends with the I1 reference's parameters (I1; docs/sequence_parallel.md).
 
 Models: a tiny random Wan2.1 (diffusers' own context-parallel plan) and HunyuanVideo (DigenRL's plan), full fine-
-tuning, 2-frame latent videos. Oracle: ``train.loop.colocated_step`` in one process, unsplit (same config and seed),
+tuning, 2-frame latent videos. Oracle: the I1 reference (``tests/reference``) in one process, unsplit (same config and seed),
 compared per tensor (1e-5 relative) without the attention key biases, whose exact gradient is 0 (softmax ignores
 them: Adam turns their rounding noise into lr-sized steps of random sign in any two runs that round differently),
 and over the whole state (global relative error, key biases included).
@@ -66,23 +66,23 @@ _EVALS: dict = {}
 
 
 def reference(models, family, tmp_path_factory, *math):
-    """The single-process loop's trainable parameters after the steps (its eval weights: the EMA's where it keeps
-    one), and the initial ones (cached per family and math overrides)."""
+    """The I1 reference's trainable parameters after the steps (``tests/reference``, one process, unsplit; its eval
+    weights: the EMA's where it keeps one), and the initial ones (cached per family and math overrides)."""
     key = (family, *math)
     if key not in _REFS:
-        from digenrl.train.context import build_context
-        from digenrl.train.loop import colocated_step
+        from reference import Reference
 
-        ctx = build_context(_cfg(models, family, tmp_path_factory.mktemp("ref"), *math))
-        init = {k: v.detach().clone() for k, v in ctx.policy.trainable_state_dict().items()}
-        for k in range(ctx.cfg.steps):
-            colocated_step(ctx, k)
         from digenrl.train.evaluate import evaluate
 
-        with ctx.eval_weights():
-            _REFS[key] = ({k: v.detach().clone() for k, v in ctx.policy.trainable_state_dict().items()}, init)
-            cfg = ctx.cfg  # the final eval a run reports (its eval weights, its prompts and seeds)
-            _EVALS[key] = evaluate(ctx.policy, ctx.task.eval_prompts(cfg.eval.num_prompts), ctx.reward, ctx.sampler,
+        cfg = _cfg(models, family, tmp_path_factory.mktemp("ref"), *math)
+        ref = Reference(cfg)
+        init = {k: v.detach().clone() for k, v in ref.policy.trainable_state_dict().items()}
+        for k in range(cfg.steps):
+            ref.step(k)
+        with ref.holding(ref.ema):
+            _REFS[key] = ({k: v.detach().clone() for k, v in ref.policy.trainable_state_dict().items()}, init)
+            # the final eval a run reports (its eval weights, its prompts and seeds)
+            _EVALS[key] = evaluate(ref.policy, ref.task.eval_prompts(cfg.eval.num_prompts), ref.reward, ref.sampler,
                                    run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)[0]
     return _REFS[key]
 
@@ -213,11 +213,11 @@ def test_sequence_parallel_generators_match_reference(ray_local, models, tmp_pat
 @pytest.mark.slow
 def test_lane_keeps_and_evaluates_the_ema(ray_local, models, tmp_path, tmp_path_factory):
     """With an EMA, rank 0's lane evaluates (its forwards are collectives of both ranks, so both hold the EMA) after
-    every step and writes the EMA weights, which equal the loop's."""
+    every step and writes the EMA weights, which equal the reference's."""
     math = ("train.ema_decay=0.5",)
     cfg = _cfg(models, "wan", tmp_path / "run", "runtime.mode=gap_tsp", *SP2, "eval.every=1", *math)
     summary = _run(cfg, reference(models, "wan", tmp_path_factory, *math))
-    # the final eval on the lane: the loop's EMA weights evaluated unsplit (a rank without the EMA would mix weights)
+    # the final eval on the lane: the reference's EMA weights evaluated unsplit (a rank without the EMA would mix weights)
     assert summary["eval_reward_final"] == pytest.approx(_EVALS[("wan", *math)], abs=1e-5)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = {r["step"]: r["eval_reward"] for r in rows if "eval_reward" in r}
