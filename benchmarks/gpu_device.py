@@ -18,7 +18,7 @@ Stages, each timed and recorded on its own (a failing stage records its error an
 * ``lora``: a batch-1 forward with rank-64 LoRA adapters (peft) unmerged against merged into the weights;
 * ``vae``: the FLUX VAE decode against batch (1, 4) at 512 px;
 * ``host_copy``: host <-> device copies, pinned against pageable memory (GB/s);
-* ``train_steps``: two steps of DigenRL's single-process loop (``train.loop.colocated_step``: sampling with
+* ``train_steps``: two steps of DigenRL's product path in one process (``runtime.local.run_steps``: sampling with
   log-probs, a reward, advantages, the chunked loss, the commit) of a FLUX-architecture policy with random
   weights (``flux_random.flux_policy``, 1 block unit), reward ``jpeg_compressibility`` (no download).
 
@@ -245,19 +245,20 @@ def stage_host_copy(a, device, dtype) -> dict:
 
 
 def stage_train_steps(a, device, dtype, out_dir: Path) -> dict:
-    """Two steps of the single-process loop on a FLUX-architecture policy with random weights."""
+    """Two steps of the product path in one process on a FLUX-architecture policy with random weights."""
     from flux_random import flux_policy
 
     from digenrl.config import load_config
-    from digenrl.train.context import build_context
-    from digenrl.train.loop import colocated_step
+    from digenrl.runtime.local import colocated_worker, run_steps
 
     prompts = out_dir / "prompts.txt"
     prompts.write_text("a red cube on a table\na cat in the snow\n")
     sets = [f"task.prompts_file={prompts}", f"task.eval_prompts_file={prompts}", "reward={jpeg_compressibility: 1.0}",
             f"model.device={device.type}", "train.prompts_per_step=2", "train.generations=2",
             "train.minibatches_per_step=1", "train.ema_decay=null", "sampler.num_steps=3",
-            "model.options.height=64", "model.options.width=64", "model.options.max_sequence_length=8"]
+            "model.options.height=64", "model.options.width=64", "model.options.max_sequence_length=8",
+            "runtime.mode=colocated", "runtime.generators=1", "runtime.trainers=1", "train.sharding=none",
+            "train.shard_groups=1"]
     if a.tiny:
         sets += ["model.dtype=float32", "train.mixed_precision=none", "model.lora.rank=4", "model.lora.alpha=8"]
     else:
@@ -265,11 +266,11 @@ def stage_train_steps(a, device, dtype, out_dir: Path) -> dict:
                  "sampler.num_steps=6"]
     cfg = load_config(str(ROOT / "configs" / "flux1_dev.yaml"), sets)
     policy = flux_policy(cfg.model, double=1, single=2, tiny=a.tiny, prompts=prompts.read_text().splitlines())
-    ctx = build_context(cfg, policy=policy)
+    worker = colocated_worker(cfg, policy=policy)
     steps = []
     for k in range(2):
         t0 = time.perf_counter()
-        m = colocated_step(ctx, k)
+        m, = run_steps(cfg, worker, first=k, steps=1)
         steps.append({"step": k, "seconds": time.perf_counter() - t0, "loss": m.get("loss"),
                       "grad_norm": m.get("grad_norm"), "reward_mean": m.get("reward_mean"), "cells": m.get("cells")})
     finite = all(s["grad_norm"] is not None and s["grad_norm"] == s["grad_norm"] for s in steps)

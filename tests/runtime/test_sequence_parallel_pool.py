@@ -66,8 +66,9 @@ _EVALS: dict = {}
 
 
 def reference(models, family, tmp_path_factory, *math):
-    """The I1 reference's trainable parameters after the steps (``tests/reference``, one process, unsplit; its eval
-    weights: the EMA's where it keeps one), and the initial ones (cached per family and math overrides)."""
+    """The I1 reference's trainable parameters after the steps (``tests/reference``, one process, the unsplit
+    model; its eval weights: the EMA's where it keeps one), and the initial ones (cached per family and math
+    overrides)."""
     key = (family, *math)
     if key not in _REFS:
         from reference import Reference
@@ -76,11 +77,11 @@ def reference(models, family, tmp_path_factory, *math):
 
         cfg = _cfg(models, family, tmp_path_factory.mktemp("ref"), *math)
         ref = Reference(cfg)
-        init = {k: v.detach().clone() for k, v in ref.policy.trainable_state_dict().items()}
+        init = {k: v.detach().clone() for k, v in ref.named.items()}
         for k in range(cfg.steps):
             ref.step(k)
         with ref.holding(ref.ema):
-            _REFS[key] = ({k: v.detach().clone() for k, v in ref.policy.trainable_state_dict().items()}, init)
+            _REFS[key] = ({k: v.detach().clone() for k, v in ref.named.items()}, init)
             # the final eval a run reports (its eval weights, its prompts and seeds)
             _EVALS[key] = evaluate(ref.policy, ref.task.eval_prompts(cfg.eval.num_prompts), ref.reward, ref.sampler,
                                    run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)[0]

@@ -141,8 +141,8 @@ def _train_step(policy, overrides, offset):
     worker = product_worker(cfg, policy=copy.deepcopy(policy))
     sample = worker.generate_parts
 
-    def biased(policy, parts, version, lead=True):  # a constant bias, or (offset < 0) a random one of that scale
-        *batches, infos = sample(policy, parts, version, lead)  # per cell
+    def biased(policy, parts, version, *lead):  # a constant bias, or (offset < 0) a random one of that scale per cell
+        *batches, infos = sample(policy, parts, version, *lead)
         gen = torch.Generator().manual_seed(9)
         for b in batches:
             if b is not None:

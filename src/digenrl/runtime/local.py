@@ -130,3 +130,57 @@ def start_local_pools(run: RunPlan, state: bytes | None = None, failure=None) ->
                        run.cfg.runtime.publish if run.generator_ids else "object_store")
     ready_pools(run, pools, state)
     return pools
+
+
+def colocated_worker(cfg, *, policy=None, reward=None, task=None):
+    """The colocated trainer worker ``col0`` of ``cfg`` built in this process; ``policy`` / ``reward`` / ``task``:
+    objects it uses instead of the config's (its context is built with them: a model given as an object, a
+    benchmark's random-weight policy, a test's stand-in)."""
+    from digenrl.train.context import build_context
+
+    from .trainer import TrainerWorker
+
+    ctx = build_context(cfg, policy=policy, reward=reward, task=task) if (policy, reward, task) != (None,) * 3 else None
+    return TrainerWorker("col0", cfg.model_dump(mode="json"), 0, ctx=ctx)
+
+
+def run_steps(cfg, worker, *, first: int = 0, steps: int | None = None, state: bytes | None = None):
+    """The product's steps of ``cfg`` in this process on one colocated trainer ``worker`` (a ``TrainerWorker``,
+    possibly built around a caller's policy), without a run directory: the scheduler, the control loop, the worker
+    executor and ``LocalPools``, as ``digenrl train`` runs them; no eval, no checkpoint. ``first``: the step the
+    worker's weights are at; ``state``: a resumable checkpoint's bytes it restores first (``first`` becomes its
+    step). Returns the steps' metric rows (``runtime.step_metrics``)."""
+    from dataclasses import replace
+
+    from digenrl.control.loop import run_loop
+    from digenrl.control.run_plan import plan_run
+    from digenrl.control.timeline import Timeline
+    from digenrl.schedule import Scheduler
+
+    from .clocks import Clock
+    from .cluster import ready_pools
+    from .executor import WorkerExecutor
+    from .step_metrics import StepMetrics
+
+    run = plan_run(cfg)
+    if run.generator_ids or run.trainer_ids != ("col0",):
+        raise ValueError("run_steps: one colocated worker (runtime.mode=colocated, runtime.trainers=1)")
+    pools = LocalPools({}, {"col0": worker})
+    ready_pools(run, pools, state)
+    if state is not None:
+        first = worker.tx.version
+    plan = replace(run.plan, steps=first + (cfg.steps if steps is None else steps))
+    clock, timeline, metrics = Clock(), Timeline(plan), StepMetrics(plan)
+    clock.use(pools.clock_offsets)
+    metrics.replay_from(first, 0, 0.0)
+    rows: list[dict] = []
+
+    class _Rows:
+        def on_completion(self, c):
+            metrics.record(c)
+
+        def after_wait(self):
+            rows.extend(metrics.rows_ready(timeline.spans))
+
+    run_loop(Scheduler(plan, first_step=first), WorkerExecutor(run, pools, clock, first), timeline, _Rows())
+    return rows

@@ -70,12 +70,15 @@ from .workers import TrainerAPI
 class TrainerWorker(WorkerBase, TrainerAPI):
     pool = "trainer"
 
-    def __init__(self, name: str, config: dict, rank: int, failure=None, log_file: str | None = None):
+    def __init__(self, name: str, config: dict, rank: int, failure=None, log_file: str | None = None, *,
+                 ctx=None):
+        """``ctx``: a ``train.context.RunContext`` built by an in-process caller (``runtime.local.colocated_worker``:
+        a policy given as an object); default: built from ``config``."""
         super().__init__(name, config, failure, log_file)
         from digenrl.train.context import build_context
 
         self.rank = rank
-        self.ctx = build_context(self.cfg)
+        self.ctx = ctx if ctx is not None else build_context(self.cfg)
         if rank >= self.cfg.train.sequence_parallel.degree and self.cfg.train.sharding == "none":
             self.ctx.ema = None  # only rank 0 (its lane) evaluates and saves (under FSDP every rank holds its shard)
         self.task, self.reward, self.sampler = self.ctx.task, self.ctx.reward, self.ctx.sampler
