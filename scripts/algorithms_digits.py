@@ -131,8 +131,61 @@ def render(data: dict) -> str:
               "ODE like every algorithm.\n",
               f"![eval reward per step and per CPU second](figures/{FIGURE.name})\n",
               "The simulator's price of each algorithm's step on GPU testbeds is in docs/simulation.md "
-              "(\"Per algorithm\").\n"]
+              "(\"Per algorithm\").\n", CONVENTIONS]
     return "\n".join(lines)
+
+
+# Hand-written prose (no figures): where each algorithm follows its authors' code and which keys choose otherwise.
+CONVENTIONS = """## As the authors run them
+
+Each algorithm follows its reference code by default; where DigenRL offers another form it is a named key. Each
+default is tested against the reference's formula written out in the test, in an off-policy case where the
+other form gives another gradient (`tests/train/test_reference_forms.py`).
+
+**MixGRPO with several rewards** (`train.adv_per_reward: true`). MixGRPO's `advantage_aggr`
+(`fastvideo/train_grpo_flux.py`) normalises each reward in its group, sums the weighted advantages, clamps the
+sum to `+-train.adv_clip_max` and takes one clipped loss: `L(clamp(sum_k w_k A_k))`. That is
+`train.reward_aggregation: advantages`, the default for `train.algorithm=mixgrpo`; `losses` takes
+`sum_k w_k L(A_k)` with each `A_k` clipped (DanceGRPO's vq / mq), the default of the other algorithms. The two
+agree while every ratio lies inside the clip interval (a step's first minibatch) and differ once one leaves it.
+
+**MixGRPO's minibatches** (`train.minibatch_split: generations`). MixGRPO holds one prompt per GPU and steps the
+optimizer every 3 of its 12 samples, so each optimizer step takes 3 generations of every prompt. Here minibatch
+m takes generations `floor(j M / G) = m` of every group. A group's block needs only that group's rewards, so
+the split runs in every mode, but a minibatch's commit needs every group: in the pipelined modes only the first
+minibatch overlaps generation, the other M - 1 train after it. The MixGRPO presets use it, and their planned
+default is therefore colocated (their plan blocks give the predicted step times).
+
+**GRPO-Guard's RatioNorm bias** (`train.guard_bias`). flow_grpo's `train_sd3_GRPO_Guard.py` averages the bias
+`mean((mu_theta - mu_old)^2) / (2 sigma^2)` over the whole per-device batch of a timestep (`.mean(dim=())` on
+a 1-D log-prob reduces every dimension). `batch`, the default, averages it over the cells one forward holds at
+one trained timestep (they share sigma), which is what one device forwards together:
+
+| where | the cells that share a bias |
+|---|---|
+| TSP modes (`gap_tsp`, `gap_tsp_tag`, `full`) on replicated ranks, `colocated` (packed: one worker's share of a group, tiled alike), the I1 reference | one chunk of the `chunk_generations x chunk_timesteps` tiling at one timestep: up to `chunk_generations` generations of one group |
+| classic layout (`naive`, `gap`) | one trained timestep x the rank's data-parallel share of the group's generations |
+| sharded pool (`train.sharding: fsdp`) | the rank's share of a chunk (`train.sharding.rank_cells`) at one timestep |
+| flow_grpo | `sample.train_batch_size` samples of the shuffled step (several prompts) at one timestep |
+
+The cells a filter or mask drops are not in it. On policy (a step's first round) the bias and its gradient are
+0 whatever the unit, so every mode trains alike; in later rounds the means are over differently composed sets
+(the same in expectation), and the I1 reference, one colocated worker and the TSP modes on replicated ranks,
+which hold the same chunks, stay equal (I1). `cell` gives each cell its own bias, the paper's per-sample formula,
+the same in every layout.
+
+**DiffusionNFT's model time** (`sampler.integer_timesteps: sampling`). DiffusionNFT feeds SD3 `int(sigma *
+1000)` while sampling and the float time of the noised sample in training; `sampling` does that (the NFT preset
+uses it), `true` gives integer time in both (DanceGRPO, MixGRPO), and a ratio algorithm refuses `sampling`
+(its training forward must see the sampler's time to recompute the behaviour log-prob).
+
+**Reproducible sums** (`train.grad_sum`). TSP hands a chunk to whichever trainer is free, so with several
+trainers (replicated ranks, or shard groups under hybrid sharding) which trainer sums which chunks, in which
+order, depends on timing, and float32 sums differ in their last bits, which training amplifies (two clean runs
+of one config ended apart). `auto` (the default) sums in float64 there and casts at the commit (`train.transaction`): two
+clean runs end bitwise equal (`tests/runtime/test_grad_sum.py`). It costs 8 bytes per trainable parameter per
+rank (per shard), which the memory plan counts; `fp32` keeps the arrival-order float32 sums.
+"""
 
 
 def main(argv=None) -> int:

@@ -58,6 +58,8 @@ def _m(name, file, old, new, tests, why="", extra=()):
 
 
 AUDIT = "src/digenrl/schedule/audit.py"
+NONDEF = "tests/train/test_nondefault_branches.py"
+FORMS = "tests/train/test_reference_forms.py"
 MUTANTS: tuple[Mutant, ...] = (
     _m("audit: cells trained too often pass (n != want -> n < want)", AUDIT,
        "                        if n != want:", "                        if n < want:",
@@ -118,6 +120,50 @@ MUTANTS: tuple[Mutant, ...] = (
        "    return sum(times) / n + (1.0 - 1.0 / n) * max(times, default=0.0)",
        "    return sum(times) / n + max(times, default=0.0)",
        ["tests/schedule/test_chunk_shape.py", "tests/schedule/test_sched_layout.py"]),
+    # --- branches only a non-default value reaches (issue 40): each caught by a test whose expected value
+    # changes with that value, from a formula written in the test
+    _m("asymmetric clip: the lower bound takes the upper range", "src/digenrl/algo/loss.py",
+       "torch.clamp(ratio, 1.0 - low, 1.0 + high)", "torch.clamp(ratio, 1.0 - high, 1.0 + high)",
+       [NONDEF], "train.clip_range_low != train.clip_range_high"),
+    _m("asymmetric clip: clipfrac_lt_one against the upper range", "src/digenrl/algo/loss.py",
+       "clipfrac_lt_one=(1.0 - ratio > low)", "clipfrac_lt_one=(1.0 - ratio > high)", [NONDEF]),
+    _m("global std ignores train.adv_std_unbiased", "src/digenrl/algo/advantage.py",
+       "    gstd = float(rewards.std(unbiased=unbiased)) if global_std", "    gstd = float(rewards.std(unbiased=False)) if global_std",
+       [NONDEF], "train.std_mode=global with train.adv_std_unbiased=true"),
+    _m("trained position taken for the denoising step", "src/digenrl/train/chunk_loss.py",
+       "    step_idx = group.trained_steps[tpos]", "    step_idx = tpos",
+       [NONDEF], "trained timesteps that do not start at step 0 (window, uniform, mixgrpo)"),
+    _m("EMA: warm-up applied with train.ema_warmup=false", "src/digenrl/train/ema.py",
+       "        return min((1 + n) / (10 + n), self.decay) if self.warmup else self.decay",
+       "        return min((1 + n) / (10 + n), self.decay)", [NONDEF]),
+    _m("EMA: train.ema_every counted from 0", "src/digenrl/train/ema.py",
+       "        if (n + 1) % self.every != 0:", "        if n % self.every != 0:", [NONDEF]),
+    _m("resume: the torch RNG not restored", "src/digenrl/train/checkpoint.py",
+       "    torch.set_rng_state(state.rng[\"torch_cpu\"])", "    pass", [NONDEF]),
+    _m("resume: runtime.max_stale_fraction free in full mode", "src/digenrl/train/resume_config.py",
+       "    if mode != \"full\":\n        out.pop(\"runtime.max_stale_fraction\", None)",
+       "    out.pop(\"runtime.max_stale_fraction\", None)", [NONDEF]),
+    _m("TCSS: the stale cap is exclusive", "src/digenrl/schedule/scheduler.py",
+       "nxt.stale_generations + nxt.pending[0].size <= p.stale_cap:",
+       "nxt.stale_generations + nxt.pending[0].size < p.stale_cap:", ["tests/schedule/test_stale_cap_boundary.py"],
+       "a fragment that fills the cap"),
+    _m("CFG: train.cfg_detach_uncond keeps the gradient", "src/digenrl/models/base.py",
+       "        v_uncond = v_uncond.detach()", "        v_uncond = v_uncond", [NONDEF]),
+    _m("generation minibatches: block by j mod M", "src/digenrl/train/sample_masks.py",
+       "minibatch_of(j, generations, minibatches) == m", "j % minibatches == m", [FORMS],
+       extra=("-k", "generation_minibatches")),
+    _m("reward aggregation: the weighted sum not clamped", "src/digenrl/train/chunk_loss.py",
+       "        return term((adv * w).sum(1).clamp(-settings.adv_clip_max, settings.adv_clip_max))",
+       "        return term((adv * w).sum(1))", [FORMS], extra=("-k", "mixgrpo_aggregates")),
+    _m("GRPO-Guard: the batch mean bias per cell", "src/digenrl/train/chunk_loss.py",
+       "    units = tpos.to(device) if settings.guard_bias == \"batch\" else None",
+       "    units = None", [FORMS], extra=("-k", "grpo_guard")),
+    _m("DiffusionNFT: integer time in training too", "src/digenrl/train/context.py",
+       "        integer_timesteps=s.integer_timesteps is True,", "        integer_timesteps=bool(s.integer_timesteps),",
+       [FORMS], extra=("-k", "nft")),
+    _m("order-free sums kept in float32", "src/digenrl/train/transaction.py",
+       "                g = p.grad.to(torch.float64)", "                g = p.grad.clone()",
+       ["tests/runtime/test_grad_sum.py"], extra=("-k", "order")),
 )
 
 

@@ -138,8 +138,11 @@ class SamplerConfig(_Strict):
     """Guidance scale of the eval (Flow-GRPO's `sample.eval_guidance_scale`); null: `sampler.cfg_scale`."""
     static_shift: float | None = Field(None, gt=0.0)  # DanceGRPO --shift: its schedule instead of the family's
     """DanceGRPO's static sigma shift (`--shift`), replacing the family's schedule; null: the family's."""
-    integer_timesteps: bool = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's timesteps)
-    """Give the model int(sigma x 1000) / 1000 as DanceGRPO does."""
+    integer_timesteps: bool | Literal["sampling"] = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's and
+    # MixGRPO's timesteps, sampling and training); "sampling": only while sampling, float time in training (DiffusionNFT)
+    """Give the model int(sigma x 1000) / 1000 as DanceGRPO and MixGRPO do, in sampling and training; `sampling`: only
+    while sampling, float time in training (DiffusionNFT; `train.algorithm=nft` only).
+    """
     same_latent: bool = False  # one initial noise per prompt group (Flow-GRPO same_latent, DanceGRPO init_same_noise)
     """One initial noise per prompt group (Flow-GRPO `same_latent`, DanceGRPO `init_same_noise`)."""
     post_solver: Literal["euler", "dpmpp_2m"] = "euler"  # mixgrpo: ODE solver after the window (dpmpp_2m: MixGRPO-Flash)
@@ -217,8 +220,17 @@ class TrainConfig(_Strict):
     """Unbiased (n - 1) std as DanceGRPO's torch.std; false: the population std."""
     adv_eps: float = Field(1e-4, gt=0.0)  # Flow-GRPO 1e-4, DanceGRPO 1e-8
     """Epsilon added to the std (Flow-GRPO 1e-4, DanceGRPO 1e-8)."""
-    adv_per_reward: bool = False  # DanceGRPO vq/mq: normalise each reward part in its group, loss sum_k w_k L(A_k)
-    """Normalise each reward part in its group and sum the weighted losses (DanceGRPO's multi-reward advantages)."""
+    adv_per_reward: bool = False  # normalise each reward part in its group (DanceGRPO vq/mq, MixGRPO advantage_aggr)
+    """Normalise each reward part in its group (DanceGRPO's multi-reward advantages, MixGRPO's `advantage_aggr`);
+    `train.reward_aggregation` says how the per-reward advantages enter the loss.
+    """
+    reward_aggregation: Literal["advantages", "losses"] | None = None  # adv_per_reward: how the A_k enter the loss:
+    # advantages = one clipped loss of clamp(sum_k w_k A_k, +-adv_clip_max) (MixGRPO), losses = sum_k w_k L(A_k)
+    # (DanceGRPO); None: the algorithm's reference (mixgrpo: advantages, else losses)
+    """`adv_per_reward` only: how the per-reward advantages A_k enter the loss: `advantages`, one clipped loss of
+    clamp(sum_k w_k A_k, +-`adv_clip_max`) (MixGRPO); `losses`, sum_k w_k L(A_k) (DanceGRPO); null: the algorithm's
+    reference (`mixgrpo`: advantages, else losses).
+    """
     best_of_n: int | None = Field(None, ge=2)  # DanceGRPO --bestofn: train the n/2 best and n/2 worst of each group
     """DanceGRPO's `--bestofn`: train only the n/2 best and n/2 worst generations of each group (every mode)."""
     filter_zero_advantage: bool = True  # Flow-GRPO drops samples with advantage 0 (no loss, no KL, not counted)
@@ -288,10 +300,18 @@ class TrainConfig(_Strict):
     """Flow-GRPO's re-added zero-advantage samples (seeded by seed and step) until the kept count fills whole
     micro-batches; colocated / naive only.
     """
-    minibatch_split: Literal["groups", "samples"] = "groups"  # samples: Flow-GRPO's random permutation of the kept
-    # samples per inner epoch, cut into M parts (every group in every minibatch: runtime.mode naive / colocated only)
-    """`samples`: Flow-GRPO's minibatches from a seeded permutation of the samples (colocated / naive only); `groups`:
-    whole groups by index.
+    minibatch_split: Literal["groups", "samples", "generations"] = "groups"  # samples: Flow-GRPO's random permutation
+    # of the kept samples per inner epoch, cut into M parts (every group in every minibatch: runtime.mode naive /
+    # colocated only); generations: minibatch m takes generations j with floor(j M / G) = m of every
+    # group (MixGRPO: 3 of each prompt's 12), group-local, so every mode runs it
+    """`groups`: whole groups by index; `samples`: Flow-GRPO's minibatches from a seeded permutation of the samples
+    (colocated / naive only); `generations`: minibatch m takes the generations j with floor(j M / G) = m of every group
+    (MixGRPO: 3 of each prompt's 12; every mode).
+    """
+    guard_bias: Literal["batch", "cell"] = "batch"  # grpo_guard: RatioNorm's bias averaged over the cells one forward
+    # holds at one trained timestep (flow_grpo's per-device batch, algo.guard) | each cell's own (the paper's formula)
+    """`grpo_guard` only: RatioNorm's bias averaged over the cells one forward holds at one trained timestep (`batch`,
+    flow_grpo's per-device batch) or each cell's own (`cell`, the paper's per-sample formula).
     """
     cfg_in_training: bool = True  # apply CFG in the training forward when sampler.cfg_scale != 1
     """Apply CFG in the training forward when `sampler.cfg_scale` != 1."""
@@ -340,6 +360,21 @@ class TrainConfig(_Strict):
     one trainer of the scheduler (a data-parallel lane of a shard group under `fsdp`)
     ([sequence parallelism](sequence_parallel.md)).
     """
+    grad_sum: Literal["auto", "fp32", "fp64"] = "auto"  # the round's gradient summed over its chunks in float32
+    # (arrival order) or float64 (order-free, cast at the commit: train.transaction); auto: fp64 where chunks go to
+    # whichever trainer is free (a TSP mode with several trainers or shard groups), so two runs end bitwise equal
+    """How a round's chunk gradients are summed: `fp32` (in arrival order) or `fp64` (order-free, cast back at the
+    commit, so two runs end bitwise equal whichever trainer trained which chunk); `auto`: fp64 where chunks go to
+    whichever trainer is free (a TSP mode with several trainers or shard groups).
+    """
+
+    @property
+    def reward_mix(self) -> str:
+        """``reward_aggregation`` in effect: the key, else the algorithm's reference (MixGRPO's advantage_aggr for
+        mixgrpo: "advantages"; DanceGRPO's per-reward losses otherwise: "losses")."""
+        if self.reward_aggregation is not None:
+            return self.reward_aggregation
+        return "advantages" if self.algorithm == "mixgrpo" else "losses"
 
 
 class EvalConfig(_Strict):
@@ -575,9 +610,14 @@ class Config(_Strict):
         if not self.reward:
             raise ValueError("reward: at least one reward is required")
         t = self.train
-        if t.minibatches_per_step > t.prompts_per_step:
+        if t.minibatch_split == "generations" and t.minibatches_per_step > t.generations:
+            raise ValueError(f"train.minibatches_per_step {t.minibatches_per_step} exceeds train.generations "
+                             f"{t.generations}: with train.minibatch_split=generations a minibatch takes a block of "
+                             "every group's generations")
+        if t.minibatch_split != "generations" and t.minibatches_per_step > t.prompts_per_step:
             raise ValueError(f"train.minibatches_per_step {t.minibatches_per_step} exceeds train.prompts_per_step "
                              f"{t.prompts_per_step}: a minibatch is a set of whole prompt groups")
+        self._check_algorithm_options()
         if t.best_of_n is not None and (t.best_of_n % 2 or t.best_of_n > t.generations):
             raise ValueError(f"train.best_of_n {t.best_of_n} must be even and at most train.generations {t.generations}")
         if t.algorithm == "grpo_guard" and self.sampler.kind == "cps":
@@ -663,6 +703,19 @@ class Config(_Strict):
         if mode.tag and rt.calibration.when == "never" and rt.profile is None:
             raise ValueError(f"runtime.calibration.when: 'never' leaves mode {mode.value!r} without a cost model (BTS "
                              "predicts with it): give runtime.profile or let the run measure one ('auto')")
+
+    def _check_algorithm_options(self) -> None:
+        """train.reward_aggregation, train.guard_bias, sampler.integer_timesteps=sampling: refused where unused."""
+        t = self.train
+        if t.reward_aggregation is not None and not t.adv_per_reward:
+            raise ValueError(f"train.reward_aggregation: {t.reward_aggregation} aggregates per-reward advantages; it "
+                             "needs train.adv_per_reward=true (else the weighted reward is normalised as one)")
+        if t.guard_bias != "batch" and t.algorithm != "grpo_guard":
+            raise ValueError("train.guard_bias: GRPO-Guard's RatioNorm bias needs train.algorithm=grpo_guard")
+        if self.sampler.integer_timesteps == "sampling" and t.algorithm != "nft":
+            raise ValueError("sampler.integer_timesteps: 'sampling' (integer time while sampling, float in training: "
+                             "DiffusionNFT) needs train.algorithm=nft; a ratio algorithm recomputes the behaviour "
+                             "log-prob in training, which must see the sampler's time (true or false)")
 
     def _check_nft(self) -> None:
         """train.algorithm=nft (DiffusionNFT, ``algo.nft``): ODE sampling, its own timestep draw, no ratio."""

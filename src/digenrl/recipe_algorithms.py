@@ -46,6 +46,8 @@ def sd35_medium_nft() -> Recipe:
            'sample.solver = "dpm2", sample.deterministic = True (DPM-Solver++ 2M, flow_grpo/diffusers_patch/solver.py)',
            g),
         _v("sampler.same_latent", False, "pipeline_with_logprob: fresh initial noise per image", s),
+        _v("sampler.integer_timesteps", "sampling", "sampling: the transformer gets int(sigma * 1000); training: "
+           "the float t of the forward-noised sample (as issue 40 compared it)", s),
         _v("task.prompts_file", "dataset/pickscore/train.txt", 'dataset = "dataset/pickscore" (train.txt)', g),
         _v("train.algorithm", "nft", "positive_prediction / implicit_negative_prediction, ori_policy_loss", s),
         _v("train.nft_timesteps", 9, "num_train_timesteps = int(num_steps 10 * train.timestep_fraction 0.99)", s),
@@ -143,10 +145,14 @@ def _mixgrpo_common(sh: str, interval: int) -> list[PeerValue]:
         _v("train.adv_std_unbiased", True, "torch .std() (n - 1)", py),
         _v("train.adv_eps", 1e-8, "group_rewards.std() + 1e-8", py),
         _v("train.adv_per_reward", True, 'multi_reward_mix="advantage_aggr": one group advantage per reward', sh),
+        _v("train.reward_aggregation", "advantages", "advantage_aggr: advantages = sum_k w_k A_k; the loss clamps them "
+           "to +-adv_clip_max and takes one clipped loss", py),
         _v("train.filter_zero_advantage", False, "no filter: every sample trains", py),
         _v("train.beta_kl", 0.0, "kl_coeff=0.0", sh),
         _v("train.minibatches_per_step", 4,
            "12 samples per GPU, optimizer.step() every gradient_accumulation_steps=3: four per step", sh),
+        _v("train.minibatch_split", "generations", "one prompt per GPU: each optimizer step takes 3 of the 12 "
+           "generations of every prompt", sh),
         _v("train.inner_epochs", 1, "one pass over the samples", py),
         _v("train.ema_decay", None, "--ema_decay 0.995 is parsed but no EMA is kept", py),
         _v("train.cfg_in_training", True, "grpo_one_step: the same guidance=torch.tensor([3.5])", py),
@@ -162,12 +168,9 @@ def _mixgrpo_common(sh: str, interval: int) -> list[PeerValue]:
 
 
 _MIXGRPO_QUIRKS = (
-    "Advantage aggregation: MixGRPO sums the per-reward group advantages, A = sum_k w_k A_k (w_k = 1/3), clips A "
-    "to 5 and takes one clipped loss; train.adv_per_reward takes sum_k w_k L(A_k). The gradients agree while the "
-    "step's ratio is within 1 +- clip_range (always in a step's first minibatch) and differ only where it is "
-    "outside.",
-    "Minibatches: MixGRPO's optimizer step covers 3 samples of each GPU's group (one prompt per GPU); here a "
-    "minibatch is whole groups (M = 4: 8 of the 32 groups each).",
+    "Minibatch members: MixGRPO's optimizer step takes the next 3 of each GPU's 12 samples in the order it holds "
+    "them; here generations 3m .. 3m + 2 of every prompt group (train.minibatch_split=generations, blocks by "
+    "generation index, whose noise is independent of the index).",
     "Window end: MixGRPO truncates the window near the last trainable step (range(cur, min(cur + 4, T - 2))) and "
     "rolls back after cur > T - 2; here the window start is clamped to T - 2 - w so it stays whole. The two agree "
     "for the first (T - 2 - w) x window_shift_interval steps, i.e. for all 300 steps of the recipe.",

@@ -132,6 +132,37 @@ def _sd35_medium() -> Recipe:
     ]), quirks=_FLOW_GRPO_QUIRKS)
 
 
+GUARD_CFG = "config/grpo_guard.py::pickscore_hps_sd3_ratio_norm"
+GUARD_SCRIPT = "scripts/train_sd3_GRPO_Guard.py"
+INHERITED = "config/grpo.py::pickscore_sd3 (GRPO-Guard's config derives from it; this value not compared)"
+
+
+def _sd35_medium_grpo_guard() -> Recipe:
+    """GRPO-Guard's SD3.5-Medium PickScore + HPS recipe: sd35_medium's Flow-GRPO values with the settings
+    GRPO-Guard's config changes (issue 40 read them in ``zhtmike/flow_grpo@9745241``: clip 4e-6, lr 1e-4, group
+    std, KL 0, two optimizer steps per epoch); the values it does not name keep pickscore_sd3's, with
+    ``INHERITED`` as their source, and the reward weights are not read (equal weights assumed)."""
+    g, s = GUARD_CFG, GUARD_SCRIPT
+    base = [PeerValue(v.key, v.value, v.peer, INHERITED if v.source.startswith(f"{GRPO}::") else v.source)
+            for v in _sd35_medium().values if not v.key.startswith("reward")]
+    return Recipe("sd35_medium_grpo_guard", "GRPO-Guard pickscore_hps_sd3_ratio_norm",
+                  f"{SOURCES['flow_grpo']}; zhtmike/flow_grpo@9745241 ({GUARD_CFG.split('::')[0]}, {GUARD_SCRIPT})",
+                  _merge([
+                      *base,
+                      _v("train.algorithm", "grpo_guard", "config.rationorm = True: RatioNorm and the -dt reweight", s),
+                      _v("train.guard_bias", "batch", "bias = (...).pow(2).mean(dim=tuple(range(1, log_prob.ndim))) "
+                                                      "on a 1-D log_prob: one mean over the per-device batch", s),
+                      _v("train.clip_range", 4e-6, "train.clip_range = 4e-6 (2e-6 in the OCR / GenEval configs)", g),
+                      _v("train.lr", 1e-4, "train.learning_rate = 1e-4", g),
+                      _v("train.std_mode", "group", "sample.global_std = False", g),
+                      _v("train.beta_kl", 0.0, "train.beta = 0", g),
+                      _v("train.minibatches_per_step", 2, "two optimizer steps per epoch", g),
+                      _v("reward", {"pickscore": 1.0, "hpsv2": 1.0},
+                         "reward_fn: PickScore and HPS (the config's name; the weights not read: equal assumed)", g),
+                      _v("reward.pickscore.scale", 1 / 26, "score / 26", "flow_grpo/pickscore_scorer.py"),
+                  ]), quirks=_FLOW_GRPO_QUIRKS)
+
+
 _FLOW_GRPO_QUIRKS = (
     "Micro-batch options (train.micro_batch, ema_update, zero_adv_refill, minibatch_split): Flow-GRPO rounds and "
     "permutes each GPU's share of the samples with its global torch RNG; here the whole step's, seeded by (run "
@@ -316,4 +347,4 @@ def _hunyuan_video() -> Recipe:
 from .recipe_algorithms import algorithm_recipes  # noqa: E402 (the train.algorithm presets: NFT, MixGRPO)
 
 RECIPES: dict[str, Recipe] = {r.preset: r for r in (_sd35_medium(), _flux1_dev(), _wan21_14b(), _hunyuan_video(),
-                                                    _qwen_image(), *algorithm_recipes())}
+                                                    _qwen_image(), _sd35_medium_grpo_guard(), *algorithm_recipes())}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,22 +39,37 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
 
 
+@contextmanager
+def naming(path: str | os.PathLike, *aliases: str | os.PathLike):
+    """Re-raise an ``OSError`` that names no file (a ``write``, ``flush`` or ``fsync`` that hit a full disk: Python
+    sets the file name only where a call takes one) or names one of ``aliases`` (a temp file) as the same error
+    naming ``path``: the line a user reads says which file could not be written."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None or str(e.filename) in {str(a) for a in aliases}:
+            raise type(e)(e.errno, e.strerror or str(e), str(path)) from e
+        raise
+
+
 def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Let ``write(tmp_path)`` produce the file, then fsync + rename it over ``path`` + fsync the directory."""
+    """Let ``write(tmp_path)`` produce the file, then fsync + rename it over ``path`` + fsync the directory. An
+    ``OSError`` names ``path`` (``naming``), not the temp file."""
     path = Path(path)
     tmp = _tmp_name(path)
-    try:
-        write(tmp)
-        fd = os.open(str(tmp), os.O_RDONLY)
+    with naming(path, tmp):
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+            write(tmp)
+            fd = os.open(str(tmp), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_dir(path.parent)
     return path
 
 

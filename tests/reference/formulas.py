@@ -8,9 +8,11 @@ different seed would be another, equally valid run, not another rule.
 
 Sources: yifan123/flow_grpo ``scripts/train_sd3.py`` (advantages, zero-advantage filter and refill, minibatches,
 clipped loss, KL), ``flow_grpo/diffusers_patch/sd3_sde_with_logprob.py`` (SDE step, log-prob); XueZeyue/DanceGRPO
-``train_grpo_flux.py`` / ``train_grpo_hunyuan.py`` (the eta-SDE, best-of-n); GRPO-Guard (arXiv 2510.22319:
-RatioNorm, the 1/(-dt) reweight); NVlabs/DiffusionNFT ``scripts/train_nft_sd3.py`` (the forward-process loss, the
-adaptive weights, the soft old policy, ``return_decay``); Flow-GRPO's ``ema.py`` (the EMA's warm-up decay).
+``train_grpo_flux.py`` / ``train_grpo_hunyuan.py`` (the eta-SDE, best-of-n); MixGRPO's
+``fastvideo/train_grpo_flux.py`` (``advantage_aggr``, its minibatches of generations); GRPO-Guard (arXiv
+2510.22319: RatioNorm, the 1/(-dt) reweight; flow_grpo's ``scripts/train_sd3_GRPO_Guard.py``: the bias's batch
+mean); NVlabs/DiffusionNFT ``scripts/train_nft_sd3.py`` (the forward-process loss, the adaptive weights, the soft
+old policy, ``return_decay``); Flow-GRPO's ``ema.py`` (the EMA's warm-up decay).
 """
 
 from __future__ import annotations
@@ -23,23 +25,43 @@ from digenrl.rollout import noise
 
 
 # ---- advantages (Flow-GRPO stat tracking, DanceGRPO) ---------------------------------------------------------
-def advantages(rewards: list[list[float]], t) -> list[torch.Tensor]:
+def advantages(rewards: list[list[float]], t, clip: bool = True) -> list[torch.Tensor]:
     """Per group (in group order) A = clip((r - b) / (s + eps), +-c): b the group's or the step's mean, s the
-    group's or the step's std (numpy's population std, or torch's unbiased one), float64 then float32."""
+    group's or the step's std (numpy's population std, or torch's unbiased one), float64 then float32; ``clip``
+    False: not clipped (MixGRPO clamps the weighted sum of the per-reward advantages instead)."""
     allr = torch.tensor([x for g in rewards for x in g], dtype=torch.float64)
     out = []
     for g in rewards:
         r = torch.tensor(g, dtype=torch.float64)
         base = r.mean() if t.adv_baseline == "group" else allr.mean()
         s = (r if t.std_mode == "group" else allr).std(unbiased=t.adv_std_unbiased)
-        out.append(((r - base) / (s + t.adv_eps)).clamp(-t.adv_clip_max, t.adv_clip_max).float())
+        a = (r - base) / (s + t.adv_eps)
+        out.append((a.clamp(-t.adv_clip_max, t.adv_clip_max) if clip else a).float())
     return out
 
 
+def reward_aggregation(t) -> str:
+    """How per-reward advantages enter the loss: the key, else the algorithm's reference (MixGRPO's
+    ``advantage_aggr`` for mixgrpo: "advantages"; DanceGRPO's per-reward losses otherwise: "losses")."""
+    if t.reward_aggregation is not None:
+        return t.reward_aggregation
+    return "advantages" if t.algorithm == "mixgrpo" else "losses"
+
+
 def per_reward_advantages(parts: dict[str, list[list[float]]], t) -> list[torch.Tensor]:
-    """DanceGRPO's multi-reward advantages: one column per reward part, each normalised alone, [G, K] per group."""
-    cols = [advantages(groups, t) for groups in parts.values()]
+    """Multi-reward advantages: one column per reward part, each normalised alone, [G, K] per group; each column
+    clipped to +-c (DanceGRPO), or not where they are aggregated before the loss (MixGRPO ``advantage_aggr``:
+    ``aggregated_advantage``)."""
+    clip = reward_aggregation(t) == "losses"
+    cols = [advantages(groups, t, clip=clip) for groups in parts.values()]
     return [torch.stack([c[i] for c in cols], dim=1) for i in range(len(cols[0]))]
+
+
+def aggregated_advantage(a: torch.Tensor, weights: list[float], c: float) -> torch.Tensor:
+    """MixGRPO's ``advantage_aggr`` (``fastvideo/train_grpo_flux.py``): A = clamp(sum_k w_k A_k, -c, c), per
+    sample, from the unclipped per-reward advantages [N, K]."""
+    total = sum(w * a[:, k] for k, w in enumerate(weights))
+    return total.clamp(-c, c)
 
 
 def nonzero(a: torch.Tensor) -> torch.Tensor:
@@ -88,6 +110,13 @@ def group_minibatches(prompts: int, minibatches: int) -> list[range]:
     return [range(b[m], b[m + 1]) for m in range(minibatches)]
 
 
+def generation_minibatches(generations: int, minibatches: int) -> list[range]:
+    """MixGRPO's optimizer steps (one prompt per GPU, 12 generations, ``optimizer.step()`` every 3 samples): step m
+    takes the generations ceil(m G / M) .. ceil((m + 1) G / M) - 1 of every prompt."""
+    b = [-(-m * generations // minibatches) for m in range(minibatches + 1)]
+    return [range(b[m], b[m + 1]) for m in range(minibatches)]
+
+
 # ---- the SDE transition and its log-probability (Flow-GRPO, DanceGRPO, CPS) ------------------------------------
 def sde_step(x, v, sigma, sigma_next, kind: str, a: float):
     """(mean, transition std, std_dev_t, log p(. | x) as a function of x') of one step x -> x' (sigma: [B])."""
@@ -116,6 +145,22 @@ def clipped(log_ratio, adv, low: float, high: float):
     """PPO's clipped objective per sample: max(-A r, -A clip(r, 1 - low, 1 + high)), r = exp(log_ratio)."""
     r = torch.exp(log_ratio)
     return torch.maximum(-adv * r, -adv * r.clamp(1 - low, 1 + high))
+
+
+def guard_bias(mean, old_mean, std, units: list | None = None):
+    """GRPO-Guard's RatioNorm bias per sample, mean((mu_theta - mu_old)^2) / (2 sigma^2) (sigma: the transition
+    std, [B]); ``units`` (one label per sample) None: each sample's own (the paper's formula); else flow_grpo's
+    ``(mean - old_mean).pow(2).mean(dim=tuple(range(1, log_prob.ndim)))`` on a 1-D ``log_prob``, an empty tuple of
+    dims that torch reads as every dim: one bias for the samples forwarded together at one timestep, each sample
+    getting the mean over the samples of its label."""
+    own = ((mean - old_mean) ** 2).mean(dim=tuple(range(1, mean.ndim))) / (2 * std ** 2)
+    if units is None:
+        return own
+    out = torch.empty_like(own)
+    for u in set(units):
+        idx = torch.tensor([i for i, v in enumerate(units) if v == u])
+        out[idx] = own[idx].mean()
+    return out
 
 
 def kl(mean, ref_mean, scale):

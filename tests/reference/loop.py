@@ -4,16 +4,19 @@
         prompts <- task(k); trajectories <- sample(policy_k (DiffusionNFT soft: its old copy), prompts x G)
         rewards <- reward(decode(x_0)); A <- group-relative advantages (formulas.advantages)
         rows that train: best-of-n, then A != 0 (the filter) or Flow-GRPO's refill
-        for each inner epoch, for each minibatch (groups by index, or a seeded split of the samples):
+        for each inner epoch, for each minibatch (groups by index, a seeded split of the samples, or MixGRPO's
+                block of every group's generations):
             for each trained position j: one forward of the round's rows at j, backward of
-                sum_rows [policy term + beta KL] / S          (clipped ratio, GRPO-Guard or DiffusionNFT)
+                sum_rows [policy term + beta KL] / S          (clipped ratio, GRPO-Guard or DiffusionNFT;
+                per-reward advantages: DanceGRPO's sum of losses or MixGRPO's clamped sum of advantages)
             grads /= rows of the round; clip; AdamW step;  EMA (k updates), DiffusionNFT's old copy (last round)
 
 It shares with the product only its inputs: the model (``models``), the task, the reward, the sampler that
 records the trajectories (``rollout``: the generators' code and I5's noise; its own oracles are
-``tests/rollout``) and the config's timestep plan. No chunking, no masks, no loss-scale object, no transaction:
+``tests/rollout``) and the config's timestep plan. No chunking (GRPO-Guard's batch bias alone reads the chunk
+shape: which rows one forward holds, ``_forwards``), no masks, no loss-scale object, no transaction:
 the product's ``train/step_math.py``, ``loss_scale.py``, ``chunk_loss.py``, ``sample_masks.py`` and
-``algo/advantage.py``, ``loss.py``, ``sde.py``, ``guard.py``, ``nft.py`` are not imported (``test_reference.py``
+``algo/advantage.py``, ``loss.py``, ``sde.py``, ``guard.py``, ``nft.py`` are not imported (``test_i1_in_process.py``
 checks it), so an error in them shows against this file.
 """
 
@@ -34,7 +37,7 @@ def sampler_settings(cfg):
     s, alg = cfg.sampler, cfg.train.algorithm
     return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
                            eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
-                           integer_timesteps=s.integer_timesteps, record_means=alg == "grpo_guard",
+                           integer_timesteps=s.integer_timesteps in (True, "sampling"), record_means=alg == "grpo_guard",
                            record_cells=alg != "nft", ode_solver=s.nft_solver if alg == "nft" else "euler",
                            post_solver=s.post_solver, post_compress_ratio=s.post_compress_ratio)
 
@@ -131,6 +134,9 @@ class Reference:
         for e in range(t.inner_epochs):
             if t.minibatch_split == "samples":
                 rounds = F.sample_minibatches(kept, M, cfg.seed, k, e)
+            elif t.minibatch_split == "generations":
+                rounds = [{(g, r) for g in range(P) for r in kept[g] if r in block}
+                          for block in F.generation_minibatches(G, M)]
             else:
                 rounds = [{(g, r) for g in groups for r in kept[g]} for groups in F.group_minibatches(P, M)]
             for m, members in enumerate(rounds):
@@ -173,7 +179,8 @@ class Reference:
 
         s, t = self.cfg.sampler, self.cfg.train
         return guided_velocity(self.policy if policy is None else policy, x, sigma, cond, cfg_scale, guidance=s.cfg_scale,
-                               detach_uncond=t.cfg_detach_uncond, integer_timesteps=s.integer_timesteps)
+                               detach_uncond=t.cfg_detach_uncond,
+                               integer_timesteps=s.integer_timesteps is True)  # "sampling": float time here
 
     def _train(self, batch, rows, adv, start, *, first: bool, sums: dict) -> None:
         """Accumulate the gradient of sum_rows sum_j L(row, j) / S, one forward per trained position j."""
@@ -219,15 +226,17 @@ class Reference:
         high = t.clip_range if t.clip_range_high is None else t.clip_range_high
         if t.algorithm == "grpo_guard":
             sig = std.reshape(len(rows))
-            bias = ((mean - batch.means[rows, j]) ** 2).mean(dim=tuple(range(1, x.ndim))) / (2 * sig ** 2)
+            bias = F.guard_bias(mean, batch.means[rows, j], sig, self._forwards(rows) if t.guard_bias == "batch" else None)
             dt = (sigma_n - sigma).to(logp.dtype)
             term = lambda adv: F.clipped(sig * (logp - logp_old + bias), adv, low, high) / (-dt)  # noqa: E731
         else:
             term = lambda adv: F.clipped(logp - logp_old, adv, low, high)  # noqa: E731
+        ws = [float(o.get("weight", 1.0)) for o in self.cfg.reward.values()]
         if a.ndim == 1:
             loss = term(a)
+        elif F.reward_aggregation(t) == "advantages":  # MixGRPO: one loss of clamp(sum_k w_k A_k, +-c)
+            loss = term(F.aggregated_advantage(a, ws, t.adv_clip_max))
         else:  # DanceGRPO's multi-reward loss: sum_k w_k L(A_k)
-            ws = [float(o.get("weight", 1.0)) for o in self.cfg.reward.values()]
             loss = sum(w * term(a[:, i]) for i, w in enumerate(ws))
         if t.tis_cap is not None:
             loss = loss * torch.exp(logp_start - logp_gen).clamp(max=t.tis_cap).detach()
@@ -238,6 +247,16 @@ class Reference:
                                       s.noise_level)[0]
             klv = F.kl(mean, ref_mean, s_t if t.kl_form == "flow_grpo" else std)
         return loss, klv, 0.5 * (logp - logp_old).detach() ** 2
+
+    def _forwards(self, rows) -> list[tuple[int, int]]:
+        """Which of ``rows`` (b = group x G + generation) the product forwards together at one trained position:
+        the chunk shape's blocks of ``train.chunk_generations`` consecutive generations of one group (a packed
+        colocated worker's tiles and the TSP modes': docs/architecture.md, "Sharded trainer pool" / TSP), of
+        which a round trains its rows. GRPO-Guard's ``guard_bias=batch`` averages its bias over each block
+        (flow_grpo: over the device's batch of a timestep)."""
+        G = self.cfg.train.generations
+        width = min(self.cfg.train.chunk_generations, G)
+        return [(i // G, (i % G) // width) for i in rows]
 
     def _nft_cells(self, batch, rows, j, a, cond):
         """(DiffusionNFT's loss, its velocity KL, mean((v - v_old)^2)) of the rows' training slot j."""

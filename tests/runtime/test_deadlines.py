@@ -25,13 +25,22 @@ def _actors(ray, stall_gen: bool):
         def ping(self) -> int:
             return 0
 
-        def measure_generate(self, sizes, repeats):
-            if self.stall:
-                time.sleep(3600)  # a hung generator: alive, never answers
-            return {}
+        def calibration_start(self, gen_sizes, cell_sizes):
+            return [[("generate", 1, p) for p in ("sample", "decode", "reward", "transfer")]] if gen_sizes else \
+                [[("train", 1)], [("optimizer",), ("publish",)]]
 
-        def measure(self, gen_sizes, cell_sizes, repeats):
-            return {"generate": {}}
+        def calibration_run(self, key):
+            if self.stall and key == ("generate", 1, "decode"):
+                time.sleep(3600)  # a hung generator, in the middle of its calibration: alive, never answers
+            return 0.01
+
+        def calibration_end(self):
+            return True
+
+        def abort(self):
+            if self.stall:
+                time.sleep(3600)  # a stopped worker never answers
+            return None
 
     cls = ray.remote(num_cpus=0)(_Worker)
     gen, trn = cls.remote(stall_gen), cls.remote(False)
@@ -48,8 +57,8 @@ def test_get_named_gives_up_at_its_deadline(ray_local):
     try:
         t0 = time.monotonic()
         with pytest.raises(WorkerFailure) as e:
-            get_named({"trn0": trn.ping.remote(), "gen0": gen.measure_generate.remote([1], 1)}, "profiling",
-                      timeout_s=1.0)  # fmt: skip
+            get_named({"trn0": trn.ping.remote(), "gen0": gen.calibration_run.remote(("generate", 1, "decode"))},
+                      "profiling", timeout_s=1.0)  # fmt: skip
         assert time.monotonic() - t0 < 30
         assert e.value.worker == "gen0" and "stalled" in str(e.value) and "1 s" in str(e.value)
         assert get_named({"trn0": trn.ping.remote()}, "ping", timeout_s=30.0) == [0]
@@ -58,37 +67,46 @@ def test_get_named_gives_up_at_its_deadline(ray_local):
         ray_local.kill(trn)
 
 
-def test_a_generator_stalled_during_calibration_is_caught(ray_local, tiny_model, tmp_path):
+@pytest.mark.parametrize("repeats", [1, 6])
+def test_a_generator_stalled_during_calibration_is_caught(ray_local, tiny_model, tmp_path, repeats):
+    """Each calibration call times one execution of one op: the stall is a WorkerFailure naming the generator
+    within CALIBRATION_FACTOR x runtime.watchdog_s of the call it stopped in, whatever the repeats (the old
+    single call had repeats x ops watchdogs)."""
     from digenrl.control.run_plan import plan_run
     from digenrl.runtime.calibrate import calibrate
     from digenrl.runtime.cluster import ActorPools
+    from digenrl.runtime.deadlines import CALIBRATION_FACTOR
     from digenrl.runtime.errors import WorkerFailure
 
-    run = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", "runtime.watchdog_s=0.5"))
+    w = 1.0
+    run = plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=gap_tsp_tag", f"runtime.watchdog_s={w}"))
     gen, trn = _actors(ray_local, True)
     pools = ActorPools({"gen0": gen}, {"trn0": trn})
     try:
         t0 = time.monotonic()
         with pytest.raises(WorkerFailure) as e:
-            calibrate(run, pools, repeats=1, gen_sizes=[1], cell_sizes=[1])
-        assert e.value.worker == "gen0" and "stalled" in str(e.value)
-        assert time.monotonic() - t0 < 60  # (the old bare ray.get waited forever)
+            calibrate(run, pools, repeats=repeats, gen_sizes=[1, 2, 4], cell_sizes=[1, 2, 4, 8])
+        assert e.value.worker == "gen0" and "stalled" in str(e.value) and f"{CALIBRATION_FACTOR * w:g} s" in str(e.value)
+        # noticed within the bound of one call (+ the round trips of the calls before it, and a loaded machine)
+        assert time.monotonic() - t0 < CALIBRATION_FACTOR * w + 20
     finally:
         ray_local.kill(gen)
         ray_local.kill(trn)
 
 
 def test_call_deadlines_follow_the_configured_bounds(tmp_path):
+    """With runtime.watchdog_s = w every phase's deadline is a fixed multiple of w (none grows with the work's
+    size); without it, the documented defaults."""
     from digenrl.runtime import deadlines as dl
 
     cfg = make_cfg("m.safetensors", tmp_path)
     assert dl.call_deadline(cfg) == dl.DEFAULT_CALL_S
     assert dl.startup_deadline(cfg) == dl.DEFAULT_STARTUP_S
-    assert dl.op_deadline(cfg, ops=3) == 3 * dl.DEFAULT_OP_S
+    assert dl.calibration_deadline(cfg) == dl.DEFAULT_OP_S
     cfg = make_cfg("m.safetensors", tmp_path, "runtime.watchdog_s=20")
-    assert dl.op_deadline(cfg, ops=3) == 60.0
+    assert dl.calibration_deadline(cfg) == 40.0
     assert dl.call_deadline(cfg) == 200.0
-    assert dl.startup_deadline(cfg) == dl.DEFAULT_STARTUP_S  # it builds the models: never below the default
+    assert dl.startup_deadline(cfg) == 600.0  # 30 w: a bounded multiple, not the 1800 s floor of before
 
 
 class _FlatCost:
@@ -190,3 +208,29 @@ def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, ti
         raise out["error"]
     rec = out["summary"]["recoveries"]
     assert out["summary"]["version"] == 2 and rec and rec[0]["worker"] == "gen0" and "stalled" in rec[0]["cause"]
+
+
+def test_recovery_waits_for_no_call_to_the_old_workers(ray_local, tiny_model, tmp_path):
+    """After a stall is noticed the attempt is abandoned without asking the old actors anything (they are
+    killed next): an abort call to a stopped trainer rank waited out its 30 s before every restart (the recovery
+    of a trainer rank stopped in a stream publish took 38 s after it was noticed)."""
+    from types import SimpleNamespace
+
+    from digenrl.runtime.clocks import Clock
+    from digenrl.runtime.cluster import ActorPools
+    from digenrl.runtime.driver import _Controller
+    from digenrl.runtime.errors import WorkerFailure
+
+    stopped, other = _actors(ray_local, True)  # ``stopped`` never answers an abort
+    ctl = object.__new__(_Controller)
+    ctl.cfg, ctl.clock, ctl.sched, ctl.stats, ctl.recoveries = make_cfg(tiny_model, tmp_path), Clock(), None, [], []
+    ctl.out, ctl._attempt_start = SimpleNamespace(run_dir=tmp_path), 0.0
+    ctl.pools = ActorPools({}, {"trn0": other, "trn1": stopped})
+    try:
+        t0 = time.monotonic()
+        ctl._recover(WorkerFailure("trn1", 2, "publish of version 2", "no answer within 20 s: the worker is stalled"))
+        assert time.monotonic() - t0 < 10  # (the old abort: 30 s for the stopped rank)
+        assert ctl.first == 0 and ctl.recoveries[0]["worker"] == "trn1"
+    finally:
+        ray_local.kill(stopped)
+        ray_local.kill(other)

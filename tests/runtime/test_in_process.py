@@ -34,3 +34,22 @@ def test_a_hook_that_ends_the_process_is_refused_in_process(tmp_path, capsys, ki
     monkeypatch.setenv("DIGENRL_TEST_HOOKS", f"inject_failure=col0@1:{kind}")
     assert main(["train", f"run_dir={run}", *BASE]) == 2
     assert "DIGENRL_TEST_HOOKS: inject_failure" in capsys.readouterr().err and not run.exists()
+
+
+def test_calibration_in_process_times_every_op(tmp_path, monkeypatch):
+    """The calibration's per-op calls (``calibrate._Stream``: ``calibration_start``, one ``calibration_run`` per
+    timed execution, ``calibration_end``) go through the in-process transport too: ``runtime.calibration.when=always``
+    writes a profile with a time for every op, and a failure in the calibration (the ``calibrate`` phase of the
+    test hook) is recovered like one in a step."""
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", *BASE, "runtime.calibration.when=always",
+                 "runtime.calibration.repeats=1"]) == 0
+    ops = json.loads((run / "profile.json").read_text())["ops"]
+    for op in ("trainer/denoise", "trainer/vae_decode", "trainer/reward", "train_chunk", "optimizer", "publish"):
+        assert ops[op] and all(t > 0 for _, t in ops[op]), (op, ops[op])
+    other = tmp_path / "hooked"
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=col0@calibrate")
+    assert main(["train", f"run_dir={other}", *BASE, "runtime.calibration.when=always",
+                 "runtime.calibration.repeats=1"]) == 0
+    summary = json.loads((other / "summary.json").read_text())
+    assert summary["restarts"] == 1 and summary["recoveries"][0]["action"] == "profiling", summary["recoveries"]

@@ -31,6 +31,10 @@ CASES = {
     "gap_tsp_tag-grpo_guard-minibatches": [*GUARD, *MINIBATCHES],  # the ratio leaves 1: the recorded means count
     "colocated-mixgrpo": ["runtime.trainers=1", *MIX],
     "gap_tsp_tag-mixgrpo": MIX,
+    # MixGRPO's minibatches (train.minibatch_split=generations): round m trains block m of every group's
+    # generations, masked per group as soon as it is rewarded (pipelined), with the weights after commit m - 1
+    "gap_tsp_tag-mixgrpo-minibatches_generations": [*MIX, "train.minibatches_per_step=2",
+                                                    "train.minibatch_split=generations"],
     "colocated-mixgrpo_flash": ["runtime.trainers=1", *FLASH],
     "gap_tsp_tag-mixgrpo_flash": FLASH,
     "colocated-nft": ["runtime.trainers=1", *NFT],

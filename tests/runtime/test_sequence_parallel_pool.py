@@ -1,8 +1,8 @@
 """``train.sequence_parallel`` under the Ray runtime: lanes of 2 trainer ranks split every cell's sequence, and the
-run still ends with the single-process loop's parameters (I1; docs/sequence_parallel.md).
+run still ends with the I1 reference's parameters (I1; docs/sequence_parallel.md).
 
 Models: a tiny random Wan2.1 (diffusers' own context-parallel plan) and HunyuanVideo (DigenRL's plan), full fine-
-tuning, 2-frame latent videos. Oracle: ``train.loop.colocated_step`` in one process, unsplit (same config and seed),
+tuning, 2-frame latent videos. Oracle: the I1 reference (``tests/reference``) in one process, unsplit (same config and seed),
 compared per tensor (1e-5 relative) without the attention key biases, whose exact gradient is 0 (softmax ignores
 them: Adam turns their rounding noise into lr-sized steps of random sign in any two runs that round differently),
 and over the whole state (global relative error, key biases included).
@@ -214,11 +214,11 @@ def test_sequence_parallel_generators_match_reference(ray_local, models, tmp_pat
 @pytest.mark.slow
 def test_lane_keeps_and_evaluates_the_ema(ray_local, models, tmp_path, tmp_path_factory):
     """With an EMA, rank 0's lane evaluates (its forwards are collectives of both ranks, so both hold the EMA) after
-    every step and writes the EMA weights, which equal the loop's."""
+    every step and writes the EMA weights, which equal the reference's."""
     math = ("train.ema_decay=0.5",)
     cfg = _cfg(models, "wan", tmp_path / "run", "runtime.mode=gap_tsp", *SP2, "eval.every=1", *math)
     summary = _run(cfg, reference(models, "wan", tmp_path_factory, *math))
-    # the final eval on the lane: the loop's EMA weights evaluated unsplit (a rank without the EMA would mix weights)
+    # the final eval on the lane: the reference's EMA weights evaluated unsplit (a rank without the EMA would mix weights)
     assert summary["eval_reward_final"] == pytest.approx(_EVALS[("wan", *math)], abs=1e-5)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = {r["step"]: r["eval_reward"] for r in rows if "eval_reward" in r}

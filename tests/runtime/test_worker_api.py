@@ -61,7 +61,8 @@ def test_the_controller_calls_only_declared_methods():
     declared = set(_declared(GeneratorAPI)) | set(_declared(TrainerAPI))
     named, dynamic = _named_calls()
     assert {"generate", "generate_gang", "train", "commit", "publish", "evaluate", "pack_state",
-            "checkpoint_bytes", "restore_state", "measure"} <= named, f"the pattern is stale: found {sorted(named)}"
+            "checkpoint_bytes", "restore_state", "calibration_start", "calibration_run",
+            "calibration_end"} <= named, f"the pattern is stale: found {sorted(named)}"
     assert not dynamic, dynamic
     assert named <= declared, sorted(named - declared)
     direct = [f"{name}: {o}.{c}.remote(" for name in CONTROLLER  # (calibration's own echo actor is no worker)

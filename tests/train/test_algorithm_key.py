@@ -140,13 +140,15 @@ def test_grpo_guard_sampler_records_the_behaviour_means(tiny_policy):
 
 
 def test_grpo_guard_cells_give_the_reference_gradient(tiny_policy):
-    """train_cells with grpo_guard accumulates the gradient of flow_grpo's rationorm loss (written here)."""
+    """train_cells with grpo_guard and ``train.guard_bias=cell`` accumulates the gradient of the rationorm loss
+    with each cell's own bias (the paper's per-sample formula, written here; the default batch mean of flow_grpo
+    is tests/train/test_reference_forms.py's)."""
     from digenrl.algo.sde import sde_step_with_logprob
     from digenrl.models.base import guided_velocity
     from digenrl.train.chunk_loss import train_cells
 
     cfg, ctx = _ctx(tiny_policy, "train.algorithm=grpo_guard", "train.timestep_fraction=0.5",
-                    "train.clip_range=1e-3", "train.filter_zero_advantage=false")
+                    "train.clip_range=1e-3", "train.filter_zero_advantage=false", "train.guard_bias=cell")
     batch = _batch(ctx, cfg)
     with torch.no_grad():  # move the weights off the behaviour policy so the ratio leaves 1
         for p in ctx.policy.parameters():

@@ -40,6 +40,14 @@ def test_a_sharded_checkpoint_resumes_only_on_as_many_ranks():
     check_resume_config(saved, load_config(None, sharded))
     with pytest.raises(ConfigError, match=r"runtime\.trainers=2"):
         check_resume_config(saved, load_config(None, [*sharded, "runtime.trainers=4"]))
+    # hybrid sharding: what counts is the size of a shard group (trainers / shard_groups), not its spelling
+    hybrid = ["train.sharding=fsdp", "runtime.mode=gap_tsp_tag", "runtime.trainers=4", "train.shard_groups=2"]
+    saved = load_config(None, hybrid).model_dump(mode="json")
+    for ok in (["runtime.trainers=2", "train.shard_groups=1"], ["runtime.trainers=6", "train.shard_groups=3"]):
+        check_resume_config(saved, load_config(None, [*hybrid, *ok]))
+    for bad in (["runtime.trainers=4", "train.shard_groups=1"], ["runtime.trainers=4", "train.shard_groups=4"]):
+        with pytest.raises(ConfigError, match=r"runtime\.trainers / train\.shard_groups = 2"):
+            check_resume_config(saved, load_config(None, [*hybrid, *bad]))
     replicated = load_config(None, ["runtime.mode=gap_tsp", "runtime.trainers=2"])  # replicas: any number
     check_resume_config(replicated.model_dump(mode="json"), load_config(None, ["runtime.mode=gap_tsp",
                                                                                    "runtime.trainers=4"]))

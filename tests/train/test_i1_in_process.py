@@ -1,8 +1,9 @@
 """I1 in this process: ``digenrl train``'s one path (scheduler, control loop, worker executor, the colocated worker
 in-process) ends with the parameters of the reference written from the formulas (``tests/reference``), for the
-math every mode shares: minibatches and inner epochs, the four algorithms, step-wide statistics with a KL,
-best-of-n, Flow-GRPO's refill and sample minibatches, the recomputed logp_old with its truncated weight, the
-three SDE kinds and the EMA. The Ray modes are checked against the same reference in ``tests/runtime``.
+math every mode shares: minibatches and inner epochs, the four algorithms (GRPO-Guard's bias per forward's block
+and per cell, MixGRPO's aggregated advantage and minibatches of generations, DiffusionNFT's integer time at
+sampling only), step-wide statistics with a KL, best-of-n, Flow-GRPO's refill and sample minibatches, the
+recomputed logp_old with its truncated weight, the three SDE kinds and the EMA. The Ray modes are checked against the same reference in ``tests/runtime``.
 
 The reference shares no training code with the product (``test_the_reference_imports_no_training_math``), so a
 wrong loss or advantage in the product shows here (``scripts/mutants.py`` flips the ratio and the baseline)."""
@@ -30,11 +31,21 @@ CASES = {
     "minibatches-kl": [*MB, "train.beta_kl=0.05", "train.kl_form=exact"],
     "step_wide": ["train.std_mode=global", "train.adv_baseline=batch", "train.beta_kl=0.1"],
     "recompute-tis": ["train.old_logprob=recompute", "train.tis_cap=1.5", *MB],
-    "grpo_guard": ["train.algorithm=grpo_guard", *MB],
+    "grpo_guard": ["train.algorithm=grpo_guard", *MB],  # guard_bias=batch: the mean over a forward's block
+    "grpo_guard-cell": ["train.algorithm=grpo_guard", "train.guard_bias=cell", *MB],
     "mixgrpo": ["train.algorithm=mixgrpo", "sampler.num_steps=6", "train.window_size=2",
                 "train.window_shift_interval=1"],
     "nft-soft": ["train.algorithm=nft", "train.nft_old_decay=[0, 0.25, 0.5]", *MB],
     "nft-current-global": ["train.algorithm=nft", "train.nft_old_policy=current", "train.std_mode=global"],
+    # 5 steps: a schedule off the 1/1000 grid, so integer time in training would be another computation
+    "nft-integer_sampling": ["train.algorithm=nft", "sampler.integer_timesteps=sampling", "sampler.num_steps=5"],
+    # MixGRPO as its authors run it: clamp(sum_k w_k A_k) in one clipped loss (the default reward_aggregation of
+    # mixgrpo), off policy (a clip the ratios leave, a clamp that acts), and minibatches of generations
+    "mixgrpo-aggregated-generations": ["train.algorithm=mixgrpo", "sampler.num_steps=6", "train.window_size=2",
+                                       "train.window_shift_interval=1", "train.adv_per_reward=true",
+                                       "reward={digits: {weight: 1.0}, jpeg_compressibility: {weight: 0.5}}",
+                                       "train.adv_clip_max=1.0", "train.clip_range=1e-4",
+                                       "train.minibatch_split=generations", *MB],
     "best_of_n-refill": ["train.best_of_n=2", "train.zero_adv_refill=true", "train.micro_batch=4",
                          "train.beta_kl=0.05"],
     "samples-epochs": ["train.minibatch_split=samples", *MB, "train.best_of_n=2", "train.filter_zero_advantage=false"],

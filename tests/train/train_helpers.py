@@ -47,3 +47,16 @@ def train_group(policy, group, *, settings, loss_scale, chunk_generations, chunk
         total = total.add(train_cells(policy, group, chunk, settings=settings, loss_scale=loss_scale,
                                       ref_policy=ref_policy, step_start=step_start))
     return total
+
+
+def sde_reference(x, v, sigma: float, sigma_next: float, a: float, x_next):
+    """Flow-GRPO's SDE step written from its formula (docs/architecture.md, "The math"; sigma' in 1 - sigma where
+    sigma = 1): (mean, transition std, log p(x_next | x) averaged over the non-batch dimensions)."""
+    import math
+
+    dt = sigma_next - sigma
+    s = a * math.sqrt(sigma / (1 - (sigma if sigma < 1 else sigma_next)))
+    mean = x * (1 + s**2 / (2 * sigma) * dt) + v * (1 + s**2 * (1 - sigma) / (2 * sigma)) * dt
+    std = s * math.sqrt(-dt)
+    lp = -((x_next - mean) ** 2) / (2 * std**2) - math.log(std) - math.log(math.sqrt(2 * math.pi))
+    return mean, std, lp.mean(dim=tuple(range(1, lp.ndim)))

@@ -21,13 +21,30 @@ rebalances the gradient of the steps. The KL to the reference (``beta_kl``) is l
 as in flow_grpo. Statistics: ``clipfrac*`` and ``ratio_mean`` of ``r_norm``; ``approx_kl`` of the raw log r.
 
 Source: flow_grpo's ``scripts/train_sd3_GRPO_Guard.py`` (its ``config.rationorm`` branch; recipes in
-``config/grpo_guard.py``), read in the fork zhtmike/flow_grpo at 2e2f712 (the copy of yifan123/flow_grpo's
-file the index holds). One deliberate difference: flow_grpo computes ``bias`` as
-``(...).pow(2).mean(dim=tuple(range(1, log_prob.ndim)))`` with a 1-D ``log_prob``, an empty tuple of dims, which
-torch reads as "every dim": one bias averaged over the whole per-device batch. Here it is per cell (the
-formula above, as the paper derives it), because a chunk's batch depends on the mode and the chunk shape and
-the cells must not (invariant I1); with one timestep per batch and on-policy data (mu_theta = mu_old on the
-first minibatch) the two agree.
+``config/grpo_guard.py``), read in the fork zhtmike/flow_grpo at 9745241 (GRPO-Guard as its author merged it).
+
+**Which samples share the bias** (``train.guard_bias``). flow_grpo computes ``bias`` as
+``(...).pow(2).mean(dim=tuple(range(1, log_prob.ndim)))`` with a 1-D ``log_prob``: an empty tuple of dims, which
+torch reads as "every dim", so one bias for the whole per-device batch of that timestep (its micro-batch of
+``sample.train_batch_size`` samples, all at timestep j, so they share sigma)::
+
+    bias_j = mean_{i in batch, elements} (mu_theta,i - mu_old,i)^2 / (2 sigma_j^2)
+
+``batch`` (the default) does the same with ``units``: every sample of one forward that shares a unit label (the
+trained timestep of the cell: ``train.chunk_loss`` passes the cells' trained positions, one group per forward,
+so one sigma per label) gets the mean of the per-sample biases of its label, which is bias_j above. The batch is
+thus "what one device forwards together at one timestep", as in flow_grpo, with DigenRL's forwards: a chunk of
+the ``chunk_generations x chunk_timesteps`` tiling in the TSP modes and of a packed colocated worker's share of a
+group (at most ``chunk_generations`` generations of one group), one trained timestep x the rank's share of a
+group's generations in the classic layout (``naive``, ``gap``), the rank's share of a chunk on a
+sharded pool (``train.sharding.rank_cells``), in each case without the cells a filter or mask drops. flow_grpo's
+micro-batch instead mixes the step's shuffled samples of several prompts. On-policy (the first round of a step)
+mu_theta = mu_old, so the bias and its gradient are 0 whatever the unit, and every mode trains the same; in an
+off-policy round (a second minibatch or inner epoch, TCSS) the bias is the mean over differently composed sets,
+the same in expectation; the I1 reference (``tests/reference``), one colocated worker and the TSP modes on
+replicated ranks hold the same chunks and stay equal (I1).
+``cell`` gives each cell its own bias (the formula above, as the paper derives it per sample), the same in every
+mode and layout.
 """
 
 from __future__ import annotations
@@ -44,12 +61,18 @@ def _per_sample(t: torch.Tensor) -> torch.Tensor:
 
 
 def normalized_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mean: torch.Tensor,
-                         old_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """RatioNorm's ``sigma (log r + mean((mu_theta - mu_old)^2) / (2 sigma^2))`` per sample ([B]); ``std`` is
-    the transition std, [B] or broadcastable to the sample ([B, 1, ...])."""
+                         old_mean: torch.Tensor, std: torch.Tensor, units: torch.Tensor | None = None) -> torch.Tensor:
+    """RatioNorm's ``sigma (log r + bias)`` per sample ([B]); ``std`` is the transition std, [B] or broadcastable
+    to the sample ([B, 1, ...]). ``units`` None: each sample's own bias mean((mu_theta - mu_old)^2) / (2 sigma^2);
+    else [B] labels, and each sample gets the mean bias of the samples with its label (flow_grpo's batch mean,
+    module docstring; the samples of one label must share sigma)."""
     sigma = _per_sample(std).to(log_prob.dtype)
     sq = (mean - old_mean.to(mean.dtype)) ** 2
     bias = sq.mean(dim=tuple(range(1, sq.ndim))) / (2 * sigma**2)
+    if units is not None:
+        _, idx = torch.unique(units.to(bias.device), return_inverse=True)
+        sums = torch.zeros(int(idx.max()) + 1, dtype=bias.dtype, device=bias.device).index_add(0, idx, bias)
+        bias = (sums / torch.bincount(idx).to(bias.dtype))[idx]
     return sigma * (log_prob - old_log_prob + bias)
 
 
@@ -65,9 +88,11 @@ def guard_policy_loss(
     *,
     clip_low: float | None = None,
     clip_high: float | None = None,
+    units: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
-    """Element-wise GRPO-Guard loss (no reduction, module docstring) and its detached statistics."""
-    lr = normalized_log_ratio(log_prob, old_log_prob, mean, old_mean, std)
+    """Element-wise GRPO-Guard loss (no reduction, module docstring) and its detached statistics; ``units``: the
+    batch-mean bias's labels (``normalized_log_ratio``), None for the per-cell bias."""
+    lr = normalized_log_ratio(log_prob, old_log_prob, mean, old_mean, std, units)
     loss, stats = clipped_policy_loss(lr, torch.zeros_like(lr), advantages, clip_range, clip_low=clip_low,
                                       clip_high=clip_high)
     with torch.no_grad():

@@ -11,7 +11,8 @@ itself (``ConfigError`` naming the key, before anything is written or started):
   ``step_wide`` and the scheduler holds every commit until the step's last group is rewarded (with several
   minibatches, round 0's commit waits for it; the later rounds start after it).
 * ``train.minibatches_per_step`` x ``train.inner_epochs`` commits per step (the plan's rounds).
-* ``train.minibatch_split = samples`` (barrier modes only: ``config``): every round plans every group
+* ``train.minibatch_split = samples`` (barrier modes only: ``config``) and ``generations`` (every mode: a
+  group's block of generations needs only the group's rewards): every round plans every group
   (``StepPlan.sample_split``) and the trainers train the round's samples; ``train.best_of_n`` needs nothing
   here (the trainers drop the unselected generations' cells, ``train.sample_masks``).
 * ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must stay 1
@@ -19,7 +20,8 @@ itself (``ConfigError`` naming the key, before anything is written or started):
   takes its share of the step's fragments at once and trains in chunks of the chunk shape (``StepPlan.packed``).
 * the trained timesteps (``train.timestep_*``): at least one.
 * ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
-* the test hooks (``DIGENRL_TEST_HOOKS``, not config keys: ``TestHooks``) must name a known worker.
+* the test hooks (``DIGENRL_TEST_HOOKS``, not config keys: ``TestHooks``) must name a known worker and a
+  step index or one of ``HOOK_PHASES``.
 
 Sharded trainer pool (``train.sharding: fsdp``, docs/architecture.md): a forward or backward of an FSDP module needs
 every rank of its shard group, so the scheduler does not see the ranks: it sees one trainer per shard group
@@ -46,6 +48,7 @@ from digenrl.config import Config, ConfigError
 from digenrl.schedule import CostModel, Mode, StepPlan
 
 
+HOOK_PHASES = ("startup", "calibrate", "eval", "checkpoint")  # inject_failure outside a step's work
 HOOKS_ENV = "DIGENRL_TEST_HOOKS"
 
 
@@ -56,8 +59,10 @@ class TestHooks:
     ``key=value`` pairs (``read_hooks``), and the controller hands them to the workers (both transports):
 
     * ``inject_failure=<worker>@<step>[:exit|:stall]``: ``worker`` fails when it is first handed work of ``step``
-      (0-based), on the run's first attempt only: ``raise`` an error (default), ``exit`` the process (the actor
-      dies) or ``stall`` (the process stops itself with SIGSTOP and never answers);
+      (0-based), or (``step`` one of ``HOOK_PHASES``) at the end of its construction, when the calibration
+      starts, at its first eval or its first resumable checkpoint; on the run's first attempt only: ``raise`` an
+      error (default), ``exit`` the process (the actor dies) or ``stall`` (the process stops itself with SIGSTOP
+      and never answers);
     * ``logprob_offset=<x>``: added to every log-prob the generator pool records (a biased generator, as
       verl-omni PR 279's +5e-3).
     """
@@ -65,7 +70,7 @@ class TestHooks:
     __test__ = False  # not a pytest class
 
     worker: str | None = None
-    step: int = -1
+    step: int | str = -1
     kind: str = "raise"
     logprob_offset: float = 0.0
 
@@ -93,10 +98,11 @@ def read_hooks(workers: tuple[str, ...], env: str | None = None) -> TestHooks | 
         if key == "inject_failure" and eq:
             head, _, kind = value.partition(":")
             worker, _, step = head.partition("@")
-            if worker not in workers or not step.isdigit() or kind not in ("", "exit", "raise", "stall"):
-                raise ConfigError(f"{HOOKS_ENV}: inject_failure expects '<worker>@<step>[:exit|:stall]' with a worker "
-                                  f"among {', '.join(workers)} (got {value!r})")
-            hooks = replace(hooks, worker=worker, step=int(step), kind=kind or "raise")
+            if worker not in workers or not (step.isdigit() or step in HOOK_PHASES) or kind not in (
+                    "", "exit", "raise", "stall"):
+                raise ConfigError(f"{HOOKS_ENV}: inject_failure expects '<worker>@<step or {'|'.join(HOOK_PHASES)}>"
+                                  f"[:exit|:stall]' with a worker among {', '.join(workers)} (got {value!r})")
+            hooks = replace(hooks, worker=worker, step=int(step) if step.isdigit() else step, kind=kind or "raise")
         elif key == "logprob_offset" and eq:
             try:
                 hooks = replace(hooks, logprob_offset=float(value))
@@ -195,6 +201,17 @@ def generator_groups(gens: tuple[str, ...], sequence: int) -> dict[str, tuple[st
     return {g: tuple(f"{g}.{j}" for j in range(sequence)) for g in gens}
 
 
+def grad_sum_fp64(cfg) -> bool:
+    """``train.grad_sum`` in effect: ``auto`` is fp64 where a round's chunks go to whichever of several trainers is
+    free (a TSP mode with more than one scheduler trainer: replicated ranks or sequence-parallel lanes, or shard
+    groups under FSDP), the case whose float32 sums depend on timing; one trainer keeps the float32 order."""
+    t, rt = cfg.train, cfg.runtime
+    if t.grad_sum != "auto":
+        return t.grad_sum == "fp64"
+    trainers = t.shard_groups if t.sharding == "fsdp" else rt.trainers // t.sequence_parallel.degree
+    return Mode(rt.mode).tsp and trainers > 1
+
+
 def timestep_plan(cfg: Config, step: int) -> TimestepPlan:
     """SDE and trained denoising steps of ``step`` (``algo.timesteps.select_timesteps`` with the config's keys)."""
     t = cfg.train
@@ -232,8 +249,8 @@ def plan_run(cfg: Config) -> RunPlan:
         shard_ranks=lanes, sequence_parallel=d, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
         publish_joins=mode.disaggregated and rt.publish in ("broadcast", "stream"),
         publish_streams=mode.disaggregated and rt.publish == "stream",
-        sample_split=t.minibatch_split == "samples", stale_hold=rt.stale_hold, gang_groups=rt.gang_groups,
-        generator_sequence_parallel=rt.generator_sequence_parallel.degree,
+        sample_split=t.minibatch_split in ("samples", "generations"), stale_hold=rt.stale_hold,
+        gang_groups=rt.gang_groups, generator_sequence_parallel=rt.generator_sequence_parallel.degree,
         packed=mode is Mode.COLOCATED,
     )
     profile = None

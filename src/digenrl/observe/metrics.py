@@ -34,9 +34,12 @@ class MetricsWriter:
         self.rows: list[dict[str, Any]] = list(rows or [])
 
     def log(self, row: dict[str, Any]) -> None:
+        from digenrl.safe_files import naming
+
         self.rows.append(row)
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
+        with naming(self.path):  # a full disk: the error names metrics.jsonl
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
         step = int(row.get("step", len(self.rows)))
         scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
         if self._tb is not None:

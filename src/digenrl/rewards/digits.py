@@ -102,10 +102,13 @@ class DigitsReward:
 
     @torch.no_grad()
     def slot_probs(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor:
-        """[B, 2]: probability of the named class in the left and right slot."""
+        """[B, 2]: probability of the named class in the left and right slot. Each slot is classified alone: the
+        CPU kernels of a batch round differently with its size (1.8e-6 relative on one sample), so a sample
+        scored in a generator's fragment and in a TAG rank's share of it would get different rewards, and the
+        run's result would depend on which worker generated what (issue 40; I5 at the level of the score)."""
         x = images.float().cpu() * 2.0 - 1.0
         slots = torch.cat([x[..., :8], x[..., 8:16]])  # [2B, 1, 8, 8]
-        probs = torch.softmax(self.classifier(slots), dim=-1)
+        probs = torch.softmax(torch.cat([self.classifier(s[None]) for s in slots]), dim=-1)
         b = images.shape[0]
         targets = torch.tensor([[p.meta["left"], p.meta["right"]] for p in prompts], dtype=torch.long)
         left = probs[:b].gather(1, targets[:, :1]).squeeze(1)

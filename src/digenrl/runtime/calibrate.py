@@ -66,19 +66,18 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
 
     ``concurrent``: one generator and every trainer rank measure at the same time, as the pools work in a
     pipelined step (on a shared CPU node they slow each other down; on separate GPUs it changes nothing);
-    else the generator first, then the trainer ranks (together: their all-reduce is a collective).
+    else the generator first, then the trainer ranks (together: their all-reduce is a collective). Each call
+    times one execution of one op (``timing.Calibration``) under ``deadlines.calibration_deadline``, so a
+    stalled worker is a ``WorkerFailure`` naming it within that, whatever the number of sizes and repeats.
     """
-    from .deadlines import call_deadline, op_deadline, remote_reward_wait
+    from .deadlines import calibration_deadline, call_deadline, remote_reward_wait
 
     plan = run.plan
     fs, cs = plan_sizes(plan)
     gen_sizes, cell_sizes = gen_sizes or fs, cell_sizes or cs
     rank0 = next(iter(pools.trainers))
-    # deadlines (runtime.deadlines): a stalled worker is a WorkerFailure naming it, never a hang
     ping_s = call_deadline(run.cfg)
-    gen_s = op_deadline(run.cfg, len(gen_sizes) * repeats) + remote_reward_wait(run.cfg)
-    trn_s = op_deadline(run.cfg, (len(gen_sizes) if trainer_generation is not False else 0) * repeats
-                        + len(cell_sizes) * repeats) + remote_reward_wait(run.cfg)  # fmt: skip
+    per_call = calibration_deadline(run.cfg) + remote_reward_wait(run.cfg)  # a call may score (generation)
     pools.get_named({rank0: pools.call(rank0, "ping")}, "profiling", ping_s)
     pings = []
     for _ in range(7):
@@ -88,6 +87,10 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
     overhead = statistics.median(pings)
     if trainer_generation is None:
         trainer_generation = plan.mode.tag or not plan.mode.disaggregated
+    first = run.ranks_of(plan.generators[0]) if plan.generators else ()  # (a sequence-parallel one: its ranks)
+    streams = [_Stream(pools, first, gen_sizes, [], repeats, per_call)] if first else []
+    streams.append(_Stream(pools, tuple(pools.trainers), gen_sizes if trainer_generation else [], cell_sizes,
+                           repeats, per_call))
     echo = None
     if not pools.in_process:  # (in-process calls run one after the other: no round trip while they run)
         import ray
@@ -95,54 +98,118 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
         echo = ray.remote(num_cpus=0)(_EchoActor).remote()  # started (a worker process), ready before any timing
         pools.get_named({"echo": echo.ping.remote()}, "profiling", ping_s)
     try:
-        t_gen = time.monotonic()
-        first = run.ranks_of(plan.generators[0]) if plan.generators else ()  # (a sequence-parallel one: its ranks)
-        gen_refs = {w: pools.call(w, "measure_generate", gen_sizes, repeats) for w in first}
-        if not concurrent:
-            pools.get_named(gen_refs, "profiling", gen_s)
-        t_trn = time.monotonic()
-        trn_refs = {w: pools.call(w, "measure", gen_sizes if trainer_generation else [], cell_sizes, repeats)
-                    for w in pools.trainers}
-        if echo is not None:
-            overhead = max(overhead, _loaded_round_trip(echo, list(gen_refs.values()) + list(trn_refs.values()),
-                                                        until=time.monotonic() + min(gen_s, trn_s)))  # fmt: skip
+        overhead = max(overhead, _run_streams(pools, streams, concurrent, echo))
     finally:
         if echo is not None:
             ray.kill(echo)
-    gen = pools.get_named(gen_refs, "profiling", max(1e-3, t_gen + gen_s - time.monotonic()))[0] if gen_refs else {}
-    meas = pools.get_named(trn_refs, "profiling", max(1e-3, t_trn + trn_s - time.monotonic()))[0]
+    gen = streams[0].result()["generate"] if first else {}
+    meas = streams[-1].result()
     source = (f"digenrl runtime profile: {run.cfg.model.kind}, {rank0} + {len(pools.generators)} generators, "
               f"{run.cfg.runtime.threads_per_worker} threads/worker, {time.strftime('%Y-%m-%d %H:%M')}")
     return build_profile(gen, meas["generate"], meas, plan.sampling_steps, overhead, source,
                          (len(pools.generators), len(pools.trainers)))
 
 
+class _Stream:
+    """One pool's part of the calibration: ``calibration_start``, then one ``calibration_run`` per timed
+    execution (each block of ops: its keys once as a warm-up, then ``repeats`` rounds over them), then
+    ``calibration_end``. Every worker of the pool (the trainer ranks: a sharded or sequence-parallel pool's are
+    collectives; a sequence-parallel generator's ranks) gets each call at once, through ``pools.call``; a call
+    that has not answered within ``deadline`` seconds names its worker as stalled."""
+
+    def __init__(self, pools, workers: tuple[str, ...], gen_sizes: list[int], cell_sizes: list[int], repeats: int,
+                 deadline: float):
+        self.pools, self.workers, self.deadline = pools, workers, deadline
+        self.args, self.repeats = (gen_sizes, cell_sizes), max(1, repeats)
+        self.calls: list | None = None  # ("run", key, warm-up) after the start, then ("end",)
+        self.i, self.refs, self.sent = 0, None, 0.0
+        self.times: dict = {}
+
+    def _sent(self, refs: dict) -> None:
+        self.refs, self.sent = refs, time.monotonic()
+
+    def launch(self) -> None:
+        self._sent({w: self.pools.call(w, "calibration_start", *self.args) for w in self.workers})
+
+    def poll(self, now: float) -> bool:
+        """Collect the call in flight if every worker answered (else raise past the deadline), send the next;
+        True once the stream is done."""
+        from .errors import WorkerFailure
+
+        refs = list(self.refs.values())
+        ready, _ = self.pools.wait(refs, len(refs), 0)
+        if len(ready) < len(refs):
+            if now - self.sent <= self.deadline:
+                return False
+            late = next(w for w, r in self.refs.items() if r not in ready)
+            raise WorkerFailure(late, None, "profiling", f"no answer within {self.deadline:g} s (profiling: one "
+                                "timed op; runtime.watchdog_s or its default, docs in runtime/deadlines.py): the "
+                                "worker is stalled")
+        values = self.pools.get_named(self.refs, "profiling", 0.0)
+        if self.calls is None:  # the start answered with the op keys in blocks
+            self.calls = [("run", tuple(k), warm) for block in values[0]
+                          for warm, keys in [(True, block)] + [(False, block)] * self.repeats for k in keys]
+            self.calls.append(("end",))
+        elif self.calls[self.i][0] == "run":
+            _, key, warm = self.calls[self.i]
+            if not warm:
+                self.times.setdefault(key, []).append(float(values[0]))  # rank 0's (a shard group's action)
+            self.i += 1
+        else:
+            self.refs = None
+            return True
+        call = self.calls[self.i]
+        if call[0] == "run":
+            self._sent({w: self.pools.call(w, "calibration_run", call[1]) for w in self.workers})
+        else:
+            self._sent({w: self.pools.call(w, "calibration_end") for w in self.workers})
+        return False
+
+    def result(self) -> dict:
+        from .timing import measured
+
+        return measured({k: statistics.fmean(v) for k, v in self.times.items()})
+
+
+def _run_streams(pools, streams: list, concurrent: bool, echo, limit: int = 200, interval_s: float = 0.1) -> float:
+    """Drive the pools' ``_Stream`` s to their ends, all at once (``concurrent``) or one after the other, and
+    meanwhile (Ray; ``echo`` None in-process, where the calls run one after the other in this thread) time round
+    trips of an empty call to ``echo`` (a ready zero-CPU actor standing in for the next worker to be called),
+    every ``interval_s``, at most ``limit``; returns their median (0 without a sample).
+    In a run the controller dispatches while the workers compute, and on a node whose cores they occupy that
+    costs far more than an idle round trip (on the 2-core CPU benchmark machine: 4-6 ms between a worker's
+    actions against a 0.6 ms idle ping); pinging every 10 ms loaded the two cores enough to make the timed
+    denoise steps 20-40% slower than in a run, hence the interval."""
+    queue = list(streams)
+    active = [queue.pop(0) for _ in range(len(queue) if concurrent else 1)]
+    for s in active:
+        s.launch()
+    samples, last = [], time.monotonic()
+    while active:
+        pools.wait([r for s in active for r in s.refs.values()], 1, interval_s)
+        now = time.monotonic()
+        for s in list(active):
+            if s.poll(now):
+                active.remove(s)
+                if queue:
+                    nxt = queue.pop(0)
+                    nxt.launch()
+                    active.append(nxt)
+        if echo is not None and active and len(samples) < limit and now - last >= interval_s:
+            import ray
+
+            t0 = time.perf_counter()
+            ray.get(echo.ping.remote(), timeout=60.0)  # our own idle zero-CPU actor
+            samples.append(time.perf_counter() - t0)
+            last = time.monotonic()
+    return statistics.median(samples) if samples else 0.0
+
+
 class _EchoActor:
-    """The round-trip probe of ``_loaded_round_trip``: an actor whose call does nothing."""
+    """The round-trip probe of ``_run_streams``: an actor whose call does nothing."""
 
     def ping(self) -> int:
         return 0
-
-
-def _loaded_round_trip(echo, busy: list, limit: int = 200, interval_s: float = 0.1, until: float | None = None) -> float:
-    """Median round trip of an empty call to ``echo`` while the pools measure (``busy`` refs in flight): in a
-    run the controller dispatches while workers compute, and on a node whose cores they occupy that costs far
-    more than an idle round trip (on the 2-core CPU benchmark machine: 4-6 ms between a worker's actions
-    against a 0.6 ms idle ping). ``echo``, a ready zero-CPU actor, stands in for the next worker to be called.
-    Samples are ``interval_s`` apart: pinging every 10 ms loaded the two cores enough to make the timed
-    denoise steps 20-40% slower than in a run. 0 when the pools were done before any sample. ``until``: a
-    ``time.monotonic()`` past which no more samples are taken (the measurements' deadline)."""
-    import ray
-
-    samples = []
-    while len(samples) < limit and ray.wait(busy, num_returns=len(busy), timeout=0)[1]:
-        if until is not None and time.monotonic() >= until:
-            break
-        t0 = time.perf_counter()
-        ray.get(echo.ping.remote(), timeout=60.0)  # our own idle zero-CPU actor
-        samples.append(time.perf_counter() - t0)
-        time.sleep(interval_s)
-    return statistics.median(samples) if samples else 0.0
 
 
 def measures(run) -> bool:

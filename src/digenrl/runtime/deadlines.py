@@ -10,12 +10,21 @@ same configured bound, so a stalled worker becomes a ``WorkerFailure`` naming it
 with exit 1) instead of a hang:
 
 * start-up (building the actors and their models, forming the process groups, restoring a checkpoint,
-  publishing the first version): ``max(DEFAULT_STARTUP_S, 10 x runtime.watchdog_s)`` -- it loads the models,
-  which takes as long as it takes whatever the actions cost;
-* each calibration measurement: ``runtime.watchdog_s`` (else ``DEFAULT_OP_S``) per timed op it runs, plus the
-  remote reward's retry window on a generator (it scores what it generates);
-* the final eval, a checkpoint's state, and any other single call: ``10 x runtime.watchdog_s``, else
-  ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts`` samples: many actions' worth).
+  publishing the first version): ``STARTUP_FACTOR x runtime.watchdog_s`` per wait, else ``DEFAULT_STARTUP_S``
+  -- it loads the models, many actions' worth (a run that sets ``runtime.watchdog_s`` sets it above a
+  thirtieth of its model's load time);
+* the calibration: one call per timed execution of one op (``timing.Calibration``: no call does more than a
+  fragment's generation with its first decode, or the probe group with one chunk), each
+  ``CALIBRATION_FACTOR x runtime.watchdog_s`` (else ``DEFAULT_OP_S``), plus the remote reward's retry window
+  (it scores what it generates): a worker stalled anywhere in it is noticed within that, whatever the number
+  of sizes and repeats (before, one call measured every op and its deadline grew with their number);
+* the evals (before, between steps, after), a checkpoint's state, and any other single call:
+  ``CALL_FACTOR x runtime.watchdog_s``, else ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts``
+  samples: many actions' worth);
+* the schedule's actions: the watchdog (``runtime.watchdog_s``, ``driver._watchdog``).
+
+So with ``runtime.watchdog_s`` = w a stalled worker is noticed within 30 w in every phase: start-up 30 w, a
+calibration call 2 w, an action w, an eval or checkpoint 10 w (plus the remote reward's window where one scores).
 
 A remote reward (``reward.remote``) is waited for by its own client for up to ``retry_window`` seconds (plus one
 request's ``timeout``); ``remote_reward_wait`` is that bound, which the watchdog adds to every action that
@@ -32,14 +41,17 @@ from digenrl.config import Config
 DEFAULT_STARTUP_S = 1800.0
 DEFAULT_OP_S = 600.0
 DEFAULT_CALL_S = 1800.0
-CALL_FACTOR = 10.0  # a call outside the schedule (eval, checkpoint, start-up) may take this many watchdogs
+CALL_FACTOR = 10.0  # a call outside the schedule (eval, checkpoint) may take this many watchdogs
+STARTUP_FACTOR = 30.0  # a start-up wait (the actors build their models) may take this many
+CALIBRATION_FACTOR = 2.0  # a calibration call (one execution of one op, its first with its preparation)
 OBSERVED_FLOOR_S = 60.0  # watchdog from observed costs: floor + factor x observed (the cost model's 60 s + 20 x)
 OBSERVED_FACTOR = 20.0
 
 
-def op_deadline(cfg: Config, ops: int = 1) -> float:
+def calibration_deadline(cfg: Config) -> float:
+    """Seconds one calibration call (``timing.Calibration.run``) may take, the remote reward's window excluded."""
     w = cfg.runtime.watchdog_s
-    return max(1, ops) * (DEFAULT_OP_S if w is None else w)
+    return DEFAULT_OP_S if w is None else CALIBRATION_FACTOR * w
 
 
 def call_deadline(cfg: Config) -> float:
@@ -49,7 +61,7 @@ def call_deadline(cfg: Config) -> float:
 
 def startup_deadline(cfg: Config) -> float:
     w = cfg.runtime.watchdog_s
-    return DEFAULT_STARTUP_S if w is None else max(DEFAULT_STARTUP_S, CALL_FACTOR * w)
+    return DEFAULT_STARTUP_S if w is None else STARTUP_FACTOR * w
 
 
 def remote_reward_wait(cfg: Config) -> float:

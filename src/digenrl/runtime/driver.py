@@ -113,6 +113,7 @@ class _Controller:
         self.sched: Scheduler | None = None
         self._attempt_start, self._log_start = 0.0, 0  # clock time and log index where the attempt began
         self._controller_cpu_s = 0.0
+        self._evaluated = False  # the initial eval (run_outputs.before) is done
 
     def start_pools(self, state: bytes | None, hooks) -> WorkerPools:
         if self.local:
@@ -158,10 +159,8 @@ class _Controller:
                     _log_failure(self.cfg, e)  # the worker's traceback, as Ray returned it, into its own log
                     halted = find_halted(e)
                     if halted is not None:  # a non-finite reward / commit: a replay would meet it again
-                        self.pools.abort()
-                        raise _on_worker(halted, e.worker) from None
+                        raise _on_worker(halted, e.worker) from None  # (the actors are killed below)
                     if find_deterministic(e) is not None:  # a missing file, bad config, no CUDA: same on replay
-                        self.pools.abort()
                         raise
                     self._recover(e)
                     hooks = hooks.without_failure() if hooks else None
@@ -188,10 +187,12 @@ class _Controller:
         from .calibrate import cost_model
 
         cfg, plan, pools = self.cfg, self.plan, self.pools
-        if self.first == 0 and not self.recoveries:
+        if self.first == 0 and not self._evaluated:  # (again after a failure in the first eval itself)
             with phase(cfg, f"eval before RL ({eval_text(cfg)})"):
                 self.out.before(*self.evaluate(), weights=lambda: self.eval_weights(0))
-            self.clock.reset()
+            self._evaluated = True
+            if not self.recoveries:
+                self.clock.reset()
         timing = f"calibration: timing each operation on the workers ({cfg.runtime.calibration.repeats} repeats)"
         with phase(cfg, timing) if measures(self.run) else _nothing():
             cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
@@ -283,10 +284,12 @@ class _Controller:
         save_profile(data, self.out.run_dir / "profile_observed.json")
 
     def _recover(self, e: WorkerFailure) -> None:
-        """Abandon the attempt (abort, kill) and set up the replay from the newest checkpoint."""
+        """Abandon the attempt and set up the replay from the newest checkpoint. Nothing is asked of the old
+        actors: ``train`` kills them next, which drops every open transaction, and a stalled or dead worker
+        would not answer (an abort call waited ``WorkerPools.abort``'s 30 s for it before every restart after a
+        stall). In-process the next attempt builds new worker objects."""
         detected = self.clock.now()
         self._merge_stats()
-        self.pools.abort()
         if len(self.recoveries) >= self.cfg.runtime.max_restarts:
             raise e
         path = ckpt.latest_checkpoint(self.out.run_dir)

@@ -61,6 +61,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self._publish_group = None
         self._streams: tuple = ()
         self._lead = True  # a sequence-parallel generator's first rank (``setup_dist``)
+        self.check_failure("startup")
 
     def setup_dist(self, spec) -> bool:
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
@@ -114,8 +115,19 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.inbox.put(version, stream_receive(self.policy, self._streams, self.fast.layout))
         return TimedResult(self.name, "receive", t0, time.monotonic(), version)
 
-    def measure_generate(self, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
-        """Seconds per phase of generating a fragment of each size (for the BTS cost model)."""
-        from .timing import time_generation
+    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
+        """Prepare the timing of a fragment of each size (``timing.Calibration``); the op keys in blocks."""
+        from .timing import Calibration
 
-        return time_generation(self, self.policy, sizes, repeats)
+        self.check_failure("calibrate")
+        self._calibration = Calibration(self, self.policy, gen_sizes, [], trainer=False)
+        return self._calibration.keys()
+
+    def calibration_run(self, key: tuple) -> float:
+        """Seconds of one execution of the op ``key`` (for the BTS cost model)."""
+        return self._calibration.run(key)
+
+    def calibration_end(self) -> bool:
+        self._calibration.end()
+        self._calibration = None
+        return True

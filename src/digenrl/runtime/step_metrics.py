@@ -32,6 +32,7 @@ from pathlib import Path
 
 from digenrl.control.loop import Completion
 from digenrl.control.timeline import idle_share, pools_of, rank_busy
+from digenrl.safe_files import naming
 from digenrl.schedule import Commit, Generate, Publish, StepPlan, Train
 from digenrl.train.chunk_loss import CellStats
 
@@ -106,10 +107,11 @@ class StepMetrics:
                     st.rewards[(f.group, i)] = r
                     st.versions.append(info.version)
                     if self._traj is not None:
-                        self._traj.write(json.dumps({"step": f.step + 1, "uid": info.uid, "generation": i,
-                                                     "version": info.version, "worker": a.worker, "tag": a.tag,
-                                                     "fragment": list(f.generations), "reward": r,
-                                                     "attempt": self.attempt}) + "\n")
+                        with naming(self._traj.name):  # a full disk: the error names trajectories.jsonl
+                            self._traj.write(json.dumps({"step": f.step + 1, "uid": info.uid, "generation": i,
+                                                         "version": info.version, "worker": a.worker, "tag": a.tag,
+                                                         "fragment": list(f.generations), "reward": r,
+                                                         "attempt": self.attempt}) + "\n")
                 for k, v in info.reward_parts.items():
                     st.parts[k].extend(v)
         elif isinstance(a, Train):
@@ -168,5 +170,6 @@ class StepMetrics:
 
     def close(self) -> None:
         if self._traj is not None:
-            self._traj.close()
+            with naming(self._traj.name):
+                self._traj.close()
             self._traj = None

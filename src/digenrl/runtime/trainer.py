@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import time
 
-from digenrl.control.run_plan import plan_run
+from digenrl.control.run_plan import grad_sum_fp64, plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
 from digenrl.train.old_logprob import sync_step_start
 
@@ -83,6 +83,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             self.ctx.ema = None  # only rank 0 (its lane) evaluates and saves (under FSDP every rank holds its shard)
         self.task, self.reward, self.sampler = self.ctx.task, self.ctx.reward, self.ctx.sampler
         self.tx = self.ctx.transaction
+        self.tx.fp64 = grad_sum_fp64(self.cfg)
         self._groups: dict[tuple[int, int], object] = {}
         self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
@@ -95,6 +96,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
         self._lane = lane_role(0, 1, 1)  # its sequence-parallel lane (``train.sequence_parallel``; ``setup_dist``)
         self._copy, self._copy_version = None, None  # TAG inference copy (runtime.tag_inference_copy)
+        self.check_failure("startup")
 
     @property
     def policy(self):
@@ -121,6 +123,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
             shard_context(self.ctx, groups.shard, replica_group=groups.replica)
             self.tx = self.ctx.transaction
+            self.tx.fp64 = grad_sum_fp64(self.cfg)
             self.sharded = True
         elif self._world > 1:
             for p in self.policy.parameters():
@@ -185,7 +188,8 @@ class TrainerWorker(WorkerBase, TrainerAPI):
 
             mine, weight = rank_cells(chunk.cells, self._lane.lane, self._lane.lanes)
         masks = round_masks(self.cfg, self._plan, rewards, parts, step=chunk.step, round=chunk.round)
-        if masks is not None:  # best_of_n / zero_adv_refill / minibatch_split=samples: the round's samples only
+        if masks is not None:  # best_of_n / zero_adv_refill / minibatch_split=samples|generations: the round's
+            # samples only
             mine, weight = masked_cells(mine, weight, masks[chunk.group], collective=self.sharded,
                                         chunk=chunk.cells)
         scale = loss_scale(S).cell(weight)
@@ -201,6 +205,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
             group.keep = None if masks is None else masks[chunk.group][group.gen_index]
             stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded, step_start=chunk.round == 0)
+            self.tx.fold()  # train.grad_sum=fp64: into the order-free float64 sums (train.transaction)
         if weight == 0.0 or not mine or not self._lane.lead:  # a throw-away cell that only joined the collectives,
             from digenrl.train.chunk_loss import CellStats  # none, or a lane's follower (its lead reports them)
 
@@ -393,6 +398,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         """TimedResult(value=(eval reward, the first ``grid`` eval samples)) with the (EMA) weights."""
         from digenrl.train.evaluate import evaluate
 
+        self.check_failure("eval")
         t0 = time.monotonic()
         cfg = self.cfg
         with self.ctx.eval_weights():
@@ -423,6 +429,7 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         """value = the resumable state (``train.checkpoint``) after ``step`` committed steps, at a step boundary."""
         from digenrl.train.checkpoint import pack_train_state
 
+        self.check_failure("checkpoint")
         t0 = time.monotonic()
         if self._round or self.tx.open or self.tx.version != step:
             raise RuntimeError(f"{self.name}: no step boundary to checkpoint (version {self.tx.version}, "
@@ -455,10 +462,21 @@ class TrainerWorker(WorkerBase, TrainerAPI):
         self._deferred = None
         return self.tx.version
 
-    @collective_action
-    def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
-        """Seconds of generation (per fragment size), training (per chunk size), commit and publish."""
-        from .timing import time_generation, time_training
+    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
+        """Prepare the timing of generation (per fragment size), training (per chunk size), commit and publish
+        (``timing.Calibration``); the op keys in blocks."""
+        from .timing import Calibration
 
-        gen = time_generation(self, self.policy, gen_sizes, repeats) if gen_sizes else {}
-        return {"generate": gen, **time_training(self, cell_sizes, repeats)}
+        self.check_failure("calibrate")
+        self._calibration = Calibration(self, self.policy, gen_sizes, cell_sizes, trainer=True)
+        return self._calibration.keys()
+
+    @collective_action
+    def calibration_run(self, key: tuple) -> float:
+        """Seconds of one execution of the op ``key`` (a collective of a sharded pool's ranks)."""
+        return self._calibration.run(key)
+
+    def calibration_end(self) -> bool:
+        self._calibration.end()
+        self._calibration = None
+        return True

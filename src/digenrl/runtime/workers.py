@@ -45,8 +45,14 @@ class GeneratorAPI(WorkerAPI, Protocol):
     def receive_stream(self, version: int) -> TimedResult:
         """Receive every sender's shards of ``version``, join them and stage the state."""
 
-    def measure_generate(self, sizes: list[int], repeats: int) -> dict:
-        """Seconds per phase of generating a fragment of each size (calibration)."""
+    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
+        """Prepare the calibration's ops (``timing.Calibration``); their keys in blocks."""
+
+    def calibration_run(self, key: tuple) -> float:
+        """Seconds of one execution of the op ``key`` (calibration: one call per execution)."""
+
+    def calibration_end(self) -> bool:
+        """Drop the calibration's ops."""
 
 
 class TrainerAPI(WorkerAPI, Protocol):
@@ -90,5 +96,11 @@ class TrainerAPI(WorkerAPI, Protocol):
     def restore_state(self, data: bytes) -> int:
         """Load a resumable state; returns its version."""
 
-    def measure(self, gen_sizes: list[int], cell_sizes: list[int], repeats: int) -> dict:
-        """Seconds of generation, training, commit and publish (calibration)."""
+    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
+        """Prepare the calibration's ops: generation, training, commit and publish; their keys in blocks."""
+
+    def calibration_run(self, key: tuple) -> float:
+        """Seconds of one execution of the op ``key`` (calibration: one call per execution)."""
+
+    def calibration_end(self) -> bool:
+        """Drop the calibration's ops and the gradients they left."""

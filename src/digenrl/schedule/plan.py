@@ -77,9 +77,10 @@ class StepPlan:
         commit (optimizer step); round r trains the groups of minibatch ``r mod M`` (``layout.minibatch_of``:
         fixed by group index) with the weights after the previous commit; only the last commit of a step
         makes the new version. M = epochs = 1 is one commit per step.
-      sample_split: ``train.minibatch_split=samples`` (barrier modes): a minibatch is a seeded set of samples of
-        every group, known only once the step is rewarded, so every round plans every group's full grid and
-        the trainers train only the round's samples (``train.sample_masks``; the others' cells cost nothing).
+      sample_split: ``train.minibatch_split=samples`` (barrier modes: a minibatch is a seeded set of samples of
+        every group, known only once the step is rewarded) or ``generations`` (a block of every group's
+        generations, known per group): every round plans every group's full grid and the trainers train only
+        the round's samples (``train.sample_masks``; the others' cells cost nothing).
       step_wide: the advantages need every reward of the step (global std, batch baseline): no commit before
         the step's last group is rewarded (the trainers rescale at the commit, ``algo.deferred_std``), which
         with several minibatches holds round 0's commit back until then.

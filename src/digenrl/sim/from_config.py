@@ -66,11 +66,11 @@ def config_workload(cfg, trained: int) -> Workload:
 
 
 def trained_share(cfg) -> float:
-    """The share of a planned chunk's cells the trainers run: best_of_n / G, times 1 / M for sample minibatches
-    (``Workload.trained_share``)."""
+    """The share of a planned chunk's cells the trainers run: best_of_n / G, times 1 / M for sample or generation
+    minibatches (``Workload.trained_share``)."""
     t = cfg.train
     share = t.best_of_n / t.generations if t.best_of_n is not None else 1.0
-    return share / t.minibatches_per_step if t.minibatch_split == "samples" else share
+    return share / t.minibatches_per_step if t.minibatch_split in ("samples", "generations") else share
 
 
 def pools_for(cfg, gpus: int | None) -> tuple[int, int]:

@@ -236,8 +236,8 @@ class Workload:
     training: Training = FULL_SHARDED
     algorithm: Algorithm = Algorithm()  # train.algorithm and its shape (``sim.algorithms``)
     # the share of a planned chunk's cells that train: train.best_of_n (n / G: the trainers drop the other
-    # generations' cells before the forward) times 1 / M with train.minibatch_split=samples (every round plans
-    # every group and trains its part of the sample permutation); a chunk of c cells runs ceil(c x share) cells
+    # generations' cells before the forward) times 1 / M with train.minibatch_split=samples or generations (every
+    # round plans every group and trains its part of the samples); a chunk of c cells runs ceil(c x share) cells
     trained_share: float = 1.0
 
     def __post_init__(self) -> None:

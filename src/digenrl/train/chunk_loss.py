@@ -70,7 +70,9 @@ class LossSettings:
     filter_zero_advantage: bool = False
     detach_uncond: bool = False  # no gradient through the unconditional CFG branch
     integer_timesteps: bool = False  # the model sees int(sigma * 1000) / 1000 (DanceGRPO)
-    adv_weights: tuple[float, ...] | None = None  # per-reward advantages [N, K]: L = sum_k w_k L(A_k) (DanceGRPO)
+    adv_weights: tuple[float, ...] | None = None  # per-reward advantages [N, K]: their weights w_k
+    reward_aggregation: str = "losses"  # [N, K]: sum_k w_k L(A_k) (DanceGRPO) | L(clamp(sum_k w_k A_k)) (MixGRPO)
+    guard_bias: str = "batch"  # grpo_guard: RatioNorm's bias per (forward, trained timestep) | per cell (algo.guard)
     algorithm: str = "flow_grpo"  # grpo_guard: RatioNorm + reweight (algo.guard); nft: algo.nft; else the above
     adv_clip_max: float = 5.0  # nft: c of the optimality r = clamp(A / c / 2 + 1/2, 0, 1) and of its loss
     nft_beta: float = 1.0  # nft: DiffusionNFT's beta (config/nft.py); it cancels in the gradient when old = current
@@ -173,12 +175,19 @@ def train_cells(
 
 
 def _reward_terms(adv: torch.Tensor, settings: LossSettings, term):
-    """(loss per cell, statistics) of ``term(advantages)``: one term, or (DanceGRPO's multi-reward loss, [N, K]
-    advantages) each reward's own term weighted, sum_k w_k term(A_k), with the first reward's statistics."""
+    """(loss per cell, statistics) of ``term(advantages)``: one term, or with per-reward advantages [N, K]
+    (``train.adv_per_reward``) by ``settings.reward_aggregation``: ``losses`` (DanceGRPO's vq / mq) each reward's
+    own term weighted, sum_k w_k term(A_k), with the first reward's statistics; ``advantages`` (MixGRPO's
+    ``advantage_aggr``) one term of the clamped weighted advantage, term(clamp(sum_k w_k A_k, -c, c)), c =
+    ``adv_clip_max`` (the A_k come unclipped: ``step_math.assign_advantages``). The two agree while every ratio
+    is inside the clip interval (on-policy) and differ where one leaves it."""
     if adv.ndim == 1:
         return term(adv)
     if settings.adv_weights is None or len(settings.adv_weights) != adv.shape[1]:
         raise ValueError(f"{adv.shape[1]} advantage columns need as many reward weights, got {settings.adv_weights}")
+    if settings.reward_aggregation == "advantages":
+        w = torch.tensor(settings.adv_weights, dtype=adv.dtype, device=adv.device)
+        return term((adv * w).sum(1).clamp(-settings.adv_clip_max, settings.adv_clip_max))
     terms = [term(adv[:, k]) for k in range(adv.shape[1])]
     return sum(w * t for w, (t, _) in zip(settings.adv_weights, terms)), terms[0][1]
 
@@ -284,7 +293,9 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
                  weight: float, settings: LossSettings, loss_scale: float, ref_policy: Policy | None,
                  step_start: bool = True) -> CellStats:
     """``train_cells`` with GRPO-Guard's loss (``algo.guard``): the ratio normalised with the behaviour mean
-    the sampler recorded (``TrajectoryBatch.means``), the policy term divided by -dt, the KL term unchanged."""
+    the sampler recorded (``TrajectoryBatch.means``), the bias averaged over the forward's cells of each trained
+    timestep (``train.guard_bias=batch``, flow_grpo's per-device batch) or per cell, the policy term divided by
+    -dt, the KL term unchanged."""
     if group.means is None:
         raise ValueError("train.algorithm=grpo_guard needs the behaviour means of the trained transitions "
                          "(the sampler records them when the run's algorithm is grpo_guard)")
@@ -293,9 +304,10 @@ def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     adv = group.advantages[rows].to(device)
     f = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy, step_start=step_start)
     out = f.out
+    units = tpos.to(device) if settings.guard_bias == "batch" else None  # one bias per trained timestep of the forward
     loss, stats = _reward_terms(adv, settings, lambda a: guard_policy_loss(
         out.log_prob, f.old_logp, out.mean, old_mean, out.std, f.dt, a, settings.clip_range,
-        clip_low=settings.clip_low, clip_high=settings.clip_high))
+        clip_low=settings.clip_low, clip_high=settings.clip_high, units=units))
     res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
     return res.with_mismatch(f.mismatch) if weight else res
 

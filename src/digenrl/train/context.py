@@ -46,7 +46,7 @@ def sampler_settings(cfg: Config) -> SamplerSettings:
     s = cfg.sampler
     return SamplerSettings(num_steps=s.num_steps, noise_level=s.noise_level, kind=s.kind, cfg_scale=s.cfg_scale,
                            eval_cfg_scale=s.eval_cfg_scale, same_latent=s.same_latent, static_shift=s.static_shift,
-                           integer_timesteps=s.integer_timesteps, record_means=cfg.train.algorithm == "grpo_guard",
+                           integer_timesteps=bool(s.integer_timesteps), record_means=cfg.train.algorithm == "grpo_guard",
                            record_cells=cfg.train.algorithm != "nft",
                            ode_solver=s.nft_solver if cfg.train.algorithm == "nft" else "euler",
                            post_solver=s.post_solver, post_compress_ratio=s.post_compress_ratio)
@@ -66,8 +66,10 @@ def loss_settings(cfg: Config) -> LossSettings:
         guidance=s.cfg_scale,  # a guidance embedding always gets the sampling scale (Flow-GRPO's FLUX scripts)
         filter_zero_advantage=t.filter_zero_advantage,
         detach_uncond=t.cfg_detach_uncond,
-        integer_timesteps=s.integer_timesteps,
+        integer_timesteps=s.integer_timesteps is True,  # "sampling" (DiffusionNFT): float time in training
         adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
+        reward_aggregation=t.reward_mix,
+        guard_bias=t.guard_bias,
         algorithm=t.algorithm,
         adv_clip_max=t.adv_clip_max,
         nft_beta=t.nft_beta,

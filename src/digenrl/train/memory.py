@@ -4,6 +4,7 @@ Per rank (``N`` = ranks the state is sharded over: 1 without sharding, ``runtime
 
     weights   = (trainable * b_master + frozen * b_model) / N        b_master = 4 under mixed precision,
     grads     = trainable * b_master / N                                 else the load dtype (LoRA: always 4)
+    grad_sums = trainable * 8 / N   the float64 sums of train.grad_sum=fp64 (control.run_plan.grad_sum_fp64)
     optimizer = 2 * trainable * b_master / N                          (AdamW exp_avg, exp_avg_sq)
     ema       = trainable * b_master / N                              (train.ema_decay set)
     reference = params * b_master / N   only for full fine-tuning with beta_kl > 0 (LoRA: adapters disabled)
@@ -194,6 +195,7 @@ class PlanInputs:
     reserve_gb: float = 3.0
     layers: dict[str, int] = field(default_factory=dict)  # block count overrides (probes)
     sequence_parallel: int = 1  # ranks that split each sample's latent tokens (a lane of train.sequence_parallel)
+    grad_sums: bool = False  # float64 gradient sums (train.grad_sum in effect fp64)
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,7 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
     items = {
         "weights": (trainable * b_train + frozen * b_model) / n,
         "grads": trainable * b_train / n,
+        "grad_sums": trainable * 8 / n if p.grad_sums else 0.0,
         "optimizer": 2 * trainable * b_train / n,
         "ema": trainable * b_train / n if p.ema else 0.0,
         "reference": fam.params * b_train / n if (p.beta_kl > 0 and not lora) else 0.0,
@@ -309,6 +312,8 @@ def rank_tokens(fam: Family, p: PlanInputs) -> int:
 def inputs_from_config(cfg) -> PlanInputs | None:
     """``PlanInputs`` of a ``Config`` (None for models without a plan, e.g. the built-in tiny DiT); sizes and the
     text length default to the family adapter's (``models.specs``)."""
+    from ..control.run_plan import grad_sum_fp64
+
     m, t, s = cfg.model, cfg.train, cfg.sampler
     f = FAMILIES.get(m.kind)
     if f is None:
@@ -324,6 +329,7 @@ def inputs_from_config(cfg) -> PlanInputs | None:
         mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
         sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=shard_ranks(cfg), beta_kl=t.beta_kl, ema=t.ema_decay is not None,
         forwards_per_cell=cfg_forwards, text_encoders=text_loaded, sequence_parallel=t.sequence_parallel.degree,
+        grad_sums=grad_sum_fp64(cfg),
     )  # fmt: skip
 
 

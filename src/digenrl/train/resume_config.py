@@ -17,8 +17,10 @@ from digenrl.config import Config, ConfigError
 
 # Keys that may change on resume: where and how the work runs, logging and eval, the run length. Everything
 # else (model, task, reward, sampler, train, seed, the policy class of the mode) is the math of a step.
+# train.shard_groups is how many data-parallel replicas hold the shards: what a sharded checkpoint depends on is
+# the size of one shard group, runtime.trainers / train.shard_groups, which ``check_resume_config`` compares.
 FREE_KEYS = ("run_dir", "steps", "resume", "log", "eval", "model.device", "model.prompt_cache_dir",
-             "train.chunk_generations", "train.chunk_timesteps", "runtime",
+             "train.chunk_generations", "train.chunk_timesteps", "train.shard_groups", "runtime",
              "sampler.eval_num_steps")  # (the eval's sampler only)
 # ...except these runtime keys, which change what a step computes
 MATH_RUNTIME_KEYS = ("runtime.max_stale_fraction",)
@@ -81,4 +83,5 @@ def check_resume_config(saved: dict, cfg: Config) -> None:
         raise ConfigError(f"runtime.trainers: the checkpoint holds the shards of a shard group of {ranks // groups} "
                           f"trainer ranks (train.sharding={sharding}, runtime.trainers={ranks}, "
                           f"train.shard_groups={groups}) and loads only onto groups of as many; resume with "
-                          f"runtime.trainers={ranks} and train.shard_groups={groups}")
+                          f"runtime.trainers / train.shard_groups = {ranks // groups} (e.g. runtime.trainers={ranks} "
+                          f"train.shard_groups={groups}), now {cfg.runtime.trainers} / {cfg.train.shard_groups} = {now}")

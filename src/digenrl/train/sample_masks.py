@@ -1,5 +1,5 @@
 """Which samples of its groups a round trains, as masks: ``train.best_of_n``, ``train.zero_adv_refill`` and
-``train.minibatch_split=samples``, the one home of these rules.
+``train.minibatch_split=samples`` / ``generations``, the one home of these rules.
 
 The trainer ranks keep every group whole (a chunk's cells are (generation, trained position) of the full G x S
 grid, the scheduler plans those) and get, per round, a mask [G] per group in generation order: the samples the
@@ -14,7 +14,10 @@ so the round's gradient is the loop's::
   with A != 0 under ``train.filter_zero_advantage``;
 * ``zero_adv_refill``: Flow-GRPO's re-added zero-advantage samples, drawn among the selected samples;
 * ``minibatch_split=samples``: round r = (epoch r // M, minibatch r mod M) trains part r mod M of the seeded
-  permutation of the step's kept samples (every group is in every round: ``StepPlan.sample_split``).
+  permutation of the step's kept samples (every group is in every round: ``StepPlan.sample_split``);
+* ``minibatch_split=generations``: round r trains the block r mod M of every group's generations, generation j
+  in block floor(j M / G) (MixGRPO's optimizer step: 3 of each prompt's 12), intersected with the kept samples;
+  group-local, so a pipelined mode trains a group's block as soon as the group is rewarded.
 
 The I1 reference (``tests/reference``) selects rows instead, written from the same peers' formulas.
 """
@@ -163,6 +166,14 @@ def minibatch_masks(kept: Mapping[int, torch.Tensor], minibatches: int, *, run_s
     return out
 
 
+def generation_block(generations: int, minibatches: int, m: int) -> torch.Tensor:
+    """``minibatch_split=generations``: the mask [G] of the generations j of block ``m``, floor(j M / G) = m (the
+    membership rule of ``schedule.plan.minibatch_of``, applied to a group's generations)."""
+    from digenrl.schedule.plan import minibatch_of
+
+    return torch.tensor([minibatch_of(j, generations, minibatches) == m for j in range(generations)], dtype=torch.bool)
+
+
 def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
                 round: int) -> dict[int, torch.Tensor] | None:
     """group -> the samples round ``round`` of ``step`` trains and counts, for the groups in ``rewards``; None
@@ -175,21 +186,25 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
     from digenrl.train.loss_scale import adv_options, step_advantages
 
     t = cfg.train
-    samples = t.minibatch_split == "samples"
-    if t.best_of_n is None and not t.zero_adv_refill and not samples:
+    samples, blocks = t.minibatch_split == "samples", t.minibatch_split == "generations"
+    if t.best_of_n is None and not t.zero_adv_refill and not samples and not blocks:
         return None
+    M = plan.minibatches
     if len(rewards) < plan.prompts:
         if t.zero_adv_refill or samples:
             raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
                                f"all {plan.prompts} groups, got {sorted(rewards)}")
         if adv_options(t).step_wide:
-            return {g: best_of_n_mask(rewards[g], (parts or {}).get(g), t.best_of_n, weights=reward_weights(cfg),
-                                      unbiased=t.adv_std_unbiased, eps=t.adv_eps) for g in rewards}
+            sel = {g: (torch.ones(len(rewards[g]), dtype=torch.bool) if t.best_of_n is None else
+                       best_of_n_mask(rewards[g], (parts or {}).get(g), t.best_of_n, weights=reward_weights(cfg),
+                                      unbiased=t.adv_std_unbiased, eps=t.adv_eps)) for g in rewards}
+            return {g: k & generation_block(len(k), M, round % M) for g, k in sel.items()} if blocks else sel
     adv = step_advantages(rewards, t, parts)
     kept = kept_masks(cfg, adv, rewards, parts, step=step)
     if samples:
-        M = plan.minibatches
         kept = minibatch_masks(kept, M, run_seed=cfg.seed, step=step, epoch=round // M)[round % M]
+    if blocks:
+        kept = {g: k & generation_block(len(k), M, round % M) for g, k in kept.items()}
     return kept
 
 

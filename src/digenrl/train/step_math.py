@@ -49,9 +49,11 @@ def generate(
 
 def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, global_std: float | None = None,
                       baseline: str = "group", unbiased: bool = False, eps: float = 1e-4,
-                      global_mean: float | None = None, per_reward: bool = False) -> AdvantageStats:
+                      global_mean: float | None = None, per_reward: bool = False,
+                      clip_parts: bool = True) -> AdvantageStats:
     """Advantages for the complete groups in ``batch`` (grouped by prompt uid); ``per_reward``: one column per
-    reward part (the loss weighs them with the reward weights)."""
+    reward part (the loss weighs them with the reward weights), each clipped to +-``adv_clip_max``, or not
+    (``clip_parts=False``: ``train.reward_aggregation=advantages`` clamps their weighted sum in the loss)."""
     if batch.rewards is None:
         raise ValueError("advantages need rewards")
     opts = dict(std_mode=std_mode, adv_clip_max=adv_clip_max, global_std=global_std, baseline=baseline,
@@ -61,6 +63,8 @@ def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: fl
         if not batch.reward_parts:
             raise ValueError("train.adv_per_reward needs the reward parts")
         opts.update(global_std=None, global_mean=None)
+        if not clip_parts:
+            opts["adv_clip_max"] = float("inf")
         adv = torch.stack([group_advantages(v, batch.uids, **opts)[0] for v in batch.reward_parts.values()], dim=1)
     batch.advantages = adv
     return stats
@@ -70,7 +74,8 @@ def advantage_options(train_cfg) -> dict:
     """The ``assign_advantages`` keyword arguments of a ``TrainConfig``."""
     t = train_cfg
     return {"std_mode": t.std_mode, "adv_clip_max": t.adv_clip_max, "baseline": t.adv_baseline,
-            "unbiased": t.adv_std_unbiased, "eps": t.adv_eps, "per_reward": t.adv_per_reward}
+            "unbiased": t.adv_std_unbiased, "eps": t.adv_eps, "per_reward": t.adv_per_reward,
+            "clip_parts": t.reward_mix == "losses"}
 
 
 def nonzero(advantages: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,18 @@ gradient norm (after the all-reduce and ``grad_scale``; the same value on every 
 commit is refused: the gradients are dropped, the optimizer is not stepped (weights and AdamW state unchanged),
 the transaction is closed and ``NonFiniteCommit`` names the step. One NaN gradient would otherwise make every
 weight NaN. An fp16 overflow is not a fault: dynamic loss scaling skips that step and backs off (``precision``).
+
+**Order-free sums** (``train.grad_sum``, ``fp64``): float addition is not associative, so a gradient summed in
+the order the chunks arrive, over the chunks each trainer happened to train (TSP gives a chunk to whichever
+trainer is free), differs in its last bits from run to run, and training amplifies that (two clean runs of
+hybrid sharding, 10 steps: 1e-6 .. 3e-5 apart). With ``fp64`` the caller ``fold`` s each chunk's gradient into
+float64 sums right after its backward; the commit all-reduces those in float64 and casts them back. A sum of
+float32 values in float64 is exact while their exponents span less than 29 - log2(n) bits; past that its
+rounding (2^-53 relative) changes the float32 result only where the exact sum lies that close to a float32
+rounding boundary, so the committed gradient, and the run, are the same bitwise whatever the order and the
+partition (``tests/runtime/test_grad_sum.py``: hybrid sharding and replicated ranks, twice each; which runs sum in
+float64: ``control.run_plan.grad_sum_fp64``). The sums cost
+8 bytes per trainable parameter (sharded: per shard) beside the float32 gradient (``train.memory``).
 """
 
 from __future__ import annotations
@@ -54,6 +66,8 @@ class GradientTransaction:
         self.precision = precision  # train.precision.Precision: fp16 unscale / skip / scale update at commit
         self.sharded = False  # FSDP (train.sharding): every chunk's backward already reduce-scattered the grads
         self.replica_group = None  # hybrid sharding: the ranks holding the same shards in the other shard groups
+        self.fp64 = False  # train.grad_sum=fp64: ``fold`` each chunk's gradient into float64 sums (module docstring)
+        self._sums: list | None = None
         self.step: int | None = None
         self._expected: set[Hashable] | None = None
         self._done: set[Hashable] = set()
@@ -68,7 +82,21 @@ class GradientTransaction:
         self.step = step
         self._expected = None if expected_cells is None else set(expected_cells)
         self._done = set()
+        self._sums = None
         self.optimizer.zero_grad(set_to_none=True)
+
+    def fold(self) -> None:
+        """``fp64``: add the gradients now in ``.grad`` (the chunk just trained) to the float64 sums and clear
+        them, so the next chunk's backward starts from none; without ``fp64`` nothing (autograd accumulates)."""
+        if not self.fp64 or not self.open:
+            return
+        if self._sums is None:
+            self._sums = [None] * len(self.params)
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                g = p.grad.to(torch.float64)
+                self._sums[i] = g if self._sums[i] is None else self._sums[i].add_(g)
+                p.grad = None
 
     def record(self, cells: Iterable[Hashable]) -> None:
         if not self.open:
@@ -94,7 +122,15 @@ class GradientTransaction:
             raise TransactionError("commit() outside a transaction")
         if check_complete and self.missing():
             raise TransactionError(f"step {self.step}: refusing to commit, {len(self.missing())} cells untrained")
-        self._all_reduce()
+        if self.fp64:
+            self.fold()  # what a caller left in .grad (a deferred round's combined heads)
+            sums, self._sums = self._sums or [None] * len(self.params), None
+            sums = [g if g is not None else torch.zeros_like(p, dtype=torch.float64) for p, g in zip(self.params, sums)]
+            self._all_reduce(sums)
+            for p, g in zip(self.params, sums):
+                p.grad = g.to(p.dtype)  # (.grad takes the parameter's dtype only)
+        else:
+            self._all_reduce()
         finite = True
         if self.precision is not None:
             finite = self.precision.unscale_and_check(self.params, self.process_group)
@@ -126,30 +162,26 @@ class GradientTransaction:
         self.optimizer.zero_grad(set_to_none=True)
         self.step = None
         self._done = set()
+        self._sums = None
 
-    def _all_reduce(self) -> None:
-        """Sum the gradients over the trainer ranks: unsharded, one all-reduce per parameter over
-        ``process_group``; FSDP, nothing left (the backward reduce-scattered them within the shard group), except
-        under hybrid sharding, where each rank all-reduces its gradient shards over ``replica_group`` (the same
-        shard of every shard group): sum over groups of the per-group sums = the sum over all ranks' cells."""
+    def _all_reduce(self, sums: list | None = None) -> None:
+        """Sum the gradients (or ``sums``, one tensor per parameter: the float64 sums) over the trainer ranks:
+        unsharded, one all-reduce per parameter over ``process_group``; FSDP, nothing left (the backward
+        reduce-scattered them within the shard group), except under hybrid sharding, where each rank all-reduces
+        its gradient shards over ``replica_group`` (the same shard of every shard group): sum over groups of the
+        per-group sums = the sum over all ranks' cells."""
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):
             return
-        if self.sharded:
-            if self.replica_group is not None and dist.get_world_size(self.replica_group) > 1:
-                for p in self.params:
-                    if p.grad is None:  # this group trained no cell of the round: it adds zeros
-                        p.grad = torch.zeros_like(p)
-                    local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                    dist.all_reduce(local, op=dist.ReduceOp.SUM, group=self.replica_group)
+        group = self.replica_group if self.sharded else self.process_group
+        if (self.sharded and group is None) or dist.get_world_size(group) == 1:
             return
-        if dist.get_world_size(self.process_group) == 1:
-            return
-        for p in self.params:
-            if p.grad is None:
+        for i, p in enumerate(self.params):
+            if sums is None and p.grad is None:  # this rank (group) trained no cell of the round: it adds zeros
                 p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.process_group)
+            t = p.grad if sums is None else sums[i]
+            dist.all_reduce(t.to_local() if hasattr(t, "to_local") else t, op=dist.ReduceOp.SUM, group=group)
 
 
 def _full(t):
