@@ -151,8 +151,8 @@ def test_deterministic_worker_errors_are_not_retried(tmp_path, monkeypatch):
     attempts = []
     ctl = object.__new__(driver._Controller)
     ctl.cfg, ctl.out, ctl.recoveries, ctl.state, ctl.first, ctl.local = cfg, out, [], None, 0, False
-    ctl.start_pools = lambda state, failure: Pools()
-    ctl.run = type("R", (), {"failure": None, "generator_ids": ("gen0",), "trainer_ids": ("trn0",)})()
+    ctl.start_pools = lambda state, hooks: Pools()
+    ctl.run = type("R", (), {"hooks": None, "generator_ids": ("gen0",), "trainer_ids": ("trn0",)})()
     ctl.metrics = type("M", (), {"close": lambda self: None})()
     ctl._restarted = lambda: None
     ctl._recover = lambda e: pytest.fail("a deterministic error was retried")
