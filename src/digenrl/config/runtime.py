@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field
 
 from digenrl.schedule.plan import Mode
 
-from .base import _Strict
+from .base import EXPERT, _Strict
 from .model import SequenceParallelConfig
 
 
@@ -41,7 +41,7 @@ class CalibrationOptions(_Strict):
     """When a run times its ops on its own workers before step 1: `auto` (TAG modes without `runtime.profile`),
     `always` or `never`; written to `run_dir/profile.json`.
     """
-    repeats: int = Field(2, ge=1)  # timed repeats of every op (after one warm-up); their mean is the cost
+    repeats: int = Field(2, ge=1, json_schema_extra=EXPERT)  # timed repeats of every op (after one warm-up); their mean is the cost
     """Timed repeats of every op (after one warm-up); their mean is the cost."""
 
 
@@ -77,14 +77,14 @@ class RuntimeConfig(_Strict):
     """Weight path trainers -> generators: `object_store` (rank 0's copy), `broadcast` (torch.distributed) or `stream`
     (every rank's shards, sent while the trainers go on).
     """
-    stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False)  # full + broadcast: a generator waits instead of
+    stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False, json_schema_extra=EXPERT)  # full + broadcast: a generator waits instead of
     # starting a stale fragment that would end `overrun` s after the predicted commit when overrun x this > its
     # wait (schedule.stale_hold; 0: never waits; the planner picks it)
     """`full` with `broadcast` / `stream`: a free generator waits instead of starting a stale fragment that would end
     `overrun` s past the step's predicted commit when overrun x this > its wait; 0: never waits (the planner picks
     it).
     """
-    gang_groups: bool = True  # sharded TAG: a gang takes one fragment per rank across prompt groups (false: only the
+    gang_groups: bool = Field(True, json_schema_extra=EXPERT)  # sharded TAG: a gang takes one fragment per rank across prompt groups (false: only the
     # head group's, a smaller gang that ends sooner; the planner picks it)
     """TAG on a sharded pool: a gang takes the next fragment per rank across prompt groups; false: only the head
     group's.
@@ -112,7 +112,7 @@ class RuntimeConfig(_Strict):
     """
     calibration: CalibrationOptions = CalibrationOptions()
     """When and how the run measures its own costs (`runtime.calibration.*`)."""
-    tag_inference_copy: bool = False  # TAG on a sharded pool: all-gather a plain (unsharded) copy of the weights
+    tag_inference_copy: bool = Field(False, json_schema_extra=EXPERT)  # TAG on a sharded pool: all-gather a plain (unsharded) copy of the weights
     # once per version, then each rank generates its share of a gang without per-forward gathers
     """TAG on a sharded pool: all-gather an unsharded copy of the weights once per version and generate from it without
     per-forward gathers.
@@ -120,7 +120,7 @@ class RuntimeConfig(_Strict):
     tag_policy: Literal["bts", "greedy", "none"] = "bts"  # TAG modes: who decides the fragments given to idle
     # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
     """TAG modes: `bts` (the search), `greedy` (one fragment per idle trainer rank) or `none`."""
-    bts: BTSOptions = BTSOptions()
+    bts: BTSOptions = Field(BTSOptions(), json_schema_extra=EXPERT)
     """Options of the BTS search (`runtime.bts.*`)."""
     generator_sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()
     """The same for generators: each generator is d Ray actors in one torch.distributed group that denoise each
