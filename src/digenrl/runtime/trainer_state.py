@@ -86,21 +86,7 @@ class TrainerState:
         self._deferred = None
         return self.tx.version
 
-    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
-        """Prepare the timing of generation (per fragment size), training (per chunk size), commit and publish
-        (``timing.Calibration``); the op keys in blocks."""
-        from .timing import Calibration
-
-        self.check_failure("calibrate")
-        self._calibration = Calibration(self, self.policy, gen_sizes, cell_sizes, trainer=True)
-        return self._calibration.keys()
-
     @collective_action
     def calibration_run(self, key: tuple) -> float:
         """Seconds of one execution of the op ``key`` (a collective of a sharded pool's ranks)."""
         return self._calibration.run(key)
-
-    def calibration_end(self) -> bool:
-        self._calibration.end()
-        self._calibration = None
-        return True
