@@ -35,9 +35,11 @@ from digenrl.control.loop import run_loop
 from digenrl.control.timeline import Timeline
 from digenrl.schedule import BTS, BTSConfig, Scheduler
 from digenrl.sim.executor import VirtualExecutor
-from digenrl.sim.planner import Scenario, make_cost, run_mode, split_options
-from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS
+from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
+from digenrl.sim.scenario import Scenario, make_cost, run_mode, split_options
 from digenrl.sim.executor import simulate
+
+from bts_agreement import Recorder  # the scheduler's policy with its snapshots kept
 
 HERE = Path(__file__).parent
 MODELS_USED = ("flux", "wan", "hunyuan")
@@ -45,27 +47,6 @@ TESTBEDS_USED = ("A", "B", "A+C", "D")
 MODES = ("gap_tsp_tag", "full")
 DEPTHS = (0, 2, 4)
 TIE = 1e-3
-
-
-class _Recorder:
-    """The scheduler's TAG policy with every snapshot it decided kept."""
-
-    def __init__(self, inner: BTS):
-        self.inner, self.snaps = inner, []
-
-    @property
-    def stats(self):
-        return self.inner.stats
-
-    def decide(self, snap):
-        self.snaps.append(snap)
-        return self.inner.decide(snap)
-
-    def record_commit(self, step, t):
-        self.inner.record_commit(step, t)
-
-    def set_cost(self, cost):
-        self.inner.set_cost(cost)
 
 
 def _splits(s: Scenario) -> list:
@@ -76,12 +57,12 @@ def _splits(s: Scenario) -> list:
 
 
 def one_config(model: str, tb: str, mode: str, which: int, steps: int, sigma: dict, seeds: int) -> dict:
-    s = Scenario(MODELS[model], TESTBEDS[tb], WORKLOADS[model], TESTBEDS[tb].total, steps=steps)
+    s = Scenario(model_preset(model), TESTBEDS[tb], workload_preset(model), TESTBEDS[tb].total, steps=steps)
     split = _splits(s)[which]
     run = run_mode(s, mode, split=split, bts=BTSConfig()) if split else run_mode(s, mode, bts=BTSConfig())
-    cost = make_cost(s, run.split, False)
+    cost = make_cost(s, run.candidate, False)
     sched = Scheduler(run.plan, cost, BTSConfig())
-    rec = sched.bts = _Recorder(sched.bts)
+    rec = sched.bts = Recorder(sched.bts)
     run_loop(sched, VirtualExecutor(run.plan, cost), Timeline(run.plan))
     ks: dict[int, list[int]] = {d: [] for d in DEPTHS}
     for snap in rec.snaps:

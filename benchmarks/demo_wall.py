@@ -49,6 +49,20 @@ def one_run(tree: Path, steps: int, seed: int, work: Path) -> dict:
     return {"process_s": wall, "run_wall_s": summary.get("wall_s"), "loadavg_1min_before": load}
 
 
+def markdown(res: dict) -> str:
+    """The side-by-side table of a results file (``scripts/benchmarks_doc.py`` block ``demo_wall``)."""
+    rows = ["| code | commit | runs (s, whole process) | median (s) | 1-min load before |", "|---|---|---|---|---|"]
+    for name in ("old", "new"):
+        runs = res["runs"][name]
+        times = ", ".join(f"{r['process_s']:.1f}" for r in runs)
+        loads = ", ".join(f"{r['loadavg_1min_before']:.2f}" for r in runs)
+        commit = res[name + "_commit"]
+        rows.append(f"| {name} | `{commit}` | {times} | {res['median_process_s'][name]:.1f} | {loads} |")
+    return ("\n".join(rows) + f"\n\n`digenrl train` (the demo, {res['steps']} steps, seed {res['seed']}), the two "
+            f"versions alternating, {res['pairs']} runs each on {res['cpus']} CPUs: new / old = "
+            f"{res['new_over_old']:.3f} (medians).\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", required=True, help="the earlier source tree (a git worktree of an earlier commit)")

@@ -287,6 +287,21 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def headline(report: dict) -> str:
+    """The README's line (``scripts/benchmarks_doc.py`` block ``fast_generator``)."""
+    res = report["models"]["flux"]["variants"]
+    meta = report["meta"]
+    loads = [x for r in report["models"]["flux"]["variants"].values() for x in r["loadavg_fragment"]]
+    parts = ", ".join(f"{v} {r['fragment_ratio']:.2f}x" for v, r in res.items() if v != "eager")
+    m = res["all"]["mismatch"]
+    return (f"Measured on CPU (`python benchmarks/fast_generator.py`, {meta['repeats']} interleaved rounds, 1-min "
+            f"load {min(loads):.1f}-{max(loads):.1f}): the generator pool's inference copy of a FLUX-architecture "
+            f"model with LoRA generates a fragment, against the eager unmerged path, {parts} (every option "
+            f"together); its recorded log-probs stay within {m['max_abs_logp']:.1e} of the trainer's "
+            f"(`mismatch/*` in every step's metrics; `train.old_logprob=recompute` removes the difference). "
+            "[docs/fast_generator.md](docs/fast_generator.md) has the tables.")
+
+
 def doc_text(doc: str, tables: str) -> str:
     """``doc`` with the block between ``BEGIN`` and ``END`` replaced by ``tables``."""
     if BEGIN not in doc or END not in doc:

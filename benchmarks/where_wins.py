@@ -282,6 +282,29 @@ def hetero_table(r: dict, prices: dict) -> tuple[list[str], str]:
     return lines, ""
 
 
+def summary(res: dict) -> str:
+    """The README's paragraph (``scripts/benchmarks_doc.py`` block ``where_wins``): ``full`` against each
+    baseline, equal GPU count, one GPU kind, from the same results file as the page."""
+    homog = [r for r in res["rows"] if r["testbed"] != "A+C"]
+    ideal = [r["idealised"]["step_s"] / r["full"]["step_s"] for r in homog if _ok(r["idealised"], r["full"])]
+    dg = [r["dancegrpo"]["step_s"] / r["full"]["step_s"] for r in homog if _ok(r["dancegrpo"], r["full"])]
+    lo = {k: [r["lora"]["flow_grpo"]["step_s"] / r["lora"][k]["step_s"] for r in homog
+              if r.get("lora") and _ok(r["lora"]["flow_grpo"], r["lora"].get(k))] for k in LORA_PATHS}
+    span = lambda v: f"{min(v):.2f}-{max(v):.2f}x" if v else "-"  # noqa: E731
+    n, gpus = len(homog), sorted({r["gpus"] for r in homog})
+    return (f"Simulated, {n} rows ({len({r['model'] for r in homog})} models on {'/'.join(map(str, gpus))} GPUs of one kind) at equal GPU count (`digenrl.sim` roofline "
+            f"costs, {res['exposed_comm']:g} of communication exposed; not GPU measurements), the step time of "
+            f"the baseline over DigenRL's `full`: **idealised colocation** (no peer runs it; the bound) "
+            f"{span(ideal)}, so on one GPU kind colocation is as fast or faster and `digenrl plan` picks it "
+            f"where it is predicted faster; **DanceGRPO's loop** (FSDP full fine-tuning, one sample per "
+            f"forward/backward) {span(dg)}; **flow_grpo's loop** (LoRA under DDP, its batches, sampling with the "
+            f"adapters unmerged) {span(lo['full'])} with unmerged generators, {span(lo['full_merged'])} with "
+            f"`generator.merge_lora`, {span(lo['full_fast'])} merged and compiled (public factors x1.28 and "
+            f"x{res['gen_factor']:.2f}). From `benchmarks/results/where_wins.json` (`python "
+            "benchmarks/where_wins.py`); the tables, the sensitivity to exposed communication and the "
+            "heterogeneous case are in [docs/where_disaggregation_wins.md](docs/where_disaggregation_wins.md).")
+
+
 def render(res: dict) -> str:
     rows, f, x0 = res["rows"], res["gen_factor"], res["exposed_comm"]
     prices = res["prices"]

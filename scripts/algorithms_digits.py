@@ -28,7 +28,7 @@ from digenrl.safe_files import atomic_write_bytes  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "algorithms_digits.json"
 PAGE = ROOT / "docs" / "algorithms.md"
 FIGURE = ROOT / "docs" / "figures" / "algorithms_digits.png"
-# the demo's own settings (src/digenrl/config.py defaults) plus what each algorithm needs on it
+# the demo's own settings (src/digenrl/config/ defaults) plus what each algorithm needs on it
 ALGORITHMS: dict[str, list[str]] = {
     "flow_grpo": [],
     "grpo_guard": ["train.algorithm=grpo_guard"],

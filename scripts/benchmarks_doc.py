@@ -46,6 +46,12 @@ def block(name: str) -> str:
         return _load("benchmarks/publish_cpu.py").markdown(_json("publish_cpu.json"))
     if name == "plan_validation":
         return _load("benchmarks/plan_validation.py").markdown_table(_json("plan_validation.json"))
+    if name == "fast_generator":
+        return _load("benchmarks/fast_generator.py").headline(_json("fast_generator.json"))
+    if name == "where_wins":
+        return _load("benchmarks/where_wins.py").summary(_json("where_wins.json"))
+    if name == "demo_wall":
+        return _load("benchmarks/demo_wall.py").markdown(_json("demo_wall.json"))
     raise ValueError(f"unknown block bench:{name}")
 
 

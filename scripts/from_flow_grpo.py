@@ -135,7 +135,7 @@ def render() -> str:
         "",
         "A Flow-GRPO run in DigenRL terms: its config keys with their defaults there (yifan123/flow_grpo at "
         f"commit {COMMIT}, the source file of each value named), the DigenRL key and our default (from "
-        "`src/digenrl/config.py`). **differs** marks a default that is not the same; set the key to keep "
+        "`src/digenrl/config/`). **differs** marks a default that is not the same; set the key to keep "
         "Flow-GRPO's behaviour. What each key means, and the formulas tested against Flow-GRPO's, are in "
         "[recipes.md](recipes.md); the shipped presets (`configs/*.yaml`) carry Flow-GRPO's recipe values "
         "(`config/grpo.py`) with their sources.",

@@ -127,8 +127,8 @@ def _start(t: Target, path: Path) -> list[str]:
     from digenrl.config import load_config
     from digenrl.control.run_plan import plan_run
     from digenrl.sim.presets import testbed_preset
-    from digenrl.train.memory import MemoryPlanError, resolve_chunk_cells
-
+    from digenrl.train.memory import MemoryPlanError
+    from digenrl.train.memory_check import resolve_chunk_cells
     sets = {"runtime.mode": t.mode, "runtime.generators": t.gpus // 2, "runtime.trainers": t.gpus - t.gpus // 2,
             "runtime.fragment_size": 4, "runtime.publish": "object_store", "runtime.stale_hold": 0,
             "train.chunk_cells": "null", "train.chunk_generations": 8, "train.chunk_timesteps": 2,

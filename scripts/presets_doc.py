@@ -69,7 +69,8 @@ def preset_rows() -> list[list[str]]:
     from digenrl.config import load_config
     from digenrl.control.run_plan import timestep_plan
     from digenrl.presets import PRESET_DIR, preset_names
-    from digenrl.train.memory import (chunk_cells, generator_bytes, inputs_from_config, plan_memory,
+    from digenrl.train.memory import generator_bytes, plan_memory
+    from digenrl.train.memory_check import chunk_cells, inputs_from_config
                                       resolve_chunk_cells)
 
     out = []

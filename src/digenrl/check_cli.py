@@ -18,8 +18,8 @@ GiB = 1 << 30
 
 
 def _memory_lines(cfg) -> list[str]:
-    from digenrl.train.memory import chunk_cells, generator_bytes, inputs_from_config, plan_memory
-
+    from digenrl.train.memory import generator_bytes, plan_memory
+    from digenrl.train.memory_check import chunk_cells, inputs_from_config
     p = inputs_from_config(cfg)
     if p is None:
         return [f"  (no memory plan for model.kind={cfg.model.kind}: only the diffusers families have one)"]

@@ -68,8 +68,8 @@ def _plan_memory(cfg):
     """Refuse a config whose memory plan does not fit ``train.memory_gb`` (before anything starts) and resolve
     ``train.chunk_cells: auto``; returns the (possibly re-shaped) config."""
     from digenrl.config import ConfigError
-    from digenrl.train.memory import MemoryPlanError, check_config, check_generators, resolve_chunk_cells
-
+    from digenrl.train.memory import MemoryPlanError
+    from digenrl.train.memory_check import check_config, check_generators, resolve_chunk_cells
     try:
         if cfg.train.chunk_cells == "auto":
             from digenrl.control.run_plan import timestep_plan  # (pure: `digenrl check` loads no torch)

@@ -61,3 +61,17 @@ def test_a_key_without_description_stops_the_script():
 
     with pytest.raises(ValueError, match="bare: no description"):
         doc.rows(Bad)
+
+
+def test_planner_outputs_and_expert_knobs_are_documented_apart():
+    """Keys marked EXPERT (planner outputs, tuning knobs) leave their section's table for one of their own; a
+    user's key stays where it was."""
+    doc = load_script("scripts/config_doc.py")
+    page = doc.render()
+    main, expert = page.split("## Planner outputs and expert knobs", 1)
+    expert = expert.split("\n## ", 1)[0]
+    for key in ("runtime.stale_hold", "runtime.gang_groups", "runtime.tag_inference_copy", "runtime.bts.depth",
+                "runtime.calibration.repeats", "train.loss_scale_init"):
+        assert f"| `{key}` |" in expert and f"| `{key}` |" not in main, key
+    for key in ("train.lr", "runtime.mode", "runtime.calibration.when"):
+        assert f"| `{key}` |" in main and f"| `{key}` |" not in expert, key

@@ -91,8 +91,8 @@ def rep_steps(cost, cfg) -> int:
 def test_plan_writes_the_sequence_parallel_degree_a_native_size_needs(tmp_path, capsys):
     """Wan2.1 at 720p x 81 frames, full fine-tuning on 16 H100s: the memory plan refuses the config's unsplit lane,
     `digenrl plan` searches the degree and writes one whose plan `digenrl train` accepts."""
-    from digenrl.train.memory import MemoryPlanError, check_config
-
+    from digenrl.train.memory import MemoryPlanError
+    from digenrl.train.memory_check import check_config
     sets = ["model.options.height=720", "model.options.width=1280", "model.options.frames=81",
             "train.sharding=fsdp", "model.lora.enabled=false", "runtime.generators=8", "runtime.trainers=8"]
     whole = load_config("configs/wan21_14b.yaml", sets + ["train.memory_gb=80"])

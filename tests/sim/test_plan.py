@@ -119,8 +119,7 @@ def test_plan_on_a_testbed_writes_a_runnable_preset(tmp_path, capsys):
     cfg = load_config(str(out))
     assert cfg.train.memory_gb == 80 and cfg.train.chunk_cells is None
     assert (cfg.runtime.generators, cfg.runtime.trainers) == (rep["best"]["generators"], rep["best"]["trainers"])
-    from digenrl.train.memory import check_config
-
+    from digenrl.train.memory_check import check_config
     assert check_config(cfg) is not None  # `digenrl train` accepts its memory plan
 
 

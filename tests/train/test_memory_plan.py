@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from digenrl.config import load_config
-from digenrl.train.memory import FAMILIES, GiB, MemoryPlanError, PlanInputs, check_config, plan_memory
-
+from digenrl.train.memory import FAMILIES, GiB, MemoryPlanError, PlanInputs, plan_memory
+from digenrl.train.memory_check import check_config
 CASES = [
     # family, probe layers, plan layers, lora rank, checkpointing, (img, txt) tokens, batch, 16-bit
     ("flux", {"num_layers": 0, "num_single_layers": 2}, {"transformer_blocks": 0, "single_transformer_blocks": 2},
@@ -115,8 +115,7 @@ def test_cli_refuses_before_writing(tmp_path, capsys):
 
 
 def test_auto_chunk_cells_fits_the_budget(tmp_path):
-    from digenrl.train.memory import inputs_from_config, resolve_chunk_cells
-
+    from digenrl.train.memory_check import inputs_from_config, resolve_chunk_cells
     # without recomputation fewer than G = 24 cells fit: the chunk is that many generations of one timestep
     cfg = _flux_cfg(tmp_path, "train.activation_checkpointing=false", "train.memory_gb=80", "train.chunk_cells=auto")
     out = resolve_chunk_cells(cfg, trained=5)
@@ -145,8 +144,7 @@ def test_memory_plan_imports_without_torch():
 
 
 def test_generator_that_does_not_fit_is_refused(tmp_path):
-    from digenrl.train.memory import check_generators, inputs_from_config
-
+    from digenrl.train.memory_check import check_generators, inputs_from_config
     ok = check_generators(load_config("configs/wan21_14b.yaml"))
     assert ok is not None and sum(ok.values()) < 80 * GiB
     assert ok["weights"] == pytest.approx(FAMILIES["wan"].params * 2) and ok["text_encoders"] == 0

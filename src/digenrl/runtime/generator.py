@@ -114,20 +114,3 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         t0 = time.monotonic()
         self.inbox.put(version, stream_receive(self.policy, self._streams, self.fast.layout))
         return TimedResult(self.name, "receive", t0, time.monotonic(), version)
-
-    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
-        """Prepare the timing of a fragment of each size (``timing.Calibration``); the op keys in blocks."""
-        from .timing import Calibration
-
-        self.check_failure("calibrate")
-        self._calibration = Calibration(self, self.policy, gen_sizes, [], trainer=False)
-        return self._calibration.keys()
-
-    def calibration_run(self, key: tuple) -> float:
-        """Seconds of one execution of the op ``key`` (for the BTS cost model)."""
-        return self._calibration.run(key)
-
-    def calibration_end(self) -> bool:
-        self._calibration.end()
-        self._calibration = None
-        return True

@@ -5,7 +5,7 @@ A candidate (``planner.Candidate``) becomes a config (``config_of``): the split 
 (colocated: 1 / W), the fragment size, the stale cap, the publish path, the stale hold, ``train.shard_groups``,
 ``runtime.tag_inference_copy``, ``runtime.gang_groups`` and the two sequence-parallel degrees; on a ``--testbed``
 ``train.memory_gb`` = the trainer GPU's memory. That config must pass the memory plan of ``digenrl train``
-(``train.memory.check_config`` / ``check_generators``) and ``control.run_plan.plan_run``; a refusal is the
+(``train.memory_check.check_config`` / ``check_generators``) and ``control.run_plan.plan_run``; a refusal is the
 candidate's ``Infeasible`` reason. Its plan is ``plan_run``'s (a colocated FSDP config: one worker per rank, priced
 as the peers' idealised colocated FSDP bound, ``sim.colocation``), with the planner's one chunk-shape rule
 (``sim.scenario.rule_chunk``) at most the chunk the memory plan holds; the config written carries that chunk shape.
@@ -169,8 +169,8 @@ class ConfigSource:
     def _plan(self, cc):
         """(plan_run, the chunk cells the memory plan holds or None) of a candidate config; raises Infeasible."""
         from ..control.run_plan import plan_run
-        from ..train.memory import GiB, MemoryPlanError, check_config, check_generators, lanes
-
+        from ..train.memory import GiB, MemoryPlanError
+        from ..train.memory_check import check_config, check_generators, lanes
         try:
             gen_gb = None
             if self.testbed is not None and cc.runtime.mode != "colocated":
@@ -179,8 +179,7 @@ class ConfigSource:
             check_generators(cc, gen_gb)
             if self.pinned and cc.train.chunk_cells == "auto":  # the config's own chunk, as the runtime resolves it
                 from ..control.run_plan import timestep_plan
-                from ..train.memory import resolve_chunk_cells
-
+                from ..train.memory_check import resolve_chunk_cells
                 cc = resolve_chunk_cells(cc, len(timestep_plan(cc, 0).trained))
             run = plan_run(_unsharded_colocated(cc))
         except (MemoryPlanError, ConfigError) as e:

@@ -66,7 +66,7 @@ a training cell pays it in its forward, its backward (the gradients' all-to-alls
 Memory: the memory plan of ``train.memory`` (``sim.memory``: the one activation model, calibrated against
 allocation-counted peaks), per trainer rank with its chunk's cells and per generator rank with its fragment; a
 GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``). ``memory``: the plan's inputs of a config
-(``train.memory.inputs_from_config``); None prices the preset's training (``sim.memory.preset_inputs``).
+(``train.memory_check.inputs_from_config``); None prices the preset's training (``sim.memory.preset_inputs``).
 """
 
 from __future__ import annotations

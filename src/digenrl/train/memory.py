@@ -45,7 +45,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from digenrl.config import SEQUENCE_PARALLEL_FAMILIES
 from digenrl.models.specs import SPECS, ModelSpec
 
 GiB = 1024 ** 3
@@ -307,100 +306,6 @@ def rank_tokens(fam: Family, p: PlanInputs) -> int:
     return -(-fam.tokens(p.height, p.width, p.frames) // p.sequence_parallel)
 
 
-# ---- from a config -----------------------------------------------------------------------------------------
-
-def inputs_from_config(cfg) -> PlanInputs | None:
-    """``PlanInputs`` of a ``Config`` (None for models without a plan, e.g. the built-in tiny DiT); sizes and the
-    text length default to the family adapter's (``models.specs``)."""
-    from ..control.run_plan import grad_sum_fp64
-
-    m, t, s = cfg.model, cfg.train, cfg.sampler
-    f = FAMILIES.get(m.kind)
-    if f is None:
-        return None
-    o, sp = m.options, f.spec
-    h, w, frames = sp.default_size
-    cfg_forwards = 2 if (t.cfg_in_training and s.cfg_scale != 1.0 and not sp.guidance_distilled) else 1
-    text_loaded = o.get("load_text_encoders", "auto") is True or not m.prompt_cache_dir
-    return PlanInputs(
-        family=m.kind, height=int(o.get("height", h)), width=int(o.get("width", w)),
-        frames=int(o.get("frames", frames)) if sp.video else 1, text_tokens=sp.text_tokens(o.get("max_sequence_length")),
-        lora_rank=m.lora.rank if m.lora.enabled else None, model_dtype=m.dtype,
-        mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
-        sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=shard_ranks(cfg), beta_kl=t.beta_kl, ema=t.ema_decay is not None,
-        forwards_per_cell=cfg_forwards, text_encoders=text_loaded, sequence_parallel=t.sequence_parallel.degree,
-        grad_sums=grad_sum_fp64(cfg),
-    )  # fmt: skip
-
-
-def chunk_cells(cfg) -> int:
-    """Cells per rank of the chunk the config asks for: ``chunk_generations * chunk_timesteps``, split over the
-    lanes under FSDP (a sharded pool trains each chunk together, ``train.sharding.rank_cells``; the ranks of a
-    sequence-parallel lane all train the lane's cells, each on its share of the tokens)."""
-    cells = cfg.train.chunk_generations * cfg.train.chunk_timesteps
-    return -(-cells // lanes(cfg))
-
-
-def lanes(cfg) -> int:
-    """Data-parallel lanes of a scheduler trainer: a shard group's ranks / train.sequence_parallel under FSDP, else 1."""
-    return shard_ranks(cfg) // cfg.train.sequence_parallel.degree if cfg.train.sharding == "fsdp" else 1
-
-
-def shard_ranks(cfg) -> int:
-    """Ranks the trainable state is sharded over: runtime.trainers / train.shard_groups under FSDP, else 1."""
-    return cfg.runtime.trainers // cfg.train.shard_groups if cfg.train.sharding == "fsdp" else 1
-
-
-def auto_chunk_shape(max_cells: int, generations: int, trained: int) -> tuple[int, int]:
-    """(chunk_generations, chunk_timesteps) with the most cells <= ``max_cells``: whole timesteps of the group
-    first (cg = G), then as many timesteps as fit; below G cells, the largest divisor-free cg <= max_cells."""
-    if max_cells < 1:
-        raise ValueError("not even one training cell fits")
-    if max_cells >= generations:
-        return generations, max(1, min(trained, max_cells // generations))
-    return max_cells, 1
-
-
-def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
-    """Refuse (``MemoryPlanError``) a config whose trainer plan exceeds ``capacity_gb`` per rank (default:
-    ``train.memory_gb``; no check when neither is set). Returns the plan (None: no plan for this model)."""
-    p = inputs_from_config(cfg)
-    cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
-    if p is None or cap is None:
-        return None
-    plan = plan_memory(p)
-    cells = 1 if cfg.train.chunk_cells == "auto" else chunk_cells(cfg)
-    if plan.total(cells) <= cap * GiB:
-        return plan
-    fits = plan.max_cells(cap * GiB)
-    hints = []
-    if fits >= 1:
-        hints.append(f"train.chunk_cells=auto (or chunk_generations x chunk_timesteps <= {fits} cells)")
-    if not p.activation_checkpointing:
-        hints.append("train.activation_checkpointing=true")
-    if p.family in SEQUENCE_PARALLEL_FAMILIES:
-        hints.append(f"train.sequence_parallel (now {p.sequence_parallel}: split each sample's "
-                     f"{FAMILIES[p.family].tokens(p.height, p.width, p.frames)} latent tokens over more ranks)")
-    if p.sharding == "none":
-        hints.append("train.sharding=fsdp with more runtime.trainers")
-    elif p.sharding == "fsdp":
-        k = cfg.train.shard_groups
-        hints.append(f"more runtime.trainers (now {p.ranks})" if k == 1 else
-                     f"fewer train.shard_groups or more runtime.trainers (now {k} groups of {p.ranks} ranks)")
-        if not p.cpu_offload:
-            hints.append("train.cpu_offload=true")
-    if p.lora_rank is None:
-        hints.append("model.lora.enabled=true")
-    if p.mixed_precision == "none" and p.model_dtype == "float32":
-        hints.append("train.mixed_precision=bf16")
-    if p.text_encoders:
-        hints.append("model.prompt_cache_dir (no text encoders on the trainer)")
-    raise MemoryPlanError(
-        f"memory plan: {FAMILIES[p.family].name} training needs {plan.total(cells) / GiB:.1f} GiB per trainer "
-        f"rank but train.memory_gb={cap:g} ({plan.table(cells)}); change: " + "; ".join(hints)
-    )
-
-
 def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:
     """Per generator: the 16-bit replica, VAE, text encoders (without a full prompt cache), reserve, and the
     sampling activations of ``samples`` trajectories (no-grad forwards keep nothing for backward; bounded by
@@ -418,53 +323,3 @@ def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:
         "reserve": p.reserve_gb * GiB,
         "activations": samples * p.forwards_per_cell * block,
     }
-
-
-def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] | None:
-    """Refuse (``MemoryPlanError``) a disaggregated config whose generators do not fit ``capacity_gb``
-    (default ``train.memory_gb``) with fragments of ``runtime.fragment_size`` trajectories."""
-    p = inputs_from_config(cfg)
-    cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
-    if p is None or cap is None or cfg.runtime.mode == "colocated":
-        return None
-    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and not FAMILIES[p.family].spec.guidance_distilled) else 1
-    d = cfg.runtime.generator_sequence_parallel.degree
-    items = generator_bytes(replace(p, forwards_per_cell=fwd, sequence_parallel=d), cfg.runtime.fragment_size)
-    total = sum(items.values())
-    if total > cap * GiB:
-        rows = ", ".join(f"{k}={v / GiB:.1f}" for k, v in items.items() if v > 0)
-        raise MemoryPlanError(
-            f"memory plan: a {FAMILIES[p.family].name} generator needs {total / GiB:.1f} GiB but train.memory_gb="
-            f"{cap:g} ({rows}); change: a smaller runtime.fragment_size (now {cfg.runtime.fragment_size})"
-            + (f"; runtime.generator_sequence_parallel (now {d})" if p.family in SEQUENCE_PARALLEL_FAMILIES else "")
-            + ("; model.prompt_cache_dir (no text encoders on the generators)" if p.text_encoders else ""))
-    return items
-
-
-def resolve_chunk_cells(cfg, trained: int):
-    """``cfg`` with ``train.chunk_cells: auto`` turned into a chunk shape that fits ``train.memory_gb``; other
-    configs are returned unchanged. Replicated ranks: ``auto_chunk_shape`` of the plan's ``max_cells``. A
-    sharded pool (one shard group of N ranks, N x ``max_cells`` per chunk): ``schedule.layout.choose_chunk_shape``,
-    the planner's rule, pricing a chunk by its per-rank cells ceil(c / N), so that no chunk leaves a partial round
-    that a different shape avoids. ``trained``: trained timesteps per trajectory (S)."""
-    t = cfg.train
-    if t.chunk_cells != "auto":
-        return cfg
-    p = inputs_from_config(cfg)
-    if t.memory_gb is None or p is None:
-        raise MemoryPlanError("train.chunk_cells=auto needs train.memory_gb (the per-rank GPU memory) and a model "
-                              f"with a memory plan (model.kind one of {sorted(FAMILIES)}, got {cfg.model.kind!r})")
-    fits = plan_memory(p).max_cells(t.memory_gb * GiB)
-    if fits < 1:
-        check_config(cfg)  # raises with the numbers and the keys
-    if t.sharding == "fsdp":  # k shard groups of N lanes: every lane trains ceil(c / N) cells of a chunk, serially
-        from ..schedule.layout import choose_chunk_shape, rank_share
-
-        ranks = lanes(cfg)
-        # fewest per-rank cell rounds per group (the planner's rule with per-rank cells as the price), then
-        # the larger chunk; a tiny per-chunk term prefers fewer forwards at equal rounds
-        cg, ct = choose_chunk_shape(t.generations, trained, t.shard_groups, lambda c: rank_share(c, ranks) + 1e-6,
-                                    fits * ranks)
-    else:
-        cg, ct = auto_chunk_shape(fits, t.generations, trained)
-    return cfg.model_copy(update={"train": t.model_copy(update={"chunk_generations": cg, "chunk_timesteps": ct})})

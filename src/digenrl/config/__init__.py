@@ -1,0 +1,21 @@
+"""Typed run configuration: YAML file + dotted ``key=value`` overrides, validated by pydantic.
+
+Every table forbids unknown keys, so a typo is refused with the offending dotted key and the expected type
+(``ConfigError``; the CLI turns it into exit code 2 before anything is written). One module per section
+(``model``, ``train``, ``runtime``, ``run``: the root ``Config`` with the cross-key rules), the reader in
+``load``; a field's docstring is its documentation (``scripts/config_doc.py``).
+"""
+
+from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
+
+from .base import MAX_CONFIG_BYTES, ConfigError, safe_yaml_load
+from .load import dump_config, load_config
+from .model import LoraConfig, ModelConfig, SamplerConfig, SequenceParallelConfig, TaskConfig
+from .run import Config, EvalConfig, LogConfig
+from .runtime import BTSOptions, CalibrationOptions, GeneratorConfig, RuntimeConfig
+from .train import TrainConfig
+
+__all__ = ["BTSOptions", "CalibrationOptions", "Config", "ConfigError", "EvalConfig", "GeneratorConfig", "LogConfig",
+           "LoraConfig", "MAX_CONFIG_BYTES", "ModelConfig", "RuntimeConfig", "SEQUENCE_PARALLEL_FAMILIES",
+           "SamplerConfig", "SequenceParallelConfig", "TaskConfig", "TrainConfig", "dump_config", "load_config",
+           "safe_yaml_load"]

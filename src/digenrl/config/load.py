@@ -1,0 +1,112 @@
+"""Reading a config: a YAML file (or a preset) plus dotted ``key=value`` overrides, validated, with one-line
+errors; writing one back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .base import MAX_CONFIG_BYTES, ConfigError, _NoAliasDumper, safe_yaml_load
+from .run import Config
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        nxt = node.setdefault(k, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{dotted}: {k!r} is not a table")
+        node = nxt
+    node[keys[-1]] = value
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """The keys of the config table at ``loc`` (a pydantic error location), or [] where it is not a table."""
+    model: Any = Config
+    """The policy (`model.*`)."""
+    for part in loc:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return list(model.model_fields)
+
+
+def _error_line(e: dict) -> str:
+    """One pydantic error as ``key: what is wrong; what to do``."""
+    loc = tuple(e["loc"])
+    key = ".".join(str(p) for p in loc) or "<root>"
+    if e["type"] == "extra_forbidden":
+        from digenrl.model_options import did_you_mean
+
+        fields = _fields_at(loc[:-1])
+        parent = ".".join(str(p) for p in loc[:-1])
+        hint = did_you_mean(str(loc[-1]), fields, parent + "." if parent else "")
+        return f"{key}: unknown key{hint}" + ("" if hint or not fields else f" ({parent or 'top level'} keys: "
+                                                                          f"{', '.join(fields)})")
+    if e["type"] == "value_error":  # a validator's own message: it names its key and what to do
+        msg = str(e.get("ctx", {}).get("error", e["msg"]))
+        head = msg.split(":", 1)[0]
+        if "." in head and " " not in head or not loc:
+            return msg
+        return f"{key}: {msg}"
+    got = repr(e.get("input"))
+    return f"{key}: {e['msg']} (got {got if len(got) <= 80 else got[:77] + '...'})"
+
+
+def _format_validation(err: ValidationError) -> str:
+    """One line for one error (``train.lrr: unknown key; did you mean train.lr?``), else a list."""
+    lines = [_error_line(e) for e in err.errors()]
+    if len(lines) == 1:
+        return lines[0]
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load YAML ``path`` (optional), apply ``key=value`` overrides (values parsed as YAML), validate."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        from digenrl.presets import resolve_config_arg
+
+        try:
+            p = Path(resolve_config_arg(path))  # --config preset:flux1_dev: the shipped preset of that name
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(p)!r} is {p.stat().st_size} bytes (at most {MAX_CONFIG_BYTES})")
+        try:
+            loaded = safe_yaml_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r} must contain a mapping at top level")
+        tree = loaded
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. train.lr=1e-4)")
+        key, raw = item.split("=", 1)
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key")
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"override {key!r}: its value is {len(raw)} characters (at most {MAX_CONFIG_BYTES})")
+        try:
+            value = safe_yaml_load(raw) if raw != "" else ""
+        except yaml.composer.ComposerError as e:  # an alias: refused, not taken as a string
+            raise ConfigError(f"override {key!r}: {e}") from None
+        except yaml.YAMLError:
+            value = raw
+        _set_dotted(tree, key.strip(), value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e)) from None
+
+
+def dump_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.dump(cfg.model_dump(mode="json"), Dumper=_NoAliasDumper, sort_keys=False))
