@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-PAGES = [ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "getting_started.md", ROOT / "README.md"]
+PAGES = [ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "getting_started.md", ROOT / "docs" / "fast_generator.md",
+         ROOT / "README.md"]
 BLOCK = re.compile(r"(<!-- BEGIN bench:(\w+) \(scripts/benchmarks_doc.py\) -->\n)(.*?)(<!-- END bench:\2 -->)", re.S)
 
 
@@ -40,6 +41,8 @@ def block(name: str) -> str:
     """The Markdown of block ``name``, from its results file."""
     if name == "demo_seeds":
         return _load("scripts/demo_seeds.py").table(_json("demo_seeds.json"))
+    if name == "demo_seeds_fast":
+        return _load("scripts/demo_seeds.py").table(_json("demo_seeds_fast.json"))
     if name == "pipeline_cpu":
         return _load("benchmarks/pipeline_cpu.py").markdown_table(_json("pipeline_cpu.json"))
     if name == "publish_cpu":

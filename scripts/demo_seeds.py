@@ -76,7 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results/demo_seeds.json, with "
                     "--fast demo_seeds_fast.json)")
     ap.add_argument("--fast", action="store_true", help="the demo on the fast generator path (FAST overrides)")
-    ap.add_argument("--runs", default=str(ROOT / "runs"))
+    ap.add_argument("--runs", default=None, help="where the runs go (default runs/, with --fast runs/fast/); a "
+                    "previous run of this script there is replaced (--overwrite)")
     ap.add_argument("--table", action="store_true", help="print the demo table of an existing results file")
     ap.add_argument("--merge", nargs="+", help="combine results files of seeds run separately (e.g. concurrently)")
     ap.add_argument("--figures", help="copy the first seed's reward curve and sample grids here (the demo's figures)")
@@ -84,6 +85,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = str(ROOT / "benchmarks/results" / ("demo_seeds_fast.json" if args.fast else "demo_seeds.json"))
+    if args.runs is None:
+        args.runs = str(ROOT / "runs" / ("fast" if args.fast else ""))
     if args.fast:
         args.overrides = [*FAST, *args.overrides]
     if args.table:
@@ -100,7 +103,7 @@ def main(argv=None) -> int:
         return 0
     runs = []
     for s in args.seeds:
-        runs.append(run_seed(s, args.overrides, Path(args.runs)))
+        runs.append(run_seed(s, [*args.overrides, "--overwrite"], Path(args.runs)))
         print(f"seed {s}: eval {runs[-1]['eval_initial']:.3f} -> {runs[-1]['eval_final']:.3f} "
               f"(peak {runs[-1]['eval_peak']:.3f}) in {runs[-1]['wall_s']:.0f} s", flush=True)
     out = {"command": "digenrl train seed=N " + " ".join(args.overrides), "cpus": os.cpu_count(), "runs": runs}
