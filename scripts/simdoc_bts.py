@@ -311,16 +311,22 @@ def depth_part(d: dict, default_depth: int) -> list[str]:
                 f"than {TIE:.1%} slower / faster):\n",
                 table(rows, ["preset", "mode", "split", "gen / train GPUs", "choices", "d0 != d2", "d2 != d4",
                              "d0 vs d2, exact", "d0 vs d2, jittered", "d4 vs d2, exact", "d4 vs d2, jittered"]) + "\n"]
-    slower0, faster0 = d0["exact_slower"] + d0["jitter_slower"], d0["exact_faster"] + d0["jitter_faster"]
     gain4 = d4["exact_faster"] + d4["jitter_faster"] - d4["exact_slower"] - d4["jitter_slower"]
     verdict = f"Default `runtime.bts.depth: {default_depth}`. "
-    if slower0 > faster0:
-        verdict += (f"Depth 0 is slower than depth 2 on average in {slower0} configuration results and faster in "
-                    f"{faster0}: the look-ahead pays only where jittered bubbles follow one another (the rows "
-                    "above; per seed it wins some and loses some), and it costs a few more search nodes per "
-                    "decision, nothing measurable in step time; ")
+    if d0["exact_slower"] and d0["jitter_faster"]:
+        verdict += (f"The measurements are mixed: with exact costs depth 0 decides differently in "
+                    f"{d0['configs_with_a_different_decision']} configuration(s) and is slower there (up to "
+                    f"{_p(d0['exact_max'])}), while under the measured jitter it is faster on average in "
+                    f"{d0['jitter_faster']} configuration(s) (mean {_p(d0['jitter_mean'])}, best "
+                    f"{_p(d0['jitter_min'])}) and slower in {d0['jitter_slower']}. That jitter is this CPU "
+                    "machine's time-sharing noise, an upper bound of a GPU's, and per seed depth 0 wins some and "
+                    "loses some (the table's counts), so the default is left at depth 2, which no configuration's exact costs beat; ")
+    elif d0["exact_slower"] + d0["jitter_slower"] > d0["exact_faster"] + d0["jitter_faster"]:
+        verdict += (f"Depth 0 is slower than depth 2 in {d0['exact_slower'] + d0['jitter_slower']} configuration "
+                    f"results and faster in {d0['exact_faster'] + d0['jitter_faster']}: the look-ahead is kept; ")
     else:
-        verdict += f"Depth 0 loses nothing measured here (slower in {slower0}, faster in {faster0}); "
+        verdict += (f"Depth 0 is slower in {d0['exact_slower'] + d0['jitter_slower']} configuration results and "
+                    f"faster in {d0['exact_faster'] + d0['jitter_faster']}; ")
     verdict += ("depth 4 gains nothing over depth 2 in any configuration, at about five times the search nodes "
                 "per decision." if gain4 <= 0 else f"depth 4 gains in {gain4} configurations.")
     out.append(verdict + "\n")

@@ -17,8 +17,9 @@ class BTSOptions(_Strict):
     """Options of the BTS search (``schedule.bts.BTSConfig``), used when ``runtime.tag_policy`` is ``bts``."""
 
     depth: int = Field(2, ge=0)  # recursion depth over future bubbles
-    """Recursion depth over future bubbles (2: depth 0 was slower under jitter with TCSS, depth 4 never faster;
-    `benchmarks/bts_depth.py`, [simulation](simulation.md) "Where depth matters")."""
+    """Recursion depth over future bubbles (2: with exact costs depth 0 was slower where it decided otherwise,
+    under CPU jitter slightly faster; depth 4 never differed; `benchmarks/bts_depth.py`, [simulation](simulation.md)
+    "Where depth matters")."""
     budget_nodes: int = Field(2000, ge=1)  # search nodes per decision (deterministic; over it: shallower result)
     """Search nodes per decision (deterministic; over it: a shallower result)."""
     budget_s: float | None = Field(None, gt=0.0)  # optional wall-clock cap per decision (makes decisions load-dependent)
