@@ -77,7 +77,7 @@ def config_rows(task) -> list[dict]:
                 for pol in POLICIES:
                     res = simulate(plan, machine, profile=machine if pol == "knowing" else profile,
                                    jitter=sigma if sigma else 0.0, seed=seed, bts=_bts(pol), record=False)
-                    rows.append({"model": model, "testbed": tb, "mode": mode, "gen_gpus": split.n_gen,
+                    rows.append({"model": model, "testbed": tb, "mode": mode, "gen_gpus": chosen.split.n_gen,
                                  "misjudged": name, "jitter": lvl, "seed": seed, "policy": pol,
                                  "step_time_s": res.step_time, "tag_fragments_per_step": res.tag_fragments_per_step,
                                  "last_scales": res.stats[-1].cost_scales if pol == "online" else {}})

@@ -70,8 +70,7 @@ def preset_rows() -> list[list[str]]:
     from digenrl.control.run_plan import timestep_plan
     from digenrl.presets import PRESET_DIR, preset_names
     from digenrl.train.memory import generator_bytes, plan_memory
-    from digenrl.train.memory_check import chunk_cells, inputs_from_config
-                                      resolve_chunk_cells)
+    from digenrl.train.memory_check import chunk_cells, inputs_from_config, resolve_chunk_cells
 
     out = []
     for name in preset_names():

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .base import MAX_CONFIG_BYTES, ConfigError, _NoAliasDumper, safe_yaml_load
 from .run import Config
