@@ -122,9 +122,7 @@ class RuntimeConfig(_Strict):
         """The scheduler's ``BTSConfig`` for ``tag_policy`` and ``bts`` (pass it as ``Scheduler(bts_config=...)``)."""
         from digenrl.schedule.bts import BTSConfig
 
-        b = self.bts
-        return BTSConfig(depth=b.depth, budget_nodes=b.budget_nodes, budget_s=b.budget_s, max_branch=b.max_branch,
-                         policy=self.tag_policy, online=b.online, online_decay=b.online_decay)
+        return BTSConfig(**self.bts.model_dump(), policy=self.tag_policy)  # BTSOptions: BTSConfig's field names
 
 
 class GeneratorConfig(_Strict):
