@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-GiB = 1 << 30
-
 
 def _memory_lines(cfg) -> list[str]:
-    from digenrl.train.memory import generator_bytes, plan_memory
+    from digenrl.train.memory import GiB, generator_bytes, plan_memory
     from digenrl.train.memory_check import chunk_cells, inputs_from_config
     p = inputs_from_config(cfg)
     if p is None:

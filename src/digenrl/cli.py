@@ -35,18 +35,25 @@ def _with_adapter(cfg):
 
 
 def _load(args):
-    from digenrl.config import load_config
+    """The config with ``model.lora`` from ``model.lora_path``'s adapter (the inputs are checked later); ``train
+    --resume RUN_DIR`` reads RUN_DIR/config.yaml (unless --config) and keeps run_dir."""
+    from digenrl.config import ConfigError, load_config
 
-    return _with_adapter(load_config(args.config, args.overrides))  # the inputs are checked by _context
+    path, overrides = args.config, args.overrides
+    if getattr(args, "resume", None):
+        run_dir = Path(args.resume)
+        if path is None and not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume: {str(run_dir)!r} holds no run (no config.yaml)")
+        path, overrides = path or run_dir / "config.yaml", [*overrides, f"run_dir={run_dir}"]
+    return _with_adapter(load_config(path, overrides))
 
 
 def _context(cfg):
     """Build policy, reward and task from the config; anything that fails here is bad input (exit 2)."""
     from digenrl.config import ConfigError
+    from digenrl.observe.progress import phase
     from digenrl.train.context import build_context
     from digenrl.validate import validate_inputs
-
-    from digenrl.observe.progress import phase
 
     validate_inputs(cfg)
     try:
@@ -72,25 +79,12 @@ def _plan_memory(cfg):
     return cfg
 
 
-def _load_train(args):
-    """The train config; ``--resume RUN_DIR`` reads RUN_DIR/config.yaml (unless --config) and keeps run_dir."""
-    from digenrl.config import ConfigError, load_config
-
-    if not args.resume:
-        return load_config(args.config, args.overrides)
-    run_dir = Path(args.resume)
-    saved = run_dir / "config.yaml"
-    if args.config is None and not saved.is_file():
-        raise ConfigError(f"--resume: {str(run_dir)!r} holds no run (no config.yaml)")
-    return load_config(args.config or saved, [*args.overrides, f"run_dir={run_dir}"])
-
-
 def cmd_train(args) -> int:
     from digenrl.runtime.run_dir import discard_unstarted, lock_run_dir, run_start, unlock_run_dir
     from digenrl.train.interrupt import StopRequest
     from digenrl.validate import eval_warnings, validate_run
 
-    cfg = _with_adapter(_load_train(args))  # model.lora from model.lora_path's adapter
+    cfg = _load(args)
     cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
     for warning in eval_warnings(cfg):  # the eval reuses the train prompts / fewer prompts than eval.num_prompts
