@@ -94,10 +94,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Load YAML ``path`` (optional), apply ``key=value`` overrides (values parsed as YAML), validate."""
     tree: dict[str, Any] = {}
     if path is not None:
-        from digenrl.presets import resolve_config_arg
+        from digenrl.presets import PREFIX, preset_path
 
-        try:
-            p = Path(resolve_config_arg(path))  # --config preset:flux1_dev: the shipped preset of that name
+        try:  # --config preset:flux1_dev: the shipped preset of that name
+            p = preset_path(path[len(PREFIX):]) if isinstance(path, str) and path.startswith(PREFIX) else Path(path)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         if not p.is_file():
