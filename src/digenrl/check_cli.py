@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-GiB = 1 << 30
-
 
 def _memory_lines(cfg) -> list[str]:
-    from digenrl.train.memory import generator_bytes, plan_memory
+    from digenrl.train.memory import GiB, generator_bytes, plan_memory
     from digenrl.train.memory_check import chunk_cells, inputs_from_config
     p = inputs_from_config(cfg)
     if p is None:
@@ -57,27 +55,6 @@ def _split_lines(run) -> list[str]:
             + (f", stale cap {rt.max_stale_fraction:g}" if rt.mode == "full" else "")]
 
 
-def _input_problems(cfg) -> list[str]:
-    """Every check of ``digenrl train`` on this machine, each run on its own; their one-line errors."""
-    from digenrl.config import ConfigError
-    from digenrl import validate as v
-
-    problems = []
-    checks = [lambda: v.check_run_dir(cfg.run_dir), lambda: v.check_logging(cfg), lambda: v.check_threads(cfg),
-              lambda: v.check_device(cfg), lambda: v.check_model(cfg), lambda: v.check_rewards(cfg.reward),
-              lambda: v.check_guard(cfg)]
-    for check in checks:
-        try:
-            check()
-        except ConfigError as e:
-            problems.append(str(e))
-    try:  # the prompts and the cache need the task's files
-        v.check_prompt_cache(cfg, v.check_task(cfg, training=True))
-    except ConfigError as e:
-        problems.append(str(e))
-    return problems
-
-
 def main(argv: list[str] | None = None) -> int:
     from digenrl.cli_args import add_overrides, parse_with_overrides
 
@@ -90,15 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", "-q", action="store_true", help="do not print the resolved config")
     args = parse_with_overrides(add_overrides(ap), argv)
 
-    import yaml
-
-    from digenrl.cli import _plan_memory, _with_adapter
-    from digenrl.config import ConfigError, load_config
+    from digenrl.cli import _fail, _plan_memory, _with_adapter
+    from digenrl.config import ConfigError, dump_config, load_config
     from digenrl.control.run_plan import plan_run
-
-    def fail(msg: str) -> int:
-        print(f"digenrl: error: {msg}", file=sys.stderr)
-        return 2
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -107,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _plan_memory(cfg)  # refuses what does not fit train.memory_gb; resolves chunk_cells: auto
         run = plan_run(cfg)
     except ConfigError as e:
-        return fail(str(e))
+        return _fail(str(e))
     if not args.quiet:
         print("# resolved config")
-        print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).rstrip())
+        print(dump_config(cfg).rstrip())
     print("memory plan (train/memory.py):")
     print("\n".join(_memory_lines(cfg)))
     print("planned split:")
@@ -124,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.config_only:
         print("inputs: not checked (--config-only)")
         return 0
-    from digenrl.validate import eval_warnings
+    from digenrl.validate import eval_warnings, problems as input_problems
 
     for warning in eval_warnings(cfg):
         print(f"warning: {warning}")
-    problems = _input_problems(cfg)
+    problems = input_problems(cfg)
     if problems:
         print(f"inputs: {len(problems)} problem(s); `digenrl train` would refuse this config:")
         for p in problems:

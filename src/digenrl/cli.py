@@ -27,34 +27,33 @@ def _with_adapter(cfg):
     """``cfg`` with ``model.lora`` taken from the adapter of ``model.lora_path`` (so config.yaml records it)."""
     if not cfg.model.lora_path:
         return cfg
-    from digenrl.config import ConfigError
     from digenrl.models.lora_files import AdapterError, resolve_lora
+    from digenrl.validate import refused
 
-    try:
+    with refused(AdapterError):
         return cfg.model_copy(update={"model": resolve_lora(cfg.model)})
-    except AdapterError as e:
-        raise ConfigError(str(e)) from None
 
 
-def _load(args) -> "object":
+def _load(args):
+    """The config with ``model.lora`` from ``model.lora_path``'s adapter (the inputs are checked later); ``train
+    --resume RUN_DIR`` reads RUN_DIR/config.yaml (unless --config) and keeps run_dir."""
     from digenrl.config import ConfigError, load_config
-    from digenrl.rewards.registry import RewardConfigError, validate_reward_spec
 
-    cfg = _with_adapter(load_config(args.config, args.overrides))
-    try:  # reward names and typed options, before anything is built or written
-        validate_reward_spec(cfg.reward)
-    except (RewardConfigError, FileNotFoundError) as e:
-        raise ConfigError(str(e)) from None
-    return cfg
+    path, overrides = args.config, args.overrides
+    if getattr(args, "resume", None):
+        run_dir = Path(args.resume)
+        if path is None and not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume: {str(run_dir)!r} holds no run (no config.yaml)")
+        path, overrides = path or run_dir / "config.yaml", [*overrides, f"run_dir={run_dir}"]
+    return _with_adapter(load_config(path, overrides))
 
 
 def _context(cfg):
     """Build policy, reward and task from the config; anything that fails here is bad input (exit 2)."""
     from digenrl.config import ConfigError
+    from digenrl.observe.progress import phase
     from digenrl.train.context import build_context
     from digenrl.validate import validate_inputs
-
-    from digenrl.observe.progress import phase
 
     validate_inputs(cfg)
     try:
@@ -67,46 +66,27 @@ def _context(cfg):
 def _plan_memory(cfg):
     """Refuse a config whose memory plan does not fit ``train.memory_gb`` (before anything starts) and resolve
     ``train.chunk_cells: auto``; returns the (possibly re-shaped) config."""
-    from digenrl.config import ConfigError
+    from digenrl.control.run_plan import timestep_plan  # (pure: `digenrl check` loads no torch)
     from digenrl.train.memory import MemoryPlanError
     from digenrl.train.memory_check import check_config, check_generators, resolve_chunk_cells
-    try:
-        if cfg.train.chunk_cells == "auto":
-            from digenrl.control.run_plan import timestep_plan  # (pure: `digenrl check` loads no torch)
+    from digenrl.validate import refused
 
+    with refused(MemoryPlanError):
+        if cfg.train.chunk_cells == "auto":
             cfg = resolve_chunk_cells(cfg, len(timestep_plan(cfg, 0).trained))
         check_config(cfg)
         check_generators(cfg)
-    except MemoryPlanError as e:
-        raise ConfigError(str(e)) from e
     return cfg
 
 
-def _load_train(args):
-    """The train config; ``--resume RUN_DIR`` reads RUN_DIR/config.yaml (unless --config) and keeps run_dir."""
-    from digenrl.config import ConfigError, load_config
-
-    if not args.resume:
-        return load_config(args.config, args.overrides)
-    run_dir = Path(args.resume)
-    saved = run_dir / "config.yaml"
-    if args.config is None and not saved.is_file():
-        raise ConfigError(f"--resume: {str(run_dir)!r} holds no run (no config.yaml)")
-    return load_config(args.config or saved, [*args.overrides, f"run_dir={run_dir}"])
-
-
 def cmd_train(args) -> int:
-    from digenrl.faults import RunHalted
     from digenrl.runtime.run_dir import discard_unstarted, lock_run_dir, run_start, unlock_run_dir
-    from digenrl.runtime.errors import WorkerFailure
-    from digenrl.train.interrupt import StopRequest, as_interrupted
-    from digenrl.validate import validate_run
+    from digenrl.train.interrupt import StopRequest
+    from digenrl.validate import eval_warnings, validate_run
 
-    cfg = _with_adapter(_load_train(args))  # model.lora from model.lora_path's adapter
+    cfg = _load(args)
     cfg = _plan_memory(cfg)  # a config that will not fit its GPUs: exit 2 first; chunk_cells=auto resolved
     validate_run(cfg)  # bad input: exit 2 before the run directory exists or Ray starts
-    from digenrl.validate import eval_warnings
-
     for warning in eval_warnings(cfg):  # the eval reuses the train prompts / fewer prompts than eval.num_prompts
         print(f"digenrl: warning: {warning}", file=sys.stderr, flush=True)
     _print_prediction(cfg)  # runtime.profile: the plan's predicted step time against colocated (warns if slower)
@@ -125,18 +105,10 @@ def cmd_train(args) -> int:
             with stop.installed():
                 summary = run_training(cfg, start, stop, ray=ray)
         except Exception as e:
-            stopped = as_interrupted(e)  # a stop signal first, whatever error it came back as
-            if stopped is not None:
-                return _interrupted(cfg, stopped)
-            if isinstance(e, RunHalted):
-                return _halted(cfg, e)
-            if isinstance(e, WorkerFailure):  # names the worker and the step; the checkpoints stay valid
-                print(f"digenrl: run failed: {e}{_resume_hint(cfg)}", file=sys.stderr)
-                _print_worker_log(cfg, e.worker)
-                return 1
-            if isinstance(e, OSError):  # disk full, a read-only or failing file system: the checkpoints stay whole
-                return _io_error(cfg, e)
-            raise
+            code = _stopped(cfg, e)
+            if code is None:
+                raise
+            return code
     finally:
         unlock_run_dir(cfg.run_dir)
         if made and summary is None:
@@ -156,6 +128,54 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _stopped(cfg, e: Exception) -> int | None:
+    """The exit code of a run that stopped on ``e`` after it started, having written ``failure.json`` where there is
+    one and said in one line how to go on; None for an error that is none of these (re-raised):
+
+    * a stop signal (first, whatever error it came back as): ``EXIT_INTERRUPTED``;
+    * a non-finite value before it reached the weights (``RunHalted``): nothing committed after it, exit 2;
+    * a ``WorkerFailure`` (names the worker and the step; the checkpoints stay valid): its log's tail, exit 1;
+    * an ``OSError`` (disk full, a read-only or failing file system): exit 74. Writes are atomic, so every
+      checkpoint on disk is whole and the newest resumes."""
+    from digenrl.faults import RunHalted
+    from digenrl.runtime.errors import WorkerFailure
+    from digenrl.runtime.run_outputs import FailureRecord, resume_command, write_failure
+    from digenrl.train.checkpoint import latest_checkpoint
+    from digenrl.train.interrupt import EXIT_INTERRUPTED, as_interrupted
+
+    signal = as_interrupted(e)
+    if signal is None and not isinstance(e, (RunHalted, WorkerFailure, OSError)):
+        return None
+    run_dir = Path(cfg.run_dir)
+    ckpt = (signal.checkpoint if signal is not None else None) or latest_checkpoint(run_dir)
+    cmd = resume_command(run_dir)
+    start_over = "no resumable checkpoint was written; fix the cause and start the run again"
+    if signal is not None:
+        write_failure(run_dir, FailureRecord("interrupted", str(signal), step=signal.step, signal=signal.signal_name,
+                                             checkpoint=ckpt, resume=cmd if ckpt else None))
+        print(f"digenrl: stopped by {signal.signal_name}; resume with: {cmd}" if ckpt is not None else
+              f"digenrl: stopped by {signal.signal_name} before any resumable checkpoint; start over with: "
+              f"digenrl train --overwrite run_dir={run_dir} ...", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if isinstance(e, RunHalted):
+        write_failure(run_dir, FailureRecord("halted", str(e), checkpoint=ckpt))
+        kept = f"the last good checkpoint {ckpt} is kept" if ckpt else "no resumable checkpoint was written before it"
+        return _fail(f"run stopped: {e}; nothing was committed or saved after it, {kept}")
+    if isinstance(e, WorkerFailure):
+        hint = f"resume with: digenrl train --resume {cfg.run_dir}" if ckpt is not None else start_over
+        print(f"digenrl: run failed: {e}\n{hint}", file=sys.stderr)
+        _print_worker_log(cfg, e.worker)
+        return 1
+    what = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+    try:
+        write_failure(run_dir, FailureRecord("io", what, errno=e.errno, checkpoint=ckpt, resume=cmd if ckpt else None))
+    except OSError:
+        pass  # the disk is still full: the line below says it all
+    go_on = f"free space (or fix the file system) and resume with: {cmd}" if ckpt else start_over
+    print(f"digenrl: error: run stopped writing its outputs: {what}; {go_on}", file=sys.stderr)
+    return EXIT_IO
+
+
 def _print_worker_log(cfg, worker: str | None, lines: int = 20) -> None:
     """The last lines of the failing worker's log (``run_dir/logs/<worker>.log``, ``runtime.worker_base``)."""
     if not worker:
@@ -169,67 +189,6 @@ def _print_worker_log(cfg, worker: str | None, lines: int = 20) -> None:
         print(f"--- last {len(tail)} lines of {worker}'s log ({path}) ---", file=sys.stderr)
         print("\n".join(tail), file=sys.stderr)
         print("---", file=sys.stderr)
-
-
-def _resume_hint(cfg) -> str:
-    """How to go on after a failed run: ``--resume`` where a resumable checkpoint exists, else start over."""
-    from digenrl.train.checkpoint import latest_checkpoint
-
-    if latest_checkpoint(Path(cfg.run_dir)) is not None:
-        return f"\nresume with: digenrl train --resume {cfg.run_dir}"
-    return "\nno resumable checkpoint was written; fix the cause and start the run again"
-
-
-def _io_error(cfg, e: OSError) -> int:
-    """The run could not write (or read) a file after it started: ``failure.json`` where it can still be
-    written, one line naming the error and how to go on, exit 74. Writes are atomic, so every checkpoint on disk
-    is whole and the newest resumes."""
-    from digenrl.runtime.run_outputs import FailureRecord, resume_command, write_failure
-    from digenrl.train.checkpoint import latest_checkpoint
-
-    run_dir = Path(cfg.run_dir)
-    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-    what = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
-    try:
-        write_failure(run_dir, FailureRecord("io", what, errno=e.errno, checkpoint=ckpt,
-                                             resume=resume_command(run_dir) if ckpt else None))
-    except OSError:
-        pass  # the disk is still full: the line below says it all
-    go_on = (f"free space (or fix the file system) and resume with: {resume_command(run_dir)}" if ckpt else
-             "no resumable checkpoint was written; fix the cause and start the run again")
-    print(f"digenrl: error: run stopped writing its outputs: {what}; {go_on}", file=sys.stderr)
-    return EXIT_IO
-
-
-def _halted(cfg, e) -> int:
-    """A run stopped on a non-finite value before it reached the weights: ``failure.json``, one line, exit 2."""
-    from digenrl.runtime.run_outputs import FailureRecord, write_failure
-    from digenrl.train.checkpoint import latest_checkpoint
-
-    run_dir = Path(cfg.run_dir)
-    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-    write_failure(run_dir, FailureRecord("halted", str(e), checkpoint=ckpt))
-    kept = f"the last good checkpoint {ckpt} is kept" if ckpt else "no resumable checkpoint was written before it"
-    return _fail(f"run stopped: {e}; nothing was committed or saved after it, {kept}")
-
-
-def _interrupted(cfg, e) -> int:
-    """Record a stop on a signal and say in one line how to go on."""
-    from digenrl.runtime.run_outputs import FailureRecord, resume_command, write_failure
-    from digenrl.train.checkpoint import latest_checkpoint
-    from digenrl.train.interrupt import EXIT_INTERRUPTED
-
-    run_dir = Path(cfg.run_dir)
-    ckpt = e.checkpoint or latest_checkpoint(run_dir)
-    cmd = resume_command(run_dir)
-    write_failure(run_dir, FailureRecord("interrupted", str(e), step=e.step, signal=e.signal_name, checkpoint=ckpt,
-                                         resume=cmd if ckpt else None))
-    if ckpt is not None:
-        print(f"digenrl: stopped by {e.signal_name}; resume with: {cmd}", file=sys.stderr)
-    else:
-        print(f"digenrl: stopped by {e.signal_name} before any resumable checkpoint; start over with: "
-              f"digenrl train --overwrite run_dir={run_dir} ...", file=sys.stderr)
-    return EXIT_INTERRUPTED
 
 
 def _print_prediction(cfg) -> None:
@@ -266,16 +225,14 @@ def cmd_pretrain(args) -> int:
 
 def _trained_context(args, cfg):
     """The run context with ``--checkpoint`` (a run dir, checkpoint, exported LoRA or transformer) loaded."""
-    from digenrl.config import ConfigError
     from digenrl.export import ArtifactError, apply_checkpoint
+    from digenrl.validate import refused
 
     ctx = _context(cfg)
     loaded = None
     if args.checkpoint:
-        try:
+        with refused(ArtifactError):
             loaded = apply_checkpoint(ctx.policy, args.checkpoint)
-        except ArtifactError as e:
-            raise ConfigError(str(e)) from None
     elif args.config and (Path(args.config).parent / "checkpoint.safetensors").is_file():
         print(f"digenrl: note: scoring the base model {cfg.model.path or '(built-in)'}; pass --checkpoint "
               f"{Path(args.config).parent} to score the run's trained weights", file=sys.stderr)  # fmt: skip
@@ -387,14 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         return _forward(FORWARDED[argv[0]][0], argv[1:])
     args = parse_args(argv)
     from digenrl.config import ConfigError
-
     from digenrl.faults import RunHalted
 
     try:
         return args.fn(args)
-    except ConfigError as e:
-        return _fail(str(e))
-    except RunHalted as e:  # eval / sample: a reward returned a non-finite score
+    except (ConfigError, RunHalted) as e:  # RunHalted in eval / sample: a reward returned a non-finite score
         return _fail(str(e))
 
 

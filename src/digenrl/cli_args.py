@@ -19,14 +19,12 @@ def is_override(arg: str) -> bool:
     return bool(_OVERRIDE.match(arg))
 
 
-def add_overrides(ap: argparse.ArgumentParser, *, positional: bool = True, flag: bool = True) -> argparse.ArgumentParser:
-    """Add the positional ``overrides`` and / or the repeatable ``--set`` to ``ap``."""
-    if positional:
-        ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", default=[],
-                        help="dotted config overrides, e.g. train.lr=1e-4 run_dir=runs/x (values parsed as YAML)")
-    if flag:
-        ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override (repeatable), the same as a positional KEY=VALUE")
+def add_overrides(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the positional ``overrides`` and the repeatable ``--set`` to ``ap``."""
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", default=[],
+                    help="dotted config overrides, e.g. train.lr=1e-4 run_dir=runs/x (values parsed as YAML)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override (repeatable), the same as a positional KEY=VALUE")
     return ap
 
 

@@ -67,26 +67,20 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise ArtifactError(f"{str(path)!r} is not a readable safetensors file: {e}") from None
 
 
-def transformer_class(model_path: str | Path):
-    """The diffusers transformer class named by ``model_index.json`` of the base model."""
-    import diffusers
-
-    index_file = Path(model_path).expanduser() / "model_index.json"
-    try:
-        entry = json.loads(index_file.read_text())["transformer"]
-    except (OSError, KeyError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"{str(index_file)!r}: cannot read the transformer class ({e!r})") from None
-    return getattr(diffusers, entry[1])
-
-
 def load_trained_transformer(cfg, checkpoint: Path) -> torch.nn.Module:
     """The base transformer of ``cfg.model`` (with LoRA adapters if the run used them) holding the trained
     weights of ``checkpoint``; every checkpoint tensor must match a parameter (name and shape)."""
+    import diffusers
+
     from digenrl.models.diffusers_files import DTYPES, check_model_dir
     from digenrl.models.lora import apply_lora
 
-    check_model_dir(cfg.model.path, cfg.model.kind, ("transformer",))
-    cls = transformer_class(cfg.model.path)
+    index = check_model_dir(cfg.model.path, cfg.model.kind, ("transformer",))  # model_index.json names the class
+    try:
+        cls = getattr(diffusers, index["transformer"][1])
+    except KeyError as e:
+        index_file = Path(cfg.model.path).expanduser() / "model_index.json"
+        raise ArtifactError(f"{str(index_file)!r}: cannot read the transformer class ({e!r})") from None
     transformer = cls.from_pretrained(str(Path(cfg.model.path).expanduser()), subfolder="transformer",
                                       local_files_only=True, torch_dtype=DTYPES[cfg.model.dtype])  # fmt: skip
     if cfg.model.lora.enabled:

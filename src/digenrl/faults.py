@@ -14,17 +14,24 @@ class RunHalted(RuntimeError):
     """A run stopped on a value that would corrupt the model; the message names the step and the cause."""
 
 
-def find_halted(e: BaseException | None) -> RunHalted | None:
-    """The ``RunHalted`` behind ``e`` (its cause chain, or a Ray task error's ``cause``), if there is one."""
+def _chain(e: BaseException | None):
+    """``(error, its cause attribute)`` along ``e``'s cause chain, each error once; ``cause`` is where
+    ``ray.exceptions.RayTaskError`` keeps the worker's exception (``WorkerFailure``: its type and message)."""
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        inner = getattr(e, "cause", None)  # ray.exceptions.RayTaskError keeps the worker's exception here
+        inner = getattr(e, "cause", None)
+        yield e, inner
+        e = e.__cause__ or (inner if isinstance(inner, BaseException) else None)
+
+
+def find_halted(e: BaseException | None) -> RunHalted | None:
+    """The ``RunHalted`` behind ``e`` (its cause chain, or a Ray task error's ``cause``), if there is one."""
+    for x, inner in _chain(e):
         if isinstance(inner, RunHalted):
             return inner
-        if isinstance(e, RunHalted) and type(e).__module__.startswith("digenrl"):
-            return e
-        e = e.__cause__ or (inner if isinstance(inner, BaseException) else None)
+        if isinstance(x, RunHalted) and type(x).__module__.startswith("digenrl"):
+            return x
     return None
 
 
@@ -42,10 +49,7 @@ def find_deterministic(e: BaseException | None) -> BaseException | None:
     """The error behind ``e`` (a ``WorkerFailure`` and its cause chain) that a restart would meet again: a
     config or file error (``ConfigError``, a missing file, a package that is not installed) or torch without
     CUDA; None when a retry may help."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        inner = getattr(e, "cause", None)
+    for e, inner in _chain(e):
         for x in (e, inner):
             if isinstance(x, _DETERMINISTIC_TYPES) or any(c.__name__ in _DETERMINISTIC_NAMES for c in type(x).__mro__):
                 return x
@@ -56,5 +60,4 @@ def find_deterministic(e: BaseException | None) -> BaseException | None:
             names = {*_DETERMINISTIC_NAMES, "ModuleNotFoundError", *(t.__name__ for t in _DETERMINISTIC_TYPES)}
             if kind in names or any(t in inner for t in _DETERMINISTIC_TEXT):
                 return e
-        e = e.__cause__ or (inner if isinstance(inner, BaseException) else None)
     return None

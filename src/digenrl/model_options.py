@@ -64,11 +64,6 @@ FAMILY_OPTIONS: dict[str, type[_Options]] = {
 }
 
 
-def option_names(kind: str) -> list[str]:
-    model = FAMILY_OPTIONS.get(kind)
-    return sorted(model.model_fields) if model is not None else []
-
-
 def did_you_mean(word: str, choices, prefix: str = "") -> str:
     """``"; did you mean X?"`` for the closest of ``choices`` (difflib), or ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
@@ -86,7 +81,7 @@ def check_options(kind: str, options: dict) -> None:
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        names = option_names(kind)
+        names = sorted(model.model_fields)
         if err["type"] == "extra_forbidden":
             if not names:
                 raise ValueError(f"model.options.{key}: model.kind={kind} takes no options; remove it") from None

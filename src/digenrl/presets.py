@@ -24,10 +24,3 @@ def preset_path(name: str) -> Path:
         raise ValueError(f"--config: no preset {name!r}{did_you_mean(name, names, PREFIX) or ';'} the presets: "
                          f"{', '.join(PREFIX + n for n in names)}")
     return path
-
-
-def resolve_config_arg(arg):
-    """``preset:<name>`` -> its file; anything else as it is."""
-    if isinstance(arg, str) and arg.startswith(PREFIX):
-        return preset_path(arg[len(PREFIX):])
-    return arg

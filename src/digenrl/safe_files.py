@@ -27,7 +27,8 @@ TMP_PREFIX = ".tmp-"
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation refuses larger headers too
 
 
-def fsync_dir(path: str | os.PathLike) -> None:
+def _fsync(path: str | os.PathLike) -> None:
+    """fsync a file or a directory (opened read-only: a directory cannot be opened for writing)."""
     fd = os.open(str(path), os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -60,16 +61,12 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) ->
     with naming(path, tmp):
         try:
             write(tmp)
-            fd = os.open(str(tmp), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync(tmp)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        fsync_dir(path.parent)
+        _fsync(path.parent)
     return path
 
 

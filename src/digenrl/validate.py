@@ -21,11 +21,12 @@ Only headers and small JSON files are read; nothing is loaded into a model. Long
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from digenrl.config import Config, ConfigError
 
@@ -42,22 +43,49 @@ def cut(value: Any, n: int = 120) -> str:
     return cut_text(repr(value), n)
 
 
+@contextmanager
+def refused(*errors: type[BaseException], key: str = "", n: int | None = None):
+    """An error of ``errors`` raised in the block becomes a ``ConfigError``: ``key: message``, cut to ``n``."""
+    try:
+        yield
+    except errors as e:
+        msg = str(e) if n is None else cut_text(str(e), n)
+        raise ConfigError(f"{key}: {msg}" if key else msg) from None
+
+
+def checks(cfg: Config, *, run: bool = True) -> list[Callable[[], object]]:
+    """The checks in order. The inputs (what ``eval`` and ``sample`` need): device, model, task, prompts, prompt
+    cache and rewards; ``run`` (``digenrl train``): ``run_dir``, logging packages and threads first, the inputs
+    (a step's prompts must fit the prompt file), then ``eval.guard``."""
+    inputs = [partial(check_device, cfg), partial(check_model, cfg),
+              lambda: check_prompt_cache(cfg, check_task(cfg, training=run)), partial(check_rewards, cfg.reward)]
+    if not run:
+        return inputs
+    return [partial(check_run_dir, cfg.run_dir), partial(check_logging, cfg), partial(check_threads, cfg), *inputs,
+            partial(check_guard, cfg)]
+
+
 def validate_run(cfg: Config) -> None:
-    """Everything ``digenrl train`` needs (``validate_inputs`` + ``run_dir`` + logging packages)."""
-    check_run_dir(cfg.run_dir)
-    check_logging(cfg)
-    check_threads(cfg)
-    validate_inputs(cfg, training=True)
-    check_guard(cfg)
+    """Everything ``digenrl train`` needs; the first problem raises."""
+    for check in checks(cfg):
+        check()
 
 
-def validate_inputs(cfg: Config, *, training: bool = False) -> None:
-    """Device, model, task, prompts, prompt cache and rewards (what ``eval`` and ``sample`` need too)."""
-    check_device(cfg)
-    check_model(cfg)
-    texts = check_task(cfg, training)
-    check_prompt_cache(cfg, texts)
-    check_rewards(cfg.reward)
+def validate_inputs(cfg: Config) -> None:
+    """What ``eval`` and ``sample`` need; the first problem raises."""
+    for check in checks(cfg, run=False):
+        check()
+
+
+def problems(cfg: Config) -> list[str]:
+    """Every check of ``digenrl train``, each run on its own: their one-line errors (``digenrl check``)."""
+    out = []
+    for check in checks(cfg):
+        try:
+            check()
+        except ConfigError as e:
+            out.append(str(e))
+    return out
 
 
 # ---- run_dir -----------------------------------------------------------------------------------------------
@@ -112,8 +140,6 @@ def check_device(cfg: Config) -> None:
 def check_threads(cfg: Config) -> None:
     """``runtime.threads_per_worker`` at most this machine's cores in a local run (more only oversubscribes
     them: a 3 s run took 4 minutes with 1000); joining a Ray cluster, the workers' nodes decide."""
-    import os
-
     n, cores = cfg.runtime.threads_per_worker, os.cpu_count() or 1
     if cfg.runtime.address is None and n > cores:
         raise ConfigError(f"runtime.threads_per_worker: {n} threads per worker, but this machine has {cores} CPU "
@@ -123,28 +149,24 @@ def check_threads(cfg: Config) -> None:
 def check_logging(cfg: Config) -> None:
     """The packages ``log.wandb`` / ``log.tensorboard`` write with are importable (``import wandb`` at step 0
     would otherwise end the run with a traceback after the run directory was made)."""
-    if cfg.log.wandb:
+    import importlib
+
+    for key, how in (("wandb", "`pip install wandb` (WANDB_MODE=offline needs no account)"),
+                     ("tensorboard", "`pip install tensorboard`")):
         try:
-            import wandb  # noqa: F401
+            if getattr(cfg.log, key):
+                importlib.import_module(key)
         except ImportError:
-            raise ConfigError("log.wandb: true, but the wandb package is not installed; `pip install wandb` "
-                              "(WANDB_MODE=offline needs no account) or set log.wandb=false") from None
-    if cfg.log.tensorboard:
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            raise ConfigError("log.tensorboard: true, but the tensorboard package is not installed; "
-                              "`pip install tensorboard` or set log.tensorboard=false") from None
+            raise ConfigError(f"log.{key}: true, but the {key} package is not installed; {how} or set "
+                              f"log.{key}=false") from None
 
 
 # ---- model -------------------------------------------------------------------------------------------------
 def _header(path: Path, key: str) -> dict:
     from digenrl.safe_files import safetensors_header
 
-    try:
+    with refused(ValueError, key=key):
         return safetensors_header(path)
-    except ValueError as e:
-        raise ConfigError(f"{key}: {e}") from None
 
 
 def check_model(cfg: Config) -> None:
@@ -157,13 +179,6 @@ def check_model(cfg: Config) -> None:
         if not Path(m.checkpoint).expanduser().is_file():
             raise ConfigError(f"model.checkpoint: {cut(m.checkpoint)} does not exist")
         _header(Path(m.checkpoint).expanduser(), "model.checkpoint")
-    if m.lora_path:  # readable, a PEFT / diffusers LoRA, consistent with model.lora (headers only)
-        from digenrl.models.lora_files import AdapterError, resolve_lora
-
-        try:
-            resolve_lora(m)
-        except AdapterError as e:
-            raise ConfigError(cut_text(str(e), 400)) from None
     if m.kind == "tiny_dit":
         from digenrl.models.tiny_dit import DEFAULT_BASE
 
@@ -177,18 +192,15 @@ def check_model(cfg: Config) -> None:
     from digenrl.models.diffusers_files import (ModelFilesError, check_config_types, check_model_dir,
                                                 present_components)
 
-    try:
+    with refused(ModelFilesError):
         check_model_dir(m.path, m.kind, ("transformer", "vae", "scheduler"))
-    except ModelFilesError as e:
-        raise ConfigError(str(e)) from None
     from digenrl.models.dir_checks import check_family, check_resolution
+    from digenrl.models.registry import family_policy_class
 
-    spec = family_spec(m.kind)
-    try:
+    spec = family_policy_class(m.kind).spec
+    with refused(ValueError):
         check_family(m.path, m.kind)  # model_index.json's classes are model.kind's
         check_resolution(m.path, m.kind, {**dict(spec.default_options), **m.options})
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
     root = Path(m.path).expanduser()
     comps = ["transformer", "vae", "scheduler"] + present_components(m.path, spec.text_components)
     for comp in comps:
@@ -200,24 +212,8 @@ def check_model(cfg: Config) -> None:
         for f in sorted((root / comp).glob("*.safetensors")):
             _header(f, "model.path")
     for comp in ("transformer", "vae", "scheduler"):  # values of the type their diffusers class declares
-        try:
+        with refused(ModelFilesError, key="model.path", n=400):
             check_config_types(m.path, comp)
-        except ModelFilesError as e:
-            raise ConfigError(f"model.path: {cut_text(str(e), 400)}") from None
-
-
-def family_spec(kind: str):
-    """The ``FamilySpec`` of a diffusers policy kind (imports the adapter module, not diffusers)."""
-    import importlib
-
-    from digenrl.models.registry import _BUILDERS
-
-    module = importlib.import_module(_BUILDERS[kind].split(":")[0])
-    for obj in vars(module).values():
-        spec = getattr(obj, "spec", None)
-        if inspect.isclass(obj) and getattr(spec, "name", None) == kind:
-            return spec
-    raise ConfigError(f"model.kind: {kind!r} has no family spec")  # pragma: no cover - registry bug
 
 
 # ---- task / prompts ----------------------------------------------------------------------------------------
@@ -253,10 +249,8 @@ def check_task(cfg: Config, training: bool = False) -> list[str]:
     for key, f in (("task.prompts_file", train_file), ("task.eval_prompts_file", eval_file)):
         if not f:
             continue
-        try:
+        with refused(PromptFileError, key=key, n=300):
             prompts = read_prompt_file(f)
-        except PromptFileError as e:
-            raise ConfigError(f"{key}: {cut_text(str(e), 300)}") from None
         if training and key == "task.prompts_file" and cfg.train.prompts_per_step > len(prompts):
             raise ConfigError(f"train.prompts_per_step={cfg.train.prompts_per_step} exceeds the {len(prompts)} "
                               f"prompts of task.prompts_file {cut(str(f))}")
@@ -293,26 +287,34 @@ def eval_warnings(cfg: Config) -> list[str]:
 
 
 def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
-    """Without text encoders every prompt (and the negative prompt) must be in ``model.prompt_cache_dir``."""
+    """``model.prompt_cache_dir``: without text encoders it must hold every prompt (and the negative prompt); with
+    them, a cache written by another encoder or with other encoding options (``max_sequence_length``) is refused
+    up front (the run would otherwise add its own encoder id to the directory and break it)."""
     m = cfg.model
     if m.kind not in DIFFUSERS_KINDS:
         return
     from digenrl.models.diffusers_files import present_components
     from digenrl.models.prompt_cache import PromptCache
+    from digenrl.models.registry import family_policy_class, run_encoder_id
 
-    spec = family_spec(m.kind)
-    want = m.options.get("load_text_encoders", "auto")
+    spec = family_policy_class(m.kind).spec
     has_encoders = len(present_components(m.path, spec.text_components)) == len(spec.text_components)
-    if want is not False and has_encoders:
-        check_cache_encoder(cfg)
-        return  # prompts are encoded at run time
+    encoded = m.options.get("load_text_encoders", "auto") is not False and has_encoders  # at run time
     if not m.prompt_cache_dir:
+        if encoded:
+            return
         raise ConfigError(f"model.prompt_cache_dir: required: {cut(m.path)} is used without text encoders; "
                           "build a cache with `digenrl cache-prompts`")
-    try:
+    with refused(ValueError, key="model.prompt_cache_dir"):
         ids = PromptCache.read_encoder_ids(m.prompt_cache_dir)
-    except ValueError as e:
-        raise ConfigError(f"model.prompt_cache_dir: {e}") from None
+    if encoded:
+        want = run_encoder_id(m)
+        if ids and want not in ids:
+            raise ConfigError(f"model.prompt_cache_dir: {cut(m.prompt_cache_dir)} holds the embeddings of encoder "
+                              f"{ids[0]}, not of this run's {want} (another model directory or other encoding "
+                              "options, e.g. model.options.max_sequence_length); use another directory, or delete "
+                              "this one and rebuild it with `digenrl cache-prompts`")
+        return
     if len(ids) != 1:
         raise ConfigError(f"model.prompt_cache_dir: {cut(m.prompt_cache_dir)} holds "
                           f"{'no prompt cache manifest' if not ids else f'{len(ids)} encoder ids'}; "
@@ -325,36 +327,13 @@ def check_prompt_cache(cfg: Config, texts: list[str]) -> None:
                           "with the same config")
 
 
-def check_cache_encoder(cfg: Config) -> None:
-    """A prompt cache written by another encoder or with other encoding options (``max_sequence_length``) is
-    refused up front: the run would otherwise add its own encoder id to the directory and break it."""
-    m = cfg.model
-    if not m.prompt_cache_dir:
-        return
-    from digenrl.models.prompt_cache import PromptCache
-    from digenrl.models.registry import run_encoder_id
-
-    try:
-        ids = PromptCache.read_encoder_ids(m.prompt_cache_dir)
-    except ValueError as e:
-        raise ConfigError(f"model.prompt_cache_dir: {e}") from None
-    want = run_encoder_id(m)
-    if ids and want not in ids:
-        raise ConfigError(f"model.prompt_cache_dir: {cut(m.prompt_cache_dir)} holds the embeddings of encoder "
-                          f"{ids[0]}, not of this run's {want} (another model directory or other encoding options, "
-                          "e.g. model.options.max_sequence_length); use another directory, or delete this one and "
-                          "rebuild it with `digenrl cache-prompts`")
-
-
 # ---- rewards -----------------------------------------------------------------------------------------------
 def check_rewards(spec: dict[str, dict[str, Any]]) -> None:
     """Reward names (built-in, entry point or ``module:factory``) and typed options: the registry's own check."""
     from digenrl.rewards.registry import RewardConfigError, validate_reward_spec
 
-    try:
+    with refused(RewardConfigError, FileNotFoundError, n=2000):  # (the values inside are cut where they are made)
         validate_reward_spec(spec)
-    except (RewardConfigError, FileNotFoundError) as e:  # (whole: the values inside are cut where they are made)
-        raise ConfigError(cut_text(str(e), 2000)) from None
 
 
 def check_guard(cfg: Config) -> None:
@@ -363,7 +342,5 @@ def check_guard(cfg: Config) -> None:
         return
     from digenrl.observe.hacking_guard import parse_guard
 
-    try:
+    with refused(ValueError, FileNotFoundError, n=2000):
         parse_guard(cfg.eval.guard, cfg.eval.guard_tolerance)
-    except (ValueError, FileNotFoundError) as e:
-        raise ConfigError(cut_text(str(e), 2000)) from None

@@ -8,8 +8,8 @@ Every table forbids unknown keys, so a typo is refused with the offending dotted
 
 from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
 
-from .base import MAX_CONFIG_BYTES, ConfigError, safe_yaml_load
-from .load import dump_config, load_config
+from .base import ConfigError
+from .load import MAX_CONFIG_BYTES, dump_config, load_config, safe_yaml_load
 from .model import LoraConfig, ModelConfig, SamplerConfig, SequenceParallelConfig, TaskConfig
 from .run import Config, EvalConfig, LogConfig
 from .runtime import BTSOptions, CalibrationOptions, GeneratorConfig, RuntimeConfig

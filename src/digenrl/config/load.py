@@ -1,5 +1,5 @@
-"""Reading a config: a YAML file (or a preset) plus dotted ``key=value`` overrides, validated, with one-line
-errors; writing one back."""
+"""The config's YAML, in one place: reading a config (a YAML file or a preset, plus dotted ``key=value`` overrides,
+validated, with one-line errors), writing one back, and the alias-free YAML reader other files use too."""
 
 from __future__ import annotations
 
@@ -9,8 +9,35 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .base import MAX_CONFIG_BYTES, ConfigError, _NoAliasDumper, safe_yaml_load
+from .base import ConfigError
 from .run import Config
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``) while composing, before anything is expanded: a few
+    hundred bytes of nested aliases (an alias bomb) would otherwise become 10^9 leaves during validation."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"YAML alias *{event.anchor} is not allowed in a config "
+                                              "(write the value out)", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes an object seen twice out twice, never as an anchor + alias (so this program reads its own files)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a run config is a few KiB; a bigger file is not one
+
+
+def safe_yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` without aliases; raises ``yaml.YAMLError`` (its message names the line)."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -27,9 +54,8 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
 def _fields_at(loc: tuple) -> list[str]:
     """The keys of the config table at ``loc`` (a pydantic error location), or [] where it is not a table."""
     model: Any = Config
-    """The policy (`model.*`)."""
     for part in loc:
-        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        field = model.model_fields.get(str(part))
         if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
             return []
         model = field.annotation
@@ -61,19 +87,17 @@ def _error_line(e: dict) -> str:
 def _format_validation(err: ValidationError) -> str:
     """One line for one error (``train.lrr: unknown key; did you mean train.lr?``), else a list."""
     lines = [_error_line(e) for e in err.errors()]
-    if len(lines) == 1:
-        return lines[0]
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+    return lines[0] if len(lines) == 1 else "invalid configuration:\n  " + "\n  ".join(lines)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Load YAML ``path`` (optional), apply ``key=value`` overrides (values parsed as YAML), validate."""
     tree: dict[str, Any] = {}
     if path is not None:
-        from digenrl.presets import resolve_config_arg
+        from digenrl.presets import PREFIX, preset_path
 
-        try:
-            p = Path(resolve_config_arg(path))  # --config preset:flux1_dev: the shipped preset of that name
+        try:  # --config preset:flux1_dev: the shipped preset of that name
+            p = preset_path(path[len(PREFIX):]) if isinstance(path, str) and path.startswith(PREFIX) else Path(path)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         if not p.is_file():
@@ -108,5 +132,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(_format_validation(e)) from None
 
 
-def dump_config(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.dump(cfg.model_dump(mode="json"), Dumper=_NoAliasDumper, sort_keys=False))
+def dump_config(cfg: Config, path: str | Path | None = None) -> str:
+    """``cfg`` as YAML (every key, in schema order), written to ``path`` when given."""
+    text = yaml.dump(cfg.model_dump(mode="json"), Dumper=_NoAliasDumper, sort_keys=False)
+    if path is not None:
+        Path(path).write_text(text)
+    return text

@@ -94,8 +94,7 @@ class SamplerConfig(_Strict):
     """Guidance scale of the eval (Flow-GRPO's `sample.eval_guidance_scale`); null: `sampler.cfg_scale`."""
     static_shift: float | None = Field(None, gt=0.0)  # DanceGRPO --shift: its schedule instead of the family's
     """DanceGRPO's static sigma shift (`--shift`), replacing the family's schedule; null: the family's."""
-    integer_timesteps: bool | Literal["sampling"] = False  # the model gets int(sigma * 1000) / 1000 (DanceGRPO's and
-    # MixGRPO's timesteps, sampling and training); "sampling": only while sampling, float time in training (DiffusionNFT)
+    integer_timesteps: bool | Literal["sampling"] = False  # int(sigma * 1000) / 1000
     """Give the model int(sigma x 1000) / 1000 as DanceGRPO and MixGRPO do, in sampling and training; `sampling`: only
     while sampling, float time in training (DiffusionNFT; `train.algorithm=nft` only).
     """

@@ -22,10 +22,8 @@ class EvalConfig(_Strict):
     num_prompts: int = Field(64, ge=1)
     """Eval prompts (at most those the eval set has; the run warns when it has fewer)."""
     grid_prompts: int = Field(8, ge=1)
-    # reward-hacking guard (observe.hacking_guard): {name: {options}} scored on the eval samples, never optimised:
-    # registered rewards (as in `reward`, no weight) and `drift` (image statistics against the base model's samples)
     """Samples in each eval's grid (`samples_before.png`, `samples/eval_step_N.png`, `samples_after.png`)."""
-    guard: dict[str, dict[str, Any]] = {}
+    guard: dict[str, dict[str, Any]] = {}  # {name: {options}} (observe.hacking_guard)
     """Reward-hacking guard: rewards (as in `reward`, no weight) and `drift` (image statistics against the base model's
     samples) scored on every eval's samples, never optimised; in every mode (the run waits for each eval).
     """

@@ -37,8 +37,7 @@ class BTSOptions(_Strict):
 class CalibrationOptions(_Strict):
     """When a run measures its cost profile on its own workers before the first step (``runtime.calibration``)."""
 
-    when: Literal["auto", "always", "never"] = "auto"  # auto: where the scheduler needs costs (TAG modes without
-    # runtime.profile); always: every run, written to run_dir/profile.json for `digenrl simulate/plan --profile`
+    when: Literal["auto", "always", "never"] = "auto"  # profile.json: for `digenrl simulate/plan --profile` too
     """When a run times its ops on its own workers before step 1: `auto` (TAG modes without `runtime.profile`),
     `always` or `never`; written to `run_dir/profile.json`.
     """
@@ -72,23 +71,18 @@ class RuntimeConfig(_Strict):
     """Ray resources each trainer rank asks for."""
     threads_per_worker: int = Field(1, ge=1, le=256)  # a local run: at most the machine's cores (validate.py)
     """Torch threads (and Ray CPUs) per worker; a local run: at most the machine's cores."""
-    publish: Literal["object_store", "broadcast", "stream"] = "object_store"  # weight path trainers -> generators
-    # (runtime/publish.py): rank 0's object-store copy, rank 0's broadcast, or every rank's shard streamed while
-    # the trainers go on
+    publish: Literal["object_store", "broadcast", "stream"] = "object_store"  # runtime/publish.py
     """Weight path trainers -> generators: `object_store` (rank 0's copy), `broadcast` (torch.distributed) or `stream`
     (every rank's shards, sent while the trainers go on).
     """
-    stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False, json_schema_extra=EXPERT)  # full + broadcast: a generator waits instead of
-    # starting a stale fragment that would end `overrun` s after the predicted commit when overrun x this > its
-    # wait (schedule.stale_hold; 0: never waits; the planner picks it)
+    stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False, json_schema_extra=EXPERT)  # schedule.stale_hold
     """`full` with `broadcast` / `stream`: a free generator waits instead of starting a stale fragment that would end
     `overrun` s past the step's predicted commit when overrun x this > its wait; 0: never waits (the planner picks
     it).
     """
-    gang_groups: bool = Field(True, json_schema_extra=EXPERT)  # sharded TAG: a gang takes one fragment per rank across prompt groups (false: only the
-    # head group's, a smaller gang that ends sooner; the planner picks it)
+    gang_groups: bool = Field(True, json_schema_extra=EXPERT)
     """TAG on a sharded pool: a gang takes the next fragment per rank across prompt groups; false: only the head
-    group's.
+    group's (a smaller gang that ends sooner; the planner picks it).
     """
     checkpoint_every: int = Field(20, ge=0)  # resumable checkpoint every N committed steps (0: only at the end / on a signal)
     """A resumable checkpoint every N committed steps in `run_dir/checkpoints/` (0: only at the end and on a signal)."""
@@ -96,14 +90,11 @@ class RuntimeConfig(_Strict):
     """The newest K resumable checkpoints are kept."""
     max_restarts: int = Field(3, ge=0)  # Ray modes: worker failures recovered (restart + replay) before giving up
     """Ray modes: worker failures recovered (restart + replay) per run before the run stops."""
-    watchdog_s: float | None = Field(None, gt=0.0)  # a call silent this long is a failure; None: derived from the
-    # cost model where the run has one (TAG modes, runtime.profile): 60 s + 20 x the action's modelled time; else
-    # from the run's observed action times (runtime.deadlines.ObservedCosts: 60 s + 20 x the slowest seen so far)
+    watchdog_s: float | None = Field(None, gt=0.0)  # None: runtime.deadlines (cost model, else ObservedCosts)
     """Seconds before a silent worker call counts as stalled; null: derived (60 s + 20 x the action's modelled or
     observed time).
     """
-    collective_timeout_s: float = Field(600.0, gt=0.0, allow_inf_nan=False)  # torch.distributed groups (trainer
-    # pool, broadcast publish): a collective waiting longer fails with an error naming the rank and the action
+    collective_timeout_s: float = Field(600.0, gt=0.0, allow_inf_nan=False)  # trainer pool, broadcast publish
     """Seconds a torch.distributed collective may wait for the other ranks; longer is an error naming the rank and its
     action.
     """
@@ -113,14 +104,13 @@ class RuntimeConfig(_Strict):
     """
     calibration: CalibrationOptions = CalibrationOptions()
     """When and how the run measures its own costs (`runtime.calibration.*`)."""
-    tag_inference_copy: bool = Field(False, json_schema_extra=EXPERT)  # TAG on a sharded pool: all-gather a plain (unsharded) copy of the weights
-    # once per version, then each rank generates its share of a gang without per-forward gathers
+    tag_inference_copy: bool = Field(False, json_schema_extra=EXPERT)
     """TAG on a sharded pool: all-gather an unsharded copy of the weights once per version and generate from it without
     per-forward gathers.
     """
-    tag_policy: Literal["bts", "greedy", "none"] = "bts"  # TAG modes: who decides the fragments given to idle
-    # trainer ranks at a bubble: the BTS search, greedy (one per idle rank while fragments are pending), none (k = 0)
-    """TAG modes: `bts` (the search), `greedy` (one fragment per idle trainer rank) or `none`."""
+    tag_policy: Literal["bts", "greedy", "none"] = "bts"
+    """TAG modes: who gives fragments to idle trainer ranks at a bubble: `bts` (the search), `greedy` (one fragment
+    per idle trainer rank while fragments are pending) or `none` (k = 0)."""
     bts: BTSOptions = Field(BTSOptions(), json_schema_extra=EXPERT)
     """Options of the BTS search (`runtime.bts.*`)."""
     generator_sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()
@@ -128,14 +118,11 @@ class RuntimeConfig(_Strict):
     fragment together; disaggregated modes only ([sequence parallelism](sequence_parallel.md)).
     """
 
-
     def bts_config(self):
         """The scheduler's ``BTSConfig`` for ``tag_policy`` and ``bts`` (pass it as ``Scheduler(bts_config=...)``)."""
         from digenrl.schedule.bts import BTSConfig
 
-        b = self.bts
-        return BTSConfig(depth=b.depth, budget_nodes=b.budget_nodes, budget_s=b.budget_s, max_branch=b.max_branch,
-                         policy=self.tag_policy, online=b.online, online_decay=b.online_decay)
+        return BTSConfig(**self.bts.model_dump(), policy=self.tag_policy)  # BTSOptions: BTSConfig's field names
 
 
 class GeneratorConfig(_Strict):

@@ -13,8 +13,6 @@ from .model import SequenceParallelConfig
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]  # an AdamW beta
 
 
-
-
 class TrainConfig(_Strict):
     prompts_per_step: int = Field(8, ge=1)  # P
     """P: prompts (groups) per step."""
@@ -52,9 +50,7 @@ class TrainConfig(_Strict):
     """Normalise each reward part in its group (DanceGRPO's multi-reward advantages, MixGRPO's `advantage_aggr`);
     `train.reward_aggregation` says how the per-reward advantages enter the loss.
     """
-    reward_aggregation: Literal["advantages", "losses"] | None = None  # adv_per_reward: how the A_k enter the loss:
-    # advantages = one clipped loss of clamp(sum_k w_k A_k, +-adv_clip_max) (MixGRPO), losses = sum_k w_k L(A_k)
-    # (DanceGRPO); None: the algorithm's reference (mixgrpo: advantages, else losses)
+    reward_aggregation: Literal["advantages", "losses"] | None = None  # None: TrainConfig.reward_mix
     """`adv_per_reward` only: how the per-reward advantages A_k enter the loss: `advantages`, one clipped loss of
     clamp(sum_k w_k A_k, +-`adv_clip_max`) (MixGRPO); `losses`, sum_k w_k L(A_k) (DanceGRPO); null: the algorithm's
     reference (`mixgrpo`: advantages, else losses).
@@ -110,34 +106,27 @@ class TrainConfig(_Strict):
     """EMA of the trainable weights, used for eval and the final checkpoint (Flow-GRPO's 0.9); null: no EMA."""
     ema_every: int = Field(1, ge=1)  # EMA update every N optimizer steps (Flow-GRPO update_step_interval=8)
     """EMA update every N optimizer steps (Flow-GRPO `update_step_interval`)."""
-    ema_warmup: bool = True  # decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; False: fixed decay
-    # Flow-GRPO's quirks (train/ema.py, train/step_math.py; docs/math.md, "Recipes"); each off by default:
+    ema_warmup: bool = True
     """decay_n = min((1 + n) / (10 + n), ema_decay) as Flow-GRPO; false: the fixed decay."""
-    micro_batch: int | None = Field(None, ge=1)  # samples of one Flow-GRPO micro-batch (its sample.train_batch_size x
-    # GPUs): only the unit of ema_update=per_micro_batch and zero_adv_refill (the forwards are cut by chunk_*)
+    # Flow-GRPO's quirks (train/ema.py, train/step_math.py; docs/math.md, "Recipes"); each off by default:
+    micro_batch: int | None = Field(None, ge=1)  # the forwards are cut by chunk_*, not by this
     """Samples of one Flow-GRPO micro-batch (`sample.train_batch_size` x GPUs): only the unit of
     `ema_update=per_micro_batch` and `zero_adv_refill`.
     """
-    ema_update: Literal["per_commit", "per_micro_batch"] = "per_commit"  # per_micro_batch: Flow-GRPO's ema.step per
-    # micro-batch, k = P G / (M micro_batch) EMA updates per optimizer step with the same n and weights
+    ema_update: Literal["per_commit", "per_micro_batch"] = "per_commit"  # the k updates: same n, same weights
     """`per_micro_batch`: Flow-GRPO's EMA step per micro-batch, k = P G / (M micro_batch) updates per optimizer step;
     `per_commit`: one per optimizer step.
     """
-    zero_adv_refill: bool = False  # Flow-GRPO: re-add random zero-advantage samples (seeded by run seed, step) until
-    # the step's kept count is a multiple of P G / micro_batch; they train with A = 0 (KL only) and count (not pipelined)
+    zero_adv_refill: bool = False  # the re-added samples train with A = 0 (KL only) and count
     """Flow-GRPO's re-added zero-advantage samples (seeded by seed and step) until the kept count fills whole
     micro-batches; colocated / naive only.
     """
-    minibatch_split: Literal["groups", "samples", "generations"] = "groups"  # samples: Flow-GRPO's random permutation
-    # of the kept samples per inner epoch, cut into M parts (every group in every minibatch: runtime.mode naive /
-    # colocated only); generations: minibatch m takes generations j with floor(j M / G) = m of every
-    # group (MixGRPO: 3 of each prompt's 12), group-local, so every mode runs it
+    minibatch_split: Literal["groups", "samples", "generations"] = "groups"  # samples: a permutation per inner epoch
     """`groups`: whole groups by index; `samples`: Flow-GRPO's minibatches from a seeded permutation of the samples
     (colocated / naive only); `generations`: minibatch m takes the generations j with floor(j M / G) = m of every group
     (MixGRPO: 3 of each prompt's 12; every mode).
     """
-    guard_bias: Literal["batch", "cell"] = "batch"  # grpo_guard: RatioNorm's bias averaged over the cells one forward
-    # holds at one trained timestep (flow_grpo's per-device batch, algo.guard) | each cell's own (the paper's formula)
+    guard_bias: Literal["batch", "cell"] = "batch"  # algo.guard
     """`grpo_guard` only: RatioNorm's bias averaged over the cells one forward holds at one trained timestep (`batch`,
     flow_grpo's per-device batch) or each cell's own (`cell`, the paper's per-sample formula).
     """
@@ -166,9 +155,8 @@ class TrainConfig(_Strict):
     """
     cpu_offload: bool = False  # fsdp only: sharded weights, grads, AdamW state and EMA live in host memory
     """`fsdp` only: sharded weights, gradients, AdamW state and EMA in host memory, the optimizer stepping on the CPU."""
-    shard_groups: int = Field(1, ge=1)  # fsdp only: hybrid sharding (HSDP): the trainer ranks form this many shard
-    # groups of runtime.trainers / shard_groups ranks, data-parallel replicas of each other (the commit all-reduces
-    # the gradient shards across them); each group is one trainer of the scheduler
+    shard_groups: int = Field(1, ge=1)  # HSDP: the commit all-reduces the gradient shards across the groups; each
+    # group is one trainer of the scheduler
     """`fsdp` only: hybrid sharding, k shard groups of `runtime.trainers` / k ranks (k divides it), data-parallel
     replicas of each other.
     """
@@ -188,9 +176,7 @@ class TrainConfig(_Strict):
     one trainer of the scheduler (a data-parallel lane of a shard group under `fsdp`)
     ([sequence parallelism](sequence_parallel.md)).
     """
-    grad_sum: Literal["auto", "fp32", "fp64"] = "auto"  # the round's gradient summed over its chunks in float32
-    # (arrival order) or float64 (order-free, cast at the commit: train.transaction); auto: fp64 where chunks go to
-    # whichever trainer is free (a TSP mode with several trainers or shard groups), so two runs end bitwise equal
+    grad_sum: Literal["auto", "fp32", "fp64"] = "auto"  # fp64: cast back at the commit (train.transaction)
     """How a round's chunk gradients are summed: `fp32` (in arrival order) or `fp64` (order-free, cast back at the
     commit, so two runs end bitwise equal whichever trainer trained which chunk); `auto`: fp64 where chunks go to
     whichever trainer is free (a TSP mode with several trainers or shard groups).
