@@ -50,7 +50,7 @@ class RemoteReward:
         self.backoff, self.backoff_max = float(backoff), float(backoff_max)
         self.wire_dtype, self.name, self.retries = wire_dtype, name, retries
         if token is None and token_file is not None:
-            token = _read_token(token_file)
+            token = read_token(token_file)
         self.token = token if token is not None else (os.environ.get(token_env) or None)
 
     def _post(self, body: bytes) -> dict:
@@ -106,13 +106,14 @@ def build_remote_reward(url: str, timeout: float = 120.0, retry_window: float = 
                         token_file)  # fmt: skip
 
 
-def _read_token(path: str) -> str:
+def read_token(path: str, what: str = "reward remote: token_file") -> str:
+    """The stripped text of a token file; ``ValueError`` naming ``what`` and the path if unreadable or empty."""
     try:
         token = open(path, encoding="utf-8").read().strip()
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"reward remote: token_file {path!r} cannot be read: {getattr(e, 'strerror', None) or e}") from None
+        raise ValueError(f"{what} {path!r} cannot be read: {getattr(e, 'strerror', None) or e}") from None
     if not token:
-        raise ValueError(f"reward remote: token_file {path!r} is empty")
+        raise ValueError(f"{what} {path!r} is empty")
     return token
 
 
@@ -120,7 +121,7 @@ def _check_remote(url: str, token_file: str | None = None, **_) -> None:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"reward remote: url must start with http:// or https://, got {url[:80]!r}")
     if token_file is not None:
-        _read_token(token_file)
+        read_token(token_file)
 
 
 build_remote_reward.check = _check_remote  # type: ignore[attr-defined]
