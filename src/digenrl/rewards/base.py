@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
+import numpy as np
 import torch
 
 from digenrl.faults import RunHalted
@@ -55,6 +56,17 @@ def check_scores(name: str, value, n: int) -> torch.Tensor:
         raise RewardOutputError(f"{where}: score {v[bad[0]].item()} of sample {bad[0]} (of {n}) is not finite"
                                 + (f" ({len(bad)} samples are not)" if len(bad) > 1 else ""))
     return v
+
+
+def rgb_frames(images: torch.Tensor, what: str, n: int | None = None) -> np.ndarray:
+    """Images [B, C, H, W] or videos [B, C, F, H, W] in [0, 1] (C = 1 or 3; ``n``: the expected B) -> 8-bit RGB
+    frames [B, F, H, W, 3] (F = 1 for images): round(255 x), what a saved image holds; grey is replicated."""
+    x = images.detach().float().cpu().clamp(0, 1)
+    x = x.unsqueeze(2) if x.ndim == 4 else x
+    if x.ndim != 5 or x.shape[1] not in (1, 3) or (n is not None and x.shape[0] != n):
+        raise ValueError(f"{what}: expected images [B, 1|3, H, W] or videos [B, 1|3, F, H, W]"
+                         f"{'' if n is None else f' for {n} prompts'}, got {tuple(images.shape)}")
+    return (x.expand(-1, 3, -1, -1, -1) * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()
 
 
 class RewardFn(Protocol):

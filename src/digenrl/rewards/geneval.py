@@ -32,6 +32,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
+from digenrl.rewards.base import rgb_frames
 from digenrl.rewards.geneval_rules import Detection, check_metadata, evaluate, filter_detections
 
 
@@ -133,13 +134,9 @@ class GenEvalReward:
                 check_metadata(p.meta)
             except ValueError as e:
                 raise ValueError(f"{e} (prompt {p.text[:60]!r})") from None
-        x = images.detach().float().cpu().clamp(0, 1)
-        if x.ndim != 4 or x.shape[0] != len(prompts):
-            raise ValueError(f"reward geneval: expected images [B, C, H, W] for {len(prompts)} prompts, got {tuple(images.shape)}")
-        if x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1)
-        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
-        raw = self.detector(list(arr))
+        if images.ndim != 4:
+            raise ValueError(f"reward geneval: expected images [B, C, H, W], got {tuple(images.shape)}")
+        raw = self.detector(list(rgb_frames(images, "reward geneval", len(prompts))[:, 0]))
         out: dict[str, list[float]] = {"score": [], "strict": [], "correct": []}
         for i, (dets, p) in enumerate(zip(raw, prompts)):
             objects = filter_detections([_as_detection(d, f"image {i}") for d in dets], str(p.meta.get("tag", "")),

@@ -13,6 +13,8 @@ from typing import Iterable, Literal, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from digenrl.rewards.base import rgb_frames
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's image mean / std (open_clip OPENAI_DATASET_*),
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)  # used by HPSv2 and by ImageReward's transform
@@ -115,25 +117,12 @@ def layer_count(state: dict[str, torch.Tensor], prefix: str) -> int:
     return len(ids)
 
 
-def frames_uint8(images: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Images [B, C, H, W] (or videos [B, C, F, H, W]) in [0, 1] -> 8-bit RGB frames [B * F, 3, H, W] (what a
-    saved image holds: round(255 x)) and F (1 for images)."""
-    x = images.detach().float().clamp(0, 1)
-    frames = 1
-    if x.ndim == 5:
-        frames = x.shape[2]
-        x = x.permute(0, 2, 1, 3, 4).reshape(-1, x.shape[1], *x.shape[3:])
-    if x.ndim != 4 or x.shape[1] not in (1, 3):
-        raise ValueError(f"expected images [B, 1|3, H, W] or videos [B, C, F, H, W], got {tuple(images.shape)}")
-    if x.shape[1] == 1:
-        x = x.expand(-1, 3, -1, -1)
-    return (x * 255).round().to(torch.uint8), frames
-
-
 def score_frames(what: str, images: torch.Tensor, prompts: Sequence, batch_size: int, score) -> torch.Tensor:
-    """One score per sample: every frame (8-bit, ``frames_uint8``) is scored with its prompt's text by
-    ``score(frames, texts)`` in batches of ``batch_size``, and a video gets the mean over its frames."""
-    frames, f = frames_uint8(images)
+    """One score per sample: every frame (8-bit [N, 3, H, W], ``base.rgb_frames``) is scored with its prompt's text
+    by ``score(frames, texts)`` in batches of ``batch_size``, and a video gets the mean over its frames."""
+    arr = rgb_frames(images, f"reward {what}")
+    f = arr.shape[1]
+    frames = torch.from_numpy(arr.reshape(-1, *arr.shape[2:])).permute(0, 3, 1, 2)
     texts = [p.text for p in prompts for _ in range(f)]
     if len(texts) != frames.shape[0]:
         raise ValueError(f"reward {what}: {len(prompts)} prompts for {frames.shape[0] // f} samples")

@@ -31,6 +31,8 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
+from digenrl.rewards.base import rgb_frames
+
 
 def edit_distance(a: str, b: str) -> int:
     """Levenshtein distance (unit-cost insertions, deletions, substitutions), O(len(a) * len(b))."""
@@ -119,15 +121,7 @@ class OcrReward:
         return text
 
     def score(self, images: torch.Tensor, prompts: Sequence) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = images.detach().float().cpu().clamp(0, 1)
-        if x.ndim == 4:
-            x = x.unsqueeze(2)
-        if x.ndim != 5 or x.shape[0] != len(prompts):
-            raise ValueError(f"reward ocr: expected [B, C, H, W] or [B, C, F, H, W] for {len(prompts)} prompts, "
-                             f"got {tuple(images.shape)}")  # fmt: skip
-        if x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1, -1)
-        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()  # [B, F, H, W, 3]
+        arr = rgb_frames(images, "reward ocr", len(prompts))  # [B, F, H, W, 3]
         targets = [self._target(p) for p in prompts]
         out, exact = [], []
         for frames, target in zip(arr, targets):

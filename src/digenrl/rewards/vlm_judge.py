@@ -35,6 +35,8 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
+from digenrl.rewards.base import rgb_frames
+
 DEFAULT_TEMPLATE = (
     "Here is an image generated for the caption below. Judge (1) how faithfully the image depicts the caption "
     "-- its objects, attributes, counts and relations -- and (2) its visual quality -- sharpness, detail, "
@@ -151,14 +153,8 @@ class VlmJudge:
 
     # -- batch --------------------------------------------------------------------------------------------
     def score(self, images: torch.Tensor, prompts: Sequence) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = images.detach().float().cpu().clamp(0, 1)
-        if x.ndim == 5:
-            x = x[:, :, x.shape[2] // 2]
-        if x.ndim != 4 or x.shape[0] != len(prompts):
-            raise ValueError(f"reward vlm_judge: expected [B, C, H, W] for {len(prompts)} prompts, got {tuple(images.shape)}")
-        if x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1)
-        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        arr = rgb_frames(images, "reward vlm_judge", len(prompts))
+        arr = arr[:, arr.shape[1] // 2]  # a video's middle frame
         texts = [p.text if hasattr(p, "text") else str(p) for p in prompts]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(texts)) or 1) as pool:
             replies = list(pool.map(self.ask, list(arr), texts))
