@@ -69,6 +69,18 @@ def rgb_frames(images: torch.Tensor, what: str, n: int | None = None) -> np.ndar
     return (x.expand(-1, 3, -1, -1, -1) * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()
 
 
+def png_base64(rgb: np.ndarray, size: int | None = None) -> str:
+    """An HxWx3 uint8 RGB image as a base64 PNG (resized to ``size`` x ``size`` first if ``size``)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    img, buf = Image.fromarray(rgb), io.BytesIO()
+    (img.resize((size, size)) if size else img).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
 class RewardFn(Protocol):
     name: str
 

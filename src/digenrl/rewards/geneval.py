@@ -21,18 +21,14 @@ install from PyPI on CPU, so the model stays the user's):
 
 from __future__ import annotations
 
-import base64
-import io
 import json
-import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
 
-from digenrl.rewards.base import rgb_frames
+from digenrl.rewards.base import png_base64, rgb_frames
+from digenrl.rewards.client import Unavailable, post_retrying
 from digenrl.rewards.geneval_rules import Detection, check_metadata, evaluate, filter_detections
 
 
@@ -55,32 +51,17 @@ class RemoteDetector:
         self.url, self.timeout, self.retries, self.backoff = url, timeout, retries, backoff
 
     def __call__(self, images: list[np.ndarray]) -> list[list[dict]]:
-        from PIL import Image
-
-        pngs = []
-        for img in images:
-            buf = io.BytesIO()
-            Image.fromarray(img).save(buf, format="PNG")
-            pngs.append(base64.b64encode(buf.getvalue()).decode("ascii"))
-        body = json.dumps({"images": pngs}).encode()
-        last = None
-        for k in range(self.retries + 1):
-            if k:
-                time.sleep(self.backoff * 2 ** (k - 1))
-            try:
-                req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    out = json.loads(resp.read())["detections"]
-                if not isinstance(out, list) or len(out) != len(images):
-                    raise ValueError(f"geneval: detector {self.url} returned {len(out)} lists for {len(images)} images")
-                return out
-            except urllib.error.HTTPError as e:
-                if 400 <= e.code < 500 and e.code != 429:
-                    raise RuntimeError(f"geneval: detector {self.url} refused the request ({e.code})") from None
-                last = f"HTTP {e.code}"
-            except (urllib.error.URLError, OSError) as e:
-                last = repr(getattr(e, "reason", e))
-        raise RuntimeError(f"geneval: detector {self.url} unavailable after {self.retries + 1} attempts ({last})")
+        body = json.dumps({"images": [png_base64(img) for img in images]}).encode()
+        try:
+            out = post_retrying(self.url, body, {"Content-Type": "application/json"}, self.timeout,
+                                [self.backoff * 2**k for k in range(self.retries)],
+                                lambda code, _: RuntimeError(f"geneval: detector {self.url} refused the request ({code})"),
+                                lambda raw: json.loads(raw)["detections"])  # fmt: skip
+        except Unavailable as e:
+            raise RuntimeError(f"geneval: detector {self.url} unavailable after {e.attempts} attempts ({e.last})") from None
+        if not isinstance(out, list) or len(out) != len(images):
+            raise ValueError(f"geneval: detector {self.url} returned {len(out)} lists for {len(images)} images")
+        return out
 
 
 class GenEvalReward:

@@ -21,21 +21,17 @@ Videos ``[B, C, F, H, W]`` send their middle frame. ``info``: ``parsed`` (1 if a
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import os
 import re
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, Sequence
 
 import numpy as np
 import torch
 
-from digenrl.rewards.base import rgb_frames
+from digenrl.rewards.base import png_base64, rgb_frames
+from digenrl.rewards.client import Unavailable, post_retrying
 
 DEFAULT_TEMPLATE = (
     "Here is an image generated for the caption below. Judge (1) how faithfully the image depicts the caption "
@@ -93,22 +89,12 @@ class VlmJudge:
         self.api_key = api_key if api_key is not None else os.environ.get(api_key_env)
 
     # -- one sample ---------------------------------------------------------------------------------------
-    def _data_url(self, rgb: np.ndarray) -> str:
-        from PIL import Image
-
-        img = Image.fromarray(rgb)
-        if self.image_size:
-            img = img.resize((self.image_size, self.image_size))
-        buf = io.BytesIO()
-        img.save(buf, format="PNG")
-        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
     def _request(self, rgb: np.ndarray, prompt: str) -> bytes:
         body: dict = {
             "model": self.model,
             "temperature": self.temperature,
             "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": self._data_url(rgb)}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_base64(rgb, self.image_size)}},
                 {"type": "text", "text": self.template.replace("{prompt}", prompt)},
             ]}],
         }  # fmt: skip
@@ -116,31 +102,23 @@ class VlmJudge:
             body["max_tokens"] = int(self.max_tokens)
         return json.dumps(body).encode()
 
+    def _content(self, raw: bytes) -> str:
+        try:
+            return str(json.loads(raw)["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
+            raise VlmJudgeError(f"vlm_judge: {self.url} answered without choices[0].message.content ({e!r})") from None
+
     def ask(self, rgb: np.ndarray, prompt: str) -> str:
         """The judge's reply text for one HxWx3 uint8 image (with retries, see the module docstring)."""
-        data = self._request(rgb, prompt)
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last = None
-        for k in range(self.retries + 1):
-            if k:
-                time.sleep(self.backoff * 2 ** (k - 1))
-            try:
-                req = urllib.request.Request(self.url, data=data, headers=headers)
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    out = json.loads(resp.read())
-                return str(out["choices"][0]["message"]["content"] or "")
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode(errors="replace")[:300]
-                if 400 <= e.code < 500 and e.code != 429:
-                    raise VlmJudgeError(f"vlm_judge: {self.url} refused the request ({e.code}): {detail}") from None
-                last = f"HTTP {e.code}: {detail}"
-            except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
-                raise VlmJudgeError(f"vlm_judge: {self.url} answered without choices[0].message.content ({e!r})") from None
-            except (urllib.error.URLError, OSError, TimeoutError) as e:
-                last = repr(getattr(e, "reason", e))
-        raise VlmJudgeError(f"vlm_judge: {self.url} unavailable after {self.retries + 1} attempts (last error: {last})")
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})}
+        try:
+            return post_retrying(self.url, self._request(rgb, prompt), headers, self.timeout,
+                                 [self.backoff * 2**k for k in range(self.retries)],
+                                 lambda code, detail: VlmJudgeError(f"vlm_judge: {self.url} refused the request ({code}): "
+                                                                    f"{detail[:300]}"), self._content)  # fmt: skip
+        except Unavailable as e:
+            raise VlmJudgeError(f"vlm_judge: {self.url} unavailable after {e.attempts} attempts (last error: "
+                                f"{e.last})") from None
 
     def parse(self, reply: str) -> float | None:
         m = self.pattern.search(reply)
