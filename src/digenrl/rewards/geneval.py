@@ -92,8 +92,7 @@ class GenEvalReward:
                  counting_threshold: float = 0.9, max_objects: int = 16, max_overlap: float = 1.0,
                  position_threshold: float = 0.1, timeout: float = 120.0):  # fmt: skip
         if sum(x is not None for x in (detector_url, detector_factory, detector_path)) != 1:
-            raise ValueError("reward geneval: set exactly one of detector_url (a detection service), detector_path "
-                             "(a local transformers detection model) or detector_factory ('module:function')")  # fmt: skip
+            self.check(detector_url, detector_factory, detector_path)  # names the options
         if detector_url is not None:
             self.detector: Callable = RemoteDetector(detector_url, timeout)
         elif detector_path is not None:

@@ -38,8 +38,7 @@ from pydantic import Field
 
 from digenrl.rewards.clip_based import aesthetic_head
 from digenrl.rewards.local_weights import (
-    CLIP_MEAN, CLIP_STD, DTYPES, LocalWeightsOptions, check_paths, layer_count, load_strict,
-    read_checkpoint, resolve_device, score_frames,
+    CLIP_MEAN, CLIP_STD, LocalWeightsOptions, LocalWeightsReward, layer_count, load_strict,
 )  # fmt: skip
 
 REWARD_MEAN = 0.16717362830052426  # ImageReward.py: self.mean
@@ -134,33 +133,25 @@ def resize_center_crop(frame, size: int):
 
 
 class ImageRewardOptions(LocalWeightsOptions):
-    vision_heads: int = Field(16, ge=1)
-    text_heads: int = Field(12, ge=1)
+    text_heads: int = Field(12, ge=1)  # BERT-base
 
 
-class ImageReward:
+class ImageReward(LocalWeightsReward):
     """``image_reward``: ImageReward's normalised score of (image, prompt) (see the module docstring)."""
 
     name = "image_reward"
     options_model = ImageRewardOptions
 
-    @staticmethod
-    def check(checkpoint_path: str | None = None, tokenizer_path: str | None = None, **_) -> None:
-        check_paths("image_reward", checkpoint_path, tokenizer_path)
-
     def __init__(self, **options):
         from transformers import AutoTokenizer
 
-        o = self.options = ImageRewardOptions(**options)
-        state = read_checkpoint(o.checkpoint_path, self.name)
-        if _VIT + "patch_embed.proj.weight" not in state or _BERT + "embeddings.word_embeddings.weight" not in state:
-            raise ValueError(f"reward image_reward: {o.checkpoint_path!r} is not an ImageReward state dict "
-                             f"(no {_VIT}patch_embed / {_BERT}embeddings keys)")  # fmt: skip
+        state = self._read(options, "an ImageReward state dict", (_VIT + "patch_embed.proj.weight",
+                                                                  _BERT + "embeddings.word_embeddings.weight"))
+        o = self.options
         vision, text = blip_configs(state, o.vision_heads, o.text_heads)
         with torch.device("meta"):
             net = ImageRewardNet(vision, text)
         load_strict(net, blip_to_hf(state), self.name, o.checkpoint_path)
-        self.device, self.dtype = resolve_device(o.device), DTYPES[o.dtype]
         self.net = net.eval().to(self.device, self.dtype)
         self.net.mlp.float()  # ImageReward scores the [CLS] feature in float32
         tok = AutoTokenizer.from_pretrained(o.tokenizer_path, local_files_only=True)
@@ -194,8 +185,5 @@ class ImageReward:
         """MLP(h), before ImageReward's normalisation."""
         return self.net(pixels, ids, mask)
 
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        def normalised(frames, texts):
-            return (self.raw(self.pixels(frames), *self.tokens(texts)) - REWARD_MEAN) / REWARD_STD
-
-        return score_frames(self.name, images, prompts, self.options.batch_size, normalised)
+    def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
+        return (self.raw(self.pixels(frames), *self.tokens(texts)) - REWARD_MEAN) / REWARD_STD

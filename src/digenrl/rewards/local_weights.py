@@ -30,6 +30,8 @@ class LocalWeightsOptions(BaseModel):
     device: str | None = None  # None: the worker's device (its CUDA device when it has one, else CPU)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     batch_size: int = Field(16, ge=1)  # images per forward pass
+    vision_heads: int = Field(16, ge=1)  # head counts: not stored in the weights
+    text_heads: int = Field(16, ge=1)
 
 
 def check_paths(what: str, checkpoint_path: str | None, tokenizer_path: str | None) -> None:
@@ -133,3 +135,30 @@ def score_frames(what: str, images: torch.Tensor, prompts: Sequence, batch_size:
 def per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
     """Frame scores [B * F] -> the mean per sample [B] (float32, CPU)."""
     return values.float().view(-1, frames).mean(dim=1).cpu()
+
+
+class LocalWeightsReward:
+    """What ``hpsv2`` and ``image_reward`` share: ``check`` (the paths), ``_read`` (the options and the checkpoint,
+    refused without the keys of its layout) and the call: ``score_frames`` over the subclass's ``frame_scores``."""
+
+    name: str
+    options_model: type[LocalWeightsOptions] = LocalWeightsOptions
+
+    @classmethod
+    def check(cls, checkpoint_path: str | None = None, tokenizer_path: str | None = None, **_) -> None:
+        check_paths(cls.name, checkpoint_path, tokenizer_path)
+
+    def _read(self, options: dict, layout: str, keys: Sequence[str]) -> dict[str, torch.Tensor]:
+        o = self.options = self.options_model(**options)
+        state = read_checkpoint(o.checkpoint_path, self.name)
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise ValueError(f"reward {self.name}: {o.checkpoint_path!r} is not {layout} (no {missing})")
+        self.device, self.dtype = resolve_device(o.device), DTYPES[o.dtype]
+        return state
+
+    def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
+        return score_frames(self.name, images, prompts, self.options.batch_size, self.frame_scores)

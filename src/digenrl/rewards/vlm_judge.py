@@ -68,16 +68,8 @@ class VlmJudge:
                  on_parse_failure: float | Literal["error"] = 0.0, concurrency: int = 8, timeout: float = 120.0,
                  retries: int = 3, backoff: float = 1.0, temperature: float = 0.0, max_tokens: int | None = None,
                  image_size: int | None = 512, api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY"):  # fmt: skip
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"reward vlm_judge: base_url must start with http:// or https://, got {base_url!r}")
-        if "{prompt}" not in prompt_template:
-            raise ValueError("reward vlm_judge: prompt_template must contain the placeholder {prompt}")
-        try:
-            self.pattern = re.compile(score_pattern)
-        except re.error as e:
-            raise ValueError(f"reward vlm_judge: score_pattern is not a valid regex: {e}") from None
-        if self.pattern.groups < 1:
-            raise ValueError("reward vlm_judge: score_pattern needs a group capturing the number")
+        self.check(base_url, model, prompt_template, score_pattern)
+        self.pattern = re.compile(score_pattern)
         if concurrency < 1 or timeout <= 0 or retries < 0 or backoff < 0 or score_scale == 0:
             raise ValueError("reward vlm_judge: need concurrency >= 1, timeout > 0, retries >= 0, backoff >= 0, "
                              "score_scale != 0")  # fmt: skip
