@@ -80,11 +80,6 @@ class ClipEmbedder:
         return (img * self.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)).sum(-1), frames
 
 
-def _check_file(path: str | None, what: str, option: str) -> None:
-    if path is not None and not Path(path).expanduser().is_file():
-        raise FileNotFoundError(f"reward {what}: {option} {str(path)!r} does not exist")
-
-
 class ClipScore:
     name = "clipscore"
 
@@ -152,7 +147,8 @@ class AestheticScore:
         _check_dir(model_path, "aesthetic")
         if not head_path:
             raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
-        _check_file(head_path, "aesthetic", "head_path")
+        if not Path(head_path).expanduser().is_file():
+            raise FileNotFoundError(f"reward aesthetic: head_path {head_path!r} does not exist")
 
     def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str | None = None):
         self.clip = ClipEmbedder(model_path, self.name, device)

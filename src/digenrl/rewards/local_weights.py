@@ -52,8 +52,7 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device("cpu")
 
 
-def read_checkpoint(path: str, what: str, nested: Iterable[str] = ("state_dict", "model"),
-                    option: str = "checkpoint_path") -> dict[str, torch.Tensor]:
+def read_checkpoint(path: str, what: str, option: str = "checkpoint_path") -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file: a safetensors file, or a torch pickle read with ``weights_only`` (a
     training checkpoint's ``state_dict`` / ``model`` entry is unwrapped; a ``module.`` prefix from DDP is
     dropped). ``option``: the reward option that named the file (for the error)."""
@@ -69,7 +68,7 @@ def read_checkpoint(path: str, what: str, nested: Iterable[str] = ("state_dict",
             state = torch.load(str(p), map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError:  # not a zip checkpoint: mmap needs one
             state = torch.load(str(p), map_location="cpu", weights_only=True)
-    for key in nested:
+    for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
             break

@@ -93,12 +93,9 @@ class OcrReward:
                  frame_reduce: Literal["positive_mean", "mean"] = "positive_mean"):  # fmt: skip
         if frame_stride < 1 or not 0.0 <= text_score <= 1.0:
             raise ValueError("reward ocr: need frame_stride >= 1 and text_score in [0, 1]")
-        try:
-            from rapidocr_onnxruntime import RapidOCR
-        except ImportError as e:
-            raise ValueError(
-                f"reward ocr: the recogniser is not installed ({e}); pip install rapidocr-onnxruntime"
-            ) from None
+        self.check()
+        from rapidocr_onnxruntime import RapidOCR
+
         kwargs = {"text_score": text_score, "det_limit_side_len": det_limit_side_len, "det_limit_type": det_limit_type}
         if threads > 0:
             kwargs |= {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
