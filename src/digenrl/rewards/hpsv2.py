@@ -13,16 +13,14 @@ shorter side with zeros (left/top get floor(pad / 2)) -> normalise with CLIP's m
 tokenizer, padded / truncated to the 77-token context; the text embedding is taken at the end-of-text token,
 which open_clip finds as the highest token id.
 
-Why transformers and not ``open_clip``: ``open-clip-torch`` needs ``torchvision`` and ``timm``, whose wheels pin
-a torch build (pip replaces a CPU torch with a CUDA one); the OpenCLIP text/vision towers are the same network
-as ``CLIPModel`` (pre-LN blocks, exact GELU for ViT-H-14, causal text attention), so the state dict maps key for
-key (``open_clip_to_hf``): ``in_proj`` splits into q / k / v, ``proj`` / ``text_projection`` are stored
-transposed, and every key must be used (``load_strict``).
+Not ``open_clip``: ``open-clip-torch`` needs ``torchvision`` and ``timm``, whose wheels pin a torch build; its
+towers are the same network as ``CLIPModel`` (pre-LN blocks, exact GELU for ViT-H-14, causal text attention),
+so the state dict maps key for key (``open_clip_to_hf``) and every key must be used (``load_strict``).
 
 Checkpoint: ``HPS_v2_compressed.pt`` or ``HPS_v2.1_compressed.pt`` (HF hub ``xswu/HPSv2``), a dict with the
 OpenCLIP ``state_dict``. Tokenizer: a CLIP tokenizer directory, e.g. ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``
-(the one PickScore's processor uses; its BPE is open_clip's). Head counts are not stored in the weights:
-``vision_heads`` / ``text_heads`` default to ViT-H-14's (1280 / 80 = 16, 1024 / 64 = 16).
+(its BPE is open_clip's). The head counts, not stored in the weights, default to ViT-H-14's (1280 / 80 = 16,
+1024 / 64 = 16).
 """
 
 from __future__ import annotations

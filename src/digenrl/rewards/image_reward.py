@@ -15,17 +15,11 @@ aesthetic head's layout, ``clip_based.aesthetic_head``). Image transform (``_tra
 tokenizer (``bert-base-uncased`` plus the special tokens ``[DEC]`` and ``[ENC]``), padded / truncated to 35
 tokens; the input ids are used as tokenized ([CLS] first).
 
-Key mapping (as transformers' BLIP conversion renames BLIP's ViT; the text encoder is BLIP's ``med.py``
-BERT, whose keys ``BlipTextModel`` keeps): ``blip.visual_encoder.{cls_token, pos_embed, patch_embed.proj,
-blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1/fc2}, norm}`` -> ``BlipVisionModel``'s
-``embeddings.{class_embedding, position_embedding, patch_embedding}``, ``encoder.layers.N.{layer_norm1,
-self_attn.qkv, self_attn.projection, layer_norm2, mlp.fc1/fc2}``, ``post_layernorm``;
-``blip.text_encoder.*`` -> ``BlipTextModel`` unchanged; ``mlp.layers.N`` -> the head. The contrastive
-projections ``blip.vision_proj`` / ``blip.text_proj`` are not used by the score and are skipped.
-
-Weights: ``ImageReward.pt`` (HF hub ``THUDM/ImageReward``); tokenizer: a local ``bert-base-uncased``
-directory (``google-bert/bert-base-uncased``). Head counts are not stored in the weights: ``vision_heads`` /
-``text_heads`` default to ViT-L's 16 and BERT-base's 12.
+Keys (``blip_to_hf``): BLIP's ViT is renamed as transformers' BLIP conversion does (``_VIT_TOP``, ``_VIT_BLOCK``);
+its ``med.py`` BERT keeps its keys in ``BlipTextModel``; ``mlp.layers.N`` is the head; the contrastive
+projections are not used by the score and are skipped. Weights: ``ImageReward.pt`` (HF hub
+``THUDM/ImageReward``); tokenizer: a local ``google-bert/bert-base-uncased`` directory. The head counts, not
+stored in the weights, default to ViT-L's 16 and BERT-base's 12.
 """
 
 from __future__ import annotations
