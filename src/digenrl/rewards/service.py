@@ -43,12 +43,20 @@ import torch
 DEFAULT_MAX_BODY = 256 * 2**20
 DEFAULT_MAX_CONNECTIONS = 64
 TRANSIENT_ERRORS = (OSError, MemoryError, torch.OutOfMemoryError)  # 503: a retry can fix these; anything else 422
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-         b"Content-Length: 57\r\n\r\n" + b'{"error": "busy: every connection slot is held; retry"}  ')
 
 from digenrl.rewards import wire
 from digenrl.rewards.batching import RequestBatcher
 from digenrl.rewards.client import read_token
+
+
+def _closing_answer(status: bytes, error: str) -> bytes:
+    """A whole HTTP answer ``{"error": ...}`` that closes the connection, written on the socket directly."""
+    body = json.dumps({"error": error}).encode()
+    return b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
+        status, len(body), body)
+
+
+_BUSY = _closing_answer(b"503 Service Unavailable", "busy: every connection slot is held; retry")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -165,33 +173,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, {"error": f"bad request: {msg[:300]}"})
             return
         fut = self.server.batcher.submit(images, prompts)
+        name = self.server.reward_name
         try:
             total, parts = fut.result(timeout=self.server.request_timeout)
         except FutureTimeout:
-            self._reply(503, {"error": f"reward {self.server.reward_name} did not answer within "
-                                       f"{self.server.request_timeout:g}s"})  # fmt: skip
-            return
+            code, error = 503, f"reward {name} did not answer within {self.server.request_timeout:g}s"
         except TRANSIENT_ERRORS as e:  # a retry can fix it (the client retries 5xx)
-            self._reply(503, {"error": f"reward {self.server.reward_name} failed: {repr(e)[:300]}"})
-            return
+            code, error = 503, f"reward {name} failed: {repr(e)[:300]}"
         except Exception as e:  # raised on this request alone: scoring it again fails alike (not retried)
-            self._reply(422, {"error": f"reward {self.server.reward_name} rejected the request: {repr(e)[:300]}"})
-            return
-        self._reply(200, {"scores": total.tolist(), "parts": {k: v.tolist() for k, v in parts.items()}})
+            code, error = 422, f"reward {name} rejected the request: {repr(e)[:300]}"
+        else:
+            return self._reply(200, {"scores": total.tolist(), "parts": {k: v.tolist() for k, v in parts.items()}})
+        self._reply(code, {"error": error})
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    batcher: RequestBatcher
-    reward_name: str
-    request_timeout: float
-    read_timeout: float
-    max_body_bytes: int
-    token: str | None
 
-    def setup_bounds(self, max_connections: int) -> None:
-        self.max_connections = max_connections
-        self.open_connections = 0
+    def __init__(self, address: tuple[str, int], fn, max_batch: int, max_wait: float, request_timeout: float,
+                 read_timeout: float, max_body_bytes: int, token: str | None, max_connections: int):  # fmt: skip
+        super().__init__(address, _Handler)  # binds first: a taken port leaves no thread behind
+        self.batcher, self.reward_name = RequestBatcher(fn, max_batch, max_wait), getattr(fn, "name", type(fn).__name__)
+        self.request_timeout, self.read_timeout, self.max_body_bytes = request_timeout, read_timeout, max_body_bytes
+        self.token, self.max_connections, self.open_connections = token, max_connections, 0
         self._lock = threading.Lock()
         self._armed: dict[_Handler, float] = {}  # handler -> deadline of the request it is reading
         self._closing = threading.Event()
@@ -242,6 +246,8 @@ class _Server(ThreadingHTTPServer):
 
     def _reap(self) -> None:
         tick = min(0.1, self.read_timeout / 4)
+        late_answer = _closing_answer(b"408 Request Timeout", f"bad request: the request did not arrive within "
+                                                              f"{self.read_timeout:g}s")  # fmt: skip
         while not self._closing.wait(tick):
             now = time.monotonic()
             with self._lock:
@@ -250,12 +256,9 @@ class _Server(ThreadingHTTPServer):
                     del self._armed[h]
                     h.reaped = True
             for h in late:
-                body = json.dumps({"error": f"bad request: the request did not arrive within "
-                                            f"{self.read_timeout:g}s"}).encode()  # fmt: skip
                 try:
                     h.connection.settimeout(1.0)
-                    h.connection.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-                                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                    h.connection.sendall(late_answer)
                 except OSError:
                     pass
                 try:
@@ -277,14 +280,8 @@ class RewardServer:
         if read_timeout <= 0 or request_timeout <= 0 or max_body_bytes < 1 or max_connections < 1:
             raise ValueError("reward service: need read_timeout > 0, request_timeout > 0, max_body_bytes >= 1, "
                              "max_connections >= 1")
-        self.httpd = _Server((host, port), _Handler)
-        self.httpd.batcher = RequestBatcher(fn, max_batch, max_wait)
-        self.httpd.reward_name = getattr(fn, "name", type(fn).__name__)
-        self.httpd.request_timeout = request_timeout
-        self.httpd.read_timeout = float(read_timeout)
-        self.httpd.max_body_bytes = int(max_body_bytes)
-        self.httpd.token = token or None
-        self.httpd.setup_bounds(int(max_connections))
+        self.httpd = _Server((host, port), fn, max_batch, max_wait, request_timeout, float(read_timeout),
+                             int(max_body_bytes), token or None, int(max_connections))  # fmt: skip
         self._thread: threading.Thread | None = None
 
     @property
