@@ -87,7 +87,14 @@ class RewardFn(Protocol):
     def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor: ...
 
 
-class WeightedSum:
+class Scored:
+    """A reward that defines ``score(images, prompts) -> (scores, info)``: calling it gives the scores."""
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor:
+        return self.score(images, prompts)[0]  # type: ignore[attr-defined]
+
+
+class WeightedSum(Scored):
     """r = sum_k w_k * r_k(images, prompts); ``parts`` returns each r_k too."""
 
     def __init__(self, parts: dict[str, tuple[float, RewardFn]]):
@@ -121,6 +128,3 @@ class WeightedSum:
             i = int((~torch.isfinite(total)).nonzero()[0])
             raise RewardOutputError(f"reward: the weighted sum {total[i].item()} of sample {i} (of {n}) is not finite")
         return total, {**values, **extra}
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor:
-        return self.score(images, prompts)[0]

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 import torch
 
 from digenrl.rewards import wire
+from digenrl.rewards.base import Scored
 
 TOKEN_ENV = "DIGENRL_REWARD_TOKEN"
 
@@ -70,7 +71,7 @@ def post_retrying(url: str, body: bytes, headers: dict[str, str], timeout: float
         time.sleep(delay)
 
 
-class RemoteReward:
+class RemoteReward(Scored):
     def __init__(self, url: str, timeout: float = 120.0, retry_window: float = 600.0, backoff: float = 0.5,
                  backoff_max: float = 10.0, wire_dtype: Literal["float32", "uint8"] = "float32", name: str = "remote",
                  token: str | None = None, token_env: str = TOKEN_ENV, retries: int | None = None,
@@ -126,9 +127,6 @@ class RemoteReward:
             raise RewardServiceError(f"reward service at {self.url} unavailable after {e.attempts} attempts over "
                                      f"{time.monotonic() - start:.1f}s (retry_window {self.retry_window:g}s; last "
                                      f"error: {e.last})") from None  # fmt: skip
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return self.score(images, prompts)[0]
 
 
 build_remote_reward = RemoteReward  # the registry's factory of "remote" (runtime.deadlines reads its defaults)

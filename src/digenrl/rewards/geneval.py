@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from digenrl.rewards.base import png_base64, rgb_frames
+from digenrl.rewards.base import Scored, png_base64, rgb_frames
 from digenrl.rewards.client import Unavailable, post_retrying
 from digenrl.rewards.geneval_rules import Detection, check_metadata, evaluate, filter_detections
 
@@ -64,7 +64,7 @@ class RemoteDetector:
         return out
 
 
-class GenEvalReward:
+class GenEvalReward(Scored):
     name = "geneval"
 
     @staticmethod
@@ -117,16 +117,9 @@ class GenEvalReward:
         if images.ndim != 4:
             raise ValueError(f"reward geneval: expected images [B, C, H, W], got {tuple(images.shape)}")
         raw = self.detector(list(rgb_frames(images, "reward geneval", len(prompts))[:, 0]))
-        out: dict[str, list[float]] = {"score": [], "strict": [], "correct": []}
-        for i, (dets, p) in enumerate(zip(raw, prompts)):
-            objects = filter_detections([_as_detection(d, f"image {i}") for d in dets], str(p.meta.get("tag", "")),
-                                        **self.filter_kw)  # fmt: skip
-            res = evaluate(objects, p.meta, self.position_threshold)
-            out["score"].append(res.score)
-            out["strict"].append(float(res.strict))
-            out["correct"].append(float(res.correct))
-        parts = {k: torch.tensor(v, dtype=torch.float32) for k, v in out.items()}
+        results = [evaluate(filter_detections([_as_detection(d, f"image {i}") for d in dets],
+                                              str(p.meta.get("tag", "")), **self.filter_kw), p.meta,
+                            self.position_threshold) for i, (dets, p) in enumerate(zip(raw, prompts))]  # fmt: skip
+        parts = {k: torch.tensor([float(getattr(r, k)) for r in results], dtype=torch.float32)
+                 for k in ("score", "strict", "correct")}  # fmt: skip
         return parts[self.reward], parts
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return self.score(images, prompts)[0]

@@ -31,7 +31,7 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
-from digenrl.rewards.base import rgb_frames
+from digenrl.rewards.base import Scored, rgb_frames
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -75,7 +75,7 @@ def reduce_frames(vals: list[float], how: str) -> float:
     return sum(vals) / len(vals)
 
 
-class OcrReward:
+class OcrReward(Scored):
     """See the module docstring. ``threads``: ONNX Runtime intra-op threads (0: its default)."""
 
     name = "ocr"
@@ -133,6 +133,3 @@ class OcrReward:
             out.append(reduce_frames(vals, self.frame_reduce))
             exact.append(float(all(v == 1.0 for v in vals)))
         return torch.tensor(out, dtype=torch.float32), {"exact": torch.tensor(exact)}
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return self.score(images, prompts)[0]

@@ -30,7 +30,7 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
-from digenrl.rewards.base import png_base64, rgb_frames
+from digenrl.rewards.base import Scored, png_base64, rgb_frames
 from digenrl.rewards.client import Unavailable, post_retrying
 
 DEFAULT_TEMPLATE = (
@@ -46,7 +46,7 @@ class VlmJudgeError(RuntimeError):
     """The judge endpoint refused a request or stayed unavailable through the retries."""
 
 
-class VlmJudge:
+class VlmJudge(Scored):
     name = "vlm_judge"
 
     @staticmethod
@@ -137,6 +137,3 @@ class VlmJudge:
             raw.append(value if value is not None else float(self.on_parse_failure) * self.scale)
         raw_t = torch.tensor(raw, dtype=torch.float32)
         return raw_t / self.scale, {"parsed": torch.tensor(parsed, dtype=torch.float32), "raw": raw_t}
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return self.score(images, prompts)[0]
