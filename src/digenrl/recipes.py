@@ -2,17 +2,13 @@
 
 Every entry maps one setting of a peer recipe (Flow-GRPO's ``config/grpo.py`` configs on top of
 ``config/base.py`` and the training scripts; DanceGRPO's fine-tuning script and ``train_grpo_*.py``) onto one
-DigenRL config key, with the peer's value written in DigenRL's terms (``sample.global_std = True`` is
-``train.std_mode: global``; ``num_batches_per_epoch / gradient_accumulation_steps`` optimizer steps per epoch
-is ``train.minibatches_per_step``). The values were read from the peer repositories at the commits named in
-``SOURCES``; nothing of their code is copied.
-
-A preset equals its recipe key by key, except where its YAML marks the key ``# DEVIATION: <reason>``
-(``recipe_check``: the comparison, key by key, and what does not match).
-
-``quirks`` name peer behaviours that no DigenRL key selects (they are described, not compared). Flow-GRPO's
-micro-batch habits do have keys (``train.micro_batch``, ``ema_update``, ``zero_adv_refill``, ``minibatch_split``):
-a preset leaves a quirk that is arguably a bug off, with its DEVIATION mark.
+DigenRL config key, with the peer's value in DigenRL's terms (``sample.global_std = True`` is ``train.std_mode:
+global``; ``num_batches_per_epoch / gradient_accumulation_steps`` optimizer steps per epoch is
+``train.minibatches_per_step``), read at the commits of ``SOURCES`` (nothing of their code is copied). A preset
+equals its recipe key by key except where its YAML marks the key ``# DEVIATION: <reason>`` (``recipe_check``).
+``quirks`` name peer behaviours that no DigenRL key selects (described, not compared); a preset leaves a
+micro-batch habit that is arguably a bug off (``train.micro_batch``, ``ema_update``, ``zero_adv_refill``,
+``minibatch_split``), with its DEVIATION mark.
 """
 
 from __future__ import annotations

@@ -118,19 +118,6 @@ def layer_count(state: dict[str, torch.Tensor], prefix: str) -> int:
     return len(ids)
 
 
-def score_frames(what: str, images: torch.Tensor, prompts: Sequence, batch_size: int, score) -> torch.Tensor:
-    """One score per sample: every frame (8-bit [N, 3, H, W], ``base.rgb_frames``) is scored with its prompt's text
-    by ``score(frames, texts)`` in batches of ``batch_size``, and a video gets the mean over its frames."""
-    arr = rgb_frames(images, f"reward {what}")
-    f = arr.shape[1]
-    frames = torch.from_numpy(arr.reshape(-1, *arr.shape[2:])).permute(0, 3, 1, 2)
-    texts = [p.text for p in prompts for _ in range(f)]
-    if len(texts) != frames.shape[0]:
-        raise ValueError(f"reward {what}: {len(prompts)} prompts for {frames.shape[0] // f} samples")
-    scores = [score(frames[i : i + batch_size], texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
-    return per_sample(torch.cat(scores), f)
-
-
 def per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
     """Frame scores [B * F] -> the mean per sample [B] (float32, CPU)."""
     return values.float().view(-1, frames).mean(dim=1).cpu()
@@ -138,7 +125,7 @@ def per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
 
 class LocalWeightsReward:
     """What ``hpsv2`` and ``image_reward`` share: ``check`` (the paths), ``_read`` (the options and the checkpoint,
-    refused without the keys of its layout) and the call: ``score_frames`` over the subclass's ``frame_scores``."""
+    refused without the keys of its layout) and the call, over the subclass's ``frame_scores``."""
 
     name: str
     options_model: type[LocalWeightsOptions] = LocalWeightsOptions
@@ -160,4 +147,12 @@ class LocalWeightsReward:
         raise NotImplementedError
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return score_frames(self.name, images, prompts, self.options.batch_size, self.frame_scores)
+        """One score per sample: every frame (8-bit [N, 3, H, W], ``base.rgb_frames``) is scored with its prompt's
+        text by ``frame_scores`` in batches of ``batch_size``, and a video gets the mean over its frames."""
+        arr, n = rgb_frames(images, f"reward {self.name}"), self.options.batch_size
+        frames, f = torch.from_numpy(arr.reshape(-1, *arr.shape[2:])).permute(0, 3, 1, 2), arr.shape[1]
+        texts = [p.text for p in prompts for _ in range(f)]
+        if len(texts) != frames.shape[0]:
+            raise ValueError(f"reward {self.name}: {len(prompts)} prompts for {frames.shape[0] // f} samples")
+        return per_sample(torch.cat([self.frame_scores(frames[i : i + n], texts[i : i + n])
+                                     for i in range(0, len(texts), n)]), f)  # fmt: skip

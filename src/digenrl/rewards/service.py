@@ -6,10 +6,10 @@ process (or on one GPU) shared by every generator worker, which call it through 
 requests are batched (``rewards.batching.RequestBatcher``; ``/health`` reports the last ``batch_sizes``); the
 response carries the total and the per-reward breakdown (``parts``) of a weighted sum.
 
-Errors: a batch of several requests that fails is scored again request by request, so one bad request fails
-only itself. Whatever the reward raises on a request alone answers 422 (scoring it again would fail the same
-way; clients do not retry 4xx); only what a retry can fix answers 503, which clients retry: ``OSError`` (an
-unreachable dependency) and running out of memory (``MemoryError``, ``torch.OutOfMemoryError``).
+Errors (one bad request fails only itself: the batcher scores a failed batch again request by request): what
+the reward raises on a request alone answers 422 (scoring it again would fail the same way; clients do not
+retry 4xx); only what a retry can fix answers 503, which clients retry: ``OSError`` (an unreachable
+dependency) and running out of memory (``MemoryError``, ``torch.OutOfMemoryError``).
 
 Hardening: the body is capped (``max_body_bytes``; larger -> drained without keeping it, then 413); a whole
 request (request line, headers and body) must arrive within ``read_timeout`` seconds of its first byte (or of
