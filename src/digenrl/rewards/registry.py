@@ -176,9 +176,8 @@ def _check_options(name: str, factory: Callable[..., Any], options: dict[str, An
             else:
                 lines.append(f"reward.{name}.{key}: {err['msg']} (got {_short(err.get('input'))})")
         raise RewardConfigError("; ".join(lines)) from None
-    dumped = dict(validated)
-    extras = validated.model_extra or {}
-    checked = {k: (dumped[k] if k in dumped else extras[k]) for k in options}
+    typed = dict(validated)  # the fields and the extras
+    checked = {k: typed[k] for k in options}
     check = getattr(factory, "check", None)
     if callable(check):
         try:
