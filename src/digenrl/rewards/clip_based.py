@@ -125,10 +125,16 @@ def aesthetic_head(dim: int) -> torch.nn.Sequential:
     )  # fmt: skip
 
 
-def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
+def _head_path(path: str | None) -> Path:
     if not path:
         raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
-    p = Path(path).expanduser()
+    if not Path(path).expanduser().is_file():
+        raise FileNotFoundError(f"reward aesthetic: head_path {path!r} does not exist")
+    return Path(path).expanduser()
+
+
+def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
+    p = _head_path(path)
     state = read_checkpoint(path, "aesthetic", option="head_path")
     out = {}
     for k, v in state.items():
@@ -145,10 +151,7 @@ class AestheticScore:
     @staticmethod
     def check(model_path: str | None = None, head_path: str | None = None, **_) -> None:
         _check_dir(model_path, "aesthetic")
-        if not head_path:
-            raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
-        if not Path(head_path).expanduser().is_file():
-            raise FileNotFoundError(f"reward aesthetic: head_path {head_path!r} does not exist")
+        _head_path(head_path)
 
     def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str | None = None):
         self.clip = ClipEmbedder(model_path, self.name, device)

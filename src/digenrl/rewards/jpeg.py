@@ -30,14 +30,12 @@ def jpeg_size_kb(images: torch.Tensor, quality: int = QUALITY) -> torch.Tensor:
     """JPEG size in kB (bytes / 1000) of every sample (mean over frames for videos)."""
     from PIL import Image
 
-    sizes = []
-    for frames in rgb_frames(images, "jpeg reward"):
-        per_frame = []
-        for frame in frames:
-            buf = io.BytesIO()
-            Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
-            per_frame.append(buf.tell() / 1000.0)
-        sizes.append(sum(per_frame) / len(per_frame))
+    def kb(frame) -> float:
+        buf = io.BytesIO()
+        Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
+        return buf.tell() / 1000.0
+
+    sizes = [sum(map(kb, frames)) / len(frames) for frames in rgb_frames(images, "jpeg reward")]
     return torch.tensor(sizes, dtype=torch.float32)
 
 
