@@ -1,8 +1,7 @@
 """Shared pieces of the rewards that load a published checkpoint from a local file onto transformers modules
 (``hpsv2``, ``image_reward``): typed options, the device default, reading the checkpoint, a strict key-for-key
-load that names every missing / unexpected key, and 8-bit frames.
-
-Nothing is downloaded: the checkpoint and the tokenizer are local paths, checked before anything is built.
+load that names every missing / unexpected key, and the frame-by-frame call (``LocalWeightsReward``). Nothing
+is downloaded: the checkpoint and the tokenizer are local paths, checked before anything is built.
 """
 
 from __future__ import annotations
