@@ -46,12 +46,14 @@ class Unavailable(Exception):
         self.attempts, self.last = attempts, last
 
 
-def post_retrying(url: str, body: bytes, headers: dict[str, str], timeout: float, delays: Iterable[float],
+def post_retrying(url: str, body: bytes, token: str | None, timeout: float, delays: Iterable[float],
                   refused: Callable[[int, str], Exception], parse: Callable[[bytes], Any] = json.loads,
                   retry_on: tuple[type[Exception], ...] = ()) -> Any:  # fmt: skip
-    """``parse`` of the answer to ``POST body``, retrying what a retry can fix -- connection errors, timeouts,
-    HTTP 429 and 5xx, and ``retry_on`` raised by ``parse`` -- after sleeping each of ``delays`` in turn. Any
-    other HTTP 4xx is deterministic: ``refused(code, detail)`` is raised at once. Past the delays: ``Unavailable``."""
+    """``parse`` of the answer to ``POST body`` (JSON; with ``Authorization: Bearer <token>`` if a token is given),
+    retrying what a retry can fix -- connection errors, timeouts, HTTP 429 and 5xx, and ``retry_on`` raised by
+    ``parse`` -- after sleeping each of ``delays`` in turn. Any other HTTP 4xx is deterministic: ``refused(code,
+    detail)`` is raised at once. Past the delays: ``Unavailable``."""
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     delays, attempts = iter(delays), 0
     while True:
         attempts += 1
@@ -116,10 +118,9 @@ class RemoteReward(Scored):
         body = json.dumps(
             {"images": wire.encode_images(images, self.wire_dtype), "prompts": wire.encode_prompts(prompts)}
         ).encode()
-        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {self.token}"} if self.token else {})}
         start = time.monotonic()
         try:
-            return post_retrying(self.url + "/score", body, headers, self.timeout, self._delays(start),
+            return post_retrying(self.url + "/score", body, self.token, self.timeout, self._delays(start),
                                  lambda code, detail: RewardServiceError(f"reward service at {self.url} refused the "
                                                                          f"request ({code}): {detail}"),
                                  lambda raw: self._scores(raw, len(prompts)), (ValueError, KeyError))  # fmt: skip

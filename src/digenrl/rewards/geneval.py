@@ -52,15 +52,15 @@ class RemoteDetector:
 
     def __call__(self, images: list[np.ndarray]) -> list[list[dict]]:
         body = json.dumps({"images": [png_base64(img) for img in images]}).encode()
+        where = f"geneval: detector {self.url}"
         try:
-            out = post_retrying(self.url, body, {"Content-Type": "application/json"}, self.timeout,
-                                [self.backoff * 2**k for k in range(self.retries)],
-                                lambda code, _: RuntimeError(f"geneval: detector {self.url} refused the request ({code})"),
+            out = post_retrying(self.url, body, None, self.timeout, [self.backoff * 2**k for k in range(self.retries)],
+                                lambda code, _: RuntimeError(f"{where} refused the request ({code})"),
                                 lambda raw: json.loads(raw)["detections"])  # fmt: skip
         except Unavailable as e:
-            raise RuntimeError(f"geneval: detector {self.url} unavailable after {e.attempts} attempts ({e.last})") from None
+            raise RuntimeError(f"{where} unavailable after {e.attempts} attempts ({e.last})") from None
         if not isinstance(out, list) or len(out) != len(images):
-            raise ValueError(f"geneval: detector {self.url} returned {len(out)} lists for {len(images)} images")
+            raise ValueError(f"{where} returned {len(out)} lists for {len(images)} images")
         return out
 
 

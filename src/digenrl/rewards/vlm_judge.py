@@ -82,11 +82,12 @@ class VlmJudge(Scored):
 
     # -- one sample ---------------------------------------------------------------------------------------
     def _request(self, rgb: np.ndarray, prompt: str) -> bytes:
+        url = "data:image/png;base64," + png_base64(rgb, self.image_size)
         body: dict = {
             "model": self.model,
             "temperature": self.temperature,
             "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_base64(rgb, self.image_size)}},
+                {"type": "image_url", "image_url": {"url": url}},
                 {"type": "text", "text": self.template.replace("{prompt}", prompt)},
             ]}],
         }  # fmt: skip
@@ -102,12 +103,12 @@ class VlmJudge(Scored):
 
     def ask(self, rgb: np.ndarray, prompt: str) -> str:
         """The judge's reply text for one HxWx3 uint8 image (with retries, see the module docstring)."""
-        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})}
+        def refused(code: int, detail: str) -> VlmJudgeError:
+            return VlmJudgeError(f"vlm_judge: {self.url} refused the request ({code}): {detail[:300]}")
+
         try:
-            return post_retrying(self.url, self._request(rgb, prompt), headers, self.timeout,
-                                 [self.backoff * 2**k for k in range(self.retries)],
-                                 lambda code, detail: VlmJudgeError(f"vlm_judge: {self.url} refused the request ({code}): "
-                                                                    f"{detail[:300]}"), self._content)  # fmt: skip
+            return post_retrying(self.url, self._request(rgb, prompt), self.api_key, self.timeout,
+                                 [self.backoff * 2**k for k in range(self.retries)], refused, self._content)
         except Unavailable as e:
             raise VlmJudgeError(f"vlm_judge: {self.url} unavailable after {e.attempts} attempts (last error: "
                                 f"{e.last})") from None
