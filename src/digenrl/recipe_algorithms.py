@@ -6,8 +6,7 @@
   ``scripts/finetune/finetune_flux_grpo_MixGRPO{,_Flash}.sh`` with the defaults and fixed settings of
   ``fastvideo/train_grpo_flux.py``.
 
-The entries and their comparison are ``digenrl.recipes``' (``Recipe``, ``compare``, ``problems``); this module
-only holds the values, read at the commits of ``recipes.SOURCES["diffusionnft"]`` / ``["mixgrpo"]``. Batch
+The values were read at the commits of ``recipe_base.SOURCES["diffusionnft"]`` / ``["mixgrpo"]``. Batch
 arithmetic in the peers' terms: DiffusionNFT's ``_get_config(n_gpus=8, gradient_step_per_epoch=1)`` finds
 ``sample.train_batch_size`` 9 (the largest ``bsz`` <= 9 with ``48 x 24 % (8 bsz) == 0`` and ``8 bsz % 24 == 0``), so
 ``num_batches_per_epoch = 48 x 24 / 72 = 16`` and ``gradient_accumulation_steps = 16 / 1``: one optimizer step
@@ -17,7 +16,7 @@ steps the optimizer every ``--gradient_accumulation_steps 3`` of each GPU's 12 s
 
 from __future__ import annotations
 
-from .recipe_base import SOURCES, PeerValue, Recipe, _lora, _merge, _v
+from .recipe_base import SOURCES, PeerValue, Recipe, _adamw, _ema, _fastvideo_grpo, _lora, _merge, _v
 
 NFT_CFG = "config/nft.py::sd3_pickscore"  # its _get_config(base_model="sd3", n_gpus=8, gradient_step_per_epoch=1)
 NFT_BASE = "config/base.py"
@@ -25,7 +24,6 @@ NFT_SCRIPT = "scripts/train_nft_sd3.py"
 
 
 def sd35_medium_nft() -> Recipe:
-
     g, b, s = NFT_CFG, NFT_BASE, NFT_SCRIPT
     return Recipe("sd35_medium_nft", "DiffusionNFT sd3_pickscore", SOURCES["diffusionnft"], _merge([
         _v("seed", 42, "seed = 42", b),
@@ -58,11 +56,7 @@ def sd35_medium_nft() -> Recipe:
         _v("train.nft_beta", 1.0, "beta = 1.0 (_get_config; 0.1 in sd3_ocr / sd3_multi_reward)", g),
         _v("train.prompts_per_step", 48, "num_groups = 48", g),
         _v("train.generations", 24, "sample.num_image_per_prompt = 24", g),
-        _v("train.lr", 3e-4, "train.learning_rate = 3e-4", b),
-        _v("train.betas", (0.9, 0.999), "train.adam_beta1 = 0.9, adam_beta2 = 0.999", b),
-        _v("train.weight_decay", 1e-4, "train.adam_weight_decay = 1e-4", b),
-        _v("train.adam_epsilon", 1e-8, "train.adam_epsilon = 1e-8", b),
-        _v("train.max_grad_norm", 1.0, "train.max_grad_norm = 1.0", b),
+        *_adamw(b),
         _v("train.adv_clip_max", 5.0, "train.adv_clip_max = 5 (clamp, then r = (A / 5) / 2 + 0.5)", b),
         _v("train.std_mode", "global", "sample.global_std = True", b),
         _v("train.adv_baseline", "group", "per_prompt_stat_tracking = True", b),
@@ -74,9 +68,7 @@ def sd35_medium_nft() -> Recipe:
         _v("train.minibatches_per_step", 1,
            "gradient_accumulation_steps = num_batches_per_epoch 16 // gradient_step_per_epoch 1", g),
         _v("train.inner_epochs", 1, "train.num_inner_epochs = 1", b),
-        _v("train.ema_decay", 0.9, "train.ema = True; EMAModuleWrapper(decay=0.9, ...)", f"{b}, {s}"),
-        _v("train.ema_every", 1, "EMAModuleWrapper(..., update_step_interval=1)", s),
-        _v("train.ema_warmup", True, "decay_n = min((1 + n) / (10 + n), decay)", "flow_grpo/ema.py"),
+        *_ema(b, s, 1),
         _v("train.ema_update", "per_commit", "ema.step once per optimizer step (current_accumulated_steps % "
                                              "effective_grad_accum_steps == 0)", s),
         _v("reward", {"pickscore": 1.0}, 'reward_fn = {"pickscore": 1.0}', g),
@@ -101,7 +93,6 @@ MIX_SAMPLING = "fastvideo/utils/sampling_utils.py"
 
 def _mixgrpo_common(sh: str, interval: int) -> list[PeerValue]:
     """The values both MixGRPO scripts share (``sh`` sets the flags; ``interval``: its ``iters_per_group``)."""
-
     py, third = MIX_PY, 1 / 3
     return [
         _v("seed", 714, "seed=714 (--seed)", sh),
@@ -133,17 +124,8 @@ def _mixgrpo_common(sh: str, interval: int) -> list[PeerValue]:
         _v("train.prompts_per_step", 32, "--train_batch_size 1 x 32 GPUs (nnodes_custom=4, nproc_per_node_custom=8)",
            sh),
         _v("train.generations", 12, "--num_generations 12", sh),
-        _v("train.lr", 1e-5, "--learning_rate 1e-5 (--lr_warmup_steps 0: constant)", sh),
-        _v("train.weight_decay", 1e-4, "--weight_decay 0.0001", sh),
-        _v("train.betas", (0.9, 0.999), "AdamW(betas=(0.9, 0.999))", py),
-        _v("train.adam_epsilon", 1e-8, "AdamW(eps=1e-8)", py),
-        _v("train.max_grad_norm", 1.0, "--max_grad_norm 1.0", sh),
-        _v("train.clip_range", 1e-4, "--clip_range 1e-4", sh),
-        _v("train.adv_clip_max", 5.0, "--adv_clip_max 5.0", sh),
-        _v("train.std_mode", "group", "--use_group: group_rewards.std()", sh),
-        _v("train.adv_baseline", "group", "--use_group: group_rewards.mean()", sh),
-        _v("train.adv_std_unbiased", True, "torch .std() (n - 1)", py),
-        _v("train.adv_eps", 1e-8, "group_rewards.std() + 1e-8", py),
+        *_fastvideo_grpo(sh, py, [_v("train.clip_range", 1e-4, "--clip_range 1e-4", sh),
+                                  _v("train.adv_clip_max", 5.0, "--adv_clip_max 5.0", sh)]),
         _v("train.adv_per_reward", True, 'multi_reward_mix="advantage_aggr": one group advantage per reward', sh),
         _v("train.reward_aggregation", "advantages", "advantage_aggr: advantages = sum_k w_k A_k; the loss clamps them "
            "to +-adv_clip_max and takes one clipped loss", py),
@@ -183,7 +165,6 @@ _MIXGRPO_QUIRKS = (
 
 
 def flux1_dev_mixgrpo() -> Recipe:
-
     return Recipe("flux1_dev_mixgrpo", "MixGRPO FLUX.1-dev (finetune_flux_grpo_MixGRPO.sh)", SOURCES["mixgrpo"],
                   _merge([
                       *_mixgrpo_common(MIX_SH, 25),
@@ -194,7 +175,6 @@ def flux1_dev_mixgrpo() -> Recipe:
 
 
 def flux1_dev_mixgrpo_flash() -> Recipe:
-
     return Recipe("flux1_dev_mixgrpo_flash", "MixGRPO-Flash FLUX.1-dev (finetune_flux_grpo_MixGRPO_Flash.sh)",
                   SOURCES["mixgrpo"], _merge([
                       *_mixgrpo_common(FLASH_SH, 20),

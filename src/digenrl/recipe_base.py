@@ -52,8 +52,7 @@ class Recipe:
     quirks: tuple[str, ...] = ()
 
 
-def _v(key: str, value: Any, peer: str, source: str) -> PeerValue:
-    return PeerValue(key, value, peer, source)
+_v = PeerValue  # _v(key, value, peer, source): one entry of a recipe table
 
 
 def _merge(entries: list[PeerValue]) -> tuple[PeerValue, ...]:
@@ -64,6 +63,43 @@ def _merge(entries: list[PeerValue]) -> tuple[PeerValue, ...]:
         out.pop(e.key, None)
         out[e.key] = e
     return tuple(out.values())
+
+
+def _adamw(src: str) -> list[PeerValue]:
+    """The optimizer of Flow-GRPO's ``config/base.py`` (DiffusionNFT's copy of it has the same values)."""
+    return [
+        _v("train.lr", 3e-4, "train.learning_rate = 3e-4", src),
+        _v("train.betas", (0.9, 0.999), "train.adam_beta1 = 0.9, adam_beta2 = 0.999", src),
+        _v("train.weight_decay", 1e-4, "train.adam_weight_decay = 1e-4", src),
+        _v("train.adam_epsilon", 1e-8, "train.adam_epsilon = 1e-8", src),
+        _v("train.max_grad_norm", 1.0, "train.max_grad_norm = 1.0", src),
+    ]
+
+
+def _ema(cfg: str, script: str, every: int) -> list[PeerValue]:
+    """``train.ema = True`` in ``cfg`` with ``flow_grpo/ema.py``'s EMAModuleWrapper, stepped every ``every``."""
+    return [
+        _v("train.ema_decay", 0.9, "train.ema = True; EMAModuleWrapper(decay=0.9, ...)", f"{cfg}, {script}"),
+        _v("train.ema_every", every, f"EMAModuleWrapper(..., update_step_interval={every})", script),
+        _v("train.ema_warmup", True, "decay_n = min((1 + n) / (10 + n), decay)", "flow_grpo/ema.py"),
+    ]
+
+
+def _fastvideo_grpo(sh: str, py: str, clip: list[PeerValue]) -> list[PeerValue]:
+    """The AdamW and group-advantage settings of DanceGRPO's fastvideo trainers, which MixGRPO's fork keeps;
+    ``clip``: the two clip entries between them (their flags differ)."""
+    return [
+        _v("train.lr", 1e-5, "--learning_rate 1e-5 (--lr_warmup_steps 0: constant)", sh),
+        _v("train.weight_decay", 1e-4, "--weight_decay 0.0001", sh),
+        _v("train.betas", (0.9, 0.999), "AdamW(betas=(0.9, 0.999))", py),
+        _v("train.adam_epsilon", 1e-8, "AdamW(eps=1e-8)", py),
+        _v("train.max_grad_norm", 1.0, "--max_grad_norm 1.0", sh),
+        *clip,
+        _v("train.std_mode", "group", "--use_group: group_rewards.std()", sh),
+        _v("train.adv_baseline", "group", "--use_group: group_rewards.mean()", sh),
+        _v("train.adv_std_unbiased", True, "torch .std() (n - 1)", py),
+        _v("train.adv_eps", 1e-8, "group_rewards.std() + 1e-8", py),
+    ]
 
 
 def _lora(family: str, rank: int, alpha: int, script: str) -> list[PeerValue]:

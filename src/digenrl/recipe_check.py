@@ -78,11 +78,10 @@ def deviations(path: str | Path) -> dict[str, str]:
     for line in Path(path).read_text().splitlines():
         stripped = line.lstrip(" ")
         if stripped.startswith("#"):
-            col = len(line) - len(stripped)
-            if open_key is not None and col == open_col:
+            if open_key is not None and len(line) - len(stripped) == open_col:
                 out[open_key] += " " + stripped[1:].strip()
-                continue
-            open_key = None
+            else:
+                open_key = None
             continue
         open_key = None
         m = _KEY_LINE.match(line)
@@ -143,14 +142,9 @@ def compare(preset: str, path: str | Path | None = None) -> list[Row]:
     marks = deviations(path)
     rows = []
     for pv in RECIPES[preset].values:
-        mark = next((marks[k] for k in _prefixes(pv.key) if k in marks), None)
-        rows.append(Row(pv.key, our_value(cfg, pv.key), pv, mark))
+        prefixes = (pv.key.rsplit(".", i)[0] for i in range(pv.key.count(".") + 1))  # the key, then its parents
+        rows.append(Row(pv.key, our_value(cfg, pv.key), pv, next((marks[k] for k in prefixes if k in marks), None)))
     return rows
-
-
-def _prefixes(key: str) -> list[str]:
-    parts = key.split(".")
-    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
 
 
 def problems(preset: str, path: str | Path | None = None) -> list[str]:

@@ -2,24 +2,22 @@
 
 Every entry maps one setting of a peer recipe (Flow-GRPO's ``config/grpo.py`` configs on top of
 ``config/base.py`` and the training scripts; DanceGRPO's fine-tuning script and ``train_grpo_*.py``) onto one
-DigenRL config key, with the peer's value written in DigenRL's terms (``sample.global_std = True`` is
-``train.std_mode: global``; ``num_batches_per_epoch / gradient_accumulation_steps`` optimizer steps per epoch
-is ``train.minibatches_per_step``). The values were read from the peer repositories at the commits named in
-``SOURCES``; nothing of their code is copied.
-
-A preset equals its recipe key by key, except where its YAML marks the key ``# DEVIATION: <reason>``
-(``recipe_check``: the comparison, key by key, and what does not match).
-
-``quirks`` name peer behaviours that no DigenRL key selects (they are described, not compared). Flow-GRPO's
-micro-batch habits do have keys (``train.micro_batch``, ``ema_update``, ``zero_adv_refill``, ``minibatch_split``):
-a preset leaves a quirk that is arguably a bug off, with its DEVIATION mark.
+DigenRL config key, with the peer's value in DigenRL's terms (``sample.global_std = True`` is ``train.std_mode:
+global``; ``num_batches_per_epoch / gradient_accumulation_steps`` optimizer steps per epoch is
+``train.minibatches_per_step``), read at the commits of ``SOURCES`` (nothing of their code is copied). A preset
+equals its recipe key by key except where its YAML marks the key ``# DEVIATION: <reason>`` (``recipe_check``).
+``quirks`` name peer behaviours that no DigenRL key selects (described, not compared); a preset leaves a
+micro-batch habit that is arguably a bug off (``train.micro_batch``, ``ema_update``, ``zero_adv_refill``,
+``minibatch_split``), with its DEVIATION mark.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .recipe_base import _FAMILY_LORA_TARGETS, SOURCES, PeerValue, Recipe, _lora, _merge, _v  # noqa: F401
+from .recipe_base import (  # noqa: F401 (_FAMILY_LORA_TARGETS: read by a test through this module)
+    _FAMILY_LORA_TARGETS, SOURCES, PeerValue, Recipe, _adamw, _ema, _fastvideo_grpo, _lora, _merge, _v,
+)
 
 CONFIGS = Path(__file__).resolve().parent / "configs"  # the presets (the repository's configs/ links here)
 
@@ -34,11 +32,7 @@ def _flow_grpo_common(cfg: str, script: str) -> list[PeerValue]:
         _v("seed", 42, "seed = 42", BASE),
         _v("model.lora.enabled", True, "use_lora = True", f"{BASE}, {g} (compressibility)"),
         _v("sampler.kind", "flow_grpo", "sde_step_with_logprob (flow_grpo/diffusers_patch)", script),
-        _v("train.lr", 3e-4, "train.learning_rate = 3e-4", BASE),
-        _v("train.betas", (0.9, 0.999), "train.adam_beta1 = 0.9, adam_beta2 = 0.999", BASE),
-        _v("train.weight_decay", 1e-4, "train.adam_weight_decay = 1e-4", BASE),
-        _v("train.adam_epsilon", 1e-8, "train.adam_epsilon = 1e-8", BASE),
-        _v("train.max_grad_norm", 1.0, "train.max_grad_norm = 1.0", BASE),
+        *_adamw(BASE),
         _v("train.clip_range", 1e-4, "train.clip_range = 1e-4", BASE),
         _v("train.adv_clip_max", 5.0, "train.adv_clip_max = 5", BASE),
         _v("train.adv_baseline", "group", "per_prompt_stat_tracking = True", g),
@@ -49,16 +43,6 @@ def _flow_grpo_common(cfg: str, script: str) -> list[PeerValue]:
         _v("train.inner_epochs", 1, "train.num_inner_epochs = 1", g),
         _v("train.cfg_in_training", True, "train.cfg = True", BASE),
         _v("sampler.same_latent", False, "sample.same_latent = False", g),
-    ]
-
-
-def _ema(script: str, on: bool, cfg: str) -> list[PeerValue]:
-    if not on:
-        return [_v("train.ema_decay", None, "train.ema = False", f"{GRPO}::{cfg}")]
-    return [
-        _v("train.ema_decay", 0.9, "train.ema = True; EMAModuleWrapper(decay=0.9, ...)", f"{GRPO}::{cfg}, {script}"),
-        _v("train.ema_every", 8, "EMAModuleWrapper(..., update_step_interval=8)", script),
-        _v("train.ema_warmup", True, "decay_n = min((1 + n) / (10 + n), decay)", "flow_grpo/ema.py"),
     ]
 
 
@@ -124,7 +108,7 @@ def _sd35_medium() -> Recipe:
            "num_batches_per_epoch 4 / train.gradient_accumulation_steps (4 // 2): two optimizer steps per epoch", g),
         _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
         _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
-        *_ema(script, True, cfg),
+        *_ema(g, script, 8),
         *_micro_batch_quirks(script, cfg, per_gpu=9, gpus=32, ema_k=2, refill=True, permuted=True),
         _v("train.cfg_detach_uncond", True, "compute_log_prob: noise_pred_uncond = noise_pred_uncond.detach()", script),
         *_pickscore(cfg),
@@ -196,7 +180,7 @@ def _flux1_dev() -> Recipe:
            "num_batches_per_epoch 12 / train.gradient_accumulation_steps (12 // 2): two optimizer steps per epoch", g),
         _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
         _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
-        *_ema(script, True, cfg),
+        *_ema(g, script, 8),
         _no_filter(script),
         *_micro_batch_quirks(script, cfg, per_gpu=3, gpus=32, ema_k=6, refill=False, permuted=True),
         *_pickscore(cfg),
@@ -235,7 +219,7 @@ def _wan21_14b() -> Recipe:
            "num_batches_per_epoch 2 / train.gradient_accumulation_steps 1: two optimizer steps per epoch", g),
         _v("train.timestep_strategy", "fraction", "num_train_timesteps = int(num_steps * timestep_fraction)", script),
         _v("train.timestep_fraction", 0.99, "train.timestep_fraction = 0.99", g),
-        *_ema(script, True, cfg),
+        *_ema(g, script, 8),
         *_micro_batch_quirks(script, cfg, per_gpu=8, gpus=8, ema_k=1, refill=True, permuted=True,
                              gpu_note=" (one node; the config names no count)"),
         _v("train.cfg_detach_uncond", False, "compute_log_prob: both CFG branches keep their gradient", script),
@@ -278,7 +262,7 @@ def _qwen_image() -> Recipe:
            script),
         _v("train.window_size", 2, "sample.sde_window_size = 2", g),
         _v("train.window_range", (0, 5), "sample.sde_window_range = (0, num_steps // 2)", g),
-        *_ema(script, False, cfg),
+        _v("train.ema_decay", None, "train.ema = False", g),
         _no_filter(script),
         *_micro_batch_quirks(script, cfg, per_gpu=4, gpus=32, ema_k=None, refill=False, permuted=False),
         _v("train.cfg_detach_uncond", False, "compute_log_prob: both CFG branches in one forward, with gradient",
@@ -314,17 +298,8 @@ def _hunyuan_video() -> Recipe:
         _v("train.prompts_per_step", 32, "--train_batch_size 1 x 32 GPUs (--nnodes 4 --nproc_per_node 8)", sh),
         _v("train.generations", 24, "--num_generations 24", sh),
         _v("train.best_of_n", 8, "--bestofn 8", sh),
-        _v("train.lr", 1e-5, "--learning_rate 1e-5 (--lr_warmup_steps 0: constant)", sh),
-        _v("train.weight_decay", 1e-4, "--weight_decay 0.0001", sh),
-        _v("train.betas", (0.9, 0.999), "AdamW(betas=(0.9, 0.999))", py),
-        _v("train.adam_epsilon", 1e-8, "AdamW(eps=1e-8)", py),
-        _v("train.max_grad_norm", 1.0, "--max_grad_norm 1.0", sh),
-        _v("train.clip_range", 1e-4, "clip_range = 1e-4 (train_one_step)", py),
-        _v("train.adv_clip_max", 5.0, "adv_clip_max = 5.0 (train_one_step)", py),
-        _v("train.std_mode", "group", "--use_group: group_rewards.std()", sh),
-        _v("train.adv_baseline", "group", "--use_group: group_rewards.mean()", sh),
-        _v("train.adv_std_unbiased", True, "torch .std() (n - 1)", py),
-        _v("train.adv_eps", 1e-8, "group_rewards.std() + 1e-8", py),
+        *_fastvideo_grpo(sh, py, [_v("train.clip_range", 1e-4, "clip_range = 1e-4 (train_one_step)", py),
+                                  _v("train.adv_clip_max", 5.0, "adv_clip_max = 5.0 (train_one_step)", py)]),
         _v("train.filter_zero_advantage", False, "no filter: every kept sample counts in the loss mean", py),
         _v("train.beta_kl", 0.0, "no KL term in the loss", py),
         _v("train.minibatches_per_step", 2,

@@ -1,4 +1,4 @@
-"""Reward service on loopback: exact scores, server-side batching, retries and clear errors; AsyncReward."""
+"""Reward service on loopback: exact scores, server-side batching, retries and clear errors."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import urllib.request
 import pytest
 import torch
 
-from digenrl.rewards.async_reward import AsyncReward
 from digenrl.rewards.client import RemoteReward, RewardServiceError
 from digenrl.rewards.registry import build_reward, build_weighted
 from digenrl.rewards.service import RewardServer
@@ -102,34 +101,6 @@ def test_failing_reward_and_bad_requests():
         assert err.value.code == 400
     with pytest.raises(ValueError, match="url"):
         build_reward("remote")
-
-
-class GatedMean(SlowMean):
-    """SlowMean that scores only once ``gate`` is set (waits at most 30 s, so a blocking submit cannot hang)."""
-
-    def __init__(self):
-        super().__init__(delay=0.0)
-        self.gate = threading.Event()
-
-    def __call__(self, images, prompts):
-        self.gate.wait(timeout=30)
-        return super().__call__(images, prompts)
-
-
-def test_async_reward_overlaps_and_matches():
-    fn = GatedMean()
-    x, prompts = batch(2, 1)
-    with AsyncReward(fn) as ar:
-        fut = ar.submit(x, prompts)
-        # submit returned while the reward cannot have finished (it waits for the gate): scoring runs in the
-        # background; a blocking submit would return a done future (after the gate's timeout)
-        assert not fut.done()
-        x.zero_()  # the caller may reuse its buffer
-        fn.gate.set()
-        got = fut.result(timeout=30)
-        parts = ar.submit_parts(*batch(2, 1)).result(timeout=30)
-    torch.testing.assert_close(got, SlowMean(0)(*batch(2, 1)))
-    torch.testing.assert_close(parts[1]["slow_mean"], got)
 
 
 def test_reward_serve_main_subprocess():

@@ -106,6 +106,13 @@ def test_scores_parse_normalise_and_run_concurrently(server):
         judge(url, on_parse_failure="error")(flat([0.5]), [Prompt(0, "mumble")])
 
 
+def test_a_video_sends_its_middle_frame(server):
+    _, url = server
+    video = torch.stack([flat([0.0, 1.0]), flat([1.0, 0.0]), flat([0.0, 1.0])], dim=2)  # [B=2, C, F=3, H, W]
+    r = judge(url)(video, [Prompt(0, "a"), Prompt(1, "b")])
+    torch.testing.assert_close(r, torch.tensor([1.0, 0.2]), atol=2e-3, rtol=0)  # frame 1: brightness 1, then 0
+
+
 def test_retries_transient_errors_but_not_4xx_and_times_out(server):
     srv, url = server
     r = judge(url, retries=3)(flat([1.0]), [Prompt(0, "flaky")])

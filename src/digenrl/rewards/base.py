@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
+import numpy as np
 import torch
 
 from digenrl.faults import RunHalted
@@ -57,13 +58,43 @@ def check_scores(name: str, value, n: int) -> torch.Tensor:
     return v
 
 
+def rgb_frames(images: torch.Tensor, what: str, n: int | None = None) -> np.ndarray:
+    """Images [B, C, H, W] or videos [B, C, F, H, W] in [0, 1] (C = 1 or 3; ``n``: the expected B) -> 8-bit RGB
+    frames [B, F, H, W, 3] (F = 1 for images): round(255 x), what a saved image holds; grey is replicated."""
+    x = images.detach().float().cpu().clamp(0, 1)
+    x = x.unsqueeze(2) if x.ndim == 4 else x
+    if x.ndim != 5 or x.shape[1] not in (1, 3) or (n is not None and x.shape[0] != n):
+        raise ValueError(f"{what}: expected images [B, 1|3, H, W] or videos [B, 1|3, F, H, W]"
+                         f"{'' if n is None else f' for {n} prompts'}, got {tuple(images.shape)}")
+    return (x.expand(-1, 3, -1, -1, -1) * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()
+
+
+def png_base64(rgb: np.ndarray, size: int | None = None) -> str:
+    """An HxWx3 uint8 RGB image as a base64 PNG (resized to ``size`` x ``size`` first if ``size``)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    img, buf = Image.fromarray(rgb), io.BytesIO()
+    (img.resize((size, size)) if size else img).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
 class RewardFn(Protocol):
     name: str
 
     def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor: ...
 
 
-class WeightedSum:
+class Scored:
+    """A reward that defines ``score(images, prompts) -> (scores, info)``: calling it gives the scores."""
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor:
+        return self.score(images, prompts)[0]  # type: ignore[attr-defined]
+
+
+class WeightedSum(Scored):
     """r = sum_k w_k * r_k(images, prompts); ``parts`` returns each r_k too."""
 
     def __init__(self, parts: dict[str, tuple[float, RewardFn]]):
@@ -97,6 +128,3 @@ class WeightedSum:
             i = int((~torch.isfinite(total)).nonzero()[0])
             raise RewardOutputError(f"reward: the weighted sum {total[i].item()} of sample {i} (of {n}) is not finite")
         return total, {**values, **extra}
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor:
-        return self.score(images, prompts)[0]

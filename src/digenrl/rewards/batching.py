@@ -1,4 +1,4 @@
-"""Request batching of the reward service (``rewards.service``) and the scoring call both reward paths share.
+"""Request batching of the reward service (``rewards.service``) and its scoring call (total and parts).
 
 Batching: handler threads put requests in a queue; one scoring thread takes the oldest request, opens a batch
 and keeps adding queued requests with the same image shape until the batch holds ``max_batch`` samples or

@@ -19,6 +19,7 @@ Videos ``[B, C, F, H, W]`` score the mean over frames. Every missing file is a c
 
 from __future__ import annotations
 
+from .base import rgb_frames
 from .local_weights import per_sample, read_checkpoint, resolve_device
 
 from pathlib import Path
@@ -46,7 +47,7 @@ class ClipEmbedder:
     def __init__(self, model_path: str, what: str, device: str | None = None, processor_path: str | None = None):
         from transformers import CLIPModel, CLIPProcessor
 
-        path = _check_dir(model_path, what)
+        path, self.what = _check_dir(model_path, what), what
         self.device = resolve_device(device)  # None: the worker's device
         self.model = CLIPModel.from_pretrained(str(path), local_files_only=True).eval().to(self.device)
         self.processor = CLIPProcessor.from_pretrained(str(processor_path or path), local_files_only=True)
@@ -54,15 +55,8 @@ class ClipEmbedder:
     @torch.no_grad()
     def images(self, images: torch.Tensor) -> tuple[torch.Tensor, int]:
         """Embeddings of every frame, [B * F, D], and F (1 for images)."""
-        x = images.detach().float().clamp(0, 1)
-        frames = 1
-        if x.ndim == 5:
-            frames = x.shape[2]
-            x = x.permute(0, 2, 1, 3, 4).reshape(-1, *x.shape[1:2], *x.shape[3:])
-        if x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1)
-        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-        return self.arrays(list(arr)), frames
+        arr = rgb_frames(images, f"reward {self.what}")
+        return self.arrays(list(arr.reshape(-1, *arr.shape[2:]))), arr.shape[1]
 
     @torch.no_grad()
     def arrays(self, images: Sequence) -> torch.Tensor:
@@ -80,9 +74,10 @@ class ClipEmbedder:
         return torch.nn.functional.normalize(emb, dim=-1)
 
 
-def _check_file(path: str | None, what: str, option: str) -> None:
-    if path is not None and not Path(path).expanduser().is_file():
-        raise FileNotFoundError(f"reward {what}: {option} {str(path)!r} does not exist")
+    def cosine(self, images: torch.Tensor, prompts: Sequence) -> tuple[torch.Tensor, int]:
+        """cos(e_img, e_txt) of every frame with its sample's prompt, [B * F], and F."""
+        img, frames = self.images(images)
+        return (img * self.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)).sum(-1), frames
 
 
 class ClipScore:
@@ -97,9 +92,7 @@ class ClipScore:
         self.clip, self.scale, self.variant = ClipEmbedder(model_path, self.name, device), float(scale), variant
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        img, frames = self.clip.images(images)
-        txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
-        cos = (img * txt).sum(-1)
+        cos, frames = self.clip.cosine(images, prompts)
         if self.variant == "flow_grpo":
             return per_sample(self.clip.model.logit_scale.exp().float().item() * cos / 30.0, frames)
         return per_sample(self.scale * cos.clamp_min(0), frames)
@@ -119,10 +112,8 @@ class PickScore:
         self.clip, self.scale = ClipEmbedder(model_path, self.name, device, processor_path), float(scale)
 
     def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        img, frames = self.clip.images(images)
-        txt = self.clip.texts([p.text for p in prompts]).repeat_interleave(frames, dim=0)
-        logit_scale = self.clip.model.logit_scale.exp().float().item()
-        return per_sample(self.scale * logit_scale * (img * txt).sum(-1), frames)
+        cos, frames = self.clip.cosine(images, prompts)
+        return per_sample(self.scale * self.clip.model.logit_scale.exp().float().item() * cos, frames)
 
 
 def aesthetic_head(dim: int) -> torch.nn.Sequential:
@@ -134,10 +125,16 @@ def aesthetic_head(dim: int) -> torch.nn.Sequential:
     )  # fmt: skip
 
 
-def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
+def _head_path(path: str | None) -> Path:
     if not path:
         raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
-    p = Path(path).expanduser()
+    if not Path(path).expanduser().is_file():
+        raise FileNotFoundError(f"reward aesthetic: head_path {path!r} does not exist")
+    return Path(path).expanduser()
+
+
+def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
+    p = _head_path(path)
     state = read_checkpoint(path, "aesthetic", option="head_path")
     out = {}
     for k, v in state.items():
@@ -154,9 +151,7 @@ class AestheticScore:
     @staticmethod
     def check(model_path: str | None = None, head_path: str | None = None, **_) -> None:
         _check_dir(model_path, "aesthetic")
-        if not head_path:
-            raise ValueError("reward aesthetic: option head_path (the MLP head .safetensors / .pt) is required")
-        _check_file(head_path, "aesthetic", "head_path")
+        _head_path(head_path)
 
     def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str | None = None):
         self.clip = ClipEmbedder(model_path, self.name, device)

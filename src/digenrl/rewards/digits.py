@@ -95,7 +95,7 @@ class DigitsReward:
 
     name = "digits"
 
-    def __init__(self, classifier_path: str | Path | None = None):
+    def __init__(self, classifier_path: str | None = None):
         self.classifier = load_classifier(classifier_path or ASSET)
         for prm in self.classifier.parameters():
             prm.requires_grad_(False)
@@ -118,6 +118,3 @@ class DigitsReward:
     def __call__(self, images: torch.Tensor, prompts: Sequence[Prompt]) -> torch.Tensor:
         return self.slot_probs(images, prompts).prod(dim=1)
 
-
-def build_digits_reward(classifier_path: str | None = None) -> DigitsReward:
-    return DigitsReward(classifier_path)

@@ -21,17 +21,14 @@ install from PyPI on CPU, so the model stays the user's):
 
 from __future__ import annotations
 
-import base64
-import io
 import json
-import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
 
+from digenrl.rewards.base import Scored, png_base64, rgb_frames
+from digenrl.rewards.client import Unavailable, post_retrying
 from digenrl.rewards.geneval_rules import Detection, check_metadata, evaluate, filter_detections
 
 
@@ -54,35 +51,20 @@ class RemoteDetector:
         self.url, self.timeout, self.retries, self.backoff = url, timeout, retries, backoff
 
     def __call__(self, images: list[np.ndarray]) -> list[list[dict]]:
-        from PIL import Image
-
-        pngs = []
-        for img in images:
-            buf = io.BytesIO()
-            Image.fromarray(img).save(buf, format="PNG")
-            pngs.append(base64.b64encode(buf.getvalue()).decode("ascii"))
-        body = json.dumps({"images": pngs}).encode()
-        last = None
-        for k in range(self.retries + 1):
-            if k:
-                time.sleep(self.backoff * 2 ** (k - 1))
-            try:
-                req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    out = json.loads(resp.read())["detections"]
-                if not isinstance(out, list) or len(out) != len(images):
-                    raise ValueError(f"geneval: detector {self.url} returned {len(out)} lists for {len(images)} images")
-                return out
-            except urllib.error.HTTPError as e:
-                if 400 <= e.code < 500 and e.code != 429:
-                    raise RuntimeError(f"geneval: detector {self.url} refused the request ({e.code})") from None
-                last = f"HTTP {e.code}"
-            except (urllib.error.URLError, OSError) as e:
-                last = repr(getattr(e, "reason", e))
-        raise RuntimeError(f"geneval: detector {self.url} unavailable after {self.retries + 1} attempts ({last})")
+        body = json.dumps({"images": [png_base64(img) for img in images]}).encode()
+        where = f"geneval: detector {self.url}"
+        try:
+            out = post_retrying(self.url, body, None, self.timeout, [self.backoff * 2**k for k in range(self.retries)],
+                                lambda code, _: RuntimeError(f"{where} refused the request ({code})"),
+                                lambda raw: json.loads(raw)["detections"])  # fmt: skip
+        except Unavailable as e:
+            raise RuntimeError(f"{where} unavailable after {e.attempts} attempts ({e.last})") from None
+        if not isinstance(out, list) or len(out) != len(images):
+            raise ValueError(f"{where} returned {len(out)} lists for {len(images)} images")
+        return out
 
 
-class GenEvalReward:
+class GenEvalReward(Scored):
     name = "geneval"
 
     @staticmethod
@@ -110,8 +92,7 @@ class GenEvalReward:
                  counting_threshold: float = 0.9, max_objects: int = 16, max_overlap: float = 1.0,
                  position_threshold: float = 0.1, timeout: float = 120.0):  # fmt: skip
         if sum(x is not None for x in (detector_url, detector_factory, detector_path)) != 1:
-            raise ValueError("reward geneval: set exactly one of detector_url (a detection service), detector_path "
-                             "(a local transformers detection model) or detector_factory ('module:function')")  # fmt: skip
+            self.check(detector_url, detector_factory, detector_path)  # names the options
         if detector_url is not None:
             self.detector: Callable = RemoteDetector(detector_url, timeout)
         elif detector_path is not None:
@@ -133,23 +114,12 @@ class GenEvalReward:
                 check_metadata(p.meta)
             except ValueError as e:
                 raise ValueError(f"{e} (prompt {p.text[:60]!r})") from None
-        x = images.detach().float().cpu().clamp(0, 1)
-        if x.ndim != 4 or x.shape[0] != len(prompts):
-            raise ValueError(f"reward geneval: expected images [B, C, H, W] for {len(prompts)} prompts, got {tuple(images.shape)}")
-        if x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1)
-        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
-        raw = self.detector(list(arr))
-        out: dict[str, list[float]] = {"score": [], "strict": [], "correct": []}
-        for i, (dets, p) in enumerate(zip(raw, prompts)):
-            objects = filter_detections([_as_detection(d, f"image {i}") for d in dets], str(p.meta.get("tag", "")),
-                                        **self.filter_kw)  # fmt: skip
-            res = evaluate(objects, p.meta, self.position_threshold)
-            out["score"].append(res.score)
-            out["strict"].append(float(res.strict))
-            out["correct"].append(float(res.correct))
-        parts = {k: torch.tensor(v, dtype=torch.float32) for k, v in out.items()}
+        if images.ndim != 4:
+            raise ValueError(f"reward geneval: expected images [B, C, H, W], got {tuple(images.shape)}")
+        raw = self.detector(list(rgb_frames(images, "reward geneval", len(prompts))[:, 0]))
+        results = [evaluate(filter_detections([_as_detection(d, f"image {i}") for d in dets],
+                                              str(p.meta.get("tag", "")), **self.filter_kw), p.meta,
+                            self.position_threshold) for i, (dets, p) in enumerate(zip(raw, prompts))]  # fmt: skip
+        parts = {k: torch.tensor([float(getattr(r, k)) for r in results], dtype=torch.float32)
+                 for k in ("score", "strict", "correct")}  # fmt: skip
         return parts[self.reward], parts
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return self.score(images, prompts)[0]

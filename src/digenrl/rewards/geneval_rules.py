@@ -96,16 +96,7 @@ def relative_position(a: Detection, b: Detection, threshold: float = 0.1) -> set
     if np.all(np.abs(revised) < 1e-3):
         return set()
     dx, dy = revised / np.linalg.norm(offset)
-    rels = set()
-    if dx < -0.5:
-        rels.add("left of")
-    if dx > 0.5:
-        rels.add("right of")
-    if dy < -0.5:
-        rels.add("above")
-    if dy > 0.5:
-        rels.add("below")
-    return rels
+    return {rel for rel, holds in zip(RELATIONS, (dx < -0.5, dx > 0.5, dy < -0.5, dy > 0.5)) if holds}
 
 
 def _colour_hits(found: Sequence[Detection], colour: str) -> int:

@@ -13,16 +13,14 @@ shorter side with zeros (left/top get floor(pad / 2)) -> normalise with CLIP's m
 tokenizer, padded / truncated to the 77-token context; the text embedding is taken at the end-of-text token,
 which open_clip finds as the highest token id.
 
-Why transformers and not ``open_clip``: ``open-clip-torch`` needs ``torchvision`` and ``timm``, whose wheels pin
-a torch build (pip replaces a CPU torch with a CUDA one); the OpenCLIP text/vision towers are the same network
-as ``CLIPModel`` (pre-LN blocks, exact GELU for ViT-H-14, causal text attention), so the state dict maps key for
-key (``open_clip_to_hf``): ``in_proj`` splits into q / k / v, ``proj`` / ``text_projection`` are stored
-transposed, and every key must be used (``load_strict``).
+Not ``open_clip``: ``open-clip-torch`` needs ``torchvision`` and ``timm``, whose wheels pin a torch build; its
+towers are the same network as ``CLIPModel`` (pre-LN blocks, exact GELU for ViT-H-14, causal text attention),
+so the state dict maps key for key (``open_clip_to_hf``) and every key must be used (``load_strict``).
 
 Checkpoint: ``HPS_v2_compressed.pt`` or ``HPS_v2.1_compressed.pt`` (HF hub ``xswu/HPSv2``), a dict with the
 OpenCLIP ``state_dict``. Tokenizer: a CLIP tokenizer directory, e.g. ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``
-(the one PickScore's processor uses; its BPE is open_clip's). Head counts are not stored in the weights:
-``vision_heads`` / ``text_heads`` default to ViT-H-14's (1280 / 80 = 16, 1024 / 64 = 16).
+(its BPE is open_clip's). The head counts, not stored in the weights, default to ViT-H-14's (1280 / 80 = 16,
+1024 / 64 = 16).
 """
 
 from __future__ import annotations
@@ -31,12 +29,8 @@ import math
 from typing import Sequence
 
 import torch
-from pydantic import Field
 
-from digenrl.rewards.local_weights import (
-    CLIP_MEAN, CLIP_STD, DTYPES, LocalWeightsOptions, check_paths, layer_count, load_strict,
-    read_checkpoint, resolve_device, score_frames,
-)  # fmt: skip
+from digenrl.rewards.local_weights import CLIP_MEAN, CLIP_STD, LocalWeightsReward, layer_count, load_strict
 
 _BLOCK = {  # open_clip ResidualAttentionBlock -> transformers CLIPEncoderLayer (in_proj is split separately)
     "ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_attn.out_proj",
@@ -121,34 +115,21 @@ def resize_longest_pad(x: torch.Tensor, size: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (pw // 2, pw - pw // 2, ph // 2, ph - ph // 2), value=0.0)
 
 
-class HpsV2Options(LocalWeightsOptions):
-    vision_heads: int = Field(16, ge=1)
-    text_heads: int = Field(16, ge=1)
-
-
-class HpsV2:
+class HpsV2(LocalWeightsReward):
     """``hpsv2``: r = cos(image, prompt) under an HPSv2 checkpoint (see the module docstring)."""
 
     name = "hpsv2"
-    options_model = HpsV2Options
-
-    @staticmethod
-    def check(checkpoint_path: str | None = None, tokenizer_path: str | None = None, **_) -> None:
-        check_paths("hpsv2", checkpoint_path, tokenizer_path)
 
     def __init__(self, **options):
         from transformers import AutoTokenizer, CLIPModel
 
-        o = self.options = HpsV2Options(**options)
-        state = read_checkpoint(o.checkpoint_path, self.name)
-        missing = [k for k in ("visual.conv1.weight", "positional_embedding", "text_projection") if k not in state]
-        if missing:
-            raise ValueError(f"reward hpsv2: {o.checkpoint_path!r} is not an OpenCLIP state dict (no {missing})")
+        state = self._read(options, "an OpenCLIP state dict", ("visual.conv1.weight", "positional_embedding",
+                                                               "text_projection"))  # fmt: skip
+        o = self.options
         config = clip_config(state, o.vision_heads, o.text_heads)
         with torch.device("meta"):
             model = CLIPModel(config)
         load_strict(model, open_clip_to_hf(state), self.name, o.checkpoint_path)
-        self.device, self.dtype = resolve_device(o.device), DTYPES[o.dtype]
         self.model = model.eval().to(self.device, self.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(o.tokenizer_path, local_files_only=True)
         self.image_size, self.context = config.vision_config.image_size, config.text_config.max_position_embeddings
@@ -180,9 +161,6 @@ class HpsV2:
         norm = torch.nn.functional.normalize
         return norm(img.float(), dim=-1), norm(txt.float(), dim=-1)
 
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        def cosine(frames, texts):
-            img, txt = self.embed(self.pixels(frames), self.tokens(texts))
-            return (img * txt).sum(-1)
-
-        return score_frames(self.name, images, prompts, self.options.batch_size, cosine)
+    def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
+        img, txt = self.embed(self.pixels(frames), self.tokens(texts))
+        return (img * txt).sum(-1)

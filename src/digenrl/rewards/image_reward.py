@@ -15,17 +15,11 @@ aesthetic head's layout, ``clip_based.aesthetic_head``). Image transform (``_tra
 tokenizer (``bert-base-uncased`` plus the special tokens ``[DEC]`` and ``[ENC]``), padded / truncated to 35
 tokens; the input ids are used as tokenized ([CLS] first).
 
-Key mapping (as transformers' BLIP conversion renames BLIP's ViT; the text encoder is BLIP's ``med.py``
-BERT, whose keys ``BlipTextModel`` keeps): ``blip.visual_encoder.{cls_token, pos_embed, patch_embed.proj,
-blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1/fc2}, norm}`` -> ``BlipVisionModel``'s
-``embeddings.{class_embedding, position_embedding, patch_embedding}``, ``encoder.layers.N.{layer_norm1,
-self_attn.qkv, self_attn.projection, layer_norm2, mlp.fc1/fc2}``, ``post_layernorm``;
-``blip.text_encoder.*`` -> ``BlipTextModel`` unchanged; ``mlp.layers.N`` -> the head. The contrastive
-projections ``blip.vision_proj`` / ``blip.text_proj`` are not used by the score and are skipped.
-
-Weights: ``ImageReward.pt`` (HF hub ``THUDM/ImageReward``); tokenizer: a local ``bert-base-uncased``
-directory (``google-bert/bert-base-uncased``). Head counts are not stored in the weights: ``vision_heads`` /
-``text_heads`` default to ViT-L's 16 and BERT-base's 12.
+Keys (``blip_to_hf``): BLIP's ViT is renamed as transformers' BLIP conversion does (``_VIT_TOP``, ``_VIT_BLOCK``);
+its ``med.py`` BERT keeps its keys in ``BlipTextModel``; ``mlp.layers.N`` is the head; the contrastive
+projections are not used by the score and are skipped. Weights: ``ImageReward.pt`` (HF hub
+``THUDM/ImageReward``); tokenizer: a local ``google-bert/bert-base-uncased`` directory. The head counts, not
+stored in the weights, default to ViT-L's 16 and BERT-base's 12.
 """
 
 from __future__ import annotations
@@ -38,8 +32,7 @@ from pydantic import Field
 
 from digenrl.rewards.clip_based import aesthetic_head
 from digenrl.rewards.local_weights import (
-    CLIP_MEAN, CLIP_STD, DTYPES, LocalWeightsOptions, check_paths, layer_count, load_strict,
-    read_checkpoint, resolve_device, score_frames,
+    CLIP_MEAN, CLIP_STD, LocalWeightsOptions, LocalWeightsReward, layer_count, load_strict,
 )  # fmt: skip
 
 REWARD_MEAN = 0.16717362830052426  # ImageReward.py: self.mean
@@ -134,33 +127,25 @@ def resize_center_crop(frame, size: int):
 
 
 class ImageRewardOptions(LocalWeightsOptions):
-    vision_heads: int = Field(16, ge=1)
-    text_heads: int = Field(12, ge=1)
+    text_heads: int = Field(12, ge=1)  # BERT-base
 
 
-class ImageReward:
+class ImageReward(LocalWeightsReward):
     """``image_reward``: ImageReward's normalised score of (image, prompt) (see the module docstring)."""
 
     name = "image_reward"
     options_model = ImageRewardOptions
 
-    @staticmethod
-    def check(checkpoint_path: str | None = None, tokenizer_path: str | None = None, **_) -> None:
-        check_paths("image_reward", checkpoint_path, tokenizer_path)
-
     def __init__(self, **options):
         from transformers import AutoTokenizer
 
-        o = self.options = ImageRewardOptions(**options)
-        state = read_checkpoint(o.checkpoint_path, self.name)
-        if _VIT + "patch_embed.proj.weight" not in state or _BERT + "embeddings.word_embeddings.weight" not in state:
-            raise ValueError(f"reward image_reward: {o.checkpoint_path!r} is not an ImageReward state dict "
-                             f"(no {_VIT}patch_embed / {_BERT}embeddings keys)")  # fmt: skip
+        state = self._read(options, "an ImageReward state dict", (_VIT + "patch_embed.proj.weight",
+                                                                  _BERT + "embeddings.word_embeddings.weight"))
+        o = self.options
         vision, text = blip_configs(state, o.vision_heads, o.text_heads)
         with torch.device("meta"):
             net = ImageRewardNet(vision, text)
         load_strict(net, blip_to_hf(state), self.name, o.checkpoint_path)
-        self.device, self.dtype = resolve_device(o.device), DTYPES[o.dtype]
         self.net = net.eval().to(self.device, self.dtype)
         self.net.mlp.float()  # ImageReward scores the [CLS] feature in float32
         tok = AutoTokenizer.from_pretrained(o.tokenizer_path, local_files_only=True)
@@ -194,8 +179,5 @@ class ImageReward:
         """MLP(h), before ImageReward's normalisation."""
         return self.net(pixels, ids, mask)
 
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        def normalised(frames, texts):
-            return (self.raw(self.pixels(frames), *self.tokens(texts)) - REWARD_MEAN) / REWARD_STD
-
-        return score_frames(self.name, images, prompts, self.options.batch_size, normalised)
+    def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
+        return (self.raw(self.pixels(frames), *self.tokens(texts)) - REWARD_MEAN) / REWARD_STD

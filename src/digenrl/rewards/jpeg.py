@@ -18,37 +18,24 @@ from __future__ import annotations
 import io
 from typing import Literal, Sequence
 
-import numpy as np
 import torch
+
+from digenrl.rewards.base import rgb_frames
 
 QUALITY = 95
 COMPRESSIBILITY_SCALES = {"flow_grpo": 1.0 / 500.0, "ddpo": 1.0}
-
-
-def _to_uint8_frames(images: torch.Tensor) -> list[list[np.ndarray]]:
-    x = images.detach().float().cpu().clamp(0, 1)
-    if x.ndim == 4:
-        x = x.unsqueeze(2)  # [B, C, 1, H, W]
-    if x.ndim != 5:
-        raise ValueError(f"jpeg reward: expected images [B, C, H, W] or videos [B, C, F, H, W], got {tuple(x.shape)}")
-    if x.shape[1] == 1:
-        x = x.expand(-1, 3, -1, -1, -1)
-    arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()  # [B, F, H, W, C]
-    return [[frame for frame in sample] for sample in arr]
 
 
 def jpeg_size_kb(images: torch.Tensor, quality: int = QUALITY) -> torch.Tensor:
     """JPEG size in kB (bytes / 1000) of every sample (mean over frames for videos)."""
     from PIL import Image
 
-    sizes = []
-    for frames in _to_uint8_frames(images):
-        per_frame = []
-        for frame in frames:
-            buf = io.BytesIO()
-            Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
-            per_frame.append(buf.tell() / 1000.0)
-        sizes.append(sum(per_frame) / len(per_frame))
+    def kb(frame) -> float:
+        buf = io.BytesIO()
+        Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
+        return buf.tell() / 1000.0
+
+    sizes = [sum(map(kb, frames)) / len(frames) for frames in rgb_frames(images, "jpeg reward")]
     return torch.tensor(sizes, dtype=torch.float32)
 
 

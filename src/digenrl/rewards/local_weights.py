@@ -1,8 +1,7 @@
 """Shared pieces of the rewards that load a published checkpoint from a local file onto transformers modules
 (``hpsv2``, ``image_reward``): typed options, the device default, reading the checkpoint, a strict key-for-key
-load that names every missing / unexpected key, and 8-bit frames.
-
-Nothing is downloaded: the checkpoint and the tokenizer are local paths, checked before anything is built.
+load that names every missing / unexpected key, and the frame-by-frame call (``LocalWeightsReward``). Nothing
+is downloaded: the checkpoint and the tokenizer are local paths, checked before anything is built.
 """
 
 from __future__ import annotations
@@ -12,6 +11,8 @@ from typing import Iterable, Literal, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+
+from digenrl.rewards.base import rgb_frames
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's image mean / std (open_clip OPENAI_DATASET_*),
@@ -28,6 +29,8 @@ class LocalWeightsOptions(BaseModel):
     device: str | None = None  # None: the worker's device (its CUDA device when it has one, else CPU)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     batch_size: int = Field(16, ge=1)  # images per forward pass
+    vision_heads: int = Field(16, ge=1)  # head counts: not stored in the weights
+    text_heads: int = Field(16, ge=1)
 
 
 def check_paths(what: str, checkpoint_path: str | None, tokenizer_path: str | None) -> None:
@@ -48,8 +51,7 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device("cpu")
 
 
-def read_checkpoint(path: str, what: str, nested: Iterable[str] = ("state_dict", "model"),
-                    option: str = "checkpoint_path") -> dict[str, torch.Tensor]:
+def read_checkpoint(path: str, what: str, option: str = "checkpoint_path") -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file: a safetensors file, or a torch pickle read with ``weights_only`` (a
     training checkpoint's ``state_dict`` / ``model`` entry is unwrapped; a ``module.`` prefix from DDP is
     dropped). ``option``: the reward option that named the file (for the error)."""
@@ -65,7 +67,7 @@ def read_checkpoint(path: str, what: str, nested: Iterable[str] = ("state_dict",
             state = torch.load(str(p), map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError:  # not a zip checkpoint: mmap needs one
             state = torch.load(str(p), map_location="cpu", weights_only=True)
-    for key in nested:
+    for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
             break
@@ -115,32 +117,41 @@ def layer_count(state: dict[str, torch.Tensor], prefix: str) -> int:
     return len(ids)
 
 
-def frames_uint8(images: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Images [B, C, H, W] (or videos [B, C, F, H, W]) in [0, 1] -> 8-bit RGB frames [B * F, 3, H, W] (what a
-    saved image holds: round(255 x)) and F (1 for images)."""
-    x = images.detach().float().clamp(0, 1)
-    frames = 1
-    if x.ndim == 5:
-        frames = x.shape[2]
-        x = x.permute(0, 2, 1, 3, 4).reshape(-1, x.shape[1], *x.shape[3:])
-    if x.ndim != 4 or x.shape[1] not in (1, 3):
-        raise ValueError(f"expected images [B, 1|3, H, W] or videos [B, C, F, H, W], got {tuple(images.shape)}")
-    if x.shape[1] == 1:
-        x = x.expand(-1, 3, -1, -1)
-    return (x * 255).round().to(torch.uint8), frames
-
-
-def score_frames(what: str, images: torch.Tensor, prompts: Sequence, batch_size: int, score) -> torch.Tensor:
-    """One score per sample: every frame (8-bit, ``frames_uint8``) is scored with its prompt's text by
-    ``score(frames, texts)`` in batches of ``batch_size``, and a video gets the mean over its frames."""
-    frames, f = frames_uint8(images)
-    texts = [p.text for p in prompts for _ in range(f)]
-    if len(texts) != frames.shape[0]:
-        raise ValueError(f"reward {what}: {len(prompts)} prompts for {frames.shape[0] // f} samples")
-    scores = [score(frames[i : i + batch_size], texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
-    return per_sample(torch.cat(scores), f)
-
-
 def per_sample(values: torch.Tensor, frames: int) -> torch.Tensor:
     """Frame scores [B * F] -> the mean per sample [B] (float32, CPU)."""
     return values.float().view(-1, frames).mean(dim=1).cpu()
+
+
+class LocalWeightsReward:
+    """What ``hpsv2`` and ``image_reward`` share: ``check`` (the paths), ``_read`` (the options and the checkpoint,
+    refused without the keys of its layout) and the call, over the subclass's ``frame_scores``."""
+
+    name: str
+    options_model: type[LocalWeightsOptions] = LocalWeightsOptions
+
+    @classmethod
+    def check(cls, checkpoint_path: str | None = None, tokenizer_path: str | None = None, **_) -> None:
+        check_paths(cls.name, checkpoint_path, tokenizer_path)
+
+    def _read(self, options: dict, layout: str, keys: Sequence[str]) -> dict[str, torch.Tensor]:
+        o = self.options = self.options_model(**options)
+        state = read_checkpoint(o.checkpoint_path, self.name)
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise ValueError(f"reward {self.name}: {o.checkpoint_path!r} is not {layout} (no {missing})")
+        self.device, self.dtype = resolve_device(o.device), DTYPES[o.dtype]
+        return state
+
+    def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
+        """One score per sample: every frame (8-bit [N, 3, H, W], ``base.rgb_frames``) is scored with its prompt's
+        text by ``frame_scores`` in batches of ``batch_size``, and a video gets the mean over its frames."""
+        arr, n = rgb_frames(images, f"reward {self.name}"), self.options.batch_size
+        frames, f = torch.from_numpy(arr.reshape(-1, *arr.shape[2:])).permute(0, 3, 1, 2), arr.shape[1]
+        texts = [p.text for p in prompts for _ in range(f)]
+        if len(texts) != frames.shape[0]:
+            raise ValueError(f"reward {self.name}: {len(prompts)} prompts for {frames.shape[0] // f} samples")
+        return per_sample(torch.cat([self.frame_scores(frames[i : i + n], texts[i : i + n])
+                                     for i in range(0, len(texts), n)]), f)  # fmt: skip

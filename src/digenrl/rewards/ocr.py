@@ -31,6 +31,8 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
+from digenrl.rewards.base import Scored, rgb_frames
+
 
 def edit_distance(a: str, b: str) -> int:
     """Levenshtein distance (unit-cost insertions, deletions, substitutions), O(len(a) * len(b))."""
@@ -73,7 +75,7 @@ def reduce_frames(vals: list[float], how: str) -> float:
     return sum(vals) / len(vals)
 
 
-class OcrReward:
+class OcrReward(Scored):
     """See the module docstring. ``threads``: ONNX Runtime intra-op threads (0: its default)."""
 
     name = "ocr"
@@ -91,12 +93,9 @@ class OcrReward:
                  frame_reduce: Literal["positive_mean", "mean"] = "positive_mean"):  # fmt: skip
         if frame_stride < 1 or not 0.0 <= text_score <= 1.0:
             raise ValueError("reward ocr: need frame_stride >= 1 and text_score in [0, 1]")
-        try:
-            from rapidocr_onnxruntime import RapidOCR
-        except ImportError as e:
-            raise ValueError(
-                f"reward ocr: the recogniser is not installed ({e}); pip install rapidocr-onnxruntime"
-            ) from None
+        self.check()
+        from rapidocr_onnxruntime import RapidOCR
+
         kwargs = {"text_score": text_score, "det_limit_side_len": det_limit_side_len, "det_limit_type": det_limit_type}
         if threads > 0:
             kwargs |= {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
@@ -119,15 +118,7 @@ class OcrReward:
         return text
 
     def score(self, images: torch.Tensor, prompts: Sequence) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = images.detach().float().cpu().clamp(0, 1)
-        if x.ndim == 4:
-            x = x.unsqueeze(2)
-        if x.ndim != 5 or x.shape[0] != len(prompts):
-            raise ValueError(f"reward ocr: expected [B, C, H, W] or [B, C, F, H, W] for {len(prompts)} prompts, "
-                             f"got {tuple(images.shape)}")  # fmt: skip
-        if x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1, -1)
-        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()  # [B, F, H, W, 3]
+        arr = rgb_frames(images, "reward ocr", len(prompts))  # [B, F, H, W, 3]
         targets = [self._target(p) for p in prompts]
         out, exact = [], []
         for frames, target in zip(arr, targets):
@@ -142,6 +133,3 @@ class OcrReward:
             out.append(reduce_frames(vals, self.frame_reduce))
             exact.append(float(all(v == 1.0 for v in vals)))
         return torch.tensor(out, dtype=torch.float32), {"exact": torch.tensor(exact)}
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return self.score(images, prompts)[0]

@@ -1,25 +1,16 @@
 """Reward registry and plug-ins: find a reward's factory, validate its typed options, build the weighted sum.
 
-The config's ``reward`` table maps a name to options::
-
-    reward:
-      ocr: {weight: 1.0}                                    # a built-in name
-      my_reward: {weight: 0.5, threshold: 0.3}              # an entry point of group "digenrl.rewards"
-      "my_pkg.rewards:build_judge": {weight: 1.0}           # a "module:factory" path as the name
-      judge_b: {factory: "my_pkg.rewards:build_judge", weight: 1.0, temperature: 0.0}
-
-A name is resolved, in this order, as: the ``factory`` option (``"module:attr"``); a name containing ``:``;
-a built-in (``BUILTIN``); a peer's name for a built-in (``ALIASES``: ``imagereward``, ``unifiedreward``); an installed entry point of group ``digenrl.rewards`` (``ep.load()`` gives the
-factory). ``weight`` (default 1.0) and ``factory`` are reserved; every other key is an option of the
-factory, validated against its signature before anything is built: the annotation of each keyword parameter
-is its type (checked by pydantic), a parameter without default is required, and a key the factory does not
-take is refused naming it (unless the factory takes ``**kwargs``). A factory may instead declare
-``options_model``, a pydantic model that validates its options. A factory may also have ``check(**options)``,
-which checks what can be checked without loading anything (files exist, URLs and patterns are well formed,
-optional packages are installed) and raises ``ValueError`` / ``OSError``.
-
-A factory returns a ``RewardFn`` (``rewards.base``). ``validate_reward_spec`` runs only the checks (it
-imports the factory's module but builds nothing), so the CLI can refuse bad input before writing anything.
+The config's ``reward`` table maps a name to options (``{weight: 0.5, threshold: 0.3}``; docs/rewards.md has
+examples). A name is resolved, in this order, as: the ``factory`` option (``"module:attr"``); a name containing
+``:``; a built-in (``BUILTIN``); a peer's name for a built-in (``ALIASES``); an installed entry point of group
+``digenrl.rewards`` (``ep.load()`` gives the factory). ``weight`` (default 1.0) and ``factory`` are reserved;
+every other key is an option of the factory, validated before anything is built against the factory's
+``options_model`` (a pydantic model) if it declares one, else its signature: each keyword parameter's
+annotation is its type, one without default is required, and a key the factory does not take is refused naming
+it (unless it takes ``**kwargs``). A factory's optional ``check(**options)`` checks what can be checked without
+loading anything (files exist, URLs and patterns are well formed, packages are installed) and raises
+``ValueError`` / ``OSError``. ``validate_reward_spec`` runs only the checks, so the CLI can refuse bad input
+before writing anything; a factory returns a ``RewardFn`` (``rewards.base``).
 """
 
 from __future__ import annotations
@@ -40,7 +31,7 @@ ENTRY_POINT_GROUP = "digenrl.rewards"
 RESERVED = ("weight", "factory")
 
 BUILTIN: dict[str, str] = {
-    "digits": "digenrl.rewards.digits:build_digits_reward",
+    "digits": "digenrl.rewards.digits:DigitsReward",
     "jpeg_compressibility": "digenrl.rewards.jpeg:build_jpeg_compressibility",
     "jpeg_incompressibility": "digenrl.rewards.jpeg:build_jpeg_incompressibility",
     "clipscore": "digenrl.rewards.clip_based:ClipScore",
@@ -157,17 +148,10 @@ def options_model(factory: Callable[..., Any]) -> type[BaseModel]:
         hints = typing.get_type_hints(fn)
     except Exception:  # unresolvable annotations: accept any value for those parameters
         hints = {}
-    sig = inspect.signature(factory)
-    fields: dict[str, Any] = {}
-    extra = "forbid"
-    for p in sig.parameters.values():
-        if p.kind is p.VAR_KEYWORD:
-            extra = "allow"
-            continue
-        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
-            continue
-        default = ... if p.default is p.empty else p.default
-        fields[p.name] = (hints.get(p.name, Any), default)
+    params = inspect.signature(factory).parameters.values()
+    fields = {p.name: (hints.get(p.name, Any), ... if p.default is p.empty else p.default) for p in params
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}  # fmt: skip
+    extra = "allow" if any(p.kind is p.VAR_KEYWORD for p in params) else "forbid"
     cfg = ConfigDict(extra=extra, arbitrary_types_allowed=True, protected_namespaces=())
     return create_model(f"{getattr(factory, '__name__', 'reward')}_options", __config__=cfg, **fields)
 
@@ -192,9 +176,8 @@ def _check_options(name: str, factory: Callable[..., Any], options: dict[str, An
             else:
                 lines.append(f"reward.{name}.{key}: {err['msg']} (got {_short(err.get('input'))})")
         raise RewardConfigError("; ".join(lines)) from None
-    dumped = dict(validated)
-    extras = validated.model_extra or {}
-    checked = {k: (dumped[k] if k in dumped else extras[k]) for k in options}
+    typed = dict(validated)  # the fields and the extras
+    checked = {k: typed[k] for k in options}
     check = getattr(factory, "check", None)
     if callable(check):
         try:

@@ -2,31 +2,25 @@
 
 ``digenrl reward-serve --reward NAME [--option key=value ...] | --config run.yaml`` serves ``POST /score``
 (wire format in ``rewards.wire``) and ``GET /health``. Reward models (CLIP, PickScore, ...) then live in one
-process (or on one GPU) shared by every generator worker, which call it through ``RemoteReward``.
+process (or on one GPU) shared by every generator worker, which call it through ``RemoteReward``. Concurrent
+requests are batched (``rewards.batching.RequestBatcher``; ``/health`` reports the last ``batch_sizes``); the
+response carries the total and the per-reward breakdown (``parts``) of a weighted sum.
 
-Batching (``rewards.batching.RequestBatcher``): concurrent requests with the same image shape are scored in one
-call of up to ``max_batch`` samples, waiting at most ``max_wait`` seconds for more; ``/health`` reports the last
-batch sizes (``batch_sizes``). The response carries the total and the per-reward breakdown (``parts``) of a
-weighted sum, so several rewards (each a model on this process's device) share one service.
-
-Isolation: if a batch of several requests fails, each request is scored again alone, so one bad request fails
-only itself. A request the reward cannot score answers 422: any exception the reward raises on it alone (a
-prompt without the metadata the reward needs, a class index out of range, an image shape the model does not
-take: torch's ``RuntimeError``), since scoring it again would fail the same way and the client does not retry
-4xx. Only what a retry can fix answers 503, which clients retry: ``OSError`` (an unreachable dependency, e.g.
-a judge endpoint or a file system) and running out of memory (``MemoryError``, ``torch.OutOfMemoryError``).
+Errors (one bad request fails only itself: the batcher scores a failed batch again request by request): what
+the reward raises on a request alone answers 422 (scoring it again would fail the same way; clients do not
+retry 4xx); only what a retry can fix answers 503, which clients retry: ``OSError`` (an unreachable
+dependency) and running out of memory (``MemoryError``, ``torch.OutOfMemoryError``).
 
 Hardening: the body is capped (``max_body_bytes``; larger -> drained without keeping it, then 413); a whole
 request (request line, headers and body) must arrive within ``read_timeout`` seconds of its first byte (or of
-the connection's previous answer), else it is answered 408 and the connection closed, however slowly the bytes
-keep coming (a per-read timeout alone would let a client trickling one byte a second hold its thread forever);
-at most ``max_connections`` connections are served at once and one beyond them is answered 503 and closed at
-once, so a slow client holds one bounded slot for at most ``read_timeout`` seconds, never the scoring thread.
+the connection's previous answer), else 408 and the connection is closed, however slowly the bytes keep coming
+(a per-read timeout alone would let a client trickling one byte a second hold its thread forever); at most
+``max_connections`` connections are served at once and one beyond them is answered 503 and closed at once.
 Every malformed request (bad or missing Content-Length, invalid JSON, a field off the wire format) is answered
-400 with a short message -- the connection is never dropped without a response. With ``token`` set, ``POST
-/score`` requires ``Authorization: Bearer <token>`` (401 otherwise); ``digenrl reward-serve`` takes it from
-``--token-file`` or ``$DIGENRL_REWARD_TOKEN`` (``--token`` works but shows in ``ps``) and refuses to bind
-beyond loopback without a token unless ``--allow-unauthenticated`` is given.
+400 with a short message, never dropped. With ``token`` set, ``POST /score`` requires ``Authorization: Bearer
+<token>`` (401 otherwise); ``digenrl reward-serve`` takes it from ``--token-file`` or ``$DIGENRL_REWARD_TOKEN``
+(``--token`` works but shows in ``ps``) and refuses to bind beyond loopback without a token unless
+``--allow-unauthenticated`` is given.
 """
 
 from __future__ import annotations
@@ -48,13 +42,21 @@ import torch
 
 DEFAULT_MAX_BODY = 256 * 2**20
 DEFAULT_MAX_CONNECTIONS = 64
-INPUT_ERRORS = (ValueError, KeyError, TypeError)
 TRANSIENT_ERRORS = (OSError, MemoryError, torch.OutOfMemoryError)  # 503: a retry can fix these; anything else 422
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-         b"Content-Length: 57\r\n\r\n" + b'{"error": "busy: every connection slot is held; retry"}  ')
 
 from digenrl.rewards import wire
 from digenrl.rewards.batching import RequestBatcher
+from digenrl.rewards.client import read_token
+
+
+def _closing_answer(status: bytes, error: str) -> bytes:
+    """A whole HTTP answer ``{"error": ...}`` that closes the connection, written on the socket directly."""
+    body = json.dumps({"error": error}).encode()
+    return b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
+        status, len(body), body)
+
+
+_BUSY = _closing_answer(b"503 Service Unavailable", "busy: every connection slot is held; retry")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -104,54 +106,48 @@ class _Handler(BaseHTTPRequestHandler):
         b = self.server.batcher
         self._reply(200, {"status": "ok", "reward": self.server.reward_name, "batch_sizes": list(b.batch_sizes)})
 
+    def _fail(self, code: int, msg: str) -> None:
+        """Answer ``{"error": msg}`` and close, unless the whole-request deadline passed (answered 408 already)."""
+        if self._received():
+            self._reply(code, {"error": msg}, close=True)
+
     def _read_body(self) -> bytes | None:
         """The request body, or None after answering the error (400 / 408 / 411 / 413)."""
         raw = self.headers.get("Content-Length")
         if raw is None:
-            self._reply(411, {"error": "bad request: Content-Length is required"}, close=True)
-            return None
+            return self._fail(411, "bad request: Content-Length is required")
         try:
             length = int(raw)
         except ValueError:
             length = -1
         if length < 0:
-            self._reply(400, {"error": f"bad request: Content-Length {raw[:40]!r} is not a byte count"}, close=True)
-            return None
+            return self._fail(400, f"bad request: Content-Length {raw[:40]!r} is not a byte count")
         if length > self.server.max_body_bytes:
-            self._discard(length)  # read and drop it (no memory), so the client sees the answer, not a reset
-            self._reply(413, {"error": f"bad request: body of {length} bytes exceeds the limit of "
-                                       f"{self.server.max_body_bytes} (send uint8 images or smaller batches)"},
-                        close=True)  # fmt: skip
-            return None
-        chunks, left = [], length
+            self._read(length)  # read and drop it (no memory), so the client sees the answer, not a reset
+            return self._fail(413, f"bad request: body of {length} bytes exceeds the limit of "
+                                   f"{self.server.max_body_bytes} (send uint8 images or smaller batches)")
+        chunks, left = self._read(length, keep=True)
+        if left is None:
+            return self._fail(408, f"bad request: body not received within {self.server.read_timeout:g}s")
+        if left:
+            return self._fail(400, f"bad request: body ended {left} bytes short of Content-Length")
+        return b"".join(chunks) if self._received() else None
+
+    def _read(self, left: int, keep: bool = False) -> tuple[list[bytes], int | None]:
+        """Read ``left`` bytes in 1 MiB chunks (kept only if ``keep``): (chunks, bytes short) or (.., None) on a
+        timeout / socket error."""
+        chunks = []
         try:
             while left > 0:
                 chunk = self.rfile.read(min(left, 1 << 20))
                 if not chunk:
                     break
-                chunks.append(chunk)
+                if keep:
+                    chunks.append(chunk)
                 left -= len(chunk)
         except (TimeoutError, OSError):
-            if self._received():
-                self._reply(408, {"error": f"bad request: body not received within {self.server.read_timeout:g}s"},
-                            close=True)  # fmt: skip
-            return None
-        if not self._received():  # the deadline passed while the body was read: answered 408 already
-            return None
-        if left:
-            self._reply(400, {"error": f"bad request: body ended {left} bytes short of Content-Length"}, close=True)
-            return None
-        return b"".join(chunks)
-
-    def _discard(self, length: int) -> None:
-        try:
-            while length > 0:
-                chunk = self.rfile.read(min(length, 1 << 20))
-                if not chunk:
-                    return
-                length -= len(chunk)
-        except (TimeoutError, OSError):
-            return
+            return chunks, None
+        return chunks, left
 
     def _authorised(self) -> bool:
         token = self.server.token
@@ -164,13 +160,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.reaped:
             return
         if self.path.rstrip("/") != "/score":
-            self._received()
-            self._reply(404, {"error": f"unknown path {self.path[:100]!r}; use POST /score"}, close=True)
-            return
+            return self._fail(404, f"unknown path {self.path[:100]!r}; use POST /score")
         if not self._authorised():
-            self._received()
-            self._reply(401, {"error": "unauthorised: missing or wrong bearer token"}, close=True)
-            return
+            return self._fail(401, "unauthorised: missing or wrong bearer token")
         body = self._read_body() if not self.reaped else None
         if body is None:
             return
@@ -181,33 +173,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, {"error": f"bad request: {msg[:300]}"})
             return
         fut = self.server.batcher.submit(images, prompts)
+        name = self.server.reward_name
         try:
             total, parts = fut.result(timeout=self.server.request_timeout)
         except FutureTimeout:
-            self._reply(503, {"error": f"reward {self.server.reward_name} did not answer within "
-                                       f"{self.server.request_timeout:g}s"})  # fmt: skip
-            return
+            code, error = 503, f"reward {name} did not answer within {self.server.request_timeout:g}s"
         except TRANSIENT_ERRORS as e:  # a retry can fix it (the client retries 5xx)
-            self._reply(503, {"error": f"reward {self.server.reward_name} failed: {repr(e)[:300]}"})
-            return
+            code, error = 503, f"reward {name} failed: {repr(e)[:300]}"
         except Exception as e:  # raised on this request alone: scoring it again fails alike (not retried)
-            self._reply(422, {"error": f"reward {self.server.reward_name} rejected the request: {repr(e)[:300]}"})
-            return
-        self._reply(200, {"scores": total.tolist(), "parts": {k: v.tolist() for k, v in parts.items()}})
+            code, error = 422, f"reward {name} rejected the request: {repr(e)[:300]}"
+        else:
+            return self._reply(200, {"scores": total.tolist(), "parts": {k: v.tolist() for k, v in parts.items()}})
+        self._reply(code, {"error": error})
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    batcher: RequestBatcher
-    reward_name: str
-    request_timeout: float
-    read_timeout: float
-    max_body_bytes: int
-    token: str | None
 
-    def setup_bounds(self, max_connections: int) -> None:
-        self.max_connections = max_connections
-        self.open_connections = 0
+    def __init__(self, address: tuple[str, int], fn, max_batch: int, max_wait: float, request_timeout: float,
+                 read_timeout: float, max_body_bytes: int, token: str | None, max_connections: int):  # fmt: skip
+        super().__init__(address, _Handler)  # binds first: a taken port leaves no thread behind
+        self.batcher, self.reward_name = RequestBatcher(fn, max_batch, max_wait), getattr(fn, "name", type(fn).__name__)
+        self.request_timeout, self.read_timeout, self.max_body_bytes = request_timeout, read_timeout, max_body_bytes
+        self.token, self.max_connections, self.open_connections = token, max_connections, 0
         self._lock = threading.Lock()
         self._armed: dict[_Handler, float] = {}  # handler -> deadline of the request it is reading
         self._closing = threading.Event()
@@ -258,6 +246,8 @@ class _Server(ThreadingHTTPServer):
 
     def _reap(self) -> None:
         tick = min(0.1, self.read_timeout / 4)
+        late_answer = _closing_answer(b"408 Request Timeout", f"bad request: the request did not arrive within "
+                                                              f"{self.read_timeout:g}s")  # fmt: skip
         while not self._closing.wait(tick):
             now = time.monotonic()
             with self._lock:
@@ -266,12 +256,9 @@ class _Server(ThreadingHTTPServer):
                     del self._armed[h]
                     h.reaped = True
             for h in late:
-                body = json.dumps({"error": f"bad request: the request did not arrive within "
-                                            f"{self.read_timeout:g}s"}).encode()  # fmt: skip
                 try:
                     h.connection.settimeout(1.0)
-                    h.connection.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-                                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                    h.connection.sendall(late_answer)
                 except OSError:
                     pass
                 try:
@@ -293,14 +280,8 @@ class RewardServer:
         if read_timeout <= 0 or request_timeout <= 0 or max_body_bytes < 1 or max_connections < 1:
             raise ValueError("reward service: need read_timeout > 0, request_timeout > 0, max_body_bytes >= 1, "
                              "max_connections >= 1")
-        self.httpd = _Server((host, port), _Handler)
-        self.httpd.batcher = RequestBatcher(fn, max_batch, max_wait)
-        self.httpd.reward_name = getattr(fn, "name", type(fn).__name__)
-        self.httpd.request_timeout = request_timeout
-        self.httpd.read_timeout = float(read_timeout)
-        self.httpd.max_body_bytes = int(max_body_bytes)
-        self.httpd.token = token or None
-        self.httpd.setup_bounds(int(max_connections))
+        self.httpd = _Server((host, port), fn, max_batch, max_wait, request_timeout, float(read_timeout),
+                             int(max_body_bytes), token or None, int(max_connections))  # fmt: skip
         self._thread: threading.Thread | None = None
 
     @property
@@ -311,10 +292,6 @@ class RewardServer:
     @property
     def open_connections(self) -> int:
         return self.httpd.open_connections
-
-    @property
-    def batch_sizes(self) -> list[int]:
-        return list(self.httpd.batcher.batch_sizes)
 
     def start(self) -> "RewardServer":
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="reward-http", daemon=True)
@@ -382,16 +359,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="serve beyond loopback without a token (not recommended)")
     args = ap.parse_args(argv)
     token = args.token or os.environ.get("DIGENRL_REWARD_TOKEN") or None
-    if args.token_file is not None:
-        try:
-            token = open(args.token_file, encoding="utf-8").read().strip()
-        except (OSError, UnicodeDecodeError) as e:
-            print(f"error: --token-file {args.token_file!r} cannot be read: {getattr(e, 'strerror', None) or e}",
-                  flush=True)  # fmt: skip
-            return 2
-        if not token:
-            print(f"error: --token-file {args.token_file!r} is empty", flush=True)
-            return 2
+    try:
+        token = read_token(args.token_file, "--token-file") if args.token_file is not None else token
+    except ValueError as e:
+        print(f"error: {e}", flush=True)
+        return 2
     if not token and not args.allow_unauthenticated and not _is_loopback(args.host):
         print(f"error: --host {args.host} serves beyond loopback: set --token-file (or DIGENRL_REWARD_TOKEN) and the "
               "same token in reward.remote.token, or pass --allow-unauthenticated", flush=True)  # fmt: skip

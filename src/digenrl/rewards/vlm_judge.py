@@ -21,19 +21,17 @@ Videos ``[B, C, F, H, W]`` send their middle frame. ``info``: ``parsed`` (1 if a
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import os
 import re
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, Sequence
 
 import numpy as np
 import torch
+
+from digenrl.rewards.base import Scored, png_base64, rgb_frames
+from digenrl.rewards.client import Unavailable, post_retrying
 
 DEFAULT_TEMPLATE = (
     "Here is an image generated for the caption below. Judge (1) how faithfully the image depicts the caption "
@@ -48,7 +46,7 @@ class VlmJudgeError(RuntimeError):
     """The judge endpoint refused a request or stayed unavailable through the retries."""
 
 
-class VlmJudge:
+class VlmJudge(Scored):
     name = "vlm_judge"
 
     @staticmethod
@@ -70,16 +68,8 @@ class VlmJudge:
                  on_parse_failure: float | Literal["error"] = 0.0, concurrency: int = 8, timeout: float = 120.0,
                  retries: int = 3, backoff: float = 1.0, temperature: float = 0.0, max_tokens: int | None = None,
                  image_size: int | None = 512, api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY"):  # fmt: skip
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"reward vlm_judge: base_url must start with http:// or https://, got {base_url!r}")
-        if "{prompt}" not in prompt_template:
-            raise ValueError("reward vlm_judge: prompt_template must contain the placeholder {prompt}")
-        try:
-            self.pattern = re.compile(score_pattern)
-        except re.error as e:
-            raise ValueError(f"reward vlm_judge: score_pattern is not a valid regex: {e}") from None
-        if self.pattern.groups < 1:
-            raise ValueError("reward vlm_judge: score_pattern needs a group capturing the number")
+        self.check(base_url, model, prompt_template, score_pattern)
+        self.pattern = re.compile(score_pattern)
         if concurrency < 1 or timeout <= 0 or retries < 0 or backoff < 0 or score_scale == 0:
             raise ValueError("reward vlm_judge: need concurrency >= 1, timeout > 0, retries >= 0, backoff >= 0, "
                              "score_scale != 0")  # fmt: skip
@@ -91,22 +81,13 @@ class VlmJudge:
         self.api_key = api_key if api_key is not None else os.environ.get(api_key_env)
 
     # -- one sample ---------------------------------------------------------------------------------------
-    def _data_url(self, rgb: np.ndarray) -> str:
-        from PIL import Image
-
-        img = Image.fromarray(rgb)
-        if self.image_size:
-            img = img.resize((self.image_size, self.image_size))
-        buf = io.BytesIO()
-        img.save(buf, format="PNG")
-        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
     def _request(self, rgb: np.ndarray, prompt: str) -> bytes:
+        url = "data:image/png;base64," + png_base64(rgb, self.image_size)
         body: dict = {
             "model": self.model,
             "temperature": self.temperature,
             "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": self._data_url(rgb)}},
+                {"type": "image_url", "image_url": {"url": url}},
                 {"type": "text", "text": self.template.replace("{prompt}", prompt)},
             ]}],
         }  # fmt: skip
@@ -114,31 +95,23 @@ class VlmJudge:
             body["max_tokens"] = int(self.max_tokens)
         return json.dumps(body).encode()
 
+    def _content(self, raw: bytes) -> str:
+        try:
+            return str(json.loads(raw)["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
+            raise VlmJudgeError(f"vlm_judge: {self.url} answered without choices[0].message.content ({e!r})") from None
+
     def ask(self, rgb: np.ndarray, prompt: str) -> str:
         """The judge's reply text for one HxWx3 uint8 image (with retries, see the module docstring)."""
-        data = self._request(rgb, prompt)
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last = None
-        for k in range(self.retries + 1):
-            if k:
-                time.sleep(self.backoff * 2 ** (k - 1))
-            try:
-                req = urllib.request.Request(self.url, data=data, headers=headers)
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    out = json.loads(resp.read())
-                return str(out["choices"][0]["message"]["content"] or "")
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode(errors="replace")[:300]
-                if 400 <= e.code < 500 and e.code != 429:
-                    raise VlmJudgeError(f"vlm_judge: {self.url} refused the request ({e.code}): {detail}") from None
-                last = f"HTTP {e.code}: {detail}"
-            except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
-                raise VlmJudgeError(f"vlm_judge: {self.url} answered without choices[0].message.content ({e!r})") from None
-            except (urllib.error.URLError, OSError, TimeoutError) as e:
-                last = repr(getattr(e, "reason", e))
-        raise VlmJudgeError(f"vlm_judge: {self.url} unavailable after {self.retries + 1} attempts (last error: {last})")
+        def refused(code: int, detail: str) -> VlmJudgeError:
+            return VlmJudgeError(f"vlm_judge: {self.url} refused the request ({code}): {detail[:300]}")
+
+        try:
+            return post_retrying(self.url, self._request(rgb, prompt), self.api_key, self.timeout,
+                                 [self.backoff * 2**k for k in range(self.retries)], refused, self._content)
+        except Unavailable as e:
+            raise VlmJudgeError(f"vlm_judge: {self.url} unavailable after {e.attempts} attempts (last error: "
+                                f"{e.last})") from None
 
     def parse(self, reply: str) -> float | None:
         m = self.pattern.search(reply)
@@ -151,14 +124,8 @@ class VlmJudge:
 
     # -- batch --------------------------------------------------------------------------------------------
     def score(self, images: torch.Tensor, prompts: Sequence) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = images.detach().float().cpu().clamp(0, 1)
-        if x.ndim == 5:
-            x = x[:, :, x.shape[2] // 2]
-        if x.ndim != 4 or x.shape[0] != len(prompts):
-            raise ValueError(f"reward vlm_judge: expected [B, C, H, W] for {len(prompts)} prompts, got {tuple(images.shape)}")
-        if x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1)
-        arr = (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        arr = rgb_frames(images, "reward vlm_judge", len(prompts))
+        arr = arr[:, arr.shape[1] // 2]  # a video's middle frame
         texts = [p.text if hasattr(p, "text") else str(p) for p in prompts]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(texts)) or 1) as pool:
             replies = list(pool.map(self.ask, list(arr), texts))
@@ -171,6 +138,3 @@ class VlmJudge:
             raw.append(value if value is not None else float(self.on_parse_failure) * self.scale)
         raw_t = torch.tensor(raw, dtype=torch.float32)
         return raw_t / self.scale, {"parsed": torch.tensor(parsed, dtype=torch.float32), "raw": raw_t}
-
-    def __call__(self, images: torch.Tensor, prompts: Sequence) -> torch.Tensor:
-        return self.score(images, prompts)[0]

@@ -104,11 +104,4 @@ def decode_request(req: Any) -> tuple[torch.Tensor, list[Prompt]]:
 
 
 def _jsonable(meta: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in meta.items():
-        if isinstance(v, torch.Tensor):
-            v = v.tolist()
-        elif isinstance(v, np.ndarray):
-            v = v.tolist()
-        out[str(k)] = v
-    return out
+    return {str(k): v.tolist() if isinstance(v, (torch.Tensor, np.ndarray)) else v for k, v in meta.items()}
