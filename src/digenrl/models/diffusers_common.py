@@ -225,6 +225,17 @@ class DiffusersPolicy(Policy):
     def _transformer_call(self, x, sigma, cond, guidance):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def _video_layout(self, ph: int, pw: int) -> tuple[int, ...]:
+        """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family whose transformer patches ``ph x pw`` tokens."""
+        h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
+        fs, ft = self._pipe.vae_scale_factor_spatial, self._pipe.vae_scale_factor_temporal
+        if h % (fs * ph) or w % (fs * pw):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {fs * ph}x{fs * pw} for "
+                             f"{self.spec.name}")
+        if (frames - 1) % ft:
+            raise ValueError(f"model.options.frames: {frames} - 1 must be a multiple of {ft} for {self.spec.name}")
+        return (self.transformer.config.in_channels, (frames - 1) // ft + 1, h // fs, w // fs)
+
     def _opt_int(self, key: str) -> int:
         value = self.options.get(key)
         if not isinstance(value, int) or value <= 0:
@@ -329,12 +340,5 @@ class TextEncoderOnly:
         self.loaded = sorted(c for c in _json.loads((Path(model_cfg.path).expanduser() / "model_index.json").read_text())
                              if getattr(self._pipe, c, None) is not None)  # fmt: skip
 
-    def cache_prompts(self, texts: Sequence[str], batch_size: int = 16) -> int:
-        negative = str(self.options.get("negative_prompt", ""))
-        todo = self.prompt_cache.missing(list(texts) + [negative])
-        with self.prompt_cache.bulk():
-            for i in range(0, len(todo), batch_size):
-                chunk = todo[i : i + batch_size]
-                with torch.no_grad():
-                    self.prompt_cache.put(chunk, self._encode_texts(chunk))
-        return len(todo)
+    negative_prompt = DiffusersPolicy.negative_prompt
+    cache_prompts = DiffusersPolicy.cache_prompts  # (its text encoders are loaded: no cache miss to report)
