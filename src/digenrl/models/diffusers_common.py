@@ -225,6 +225,16 @@ class DiffusersPolicy(Policy):
     def _transformer_call(self, x, sigma, cond, guidance):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def _packed_layout(self) -> tuple[int, ...]:
+        """[tokens, C] of a family that packs 2 x 2 latent pixels into a token (FLUX, Qwen-Image); sets
+        ``grid_hw``, the packed token grid."""
+        h, w = self._opt_int("height"), self._opt_int("width")
+        f = self._pipe.vae_scale_factor
+        if h % (2 * f) or w % (2 * f):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for {self.spec.name}")
+        self.grid_hw = (h // (2 * f), w // (2 * f))
+        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
+
     def _video_layout(self, ph: int, pw: int) -> tuple[int, ...]:
         """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family whose transformer patches ``ph x pw`` tokens."""
         h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
@@ -244,10 +254,13 @@ class DiffusersPolicy(Policy):
 
 
 class ReferenceView:
-    """The frozen reference policy of a ``DiffusersPolicy`` sharing its modules (no extra weights under LoRA)."""
+    """The frozen reference policy of a policy, sharing its modules: the policy's forward under ``swap()``
+    (default ``policy.reference()``: no extra weights under LoRA). ``root``: a frozen module of its own that
+    ``swap`` puts in (the sharded full fine-tuning reference, ``train.sharding``); None: the policy's."""
 
-    def __init__(self, policy: DiffusersPolicy):
-        self.policy = policy
+    def __init__(self, policy, swap=None, root: torch.nn.Module | None = None):
+        self.policy, self.root = policy, root
+        self._swap = swap or policy.reference
         self.latent_shape = policy.latent_shape
         self.uses_guidance_embedding = policy.uses_guidance_embedding
 
@@ -261,10 +274,10 @@ class ReferenceView:
         return self.policy.combine_guidance(v_uncond, v_cond, cfg_scale)
 
     def parameters(self):
-        return self.policy.parameters()
+        return (self.policy if self.root is None else self.root).parameters()
 
     def __call__(self, x, sigma, cond, guidance=None):
-        with self.policy.reference():
+        with self._swap():
             return self.policy(x, sigma, cond, guidance=guidance)
 
 

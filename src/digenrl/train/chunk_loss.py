@@ -11,32 +11,25 @@ repeated)::
 With ``loss_scale = 1 / (B_m * S)`` for a minibatch of B_m trajectories and S trained timesteps the accumulated
 gradient is the gradient of the mean cell loss, whatever the chunking: the per-timestep reference of Flow-GRPO.
 KL_t is in Flow-GRPO's units by default (``algo.loss.reference_kl``). ``algorithm`` swaps the cell loss:
-GRPO-Guard's normalised ratio (``algo.guard``) or DiffusionNFT's forward-process loss on the
-clean sample (``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), its t and noise drawn
-from the trajectory's seed, no log-prob), each with the same 1 / (B_m S) scale and filtering.
+GRPO-Guard's normalised ratio (``algo.guard``) or DiffusionNFT's forward-process loss on the clean sample
+(``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), its t and noise drawn from the
+trajectory's seed, no log-prob), each with the same 1 / (B_m S) scale and filtering. logp_old is the
+generator's recorded log-prob or the trainer's own under the step's starting weights, optionally with a TIS
+weight, and each first-round forward measures the generator-trainer mismatch (``train.old_logprob``).
 
-logp_old is the generator's recorded log-prob, or with ``train.old_logprob=recompute`` the trainer's own under the
-step's starting weights (free in the step's first round, ``step_start``; one extra no-grad forward with the
-step-start snapshot in a later round), optionally with verl's truncated importance weight on the policy term
-(``train.tis_cap``); each first-round forward also measures how far the generator's log-probs are from the
-trainer's (``CellStats``' mismatch sums). The formulas are in ``train.old_logprob``.
-
-Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training, so it adds neither
-policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
-are dropped before the forward (they still count as done in the transaction) and the caller divides by the
-number of kept trajectories, B_m = kept ones (``step_math.kept_count``); a group's ``keep`` mask, where set
-(``train.zero_adv_refill``: ``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. One rule decides
-what happens when no cell is left: alone (``collective=False``) the call returns without a forward; in a collective
-(``collective=True``: a rank of a sharded pool, whose forward and backward all-gather the blocks with the
-other ranks) it forwards its first cell with weight 0 instead::
+Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training): with
+``filter_zero_advantage`` the cells of such samples are dropped before the forward (they still count as done in
+the transaction) and the caller divides by the kept trajectories, B_m = kept ones (``step_math.kept_count``); a
+group's ``keep`` mask, where set (``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. When no
+cell is left, a call alone (``collective=False``) returns without a forward; a rank of a sharded pool
+(``collective=True``, whose forward and backward all-gather the blocks with the other ranks) forwards its first
+cell with weight 0 instead::
 
     backward( 0 * loss_scale * L_cell(first) ),   stats = CellStats(cells=n, trained=0)
 
-so it joins every all-gather and reduce-scatter of the chunk (adding exactly 0 to the sharded gradient) and
-the loss, statistics and mean stay those of the filtered cells. A rank that returned early would leave the
-others waiting in the all-gather until the collective timeout (``runtime.collective_timeout_s``).
+so it joins every collective of the chunk (adding exactly 0) instead of leaving the others waiting in the
+all-gather until ``runtime.collective_timeout_s``.
 """
-
 from __future__ import annotations
 
 import operator
