@@ -79,6 +79,10 @@ class Family:
         if not self.params:
             object.__setattr__(self, "params", self.spec.arch.params)
 
+    @property
+    def hidden(self) -> int:
+        return self.spec.hidden
+
     def with_layers(self, counts: dict[str, int]) -> "Family":
         """The same family with other block counts (the probe's few-layer models)."""
         blocks = {k: replace(b, count=counts.get(k, b.count)) for k, b in self.blocks.items()}
@@ -276,7 +280,7 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
         res = 4.0  # the residual stream between blocks stays fp32 under autocast (fp32 inputs, fp32 gates)
         if p.mixed_precision == "none" and b_model == 2:
             res = 2.0
-        inputs = sum(b.count * fam.spec.hidden * ((tt if b.tokens == "text" else ti + tt)) * res for b in fam.blocks.values())
+        inputs = sum(b.count * fam.hidden * ((tt if b.tokens == "text" else ti + tt)) * res for b in fam.blocks.values())
         act_cell = p.forwards_per_cell * (inputs + other + largest_block)
     else:
         act_cell = p.forwards_per_cell * (sum(fam.blocks[k].count * v for k, v in per_block.items()) + other)
