@@ -342,7 +342,8 @@ class Scheduler:
             chunk = self._next_chunk(r) if idle else self._join_wait_chunk(t) if self._busy[r] is None else None
             if chunk is not None:
                 acts.append(self._train(t, chunk, r))
-            elif idle and not p.mode.disaggregated and self.published == self.train_step and self._work(self.published).pending:
+            elif (idle and not p.mode.disaggregated and self.published == self.train_step
+                  and self._work(self.published).pending):
                 pending = self._work(self.published).pending  # (packed: the worker's share in one action)
                 m = min(len(pending), p.colocated_share) if p.packed else 1
                 parts = gang_parts([pending.popleft() for _ in range(m)])
