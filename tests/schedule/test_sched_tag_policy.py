@@ -102,7 +102,7 @@ def test_greedy_gives_one_fragment_per_idle_rank_while_pending():
     orig_bubble = Scheduler._bubble
 
     def spy(self, t):
-        idle = sum(1 for r in self.plan.trainers if self._rank_idle(r))
+        idle = sum(1 for r in self.plan.trainers if self._idle(r))
         pending = len(self._work(self.train_step).pending)
         acts = orig_bubble(self, t)
         seen.append((idle, pending, sum(1 for a in acts if getattr(a, "tag", False))))

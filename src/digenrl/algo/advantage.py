@@ -36,16 +36,10 @@ def group_advantages(
     eps: float = 1e-4,
     adv_clip_max: float = 5.0,
     zero_std_tol: float = 1e-6,
-    global_std: float | None = None,
     baseline: str = "group",
     unbiased: bool = False,
-    global_mean: float | None = None,
 ) -> tuple[torch.Tensor, AdvantageStats]:
-    """Advantages for ``rewards`` [N] whose prompt group is ``group_ids`` [N] (any integer labels).
-
-    ``global_std`` / ``global_mean`` let a pipelined trainer that sees one group at a time pass the step-wide
-    statistics (only used with ``std_mode="global"`` / ``baseline="batch"``).
-    """
+    """Advantages for ``rewards`` [N] whose prompt group is ``group_ids`` [N] (any integer labels)."""
     if std_mode not in ("group", "global"):
         raise ValueError(f"std_mode must be 'group' or 'global', got {std_mode!r}")
     if baseline not in ("group", "batch"):
@@ -55,8 +49,7 @@ def group_advantages(
     groups = torch.unique(group_ids)
     zero = 0
     stds = []
-    gstd = float(rewards.std(unbiased=unbiased)) if global_std is None else float(global_std)
-    gmean = float(rewards.mean()) if global_mean is None else float(global_mean)
+    gstd, gmean = float(rewards.std(unbiased=unbiased)), float(rewards.mean())
     for g in groups:
         m = group_ids == g
         r = rewards[m]

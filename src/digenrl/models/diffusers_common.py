@@ -225,6 +225,27 @@ class DiffusersPolicy(Policy):
     def _transformer_call(self, x, sigma, cond, guidance):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def _packed_layout(self) -> tuple[int, ...]:
+        """[tokens, C] of a family that packs 2 x 2 latent pixels into a token (FLUX, Qwen-Image); sets
+        ``grid_hw``, the packed token grid."""
+        h, w = self._opt_int("height"), self._opt_int("width")
+        f = self._pipe.vae_scale_factor
+        if h % (2 * f) or w % (2 * f):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for {self.spec.name}")
+        self.grid_hw = (h // (2 * f), w // (2 * f))
+        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
+
+    def _video_layout(self, ph: int, pw: int) -> tuple[int, ...]:
+        """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family whose transformer patches ``ph x pw`` tokens."""
+        h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
+        fs, ft = self._pipe.vae_scale_factor_spatial, self._pipe.vae_scale_factor_temporal
+        if h % (fs * ph) or w % (fs * pw):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {fs * ph}x{fs * pw} for "
+                             f"{self.spec.name}")
+        if (frames - 1) % ft:
+            raise ValueError(f"model.options.frames: {frames} - 1 must be a multiple of {ft} for {self.spec.name}")
+        return (self.transformer.config.in_channels, (frames - 1) // ft + 1, h // fs, w // fs)
+
     def _opt_int(self, key: str) -> int:
         value = self.options.get(key)
         if not isinstance(value, int) or value <= 0:
@@ -233,10 +254,13 @@ class DiffusersPolicy(Policy):
 
 
 class ReferenceView:
-    """The frozen reference policy of a ``DiffusersPolicy`` sharing its modules (no extra weights under LoRA)."""
+    """The frozen reference policy of a policy, sharing its modules: the policy's forward under ``swap()``
+    (default ``policy.reference()``: no extra weights under LoRA). ``root``: a frozen module of its own that
+    ``swap`` puts in (the sharded full fine-tuning reference, ``train.sharding``); None: the policy's."""
 
-    def __init__(self, policy: DiffusersPolicy):
-        self.policy = policy
+    def __init__(self, policy, swap=None, root: torch.nn.Module | None = None):
+        self.policy, self.root = policy, root
+        self._swap = swap or policy.reference
         self.latent_shape = policy.latent_shape
         self.uses_guidance_embedding = policy.uses_guidance_embedding
 
@@ -250,10 +274,10 @@ class ReferenceView:
         return self.policy.combine_guidance(v_uncond, v_cond, cfg_scale)
 
     def parameters(self):
-        return self.policy.parameters()
+        return (self.policy if self.root is None else self.root).parameters()
 
     def __call__(self, x, sigma, cond, guidance=None):
-        with self.policy.reference():
+        with self._swap():
             return self.policy(x, sigma, cond, guidance=guidance)
 
 
@@ -329,12 +353,5 @@ class TextEncoderOnly:
         self.loaded = sorted(c for c in _json.loads((Path(model_cfg.path).expanduser() / "model_index.json").read_text())
                              if getattr(self._pipe, c, None) is not None)  # fmt: skip
 
-    def cache_prompts(self, texts: Sequence[str], batch_size: int = 16) -> int:
-        negative = str(self.options.get("negative_prompt", ""))
-        todo = self.prompt_cache.missing(list(texts) + [negative])
-        with self.prompt_cache.bulk():
-            for i in range(0, len(todo), batch_size):
-                chunk = todo[i : i + batch_size]
-                with torch.no_grad():
-                    self.prompt_cache.put(chunk, self._encode_texts(chunk))
-        return len(todo)
+    negative_prompt = DiffusersPolicy.negative_prompt
+    cache_prompts = DiffusersPolicy.cache_prompts  # (its text encoders are loaded: no cache miss to report)

@@ -55,11 +55,7 @@ def _component_problems(root: Path, name: str, kind: str) -> list[str]:
 
 
 def _kind_of(name: str) -> str:
-    if name == "scheduler":
-        return "scheduler"
-    if name.startswith("tokenizer"):
-        return "tokenizer"
-    return "model"
+    return "scheduler" if name == "scheduler" else "tokenizer" if name.startswith("tokenizer") else "model"
 
 
 def check_model_dir(path: str | None, kind: str, required: Sequence[str]) -> dict[str, Any]:
@@ -156,8 +152,6 @@ def load_pipeline(pipeline_cls, path: str, dtype: str, skip: Sequence[str]):
     The VAE is loaded in float32 from its own files (decoding precision, as the Flow-GRPO scripts do): never
     loaded in ``dtype`` and upcast, which would keep the rounding of the 16-bit load.
     """
-    import json
-
     import diffusers
 
     torch_dtype = DTYPES[dtype]

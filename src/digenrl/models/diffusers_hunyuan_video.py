@@ -34,14 +34,8 @@ class HunyuanVideoPolicy(DiffusersPolicy):
     uses_guidance_embedding = True
 
     def _latent_layout(self) -> tuple[int, ...]:
-        h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
-        fs, ft = self._pipe.vae_scale_factor_spatial, self._pipe.vae_scale_factor_temporal
         p = self.transformer.config.patch_size
-        if h % (fs * p) or w % (fs * p):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {fs * p} for hunyuan_video")
-        if (frames - 1) % ft:
-            raise ValueError(f"model.options.frames: {frames} - 1 must be a multiple of {ft} for hunyuan_video")
-        return (self.transformer.config.in_channels, (frames - 1) // ft + 1, h // fs, w // fs)
+        return self._video_layout(p, p)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         return family_sigmas(self.scheduler_config, num_steps, grid="linear")

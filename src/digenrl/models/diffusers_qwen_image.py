@@ -38,12 +38,7 @@ class QwenImagePolicy(DiffusersPolicy):
     )
 
     def _latent_layout(self) -> tuple[int, ...]:
-        h, w = self._opt_int("height"), self._opt_int("width")
-        f = self._pipe.vae_scale_factor
-        if h % (2 * f) or w % (2 * f):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for qwen_image")
-        self.grid_hw = (h // (2 * f), w // (2 * f))
-        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
+        return self._packed_layout()
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])

@@ -36,14 +36,8 @@ class WanPolicy(DiffusersPolicy):
     )
 
     def _latent_layout(self) -> tuple[int, ...]:
-        h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
-        fs, ft = self._pipe.vae_scale_factor_spatial, self._pipe.vae_scale_factor_temporal
         _, ph, pw = self.transformer.config.patch_size
-        if h % (fs * ph) or w % (fs * pw):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {fs * ph}x{fs * pw} for wan")
-        if (frames - 1) % ft:
-            raise ValueError(f"model.options.frames: {frames} - 1 must be a multiple of {ft} for wan")
-        return (self.transformer.config.in_channels, (frames - 1) // ft + 1, h // fs, w // fs)
+        return self._video_layout(ph, pw)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         return family_sigmas(self.scheduler_config, num_steps, grid="scheduler")

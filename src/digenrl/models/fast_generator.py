@@ -81,7 +81,3 @@ class FastGenerator:
     def _merge(self) -> None:
         for layer in self.layers.values():
             layer.merge(adapter_names=[self.adapter])
-
-    def receive_layout(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """What a publish sends: name -> (shape, dtype) of the trainers' trainable tensors."""
-        return dict(self.layout)

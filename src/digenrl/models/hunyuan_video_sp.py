@@ -86,9 +86,8 @@ class UlyssesJointAttnProcessor:
         g = self.group
         S = q.shape[1] * torch.distributed.get_world_size(g)
         L = eq.shape[1]
-        query = torch.cat([seq_to_heads(q, g), head_slice(eq, g)], dim=1)
-        key = torch.cat([seq_to_heads(k, g), head_slice(ek, g)], dim=1)
-        value = torch.cat([seq_to_heads(v, g), head_slice(ev, g)], dim=1)
+        query, key, value = (torch.cat([seq_to_heads(a, g), head_slice(b, g)], dim=1)
+                             for a, b in ((q, eq), (k, ek), (v, ev)))
         mask = attention_mask
         if mask is not None:  # [B, 1, 1, S/d + L] -> [B, 1, 1, S + L]: every image token, the text part as given
             ones = torch.ones(*mask.shape[:-1], S, dtype=mask.dtype, device=mask.device)

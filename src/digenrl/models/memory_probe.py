@@ -23,7 +23,7 @@ and the real-width diffusers transformers (fewer layers) the memory plan is cali
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -228,23 +228,16 @@ def saved_bytes(family: str, model: torch.nn.Module, img_tokens: int, txt_tokens
                 autocast_dtype=None) -> dict[str, int]:
     """Saved-for-backward bytes of one forward, per block kind (see ``saved_bytes_by_block``)."""
     x = transformer_inputs(family, model, batch, img_tokens, txt_tokens)
-    ctx = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None else _null()
-    with ctx:
+    with torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None else nullcontext():
         return saved_bytes_by_block(model, lambda: model(**x)[0], block_kinds(family))
-
-
-@contextmanager
-def _null():
-    yield
 
 
 def fit_per_token(family: str, model: torch.nn.Module, *, autocast_dtype=None, img=(64, 144), txt=(16, 48)):
     """Per kind: (bytes per image token, bytes per text token, constant bytes) of one forward, from three
     forwards at (img0, txt0), (img1, txt0), (img0, txt1); the measured bytes are exactly linear in the token
     counts (flash-style attention keeps no tokens x tokens matrix)."""
-    a = saved_bytes(family, model, img[0], txt[0], autocast_dtype=autocast_dtype)
-    b = saved_bytes(family, model, img[1], txt[0], autocast_dtype=autocast_dtype)
-    c = saved_bytes(family, model, img[0], txt[1], autocast_dtype=autocast_dtype)
+    a, b, c = (saved_bytes(family, model, i, t, autocast_dtype=autocast_dtype)
+               for i, t in ((img[0], txt[0]), (img[1], txt[0]), (img[0], txt[1])))
     out = {}
     for k in a:
         pi = (b.get(k, 0) - a[k]) / (img[1] - img[0])
@@ -279,7 +272,7 @@ def measure_training_peak(family: str, *, layers: dict[str, int] | None = None, 
 
         def chunk():
             with (torch.autocast("cpu", dtype=autocast_dtype, cache_enabled=not checkpointing)
-                  if autocast_dtype is not None else _null()):
+                  if autocast_dtype is not None else nullcontext()):
                 out = model(**x)[0]
             out.float().square().mean().backward()
 

@@ -17,7 +17,7 @@ are picked up on a miss. Per-prompt files ``<key>.safetensors`` of the earlier l
 ``encoder_id`` names the family, the text-encoder/tokenizer configs and the encoding options (e.g. the maximum
 sequence length), so a different encoder or option never reads stale rows. A cache directory shipped without
 the text encoders is usable on its own: the adapter reads the encoder id from ``manifest.json``.
-Writes go through a temporary file and ``os.replace`` (safe with several workers sharing the directory).
+Writes are atomic (``digenrl.safe_files``: safe with several workers sharing the directory).
 An in-memory LRU layer keeps the ``max_rows`` most recently used rows (older ones are re-read from disk).
 """
 
@@ -28,7 +28,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -36,6 +35,7 @@ from typing import Iterator, Sequence
 import torch
 
 from digenrl.models.base import Cond
+from digenrl.safe_files import atomic_write_bytes as _atomic_write
 
 MANIFEST = "manifest.json"
 SHARD_PREFIX = "shard-"
@@ -176,13 +176,7 @@ class PromptCache:
                 if self._key(t) not in self._index and not (self.dir / f"{self._key(t)}.safetensors").is_file()]
 
     def missing(self, texts: Sequence[str]) -> list[str]:
-        seen: set[str] = set()
-        out = []
-        for t in texts:
-            if t not in seen and self.get_row(t) is None:
-                out.append(t)
-            seen.add(t)
-        return out
+        return [t for t in dict.fromkeys(texts) if self.get_row(t) is None]
 
     def put(self, texts: Sequence[str], cond: Cond) -> None:
         """Store row i of every tensor of ``cond`` under ``texts[i]`` (written now, or at the end of ``bulk()``)."""
@@ -235,13 +229,3 @@ class PromptCache:
         return len(set(self._index) | {self._key(t) for t in self._mem} | {self._key(t) for t in self._pending})
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

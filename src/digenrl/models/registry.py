@@ -22,23 +22,27 @@ def policy_kinds() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def build_policy(model_cfg) -> Policy:
-    """Build the policy for ``model_cfg.kind`` (see ``digenrl.config.ModelConfig``)."""
+def _module(kind: str):
+    """(the builder's module, its function name) of ``kind``."""
     import importlib
 
-    target = _BUILDERS.get(model_cfg.kind)
+    target = _BUILDERS.get(kind)
     if target is None:
-        raise ValueError(f"model.kind: unknown policy kind {model_cfg.kind!r}; expected one of {policy_kinds()}")
+        raise ValueError(f"model.kind: unknown policy kind {kind!r}; expected one of {policy_kinds()}")
     module, fn = target.split(":")
-    builder: Callable = getattr(importlib.import_module(module), fn)
-    if getattr(model_cfg, "lora_path", None):  # a LoRA adapter to train on: its rank / alpha / targets
-        from digenrl.models.lora_files import load_adapter, resolve_lora
+    return importlib.import_module(module), fn
 
-        model_cfg = resolve_lora(model_cfg)
-        policy = builder(model_cfg)
+
+def build_policy(model_cfg) -> Policy:
+    """Build the policy for ``model_cfg.kind`` (see ``digenrl.config.ModelConfig``)."""
+    from digenrl.models.lora_files import load_adapter, resolve_lora
+
+    module, fn = _module(model_cfg.kind)
+    builder: Callable = getattr(module, fn)
+    model_cfg = resolve_lora(model_cfg)  # a LoRA adapter to train on (model.lora_path): its rank / alpha / targets
+    policy = builder(model_cfg)
+    if getattr(model_cfg, "lora_path", None):
         load_adapter(policy, model_cfg.lora_path)
-    else:
-        policy = builder(model_cfg)
     if getattr(model_cfg, "checkpoint", None):  # a run's trained weights, over the adapter's
         load_weights(policy, model_cfg.checkpoint)
     return policy
@@ -60,14 +64,9 @@ def load_weights(policy: Policy, path: str) -> None:
 
 def family_policy_class(kind: str):
     """The ``DiffusersPolicy`` subclass of a diffusers family ``kind`` (None for other kinds, e.g. tiny_dit)."""
-    import importlib
-
     from digenrl.models.diffusers_common import DiffusersPolicy
 
-    target = _BUILDERS.get(kind)
-    if target is None:
-        raise ValueError(f"model.kind: unknown policy kind {kind!r}; expected one of {policy_kinds()}")
-    module = importlib.import_module(target.split(":")[0])
+    module, _ = _module(kind)
     for value in vars(module).values():
         if isinstance(value, type) and issubclass(value, DiffusersPolicy) and value is not DiffusersPolicy:
             if value.spec.name == kind:

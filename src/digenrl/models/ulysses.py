@@ -44,26 +44,17 @@ def _heads_to_seq(y: torch.Tensor, group) -> torch.Tensor:
     return got.permute(1, 2, 0, 3, 4).reshape(B, S // d, d * h, D)
 
 
-class _SeqToHeads(torch.autograd.Function):
+class _AllToAll(torch.autograd.Function):
+    """``_seq_to_heads`` (``to_heads``) or ``_heads_to_seq``; the backward is the other one."""
+
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _seq_to_heads(x, group)
+    def forward(ctx, x, group, to_heads: bool):
+        ctx.group, ctx.to_heads = group, to_heads
+        return (_seq_to_heads if to_heads else _heads_to_seq)(x, group)
 
     @staticmethod
     def backward(ctx, grad):
-        return _heads_to_seq(grad, ctx.group), None
-
-
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y, group):
-        ctx.group = group
-        return _heads_to_seq(y, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _seq_to_heads(grad, ctx.group), None
+        return (_heads_to_seq if ctx.to_heads else _seq_to_heads)(grad, ctx.group), None, None
 
 
 class _GatherHeads(torch.autograd.Function):
@@ -84,12 +75,12 @@ class _GatherHeads(torch.autograd.Function):
 
 def seq_to_heads(x: torch.Tensor, group) -> torch.Tensor:
     """[B, S/d, H, D] (this rank's tokens, every head) -> [B, S, H/d, D] (every token, this rank's heads)."""
-    return _SeqToHeads.apply(x, group)
+    return _AllToAll.apply(x, group, True)
 
 
 def heads_to_seq(y: torch.Tensor, group) -> torch.Tensor:
     """[B, S, H/d, D] -> [B, S/d, H, D] (the inverse of ``seq_to_heads``)."""
-    return _HeadsToSeq.apply(y, group)
+    return _AllToAll.apply(y, group, False)
 
 
 def gather_heads(y: torch.Tensor, group) -> torch.Tensor:

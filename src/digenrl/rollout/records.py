@@ -7,7 +7,7 @@ metadata a step needs (docs/architecture.md) (prompt uid, generation index, seed
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Sequence
 
 import torch
@@ -20,6 +20,9 @@ class Prompt:
     uid: int
     text: str
     meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+_SHARED = ("sigmas", "trained_steps")  # TrajectoryBatch fields shared by its trajectories (not per trajectory)
 
 
 @dataclass
@@ -50,29 +53,21 @@ class TrajectoryBatch:
         return torch.tensor([p.uid for p in self.prompts], dtype=torch.long)
 
     def select(self, idx: Sequence[int] | torch.Tensor) -> "TrajectoryBatch":
-        idx_t = torch.as_tensor(idx, dtype=torch.long)
-        pick = lambda t: None if t is None else t[idx_t]  # noqa: E731
-        return replace(
-            self,
-            prompts=[self.prompts[i] for i in idx_t.tolist()],
-            gen_index=self.gen_index[idx_t],
-            step=self.step[idx_t],
-            version=self.version[idx_t],
-            seed=self.seed[idx_t],
-            latents=self.latents[idx_t],
-            next_latents=self.next_latents[idx_t],
-            log_probs=self.log_probs[idx_t],
-            final=self.final[idx_t],
-            images=pick(self.images),
-            rewards=pick(self.rewards),
-            reward_parts=None if self.reward_parts is None else {k: v[idx_t] for k, v in self.reward_parts.items()},
-            advantages=pick(self.advantages),
-            means=pick(self.means),
-            keep=pick(self.keep),
-        )
+        """The trajectories ``idx`` (every per-trajectory field indexed; the schedule is shared)."""
+        i = torch.as_tensor(idx, dtype=torch.long)
+
+        def pick(name: str, v):
+            if v is None or name in _SHARED:
+                return v
+            if name == "prompts":
+                return [v[j] for j in i.tolist()]
+            return {k: x[i] for k, x in v.items()} if name == "reward_parts" else v[i]
+
+        return replace(self, **{f.name: pick(f.name, getattr(self, f.name)) for f in fields(self)})
 
     @staticmethod
     def cat(batches: Sequence["TrajectoryBatch"]) -> "TrajectoryBatch":
+        """The batches' trajectories in order (an optional field is kept only where every batch has it)."""
         if not batches:
             raise ValueError("cannot concatenate zero trajectory batches")
         first = batches[0]
@@ -80,29 +75,14 @@ class TrajectoryBatch:
             if not torch.equal(b.trained_steps, first.trained_steps) or not torch.equal(b.sigmas, first.sigmas):
                 raise ValueError("trajectory batches disagree on sigmas or trained steps")
 
-        def cat_opt(name: str):
+        def join(name: str):
             vals = [getattr(b, name) for b in batches]
-            return None if any(v is None for v in vals) else torch.cat(vals)
+            if name in _SHARED:
+                return vals[0]
+            if name == "prompts":
+                return [p for v in vals for p in v]
+            if any(v is None for v in vals):
+                return None
+            return {k: torch.cat([v[k] for v in vals]) for k in vals[0]} if name == "reward_parts" else torch.cat(vals)
 
-        parts = None
-        if all(b.reward_parts is not None for b in batches):
-            parts = {k: torch.cat([b.reward_parts[k] for b in batches]) for k in first.reward_parts}
-        return TrajectoryBatch(
-            prompts=[p for b in batches for p in b.prompts],
-            gen_index=torch.cat([b.gen_index for b in batches]),
-            step=torch.cat([b.step for b in batches]),
-            version=torch.cat([b.version for b in batches]),
-            seed=torch.cat([b.seed for b in batches]),
-            sigmas=first.sigmas,
-            trained_steps=first.trained_steps,
-            latents=torch.cat([b.latents for b in batches]),
-            next_latents=torch.cat([b.next_latents for b in batches]),
-            log_probs=torch.cat([b.log_probs for b in batches]),
-            final=torch.cat([b.final for b in batches]),
-            images=cat_opt("images"),
-            rewards=cat_opt("rewards"),
-            reward_parts=parts,
-            advantages=cat_opt("advantages"),
-            means=cat_opt("means"),
-            keep=cat_opt("keep"),
-        )
+        return TrajectoryBatch(**{f.name: join(f.name) for f in fields(TrajectoryBatch)})

@@ -91,9 +91,7 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
                     bad.append(f"fragment {f} generated twice")
                 seen_frag.add(f)
                 gens_of[(f.step, f.group)].extend(f.generations)
-            for p in a.fragments:
-                for i in p.generations:
-                    versions[(p.step, p.group, i)] = a.version
+                versions.update({(f.step, f.group, i): a.version for i in f.generations})
             f = a.fragment
             if a.version not in (f.step, f.step - 1) or a.version < 0:
                 bad.append(f"I4: fragment {f} generated with version {a.version} (staleness > 1)")
@@ -179,12 +177,7 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
 def _consecutive(plan: StepPlan, parts: Sequence) -> bool:
     """A gang's parts of several groups follow each other in dispatch order: one step, consecutive groups, the
     first part ends its group, the last starts its group, the ones between are whole groups."""
-    g = plan.generations
-    for i, p in enumerate(parts):
-        if p.step != parts[0].step or p.group != parts[0].group + i:
-            return False
-        if i < len(parts) - 1 and p.generations[-1] != g - 1:
-            return False
-        if i > 0 and p.generations[0] != 0:
-            return False
-    return True
+    last = len(parts) - 1
+    return all(p.step == parts[0].step and p.group == parts[0].group + i
+               and (i == last or p.generations[-1] == plan.generations - 1) and (i == 0 or p.generations[0] == 0)
+               for i, p in enumerate(parts))

@@ -84,42 +84,32 @@ class Durations:
         self.cost = cost
         self._cache: dict[tuple, float] = {}
 
-    def generate(self, size: int, on_trainer: bool, switch: bool) -> float:
-        key = ("g", size, on_trainer, switch)
+    def _memo(self, key: tuple, what: str, seconds) -> float:
         d = self._cache.get(key)
         if d is None:
-            d = fragment_seconds(self.cost, self.plan.sampling_steps, size, TRAINER if on_trainer else GENERATOR)
-            if switch:
-                d += self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER)
-            self._cache[key] = d = _check(d, "Generate")
+            self._cache[key] = d = _check(seconds(), what)
         return d
 
+    def generate(self, size: int, on_trainer: bool, switch: bool) -> float:
+        t = self.cost.time
+        return self._memo(("g", size, on_trainer, switch), "Generate", lambda: fragment_seconds(
+            self.cost, self.plan.sampling_steps, size, TRAINER if on_trainer else GENERATOR)
+            + (t(Op.TAG_SWITCH.value, 1, TRAINER) if switch else 0.0))
+
     def train(self, cells: int) -> float:
-        key = ("t", cells)
-        d = self._cache.get(key)
-        if d is None:
-            self._cache[key] = d = _check(self.cost.time(Op.TRAIN_CHUNK.value, cells, TRAINER), "Train")
-        return d
+        return self._memo(("t", cells), "Train", lambda: self.cost.time(Op.TRAIN_CHUNK.value, cells, TRAINER))
 
     def commit(self, final: bool = False) -> float:
         """A commit; ``final`` (the step's last) adds the trainers' send of a streamed publish."""
         sends = final and self.plan.publish_streams and self.plan.mode.disaggregated
-        key = ("c", sends)
-        d = self._cache.get(key)
-        if d is None:
-            d = self.cost.time(Op.ALLREDUCE.value, 1, TRAINER) + self.cost.time(Op.OPTIMIZER.value, 1, TRAINER)
-            if sends:
-                d += self.cost.time(Op.PUBLISH.value, 1, TRAINER)
-            self._cache[key] = d = _check(d, "Commit")
-        return d
+        t = self.cost.time
+        return self._memo(("c", sends), "Commit", lambda: t(Op.ALLREDUCE.value, 1, TRAINER)
+                          + t(Op.OPTIMIZER.value, 1, TRAINER) + (t(Op.PUBLISH.value, 1, TRAINER) if sends else 0.0))
 
     def publish(self) -> float:
-        d = self._cache.get(("p",))
-        if d is None:
-            pool = GENERATOR if self.plan.publish_streams else TRAINER
-            d = self.cost.time(Op.PUBLISH.value, 1, pool) if self.plan.mode.disaggregated else 0.0
-            self._cache[("p",)] = d = _check(d, "Publish")
-        return d
+        pool = GENERATOR if self.plan.publish_streams else TRAINER
+        return self._memo(("p",), "Publish", lambda: self.cost.time(Op.PUBLISH.value, 1, pool)
+                          if self.plan.mode.disaggregated else 0.0)
 
     def of(self, action: Action) -> float:
         if isinstance(action, Generate):

@@ -22,6 +22,8 @@ cell scaled by 1 / (B * S) by the trainer, is the same whatever the tiling):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from itertools import groupby
 from typing import Callable, Container, Hashable, Sequence
 
 from .plan import StepPlan
@@ -109,13 +111,7 @@ def merge_fragments(fragments: Sequence[Fragment]) -> Fragment:
 def gang_parts(fragments: Sequence[Fragment]) -> tuple[Fragment, ...]:
     """The parts of a gang of consecutive ``fragments`` (dispatch order): one merged fragment per prompt group,
     in group order (``Generate.fragment`` and ``Generate.more``)."""
-    parts: list[list[Fragment]] = []
-    for f in fragments:
-        if parts and parts[-1][0].group == f.group:
-            parts[-1].append(f)
-        else:
-            parts.append([f])
-    return tuple(merge_fragments(p) for p in parts)
+    return tuple(merge_fragments(list(p)) for _, p in groupby(fragments, key=lambda f: f.group))
 
 
 def gang_shares(parts: Sequence[Fragment], ranks: int) -> list[list[Fragment]]:
@@ -124,14 +120,11 @@ def gang_shares(parts: Sequence[Fragment], ranks: int) -> list[list[Fragment]]:
     none of it). Each rank then holds ceil or floor of (gang size / ranks) generations, the per-rank batch the
     cost model prices (``rank_share``)."""
     out: list[list[Fragment]] = [[] for _ in range(ranks)]
-    j = 0
+    j = 0  # the union's position of the part's first generation
     for p in parts:
-        mine: list[list[int]] = [[] for _ in range(ranks)]
-        for g in p.generations:
-            mine[j % ranks].append(g)
-            j += 1
         for r in range(ranks):
-            out[r].append(Fragment(p.step, p.group, tuple(mine[r])))
+            out[r].append(Fragment(p.step, p.group, p.generations[(r - j) % ranks::ranks]))
+        j += p.size
     return out
 
 
@@ -139,17 +132,12 @@ def plan_fragment_count(plan: StepPlan, fragment: Fragment) -> int:
     """How many of the plan's fragments ``fragment`` is the union of (1 for a plan fragment, m for a gang of
     m); 0 when it is not a union of whole, consecutive plan fragments of its group."""
     blocks = [f.generations for f in group_fragments(plan, fragment.step, fragment.group)]
-    gens = fragment.generations
-    for i, b in enumerate(blocks):
-        if gens[:len(b)] == b:
-            n, rest = 0, gens
-            for blk in blocks[i:]:
-                if rest[:len(blk)] != blk:
-                    break
-                rest, n = rest[len(blk):], n + 1
-                if not rest:
-                    return n
-            return 0
+    for i in range(len(blocks)):
+        joined: tuple[int, ...] = ()
+        for n, b in enumerate(blocks[i:], 1):
+            joined += b
+            if joined == fragment.generations:
+                return n
     return 0
 
 
@@ -181,13 +169,7 @@ def choose_chunk_shape(generations: int, trained: int, trainers: int, train_time
     (``tile_grid``, edge tiles included) train one group fastest by ``tiles_makespan``; ties go to the larger
     chunk (fewer forwards). The planner prices ``train_time`` from its cost model; the runtime's
     ``chunk_cells: auto`` from the per-rank cells (``rank_share``)."""
-    best, shape, memo = None, (1, 1), {}
-
-    def cost(c: int) -> float:
-        if c not in memo:
-            memo[c] = train_time(c)
-        return memo[c]
-
+    best, shape, cost = None, (1, 1), cache(train_time)
     for cg in range(1, generations + 1):
         for cs in range(1, trained + 1):
             if cg * cs > max(1, max_cells):

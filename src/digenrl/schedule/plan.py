@@ -94,15 +94,13 @@ class StepPlan:
       generator_sequence_parallel: ranks behind each generator id (``runtime.generator_sequence_parallel``), which
         denoise each fragment together, every sequence split over them (the scheduler does not read it).
       publish_joins: the generators take part in the publish (``runtime.publish=broadcast``: a collective of
-        trainer rank 0 and every generator). The publish then starts only when every generator is free (a
-        generator joins between fragments) and no generator starts work while it waits or runs; outside
-        TCSS the generators are idle at every final commit anyway, so only ``full`` mode waits. False (the
-        object store): the trainers put the state and each generator fetches it with its next fragment.
+        trainer rank 0 and every generator), which then starts only when every generator is free (only ``full``
+        mode waits: outside TCSS they are idle at every final commit). False (the object store): each generator
+        fetches the state with its next fragment.
       publish_streams: the trainers stream their shards to the generators in the background
         (``runtime.publish=stream``; implies ``publish_joins``): a trainer rank pays only its send, charged to
-        the step's final commit (``Durations.commit``), and is free during the publish (it trains the next
-        step's ready chunks); the publish holds the generators, and the next commit waits for it to end
-        (the senders' parameters must not change while they are read).
+        the step's final commit (``Durations.commit``); the publish holds the generators alone, and the next
+        commit waits for it to end (``Publish.workers``).
       stale_hold: with ``publish_joins`` in ``full`` (one commit per step), a free generator waits instead of
         starting a stale fragment that would end ``overrun`` seconds after the step's predicted commit when
         ``overrun x stale_hold`` exceeds its wait for that commit (``schedule.stale_hold``); 0 never waits.
@@ -110,11 +108,10 @@ class StepPlan:
         groups (True, ``Generate.more``) or only those of the head group (False: a smaller gang, which ends
         sooner); ``runtime.gang_groups``, the planner picks it.
       packed: colocated only: a worker takes its share of the step's fragments (``colocated_share``) in one
-        generation action (a gang over the step's prompt groups, ``layout.gang_parts``) and trains its shard of
-        each group in chunks of ``chunk_generations x chunk_timesteps`` (``layout.classic_chunks``), so a
-        run of one worker samples its whole step in one batch and trains it in chunks as large as the chunk
-        shape allows (what ``digenrl train`` runs: ``control.run_plan``); False: one fragment per action and one
-        trained timestep per chunk, the flow_grpo / veRL-Omni baseline the planner's presets price.
+        generation action (``layout.gang_parts``) and trains its shard of each group in chunks of
+        ``chunk_generations x chunk_timesteps`` (``layout.classic_chunks``): what ``digenrl train`` runs
+        (``control.run_plan``); False: one fragment per action and one trained timestep per chunk, the
+        flow_grpo / veRL-Omni baseline the planner's presets price.
     """
 
     prompts: int

@@ -95,16 +95,12 @@ class Scheduler:
             raise SchedulerError("on_event: call start(t) first")
         if event.time < self._now - 1e-9 * max(1.0, abs(self._now)):
             raise SchedulerError(f"event time {event.time} is before the previous event ({self._now})")
-        self._now = t = max(self._now, event.time)
-        if isinstance(event, FragmentGenerated):
-            return self._on_fragment(t, event)
-        if isinstance(event, ChunkTrained):
-            return self._on_chunk(t, event)
-        if isinstance(event, Committed):
-            return self._on_committed(t, event)
-        if isinstance(event, Published):
-            return self._on_published(t, event)
-        raise SchedulerError(f"unknown event {event!r}")
+        self._now = max(self._now, event.time)
+        handler = {FragmentGenerated: self._on_fragment, ChunkTrained: self._on_chunk,
+                   Committed: self._on_committed, Published: self._on_published}.get(type(event))
+        if handler is None:
+            raise SchedulerError(f"unknown event {event!r}")
+        return handler(self._now, event)
 
     # ---- event handlers ----------------------------------------------------------------------------
     def _finish(self, t: float, worker: str, e: Event) -> None:
@@ -225,10 +221,6 @@ class Scheduler:
             work = self._steps[step] = StepWork.start(self.plan, step)
         return work
 
-    def _trainable(self, work: StepWork, g: int) -> bool:
-        """Group ``g``'s rewards are in (barrier modes: every group's)."""
-        return g in work.done if self.plan.mode.pipelined else work.groups_left == 0
-
     def _start_round(self, s: int, r: int) -> None:
         """Round ``r`` of step ``s`` begins: count its chunks and release those of its complete groups."""
         self.round = r
@@ -242,8 +234,8 @@ class Scheduler:
             work.chunks_left = len(tsp_chunks(p, s, 0)) * len(groups)
         else:
             work.chunks_left = sum(len(v) for g in groups for v in classic_chunks(p, s, g).values())
-        for g in groups:
-            if self._trainable(work, g):
+        for g in groups:  # those whose rewards are in (barrier modes: every group's)
+            if g in work.done if p.mode.pipelined else work.groups_left == 0:
                 self._release(s, g)
 
     def _group_done(self, t: float, s: int, g: int) -> None:
@@ -293,8 +285,8 @@ class Scheduler:
             return False
         if self._collective == "commit":
             launch = self._collective_launch
-            end = launch[1] + self._dur.of(launch[0]) if launch is not None else None
-            return end is not None and stale_hold.hold(self.plan, self._hold_model, t, size, end, None)
+            return launch is not None and stale_hold.hold(self.plan, self._hold_model, t, size,
+                                                          launch[1] + self._dur.of(launch[0]), None)
         if self._collective is not None:
             return False
         return stale_hold.hold(self.plan, self._hold_model, t, size, None, self._snapshot(t))
@@ -329,37 +321,35 @@ class Scheduler:
         return act
 
     # ---- the policy --------------------------------------------------------------------------------
-    def _rank_idle(self, r: str) -> bool:
-        """Free for a chunk: no action of its own and not held by a collective (a streamed publish does not hold
-        the ranks: its sends run beside their work; the next commit waits for it)."""
-        return self._busy[r] is None and r not in self._held
+    def _idle(self, w: str) -> bool:
+        """Free for work: no action of its own and not held by a collective (a joined publish holds the
+        generators: they wait in it; a streamed publish does not hold the ranks: its sends run beside their work;
+        the next commit waits for it)."""
+        return self._busy[w] is None and w not in self._held
 
     def _fill(self, t: float, freed: set[str]) -> list[Action]:
         """Hand work to idle workers: generators take the next fragment; a trainer rank takes a ready chunk
         first, else (colocated) the next fragment of the step; then BTS may hand fragments to idle ranks."""
         p, acts = self.plan, []
-        for w in p.generators:  # (a joined publish holds them: they wait in it)
-            if self._busy[w] is None and w not in self._held:
+        for w in p.generators:
+            if self._idle(w):
                 work = self._next_generator_work(t)
                 if work is None:
                     break
                 acts.append(self._dispatch(t, work[0], w, work[1]))
         for r in p.trainers:
-            if not self._rank_idle(r):
-                chunk = self._join_wait_chunk(t) if self._busy[r] is None else None
-                if chunk is not None:
-                    acts.append(self._train(t, chunk, r))
-                continue
-            chunk = self._next_chunk(r)
+            idle = self._idle(r)
+            chunk = self._next_chunk(r) if idle else self._join_wait_chunk(t) if self._busy[r] is None else None
             if chunk is not None:
                 acts.append(self._train(t, chunk, r))
-            elif not p.mode.disaggregated and self.published == self.train_step and self._work(self.published).pending:
+            elif (idle and not p.mode.disaggregated and self.published == self.train_step
+                  and self._work(self.published).pending):
                 pending = self._work(self.published).pending  # (packed: the worker's share in one action)
                 m = min(len(pending), p.colocated_share) if p.packed else 1
                 parts = gang_parts([pending.popleft() for _ in range(m)])
                 acts.append(self._dispatch(t, parts[0], r, self.published, switch=not self._last_gen[r], parts=m,
                                            more=parts[1:]))
-        if self.bts is not None and self._collective is None and any(self._rank_idle(r) for r in freed):
+        if self.bts is not None and self._collective is None and any(self._idle(r) for r in freed):
             acts.extend(self._bubble(t))
         return acts
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import groupby
 
 from .actions import Action, Generate
 from .bts_model import Snapshot
@@ -33,18 +34,11 @@ def take_snapshot(plan: StepPlan, dur: Durations, t: float, step: int, busy: dic
         if cur is None:
             ranks.append((t, (), last_gen[r]))
             idle.append(i)
-        elif isinstance(cur[0], Generate):
-            ranks.append((max(t, cur[1] + dur.of(cur[0])), tuple(f.group for f in cur[0].fragments), True))
         else:
-            ranks.append((max(t, cur[1] + dur.of(cur[0])), (), False))
-    runs: list[int] = []
-    last = None
-    for c in ready:
-        if c.group == last:
-            runs[-1] += 1
-        else:
-            runs.append(1)
-            last = c.group
+            act, t0 = cur
+            gen = isinstance(act, Generate)
+            ranks.append((max(t, t0 + dur.of(act)), tuple(f.group for f in act.fragments) if gen else (), gen))
+    runs = [len(list(run)) for _, run in groupby(ready, key=lambda c: c.group)]
     incomplete = tuple(g for g in range(plan.prompts) if work.outstanding.get(g, 0) > 0)
     pending = tuple((f.group, f.size) for f in work.pending)
     return Snapshot(t, step, pending, tuple(gens), tuple(ranks), tuple(idle), tuple(runs), incomplete)

@@ -26,15 +26,12 @@ JSON in the ``digenrl_train_state`` metadata entry. ``run_dir/checkpoint.safeten
 (EMA) weights that ``eval`` / ``sample`` load.
 
 Content check: the ``digenrl_sha256`` metadata entry holds the sha256 of the file's data section (every tensor
-byte; the data section does not depend on the metadata, so the hash is taken before it is added). Every load
+byte; it does not depend on the metadata, so the hash is taken before it is added). Every load
 (``read_train_state``, ``unpack``, ``latest_checkpoint``) verifies it and that every weight, EMA and optimizer
 tensor is finite, and refuses the file naming it (``ValueError``); ``latest_checkpoint`` then falls back to the
-older checkpoint, as for a truncated one. A checkpoint written before the hash existed loads with a warning
-(not verified; the finiteness check still applies). The shards of a sharded run (``step_<k>.dcp/``) are
-hashed too: the metadata file records the size and sha256 of every file of the directory (``shard_sha256``,
-``shard_manifest``, taken by rank 0 once every rank wrote), and ``verify_checkpoint`` (hence
-``latest_checkpoint``, which every resume and recovery goes through) checks them (``check_shards``), so a flipped
-bit in a shard file is refused naming it and a resume falls back to the older checkpoint.
+older checkpoint. A checkpoint written before the hash existed loads with a warning. A sharded run's metadata
+file records the size and sha256 of every file of its shard directory (``shard_manifest``, taken by rank 0 once
+every rank wrote); ``verify_checkpoint`` (hence every resume and recovery) checks them (``check_shards``).
 
 For the Ray runtime: trainer rank 0 calls ``pack_train_state`` (bytes), the controller writes them with
 ``write_checkpoint`` where the run lives; on resume the controller finds ``latest_checkpoint`` and every
@@ -110,10 +107,7 @@ def _old_state(policy) -> dict[str, Any]:
     from digenrl.train.nft_old import old_of
 
     old = old_of(policy)
-    if old is None:
-        return {}
-    shadow, commits = old.state()
-    return {"nft_old": shadow, "nft_old_commits": commits}
+    return {} if old is None else dict(zip(("nft_old", "nft_old_commits"), old.state()))
 
 
 def restore_old(policy, state: TrainState) -> None:
@@ -136,12 +130,8 @@ def pack(state: TrainState) -> bytes:
     """Serialise a ``TrainState`` to safetensors bytes."""
     from safetensors.torch import save
 
-    tensors = {f"model/{k}": _cpu(v) for k, v in state.model.items()}
-    for k, v in (state.ema or {}).items():
-        tensors[f"ema/{k}"] = _cpu(v)
-    for k, v in (state.nft_old or {}).items():
-        tensors[f"nft_old/{k}"] = _cpu(v)
-    tensors.update({f"rng/{k}": _cpu(v) for k, v in state.rng.items()})
+    parts = {"model": state.model, "ema": state.ema or {}, "nft_old": state.nft_old or {}, "rng": state.rng}
+    tensors = {f"{part}/{k}": _cpu(v) for part, d in parts.items() for k, v in d.items()}
     opt_plain: dict[str, dict[str, Any]] = {}
     for idx, entry in state.optimizer["state"].items():
         for key, val in entry.items():
@@ -170,6 +160,7 @@ def _with_content_hash(data: bytes) -> bytes:
 
 
 def _check_hash(metadata: dict, digest: str, where: str) -> None:
+    """``ValueError`` unless ``digest`` is the recorded content hash (none recorded: a warning)."""
     want = metadata.get(HASH_KEY)
     if want is None:
         logger.warning("%s: checkpoint has no content hash (written by an older version); its content is not "
@@ -177,6 +168,12 @@ def _check_hash(metadata: dict, digest: str, where: str) -> None:
     elif want != digest:
         raise ValueError(f"{where!r} is corrupt: its content does not match the sha256 recorded when it was "
                          f"written ({digest[:12]}... != {want[:12]}...)")
+
+
+def _check_file_hash(p: Path, metadata: dict) -> None:
+    with open(p, "rb") as fh:
+        offset = 8 + struct.unpack("<Q", fh.read(8))[0]
+    _check_hash(metadata, _file_digest(p, offset) if HASH_KEY in metadata else "", str(p))
 
 
 def _file_digest(path: Path, offset: int) -> str:
@@ -204,18 +201,9 @@ def read_train_state(path: str | Path) -> TrainState:
     from safetensors.torch import load_file
 
     p = Path(path)
-    header = safetensors_header(p)
-    metadata = header.get("__metadata__") or {}
-    if HASH_KEY in metadata:  # else _check_hash warns
-        _check_hash(metadata, _file_digest(p, 8 + _header_len(p)), str(p))
-    else:
-        _check_hash(metadata, "", str(p))
+    metadata = safetensors_header(p).get("__metadata__") or {}
+    _check_file_hash(p, metadata)
     return _parse(metadata, load_file(str(p)), str(p))
-
-
-def _header_len(p: Path) -> int:
-    with open(p, "rb") as fh:
-        return struct.unpack("<Q", fh.read(8))[0]
 
 
 def unpack(data: bytes) -> TrainState:
@@ -236,15 +224,16 @@ def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> Trai
     if meta.get("format") != FORMAT:
         raise ValueError(f"{where!r}: checkpoint format {meta.get('format')} (this version reads {FORMAT})")
     _check_finite(tensors, where)
-    model = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
-    ema = {k[len("ema/"):]: v for k, v in tensors.items() if k.startswith("ema/")} if meta["has_ema"] else None
-    rng = {k[len("rng/"):]: v for k, v in tensors.items() if k.startswith("rng/")}
-    old = {k[len("nft_old/"):]: v for k, v in tensors.items() if k.startswith("nft_old/")}
-    opt_state: dict[int, dict[str, Any]] = {}
+    parts: dict[str, dict[str, Any]] = {"model": {}, "ema": {}, "rng": {}, "nft_old": {}, "optim": {}}
     for k, v in tensors.items():
-        if k.startswith("optim/"):
-            _, idx, key = k.split("/", 2)
-            opt_state.setdefault(int(idx), {})[key] = v
+        part, name = k.split("/", 1)
+        parts[part][name] = v
+    model, rng, old = parts["model"], parts["rng"], parts["nft_old"]
+    ema = parts["ema"] if meta["has_ema"] else None
+    opt_state: dict[int, dict[str, Any]] = {}
+    for k, v in parts["optim"].items():
+        idx, key = k.split("/", 1)
+        opt_state.setdefault(int(idx), {})[key] = v
     for idx, entry in meta["optim_plain"].items():
         opt_state.setdefault(int(idx), {}).update(entry)
     optimizer = {"state": dict(sorted(opt_state.items())), "param_groups": meta["param_groups"]}
@@ -268,9 +257,8 @@ def restore_train_state(ctx, state: TrainState) -> None:
         raise ValueError(f"checkpoint of step {state.step} does not match the model's trainable parameters "
                          f"(unknown: {extra[:3]}, missing: {missing[:3]}); was model.lora changed?")
     ctx.policy.load_trainable_state_dict(state.model)
-    groups = []
-    for saved, cur in zip(state.optimizer["param_groups"], ctx.optimizer.state_dict()["param_groups"]):
-        groups.append({k: _like(v, cur.get(k)) for k, v in saved.items()})
+    groups = [{k: _like(v, cur.get(k)) for k, v in saved.items()}
+              for saved, cur in zip(state.optimizer["param_groups"], ctx.optimizer.state_dict()["param_groups"])]
     ctx.optimizer.load_state_dict({"state": state.optimizer["state"], "param_groups": groups})
     if ctx.ema is not None:
         if state.ema is None:
@@ -318,7 +306,7 @@ def verify_checkpoint(path: str | Path) -> str | None:
             metadata = safetensors_header(p).get("__metadata__") or {}
             if META_KEY not in metadata:
                 raise ValueError(f"{str(p)!r} is not a resumable checkpoint (no {META_KEY} metadata)")
-            _check_hash(metadata, _file_digest(p, 8 + _header_len(p)) if HASH_KEY in metadata else "", str(p))
+            _check_file_hash(p, metadata)
             meta = json.loads(metadata[META_KEY])
             if meta.get("sharded"):
                 check_shards(p.parent / meta["sharded"], meta.get("shard_sha256"), str(p))

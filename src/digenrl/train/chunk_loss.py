@@ -11,32 +11,25 @@ repeated)::
 With ``loss_scale = 1 / (B_m * S)`` for a minibatch of B_m trajectories and S trained timesteps the accumulated
 gradient is the gradient of the mean cell loss, whatever the chunking: the per-timestep reference of Flow-GRPO.
 KL_t is in Flow-GRPO's units by default (``algo.loss.reference_kl``). ``algorithm`` swaps the cell loss:
-GRPO-Guard's normalised ratio (``_train_guard``, ``algo.guard``) or DiffusionNFT's forward-process loss on the
-clean sample (``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), its t and noise drawn
-from the trajectory's seed, no log-prob), each with the same 1 / (B_m S) scale and filtering.
+GRPO-Guard's normalised ratio (``algo.guard``) or DiffusionNFT's forward-process loss on the clean sample
+(``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), its t and noise drawn from the
+trajectory's seed, no log-prob), each with the same 1 / (B_m S) scale and filtering. logp_old is the
+generator's recorded log-prob or the trainer's own under the step's starting weights, optionally with a TIS
+weight, and each first-round forward measures the generator-trainer mismatch (``train.old_logprob``).
 
-logp_old is the generator's recorded log-prob, or with ``train.old_logprob=recompute`` the trainer's own under the
-step's starting weights (free in the step's first round, ``step_start``; one extra no-grad forward with the
-step-start snapshot in a later round), optionally with verl's truncated importance weight on the policy term
-(``train.tis_cap``); each first-round forward also measures how far the generator's log-probs are from the
-trainer's (``CellStats``' mismatch sums). The formulas are in ``train.old_logprob``.
-
-Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training, so it adds neither
-policy loss nor KL and does not count in the mean): with ``filter_zero_advantage`` the cells of such samples
-are dropped before the forward (they still count as done in the transaction) and the caller divides by the
-number of kept trajectories, B_m = kept ones (``step_math.kept_count``); a group's ``keep`` mask, where set
-(``train.zero_adv_refill``: ``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. One rule decides
-what happens when no cell is left: alone (``collective=False``) the call returns without a forward; in a collective
-(``collective=True``: a rank of a sharded pool, whose forward and backward all-gather the blocks with the
-other ranks) it forwards its first cell with weight 0 instead::
+Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training): with
+``filter_zero_advantage`` the cells of such samples are dropped before the forward (they still count as done in
+the transaction) and the caller divides by the kept trajectories, B_m = kept ones (``step_math.kept_count``); a
+group's ``keep`` mask, where set (``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. When no
+cell is left, a call alone (``collective=False``) returns without a forward; a rank of a sharded pool
+(``collective=True``, whose forward and backward all-gather the blocks with the other ranks) forwards its first
+cell with weight 0 instead::
 
     backward( 0 * loss_scale * L_cell(first) ),   stats = CellStats(cells=n, trained=0)
 
-so it joins every all-gather and reduce-scatter of the chunk (adding exactly 0 to the sharded gradient) and
-the loss, statistics and mean stay those of the filtered cells. A rank that returned early would leave the
-others waiting in the all-gather until the collective timeout (``runtime.collective_timeout_s``).
+so it joins every collective of the chunk (adding exactly 0) instead of leaving the others waiting in the
+all-gather until ``runtime.collective_timeout_s``.
 """
-
 from __future__ import annotations
 
 import operator
@@ -141,12 +134,7 @@ def train_cells(
     starting weights (the step's first round; ``train.old_logprob``)."""
     if group.advantages is None:
         raise ValueError("cannot train a group before its advantages are computed (invariant I3)")
-    row_of = {int(g): r for r, g in enumerate(group.gen_index.tolist())}
-    try:
-        rows = torch.tensor([row_of[g] for g, _ in cells], dtype=torch.long)
-    except KeyError as e:
-        raise ValueError(f"cell generation {e} is not in this group") from None
-    tpos = torch.tensor([t for _, t in cells], dtype=torch.long)
+    rows, tpos = cell_rows(group, cells)
     n_all = len(cells)
     weight = 1.0
     if settings.filter_zero_advantage:
@@ -160,18 +148,39 @@ def train_cells(
             keep[:1] = True  # a throw-away cell: joins the collectives, adds 0
             weight = 0.0
         rows, tpos = rows[keep], tpos[keep]
-    if settings.algorithm == "grpo_guard":
-        return _train_guard(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy, step_start)
     if settings.algorithm == "nft":
         return _train_nft(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
+    guard = settings.algorithm == "grpo_guard"
+    if guard and group.means is None:
+        raise ValueError("train.algorithm=grpo_guard needs the behaviour means of the trained transitions "
+                         "(the sampler records them when the run's algorithm is grpo_guard)")
     f = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy, step_start=step_start)
-    adv = group.advantages[rows].to(f.log_prob.device)
-    loss, stats = _reward_terms(adv, settings, lambda a: clipped_policy_loss(
-        f.log_prob, f.old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
-    if f.tis is not None:
-        loss = loss * f.tis
-    out = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
-    return out.with_mismatch(f.mismatch) if weight else out
+    out, adv = f.out, group.advantages[rows].to(f.log_prob.device)
+    if guard:  # GRPO-Guard (algo.guard): the ratio normalised with the behaviour mean the sampler recorded, the
+        # bias averaged over the forward's cells of each trained timestep (train.guard_bias=batch, flow_grpo's
+        # per-device batch) or per cell, the policy term divided by -dt, the KL term unchanged, no TIS weight
+        old_mean = group.means[rows, tpos].to(out.mean.device)
+        units = tpos.to(out.mean.device) if settings.guard_bias == "batch" else None
+        loss, stats = _reward_terms(adv, settings, lambda a: guard_policy_loss(
+            out.log_prob, f.old_logp, out.mean, old_mean, out.std, f.dt, a, settings.clip_range,
+            clip_low=settings.clip_low, clip_high=settings.clip_high, units=units))
+    else:
+        loss, stats = _reward_terms(adv, settings, lambda a: clipped_policy_loss(
+            f.log_prob, f.old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
+        if f.tis is not None:
+            loss = loss * f.tis
+    res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+    return res.with_mismatch(f.mismatch) if weight else res
+
+
+def cell_rows(group: TrajectoryBatch, cells: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows of ``group``, trained positions) of ``cells`` = (generation, trained position)."""
+    row_of = {int(g): r for r, g in enumerate(group.gen_index.tolist())}
+    try:
+        rows = torch.tensor([row_of[g] for g, _ in cells], dtype=torch.long)
+    except KeyError as e:
+        raise ValueError(f"cell generation {e} is not in this group") from None
+    return rows, torch.tensor([t for _, t in cells], dtype=torch.long)
 
 
 def _reward_terms(adv: torch.Tensor, settings: LossSettings, term):
@@ -268,11 +277,17 @@ def _step_start_logprob(policy: Policy, group: TrajectoryBatch, x, sigma, sigma_
         raise RuntimeError("train.old_logprob=recompute: a later round of the step needs the step-start snapshot "
                            "of the weights (train.old_logprob.attach)")
     snap.check(int(group.step[0]))
-    with torch.no_grad(), snap.swapped():
-        v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                            integer_timesteps=settings.integer_timesteps)
-        return sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
-                                     prev_sample=x_next).log_prob
+    with snap.swapped():
+        return _no_grad_step(policy, x, sigma, sigma_next, cond, x_next, settings).log_prob
+
+
+@torch.no_grad()
+def _no_grad_step(policy: Policy, x, sigma, sigma_next, cond, x_next, settings: LossSettings):
+    """The SDE step output of the recorded transitions under ``policy``, without gradient."""
+    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
+                        integer_timesteps=settings.integer_timesteps)
+    return sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
+                                 prev_sample=x_next)
 
 
 def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, settings: LossSettings) -> torch.Tensor:
@@ -281,35 +296,8 @@ def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, sett
         return torch.zeros_like(out.log_prob)
     if ref_policy is None:
         raise ValueError("train.beta_kl > 0 needs a reference policy")
-    with torch.no_grad():
-        v_ref = guided_velocity(ref_policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                                integer_timesteps=settings.integer_timesteps)
-        ref = sde_step_with_logprob(x, v_ref, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
-                                    prev_sample=x_next)
-    return reference_kl(out, ref.mean, settings.kl_form)
-
-
-def _train_guard(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, n_all: int,
-                 weight: float, settings: LossSettings, loss_scale: float, ref_policy: Policy | None,
-                 step_start: bool = True) -> CellStats:
-    """``train_cells`` with GRPO-Guard's loss (``algo.guard``): the ratio normalised with the behaviour mean
-    the sampler recorded (``TrajectoryBatch.means``), the bias averaged over the forward's cells of each trained
-    timestep (``train.guard_bias=batch``, flow_grpo's per-device batch) or per cell, the policy term divided by
-    -dt, the KL term unchanged."""
-    if group.means is None:
-        raise ValueError("train.algorithm=grpo_guard needs the behaviour means of the trained transitions "
-                         "(the sampler records them when the run's algorithm is grpo_guard)")
-    device = next(policy.parameters()).device
-    old_mean = group.means[rows, tpos].to(device)
-    adv = group.advantages[rows].to(device)
-    f = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy, step_start=step_start)
-    out = f.out
-    units = tpos.to(device) if settings.guard_bias == "batch" else None  # one bias per trained timestep of the forward
-    loss, stats = _reward_terms(adv, settings, lambda a: guard_policy_loss(
-        out.log_prob, f.old_logp, out.mean, old_mean, out.std, f.dt, a, settings.clip_range,
-        clip_low=settings.clip_low, clip_high=settings.clip_high, units=units))
-    res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
-    return res.with_mismatch(f.mismatch) if weight else res
+    return reference_kl(out, _no_grad_step(ref_policy, x, sigma, sigma_next, cond, x_next, settings).mean,
+                        settings.kl_form)
 
 
 def nft_cell_inputs(group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor

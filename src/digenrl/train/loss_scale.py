@@ -31,7 +31,7 @@ import torch
 from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head_coefficients, provisional_terms,
                                        sign, step_scale)
 from digenrl.algo.loss import clipped_policy_loss
-from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, nft_cell_terms
+from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, cell_rows, nft_cell_terms
 from digenrl.train.step_math import advantage_options, assign_advantages, kept_count
 
 Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
@@ -88,11 +88,7 @@ def step_advantages(rewards: Rewards, train_cfg, parts: Parts | None = None, *,
     if clip is not None:
         opts["adv_clip_max"] = clip
     assign_advantages(batch, **opts)
-    out, i = {}, 0
-    for g in groups:
-        out[g] = batch.advantages[i: i + len(rewards[g])]
-        i += len(rewards[g])
-    return out
+    return dict(zip(groups, batch.advantages.split([len(rewards[g]) for g in groups])))
 
 
 def _branch(log_prob, old_logp, s: torch.Tensor, settings: LossSettings) -> torch.Tensor:
@@ -208,13 +204,8 @@ class DeferredRound:
         self._accumulate(policy, batch, group, mine, scale, ref_policy, record=scale > 0)
         return CellStats(cells=len(cells))
 
-    def _rows(self, batch, cells):
-        row_of = {int(g): r for r, g in enumerate(batch.gen_index.tolist())}
-        rows = torch.tensor([row_of[g] for g, _ in cells], dtype=torch.long)
-        return rows, torch.tensor([t for _, t in cells], dtype=torch.long)
-
     def _accumulate(self, policy, batch, group, cells, scale, ref_policy, record) -> None:
-        rows, tpos = self._rows(batch, cells)
+        rows, tpos = cell_rows(batch, cells)
         terms = self.terms[group]
         gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
         branch, const, record_cells = self._cell_terms(policy, batch, rows, tpos, ref_policy)
@@ -248,8 +239,7 @@ class DeferredRound:
         ratio statistics; the cells whose ratio left the clip interval (there the two branches differ); the
         forwarded cells' mismatch sums, per group (whatever their final advantage)."""
         st = self.settings
-        lo = st.clip_range if st.clip_low is None else st.clip_low
-        hi = st.clip_range if st.clip_high is None else st.clip_high
+        lo, hi = st.clip_bounds
         log_ratio = log_prob - old_logp
         ratio = torch.exp(log_ratio)
         w = torch.ones_like(ratio) if tis is None else tis
@@ -328,7 +318,7 @@ class DeferredRound:
         """grad scale sum_cells [A ℓ^σ(A) - Ã ℓ^σ_i + beta (k - κ) KL], added to ``.grad``; a late group's cells
         are recorded for the statistics here."""
         terms = self.terms[group]
-        rows, tpos = self._rows(batch, cells)
+        rows, tpos = cell_rows(batch, cells)
         gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
         branch, const, record_cells = self._cell_terms(policy, batch, rows, tpos, ref_policy)
         dev, f = const.device, const.dtype

@@ -80,28 +80,8 @@ class Family:
             object.__setattr__(self, "params", self.spec.arch.params)
 
     @property
-    def kind(self) -> str:
-        return self.spec.kind
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
     def hidden(self) -> int:
         return self.spec.hidden
-
-    @property
-    def text_tokens(self) -> int:
-        return self.spec.text_tokens()
-
-    @property
-    def text_encoder_params(self) -> float:
-        return self.spec.text_encoder_params
-
-    @property
-    def vae_params(self) -> float:
-        return self.spec.vae_params
 
     def with_layers(self, counts: dict[str, int]) -> "Family":
         """The same family with other block counts (the probe's few-layer models)."""
@@ -236,9 +216,19 @@ def _act_mode(p: PlanInputs) -> tuple[str, float]:
     lora = "lora" if p.lora_rank else "full"
     if p.mixed_precision != "none":
         return lora + "16", 2.0
-    if DTYPE_BYTES[p.model_dtype] == 2:  # plain 16-bit weights: every activation is 16-bit
-        return lora + "32", 2.0
-    return lora + "32", 4.0
+    return lora + "32", float(DTYPE_BYTES[p.model_dtype])  # plain 16-bit weights: every activation is 16-bit
+
+
+def _tokens(fam: Family, p: PlanInputs) -> tuple[int, int]:
+    """(latent tokens a rank holds of one sample, text tokens)."""
+    return rank_tokens(fam, p), fam.spec.text_tokens() if p.text_tokens is None else p.text_tokens
+
+
+def _frozen_items(fam: Family, p: PlanInputs) -> dict[str, float]:
+    """The frozen VAE (fp32), the text encoders (load dtype) where loaded, and the reserve."""
+    return {"vae": fam.spec.vae_params * 4 if p.vae else 0.0,
+            "text_encoders": fam.spec.text_encoder_params * DTYPE_BYTES[p.model_dtype] if p.text_encoders else 0.0,
+            "reserve": p.reserve_gb * GiB}
 
 
 def _block_bytes(b: Block, mode: str, elem: float, p: PlanInputs, ti: int, tt: int) -> float:
@@ -278,13 +268,10 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
     elif p.mixed_precision != "none" and not p.activation_checkpointing:
         cast = (lora_params + (fam.params if b_model == 4 else 0)) if lora else fam.params
         items["cast"] = 2 * cast
-    items["vae"] = fam.vae_params * 4 if p.vae else 0.0
-    items["text_encoders"] = fam.text_encoder_params * b_model if p.text_encoders else 0.0
-    items["reserve"] = p.reserve_gb * GiB
+    items.update(_frozen_items(fam, p))
 
     mode, elem = _act_mode(p)
-    ti = rank_tokens(fam, p)
-    tt = fam.text_tokens if p.text_tokens is None else p.text_tokens
+    ti, tt = _tokens(fam, p)
     per_block = {k: _block_bytes(b, mode, elem, p, ti, tt) for k, b in fam.blocks.items()}
     oa, ot, oc = fam.other[mode]
     other = (oa * ti + ot * tt + oc) * (0.5 if (mode.endswith("32") and elem == 2.0) else 1.0)
@@ -313,13 +300,7 @@ def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:
     ``model.options.vae_batch`` / ``vae_tiling`` for video)."""
     fam = FAMILIES[p.family]
     mode, elem = _act_mode(replace(p, lora_rank=None, mixed_precision="none"))
-    ti = rank_tokens(fam, p)
-    tt = fam.text_tokens if p.text_tokens is None else p.text_tokens
+    ti, tt = _tokens(fam, p)
     block = max(_block_bytes(b, mode, elem, replace(p, lora_rank=None), ti, tt) for b in fam.blocks.values())
-    return {
-        "weights": fam.params * DTYPE_BYTES[p.model_dtype],
-        "vae": fam.vae_params * 4 if p.vae else 0.0,
-        "text_encoders": fam.text_encoder_params * DTYPE_BYTES[p.model_dtype] if p.text_encoders else 0.0,
-        "reserve": p.reserve_gb * GiB,
-        "activations": samples * p.forwards_per_cell * block,
-    }
+    return {"weights": fam.params * DTYPE_BYTES[p.model_dtype], **_frozen_items(fam, p),
+            "activations": samples * p.forwards_per_cell * block}

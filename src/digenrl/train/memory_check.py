@@ -97,7 +97,7 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
     if p.text_encoders:
         hints.append("model.prompt_cache_dir (no text encoders on the trainer)")
     raise MemoryPlanError(
-        f"memory plan: {FAMILIES[p.family].name} training needs {plan.total(cells) / GiB:.1f} GiB per trainer "
+        f"memory plan: {FAMILIES[p.family].spec.name} training needs {plan.total(cells) / GiB:.1f} GiB per trainer "
         f"rank but train.memory_gb={cap:g} ({plan.table(cells)}); change: " + "; ".join(hints)
     )
 
@@ -116,7 +116,7 @@ def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] 
     if total > cap * GiB:
         rows = ", ".join(f"{k}={v / GiB:.1f}" for k, v in items.items() if v > 0)
         raise MemoryPlanError(
-            f"memory plan: a {FAMILIES[p.family].name} generator needs {total / GiB:.1f} GiB but train.memory_gb="
+            f"memory plan: a {FAMILIES[p.family].spec.name} generator needs {total / GiB:.1f} GiB but train.memory_gb="
             f"{cap:g} ({rows}); change: a smaller runtime.fragment_size (now {cfg.runtime.fragment_size})"
             + (f"; runtime.generator_sequence_parallel (now {d})" if p.family in SEQUENCE_PARALLEL_FAMILIES else "")
             + ("; model.prompt_cache_dir (no text encoders on the generators)" if p.text_encoders else ""))

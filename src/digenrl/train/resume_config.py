@@ -40,12 +40,8 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 def math_config(cfg: Config | dict) -> dict[str, Any]:
     """The dotted keys of ``cfg`` that define what a step computes (``FREE_KEYS`` removed)."""
     tree = cfg.model_dump(mode="json") if isinstance(cfg, Config) else cfg
-    flat = _flatten(tree)
-    out = {}
-    for k, v in flat.items():
-        free = any(k == f or k.startswith(f + ".") for f in FREE_KEYS) and k not in MATH_RUNTIME_KEYS
-        if not free:
-            out[k] = v
+    out = {k: v for k, v in _flatten(tree).items()
+           if k in MATH_RUNTIME_KEYS or not any(k == f or k.startswith(f + ".") for f in FREE_KEYS)}
     mode = tree.get("runtime", {}).get("mode", "colocated")
     out["runtime.mode"] = "tcss" if mode == "full" else "on_policy"  # the on-policy modes compute the same (I1)
     if mode != "full":

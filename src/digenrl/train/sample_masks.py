@@ -119,25 +119,26 @@ def zero_adv_refill(advantages: Sequence[torch.Tensor], *, micro_batches: int, r
     return keep
 
 
+def _selected(cfg, rewards: Rewards, parts: Parts | None, groups) -> dict[int, torch.Tensor]:
+    """group -> its best-of-n selection (``train.best_of_n``), or every sample."""
+    t = cfg.train
+    return {g: (torch.ones(len(rewards[g]), dtype=torch.bool) if t.best_of_n is None else
+                best_of_n_mask(rewards[g], (parts or {}).get(g), t.best_of_n, weights=reward_weights(cfg),
+                               unbiased=t.adv_std_unbiased, eps=t.adv_eps)) for g in groups}
+
+
 def kept_masks(cfg, adv: Mapping[int, torch.Tensor], rewards: Rewards, parts: Parts | None, *,
                step: int) -> dict[int, torch.Tensor]:
     """group -> the samples that train and count (generation order) for the groups of ``adv`` (final advantages):
     the best-of-n selection (or all), then A != 0 under the filter, or Flow-GRPO's refill on the selected ones."""
     t = cfg.train
     groups = sorted(adv)
-    sel = {}
-    for g in groups:
-        if t.best_of_n is None:
-            sel[g] = torch.ones(len(adv[g]), dtype=torch.bool)
-        else:
-            sel[g] = best_of_n_mask(rewards[g], (parts or {}).get(g), t.best_of_n, weights=reward_weights(cfg),
-                                    unbiased=t.adv_std_unbiased, eps=t.adv_eps)
+    sel = _selected(cfg, rewards, parts, groups)
     if t.zero_adv_refill:  # the loop's zero_adv_refill on its (selected) groups, in group order
         sub = zero_adv_refill([adv[g][sel[g]] for g in groups], run_seed=cfg.seed, step=step,
                               micro_batches=t.prompts_per_step * t.generations // t.micro_batch)
-        out = {}
+        out = {g: torch.zeros(len(adv[g]), dtype=torch.bool) for g in groups}
         for g, k in zip(groups, sub):
-            out[g] = torch.zeros(len(adv[g]), dtype=torch.bool)
             out[g][sel[g]] = k
         return out
     if not t.filter_zero_advantage:
@@ -195,9 +196,7 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
             raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
                                f"all {plan.prompts} groups, got {sorted(rewards)}")
         if adv_options(t).step_wide:
-            sel = {g: (torch.ones(len(rewards[g]), dtype=torch.bool) if t.best_of_n is None else
-                       best_of_n_mask(rewards[g], (parts or {}).get(g), t.best_of_n, weights=reward_weights(cfg),
-                                      unbiased=t.adv_std_unbiased, eps=t.adv_eps)) for g in rewards}
+            sel = _selected(cfg, rewards, parts, rewards)
             return {g: k & generation_block(len(k), M, round % M) for g, k in sel.items()} if blocks else sel
     adv = step_advantages(rewards, t, parts)
     kept = kept_masks(cfg, adv, rewards, parts, step=step)

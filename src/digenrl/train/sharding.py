@@ -151,30 +151,11 @@ def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
         finally:
             policy._modules[root_name] = live
 
-    class ShardedReference:
-        """Policy-like: the policy's own forward with the frozen sharded root swapped in."""
+    from digenrl.models.diffusers_common import ReferenceView
 
-        latent_shape = policy.latent_shape
-        uses_guidance_embedding = policy.uses_guidance_embedding
-        root = ref_root  # the frozen sharded root (``train.sequence_parallel`` splits its sequence too)
-
-        def encode_prompts(self, prompts):
-            return policy.encode_prompts(prompts)
-
-        def null_cond(self, n):
-            return policy.null_cond(n)
-
-        def combine_guidance(self, v_uncond, v_cond, cfg_scale):
-            return policy.combine_guidance(v_uncond, v_cond, cfg_scale)
-
-        def parameters(self):
-            return ref_root.parameters()
-
-        def __call__(self, x, sigma, cond, guidance=None):
-            with swapped():
-                return policy(x, sigma, cond, guidance=guidance)
-
-    return ShardedReference()
+    # the policy's own forward with the frozen sharded root swapped in (``train.sequence_parallel`` splits its
+    # sequence too: ``root``)
+    return ReferenceView(policy, swapped, ref_root)
 
 
 def rank_cells(cells: Sequence, rank: int, world: int) -> tuple[list, float]:

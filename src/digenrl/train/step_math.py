@@ -47,22 +47,19 @@ def generate(
     return TrajectoryBatch.cat(parts)
 
 
-def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, global_std: float | None = None,
-                      baseline: str = "group", unbiased: bool = False, eps: float = 1e-4,
-                      global_mean: float | None = None, per_reward: bool = False,
+def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, baseline: str = "group",
+                      unbiased: bool = False, eps: float = 1e-4, per_reward: bool = False,
                       clip_parts: bool = True) -> AdvantageStats:
     """Advantages for the complete groups in ``batch`` (grouped by prompt uid); ``per_reward``: one column per
     reward part (the loss weighs them with the reward weights), each clipped to +-``adv_clip_max``, or not
     (``clip_parts=False``: ``train.reward_aggregation=advantages`` clamps their weighted sum in the loss)."""
     if batch.rewards is None:
         raise ValueError("advantages need rewards")
-    opts = dict(std_mode=std_mode, adv_clip_max=adv_clip_max, global_std=global_std, baseline=baseline,
-                unbiased=unbiased, eps=eps, global_mean=global_mean)
+    opts = dict(std_mode=std_mode, adv_clip_max=adv_clip_max, baseline=baseline, unbiased=unbiased, eps=eps)
     adv, stats = group_advantages(batch.rewards, batch.uids, **opts)
     if per_reward:  # DanceGRPO's vq / mq: one group-normalised advantage per reward part, [N, K]
         if not batch.reward_parts:
             raise ValueError("train.adv_per_reward needs the reward parts")
-        opts.update(global_std=None, global_mean=None)
         if not clip_parts:
             opts["adv_clip_max"] = float("inf")
         adv = torch.stack([group_advantages(v, batch.uids, **opts)[0] for v in batch.reward_parts.values()], dim=1)
