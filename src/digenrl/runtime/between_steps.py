@@ -81,7 +81,8 @@ class BetweenSteps:
         ctl = self.ctl
         reward, batch = ctl.evaluate()
         self._evals[version] = reward
-        self._extra[version] = ctl.out.mid_eval(version, reward, batch, lambda: ctl.eval_weights(version))
+        ctl.out.eval_grid(version, reward, batch)
+        self._extra[version] = ctl.out.guard_eval(version, reward, batch, lambda: ctl.eval_weights(version))
         if ctl.out.guard_stop is None:
             return
         self._end_with(version)

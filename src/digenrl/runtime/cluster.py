@@ -167,11 +167,17 @@ def start_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> ActorPo
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
     logs = worker_log_dir(cfg)  # one file per worker: run_dir/logs/<worker>.log
-    pools = ActorPools({w: gen_cls.remote(w, conf, hooks, str(logs / f"{w}.log")) for w in run.generator_ids},
-                       {w: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log"))
-                        for i, w in enumerate(run.trainer_ids)},
-                       cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
-                       run.ranks_of(run.plan.trainers[0]) if run.grouped else ())
+    return built_pools(ActorPools, run, state, lambda w: gen_cls.remote(w, conf, hooks, str(logs / f"{w}.log")),
+                       lambda w, i: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log")))
+
+
+def built_pools(cls, run: RunPlan, state: bytes | None, generator, trainer) -> WorkerPools:
+    """``cls`` (a ``WorkerPools`` transport) over the workers ``generator(id)`` / ``trainer(id, rank)`` build,
+    readied (``ready_pools``; on a failure every worker is ended)."""
+    pools = cls({w: generator(w) for w in run.generator_ids},
+                {w: trainer(w, i) for i, w in enumerate(run.trainer_ids)},
+                run.cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
+                run.ranks_of(run.plan.trainers[0]) if run.grouped else ())
     try:
         ready_pools(run, pools, state)
     except BaseException:
@@ -233,15 +239,9 @@ def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = Non
     sequence = tuple(tuple(range(i, i + d)) for i in range(0, n_t, d)) if d > 1 else ()  # the trainers' lanes
     if gen_sp:
         sequence += tuple(tuple(range(n_t + i, n_t + i + dg)) for i in range(0, n_g, dg))
-    refs = {}
-    for i, w in enumerate(run.trainer_ids):
-        refs[w] = pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
-                                                        publish_ranks, shard_size, streams, sequence))
-    if broadcast or gen_sp:
-        for j, w in enumerate(run.generator_ids):
-            refs[w] = pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j,
-                                                            trainer_ranks, publish_ranks, shard_size, streams,
-                                                            sequence))
+    ranks = enumerate(run.trainer_ids + (run.generator_ids if broadcast or gen_sp else ()))  # generators: N_t..
+    refs = {w: pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
+                                                     publish_ranks, shard_size, streams, sequence)) for i, w in ranks}
     pools.get_named(refs, "process-group run", timeout_s)
 
 

@@ -1,7 +1,7 @@
 """Deadlines of the controller's waits outside the schedule (issue 22: no wait without a deadline).
 
 The schedule's actions have the watchdog (``runtime.watchdog_s``, else 60 s + 20 x the modelled time where the
-run has a cost model; ``driver._watchdog``). A run with neither (e.g. ``gap_tsp`` with the defaults) derives it
+run has a cost model; ``watchdog``). A run with neither (e.g. ``gap_tsp`` with the defaults) derives it
 from its own observed costs (``ObservedCosts``): once an action of a kind has completed, an action of that kind
 gets ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x the slowest per-unit time seen so far (per generation of a
 fragment, per cell of a chunk, per call of a commit or publish) x its units; before the first of its kind has
@@ -21,7 +21,7 @@ with exit 1) instead of a hang:
 * the evals (before, between steps, after), a checkpoint's state, and any other single call:
   ``CALL_FACTOR x runtime.watchdog_s``, else ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts``
   samples: many actions' worth);
-* the schedule's actions: the watchdog (``runtime.watchdog_s``, ``driver._watchdog``).
+* the schedule's actions: the watchdog (``runtime.watchdog_s``, ``watchdog``).
 
 So with ``runtime.watchdog_s`` = w a stalled worker is noticed within 30 w in every phase: start-up 30 w, a
 calibration call 2 w, an action w, an eval or checkpoint 10 w (plus the remote reward's window where one scores).
@@ -37,6 +37,8 @@ from __future__ import annotations
 import inspect
 
 from digenrl.config import Config
+from digenrl.control.run_plan import RunPlan
+from digenrl.schedule import Durations
 
 DEFAULT_STARTUP_S = 1800.0
 DEFAULT_OP_S = 600.0
@@ -102,3 +104,26 @@ class ObservedCosts:
         per unit of its kind x its units; ``DEFAULT_OP_S`` while none of its kind has completed."""
         r = self.rate.get(action.span_kind)
         return DEFAULT_OP_S if r is None else OBSERVED_FLOOR_S + OBSERVED_FACTOR * r * action.size().units
+
+
+def watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
+    """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
+    model, 60 s + 20 x the action's modelled duration; else the bound from the run's observed action times
+    (``ObservedCosts.deadline``: ``DEFAULT_OP_S`` until one of its kind completed). A side call (``action`` None:
+    an eval or a checkpoint between steps) gets ``call_deadline`` in every case. A generation (it scores its
+    samples) with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the
+    client waits out a service outage that long, and only past it is the worker at fault."""
+    fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
+    side = call_deadline(run.cfg) + wait  # a side call (an eval between steps scores; a checkpoint)
+    dur = Durations(run.plan, cost) if cost is not None else None
+    observed = ObservedCosts() if observed is None else observed
+
+    def budget(action) -> float | None:
+        if action is None:
+            return side
+        scoring = wait if action.kind == "generate" else 0.0
+        if fixed is not None:
+            return fixed + scoring
+        return (observed.deadline(action) if dur is None else 60.0 + 20.0 * dur.of(action)) + scoring
+
+    return budget

@@ -43,13 +43,13 @@ from digenrl.faults import find_deterministic, find_halted
 from digenrl.observe.progress import eval_text, nothing as _nothing, phase
 from digenrl.runtime.run_dir import RunStart
 from digenrl.runtime.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
-from digenrl.schedule import Durations, Scheduler, StepStats
+from digenrl.schedule import Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
 from .between_steps import BetweenSteps, GuardStopped
 from .clocks import Clock
 from .calibrate import measures
-from .deadlines import ObservedCosts, call_deadline, remote_reward_wait
+from .deadlines import ObservedCosts, call_deadline, remote_reward_wait, watchdog
 from .errors import WorkerFailure
 from .executor import WorkerExecutor
 from .local import in_process
@@ -170,8 +170,7 @@ class _Controller:
             e = as_interrupted(err)
             if e is not None:
                 if e.checkpoint is None:  # stopped before an attempt ran: the newest checkpoint stays the one
-                    path = ckpt.latest_checkpoint(self.out.run_dir)
-                    e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
+                    e.step, e.checkpoint = _newest(self.out.run_dir)
                 raise e from None
             if isinstance(err, WorkerFailure):
                 path = ckpt.latest_checkpoint(self.out.run_dir)  # --resume only from a checkpoint
@@ -199,7 +198,7 @@ class _Controller:
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
         ex = WorkerExecutor(self.run, pools, self.clock, self.first,
-                            (lambda a: None) if self.local else _watchdog(self.run, cost, self._observed),
+                            (lambda a: None) if self.local else watchdog(self.run, cost, self._observed),
                             self._observed)  # (in-process: no watchdog, the calls run in this thread)
         self.metrics.replay_from(self.first, len(self.recoveries), self._attempt_start)
         cpu0 = time.process_time()
@@ -292,8 +291,8 @@ class _Controller:
         self._merge_stats()
         if len(self.recoveries) >= self.cfg.runtime.max_restarts:
             raise e
-        path = ckpt.latest_checkpoint(self.out.run_dir)
-        self.first, self.state = (0, None) if path is None else (ckpt.read_train_state(path).step, path.read_bytes())
+        step, path = _newest(self.out.run_dir)
+        self.first, self.state = (0, None) if path is None else (step, path.read_bytes())
         published = self.stats[self.first - 1].published if self.first else None
         self.recoveries.append({"worker": e.worker, "step": e.step, "action": e.action, "cause": e.cause,
                                 "detected_s": detected, "replay_from_step": self.first,
@@ -345,13 +344,18 @@ class _Controller:
                 self._save_state(step)
         except WorkerFailure:  # mid-step (a minibatch committed) or a dead rank 0: the newest checkpoint stays
             pass
-        path = ckpt.latest_checkpoint(self.out.run_dir)
-        return (None if path is None else ckpt.read_train_state(path).step), path
+        return _newest(self.out.run_dir)
 
     def _last_attempt_log(self):
         log = self.timeline.log[self._log_start:]
         first_t = log[0][0] if log else 0.0
         return log, [ev for ev in self.timeline.events if ev.time >= first_t - 1e-9]
+
+
+def _newest(run_dir) -> tuple:
+    """(step, path) of the newest resumable checkpoint ((None, None): none)."""
+    path = ckpt.latest_checkpoint(run_dir)
+    return (None if path is None else ckpt.read_train_state(path).step), path
 
 
 def _log_failure(cfg: Config, e: WorkerFailure) -> None:
@@ -381,29 +385,6 @@ def _on_worker(e, worker: str):
         return type(e)(f"{e} (on worker {worker})")
     except Exception:  # a subclass with another signature: keep it as it came
         return e
-
-
-def _watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
-    """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
-    model, 60 s + 20 x the action's modelled duration; else the bound from the run's observed action times
-    (``deadlines.ObservedCosts.deadline``: ``DEFAULT_OP_S`` until one of its kind completed). A side call
-    (``action`` None: an eval or a checkpoint between steps) gets ``deadlines.call_deadline`` in every case. A generation (it scores its samples)
-    with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the client
-    waits out a service outage that long, and only past it is the worker at fault."""
-    fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
-    side = call_deadline(run.cfg) + wait  # a side call (an eval between steps scores; a checkpoint): deadlines.py
-    dur = Durations(run.plan, cost) if cost is not None else None
-    observed = ObservedCosts() if observed is None else observed
-
-    def budget(action) -> float | None:
-        if action is None:
-            return side
-        scoring = wait if action.kind == "generate" else 0.0
-        if fixed is not None:
-            return fixed + scoring
-        return (observed.deadline(action) if dur is None else 60.0 + 20.0 * dur.of(action)) + scoring
-
-    return budget
 
 
 __all__ = ["run_training", "uses_ray"]

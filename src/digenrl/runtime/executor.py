@@ -108,7 +108,7 @@ class WorkerExecutor:
             if a.worker in self._held and self._held[a.worker] != a.version:  # a generator, new version
                 args += ([self._weights[a.version]] if a.version in self._weights else None,)
                 self._held[a.worker] = a.version
-            refs, ranks = {}, self._ranks(a.worker)
+            refs, ranks = {}, self.run.ranks_of(a.worker)
             if a.more:  # a gang over several groups: each rank samples its round-robin share in one batch
                 by_part: list[list] = [[] for _ in a.fragments]
                 d = self.run.sequence_parallel  # the ranks of a lane share its part (one sequence split over them)
@@ -131,12 +131,12 @@ class WorkerExecutor:
             frags = self._step(c.step).fragments[c.group]
             trajs = [r for f in sorted(frags) for r in frags[f]]
             rewards, parts = self.step_rewards(c.step)
-            refs = {self.pools.call(w, "train", c, trajs, rewards, parts): w for w in self._ranks(a.rank)}
+            refs = {self.pools.call(w, "train", c, trajs, rewards, parts): w for w in self.run.ranks_of(a.rank)}
         elif isinstance(a, Commit):
             self._check_cells(a.step, a.round)
             rewards, parts = self.step_rewards(a.step)
             refs = {self.pools.call(w, "commit", a.step, a.round, a.final, rewards, parts): w
-                    for r in a.workers for w in self._ranks(r)}
+                    for r in a.workers for w in self.run.ranks_of(r)}
         else:
             by_worker, state = self.pools.publish_refs(a.version)
             if state is not None:
@@ -155,10 +155,6 @@ class WorkerExecutor:
             o = out.get(g)
             out[g] = Interval(g, w.start, w.end) if o is None else Interval(g, min(o.start, w.start), max(o.end, w.end))
         return tuple(out.values())
-
-    def _ranks(self, worker: str) -> tuple[str, ...]:
-        """The actors that run an action of the scheduler's ``worker`` (a group of ranks: all of them)."""
-        return self.run.ranks_of(worker)
 
     def side(self, refs: dict, kind: SideCall, step: int | None) -> None:
         """Track a call outside the scheduler (``kind`` "eval" / "checkpoint"; ``refs``: {worker: ref}, rank 0

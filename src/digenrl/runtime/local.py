@@ -112,7 +112,7 @@ def in_process(run: RunPlan) -> bool:
 def start_local_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> LocalPools:
     """The run's workers built in this process (no log files: their output is this process's) and readied as
     Ray's are (``cluster.ready_pools``); ``state``, ``hooks``: as ``cluster.start_pools``."""
-    from .cluster import ready_pools
+    from .cluster import built_pools
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
@@ -124,12 +124,8 @@ def start_local_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> L
         except Exception as e:  # as a Ray actor's constructor error: a failed worker, named
             raise WorkerFailure(w, None, "startup", error_cause(e)) from e
 
-    pools = LocalPools({w: build(w, lambda w=w: GeneratorWorker(w, conf, hooks)) for w in run.generator_ids},
-                       {w: build(w, lambda w=w, i=i: TrainerWorker(w, conf, i, hooks))
-                        for i, w in enumerate(run.trainer_ids)},
-                       run.cfg.runtime.publish if run.generator_ids else "object_store")
-    ready_pools(run, pools, state)
-    return pools
+    return built_pools(LocalPools, run, state, lambda w: build(w, lambda: GeneratorWorker(w, conf, hooks)),
+                       lambda w, i: build(w, lambda: TrainerWorker(w, conf, i, hooks)))
 
 
 def colocated_worker(cfg, *, policy=None, reward=None, task=None):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from digenrl.config import Config
 from digenrl.observe.plots import reward_curve, sample_grid
@@ -55,14 +54,6 @@ def checkpoint_bytes(policy, meta: dict[str, str], state: dict | None = None) ->
 
     with tempfile.TemporaryDirectory() as d:
         return save_checkpoint(policy, Path(d), meta, state).read_bytes()
-
-
-def finish_run(run_dir: Path, rows: list[dict], summary: dict[str, Any], title: str) -> None:
-    reward_curve(rows, run_dir / "reward_curve.png", title=title)
-    from digenrl.safe_files import atomic_write_bytes
-
-    atomic_write_bytes(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
-    (run_dir / "failure.json").unlink(missing_ok=True)  # a finished run has no failure
 
 
 @dataclass(frozen=True)
@@ -199,12 +190,6 @@ class RunOutputs:
         self.guard.check(step, self.eval0, reward, final=final, weights=weights)
         return row
 
-    def mid_eval(self, step: int, reward: float, batch, weights=None) -> dict:
-        """An eval between steps (``eval.every``): its sample grid (``eval_grid``) and the guard values
-        (``guard_eval``)."""
-        self.eval_grid(step, reward, batch)
-        return self.guard_eval(step, reward, batch, weights)
-
     def eval_grid(self, step: int, reward: float, batch) -> None:
         """The first ``eval.grid_prompts`` samples of a mid-run eval as ``run_dir/samples/eval_step_<step>.png``,
         and as the image ``samples/eval`` at ``step`` in TensorBoard and wandb where they are on."""
@@ -292,8 +277,12 @@ class RunOutputs:
             summary.update(self.guard.summary())
             if self.guard_stop is not None:
                 summary["steps_done"] = done
-        finish_run(self.run_dir, self.writer.rows, summary,
-                   title=f"{cfg.task.name} ({cfg.runtime.mode}): eval {self.eval0:.3f} -> {self.eval1:.3f}")
+        from digenrl.safe_files import atomic_write_bytes
+
+        reward_curve(self.writer.rows, self.run_dir / "reward_curve.png",
+                     title=f"{cfg.task.name} ({cfg.runtime.mode}): eval {self.eval0:.3f} -> {self.eval1:.3f}")
+        atomic_write_bytes(self.run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+        (self.run_dir / "failure.json").unlink(missing_ok=True)  # a finished run has no failure
         return summary
 
     def close(self) -> None:

@@ -26,36 +26,34 @@ import statistics
 import time
 
 
-def _mean_time(fn, repeats: int) -> float:
-    """Mean seconds of ``repeats`` timed calls of ``fn`` after one warm-up (device synchronised around each)."""
-    return _mean_times({0: fn}, repeats)[0]
-
-
-def _mean_times(fns: dict, repeats: int) -> dict:
-    """``_mean_time`` of several callables (keyed alike in the result), timed round-robin (one warm-up each, then ``repeats`` rounds over all
-    of them in a fixed order): a change of the machine's speed during the measurement then shifts every size
-    alike instead of bending the curve over sizes. Every rank of a sharded pool calls them in the same order."""
+def _timed(fn) -> float:
+    """Seconds of one call of ``fn``, the device synchronised around it."""
     import torch
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def _mean_times(fns: dict, repeats: int) -> dict:
+    """Mean seconds of each callable (keyed alike in the result), timed round-robin (one warm-up each, then
+    ``repeats`` rounds over all of them in a fixed order): a change of the machine's speed during the measurement
+    then shifts every size alike instead of bending the curve over sizes. Every rank of a sharded pool calls them
+    in the same order."""
     for fn in fns.values():
         fn()
     ts: dict = {k: [] for k in fns}
     for _ in range(max(1, repeats)):
         for k, fn in fns.items():
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            ts[k].append(time.perf_counter() - t0)
+            ts[k].append(_timed(fn))
     return {k: statistics.fmean(v) for k, v in ts.items()}
 
 
 def _probe_prompt(worker):
     return worker.task.train_prompts(0, 1, worker.cfg.seed)[0]
-
-
-PHASES = ("sample", "decode", "reward", "transfer")
 
 
 def generation_ops(worker, policy, sizes: list[int]) -> dict:
@@ -183,15 +181,7 @@ class Calibration:
         return [list(b) for b in self.blocks]
 
     def run(self, key) -> float:
-        import torch
-
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        fn = self.fns[tuple(key)]
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        return time.perf_counter() - t0
+        return _timed(self.fns[tuple(key)])
 
     def end(self) -> None:
         ctx = getattr(self.worker, "ctx", None)
@@ -206,19 +196,18 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
     fns = generation_ops(worker, policy, sizes)
     for size in sizes:  # the decoded sample the other phases start from
         fns[("generate", size, "sample")]()
-    means = _mean_times(fns, repeats)
-    return {size: {phase: means[("generate", size, phase)] for phase in PHASES} for size in sizes}
+    return measured(_mean_times(fns, repeats))["generate"]
 
 
 def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
     """{"train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s} on a trainer rank, in one call
     (``benchmarks/op_jitter.py``)."""
     train, tail = training_ops(worker, cell_sizes)
-    means = _mean_times(train, repeats)
-    tail_means = _mean_times(tail, repeats)
+    means = {**_mean_times(train, repeats), **_mean_times(tail, repeats)}
     worker.ctx.optimizer.zero_grad(set_to_none=True)
-    return {"train": {c: means[("train", c)] for c in cell_sizes}, "allreduce": tail_means.get(("allreduce",), 0.0),
-            "optimizer": tail_means[("optimizer",)], "publish": tail_means[("publish",)]}
+    out = measured(means)
+    del out["generate"]
+    return out
 
 
 def measured(times: dict) -> dict:

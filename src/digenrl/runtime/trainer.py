@@ -230,7 +230,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             copy = self._inference_copy(version)  # a collective once per version, then no collective
             if mine:
                 return self.generate_fragment(copy, replace(fragment, generations=mine), version, lead)
-            return None, self._empty_info(fragment)
+            return None, self._no_info(fragment, self.tx.version, time.monotonic())
         with sampling_weights(self.policy):
             batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
                                                  version, lead)
@@ -286,15 +286,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             self._copy_version = version
         return self._copy
 
-    def _empty_info(self, fragment):
-        """The info of a rank without a share of ``fragment`` (nothing generated; merged away by the executor)."""
-        from dataclasses import replace
-
-        from digenrl.runtime.messages import FragmentInfo
-
-        now = time.monotonic()
-        return FragmentInfo(replace(fragment, generations=()), self.name, self.tx.version, -1, (), {}, now, now)
-
     @collective_action
     def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
         from digenrl.train.loss_scale import adv_options, loss_scale, step_advantages
@@ -342,7 +333,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
                             scale.kept)
 
     def abort(self) -> int | None:
-        """Drop the open transaction (if any); returns the step it belonged to."""
         step = self.tx.step
         self.tx.abort()
         self._groups.clear()
@@ -352,7 +342,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     # ---- publishing, eval, checkpoints -----------------------------------------------------------------
     @collective_action
     def publish(self, version: int):
-        """(state, TimedResult): the object-store payload of ``version`` (rank 0)."""
         t0 = time.monotonic()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")

@@ -30,6 +30,16 @@ class WorkerAPI(Protocol):
     def setup_dist(self, spec: GroupSpec) -> bool:
         """Join the torch.distributed world and groups of ``spec``."""
 
+    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
+        """Prepare the calibration's ops (``timing.Calibration``: generation; a trainer's training, commit and
+        publish too); their keys in blocks."""
+
+    def calibration_run(self, key: tuple) -> float:
+        """Seconds of one execution of the op ``key`` (calibration: one call per execution)."""
+
+    def calibration_end(self) -> bool:
+        """Drop the calibration's ops (and the gradients they left)."""
+
 
 class GeneratorAPI(WorkerAPI, Protocol):
     def generate(self, fragment: Fragment, version: int, weights: list | None = None) -> tuple[object, FragmentInfo]:
@@ -44,15 +54,6 @@ class GeneratorAPI(WorkerAPI, Protocol):
 
     def receive_stream(self, version: int) -> TimedResult:
         """Receive every sender's shards of ``version``, join them and stage the state."""
-
-    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
-        """Prepare the calibration's ops (``timing.Calibration``); their keys in blocks."""
-
-    def calibration_run(self, key: tuple) -> float:
-        """Seconds of one execution of the op ``key`` (calibration: one call per execution)."""
-
-    def calibration_end(self) -> bool:
-        """Drop the calibration's ops."""
 
 
 class TrainerAPI(WorkerAPI, Protocol):
@@ -95,12 +96,3 @@ class TrainerAPI(WorkerAPI, Protocol):
 
     def restore_state(self, data: bytes) -> int:
         """Load a resumable state; returns its version."""
-
-    def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
-        """Prepare the calibration's ops: generation, training, commit and publish; their keys in blocks."""
-
-    def calibration_run(self, key: tuple) -> float:
-        """Seconds of one execution of the op ``key`` (calibration: one call per execution)."""
-
-    def calibration_end(self) -> bool:
-        """Drop the calibration's ops and the gradients they left."""
