@@ -185,19 +185,20 @@ class GuardMonitor:
         hit = tripped(self.first, values, eval0, eval_reward, self.spec.tolerance) if step > 0 else []
         new = [n for n in hit if n not in self.active]
         self.active = set(hit)
-        for n in hit:
-            self.trips.append({"guard": n, "step": step, "first": self.first[n], "value": values[n],
-                               "eval_reward_initial": eval0, "eval_reward": eval_reward})
+        trips = [{"guard": n, "step": step, "first": self.first[n], "value": values[n],
+                  "eval_reward_initial": eval0, "eval_reward": eval_reward} for n in hit]
+        self.trips += trips
         if self.action != "none":
             for n in new:
                 self._warn(n, step, values[n], eval0, eval_reward)
         if hit and self.tripped_at is None:
             self.tripped_at = step
         if self.action == "checkpoint" and self.tripped_at is None and weights is not None:
-            self._keep_pre_divergence(weights())
+            from digenrl.safe_files import atomic_write_bytes
+
+            atomic_write_bytes(self.run_dir / PRE_DIVERGENCE, weights())
         if self.action == "stop" and hit and not final and self.stop is None:
-            self.stop = {"guard": hit[0], "guards": hit, "step": step, "first": self.first[hit[0]],
-                         "value": values[hit[0]], "eval_reward_initial": eval0, "eval_reward": eval_reward}
+            self.stop = {"guard": hit[0], "guards": hit, **trips[0]}  # (the trip's keys after "guards")
         return hit
 
     def _warn(self, name: str, step: int, value: float, eval0: float, eval_reward: float) -> None:
@@ -212,11 +213,6 @@ class GuardMonitor:
         tqdm.write(f"digenrl: warning: eval.guard: guard/{name} fell {fall} ({first:.4g} -> {value:.4g}, tolerance "
                     f"{self.spec.tolerance[name]:g}) at step {step} while the eval reward rose ({eval0:.4g} -> "
                     f"{eval_reward:.4g}): the trained reward may be hacked (see the samples and reward_curve.png){then}", file=sys.stderr)
-
-    def _keep_pre_divergence(self, data: bytes) -> None:
-        from digenrl.safe_files import atomic_write_bytes
-
-        atomic_write_bytes(self.run_dir / PRE_DIVERGENCE, data)
 
     # ---- resume / summary --------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -144,11 +144,8 @@ def clear_previous_run(run_dir: str | Path, names=RUN_OUTPUTS) -> None:
     for n in names:
         if n not in ours:
             continue
-        p = d / n
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        elif p.exists() or p.is_symlink():
-            p.unlink()
+        if (d / n).exists() or (d / n).is_symlink():
+            _remove(d / n)
 
 
 def kept_metrics(run_dir: str | Path, step: int) -> list[dict]:
@@ -226,12 +223,17 @@ def discard_unstarted(run_dir: str | Path) -> bool:
     if any(p.name not in ours for p in d.iterdir()):
         return False
     for p in d.iterdir():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+        _remove(p)
     d.rmdir()
     return True
+
+
+def _remove(p: Path) -> None:
+    """Delete the file, link or directory tree ``p`` (a link itself, never what it points to)."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink()
 
 
 def write_marker(run_dir: str | Path) -> None:

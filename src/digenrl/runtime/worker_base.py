@@ -132,7 +132,7 @@ class WorkerBase:
         self._calibration = Calibration(self, self.policy, gen_sizes, cell_sizes if trainer else [], trainer=trainer)
         return self._calibration.keys()
 
-    def calibration_run(self, key: tuple) -> float:  # (a trainer's is a collective of a sharded pool's ranks)
+    def calibration_run(self, key: tuple) -> float:
         return self._calibration.run(key)
 
     def calibration_end(self) -> bool:
