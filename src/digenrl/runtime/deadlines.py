@@ -1,36 +1,22 @@
-"""Deadlines of the controller's waits outside the schedule (issue 22: no wait without a deadline).
+"""Deadlines of the controller's waits (issue 22: no wait without a deadline), so that a stalled worker becomes a
+``WorkerFailure`` naming it (a recovery, or a clear error with exit 1) instead of a hang. With
+``runtime.watchdog_s`` = w:
 
-The schedule's actions have the watchdog (``runtime.watchdog_s``, else 60 s + 20 x the modelled time where the
-run has a cost model; ``watchdog``). A run with neither (e.g. ``gap_tsp`` with the defaults) derives it
-from its own observed costs (``ObservedCosts``): once an action of a kind has completed, an action of that kind
-gets ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x the slowest per-unit time seen so far (per generation of a
-fragment, per cell of a chunk, per call of a commit or publish) x its units; before the first of its kind has
-completed, ``DEFAULT_OP_S``. Every other wait of the controller has a deadline derived from the
-same configured bound, so a stalled worker becomes a ``WorkerFailure`` naming it (a recovery, or a clear error
-with exit 1) instead of a hang:
-
-* start-up (building the actors and their models, forming the process groups, restoring a checkpoint,
-  publishing the first version): ``STARTUP_FACTOR x runtime.watchdog_s`` per wait, else ``DEFAULT_STARTUP_S``
-  -- it loads the models, many actions' worth (a run that sets ``runtime.watchdog_s`` sets it above a
-  thirtieth of its model's load time);
-* the calibration: one call per timed execution of one op (``timing.Calibration``: no call does more than a
-  fragment's generation with its first decode, or the probe group with one chunk), each
-  ``CALIBRATION_FACTOR x runtime.watchdog_s`` (else ``DEFAULT_OP_S``), plus the remote reward's retry window
-  (it scores what it generates): a worker stalled anywhere in it is noticed within that, whatever the number
-  of sizes and repeats (before, one call measured every op and its deadline grew with their number);
-* the evals (before, between steps, after), a checkpoint's state, and any other single call:
-  ``CALL_FACTOR x runtime.watchdog_s``, else ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts``
-  samples: many actions' worth);
-* the schedule's actions: the watchdog (``runtime.watchdog_s``, ``watchdog``).
-
-So with ``runtime.watchdog_s`` = w a stalled worker is noticed within 30 w in every phase: start-up 30 w, a
-calibration call 2 w, an action w, an eval or checkpoint 10 w (plus the remote reward's window where one scores).
+* an action of the schedule (``watchdog``): w; else 60 s + 20 x its modelled time where the run has a cost
+  model; else from the run's own observed costs (``ObservedCosts``): ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x
+  the slowest per-unit time of its kind seen so far x its units, ``DEFAULT_OP_S`` before one of its kind completed;
+* a start-up wait (building the actors and their models, forming the groups, restoring, the first publish):
+  ``STARTUP_FACTOR`` x w = 30 w, else ``DEFAULT_STARTUP_S`` (a run that sets w sets it above a thirtieth of its
+  model's load time);
+* a calibration call (one timed execution of one op, ``timing.Calibration``): ``CALIBRATION_FACTOR`` x w = 2 w,
+  else ``DEFAULT_OP_S``, whatever the number of sizes and repeats;
+* an eval (before, between steps, after), a checkpoint's state, any other single call: ``CALL_FACTOR`` x w =
+  10 w, else ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts`` samples: many actions' worth).
 
 A remote reward (``reward.remote``) is waited for by its own client for up to ``retry_window`` seconds (plus one
-request's ``timeout``); ``remote_reward_wait`` is that bound, which the watchdog adds to every action that
-scores (a generation), so a reward-service outage inside the client's window pauses the run instead of
-restarting the generator.
-"""
+request's ``timeout``); ``remote_reward_wait`` is that bound, added to every wait that scores (a generation, an
+eval, a calibration call), so a reward-service outage inside the client's window pauses the run instead of
+restarting the generator."""
 
 from __future__ import annotations
 
@@ -50,20 +36,22 @@ OBSERVED_FLOOR_S = 60.0  # watchdog from observed costs: floor + factor x observ
 OBSERVED_FACTOR = 20.0
 
 
+def _bound(cfg: Config, factor: float, default: float) -> float:
+    w = cfg.runtime.watchdog_s
+    return default if w is None else factor * w
+
+
 def calibration_deadline(cfg: Config) -> float:
     """Seconds one calibration call (``timing.Calibration.run``) may take, the remote reward's window excluded."""
-    w = cfg.runtime.watchdog_s
-    return DEFAULT_OP_S if w is None else CALIBRATION_FACTOR * w
+    return _bound(cfg, CALIBRATION_FACTOR, DEFAULT_OP_S)
 
 
 def call_deadline(cfg: Config) -> float:
-    w = cfg.runtime.watchdog_s
-    return DEFAULT_CALL_S if w is None else CALL_FACTOR * w
+    return _bound(cfg, CALL_FACTOR, DEFAULT_CALL_S)
 
 
 def startup_deadline(cfg: Config) -> float:
-    w = cfg.runtime.watchdog_s
-    return DEFAULT_STARTUP_S if w is None else STARTUP_FACTOR * w
+    return _bound(cfg, STARTUP_FACTOR, DEFAULT_STARTUP_S)
 
 
 def remote_reward_wait(cfg: Config) -> float:

@@ -1,34 +1,23 @@
 """``run_training(cfg)``: the one controller of every training run, in every mode, Ray or in-process.
 
-The controller runs ``digenrl.control.loop.run_loop`` (the simulator's control loop) with the scheduler and a
-``WorkerExecutor`` over the run's workers: Ray actors (``cluster``), or, for a run of one colocated worker
-without ``--ray``, the same worker classes in this process (``local``: no Ray imported). It moves refs, never
-tensors. Between steps (``between_steps.BetweenSteps``) it writes each step's metrics row and may ask trainer rank
-0 for an eval (``eval.every``; with ``eval.guard`` the eval's samples are scored by the guard before the run
-goes on) or a resumable checkpoint (``runtime.checkpoint_every``, ``train.checkpoint``), written atomically.
+The controller runs ``control.loop.run_loop`` (the simulator's control loop) with the scheduler and a
+``WorkerExecutor`` over the run's workers: Ray actors (``cluster``), or, for one colocated worker without
+``--ray``, the same classes in this process (``local``). Between steps (``between_steps.BetweenSteps``) it
+writes each step's metrics row, evals (``eval.every``, ``eval.guard``) and resumable checkpoints
+(``runtime.checkpoint_every``), written atomically.
 
 Recovery (invariant I6): when a worker raises, dies or stalls (no answer within the watchdog budget), the
-attempt is abandoned: every open transaction is dropped, every worker is ended, fresh pools are started from
-the newest resumable checkpoint (or from the initial weights) and the scheduler replays from that step. By I5
-the replay generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
-``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step (the
-checkpoints stay valid). A worker that stopped on a non-finite value (``digenrl.faults.RunHalted``: a reward's
-NaN score, a refused commit) is not restarted, since the replay would compute the same value: its error is
-raised as is (the CLI: ``failure.json``, exit 2) and the checkpoints written before it stay the newest. Nor is a
-deterministic error (``faults.find_deterministic``: a missing file, a bad-input error, torch without CUDA).
+attempt is abandoned: open transactions are dropped, every worker is ended, fresh pools start from the newest
+resumable checkpoint (or the initial weights) and the scheduler replays from that step. By I5 the replay
+generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
+``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step. A
+non-finite value (``faults.RunHalted``) or a deterministic error (``faults.find_deterministic``) is not
+restarted, since the replay would meet it again: it is raised as is (the CLI: ``failure.json``, exit 2).
 
-Stopping (``train.interrupt.StopRequest``): on Ray a first SIGINT/SIGTERM raises in the controller's wait,
-abandons the step, checkpoints the last committed state and raises ``Interrupted``; in-process the signal only
-sets the request (the controller's thread is the workers'), and the run stops at the next step boundary with a
-checkpoint of that step. Restarts are reported in ``summary.json`` (``recoveries``: cause, replayed-from step,
-restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
-
-A run writes ``config.yaml``, ``metrics.jsonl``, sample grids, checkpoints and ``summary.json``
-(``runtime.run_outputs``), ``trace.json`` / ``gantt.png`` (``control.timeline``), ``trajectories.jsonl``
-(``step_metrics``), ``profile.json`` (the costs timed on the workers before step 1: TAG modes, or every run with
-``runtime.calibration.when=always``), ``profile_observed.json`` (the costs its spans showed,
-``control.observed``) and, when it failed, ``failure.json``.
-"""
+Stopping (``train.interrupt.StopRequest``): on Ray a first SIGINT/SIGTERM abandons the step, checkpoints the last
+committed state and raises ``Interrupted``; in-process the run stops at the next step boundary with a checkpoint
+of that step. Restarts are reported in ``summary.json`` (``recoveries``), in the metrics (``restarts``) and as
+``recovery`` spans in the trace. The run outputs: docs/runtime.md and ``run_outputs``."""
 
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
 """The in-process transport: the generator and trainer workers as plain objects of this process, no Ray.
 
-``LocalPools`` implements ``pools.WorkerPools`` for ``GeneratorWorker`` / ``TrainerWorker`` objects. A call is
-queued when it is made and runs when a wait or a get needs its result: calls run one at a time, in the order they
-were made (as an actor runs its calls, and as the control loop launched them), so the controller, the executor
-and the scheduler are exactly a Ray run's, with the workers' own ``time.monotonic()`` stamps on the driver's
-clock (one process: every offset is 0 up to the measurement). A ref is a ``LocalRef``; a call's arguments may
-hold refs (a ``Train``'s fragments, a generator's published weights) and get their values, as a Ray actor gets
-the object store's (``worker_base.fetch``).
+``LocalPools`` implements ``pools.WorkerPools``. A call is queued when it is made and runs when a wait or a get
+needs its result: one at a time, in the order they were made (as an actor runs its calls), so the controller,
+the executor and the scheduler are exactly a Ray run's, with every clock offset 0 up to the measurement. A ref
+is a ``LocalRef``; a call's arguments may hold refs and get their values (``worker_base.fetch``).
 
-Nothing here imports Ray (``tests/arch/test_layering.py`` runs ``digenrl train`` with Ray blocked). A worker that
-raises fails its call: the controller sees it as a Ray run sees a failed actor call (``WorkerFailure`` naming
-the worker; recovery replays from the newest checkpoint). No watchdog: a call runs in the controller's own
-thread, so there is no stalled worker to detect; a stop signal is honoured at the next step boundary
-(``driver``).
-
-Where it runs: ``driver.run_training`` picks it when the plan has one worker, a colocated one
-(``in_process``), unless ``digenrl train --ray`` asks for Ray.
-"""
+Nothing here imports Ray (``tests/arch/test_layering.py`` runs ``digenrl train`` with Ray blocked). A worker
+that raises fails its call, as a failed actor call does (``WorkerFailure``, recovery). No watchdog: a call runs
+in the controller's own thread, so no worker can stall unseen; a stop signal is honoured at the next step
+boundary. ``driver.run_training`` picks this transport for one colocated worker (``in_process``) unless
+``digenrl train --ray`` asks for Ray."""
 
 from __future__ import annotations
 

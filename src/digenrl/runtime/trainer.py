@@ -1,55 +1,40 @@
-"""``TrainerWorker``: one rank of the trainer pool (a Ray actor), also a colocated worker.
+"""``TrainerWorker``: one rank of the trainer pool (a Ray actor), also a colocated worker; its calls:
+``workers.TrainerAPI`` (the calls outside a step's work: ``trainer_state``).
 
 State: the policy, optimizer, reference policy, EMA (rank 0) and the step's ``GradientTransaction``
 (``train.context.build_context``). The ranks form one torch.distributed group; the transaction's commit is the
 only gradient sync.
 
-Calls:
+* ``train``: fetch the group's fragments (cached per group), compute its advantages from the executor's
+  rewards (deterministic: every rank gets the same), record the chunk's cells in the round's transaction (a
+  cell trained twice or foreign to the round is refused: I2) and accumulate the gradient of ``train_cells``
+  with the cell scale of ``train.loss_scale`` (1 / S); with ``train.best_of_n``, ``zero_adv_refill`` or
+  ``minibatch_split=samples`` only the round's samples (``train.sample_masks.round_masks``). The transaction
+  opens at the rank's first chunk of the round (a step has epochs x minibatches rounds). With step-wide
+  advantage statistics (``std_mode=global``, ``adv_baseline=batch``) a round that opens before every reward of
+  the step is in is a ``loss_scale.DeferredRound`` (provisional heads, corrected at the commit:
+  ``algo.deferred_std``).
+* ``generate``: TAG (or colocated generation) with the rank's own weights, which must be the committed version
+  (on-policy, I3), under no_grad (the accumulated gradients and the optimizer are untouched).
+* ``commit``: a deferred round's heads corrected, all-reduce (SUM), gradients times the commit scale of
+  ``train.loss_scale`` (1 / the round's kept trajectories), clip, optimizer step on every rank at once, EMA on
+  rank 0 (``train.ema_update``); only the ``final`` round bumps the version. ``abort`` drops an open
+  transaction (no partial round is ever committed).
 
-* ``train(chunk, [fragment refs of its group], rewards, parts)``: fetch the group's fragments (cached per group),
-  compute its advantages from ``rewards`` (the step's complete groups so far, plain numbers from the executor;
-  deterministic: every rank gets the same), record the chunk's cells in the round's transaction (a cell
-  trained twice or foreign to the round is refused: I2) and accumulate the gradient of ``train_cells`` with
-  the cell scale of ``train.loss_scale`` (1 / S); with ``train.best_of_n``, ``zero_adv_refill`` or
-  ``minibatch_split=samples`` only the round's samples (``train.sample_masks.round_masks``: the other cells
-  are recorded, not run). The transaction opens at the rank's first chunk of the round
-  (a step has ``rounds`` = epochs x minibatches). With step-wide advantage statistics (``std_mode=global``,
-  ``adv_baseline=batch``) a round that opens before every reward of the step is in is trained as a
-  ``loss_scale.DeferredRound`` (provisional heads, rescaled and corrected at the commit: ``algo.deferred_std``).
-* ``generate(fragment, version)``: TAG (or colocated generation) with the rank's own weights, which must be
-  ``version`` (= the committed version: on-policy, I3). Sampling runs under no_grad: it never touches the
-  accumulated gradients or the optimizer.
-* ``commit(step, round, final, rewards, parts)``: a deferred round's heads combined and corrected, all-reduce
-  (SUM), gradients times the commit scale of ``train.loss_scale`` (1 / the kept trajectories of the round's
-  minibatch, from the final advantages of ``rewards``, with the re-added samples of ``train.zero_adv_refill``;
-  ``train.best_of_n`` / ``minibatch_split=samples``: the round's samples, ``train.sample_masks``),
-  clip, optimizer step on every rank at once (a collective), EMA on rank 0 (k updates: ``train.ema_update``);
-  only the ``final`` round bumps the version.
-  ``abort()`` drops an open transaction (no partial round is ever committed).
-* ``publish(version)``: rank 0's half of a weight publish (``publish`` module).
-* ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0;
-  ``pack_state`` / ``restore_state``: the resumable state at a step boundary (``train.checkpoint``).
+Sharded pool (``train.sharding: fsdp``): every call is a collective of the group's ranks. ``train`` trains the
+rank's share of the chunk's cells (``rank_cells``; a rank whose share holds only zero-advantage cells still
+forwards); ``generate`` samples the rank's round-robin share of the generations (a rank without one samples a
+throw-away copy of the first so that its forwards match the others') and returns (None, info) when it has
+none; ``publish`` / ``checkpoint_bytes`` gather the full state on every rank and only rank 0 returns it.
 
-Sharded pool (``train.sharding: fsdp``, ``train.sharding``): every call above is a collective of all ranks (the
-driver sends it to each). ``train`` trains the rank's share of the chunk's cells (``rank_cells``);
-``generate`` samples the rank's share of the fragment's generations (round robin; a rank without one samples
-a throw-away copy of the first generation so that its forwards still match the others') and returns
-(None, info) when it has none; ``publish`` / ``checkpoint_bytes`` gather the full state on every rank and only
-rank 0 returns it; ``evaluate`` runs on every rank, rank 0 reports; ``pack_state`` writes the rank's shards with
-``torch.distributed.checkpoint`` next to the run's checkpoints and rank 0 returns the metadata file's bytes.
-A rank whose share of a chunk holds only zero-advantage cells still forwards (``train_cells(collective=True)``).
+Sequence-parallel pool (``train.sequence_parallel`` = d): d consecutive ranks form a lane that trains and
+generates as one rank would, each with 1 / d of every sequence; only a lane's lead reports statistics and
+trajectories, and the commit's sum over ranks adds the lane's partial gradients. Rank 0's lane keeps the EMA on
+every rank (an eval's forwards are collectives of the lane).
 
-Sequence-parallel pool (``train.sequence_parallel`` = d, ``train.sequence_parallel``): d consecutive ranks form a
-lane that trains and generates as one rank would, each with 1 / d of every sequence; the calls above are then
-collectives of the scheduler trainer's ranks (a lane ``sp<i>``, or a shard group of several lanes), a chunk's
-cells and a fragment's generations are split over the lanes, and only a lane's lead reports statistics and
-trajectories (its followers run the same forwards). The commit's sum over ranks adds the lane's partial
-gradients. Rank 0's lane keeps the EMA on every rank (an eval's forwards are collectives of the lane).
-
-Collective timeout: the groups wait ``runtime.collective_timeout_s`` for the other ranks; a collective call
-(``collectives.collective_action``) that waits longer raises ``CollectiveTimeout`` naming the worker, its rank
-and the call (gloo; under NCCL the watchdog aborts the process instead).
-"""
+Collective timeout: a collective call (``collectives.collective_action``) that waits longer than
+``runtime.collective_timeout_s`` raises ``CollectiveTimeout`` naming the worker, its rank and the call (gloo;
+under NCCL the watchdog aborts the process instead)."""
 
 from __future__ import annotations
 
