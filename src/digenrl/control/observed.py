@@ -107,8 +107,10 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
         c = calibration.curves.get(f"{pool}/{op}") or calibration.curves[op]
         return [[b, s] for b, s in zip(c.batches, c.seconds)]
 
-    def ratio(sizes, measured, priced) -> float:
-        rs = [measured(n) / priced(n) for n in sizes if priced(n) > 0 and measured(n) > 0]
+    def ratio(sizes, seconds) -> float:
+        """Mean over ``sizes`` of seconds(observed, n) / seconds(calibration, n)."""
+        rs = [seconds(obs, n) / seconds(calibration, n) for n in sizes
+              if seconds(calibration, n) > 0 and seconds(obs, n) > 0]
         return statistics.fmean(rs) if rs else 1.0
 
     def scaled(op: str, pool: str, r: float) -> list:
@@ -116,28 +118,19 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
 
     out: dict[str, list] = {}
     for pool in ("generator", "trainer"):
-        r = ratio([n for n, _ in ops[f"{pool}/denoise"]],
-                  lambda n, pool=pool: fragment_seconds(obs, sampling_steps, n, pool),
-                  lambda n, pool=pool: fragment_seconds(calibration, sampling_steps, n, pool))
+        sizes = [n for n, _ in ops[f"{pool}/denoise"]]
+        r = ratio(sizes, lambda c, n, p=pool: fragment_seconds(c, sampling_steps, n, p))
         out.update({f"{pool}/{op}": scaled(op, pool, r) for op in GENERATION_OPS})
-    r = ratio([n for n, _ in ops["train_chunk"]], lambda n: obs.time("train_chunk", n, "trainer"),
-              lambda n: calibration.time("train_chunk", n, "trainer"))
+    r = ratio([n for n, _ in ops["train_chunk"]], lambda c, n: c.time("train_chunk", n, "trainer"))
     out["train_chunk"] = scaled("train_chunk", "trainer", r)
-
-    def commit(cost):
-        return cost.time("allreduce", 1, "trainer") + cost.time("optimizer", 1, "trainer")
-
-    r = ratio([1], lambda n: commit(obs), lambda n: commit(calibration))
+    r = ratio([1], lambda c, n: c.time("allreduce", 1, "trainer") + c.time("optimizer", 1, "trainer"))
     out.update({op: scaled(op, "trainer", r) for op in ("allreduce", "optimizer")})
-    if "generator/publish" in ops:  # a streamed publish: the generators' receive at the run's level; the
-        r = ratio([1], lambda n: obs.time("publish", 1, "generator"),  # trainers' sends are in their commit
-                  lambda n: calibration.time("publish", 1, "generator"))
-        out["generator/publish"] = scaled("publish", "generator", r)
+    streamed = "generator/publish" in ops  # a streamed publish: the generators' receive at the run's level (the
+    pool = "generator" if streamed else "trainer"  # trainers' sends are in their commit)
+    r = ratio([1], lambda c, n: c.time("publish", 1, pool))
+    out["generator/publish" if streamed else "publish"] = scaled("publish", pool, r)
+    if streamed:
         out["trainer/publish"] = ops["trainer/publish"]
-    else:
-        r = ratio([1], lambda n: obs.time("publish", 1, "trainer"),
-                  lambda n: calibration.time("publish", 1, "trainer"))
-        out["publish"] = scaled("publish", "trainer", r)
     out["tag_switch"] = points("tag_switch", "trainer")
     res = {k: v for k, v in observed.items() if k != "ops"}
     res["source"] = f"{observed.get('source', 'a run')}: the calibration's curves at the run's level"

@@ -59,10 +59,6 @@ class TestHooks:
     def fails(self) -> bool:
         return self.worker is not None
 
-    @property
-    def exit(self) -> bool:
-        return self.kind == "exit"
-
     def without_failure(self) -> "TestHooks":
         """The hooks of a restarted attempt: the failure fired once."""
         return replace(self, worker=None, step=-1, kind="raise")
