@@ -200,54 +200,32 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
 
     @collective_action
     def generate(self, fragment, version: int):
-        self.check_failure(fragment.step)
-        if version != self.tx.version or self._round:
-            raise RuntimeError(f"{self.name}: asked to generate {fragment} with version {version} but its weights "
-                               f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        lead = self._lane.lead
-        if self._gsize == 1 or (not self.sharded and self._lane.lanes == 1):  # one rank, or one lane (unsharded)
-            with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
-                return self.generate_fragment(self.policy, fragment, version, lead)
+        """A fragment: ``generate_gang`` of the rank's lane's round-robin share of its generations."""
         from dataclasses import replace
 
-        mine = fragment.generations[self._lane.lane::self._lane.lanes]  # its lane's share
-        if self.cfg.runtime.tag_inference_copy:
-            copy = self._inference_copy(version)  # a collective once per version, then no collective
-            if mine:
-                return self.generate_fragment(copy, replace(fragment, generations=mine), version, lead)
-            return None, self._no_info(fragment, self.tx.version, time.monotonic())
-        with sampling_weights(self.policy):
-            batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
-                                                 version, lead)
-        if not mine or not lead:  # joined the collective forwards only
-            return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
-        return batch, info
+        mine = fragment.generations[self._lane.lane::self._lane.lanes]  # (one lane: all of them)
+        batch, infos = self.generate_gang((replace(fragment, generations=mine),), version)
+        return batch, infos[0]
 
     @collective_action
     def generate_gang(self, share, version: int):
         """A gang over several prompt groups (``Generate.more``) on a shard group, or a packed colocated worker's
-        share of the step (``StepPlan.packed``): this rank's round-robin share
-        (``layout.gang_shares``, one fragment per part) sampled in one batch (``generate_parts``): returns one
-        trajectory batch (or None) per part, then the tuple of per-part infos. Without an inference copy a rank
-        without a share samples a throw-away copy of the gang's first generation so that its forwards still
-        match the others'."""
+        share of the step (``StepPlan.packed``), in one batch (``generate_parts``). Without an inference copy a
+        rank of a sharded pool without a share samples a throw-away copy of one generation so that its forwards
+        still match the others'."""
         from dataclasses import replace
 
         self.check_failure(share[0].step)
         if version != self.tx.version or self._round:
-            raise RuntimeError(f"{self.name}: asked to generate a gang {share} with version {version} but its "
-                               f"weights are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
+            raise RuntimeError(f"{self.name}: asked to generate {share} with version {version} but its weights "
+                               f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
         lead = self._lane.lead  # (``share`` is its lane's: the executor gives a lane's ranks the same one)
-        if not self.sharded:  # a packed colocated worker's (or lane's) share of the step (``StepPlan.packed``)
-            with sampling_weights(self.policy):
-                return self.generate_parts(self.policy, share, version, lead)
-        if self.cfg.runtime.tag_inference_copy:
+        if self.sharded and self._gsize > 1 and self.cfg.runtime.tag_inference_copy:
             return self.generate_parts(self._inference_copy(version), share, version, lead)
-        mine = any(p.generations for p in share)
-        with sampling_weights(self.policy):
-            if mine:
+        with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
+            if not self.sharded or self._gsize == 1 or any(p.generations for p in share):
                 return self.generate_parts(self.policy, share, version, lead)
-            *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version)
+            *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version, lead)
         empty = tuple(replace(infos[0], fragment=p, uid=-1, rewards=(), reward_parts={}) for p in share)
         return (*([None] * len(share)), empty)
 
