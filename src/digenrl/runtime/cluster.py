@@ -50,16 +50,19 @@ def total_demand(run: RunPlan) -> dict[str, float]:
     return out
 
 
+def _key_of(rt, resource: str) -> str:
+    """The config key that asks for ``resource``."""
+    return ("runtime.generator_resources" if resource in rt.generator_resources else
+            "runtime.trainer_resources" if resource in rt.trainer_resources else
+            "model.device" if resource == "GPU" else "runtime.threads_per_worker")
+
+
 def check_resources(run: RunPlan, available: dict[str, float]) -> None:
     """Refuse pools the cluster cannot place (they would wait forever)."""
     need = total_demand(run)
     for k, v in need.items():
         if v > 0 and available.get(k, 0.0) + 1e-9 < v:
-            rt = run.cfg.runtime
-            key = ("runtime.generator_resources" if k in rt.generator_resources else
-                   "runtime.trainer_resources" if k in rt.trainer_resources else
-                   "model.device" if k == "GPU" else "runtime.threads_per_worker")
-            raise ConfigError(f"{key}: the pools need {v:g} x {k!r} in total but the Ray cluster has "
+            raise ConfigError(f"{_key_of(run.cfg.runtime, k)}: the pools need {v:g} x {k!r} in total but the Ray cluster has "
                               f"{available.get(k, 0.0):g} (resources: {dict(sorted(available.items()))})")
 
 
@@ -72,10 +75,7 @@ def check_local_gpus(run: RunPlan, need: float) -> None:
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if need > have + 1e-9:
-        rt = run.cfg.runtime
-        key = ("runtime.generator_resources" if "GPU" in rt.generator_resources else
-               "runtime.trainer_resources" if "GPU" in rt.trainer_resources else "model.device")
-        raise ConfigError(f"{key}: the pools ({len(run.generator_ids)} generators, {len(run.trainer_ids)} trainers) "
+        raise ConfigError(f"{_key_of(run.cfg.runtime, 'GPU')}: the pools ({len(run.generator_ids)} generators, {len(run.trainer_ids)} trainers) "
                           f"need {need:g} GPUs in total but this machine has {have} (torch.cuda.device_count()); "
                           "lower runtime.generators / runtime.trainers or the GPU share in runtime.*_resources, "
                           "or join a cluster with runtime.address")

@@ -87,7 +87,8 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.check_failure(fragment.step)
         self._swap_in(version, weights)
         held = self.version
-        batch, info = self.generate_fragment(self.policy, fragment, held, self._lead)
+        batch, infos = self.generate_parts(self.policy, (fragment,), held, self._lead)
+        info = infos[0]
         if self.version != held:  # cannot happen: only this actor's own calls swap weights
             raise RuntimeError(f"{self.name}: weights changed while generating {fragment}")
         offset = self.hooks.logprob_offset
