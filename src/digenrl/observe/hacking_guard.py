@@ -185,17 +185,15 @@ class GuardMonitor:
         return hit
 
     def _warn(self, name: str, step: int, value: float, eval0: float, eval_reward: float) -> None:
-        import sys
-
-        from tqdm import tqdm
+        from .progress import line
 
         first = self.first[name]
         fall = f"{100 * (first - value) / abs(first):.0f}%" if abs(first) >= ZERO else f"{first - value:.3g}"
         then = {"stop": "; eval.guard_action=stop: the run ends after this step",
                 "checkpoint": f"; the weights before it are in {self.run_dir / PRE_DIVERGENCE}"}.get(self.action, "")
-        tqdm.write(f"digenrl: warning: eval.guard: guard/{name} fell {fall} ({first:.4g} -> {value:.4g}, tolerance "
-                    f"{self.spec.tolerance[name]:g}) at step {step} while the eval reward rose ({eval0:.4g} -> "
-                    f"{eval_reward:.4g}): the trained reward may be hacked (see the samples and reward_curve.png){then}", file=sys.stderr)
+        line(f"digenrl: warning: eval.guard: guard/{name} fell {fall} ({first:.4g} -> {value:.4g}, tolerance "
+             f"{self.spec.tolerance[name]:g}) at step {step} while the eval reward rose ({eval0:.4g} -> "
+             f"{eval_reward:.4g}): the trained reward may be hacked (see the samples and reward_curve.png){then}")
 
     # ---- resume / summary --------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from digenrl.config import Config
 from digenrl.observe.plots import reward_curve, sample_grid
+from digenrl.observe.progress import line as _print_line
 from digenrl.runtime.run_dir import RunStart, kept_metrics, lock_run_dir, prepare_run_dir, unlock_run_dir
 
 
@@ -134,15 +135,6 @@ def step_line(row: dict, steps: int) -> str:
     if "step_s" in row:
         out.append(f"{row['step_s']:.2f} s {row.get('samples_per_s', 0.0):.1f} samples/s")
     return " | ".join(out)
-
-
-def _print_line(text: str, err: bool = True) -> None:
-    """A line on stderr (``err``) or stdout that a tqdm bar does not overwrite."""
-    import sys
-
-    from tqdm import tqdm
-
-    tqdm.write(text, file=sys.stderr if err else sys.stdout)
 
 
 class RunOutputs:
