@@ -1,11 +1,7 @@
-"""A cost profile from the spans a run recorded: what its ops really cost, runtime overheads included.
-
-A synthetic calibration (``runtime.calibrate``) times each op in a tight loop inside one actor call. A run
-pays more than that on a node whose cores its workers share: the Ray runtime's own threads (object
-transfers, serialisation), the controller and the other workers compete for the same cores, and the
-controller takes a few milliseconds between a worker's actions. The spans of a run carry all of it, so a
-profile made from them is the one to plan the next run on the same machines with
-(``digenrl plan --profile run_dir/profile_observed.json``).
+"""A cost profile from the spans a run recorded: what its ops really cost, runtime overheads included (Ray's own
+threads, the controller and the other workers competing for the cores, the controller's turn-around between a
+worker's actions), which a synthetic calibration's tight loop misses; the profile to plan the next run on the
+same machines with (``digenrl plan --profile run_dir/profile_observed.json``).
 
 From the spans that end by ``until`` (seconds of the run's clock; None: all), by their kind and ``size``
 (``schedule.actions.Size``: generations of a fragment, cells of a chunk):
@@ -13,20 +9,17 @@ From the spans that end by ``until`` (seconds of the run's clock; None: all), by
 * ``<pool>/denoise`` at n generations = mean span of a ``generate`` / ``tag`` action of n / T (the whole
   fragment is charged on ``denoise``; ``vae_decode`` and ``transfer`` are 0);
 * ``train_chunk`` at c cells = mean span of a ``train`` action of c cells; ``optimizer`` = mean ``commit`` span
-  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span of the trainers (a
-  broadcast's generator spans are the same publish); a streamed publish (``streamed``, or spans on the
-  generators alone, as older runs wrote them): ``generator/publish`` = mean generator span (the receive) and
-  ``trainer/publish`` = mean trainer span (the senders starting their sends; 0 where the trace has none);
-* dispatch gap = mean idle gap shorter than ``max_gap_s`` between two actions of a worker (the controller's
-  turn-around); it is added to the op that ends each action (``reward`` for a fragment, ``train_chunk``,
-  ``optimizer``, ``publish``), as the calibration adds its round trip.
+  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span of the trainers; a
+  streamed publish (``streamed``, or spans on the generators alone, as older runs wrote them):
+  ``generator/publish`` = mean generator span (the receive), ``trainer/publish`` = mean trainer span (the
+  senders starting their sends; 0 where the trace has none);
+* dispatch gap = mean idle gap shorter than ``max_gap_s`` between two actions of a worker; it is added to the op
+  that ends each action (``reward`` for a fragment, ``train_chunk``, ``optimizer``, ``publish``), as the
+  calibration adds its round trip.
 
-Means, not medians: a step time is a sum of op times. A pool that did not generate in the window gets the
-other pool's denoise costs.
-
-Such a profile holds only the sizes the run used; ``rescaled_profile`` lays it over a calibration's curves
-(their shape over every size, the run's level), which is what a run writes when it has a calibration.
-"""
+Means, not medians: a step time is a sum of op times. A pool that did not generate gets the other pool's denoise
+costs. Such a profile holds only the sizes the run used; ``rescaled_profile`` lays it over a calibration's curves
+(their shape over every size, the run's level), which is what a run writes when it has a calibration."""
 
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
-"""Ray session, actor placement and the worker pools.
+"""Ray session, actor placement and the worker pools (placement and heterogeneous pools: docs/runtime.md).
 
-* ``ray_session``: joins ``runtime.address`` if set, else starts a light local Ray (``num_cpus`` = what the
-  pools ask for, no dashboard, quiet logs); an already initialised Ray (tests, notebooks) is reused and left
-  running.
-* Placement: every worker asks for ``runtime.threads_per_worker`` CPUs (one GPU when ``model.device`` is CUDA)
-  plus its pool's resource labels (``runtime.generator_resources`` / ``runtime.trainer_resources``; "CPU" and
-  "GPU" keys override the counts). Heterogeneous pools are just different labels, e.g.
-  ``generator_resources={"L40S": 1}`` on nodes started with ``ray start --resources='{"L40S": 8}'``. A label the
-  cluster does not have is refused up front (``ConfigError`` naming the key) instead of hanging.
-* ``ActorPools``: ``pools.WorkerPools`` over Ray actors.
-* ``start_pools``: creates the actors; ``ready_pools`` (both transports) waits until they are built (a failure
-  names the worker), measures each worker's clock offset (``clocks``: its result stamps on the driver's clock),
-  forms the torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node) and publishes
-  version 0.
-"""
+* ``ray_session``: joins ``runtime.address`` if set, else starts a light local Ray; an already initialised Ray
+  (tests, notebooks) is reused and left running. Pools the cluster cannot place (``pool_demand``: CPUs, a GPU
+  under CUDA, ``runtime.*_resources`` labels) are refused up front (``ConfigError`` naming the key).
+* ``ActorPools``: ``pools.WorkerPools`` over Ray actors; ``start_pools`` creates them.
+* ``ready_pools`` (both transports) waits until the workers are built (a failure names the worker), measures
+  their clock offsets (``clocks``), forms the torch.distributed group(s) (rendezvous on a free TCP port of
+  trainer rank 0's node) and publishes version 0."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
-"""What a run leaves in ``run_dir``, the same for every run (in-process or on Ray): resolved config,
-metrics.jsonl, reward curve, before/after sample grids, a safetensors checkpoint (the final weights), resumable
-checkpoints (``checkpoints/``, ``train.checkpoint``) and summary.json.
+"""What a run leaves in ``run_dir``, the same for every run (in-process or on Ray).
 
 ``RunOutputs`` is the one lifecycle: ``config.yaml`` and ``metrics.jsonl`` when it is created (only after the
 config validated, so a refused config writes nothing); ``before`` (eval before RL: step-0 row and
 ``samples_before.png``; skipped by a resumed run); ``log`` (one row per step); ``after`` (final eval row and
-``samples_after.png``); ``write_checkpoint`` (``checkpoint.safetensors``, written atomically); ``finish``
-(``summary.json`` and ``reward_curve.png``). ``write_failure`` (``failure.json``, ``FailureRecord``) is the one writer of
-a stopped run's record, whatever stopped it.
-
-The run directory itself (one run per directory, its marker and lock, what a resume keeps) is
-``runtime.run_dir``'s.
-"""
+``samples_after.png``); ``write_checkpoint`` (``checkpoint.safetensors``, atomically); ``finish``
+(``summary.json`` and ``reward_curve.png``). ``write_failure`` (``failure.json``, ``FailureRecord``) is the one
+writer of a stopped run's record. The run directory itself (marker, lock, resume) is ``runtime.run_dir``'s."""
 
 from __future__ import annotations
 

@@ -1,23 +1,19 @@
-"""Worker-side timing of the operations of ``schedule.cost`` with the code the workers run (mean of
-``repeats`` after one warm-up: a step's time is a sum of op times, so its expectation is the sum of the
-means; op times on a shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15%
-optimistic per op; the sizes of an op are timed round-robin, ``_mean_times``). ``calibrate`` drives it one
-timed execution per actor call (``Calibration``: ``start`` lists the ops in blocks, ``run(key)`` times one
-execution of one op, the first of each a warm-up), so that no call of the calibration does more than about one
-action's work and each gets the watchdog's deadline (``deadlines.calibration_deadline``), whatever the number of
-sizes and repeats. The ops:
+"""Worker-side timing of the operations of ``schedule.cost`` with the code the workers run: the mean of ``repeats``
+after one warm-up (a step's time is a sum of op times, so its expectation is the sum of the means; op times on a
+shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15% optimistic per op), the
+sizes of an op timed round-robin (``_mean_times``). ``calibrate`` drives ``Calibration`` one timed execution per
+actor call, so that no call does more than about one action's work and each gets the watchdog's deadline
+(``deadlines.calibration_deadline``). The ops:
 
 * generation (per fragment size n): sampling, VAE decode, reward, and serialising the trajectories;
-* training (per chunk size in cells): forward + backward of ``train_cells`` (gradients are zeroed after);
-  ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (the rest of a commit, on
-  copies of the trainable tensors with zero gradients: gradient clipping, a step of the run's own optimizer
-  class and settings, the EMA update where this rank keeps one), ``publish`` (copy + serialise + load of the
-  trainable state).
+* training (per chunk size in cells): forward + backward of ``train_cells`` (gradients zeroed after);
+  ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (the rest of a commit, on copies
+  of the trainable tensors: clipping, a step of the run's optimizer class and settings, the EMA update where
+  this rank keeps one), ``publish`` (copy + serialise + load of the trainable state).
 
 On a sharded or sequence-parallel pool every rank measures at once (each forward is a collective) with its
-lane's share of the fragment or chunk (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
-gradients are reduce-scattered inside each chunk's backward, which ``train`` already times).
-"""
+lane's share (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
+gradients are reduce-scattered inside each chunk's backward, which ``train`` already times)."""
 
 from __future__ import annotations
 
