@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from digenrl.config import Config
 from digenrl.control.loop import run_loop
@@ -238,14 +239,12 @@ class _Controller:
         self._write_observed_profile(result.spans)
         result.write_gantt(self.out.run_dir / "gantt.png", f"{cfg.runtime.mode}: {result.pools_label()}, "
                                                            f"{plan.steps} steps (measured)")
-        log, events = self._last_attempt_log()
-        if version < plan.steps:  # ended by eval.guard after its commit: the steps done (its publish never ran)
-            from dataclasses import replace
-
-            done = audit(replace(plan, steps=version), log, events, self.first)
-            violations = [v for v in done if v != f"version {version} never published"]
-        else:
-            violations = audit(plan, log, events, self.first)
+        log = self.timeline.log[self._log_start:]  # the last attempt's
+        first_t = log[0][0] if log else 0.0
+        events = [ev for ev in self.timeline.events if ev.time >= first_t - 1e-9]
+        # the steps done: all, or (ended by eval.guard after its commit) those before the version never published
+        violations = [v for v in audit(replace(plan, steps=version), log, events, self.first)
+                      if version == plan.steps or v != f"version {version} never published"]
         return self.out.finish(wall_s=self.wall0 + end, version=version, **result.timing(),
                                audit_violations=violations[:20], bts=result.bts,
                                restarts=len(self.recoveries), recoveries=self.recoveries,
@@ -334,11 +333,6 @@ class _Controller:
         except WorkerFailure:  # mid-step (a minibatch committed) or a dead rank 0: the newest checkpoint stays
             pass
         return _newest(self.out.run_dir)
-
-    def _last_attempt_log(self):
-        log = self.timeline.log[self._log_start:]
-        first_t = log[0][0] if log else 0.0
-        return log, [ev for ev in self.timeline.events if ev.time >= first_t - 1e-9]
 
 
 def _newest(run_dir) -> tuple:

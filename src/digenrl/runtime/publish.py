@@ -114,29 +114,24 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
                             rank=setup.rank, timeout=timeout)
     trainer_group = publish_group = None
-    streams = []
     if setup.world > len(setup.trainer_ranks):  # the world holds the generators too
         trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
     if setup.publish_ranks:
         publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
-    for ranks in setup.stream_ranks:
-        pg = dist.new_group(list(ranks), timeout=timeout)
-        if setup.rank in ranks:
-            streams.append((ranks[0], pg))
-    shard_group, replica_group = trainer_group, None
-    if setup.shard_size and setup.shard_size < len(setup.trainer_ranks):
-        shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size)
-        for ranks in shards:
-            pg = dist.new_group(ranks, timeout=timeout)
-            shard_group = pg if setup.rank in ranks else shard_group
-        for ranks in replicas:
-            pg = dist.new_group(ranks, timeout=timeout)
-            replica_group = pg if setup.rank in ranks else replica_group
-    sequence_group = None
-    for ranks in setup.sequence_groups:
-        pg = dist.new_group(list(ranks), timeout=timeout)
-        sequence_group = pg if setup.rank in ranks else sequence_group
-    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group, tuple(streams), sequence_group)
+
+    def mine(groups, default=None):
+        """Create every one of ``groups`` (in order, on every process); the one holding this rank, else ``default``."""
+        found = default
+        for ranks in groups:
+            pg = dist.new_group(list(ranks), timeout=timeout)
+            found = pg if setup.rank in ranks else found
+        return found
+
+    streams = tuple((ranks[0], pg) for ranks in setup.stream_ranks if (pg := mine([ranks])) is not None)
+    hybrid = setup.shard_size and setup.shard_size < len(setup.trainer_ranks)
+    shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size) if hybrid else ([], [])
+    return ProcessGroups(trainer_group, publish_group, mine(shards, trainer_group), mine(replicas), streams,
+                         mine(setup.sequence_groups))
 
 
 def broadcast_send(state: dict, group) -> None:
