@@ -152,9 +152,13 @@ def shard_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1) -> tupl
         return ranks, None
     if groups < 1 or len(ranks) % groups:
         raise ValueError(f"{len(ranks)} trainer ranks do not split into {groups} equal shard groups")
-    g = len(ranks) // groups
-    return (tuple(f"shard{i}" for i in range(groups)),
-            {f"shard{i}": ranks[i * g:(i + 1) * g] for i in range(groups)})
+    return _blocks(ranks, len(ranks) // groups, "shard")
+
+
+def _blocks(ranks: tuple[str, ...], size: int, prefix: str) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """(ids ``<prefix><i>``, id -> its ``size`` consecutive ranks) of ``ranks`` cut into blocks of ``size``."""
+    ids = tuple(f"{prefix}{i}" for i in range(len(ranks) // size))
+    return ids, {g: ranks[i * size:(i + 1) * size] for i, g in enumerate(ids)}
 
 
 def rank_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1,
@@ -166,9 +170,7 @@ def rank_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1,
         return shard_groups(ranks, sharded, groups)
     if len(ranks) % sequence:
         raise ValueError(f"{len(ranks)} trainer ranks do not split into sequence-parallel groups of {sequence}")
-    n = len(ranks) // sequence
-    return (tuple(f"sp{i}" for i in range(n)),
-            {f"sp{i}": ranks[i * sequence:(i + 1) * sequence] for i in range(n)})
+    return _blocks(ranks, sequence, "sp")
 
 
 def generator_groups(gens: tuple[str, ...], sequence: int) -> dict[str, tuple[str, ...]] | None:
