@@ -55,8 +55,8 @@ def check_resources(run: RunPlan, available: dict[str, float]) -> None:
     need = total_demand(run)
     for k, v in need.items():
         if v > 0 and available.get(k, 0.0) + 1e-9 < v:
-            raise ConfigError(f"{_key_of(run.cfg.runtime, k)}: the pools need {v:g} x {k!r} in total but the Ray cluster has "
-                              f"{available.get(k, 0.0):g} (resources: {dict(sorted(available.items()))})")
+            raise ConfigError(f"{_key_of(run.cfg.runtime, k)}: the pools need {v:g} x {k!r} in total but the Ray "
+                              f"cluster has {available.get(k, 0.0):g} (resources: {dict(sorted(available.items()))})")
 
 
 def check_local_gpus(run: RunPlan, need: float) -> None:
@@ -68,8 +68,9 @@ def check_local_gpus(run: RunPlan, need: float) -> None:
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if need > have + 1e-9:
-        raise ConfigError(f"{_key_of(run.cfg.runtime, 'GPU')}: the pools ({len(run.generator_ids)} generators, {len(run.trainer_ids)} trainers) "
-                          f"need {need:g} GPUs in total but this machine has {have} (torch.cuda.device_count()); "
+        raise ConfigError(f"{_key_of(run.cfg.runtime, 'GPU')}: the pools ({len(run.generator_ids)} generators, "
+                          f"{len(run.trainer_ids)} trainers) need {need:g} GPUs in total but this machine has {have} "
+                          "(torch.cuda.device_count()); "
                           "lower runtime.generators / runtime.trainers or the GPU share in runtime.*_resources, "
                           "or join a cluster with runtime.address")
 
