@@ -79,6 +79,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.version = version
 
     def load_weights(self, version: int, weights: list) -> TimedResult:
+        """Swap ``version`` in now from ``weights`` = [its published state's ref] (version 0 before the run)."""
         t0 = time.monotonic()
         self._swap_in(version, weights)
         return TimedResult(self.name, "receive", t0, time.monotonic(), version)

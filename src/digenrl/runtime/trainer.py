@@ -305,6 +305,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     # ---- publishing, eval, checkpoints -----------------------------------------------------------------
     @collective_action
     def publish(self, version: int):
+        """Rank 0: (the object-store payload of ``version``, TimedResult)."""
         t0 = time.monotonic()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")

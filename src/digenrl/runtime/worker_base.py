@@ -87,9 +87,11 @@ class WorkerBase:
         return self.name
 
     def clock(self) -> float:
+        """This process's ``time.monotonic()``: the clock of its results' start / end stamps (``clocks``)."""
         return time.monotonic()
 
     def node_endpoint(self) -> tuple[str, int]:
+        """(this node's IP, a free TCP port on it) for a torch.distributed rendezvous hosted here."""
         import socket
 
         import ray
@@ -133,6 +135,7 @@ class WorkerBase:
         return self._calibration.keys()
 
     def calibration_run(self, key: tuple) -> float:
+        """Seconds of one execution of the op ``key`` (one call per execution)."""
         return self._calibration.run(key)
 
     def calibration_end(self) -> bool:
