@@ -204,15 +204,18 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         from dataclasses import replace
 
         mine = fragment.generations[self._lane.lane::self._lane.lanes]  # (one lane: all of them)
-        batch, infos = self.generate_gang((replace(fragment, generations=mine),), version)
+        batch, infos = self._generate((replace(fragment, generations=mine),), version)
         return batch, infos[0]
 
     @collective_action
     def generate_gang(self, share, version: int):
         """A gang over several prompt groups (``Generate.more``) on a shard group, or a packed colocated worker's
-        share of the step (``StepPlan.packed``), in one batch (``generate_parts``). Without an inference copy a
-        rank of a sharded pool without a share samples a throw-away copy of one generation so that its forwards
-        still match the others'."""
+        share of the step (``StepPlan.packed``), in one batch (``generate_parts``)."""
+        return self._generate(share, version)
+
+    def _generate(self, share, version: int) -> tuple:
+        """``share`` generated in one batch. Without an inference copy a rank of a sharded pool without a share
+        samples a throw-away copy of one generation so that its forwards still match the others'."""
         from dataclasses import replace
 
         self.check_failure(share[0].step)
