@@ -116,7 +116,7 @@ class _FlatCost:
 
 def test_watchdog_of_a_generate_adds_the_remote_reward_window(tiny_model, tmp_path):
     from digenrl.control.run_plan import plan_run
-    from digenrl.runtime.driver import _watchdog
+    from digenrl.runtime.deadlines import watchdog as _watchdog
     from digenrl.schedule.actions import Generate
     from digenrl.schedule.scheduler import Scheduler
 

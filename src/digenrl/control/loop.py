@@ -1,15 +1,13 @@
 """The one control loop of a run: the scheduler's actions go to an executor, its completions come back as events.
 
-Two executors implement ``Executor``: ``digenrl.sim.executor.VirtualExecutor`` (completion times from a cost
-model, a heap in virtual time) and ``digenrl.runtime.executor.WorkerExecutor`` (calls on real workers, Ray actors
-or objects of the controller's process, completions in wall time). Both hand back ``Completion`` records; the loop turns each into the scheduler's
-event (``Action.event``), feeds it to the scheduler, launches
-what the scheduler returns at the event's time, and lets ``Timeline`` record spans and the action/event log.
+Two executors implement ``Executor``: ``sim.executor.VirtualExecutor`` (completion times from a cost model, in
+virtual time) and ``runtime.executor.WorkerExecutor`` (calls on real workers, in wall time). The loop turns each
+``Completion`` into the scheduler's event (``Action.event``), feeds it to the scheduler, launches what the
+scheduler returns at the event's time, and lets ``Timeline`` record spans and the action/event log.
 
 Tie rule (both executors): completions that end at the same time are reported together, collectives first
 (``Commit``, ``Publish``), then in launch order. So the scheduler dispatches with the newest published version,
-and the audit counts a publish that ends at t as visible to actions launched at t.
-"""
+and the audit counts a publish that ends at t as visible to actions launched at t."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""A cost profile from the spans a run recorded: what its ops really cost, runtime overheads included.
-
-A synthetic calibration (``runtime.calibrate``) times each op in a tight loop inside one actor call. A run
-pays more than that on a node whose cores its workers share: the Ray runtime's own threads (object
-transfers, serialisation), the controller and the other workers compete for the same cores, and the
-controller takes a few milliseconds between a worker's actions. The spans of a run carry all of it, so a
-profile made from them is the one to plan the next run on the same machines with
-(``digenrl plan --profile run_dir/profile_observed.json``).
+"""A cost profile from the spans a run recorded: what its ops really cost, runtime overheads included (Ray's own
+threads, the controller and the other workers competing for the cores, the controller's turn-around between a
+worker's actions), which a synthetic calibration's tight loop misses; the profile to plan the next run on the
+same machines with (``digenrl plan --profile run_dir/profile_observed.json``).
 
 From the spans that end by ``until`` (seconds of the run's clock; None: all), by their kind and ``size``
 (``schedule.actions.Size``: generations of a fragment, cells of a chunk):
@@ -13,20 +9,17 @@ From the spans that end by ``until`` (seconds of the run's clock; None: all), by
 * ``<pool>/denoise`` at n generations = mean span of a ``generate`` / ``tag`` action of n / T (the whole
   fragment is charged on ``denoise``; ``vae_decode`` and ``transfer`` are 0);
 * ``train_chunk`` at c cells = mean span of a ``train`` action of c cells; ``optimizer`` = mean ``commit`` span
-  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span of the trainers (a
-  broadcast's generator spans are the same publish); a streamed publish (``streamed``, or spans on the
-  generators alone, as older runs wrote them): ``generator/publish`` = mean generator span (the receive) and
-  ``trainer/publish`` = mean trainer span (the senders starting their sends; 0 where the trace has none);
-* dispatch gap = mean idle gap shorter than ``max_gap_s`` between two actions of a worker (the controller's
-  turn-around); it is added to the op that ends each action (``reward`` for a fragment, ``train_chunk``,
-  ``optimizer``, ``publish``), as the calibration adds its round trip.
+  (``allreduce`` 0: the commit span includes it); ``publish`` = mean ``publish`` span of the trainers; a
+  streamed publish (``streamed``, or spans on the generators alone, as older runs wrote them):
+  ``generator/publish`` = mean generator span (the receive), ``trainer/publish`` = mean trainer span (the
+  senders starting their sends; 0 where the trace has none);
+* dispatch gap = mean idle gap shorter than ``max_gap_s`` between two actions of a worker; it is added to the op
+  that ends each action (``reward`` for a fragment, ``train_chunk``, ``optimizer``, ``publish``), as the
+  calibration adds its round trip.
 
-Means, not medians: a step time is a sum of op times. A pool that did not generate in the window gets the
-other pool's denoise costs.
-
-Such a profile holds only the sizes the run used; ``rescaled_profile`` lays it over a calibration's curves
-(their shape over every size, the run's level), which is what a run writes when it has a calibration.
-"""
+Means, not medians: a step time is a sum of op times. A pool that did not generate gets the other pool's denoise
+costs. Such a profile holds only the sizes the run used; ``rescaled_profile`` lays it over a calibration's curves
+(their shape over every size, the run's level), which is what a run writes when it has a calibration."""
 
 from __future__ import annotations
 
@@ -107,8 +100,10 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
         c = calibration.curves.get(f"{pool}/{op}") or calibration.curves[op]
         return [[b, s] for b, s in zip(c.batches, c.seconds)]
 
-    def ratio(sizes, measured, priced) -> float:
-        rs = [measured(n) / priced(n) for n in sizes if priced(n) > 0 and measured(n) > 0]
+    def ratio(sizes, seconds) -> float:
+        """Mean over ``sizes`` of seconds(observed, n) / seconds(calibration, n)."""
+        rs = [seconds(obs, n) / seconds(calibration, n) for n in sizes
+              if seconds(calibration, n) > 0 and seconds(obs, n) > 0]
         return statistics.fmean(rs) if rs else 1.0
 
     def scaled(op: str, pool: str, r: float) -> list:
@@ -116,28 +111,19 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
 
     out: dict[str, list] = {}
     for pool in ("generator", "trainer"):
-        r = ratio([n for n, _ in ops[f"{pool}/denoise"]],
-                  lambda n, pool=pool: fragment_seconds(obs, sampling_steps, n, pool),
-                  lambda n, pool=pool: fragment_seconds(calibration, sampling_steps, n, pool))
+        sizes = [n for n, _ in ops[f"{pool}/denoise"]]
+        r = ratio(sizes, lambda c, n, p=pool: fragment_seconds(c, sampling_steps, n, p))
         out.update({f"{pool}/{op}": scaled(op, pool, r) for op in GENERATION_OPS})
-    r = ratio([n for n, _ in ops["train_chunk"]], lambda n: obs.time("train_chunk", n, "trainer"),
-              lambda n: calibration.time("train_chunk", n, "trainer"))
+    r = ratio([n for n, _ in ops["train_chunk"]], lambda c, n: c.time("train_chunk", n, "trainer"))
     out["train_chunk"] = scaled("train_chunk", "trainer", r)
-
-    def commit(cost):
-        return cost.time("allreduce", 1, "trainer") + cost.time("optimizer", 1, "trainer")
-
-    r = ratio([1], lambda n: commit(obs), lambda n: commit(calibration))
+    r = ratio([1], lambda c, n: c.time("allreduce", 1, "trainer") + c.time("optimizer", 1, "trainer"))
     out.update({op: scaled(op, "trainer", r) for op in ("allreduce", "optimizer")})
-    if "generator/publish" in ops:  # a streamed publish: the generators' receive at the run's level; the
-        r = ratio([1], lambda n: obs.time("publish", 1, "generator"),  # trainers' sends are in their commit
-                  lambda n: calibration.time("publish", 1, "generator"))
-        out["generator/publish"] = scaled("publish", "generator", r)
+    streamed = "generator/publish" in ops  # a streamed publish: the generators' receive at the run's level (the
+    pool = "generator" if streamed else "trainer"  # trainers' sends are in their commit)
+    r = ratio([1], lambda c, n: c.time("publish", 1, pool))
+    out["generator/publish" if streamed else "publish"] = scaled("publish", pool, r)
+    if streamed:
         out["trainer/publish"] = ops["trainer/publish"]
-    else:
-        r = ratio([1], lambda n: obs.time("publish", 1, "trainer"),
-                  lambda n: calibration.time("publish", 1, "trainer"))
-        out["publish"] = scaled("publish", "trainer", r)
     out["tag_switch"] = points("tag_switch", "trainer")
     res = {k: v for k, v in observed.items() if k != "ops"}
     res["source"] = f"{observed.get('source', 'a run')}: the calibration's curves at the run's level"

@@ -1,42 +1,23 @@
 """From a validated ``Config`` to the run plan both executors run: the ``StepPlan`` and the worker ids.
 
 Pure (no torch, no ray): the Ray runtime executes this plan, and ``digenrl simulate --config`` prices exactly
-the same plan without loading torch.
+the same plan without loading torch. The cross-key rules of the config are ``config.Config``'s (one home); what
+needs the plan itself is checked here (``ConfigError`` naming the key, before anything is written or started):
+``runtime.generators`` must stay 1 in colocated mode (each of ``runtime.trainers`` workers generates and trains
+its share, ``StepPlan.packed``), at least one trained timestep, the test hooks (``TestHooks``). The plan also
+carries: ``step_wide`` (``train.std_mode = global`` or ``adv_baseline = batch``: the scheduler holds every commit
+until the step's last group is rewarded, ``algo.deferred_std``), the rounds (``train.minibatches_per_step`` x
+``inner_epochs`` commits per step), ``sample_split`` (``train.minibatch_split = samples | generations``: every
+round plans every group and trains the round's samples) and ``runtime.fragment_size`` clipped to G.
 
-The cross-key rules of the config are ``config.Config``'s (one home); what is checked here needs the plan
-itself (``ConfigError`` naming the key, before anything is written or started):
-
-* ``train.std_mode = global`` and ``train.adv_baseline = batch`` need every reward of the step: the pipelined
-  modes train a group provisionally and rescale at the commit (``algo.deferred_std``), so the plan is
-  ``step_wide`` and the scheduler holds every commit until the step's last group is rewarded (with several
-  minibatches, round 0's commit waits for it; the later rounds start after it).
-* ``train.minibatches_per_step`` x ``train.inner_epochs`` commits per step (the plan's rounds).
-* ``train.minibatch_split = samples`` (barrier modes only: ``config``) and ``generations`` (every mode: a
-  group's block of generations needs only the group's rewards): every round plans every group
-  (``StepPlan.sample_split``) and the trainers train the round's samples; ``train.best_of_n`` needs nothing
-  here (the trainers drop the unselected generations' cells, ``train.sample_masks``).
-* ``colocated`` uses ``runtime.trainers`` workers that both generate and train; ``runtime.generators`` must stay 1
-  when the config runs colocated (a config may describe its pools for ``simulate``'s other modes); each worker
-  takes its share of the step's fragments at once and trains in chunks of the chunk shape (``StepPlan.packed``).
-* the trained timesteps (``train.timestep_*``): at least one.
-* ``runtime.fragment_size`` larger than ``train.generations`` is clipped to G (one fragment per group).
-* the test hooks (``DIGENRL_TEST_HOOKS``, not config keys: ``TestHooks``) must name a known worker and a
-  step index or one of ``HOOK_PHASES``.
-
-Sharded trainer pool (``train.sharding: fsdp``, docs/architecture.md): a forward or backward of an FSDP module needs
-every rank of its shard group, so the scheduler does not see the ranks: it sees one trainer per shard group
-(``shard0``, ..., ``shard<k-1>`` for ``train.shard_groups`` = k; k = 1: all trainer ranks form one group) and every action of that trainer (a training chunk, a TAG
-or colocated fragment, a commit) is a collective action the executor runs on all the group's ranks
-(``RunPlan.ranks_of``). A chunk's cells and a fragment's generations are split over the ranks inside the
-action; TSP then spreads chunks over shard groups, not over ranks.
-
-Sequence-parallel trainer pool (``train.sequence_parallel`` = d > 1, docs/sequence_parallel.md): d consecutive
-ranks split each cell's sequence and run every forward together, so they too are one trainer of the scheduler
-(``sp0``, ...) unless FSDP already groups them (a shard group of g ranks then holds g / d such lanes:
-``StepPlan.shard_ranks`` counts lanes, ``StepPlan.sequence_parallel`` the ranks of a lane). Likewise a
-sequence-parallel generator (``runtime.generator_sequence_parallel`` = d) is one generator of the scheduler
-(``gen<i>``) run by d actors ``gen<i>.0`` ... ``gen<i>.<d-1>`` (``RunPlan.gen_groups``).
-"""
+Sharded trainer pool (``train.sharding: fsdp``, docs/architecture.md): the scheduler sees one trainer per shard
+group (``shard0`` ... ``shard<k-1>`` for ``train.shard_groups`` = k), and every action of it is a collective the
+executor runs on the group's ranks (``RunPlan.ranks_of``); TSP spreads chunks over shard groups, not ranks.
+Sequence-parallel pool (``train.sequence_parallel`` = d > 1, docs/sequence_parallel.md): d consecutive ranks
+are one trainer ``sp<i>`` unless FSDP already groups them (``StepPlan.shard_ranks`` counts lanes,
+``StepPlan.sequence_parallel`` the ranks of a lane); a sequence-parallel generator
+(``runtime.generator_sequence_parallel`` = d) is one ``gen<i>`` run by d actors ``gen<i>.<j>``
+(``RunPlan.gen_groups``)."""
 
 from __future__ import annotations
 
@@ -77,10 +58,6 @@ class TestHooks:
     @property
     def fails(self) -> bool:
         return self.worker is not None
-
-    @property
-    def exit(self) -> bool:
-        return self.kind == "exit"
 
     def without_failure(self) -> "TestHooks":
         """The hooks of a restarted attempt: the failure fired once."""
@@ -175,9 +152,13 @@ def shard_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1) -> tupl
         return ranks, None
     if groups < 1 or len(ranks) % groups:
         raise ValueError(f"{len(ranks)} trainer ranks do not split into {groups} equal shard groups")
-    g = len(ranks) // groups
-    return (tuple(f"shard{i}" for i in range(groups)),
-            {f"shard{i}": ranks[i * g:(i + 1) * g] for i in range(groups)})
+    return _blocks(ranks, len(ranks) // groups, "shard")
+
+
+def _blocks(ranks: tuple[str, ...], size: int, prefix: str) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """(ids ``<prefix><i>``, id -> its ``size`` consecutive ranks) of ``ranks`` cut into blocks of ``size``."""
+    ids = tuple(f"{prefix}{i}" for i in range(len(ranks) // size))
+    return ids, {g: ranks[i * size:(i + 1) * size] for i, g in enumerate(ids)}
 
 
 def rank_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1,
@@ -189,9 +170,7 @@ def rank_groups(ranks: tuple[str, ...], sharded: bool, groups: int = 1,
         return shard_groups(ranks, sharded, groups)
     if len(ranks) % sequence:
         raise ValueError(f"{len(ranks)} trainer ranks do not split into sequence-parallel groups of {sequence}")
-    n = len(ranks) // sequence
-    return (tuple(f"sp{i}" for i in range(n)),
-            {f"sp{i}": ranks[i * sequence:(i + 1) * sequence] for i in range(n)})
+    return _blocks(ranks, sequence, "sp")
 
 
 def generator_groups(gens: tuple[str, ...], sequence: int) -> dict[str, tuple[str, ...]] | None:

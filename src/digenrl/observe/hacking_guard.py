@@ -1,42 +1,25 @@
-"""Reward-hacking guard (``eval.guard``): scores of the held-out eval samples that the run does not optimise,
-tracked per eval, and what to do when one falls while the trained eval reward rises.
+"""Reward-hacking guard (``eval.guard``, docs/rewards.md): scores of the held-out eval samples that the run does
+not optimise, tracked per eval, and what to do when one falls while the trained eval reward rises.
 
-``eval.guard`` is a table like ``reward`` (``{name: {options}}``, ``{name: null}`` for no options): each name is a
-registered reward (``rewards.registry``: built-in, alias, entry point or ``module:factory``) scored on every
+``eval.guard`` is a table like ``reward``: each name is a registered reward (``rewards.registry``) scored on every
 eval's samples and never trained on, or ``drift``: the image-statistics drift of the eval samples against the
-base model's eval samples (the eval before the first step; ``rewards.drift``: colour histogram, mean
-saturation, background uniformity; options ``bins`` 16, ``patch`` 8, ``flat_std`` 0.02). An entry may set
-``tolerance`` (default ``eval.guard_tolerance``); ``weight`` is refused (a guard is not part of the reward).
-Each eval logs ``guard/<name>`` (the mean score over the eval prompts; ``drift``: ``1 - D``, plus its parts
-``guard/drift/hist``, ``guard/drift/saturation``, ``guard/drift/uniformity``) in metrics.jsonl, TensorBoard /
-wandb and the reward figure; summary.json gets ``guard`` (initial, final, min per guard) and ``guard_tripped``.
+base model's (the eval before the first step; ``rewards.drift``; options ``bins`` 16, ``patch`` 8, ``flat_std``
+0.02). An entry may set ``tolerance`` (default ``eval.guard_tolerance``); ``weight`` is refused. Each eval logs
+``guard/<name>`` (``drift``: ``1 - D``, plus ``guard/drift/{hist,saturation,uniformity}``); summary.json gets
+``guard`` (initial, final, min per guard) and ``guard_tripped``.
 
-**When a guard trips.** At an eval at step k > 0 with eval reward ``e_k > e_0`` (the trained reward rose above
-the eval before training), guard ``g`` with first value ``g_0`` (the eval before training) trips when it fell
-by more than its tolerance ``tol``:
+**When a guard trips.** At an eval at step k > 0 with eval reward ``e_k > e_0``, guard ``g`` with first value
+``g_0`` (the eval before training) trips when it fell by more than its tolerance ``tol``:
 
     (g_0 - g_k) / |g_0| > tol          (relative; where |g_0| < 1e-6: g_0 - g_k > tol, absolute)
 
-For ``drift`` ``g_0 = 1`` exactly (the base samples against themselves), so the rule is absolute there:
-it trips when ``D > tol``. Both rising (or the eval reward not rising) trips nothing. Then
-``eval.guard_action``:
-
-* ``none``: only the metrics;
-* ``warn`` (default): one warning line on stderr per guard each time it starts to be tripped;
-* ``checkpoint``: the warning, and the pre-divergence weights are kept: at every eval where no guard is
-  tripped the (EMA) eval weights are written to ``run_dir/guard_pre_divergence.safetensors`` (the format of
-  ``checkpoint.safetensors``; metadata ``steps`` = that eval's step); from the first trip on it is no longer
-  written, so it holds the last eval before the divergence (the base model's weights if the first periodic
-  eval already trips); training goes on;
-* ``stop``: the warning, then the run ends after that step: a resumable checkpoint of it, the final outputs
-  from that eval (``samples_after.png``, ``checkpoint.safetensors`` of the current weights, summary.json with
-  ``guard_stop`` naming the guard), and ``digenrl train`` exits with ``EXIT_GUARD`` (3) and one line naming it.
-
-The final eval (after the last step) is checked the same way, but as the run has ended there a ``stop`` only
-warns (exit 0). The guard runs in every mode: with ``eval.guard`` the controller waits for each eval at its step
-boundary (trainer rank 0 returns every eval sample) and scores it before the run goes on
-(``runtime.between_steps``).
-"""
+For ``drift`` ``g_0 = 1`` exactly, so it trips when ``D > tol``. Then ``eval.guard_action``: ``none`` (metrics
+only); ``warn`` (default: one stderr line per guard each time it starts to be tripped); ``checkpoint`` (the
+warning, and at every eval where no guard is tripped the (EMA) eval weights go to ``PRE_DIVERGENCE``, so it
+holds the last eval before the divergence); ``stop`` (the warning, then the run ends after that step: a resumable
+checkpoint, the final outputs from that eval, ``guard_stop`` in summary.json, exit ``EXIT_GUARD`` = 3). The final
+eval is checked the same way, but there ``stop`` only warns. The guard runs in every mode: the controller waits
+for each eval at its step boundary and scores it before the run goes on (``runtime.between_steps``)."""
 
 from __future__ import annotations
 
@@ -185,38 +168,32 @@ class GuardMonitor:
         hit = tripped(self.first, values, eval0, eval_reward, self.spec.tolerance) if step > 0 else []
         new = [n for n in hit if n not in self.active]
         self.active = set(hit)
-        for n in hit:
-            self.trips.append({"guard": n, "step": step, "first": self.first[n], "value": values[n],
-                               "eval_reward_initial": eval0, "eval_reward": eval_reward})
+        trips = [{"guard": n, "step": step, "first": self.first[n], "value": values[n],
+                  "eval_reward_initial": eval0, "eval_reward": eval_reward} for n in hit]
+        self.trips += trips
         if self.action != "none":
             for n in new:
                 self._warn(n, step, values[n], eval0, eval_reward)
         if hit and self.tripped_at is None:
             self.tripped_at = step
         if self.action == "checkpoint" and self.tripped_at is None and weights is not None:
-            self._keep_pre_divergence(weights())
+            from digenrl.safe_files import atomic_write_bytes
+
+            atomic_write_bytes(self.run_dir / PRE_DIVERGENCE, weights())
         if self.action == "stop" and hit and not final and self.stop is None:
-            self.stop = {"guard": hit[0], "guards": hit, "step": step, "first": self.first[hit[0]],
-                         "value": values[hit[0]], "eval_reward_initial": eval0, "eval_reward": eval_reward}
+            self.stop = {"guard": hit[0], "guards": hit, **trips[0]}  # (the trip's keys after "guards")
         return hit
 
     def _warn(self, name: str, step: int, value: float, eval0: float, eval_reward: float) -> None:
-        import sys
-
-        from tqdm import tqdm
+        from .progress import line
 
         first = self.first[name]
         fall = f"{100 * (first - value) / abs(first):.0f}%" if abs(first) >= ZERO else f"{first - value:.3g}"
         then = {"stop": "; eval.guard_action=stop: the run ends after this step",
                 "checkpoint": f"; the weights before it are in {self.run_dir / PRE_DIVERGENCE}"}.get(self.action, "")
-        tqdm.write(f"digenrl: warning: eval.guard: guard/{name} fell {fall} ({first:.4g} -> {value:.4g}, tolerance "
-                    f"{self.spec.tolerance[name]:g}) at step {step} while the eval reward rose ({eval0:.4g} -> "
-                    f"{eval_reward:.4g}): the trained reward may be hacked (see the samples and reward_curve.png){then}", file=sys.stderr)
-
-    def _keep_pre_divergence(self, data: bytes) -> None:
-        from digenrl.safe_files import atomic_write_bytes
-
-        atomic_write_bytes(self.run_dir / PRE_DIVERGENCE, data)
+        line(f"digenrl: warning: eval.guard: guard/{name} fell {fall} ({first:.4g} -> {value:.4g}, tolerance "
+             f"{self.spec.tolerance[name]:g}) at step {step} while the eval reward rose ({eval0:.4g} -> "
+             f"{eval_reward:.4g}): the trained reward may be hacked (see the samples and reward_curve.png){then}")
 
     # ---- resume / summary --------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -18,6 +18,13 @@ def _plt():
     return plt
 
 
+def _padded(values: list[float]) -> tuple[float, float]:
+    """(lo, hi) of the finite ``values`` with 5% of their range (or of |hi|, at least 0.05) on each side."""
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = 0.05 * (hi - lo) if hi > lo else max(0.05, 0.05 * abs(hi))
+    return lo - pad, hi + pad
+
+
 def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL demo") -> dict:
     """Train reward (step mean and its moving average), each reward part of a weighted sum (``reward/<name>``,
     when there are several) and eval reward (ODE) against step. The y-axis fits the curves (negative rewards,
@@ -45,16 +52,14 @@ def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL de
     if ev:
         ax.plot([e[0] for e in ev], [e[1] for e in ev], "o-", color="tab:orange", label="eval reward (ODE, fixed prompts)")
         values += [e[1] for e in ev]
-    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    pad = 0.05 * (hi - lo) if hi > lo else max(0.05, 0.05 * abs(hi))
-    ax.set_ylim(lo - pad, hi + pad)
+    ylim = _padded([float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)])
+    ax.set_ylim(*ylim)
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=7)
     ax.set_title(title)
-    result: dict = {"ylim": (lo - pad, hi + pad)}
+    result: dict = {"ylim": ylim}
     lines = list(ax.get_lines())
     guards = sorted({k for r in rows for k in r if k.startswith("guard/") and k.count("/") == 1})
     if guards:
@@ -65,13 +70,11 @@ def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL de
             gx.plot([p[0] for p in pts], [p[1] for p in pts], "s:", ms=3, lw=1.2, color=f"C{(i + 3) % 10}",
                     label=f"{name} (eval, not optimised)")
             gvals += [float(p[1]) for p in pts if math.isfinite(p[1])]
-        glo, ghi = (min(gvals), max(gvals)) if gvals else (0.0, 1.0)
-        gpad = 0.05 * (ghi - glo) if ghi > glo else max(0.05, 0.05 * abs(ghi))
-        gx.set_ylim(glo - gpad, ghi + gpad)
+        result["guard_ylim"] = _padded(gvals)
+        gx.set_ylim(*result["guard_ylim"])
         gx.set_ylabel("guard")
         lines += list(gx.get_lines())
         ax.legend(lines, [line.get_label() for line in lines], loc="best", fontsize=7)
-        result["guard_ylim"] = (glo - gpad, ghi + gpad)
     fig.tight_layout()
     fig.savefig(out)
     result["labels"] = [line.get_label() for line in lines]

@@ -15,11 +15,13 @@ from contextlib import contextmanager
 from typing import Iterator
 
 
-def _line(text: str) -> None:
-    from tqdm import tqdm  # (tqdm.write: a progress bar on the terminal is not overwritten)
+def line(text: str, err: bool = True) -> None:
+    """A line on stderr (``err``) or stdout that a tqdm progress bar on the terminal does not overwrite."""
+    from tqdm import tqdm
 
-    tqdm.write(text, file=sys.stderr)
-    sys.stderr.flush()
+    out = sys.stderr if err else sys.stdout
+    tqdm.write(text, file=out)
+    out.flush()
 
 
 @contextmanager
@@ -36,9 +38,9 @@ def phase(cfg, what: str) -> Iterator[None]:
         with Console(stderr=True).status(f"digenrl: {what} ...", spinner="dots"):
             yield
     else:
-        _line(f"digenrl: {what} ...")
+        line(f"digenrl: {what} ...")
         yield
-    _line(f"digenrl: {what}: {time.monotonic() - t0:.1f} s")
+    line(f"digenrl: {what}: {time.monotonic() - t0:.1f} s")
 
 
 @contextmanager

@@ -1,15 +1,11 @@
 """Joining an existing Ray cluster (``runtime.address``), token authentication included.
 
-Since Ray 2.5x ``ray start --head`` turns on token authentication whenever a token is available on the head
-(``~/.ray/auth_token``, written by any earlier local ``ray.init()``, or ``RAY_AUTH_TOKEN``). A driver that
-joins with an explicit address must then opt in itself (Ray never sends a token to an explicit address on its
-own): ``RAY_AUTH_MODE=token`` plus the cluster's token, as ``RAY_AUTH_TOKEN``, a file named by
-``RAY_AUTH_TOKEN_PATH``, or ``~/.ray/auth_token`` (``ray get-auth-token`` on the head prints it). Without
-them Ray retries with InvalidAuthToken warnings and ends in a generic connection error. ``join_cluster`` opts in
-by itself when the head asks for a token and this machine has one (``local_token``: a head started on this
-machine wrote ``~/.ray/auth_token``), saying so in one line; otherwise it turns every failure to join into one
-``ConfigError`` line naming ``runtime.address`` and these settings.
-"""
+Since Ray 2.5x ``ray start --head`` turns on token authentication whenever a token is available on the head, and
+a driver that joins an explicit address must opt in itself: ``RAY_AUTH_MODE=token`` plus the cluster's token
+(``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``); without them Ray retries and ends in a
+generic connection error. ``join_cluster`` opts in by itself when the head asks for a token and this machine
+has one (``local_token``), saying so in one line; otherwise every failure to join is one ``ConfigError`` line
+naming ``runtime.address`` and these settings."""
 
 from __future__ import annotations
 

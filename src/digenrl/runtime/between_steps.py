@@ -1,19 +1,17 @@
 """What the controller does between steps, off the schedule: the control loop's observer (``control.loop.Observer``).
 
-* every completion goes to ``step_metrics.StepMetrics``; each step's row is written once its step is published (in
-  step order, with the eval reward where the step was evaluated, the restarts and, TAG modes, the online cost
-  factors BTS planned it with), and moves the progress bar (``log.progress``);
+* every completion goes to ``step_metrics.StepMetrics``; each step's row is written once its step is published,
+  in step order (with its eval reward, the restarts and, TAG modes, the online cost factors BTS planned it
+  with), and moves the progress bar (``log.progress``);
 * after a step's final commit, on trainer rank 0: an eval every ``eval.every`` steps and a resumable checkpoint
-  every ``runtime.checkpoint_every`` steps, as side calls (``WorkerExecutor.side``: the schedule goes on meanwhile;
-  the row waits for its eval). With ``eval.guard`` the eval is waited for at once instead: the guard scores every
-  eval sample (``observe.hacking_guard``) and may end the run after this step (``eval.guard_action=stop``:
-  a resumable checkpoint of the step, then ``GuardStopped``, which the controller turns into the final outputs);
-* a stop requested without abandoning the step (in-process: ``train.interrupt.StopRequest``) is honoured at the
-  step boundary: a resumable checkpoint of the step, then ``Interrupted``.
+  every ``runtime.checkpoint_every`` steps, as side calls (``WorkerExecutor.side``: the schedule goes on; the row
+  waits for its eval). With ``eval.guard`` the eval is waited for at once: the guard scores it
+  (``observe.hacking_guard``) and may end the run after this step (``GuardStopped``);
+* an in-process stop request (``train.interrupt.StopRequest``) is honoured at the step boundary: a resumable
+  checkpoint of the step, then ``Interrupted``.
 
-At a final commit no action of the next step has been launched yet (the observer acts before the scheduler's next
-actions go out), so rank 0 holds that step's weights: what the eval, the guard and the checkpoint read.
-"""
+At a final commit no action of the next step has been launched yet, so rank 0 holds that step's weights: what
+the eval, the guard and the checkpoint read."""
 
 from __future__ import annotations
 
@@ -81,7 +79,8 @@ class BetweenSteps:
         ctl = self.ctl
         reward, batch = ctl.evaluate()
         self._evals[version] = reward
-        self._extra[version] = ctl.out.mid_eval(version, reward, batch, lambda: ctl.eval_weights(version))
+        ctl.out.eval_grid(version, reward, batch)
+        self._extra[version] = ctl.out.guard_eval(version, reward, batch, lambda: ctl.eval_weights(version))
         if ctl.out.guard_stop is None:
             return
         self._end_with(version)

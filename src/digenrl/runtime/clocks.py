@@ -1,21 +1,16 @@
 """One clock for a run: the driver's monotonic clock, and every worker's stamps mapped onto it.
 
-A worker stamps its results with its own ``time.monotonic()`` (``messages``). On one node that is the same
-clock as the driver's (Linux: ``CLOCK_MONOTONIC``, one per machine); on another node it has another origin. The
-wall clock (``time.time()``) is no common ground either: it can be stepped while a run goes on (NTP, a VM
-resuming), and then every worker stamp lands off by the step against the driver's events (seen once here: ~20 ms
-for a whole run).
-
-So the driver measures each worker's offset once, when the pools start (Cristian's method): it reads its own
-clock at ``t_send``, asks the worker for its clock ``t_w`` and reads its clock again at ``t_recv``. The worker
-read its clock somewhere inside [t_send, t_recv], so
+A worker stamps its results with its own ``time.monotonic()`` (``messages``): the driver's clock on one node
+(Linux ``CLOCK_MONOTONIC``), another origin on another node; the wall clock can be stepped mid-run (NTP, a VM
+resuming: ~20 ms seen once here), so it is no common ground either. So the driver measures each worker's offset
+once, when the pools start (Cristian's method): it reads its clock at ``t_send``, asks the worker for its clock
+``t_w`` and reads its clock again at ``t_recv``. The worker read its clock inside [t_send, t_recv], so
 
     offset = driver clock - worker clock  lies in  [t_send - t_w, t_recv - t_w],
 
-and the midpoint ``(t_send + t_recv) / 2 - t_w`` is off by at most half the round trip. Of several samples
-the one with the shortest round trip is kept; that half round trip is the stamps' error bound
-(``clock_error_s`` of the run summary).
-"""
+and the midpoint ``(t_send + t_recv) / 2 - t_w`` is off by at most half the round trip. Of several samples the
+one with the shortest round trip is kept; that half round trip is the stamps' error bound (``clock_error_s`` of
+the run summary)."""
 
 from __future__ import annotations
 

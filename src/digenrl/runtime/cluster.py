@@ -1,19 +1,12 @@
-"""Ray session, actor placement and the worker pools.
+"""Ray session, actor placement and the worker pools (placement and heterogeneous pools: docs/runtime.md).
 
-* ``ray_session``: joins ``runtime.address`` if set, else starts a light local Ray (``num_cpus`` = what the
-  pools ask for, no dashboard, quiet logs); an already initialised Ray (tests, notebooks) is reused and left
-  running.
-* Placement: every worker asks for ``runtime.threads_per_worker`` CPUs (one GPU when ``model.device`` is CUDA)
-  plus its pool's resource labels (``runtime.generator_resources`` / ``runtime.trainer_resources``; "CPU" and
-  "GPU" keys override the counts). Heterogeneous pools are just different labels, e.g.
-  ``generator_resources={"L40S": 1}`` on nodes started with ``ray start --resources='{"L40S": 8}'``. A label the
-  cluster does not have is refused up front (``ConfigError`` naming the key) instead of hanging.
-* ``ActorPools``: ``pools.WorkerPools`` over Ray actors.
-* ``start_pools``: creates the actors; ``ready_pools`` (both transports) waits until they are built (a failure
-  names the worker), measures each worker's clock offset (``clocks``: its result stamps on the driver's clock),
-  forms the torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node) and publishes
-  version 0.
-"""
+* ``ray_session``: joins ``runtime.address`` if set, else starts a light local Ray; an already initialised Ray
+  (tests, notebooks) is reused and left running. Pools the cluster cannot place (``pool_demand``: CPUs, a GPU
+  under CUDA, ``runtime.*_resources`` labels) are refused up front (``ConfigError`` naming the key).
+* ``ActorPools``: ``pools.WorkerPools`` over Ray actors; ``start_pools`` creates them.
+* ``ready_pools`` (both transports) waits until the workers are built (a failure names the worker), measures
+  their clock offsets (``clocks``), forms the torch.distributed group(s) (rendezvous on a free TCP port of
+  trainer rank 0's node) and publishes version 0."""
 
 from __future__ import annotations
 
@@ -50,17 +43,20 @@ def total_demand(run: RunPlan) -> dict[str, float]:
     return out
 
 
+def _key_of(rt, resource: str) -> str:
+    """The config key that asks for ``resource``."""
+    return ("runtime.generator_resources" if resource in rt.generator_resources else
+            "runtime.trainer_resources" if resource in rt.trainer_resources else
+            "model.device" if resource == "GPU" else "runtime.threads_per_worker")
+
+
 def check_resources(run: RunPlan, available: dict[str, float]) -> None:
     """Refuse pools the cluster cannot place (they would wait forever)."""
     need = total_demand(run)
     for k, v in need.items():
         if v > 0 and available.get(k, 0.0) + 1e-9 < v:
-            rt = run.cfg.runtime
-            key = ("runtime.generator_resources" if k in rt.generator_resources else
-                   "runtime.trainer_resources" if k in rt.trainer_resources else
-                   "model.device" if k == "GPU" else "runtime.threads_per_worker")
-            raise ConfigError(f"{key}: the pools need {v:g} x {k!r} in total but the Ray cluster has "
-                              f"{available.get(k, 0.0):g} (resources: {dict(sorted(available.items()))})")
+            raise ConfigError(f"{_key_of(run.cfg.runtime, k)}: the pools need {v:g} x {k!r} in total but the Ray "
+                              f"cluster has {available.get(k, 0.0):g} (resources: {dict(sorted(available.items()))})")
 
 
 def check_local_gpus(run: RunPlan, need: float) -> None:
@@ -72,11 +68,9 @@ def check_local_gpus(run: RunPlan, need: float) -> None:
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if need > have + 1e-9:
-        rt = run.cfg.runtime
-        key = ("runtime.generator_resources" if "GPU" in rt.generator_resources else
-               "runtime.trainer_resources" if "GPU" in rt.trainer_resources else "model.device")
-        raise ConfigError(f"{key}: the pools ({len(run.generator_ids)} generators, {len(run.trainer_ids)} trainers) "
-                          f"need {need:g} GPUs in total but this machine has {have} (torch.cuda.device_count()); "
+        raise ConfigError(f"{_key_of(run.cfg.runtime, 'GPU')}: the pools ({len(run.generator_ids)} generators, "
+                          f"{len(run.trainer_ids)} trainers) need {need:g} GPUs in total but this machine has {have} "
+                          "(torch.cuda.device_count()); "
                           "lower runtime.generators / runtime.trainers or the GPU share in runtime.*_resources, "
                           "or join a cluster with runtime.address")
 
@@ -167,11 +161,17 @@ def start_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> ActorPo
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
     logs = worker_log_dir(cfg)  # one file per worker: run_dir/logs/<worker>.log
-    pools = ActorPools({w: gen_cls.remote(w, conf, hooks, str(logs / f"{w}.log")) for w in run.generator_ids},
-                       {w: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log"))
-                        for i, w in enumerate(run.trainer_ids)},
-                       cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
-                       run.ranks_of(run.plan.trainers[0]) if run.grouped else ())
+    return built_pools(ActorPools, run, state, lambda w: gen_cls.remote(w, conf, hooks, str(logs / f"{w}.log")),
+                       lambda w, i: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log")))
+
+
+def built_pools(cls, run: RunPlan, state: bytes | None, generator, trainer) -> WorkerPools:
+    """``cls`` (a ``WorkerPools`` transport) over the workers ``generator(id)`` / ``trainer(id, rank)`` build,
+    readied (``ready_pools``; on a failure every worker is ended)."""
+    pools = cls({w: generator(w) for w in run.generator_ids},
+                {w: trainer(w, i) for i, w in enumerate(run.trainer_ids)},
+                run.cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
+                run.ranks_of(run.plan.trainers[0]) if run.grouped else ())
     try:
         ready_pools(run, pools, state)
     except BaseException:
@@ -233,15 +233,9 @@ def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = Non
     sequence = tuple(tuple(range(i, i + d)) for i in range(0, n_t, d)) if d > 1 else ()  # the trainers' lanes
     if gen_sp:
         sequence += tuple(tuple(range(n_t + i, n_t + i + dg)) for i in range(0, n_g, dg))
-    refs = {}
-    for i, w in enumerate(run.trainer_ids):
-        refs[w] = pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
-                                                        publish_ranks, shard_size, streams, sequence))
-    if broadcast or gen_sp:
-        for j, w in enumerate(run.generator_ids):
-            refs[w] = pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, n_t + j,
-                                                            trainer_ranks, publish_ranks, shard_size, streams,
-                                                            sequence))
+    ranks = enumerate(run.trainer_ids + (run.generator_ids if broadcast or gen_sp else ()))  # generators: N_t..
+    refs = {w: pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
+                                                     publish_ranks, shard_size, streams, sequence)) for i, w in ranks}
     pools.get_named(refs, "process-group run", timeout_s)
 
 

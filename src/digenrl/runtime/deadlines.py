@@ -1,42 +1,30 @@
-"""Deadlines of the controller's waits outside the schedule (issue 22: no wait without a deadline).
+"""Deadlines of the controller's waits (issue 22: no wait without a deadline), so that a stalled worker becomes a
+``WorkerFailure`` naming it (a recovery, or a clear error with exit 1) instead of a hang. With
+``runtime.watchdog_s`` = w:
 
-The schedule's actions have the watchdog (``runtime.watchdog_s``, else 60 s + 20 x the modelled time where the
-run has a cost model; ``driver._watchdog``). A run with neither (e.g. ``gap_tsp`` with the defaults) derives it
-from its own observed costs (``ObservedCosts``): once an action of a kind has completed, an action of that kind
-gets ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x the slowest per-unit time seen so far (per generation of a
-fragment, per cell of a chunk, per call of a commit or publish) x its units; before the first of its kind has
-completed, ``DEFAULT_OP_S``. Every other wait of the controller has a deadline derived from the
-same configured bound, so a stalled worker becomes a ``WorkerFailure`` naming it (a recovery, or a clear error
-with exit 1) instead of a hang:
-
-* start-up (building the actors and their models, forming the process groups, restoring a checkpoint,
-  publishing the first version): ``STARTUP_FACTOR x runtime.watchdog_s`` per wait, else ``DEFAULT_STARTUP_S``
-  -- it loads the models, many actions' worth (a run that sets ``runtime.watchdog_s`` sets it above a
-  thirtieth of its model's load time);
-* the calibration: one call per timed execution of one op (``timing.Calibration``: no call does more than a
-  fragment's generation with its first decode, or the probe group with one chunk), each
-  ``CALIBRATION_FACTOR x runtime.watchdog_s`` (else ``DEFAULT_OP_S``), plus the remote reward's retry window
-  (it scores what it generates): a worker stalled anywhere in it is noticed within that, whatever the number
-  of sizes and repeats (before, one call measured every op and its deadline grew with their number);
-* the evals (before, between steps, after), a checkpoint's state, and any other single call:
-  ``CALL_FACTOR x runtime.watchdog_s``, else ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts``
-  samples: many actions' worth);
-* the schedule's actions: the watchdog (``runtime.watchdog_s``, ``driver._watchdog``).
-
-So with ``runtime.watchdog_s`` = w a stalled worker is noticed within 30 w in every phase: start-up 30 w, a
-calibration call 2 w, an action w, an eval or checkpoint 10 w (plus the remote reward's window where one scores).
+* an action of the schedule (``watchdog``): w; else 60 s + 20 x its modelled time where the run has a cost
+  model; else from the run's own observed costs (``ObservedCosts``): ``OBSERVED_FLOOR_S`` + ``OBSERVED_FACTOR`` x
+  the slowest per-unit time of its kind seen so far x its units, ``DEFAULT_OP_S`` before one of its kind completed;
+* a start-up wait (building the actors and their models, forming the groups, restoring, the first publish):
+  ``STARTUP_FACTOR`` x w = 30 w, else ``DEFAULT_STARTUP_S`` (a run that sets w sets it above a thirtieth of its
+  model's load time);
+* a calibration call (one timed execution of one op, ``timing.Calibration``): ``CALIBRATION_FACTOR`` x w = 2 w,
+  else ``DEFAULT_OP_S``, whatever the number of sizes and repeats;
+* an eval (before, between steps, after), a checkpoint's state, any other single call: ``CALL_FACTOR`` x w =
+  10 w, else ``DEFAULT_CALL_S`` (an eval generates ``eval.num_prompts`` samples: many actions' worth).
 
 A remote reward (``reward.remote``) is waited for by its own client for up to ``retry_window`` seconds (plus one
-request's ``timeout``); ``remote_reward_wait`` is that bound, which the watchdog adds to every action that
-scores (a generation), so a reward-service outage inside the client's window pauses the run instead of
-restarting the generator.
-"""
+request's ``timeout``); ``remote_reward_wait`` is that bound, added to every wait that scores (a generation, an
+eval, a calibration call), so a reward-service outage inside the client's window pauses the run instead of
+restarting the generator."""
 
 from __future__ import annotations
 
 import inspect
 
 from digenrl.config import Config
+from digenrl.control.run_plan import RunPlan
+from digenrl.schedule import Durations
 
 DEFAULT_STARTUP_S = 1800.0
 DEFAULT_OP_S = 600.0
@@ -48,20 +36,22 @@ OBSERVED_FLOOR_S = 60.0  # watchdog from observed costs: floor + factor x observ
 OBSERVED_FACTOR = 20.0
 
 
+def _bound(cfg: Config, factor: float, default: float) -> float:
+    w = cfg.runtime.watchdog_s
+    return default if w is None else factor * w
+
+
 def calibration_deadline(cfg: Config) -> float:
     """Seconds one calibration call (``timing.Calibration.run``) may take, the remote reward's window excluded."""
-    w = cfg.runtime.watchdog_s
-    return DEFAULT_OP_S if w is None else CALIBRATION_FACTOR * w
+    return _bound(cfg, CALIBRATION_FACTOR, DEFAULT_OP_S)
 
 
 def call_deadline(cfg: Config) -> float:
-    w = cfg.runtime.watchdog_s
-    return DEFAULT_CALL_S if w is None else CALL_FACTOR * w
+    return _bound(cfg, CALL_FACTOR, DEFAULT_CALL_S)
 
 
 def startup_deadline(cfg: Config) -> float:
-    w = cfg.runtime.watchdog_s
-    return DEFAULT_STARTUP_S if w is None else STARTUP_FACTOR * w
+    return _bound(cfg, STARTUP_FACTOR, DEFAULT_STARTUP_S)
 
 
 def remote_reward_wait(cfg: Config) -> float:
@@ -102,3 +92,26 @@ class ObservedCosts:
         per unit of its kind x its units; ``DEFAULT_OP_S`` while none of its kind has completed."""
         r = self.rate.get(action.span_kind)
         return DEFAULT_OP_S if r is None else OBSERVED_FLOOR_S + OBSERVED_FACTOR * r * action.size().units
+
+
+def watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
+    """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
+    model, 60 s + 20 x the action's modelled duration; else the bound from the run's observed action times
+    (``ObservedCosts.deadline``: ``DEFAULT_OP_S`` until one of its kind completed). A side call (``action`` None:
+    an eval or a checkpoint between steps) gets ``call_deadline`` in every case. A generation (it scores its
+    samples) with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the
+    client waits out a service outage that long, and only past it is the worker at fault."""
+    fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
+    side = call_deadline(run.cfg) + wait  # a side call (an eval between steps scores; a checkpoint)
+    dur = Durations(run.plan, cost) if cost is not None else None
+    observed = ObservedCosts() if observed is None else observed
+
+    def budget(action) -> float | None:
+        if action is None:
+            return side
+        scoring = wait if action.kind == "generate" else 0.0
+        if fixed is not None:
+            return fixed + scoring
+        return (observed.deadline(action) if dur is None else 60.0 + 20.0 * dur.of(action)) + scoring
+
+    return budget

@@ -1,39 +1,29 @@
 """``run_training(cfg)``: the one controller of every training run, in every mode, Ray or in-process.
 
-The controller runs ``digenrl.control.loop.run_loop`` (the simulator's control loop) with the scheduler and a
-``WorkerExecutor`` over the run's workers: Ray actors (``cluster``), or, for a run of one colocated worker
-without ``--ray``, the same worker classes in this process (``local``: no Ray imported). It moves refs, never
-tensors. Between steps (``between_steps.BetweenSteps``) it writes each step's metrics row and may ask trainer rank
-0 for an eval (``eval.every``; with ``eval.guard`` the eval's samples are scored by the guard before the run
-goes on) or a resumable checkpoint (``runtime.checkpoint_every``, ``train.checkpoint``), written atomically.
+The controller runs ``control.loop.run_loop`` (the simulator's control loop) with the scheduler and a
+``WorkerExecutor`` over the run's workers: Ray actors (``cluster``), or, for one colocated worker without
+``--ray``, the same classes in this process (``local``). Between steps (``between_steps.BetweenSteps``) it
+writes each step's metrics row, evals (``eval.every``, ``eval.guard``) and resumable checkpoints
+(``runtime.checkpoint_every``), written atomically.
 
 Recovery (invariant I6): when a worker raises, dies or stalls (no answer within the watchdog budget), the
-attempt is abandoned: every open transaction is dropped, every worker is ended, fresh pools are started from
-the newest resumable checkpoint (or from the initial weights) and the scheduler replays from that step. By I5
-the replay generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
-``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step (the
-checkpoints stay valid). A worker that stopped on a non-finite value (``digenrl.faults.RunHalted``: a reward's
-NaN score, a refused commit) is not restarted, since the replay would compute the same value: its error is
-raised as is (the CLI: ``failure.json``, exit 2) and the checkpoints written before it stay the newest. Nor is a
-deterministic error (``faults.find_deterministic``: a missing file, a bad-input error, torch without CUDA).
+attempt is abandoned: open transactions are dropped, every worker is ended, fresh pools start from the newest
+resumable checkpoint (or the initial weights) and the scheduler replays from that step. By I5 the replay
+generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
+``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step. A
+non-finite value (``faults.RunHalted``) or a deterministic error (``faults.find_deterministic``) is not
+restarted, since the replay would meet it again: it is raised as is (the CLI: ``failure.json``, exit 2).
 
-Stopping (``train.interrupt.StopRequest``): on Ray a first SIGINT/SIGTERM raises in the controller's wait,
-abandons the step, checkpoints the last committed state and raises ``Interrupted``; in-process the signal only
-sets the request (the controller's thread is the workers'), and the run stops at the next step boundary with a
-checkpoint of that step. Restarts are reported in ``summary.json`` (``recoveries``: cause, replayed-from step,
-restart and lost seconds), in the metrics (``restarts``) and as ``recovery`` spans in the trace.
-
-A run writes ``config.yaml``, ``metrics.jsonl``, sample grids, checkpoints and ``summary.json``
-(``runtime.run_outputs``), ``trace.json`` / ``gantt.png`` (``control.timeline``), ``trajectories.jsonl``
-(``step_metrics``), ``profile.json`` (the costs timed on the workers before step 1: TAG modes, or every run with
-``runtime.calibration.when=always``), ``profile_observed.json`` (the costs its spans showed,
-``control.observed``) and, when it failed, ``failure.json``.
-"""
+Stopping (``train.interrupt.StopRequest``): on Ray a first SIGINT/SIGTERM abandons the step, checkpoints the last
+committed state and raises ``Interrupted``; in-process the run stops at the next step boundary with a checkpoint
+of that step. Restarts are reported in ``summary.json`` (``recoveries``), in the metrics (``restarts``) and as
+``recovery`` spans in the trace. The run outputs: docs/runtime.md and ``run_outputs``."""
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from digenrl.config import Config
 from digenrl.control.loop import run_loop
@@ -43,13 +33,13 @@ from digenrl.faults import find_deterministic, find_halted
 from digenrl.observe.progress import eval_text, nothing as _nothing, phase
 from digenrl.runtime.run_dir import RunStart
 from digenrl.runtime.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
-from digenrl.schedule import Durations, Scheduler, StepStats
+from digenrl.schedule import Scheduler, StepStats
 from digenrl.train import checkpoint as ckpt
 
 from .between_steps import BetweenSteps, GuardStopped
 from .clocks import Clock
 from .calibrate import measures
-from .deadlines import ObservedCosts, call_deadline, remote_reward_wait
+from .deadlines import ObservedCosts, call_deadline, remote_reward_wait, watchdog
 from .errors import WorkerFailure
 from .executor import WorkerExecutor
 from .local import in_process
@@ -170,8 +160,7 @@ class _Controller:
             e = as_interrupted(err)
             if e is not None:
                 if e.checkpoint is None:  # stopped before an attempt ran: the newest checkpoint stays the one
-                    path = ckpt.latest_checkpoint(self.out.run_dir)
-                    e.step, e.checkpoint = (None if path is None else ckpt.read_train_state(path).step), path
+                    e.step, e.checkpoint = _newest(self.out.run_dir)
                 raise e from None
             if isinstance(err, WorkerFailure):
                 path = ckpt.latest_checkpoint(self.out.run_dir)  # --resume only from a checkpoint
@@ -199,7 +188,7 @@ class _Controller:
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
         ex = WorkerExecutor(self.run, pools, self.clock, self.first,
-                            (lambda a: None) if self.local else _watchdog(self.run, cost, self._observed),
+                            (lambda a: None) if self.local else watchdog(self.run, cost, self._observed),
                             self._observed)  # (in-process: no watchdog, the calls run in this thread)
         self.metrics.replay_from(self.first, len(self.recoveries), self._attempt_start)
         cpu0 = time.process_time()
@@ -250,14 +239,12 @@ class _Controller:
         self._write_observed_profile(result.spans)
         result.write_gantt(self.out.run_dir / "gantt.png", f"{cfg.runtime.mode}: {result.pools_label()}, "
                                                            f"{plan.steps} steps (measured)")
-        log, events = self._last_attempt_log()
-        if version < plan.steps:  # ended by eval.guard after its commit: the steps done (its publish never ran)
-            from dataclasses import replace
-
-            done = audit(replace(plan, steps=version), log, events, self.first)
-            violations = [v for v in done if v != f"version {version} never published"]
-        else:
-            violations = audit(plan, log, events, self.first)
+        log = self.timeline.log[self._log_start:]  # the last attempt's
+        first_t = log[0][0] if log else 0.0
+        events = [ev for ev in self.timeline.events if ev.time >= first_t - 1e-9]
+        # the steps done: all, or (ended by eval.guard after its commit) those before the version never published
+        violations = [v for v in audit(replace(plan, steps=version), log, events, self.first)
+                      if version == plan.steps or v != f"version {version} never published"]
         return self.out.finish(wall_s=self.wall0 + end, version=version, **result.timing(),
                                audit_violations=violations[:20], bts=result.bts,
                                restarts=len(self.recoveries), recoveries=self.recoveries,
@@ -292,8 +279,8 @@ class _Controller:
         self._merge_stats()
         if len(self.recoveries) >= self.cfg.runtime.max_restarts:
             raise e
-        path = ckpt.latest_checkpoint(self.out.run_dir)
-        self.first, self.state = (0, None) if path is None else (ckpt.read_train_state(path).step, path.read_bytes())
+        step, path = _newest(self.out.run_dir)
+        self.first, self.state = (0, None) if path is None else (step, path.read_bytes())
         published = self.stats[self.first - 1].published if self.first else None
         self.recoveries.append({"worker": e.worker, "step": e.step, "action": e.action, "cause": e.cause,
                                 "detected_s": detected, "replay_from_step": self.first,
@@ -345,13 +332,13 @@ class _Controller:
                 self._save_state(step)
         except WorkerFailure:  # mid-step (a minibatch committed) or a dead rank 0: the newest checkpoint stays
             pass
-        path = ckpt.latest_checkpoint(self.out.run_dir)
-        return (None if path is None else ckpt.read_train_state(path).step), path
+        return _newest(self.out.run_dir)
 
-    def _last_attempt_log(self):
-        log = self.timeline.log[self._log_start:]
-        first_t = log[0][0] if log else 0.0
-        return log, [ev for ev in self.timeline.events if ev.time >= first_t - 1e-9]
+
+def _newest(run_dir) -> tuple:
+    """(step, path) of the newest resumable checkpoint ((None, None): none)."""
+    path = ckpt.latest_checkpoint(run_dir)
+    return (None if path is None else ckpt.read_train_state(path).step), path
 
 
 def _log_failure(cfg: Config, e: WorkerFailure) -> None:
@@ -381,29 +368,6 @@ def _on_worker(e, worker: str):
         return type(e)(f"{e} (on worker {worker})")
     except Exception:  # a subclass with another signature: keep it as it came
         return e
-
-
-def _watchdog(run: RunPlan, cost, observed: ObservedCosts | None = None):
-    """Seconds a call may take before its worker counts as stalled: ``runtime.watchdog_s``; else, with a cost
-    model, 60 s + 20 x the action's modelled duration; else the bound from the run's observed action times
-    (``deadlines.ObservedCosts.deadline``: ``DEFAULT_OP_S`` until one of its kind completed). A side call
-    (``action`` None: an eval or a checkpoint between steps) gets ``deadlines.call_deadline`` in every case. A generation (it scores its samples)
-    with a remote reward gets the reward client's own retry window on top (``remote_reward_wait``): the client
-    waits out a service outage that long, and only past it is the worker at fault."""
-    fixed, wait = run.cfg.runtime.watchdog_s, remote_reward_wait(run.cfg)
-    side = call_deadline(run.cfg) + wait  # a side call (an eval between steps scores; a checkpoint): deadlines.py
-    dur = Durations(run.plan, cost) if cost is not None else None
-    observed = ObservedCosts() if observed is None else observed
-
-    def budget(action) -> float | None:
-        if action is None:
-            return side
-        scoring = wait if action.kind == "generate" else 0.0
-        if fixed is not None:
-            return fixed + scoring
-        return (observed.deadline(action) if dur is None else 60.0 + 20.0 * dur.of(action)) + scoring
-
-    return budget
 
 
 __all__ = ["run_training", "uses_ray"]

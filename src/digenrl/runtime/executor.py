@@ -1,30 +1,21 @@
-"""The worker executor: scheduler actions -> worker calls; finished calls -> ``Completion`` records (the
-driver's clock, ``clocks.Clock``: worker stamps mapped onto it).
+"""The worker executor: scheduler actions -> worker calls; finished calls -> ``Completion`` records on the driver's
+clock (``clocks.Clock``: worker stamps mapped onto it).
 
-``WorkerExecutor`` implements ``digenrl.control.loop.Executor`` over ``pools.WorkerPools``: Ray actors
-(``cluster.ActorPools``) or the same workers in this process (``local.LocalPools``). It moves refs only: a
-``Generate`` leaves its trajectories with the transport (Ray: the object store; ref kept per (step, group)) and
-carries the ref of the published weights
-when the generator does not hold that version yet; a ``Train`` hands the trainer the refs of its group's
-fragments, and the trainer fetches them. ``Commit`` and ``Publish`` are barriers over several calls; they
-complete when the last one is done. Calls that complete together are reported in the control loop's tie
-order. Any failed call raises ``WorkerFailure`` naming the worker and the step, and so does a call that has
-not answered within its watchdog budget (``budget(action)`` seconds; a stalled worker).
+``WorkerExecutor`` implements ``control.loop.Executor`` over ``pools.WorkerPools`` (Ray actors or objects of
+this process). It moves refs only: a ``Generate`` leaves its trajectories with the transport (ref kept per
+(step, group)) and carries the published weights' ref when the generator does not hold that version yet; a
+``Train`` hands the trainer the refs of its group's fragments. ``Commit`` and ``Publish`` are barriers over
+several calls. Calls that complete together are reported in the loop's tie order. A failed call, or one not
+answered within its watchdog budget (``budget(action)`` seconds), raises ``WorkerFailure`` naming the worker.
 
-Sharded or sequence-parallel trainer pool (``RunPlan.shards``): the scheduler's trainer is a group of ranks; each
-of its actions is sent to every rank of the group (a collective), and completes when the last rank answered;
-the ranks' results are merged (a fragment's rewards in generation order, one chunk record, the ranks' loss
-statistics summed: the followers of a sequence-parallel lane report none, their lead all of the lane's).
+A grouped trainer (``RunPlan.shards``: a shard group or a sequence-parallel lane) runs each action on every rank
+(a collective) and completes when the last rank answered; the ranks' results are merged (a fragment's rewards
+in generation order, one chunk record, the ranks' loss statistics summed).
 
-Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the round's chunk
-cells is exactly the grid of the round's groups, each cell once (each rank's transaction already refuses
-duplicates and foreign cells; only the driver sees all ranks).
-
-Rewards: the executor keeps the rewards the fragments reported (plain numbers, per group and generation) and
-hands every ``Train`` and ``Commit`` those of the step's complete groups so far (``step_rewards``); the trainers
-compute the advantages and the whole loss scale from them (``train.loss_scale``). The executor computes
-nothing of the loss and imports no torch.
-"""
+Before a ``Commit`` the executor checks I2 from what the trainers recorded: the union of the round's chunk cells
+is exactly the grid of the round's groups, each cell once. It keeps the fragments' rewards (plain numbers) and
+hands every ``Train`` and ``Commit`` those of the step's complete groups (``step_rewards``), from which the
+trainers compute advantages and loss scales; it computes nothing of the loss and imports no torch."""
 
 from __future__ import annotations
 
@@ -108,7 +99,7 @@ class WorkerExecutor:
             if a.worker in self._held and self._held[a.worker] != a.version:  # a generator, new version
                 args += ([self._weights[a.version]] if a.version in self._weights else None,)
                 self._held[a.worker] = a.version
-            refs, ranks = {}, self._ranks(a.worker)
+            refs, ranks = {}, self.run.ranks_of(a.worker)
             if a.more:  # a gang over several groups: each rank samples its round-robin share in one batch
                 by_part: list[list] = [[] for _ in a.fragments]
                 d = self.run.sequence_parallel  # the ranks of a lane share its part (one sequence split over them)
@@ -131,12 +122,12 @@ class WorkerExecutor:
             frags = self._step(c.step).fragments[c.group]
             trajs = [r for f in sorted(frags) for r in frags[f]]
             rewards, parts = self.step_rewards(c.step)
-            refs = {self.pools.call(w, "train", c, trajs, rewards, parts): w for w in self._ranks(a.rank)}
+            refs = {self.pools.call(w, "train", c, trajs, rewards, parts): w for w in self.run.ranks_of(a.rank)}
         elif isinstance(a, Commit):
             self._check_cells(a.step, a.round)
             rewards, parts = self.step_rewards(a.step)
             refs = {self.pools.call(w, "commit", a.step, a.round, a.final, rewards, parts): w
-                    for r in a.workers for w in self._ranks(r)}
+                    for r in a.workers for w in self.run.ranks_of(r)}
         else:
             by_worker, state = self.pools.publish_refs(a.version)
             if state is not None:
@@ -155,10 +146,6 @@ class WorkerExecutor:
             o = out.get(g)
             out[g] = Interval(g, w.start, w.end) if o is None else Interval(g, min(o.start, w.start), max(o.end, w.end))
         return tuple(out.values())
-
-    def _ranks(self, worker: str) -> tuple[str, ...]:
-        """The actors that run an action of the scheduler's ``worker`` (a group of ranks: all of them)."""
-        return self.run.ranks_of(worker)
 
     def side(self, refs: dict, kind: SideCall, step: int | None) -> None:
         """Track a call outside the scheduler (``kind`` "eval" / "checkpoint"; ``refs``: {worker: ref}, rank 0

@@ -1,30 +1,20 @@
-"""``GeneratorWorker``: one rollout replica of the generator pool (a Ray actor, one call at a time).
+"""``GeneratorWorker``: one rollout replica of the generator pool (a Ray actor, one call at a time; its calls:
+``workers.GeneratorAPI``).
 
-Calls (the driver never sends a second ``generate`` before the first returned):
+A ``generate`` of a version the worker does not hold yet first swaps it in, from the published state's ref
+(object store) or from what a broadcast / stream staged in its ``WeightInbox``; weights therefore change only
+between fragments, and every trajectory records the one version that produced it (with its behaviour
+log-probs: TCSS needs both). The policy is its inference copy (``models.fast_generator``, the ``generator``
+section): LoRA merged once per version, an inference dtype, a compiled transformer; the publish paths receive
+the trainers' tensors as sent (``FastGenerator.layout``) and ``load`` casts and merges them.
 
-* ``generate(fragment, version, weights)`` -> (trajectories, ``FragmentInfo``), two object refs. If the worker
-  does not hold ``version`` yet it first swaps it in, from ``weights`` (``[ref]`` of the published state,
-  object-store path) or from the version a broadcast staged; weights therefore change only between
-  fragments, and every trajectory records the one version that produced it. Then it samples, decodes and
-  scores. The trajectories keep their version and behaviour log-probs (TCSS needs both).
-* ``load_weights(version, [ref])``: swap a version in now (version 0 before the run).
-* ``receive_broadcast(version)``: join rank 0's broadcast of ``version`` and stage it (broadcast path).
-* ``receive_stream(version)``: receive every sender's shards of ``version``, join them and stage the state
-  (stream path).
-
-The worker's policy is its inference copy (``models.fast_generator``, the ``generator`` config section): LoRA
-merged once per version, an inference dtype, a compiled transformer; the publish paths receive the trainers'
-tensors as sent (``FastGenerator.layout``) and ``load`` casts and merges them.
-
-Sequence-parallel generator (``runtime.generator_sequence_parallel`` = d): the scheduler's generator ``gen<i>`` is d
-actors ``gen<i>.<j>`` in one torch.distributed group; every call goes to all of them (the executor), they swap
-in the same versions and run every forward together, each on 1 / d of every sequence
-(``models.sequence_parallel``); the first (the lead) decodes, scores and returns the fragment, the others return
-(None, an info without generations).
+Sequence-parallel generator (``runtime.generator_sequence_parallel`` = d): the scheduler's ``gen<i>`` is d actors
+``gen<i>.<j>`` in one torch.distributed group; every call goes to all of them, they run every forward together,
+each on 1 / d of every sequence (``models.sequence_parallel``), and only the first (the lead) decodes, scores
+and returns the fragment.
 
 The actor deliberately has no concurrency groups: a threaded Ray actor keeps its main thread busy while a
-task runs (a whole CPU core per generator; measured with Ray 2.60), which would halve a CPU pipeline.
-"""
+task runs (a whole CPU core per generator; measured with Ray 2.60), which would halve a CPU pipeline."""
 
 from __future__ import annotations
 
@@ -89,6 +79,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.version = version
 
     def load_weights(self, version: int, weights: list) -> TimedResult:
+        """Swap ``version`` in now from ``weights`` = [its published state's ref] (version 0 before the run)."""
         t0 = time.monotonic()
         self._swap_in(version, weights)
         return TimedResult(self.name, "receive", t0, time.monotonic(), version)
@@ -97,7 +88,8 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.check_failure(fragment.step)
         self._swap_in(version, weights)
         held = self.version
-        batch, info = self.generate_fragment(self.policy, fragment, held, self._lead)
+        batch, infos = self.generate_parts(self.policy, (fragment,), held, self._lead)
+        info = infos[0]
         if self.version != held:  # cannot happen: only this actor's own calls swap weights
             raise RuntimeError(f"{self.name}: weights changed while generating {fragment}")
         offset = self.hooks.logprob_offset

@@ -1,22 +1,15 @@
 """The in-process transport: the generator and trainer workers as plain objects of this process, no Ray.
 
-``LocalPools`` implements ``pools.WorkerPools`` for ``GeneratorWorker`` / ``TrainerWorker`` objects. A call is
-queued when it is made and runs when a wait or a get needs its result: calls run one at a time, in the order they
-were made (as an actor runs its calls, and as the control loop launched them), so the controller, the executor
-and the scheduler are exactly a Ray run's, with the workers' own ``time.monotonic()`` stamps on the driver's
-clock (one process: every offset is 0 up to the measurement). A ref is a ``LocalRef``; a call's arguments may
-hold refs (a ``Train``'s fragments, a generator's published weights) and get their values, as a Ray actor gets
-the object store's (``worker_base.fetch``).
+``LocalPools`` implements ``pools.WorkerPools``. A call is queued when it is made and runs when a wait or a get
+needs its result: one at a time, in the order they were made (as an actor runs its calls), so the controller,
+the executor and the scheduler are exactly a Ray run's, with every clock offset 0 up to the measurement. A ref
+is a ``LocalRef``; a call's arguments may hold refs and get their values (``worker_base.fetch``).
 
-Nothing here imports Ray (``tests/arch/test_layering.py`` runs ``digenrl train`` with Ray blocked). A worker that
-raises fails its call: the controller sees it as a Ray run sees a failed actor call (``WorkerFailure`` naming
-the worker; recovery replays from the newest checkpoint). No watchdog: a call runs in the controller's own
-thread, so there is no stalled worker to detect; a stop signal is honoured at the next step boundary
-(``driver``).
-
-Where it runs: ``driver.run_training`` picks it when the plan has one worker, a colocated one
-(``in_process``), unless ``digenrl train --ray`` asks for Ray.
-"""
+Nothing here imports Ray (``tests/arch/test_layering.py`` runs ``digenrl train`` with Ray blocked). A worker
+that raises fails its call, as a failed actor call does (``WorkerFailure``, recovery). No watchdog: a call runs
+in the controller's own thread, so no worker can stall unseen; a stop signal is honoured at the next step
+boundary. ``driver.run_training`` picks this transport for one colocated worker (``in_process``) unless
+``digenrl train --ray`` asks for Ray."""
 
 from __future__ import annotations
 
@@ -112,7 +105,7 @@ def in_process(run: RunPlan) -> bool:
 def start_local_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> LocalPools:
     """The run's workers built in this process (no log files: their output is this process's) and readied as
     Ray's are (``cluster.ready_pools``); ``state``, ``hooks``: as ``cluster.start_pools``."""
-    from .cluster import ready_pools
+    from .cluster import built_pools
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
@@ -124,12 +117,8 @@ def start_local_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> L
         except Exception as e:  # as a Ray actor's constructor error: a failed worker, named
             raise WorkerFailure(w, None, "startup", error_cause(e)) from e
 
-    pools = LocalPools({w: build(w, lambda w=w: GeneratorWorker(w, conf, hooks)) for w in run.generator_ids},
-                       {w: build(w, lambda w=w, i=i: TrainerWorker(w, conf, i, hooks))
-                        for i, w in enumerate(run.trainer_ids)},
-                       run.cfg.runtime.publish if run.generator_ids else "object_store")
-    ready_pools(run, pools, state)
-    return pools
+    return built_pools(LocalPools, run, state, lambda w: build(w, lambda: GeneratorWorker(w, conf, hooks)),
+                       lambda w, i: build(w, lambda: TrainerWorker(w, conf, i, hooks)))
 
 
 def colocated_worker(cfg, *, policy=None, reward=None, task=None):

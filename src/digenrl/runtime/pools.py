@@ -1,18 +1,11 @@
 """The controller's view of its workers: handles by worker id, and how a call reaches them.
 
 ``WorkerPools`` is all the executor, the controller, the calibration and the cluster setup know of the workers:
-``call(worker, method, *args, returns=n)`` starts a declared method of the worker (``workers.GeneratorAPI`` /
-``TrainerAPI``) and gives back ``n`` refs of its result (one ref, or a tuple of n); ``wait`` tells which refs
-are done, ``get`` reads one (raising what the call raised). Two transports implement the three:
-
-* ``cluster.ActorPools``: Ray actors (``handle.method.options(num_returns=n).remote(*args)``, object refs,
-  ``ray.wait`` / ``ray.get``), each worker its own process, placed by Ray resources;
-* ``local.LocalPools``: the same worker classes as plain objects in this process, without Ray: a call runs
-  when a wait needs it, in launch order, one at a time (as an actor runs its calls), and a ref is its value.
-
-The rest (rank 0's calls, the publish, the named waits that turn a failed call into ``WorkerFailure``) is
-written once, here.
-"""
+``call(worker, method, *args, returns=n)`` starts a declared method (``workers.GeneratorAPI`` / ``TrainerAPI``)
+and gives back its ref (or a tuple of n), ``wait`` tells which refs are done, ``get`` reads one (raising what
+the call raised). Two transports implement them: ``cluster.ActorPools`` (Ray actors) and ``local.LocalPools``
+(the same classes in this process). The rest (rank 0's calls, the publish, the named waits that turn a failed
+call into ``WorkerFailure``) is written once, here."""
 
 from __future__ import annotations
 

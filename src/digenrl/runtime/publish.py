@@ -1,30 +1,22 @@
 """Versioned weight publishing: trainers -> every generator, after each commit.
 
-Versions: the initial weights are version 0; the commit of step k makes version k + 1 and the trainers publish
-it. What moves is ``policy.trainable_state_dict()`` (all trainable tensors; LoRA adapters only under LoRA).
-Three paths (``runtime.publish``):
+The initial weights are version 0; the commit of step k makes version k + 1. What moves is
+``policy.trainable_state_dict()`` (LoRA adapters only under LoRA). Three paths (``runtime.publish``):
 
-* ``object_store`` (default): rank 0 returns a CPU copy of the state as the call's result, so it lands in
-  the Ray object store; the version is published once it is there. The driver passes the ref with the first
-  ``Generate`` of that version to each generator, which fetches it (Ray moves it between nodes) and swaps it
-  in before sampling. A generator busy with a (TCSS) fragment is never interrupted or waited for.
-* ``broadcast``: rank 0 and the generators share a torch.distributed group (NCCL on GPUs, gloo on CPU); rank
-  0 broadcasts each tensor (sorted by name), each generator receives into fresh buffers and stages them in
-  its ``WeightInbox``. The world is then trainers (ranks 0..N_t-1) + generators (N_t..N_t+N_g-1), with one
-  subgroup for the trainers' gradient all-reduce and one for the publish. A generator joins the broadcast
-  when it is free, so in ``full`` mode a publish can wait for the generators' in-flight fragments. On a
-  sharded pool every rank first gathers the full state (a collective), then rank 0 sends it.
-* ``stream``: no gather. Each sending rank (rank 0 of a replicated pool; every rank of the first shard group
-  of a sharded one) shares a group with the generators and broadcasts copies of its own shards
-  (``to_local()``, sorted by name) asynchronously; the call returns at once and the rank goes on training
-  while the sends drain. Each generator receives every sender's shards and joins them along dim 0 (FSDP2's
-  ``torch.chunk`` split). A sender waits for its sends before its next commit or publish, and the scheduler
-  starts no commit before the publish ended (``StepPlan.publish_streams``).
+* ``object_store`` (default): rank 0 returns a CPU copy of the state as the call's result (the Ray object
+  store); the driver passes its ref with the first ``Generate`` of that version to each generator, which
+  fetches it and swaps it in before sampling. A generator busy with a (TCSS) fragment is never waited for.
+* ``broadcast``: rank 0 and the generators share a torch.distributed group (world: trainers 0..N_t-1, then
+  generators N_t..N_t+N_g-1); rank 0 broadcasts each tensor (sorted by name), each generator receives into
+  fresh buffers and stages them in its ``WeightInbox``, joining when it is free (in ``full`` mode a publish can
+  wait for in-flight fragments). A sharded pool first gathers the full state on every rank.
+* ``stream``: no gather. Each sender (rank 0 of a replicated pool; every rank of the first shard group of a
+  sharded one) broadcasts copies of its own shards asynchronously and goes on training while they drain; each
+  generator joins every sender's shards along dim 0 (FSDP2's ``torch.chunk`` split). A sender waits for its
+  sends before its next commit or publish (``StepPlan.publish_streams``).
 
-Receiving never touches the live weights: a version is swapped in only at the start of a fragment that asks
-for it, so weights change only between fragments and every trajectory is produced by the one version it
-records.
-"""
+Receiving never touches the live weights: a version is swapped in only at the start of a fragment that asks for
+it, so every trajectory is produced by the one version it records."""
 
 from __future__ import annotations
 
@@ -122,29 +114,24 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
                             rank=setup.rank, timeout=timeout)
     trainer_group = publish_group = None
-    streams = []
     if setup.world > len(setup.trainer_ranks):  # the world holds the generators too
         trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
     if setup.publish_ranks:
         publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
-    for ranks in setup.stream_ranks:
-        pg = dist.new_group(list(ranks), timeout=timeout)
-        if setup.rank in ranks:
-            streams.append((ranks[0], pg))
-    shard_group, replica_group = trainer_group, None
-    if setup.shard_size and setup.shard_size < len(setup.trainer_ranks):
-        shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size)
-        for ranks in shards:
-            pg = dist.new_group(ranks, timeout=timeout)
-            shard_group = pg if setup.rank in ranks else shard_group
-        for ranks in replicas:
-            pg = dist.new_group(ranks, timeout=timeout)
-            replica_group = pg if setup.rank in ranks else replica_group
-    sequence_group = None
-    for ranks in setup.sequence_groups:
-        pg = dist.new_group(list(ranks), timeout=timeout)
-        sequence_group = pg if setup.rank in ranks else sequence_group
-    return ProcessGroups(trainer_group, publish_group, shard_group, replica_group, tuple(streams), sequence_group)
+
+    def mine(groups, default=None):
+        """Create every one of ``groups`` (in order, on every process); the one holding this rank, else ``default``."""
+        found = default
+        for ranks in groups:
+            pg = dist.new_group(list(ranks), timeout=timeout)
+            found = pg if setup.rank in ranks else found
+        return found
+
+    streams = tuple((ranks[0], pg) for ranks in setup.stream_ranks if (pg := mine([ranks])) is not None)
+    hybrid = setup.shard_size and setup.shard_size < len(setup.trainer_ranks)
+    shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size) if hybrid else ([], [])
+    return ProcessGroups(trainer_group, publish_group, mine(shards, trainer_group), mine(replicas), streams,
+                         mine(setup.sequence_groups))
 
 
 def broadcast_send(state: dict, group) -> None:

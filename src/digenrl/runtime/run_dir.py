@@ -1,19 +1,14 @@
 """The run directory: one run per directory, marked and locked, and what a resumed run keeps of it.
 
-One run per directory: ``run_start`` (no writes) refuses a ``run_dir`` that holds a previous run unless the
-run resumes it (``--resume`` / ``resume=auto``) or replaces it (``--overwrite``: the previous run's outputs are
-deleted first, so the directory never mixes two runs). Resuming keeps the metrics rows up to the checkpoint's
-step and drops everything written after it (the rest of metrics.jsonl, summary.json, failure.json...).
-``prepare_run_dir`` is called only after the config validated, so a refused config writes nothing.
-
-Nothing the program did not write is deleted: every run directory gets a marker, ``.digenrl-run`` (JSON: the
-program and the names of the outputs it writes there), and ``--overwrite`` (or ``resume=auto`` starting over)
-deletes only the outputs the marker names, and only in a marked directory: a directory without the marker that
-holds anything is refused, naming it (``validate.check_run_dir`` already refuses an empty run_dir, the current
-directory, the home directory and ``/``). A run holds an exclusive lock (``fcntl.flock`` on ``.digenrl-lock``
-in run_dir, ``lock_run_dir``) for its whole life, so a second writer into the same run_dir is refused at once
-(``ConfigError``: exit 2); the OS drops the lock when the process dies, however it dies.
-"""
+``run_start`` (no writes) refuses a ``run_dir`` that holds a previous run unless the run resumes it (``--resume`` /
+``resume=auto``: the metrics rows up to the checkpoint's step are kept, everything written after it dropped) or
+replaces it (``--overwrite``: the previous run's outputs are deleted first). ``prepare_run_dir`` runs only after
+the config validated, so a refused config writes nothing. Nothing the program did not write is deleted: a run
+directory gets a marker, ``.digenrl-run`` (JSON: the program and the outputs it writes there), and only the
+outputs it names are deleted, only in a marked directory (``validate.check_run_dir`` already refuses an empty
+run_dir, the current, home and root directories). A run holds an exclusive lock (``fcntl.flock`` on
+``.digenrl-lock``, ``lock_run_dir``) for its whole life, so a second writer is refused at once (``ConfigError``:
+exit 2); the OS drops the lock when the process dies, however it dies."""
 
 from __future__ import annotations
 
@@ -144,11 +139,8 @@ def clear_previous_run(run_dir: str | Path, names=RUN_OUTPUTS) -> None:
     for n in names:
         if n not in ours:
             continue
-        p = d / n
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        elif p.exists() or p.is_symlink():
-            p.unlink()
+        if (d / n).exists() or (d / n).is_symlink():
+            _remove(d / n)
 
 
 def kept_metrics(run_dir: str | Path, step: int) -> list[dict]:
@@ -226,12 +218,17 @@ def discard_unstarted(run_dir: str | Path) -> bool:
     if any(p.name not in ours for p in d.iterdir()):
         return False
     for p in d.iterdir():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+        _remove(p)
     d.rmdir()
     return True
+
+
+def _remove(p: Path) -> None:
+    """Delete the file, link or directory tree ``p`` (a link itself, never what it points to)."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink()
 
 
 def write_marker(run_dir: str | Path) -> None:

@@ -1,27 +1,21 @@
-"""What a run leaves in ``run_dir``, the same for every run (in-process or on Ray): resolved config,
-metrics.jsonl, reward curve, before/after sample grids, a safetensors checkpoint (the final weights), resumable
-checkpoints (``checkpoints/``, ``train.checkpoint``) and summary.json.
+"""What a run leaves in ``run_dir``, the same for every run (in-process or on Ray).
 
 ``RunOutputs`` is the one lifecycle: ``config.yaml`` and ``metrics.jsonl`` when it is created (only after the
 config validated, so a refused config writes nothing); ``before`` (eval before RL: step-0 row and
 ``samples_before.png``; skipped by a resumed run); ``log`` (one row per step); ``after`` (final eval row and
-``samples_after.png``); ``write_checkpoint`` (``checkpoint.safetensors``, written atomically); ``finish``
-(``summary.json`` and ``reward_curve.png``). ``write_failure`` (``failure.json``, ``FailureRecord``) is the one writer of
-a stopped run's record, whatever stopped it.
-
-The run directory itself (one run per directory, its marker and lock, what a resume keeps) is
-``runtime.run_dir``'s.
-"""
+``samples_after.png``); ``write_checkpoint`` (``checkpoint.safetensors``, atomically); ``finish``
+(``summary.json`` and ``reward_curve.png``). ``write_failure`` (``failure.json``, ``FailureRecord``) is the one
+writer of a stopped run's record. The run directory itself (marker, lock, resume) is ``runtime.run_dir``'s."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from digenrl.config import Config
 from digenrl.observe.plots import reward_curve, sample_grid
+from digenrl.observe.progress import line as _print_line
 from digenrl.runtime.run_dir import RunStart, kept_metrics, lock_run_dir, prepare_run_dir, unlock_run_dir
 
 
@@ -55,14 +49,6 @@ def checkpoint_bytes(policy, meta: dict[str, str], state: dict | None = None) ->
 
     with tempfile.TemporaryDirectory() as d:
         return save_checkpoint(policy, Path(d), meta, state).read_bytes()
-
-
-def finish_run(run_dir: Path, rows: list[dict], summary: dict[str, Any], title: str) -> None:
-    reward_curve(rows, run_dir / "reward_curve.png", title=title)
-    from digenrl.safe_files import atomic_write_bytes
-
-    atomic_write_bytes(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
-    (run_dir / "failure.json").unlink(missing_ok=True)  # a finished run has no failure
 
 
 @dataclass(frozen=True)
@@ -145,15 +131,6 @@ def step_line(row: dict, steps: int) -> str:
     return " | ".join(out)
 
 
-def _print_line(text: str, err: bool = True) -> None:
-    """A line on stderr (``err``) or stdout that a tqdm bar does not overwrite."""
-    import sys
-
-    from tqdm import tqdm
-
-    tqdm.write(text, file=sys.stderr if err else sys.stdout)
-
-
 class RunOutputs:
     """The outputs of one training run (see the module docstring for the order of the calls)."""
 
@@ -198,12 +175,6 @@ class RunOutputs:
         row = self.guard.measure(step, batch)
         self.guard.check(step, self.eval0, reward, final=final, weights=weights)
         return row
-
-    def mid_eval(self, step: int, reward: float, batch, weights=None) -> dict:
-        """An eval between steps (``eval.every``): its sample grid (``eval_grid``) and the guard values
-        (``guard_eval``)."""
-        self.eval_grid(step, reward, batch)
-        return self.guard_eval(step, reward, batch, weights)
 
     def eval_grid(self, step: int, reward: float, batch) -> None:
         """The first ``eval.grid_prompts`` samples of a mid-run eval as ``run_dir/samples/eval_step_<step>.png``,
@@ -292,8 +263,12 @@ class RunOutputs:
             summary.update(self.guard.summary())
             if self.guard_stop is not None:
                 summary["steps_done"] = done
-        finish_run(self.run_dir, self.writer.rows, summary,
-                   title=f"{cfg.task.name} ({cfg.runtime.mode}): eval {self.eval0:.3f} -> {self.eval1:.3f}")
+        from digenrl.safe_files import atomic_write_bytes
+
+        reward_curve(self.writer.rows, self.run_dir / "reward_curve.png",
+                     title=f"{cfg.task.name} ({cfg.runtime.mode}): eval {self.eval0:.3f} -> {self.eval1:.3f}")
+        atomic_write_bytes(self.run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+        (self.run_dir / "failure.json").unlink(missing_ok=True)  # a finished run has no failure
         return summary
 
     def close(self) -> None:

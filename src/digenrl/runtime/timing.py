@@ -1,23 +1,19 @@
-"""Worker-side timing of the operations of ``schedule.cost`` with the code the workers run (mean of
-``repeats`` after one warm-up: a step's time is a sum of op times, so its expectation is the sum of the
-means; op times on a shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15%
-optimistic per op; the sizes of an op are timed round-robin, ``_mean_times``). ``calibrate`` drives it one
-timed execution per actor call (``Calibration``: ``start`` lists the ops in blocks, ``run(key)`` times one
-execution of one op, the first of each a warm-up), so that no call of the calibration does more than about one
-action's work and each gets the watchdog's deadline (``deadlines.calibration_deadline``), whatever the number of
-sizes and repeats. The ops:
+"""Worker-side timing of the operations of ``schedule.cost`` with the code the workers run: the mean of ``repeats``
+after one warm-up (a step's time is a sum of op times, so its expectation is the sum of the means; op times on a
+shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15% optimistic per op), the
+sizes of an op timed round-robin (``_mean_times``). ``calibrate`` drives ``Calibration`` one timed execution per
+actor call, so that no call does more than about one action's work and each gets the watchdog's deadline
+(``deadlines.calibration_deadline``). The ops:
 
 * generation (per fragment size n): sampling, VAE decode, reward, and serialising the trajectories;
-* training (per chunk size in cells): forward + backward of ``train_cells`` (gradients are zeroed after);
-  ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (the rest of a commit, on
-  copies of the trainable tensors with zero gradients: gradient clipping, a step of the run's own optimizer
-  class and settings, the EMA update where this rank keeps one), ``publish`` (copy + serialise + load of the
-  trainable state).
+* training (per chunk size in cells): forward + backward of ``train_cells`` (gradients zeroed after);
+  ``allreduce`` of gradient-sized buffers over the trainer group, ``optimizer`` (the rest of a commit, on copies
+  of the trainable tensors: clipping, a step of the run's optimizer class and settings, the EMA update where
+  this rank keeps one), ``publish`` (copy + serialise + load of the trainable state).
 
 On a sharded or sequence-parallel pool every rank measures at once (each forward is a collective) with its
-lane's share of the fragment or chunk (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
-gradients are reduce-scattered inside each chunk's backward, which ``train`` already times).
-"""
+lane's share (``rank_cells``), so a size means the group's action of that size; ``allreduce`` is 0 there (the
+gradients are reduce-scattered inside each chunk's backward, which ``train`` already times)."""
 
 from __future__ import annotations
 
@@ -26,36 +22,34 @@ import statistics
 import time
 
 
-def _mean_time(fn, repeats: int) -> float:
-    """Mean seconds of ``repeats`` timed calls of ``fn`` after one warm-up (device synchronised around each)."""
-    return _mean_times({0: fn}, repeats)[0]
-
-
-def _mean_times(fns: dict, repeats: int) -> dict:
-    """``_mean_time`` of several callables (keyed alike in the result), timed round-robin (one warm-up each, then ``repeats`` rounds over all
-    of them in a fixed order): a change of the machine's speed during the measurement then shifts every size
-    alike instead of bending the curve over sizes. Every rank of a sharded pool calls them in the same order."""
+def _timed(fn) -> float:
+    """Seconds of one call of ``fn``, the device synchronised around it."""
     import torch
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def _mean_times(fns: dict, repeats: int) -> dict:
+    """Mean seconds of each callable (keyed alike in the result), timed round-robin (one warm-up each, then
+    ``repeats`` rounds over all of them in a fixed order): a change of the machine's speed during the measurement
+    then shifts every size alike instead of bending the curve over sizes. Every rank of a sharded pool calls them
+    in the same order."""
     for fn in fns.values():
         fn()
     ts: dict = {k: [] for k in fns}
     for _ in range(max(1, repeats)):
         for k, fn in fns.items():
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            ts[k].append(time.perf_counter() - t0)
+            ts[k].append(_timed(fn))
     return {k: statistics.fmean(v) for k, v in ts.items()}
 
 
 def _probe_prompt(worker):
     return worker.task.train_prompts(0, 1, worker.cfg.seed)[0]
-
-
-PHASES = ("sample", "decode", "reward", "transfer")
 
 
 def generation_ops(worker, policy, sizes: list[int]) -> dict:
@@ -183,15 +177,7 @@ class Calibration:
         return [list(b) for b in self.blocks]
 
     def run(self, key) -> float:
-        import torch
-
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        fn = self.fns[tuple(key)]
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        return time.perf_counter() - t0
+        return _timed(self.fns[tuple(key)])
 
     def end(self) -> None:
         ctx = getattr(self.worker, "ctx", None)
@@ -206,19 +192,18 @@ def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int,
     fns = generation_ops(worker, policy, sizes)
     for size in sizes:  # the decoded sample the other phases start from
         fns[("generate", size, "sample")]()
-    means = _mean_times(fns, repeats)
-    return {size: {phase: means[("generate", size, phase)] for phase in PHASES} for size in sizes}
+    return measured(_mean_times(fns, repeats))["generate"]
 
 
 def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
     """{"train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s} on a trainer rank, in one call
     (``benchmarks/op_jitter.py``)."""
     train, tail = training_ops(worker, cell_sizes)
-    means = _mean_times(train, repeats)
-    tail_means = _mean_times(tail, repeats)
+    means = {**_mean_times(train, repeats), **_mean_times(tail, repeats)}
     worker.ctx.optimizer.zero_grad(set_to_none=True)
-    return {"train": {c: means[("train", c)] for c in cell_sizes}, "allreduce": tail_means.get(("allreduce",), 0.0),
-            "optimizer": tail_means[("optimizer",)], "publish": tail_means[("publish",)]}
+    out = measured(means)
+    del out["generate"]
+    return out
 
 
 def measured(times: dict) -> dict:

@@ -1,55 +1,40 @@
-"""``TrainerWorker``: one rank of the trainer pool (a Ray actor), also a colocated worker.
+"""``TrainerWorker``: one rank of the trainer pool (a Ray actor), also a colocated worker; its calls:
+``workers.TrainerAPI`` (the calls outside a step's work: ``trainer_state``).
 
 State: the policy, optimizer, reference policy, EMA (rank 0) and the step's ``GradientTransaction``
 (``train.context.build_context``). The ranks form one torch.distributed group; the transaction's commit is the
 only gradient sync.
 
-Calls:
+* ``train``: fetch the group's fragments (cached per group), compute its advantages from the executor's
+  rewards (deterministic: every rank gets the same), record the chunk's cells in the round's transaction (a
+  cell trained twice or foreign to the round is refused: I2) and accumulate the gradient of ``train_cells``
+  with the cell scale of ``train.loss_scale`` (1 / S); with ``train.best_of_n``, ``zero_adv_refill`` or
+  ``minibatch_split=samples`` only the round's samples (``train.sample_masks.round_masks``). The transaction
+  opens at the rank's first chunk of the round (a step has epochs x minibatches rounds). With step-wide
+  advantage statistics (``std_mode=global``, ``adv_baseline=batch``) a round that opens before every reward of
+  the step is in is a ``loss_scale.DeferredRound`` (provisional heads, corrected at the commit:
+  ``algo.deferred_std``).
+* ``generate``: TAG (or colocated generation) with the rank's own weights, which must be the committed version
+  (on-policy, I3), under no_grad (the accumulated gradients and the optimizer are untouched).
+* ``commit``: a deferred round's heads corrected, all-reduce (SUM), gradients times the commit scale of
+  ``train.loss_scale`` (1 / the round's kept trajectories), clip, optimizer step on every rank at once, EMA on
+  rank 0 (``train.ema_update``); only the ``final`` round bumps the version. ``abort`` drops an open
+  transaction (no partial round is ever committed).
 
-* ``train(chunk, [fragment refs of its group], rewards, parts)``: fetch the group's fragments (cached per group),
-  compute its advantages from ``rewards`` (the step's complete groups so far, plain numbers from the executor;
-  deterministic: every rank gets the same), record the chunk's cells in the round's transaction (a cell
-  trained twice or foreign to the round is refused: I2) and accumulate the gradient of ``train_cells`` with
-  the cell scale of ``train.loss_scale`` (1 / S); with ``train.best_of_n``, ``zero_adv_refill`` or
-  ``minibatch_split=samples`` only the round's samples (``train.sample_masks.round_masks``: the other cells
-  are recorded, not run). The transaction opens at the rank's first chunk of the round
-  (a step has ``rounds`` = epochs x minibatches). With step-wide advantage statistics (``std_mode=global``,
-  ``adv_baseline=batch``) a round that opens before every reward of the step is in is trained as a
-  ``loss_scale.DeferredRound`` (provisional heads, rescaled and corrected at the commit: ``algo.deferred_std``).
-* ``generate(fragment, version)``: TAG (or colocated generation) with the rank's own weights, which must be
-  ``version`` (= the committed version: on-policy, I3). Sampling runs under no_grad: it never touches the
-  accumulated gradients or the optimizer.
-* ``commit(step, round, final, rewards, parts)``: a deferred round's heads combined and corrected, all-reduce
-  (SUM), gradients times the commit scale of ``train.loss_scale`` (1 / the kept trajectories of the round's
-  minibatch, from the final advantages of ``rewards``, with the re-added samples of ``train.zero_adv_refill``;
-  ``train.best_of_n`` / ``minibatch_split=samples``: the round's samples, ``train.sample_masks``),
-  clip, optimizer step on every rank at once (a collective), EMA on rank 0 (k updates: ``train.ema_update``);
-  only the ``final`` round bumps the version.
-  ``abort()`` drops an open transaction (no partial round is ever committed).
-* ``publish(version)``: rank 0's half of a weight publish (``publish`` module).
-* ``evaluate`` / ``checkpoint_bytes``: eval reward and checkpoint of the (EMA) weights, on rank 0;
-  ``pack_state`` / ``restore_state``: the resumable state at a step boundary (``train.checkpoint``).
+Sharded pool (``train.sharding: fsdp``): every call is a collective of the group's ranks. ``train`` trains the
+rank's share of the chunk's cells (``rank_cells``; a rank whose share holds only zero-advantage cells still
+forwards); ``generate`` samples the rank's round-robin share of the generations (a rank without one samples a
+throw-away copy of the first so that its forwards match the others') and returns (None, info) when it has
+none; ``publish`` / ``checkpoint_bytes`` gather the full state on every rank and only rank 0 returns it.
 
-Sharded pool (``train.sharding: fsdp``, ``train.sharding``): every call above is a collective of all ranks (the
-driver sends it to each). ``train`` trains the rank's share of the chunk's cells (``rank_cells``);
-``generate`` samples the rank's share of the fragment's generations (round robin; a rank without one samples
-a throw-away copy of the first generation so that its forwards still match the others') and returns
-(None, info) when it has none; ``publish`` / ``checkpoint_bytes`` gather the full state on every rank and only
-rank 0 returns it; ``evaluate`` runs on every rank, rank 0 reports; ``pack_state`` writes the rank's shards with
-``torch.distributed.checkpoint`` next to the run's checkpoints and rank 0 returns the metadata file's bytes.
-A rank whose share of a chunk holds only zero-advantage cells still forwards (``train_cells(collective=True)``).
+Sequence-parallel pool (``train.sequence_parallel`` = d): d consecutive ranks form a lane that trains and
+generates as one rank would, each with 1 / d of every sequence; only a lane's lead reports statistics and
+trajectories, and the commit's sum over ranks adds the lane's partial gradients. Rank 0's lane keeps the EMA on
+every rank (an eval's forwards are collectives of the lane).
 
-Sequence-parallel pool (``train.sequence_parallel`` = d, ``train.sequence_parallel``): d consecutive ranks form a
-lane that trains and generates as one rank would, each with 1 / d of every sequence; the calls above are then
-collectives of the scheduler trainer's ranks (a lane ``sp<i>``, or a shard group of several lanes), a chunk's
-cells and a fragment's generations are split over the lanes, and only a lane's lead reports statistics and
-trajectories (its followers run the same forwards). The commit's sum over ranks adds the lane's partial
-gradients. Rank 0's lane keeps the EMA on every rank (an eval's forwards are collectives of the lane).
-
-Collective timeout: the groups wait ``runtime.collective_timeout_s`` for the other ranks; a collective call
-(``collectives.collective_action``) that waits longer raises ``CollectiveTimeout`` naming the worker, its rank
-and the call (gloo; under NCCL the watchdog aborts the process instead).
-"""
+Collective timeout: a collective call (``collectives.collective_action``) that waits longer than
+``runtime.collective_timeout_s`` raises ``CollectiveTimeout`` naming the worker, its rank and the call (gloo;
+under NCCL the watchdog aborts the process instead)."""
 
 from __future__ import annotations
 
@@ -215,54 +200,35 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
 
     @collective_action
     def generate(self, fragment, version: int):
-        self.check_failure(fragment.step)
-        if version != self.tx.version or self._round:
-            raise RuntimeError(f"{self.name}: asked to generate {fragment} with version {version} but its weights "
-                               f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        lead = self._lane.lead
-        if self._gsize == 1 or (not self.sharded and self._lane.lanes == 1):  # one rank, or one lane (unsharded)
-            with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
-                return self.generate_fragment(self.policy, fragment, version, lead)
+        """A fragment: ``generate_gang`` of the rank's lane's round-robin share of its generations."""
         from dataclasses import replace
 
-        mine = fragment.generations[self._lane.lane::self._lane.lanes]  # its lane's share
-        if self.cfg.runtime.tag_inference_copy:
-            copy = self._inference_copy(version)  # a collective once per version, then no collective
-            if mine:
-                return self.generate_fragment(copy, replace(fragment, generations=mine), version, lead)
-            return None, self._empty_info(fragment)
-        with sampling_weights(self.policy):
-            batch, info = self.generate_fragment(self.policy, replace(fragment, generations=mine or fragment.generations[:1]),
-                                                 version, lead)
-        if not mine or not lead:  # joined the collective forwards only
-            return None, replace(info, fragment=replace(fragment, generations=()), rewards=(), reward_parts={})
-        return batch, info
+        mine = fragment.generations[self._lane.lane::self._lane.lanes]  # (one lane: all of them)
+        batch, infos = self._generate((replace(fragment, generations=mine),), version)
+        return batch, infos[0]
 
     @collective_action
     def generate_gang(self, share, version: int):
         """A gang over several prompt groups (``Generate.more``) on a shard group, or a packed colocated worker's
-        share of the step (``StepPlan.packed``): this rank's round-robin share
-        (``layout.gang_shares``, one fragment per part) sampled in one batch (``generate_parts``): returns one
-        trajectory batch (or None) per part, then the tuple of per-part infos. Without an inference copy a rank
-        without a share samples a throw-away copy of the gang's first generation so that its forwards still
-        match the others'."""
+        share of the step (``StepPlan.packed``), in one batch (``generate_parts``)."""
+        return self._generate(share, version)
+
+    def _generate(self, share, version: int) -> tuple:
+        """``share`` generated in one batch. Without an inference copy a rank of a sharded pool without a share
+        samples a throw-away copy of one generation so that its forwards still match the others'."""
         from dataclasses import replace
 
         self.check_failure(share[0].step)
         if version != self.tx.version or self._round:
-            raise RuntimeError(f"{self.name}: asked to generate a gang {share} with version {version} but its "
-                               f"weights are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
+            raise RuntimeError(f"{self.name}: asked to generate {share} with version {version} but its weights "
+                               f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
         lead = self._lane.lead  # (``share`` is its lane's: the executor gives a lane's ranks the same one)
-        if not self.sharded:  # a packed colocated worker's (or lane's) share of the step (``StepPlan.packed``)
-            with sampling_weights(self.policy):
-                return self.generate_parts(self.policy, share, version, lead)
-        if self.cfg.runtime.tag_inference_copy:
+        if self.sharded and self._gsize > 1 and self.cfg.runtime.tag_inference_copy:
             return self.generate_parts(self._inference_copy(version), share, version, lead)
-        mine = any(p.generations for p in share)
-        with sampling_weights(self.policy):
-            if mine:
+        with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
+            if not self.sharded or self._gsize == 1 or any(p.generations for p in share):
                 return self.generate_parts(self.policy, share, version, lead)
-            *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version)
+            *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version, lead)
         empty = tuple(replace(infos[0], fragment=p, uid=-1, rewards=(), reward_parts={}) for p in share)
         return (*([None] * len(share)), empty)
 
@@ -285,15 +251,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             self._copy.load_trainable_state_dict(state)
             self._copy_version = version
         return self._copy
-
-    def _empty_info(self, fragment):
-        """The info of a rank without a share of ``fragment`` (nothing generated; merged away by the executor)."""
-        from dataclasses import replace
-
-        from digenrl.runtime.messages import FragmentInfo
-
-        now = time.monotonic()
-        return FragmentInfo(replace(fragment, generations=()), self.name, self.tx.version, -1, (), {}, now, now)
 
     @collective_action
     def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
@@ -342,7 +299,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
                             scale.kept)
 
     def abort(self) -> int | None:
-        """Drop the open transaction (if any); returns the step it belonged to."""
         step = self.tx.step
         self.tx.abort()
         self._groups.clear()
@@ -352,7 +308,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     # ---- publishing, eval, checkpoints -----------------------------------------------------------------
     @collective_action
     def publish(self, version: int):
-        """(state, TimedResult): the object-store payload of ``version`` (rank 0)."""
+        """Rank 0: (the object-store payload of ``version``, TimedResult)."""
         t0 = time.monotonic()
         if version != self.tx.version:
             raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")

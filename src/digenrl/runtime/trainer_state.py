@@ -12,6 +12,7 @@ from digenrl.train.old_logprob import sync_step_start
 
 from .collectives import collective_action
 from .messages import TimedResult
+from .worker_base import WorkerBase
 
 
 class TrainerState:
@@ -58,15 +59,14 @@ class TrainerState:
         if self._round or self.tx.open or self.tx.version != step:
             raise RuntimeError(f"{self.name}: no step boundary to checkpoint (version {self.tx.version}, "
                                f"{self._round} rounds of the next step committed, transaction open: {self.tx.open})")
+        data = None  # (a follower of rank 0's lane: the driver keeps rank 0's)
         if self.sharded:
             from digenrl.train.sharded_checkpoint import pack_sharded_state
 
             data = pack_sharded_state(self.ctx, self.cfg.run_dir, step=step, counters=counters, rank=self.rank)
-            return TimedResult(self.name, "checkpoint", t0, time.monotonic(), data)
-        if self.rank != 0:  # a follower of rank 0's lane (the driver keeps rank 0's)
-            return TimedResult(self.name, "checkpoint", t0, time.monotonic(), None)
-        return TimedResult(self.name, "checkpoint", t0, time.monotonic(),
-                           pack_train_state(self.ctx, step=step, counters=counters))
+        elif self.rank == 0:
+            data = pack_train_state(self.ctx, step=step, counters=counters)
+        return TimedResult(self.name, "checkpoint", t0, time.monotonic(), data)
 
     @collective_action
     def restore_state(self, data: bytes) -> int:
@@ -86,7 +86,4 @@ class TrainerState:
         self._deferred = None
         return self.tx.version
 
-    @collective_action
-    def calibration_run(self, key: tuple) -> float:
-        """Seconds of one execution of the op ``key`` (a collective of a sharded pool's ranks)."""
-        return self._calibration.run(key)
+    calibration_run = collective_action(WorkerBase.calibration_run)  # (a collective of a sharded pool's ranks)
