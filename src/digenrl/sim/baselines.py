@@ -37,7 +37,7 @@ with full fine-tuning against DanceGRPO.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..schedule.cost import TRAINER
 from ..models.specs import canonical
@@ -186,11 +186,6 @@ class DanceGRPOLoop:
         if op == "tag_switch":  # samples on the FSDP module: no inference copy to build
             return 0.0
         return b.time(op, batch, pool)
-
-
-def with_training(workload, training: Training):
-    """``workload`` trained as ``training`` (a baseline's own)."""
-    return replace(workload, training=training)
 
 
 __all__ = ["Baseline", "DANCEGRPO", "DanceGRPOLoop", "FLOW_GRPO", "FlowGRPOLoop", "PeerConfig", "baselines",

@@ -155,6 +155,4 @@ def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None =
     return (pubs[-1] - pubs[0]) / (plan.steps - 1)
 
 
-SimResult = RunResult  # the simulator's name for the shared result type
-
-__all__ = ["JITTER_KINDS", "SimResult", "SimulationError", "VirtualExecutor", "simulate", "steady_step_time"]
+__all__ = ["JITTER_KINDS", "SimulationError", "VirtualExecutor", "simulate", "steady_step_time"]

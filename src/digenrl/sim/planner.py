@@ -38,7 +38,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
-from ..schedule import Mode, StepPlan
+from ..schedule import Mode, ScaledCost, StepPlan
 from ..schedule import stale_hold as stale_rule
 from .executor import steady_step_time
 from .plan_bound import step_time_floor
@@ -163,12 +163,17 @@ class SearchResult:
     holds_s: dict = field(default_factory=dict)            # stale hold -> the chosen plan's time with it
     costs: dict = field(default_factory=dict)              # candidate -> its cost model (probed ones)
 
-    def per_split(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def best_per_split(self) -> dict[str, Probe]:
+        """split -> its fastest probe (ties: the earlier)."""
+        out: dict[str, Probe] = {}
         for p in self.probes:
             k = p.candidate.split.key()
-            out[k] = min(out.get(k, float("inf")), p.step_time)
+            if k not in out or _rank(p) < _rank(out[k]):
+                out[k] = p
         return out
+
+    def per_split(self) -> dict[str, float]:
+        return {k: p.step_time for k, p in self.best_per_split().items()}
 
 
 def _rank(p: Probe) -> tuple[float, int]:
@@ -321,17 +326,11 @@ def _stale_hold(s: _Search, res: SearchResult) -> None:
         res.probes.append(res.best)
 
 
-class ScaledCost:
-    """``cost`` with rollout ops (denoise, VAE, reward, transfer, TAG switch) x ``gen`` and training ops x
-    ``train`` (the robustness report)."""
-
-    GEN_OPS = ("denoise", "vae_decode", "reward", "transfer", "tag_switch")
-
-    def __init__(self, cost, gen: float, train: float):
-        self.cost, self.gen, self.train = cost, gen, train
-
-    def time(self, op: str, batch: int, pool: str) -> float:
-        return self.cost.time(op, batch, pool) * (self.gen if op in self.GEN_OPS else self.train)
+def scaled(cost, gen: float, train: float) -> ScaledCost:
+    """``cost`` with rollout ops (denoise, VAE, reward, transfer, TAG switch) x ``gen`` and training ops (train,
+    commit, publish) x ``train`` (the robustness report)."""
+    return ScaledCost(cost, {"generate/generator": gen, "generate/trainer": gen, "train": train, "commit": train,
+                             "publish": train})
 
 
 def robustness(res: SearchResult, probe_steps: int, bts=None) -> dict:
@@ -344,14 +343,9 @@ def robustness(res: SearchResult, probe_steps: int, bts=None) -> dict:
     def at(p, c) -> float:
         return steady_step_time(replace(p, steps=probe_steps), c, bts=bts)
 
-    out = {"uniform": {f"x{f:g}": at(b.plan, ScaledCost(cost, f, f)) for f in (0.8, 1.2)}, "skewed": {}}
-    per_split: dict[str, Probe] = {}
-    for p in res.probes:
-        k = p.candidate.split.key()
-        if k not in per_split or _rank(p) < _rank(per_split[k]):
-            per_split[k] = p
+    out = {"uniform": {f"x{f:g}": at(b.plan, scaled(cost, f, f)) for f in (0.8, 1.2)}, "skewed": {}}
     for gf, tf in ((0.8, 1.2), (1.2, 0.8)):
-        times = {k: at(p.plan, ScaledCost(res.costs[p.candidate], gf, tf)) for k, p in per_split.items()}
+        times = {k: at(p.plan, scaled(res.costs[p.candidate], gf, tf)) for k, p in res.best_per_split().items()}
         fastest = min(times, key=times.get)
         out["skewed"][f"rollout x{gf:g}, training x{tf:g}"] = {
             "chosen_s": times[b.candidate.split.key()], "best_split": fastest, "best_split_s": times[fastest]}
@@ -366,4 +360,4 @@ def divisors(n: int) -> list[int]:
 
 
 __all__ = ["AXES", "Candidate", "Infeasible", "MAX_SHARD_GROUPS", "PlanSearchError", "Probe", "STALE_CAPS",
-           "STALE_HOLDS", "ScaledCost", "SearchResult", "Source", "Split", "divisors", "robustness", "search"]
+           "STALE_HOLDS", "SearchResult", "Source", "Split", "divisors", "robustness", "scaled", "search"]

@@ -292,14 +292,6 @@ class ModeRun:
     def shard_groups(self) -> int:
         return self.candidate.shard_groups if len(self.plan.trainers) > 1 and self.plan.shard_ranks > 1 else 1
 
-    @property
-    def stale_hold(self) -> float:
-        return self.plan.stale_hold
-
-    @property
-    def gang_groups(self) -> bool:
-        return self.plan.gang_groups
-
 
 EXHAUSTIVE = 64  # per split, every combination up to this many (``sim.planner``: beyond, the coordinate descent)
 
@@ -325,19 +317,6 @@ def run_candidate(setup: Scenario, mode: Mode | str, c: Candidate, jitter: float
     cost, plan = PresetSource(setup, mode, bts, split=c.split).build(c)
     run = simulate(plan, cost, jitter=jitter, seed=seed, bts=bts, record=record)
     return ModeRun(mode, c, plan, run, note=c.split.label(setup.testbed.heterogeneous), search=res)
-
-
-def analytic_bound(plan: StepPlan, cost) -> float:
-    """max(rollout work / N_g, training work / N_t) + commit + publish: a lower bound of a pipelined step."""
-    from ..schedule import step_fragments, tsp_chunks
-
-    d = Durations(plan, cost)
-    coloc = not plan.generators
-    gen = sum(d.generate(fr.size, coloc, False) for fr in step_fragments(plan, 0))
-    train = plan.prompts * sum(d.train(c.size) for c in tsp_chunks(plan, 0, 0))
-    if coloc:  # colocated: the same ranks do both, one after the other
-        return (gen + train) / len(plan.trainers) + d.commit()
-    return max(gen / len(plan.generators), train / len(plan.trainers)) + d.commit() + d.publish()
 
 
 __all__ = ["EXHAUSTIVE", "ModeRun", "PresetSource", "Scenario", "ScenarioError", "colocated_options", "make_cost",
