@@ -249,22 +249,12 @@ def plan_words(row: dict) -> str:
     """The chosen plan's runtime settings beyond the split, in a few words: fragment size, chunk shape, publish
     path (``runtime.publish``), shard groups (``train.shard_groups``), TAG inference copy, stale hold, the
     sequence-parallel degrees of the trainer lanes and of the generators."""
-    words = [f"frag {row['fragment_size']}"]
-    if row.get("chunk"):
-        words.append("chunk {}x{}".format(*row["chunk"]))
-    if row.get("publish"):
-        words.append(row["publish"])
-    if row.get("shard_groups", 1) > 1:
-        words.append(f"k={row['shard_groups']}")
-    if row.get("tag_copy"):
-        words.append("tag copy")
-    if row.get("stale_hold"):
-        words.append(f"hold {row['stale_hold']:g}")
-    if row.get("sequence_parallel", 1) > 1:
-        words.append(f"sp {row['sequence_parallel']}")
-    if row.get("generator_sequence_parallel", 1) > 1:
-        words.append(f"gen sp {row['generator_sequence_parallel']}")
-    return ", ".join(words)
+    words = [f"frag {row['fragment_size']}", row.get("chunk") and "chunk {}x{}".format(*row["chunk"]),
+             row.get("publish"), row.get("shard_groups", 1) > 1 and f"k={row['shard_groups']}",
+             row.get("tag_copy") and "tag copy", row.get("stale_hold") and f"hold {row['stale_hold']:g}",
+             row.get("sequence_parallel", 1) > 1 and f"sp {row['sequence_parallel']}",
+             row.get("generator_sequence_parallel", 1) > 1 and f"gen sp {row['generator_sequence_parallel']}"]
+    return ", ".join(w for w in words if w)
 
 
 def main(argv: list[str] | None = None) -> int:

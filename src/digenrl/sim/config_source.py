@@ -23,11 +23,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config import ConfigError
-from ..control.profile import profile_at
 from ..schedule import Mode
 from .from_config import ConfigSimError, config_model, config_workload
 from .planner import STALE_CAPS, Candidate, Infeasible, Split, divisors
-from .scenario import PresetSource, Scenario, colocated_options, limits, make_cost, rule_chunk, split_options
+from .scenario import (PresetSource, Scenario, colocated_options, limits, make_cost, profile_cost, rule_chunk,
+                       split_options)
 
 
 class ConfigSource:
@@ -191,10 +191,7 @@ class ConfigSource:
 
     def _cost(self, c: Candidate, cc):
         if self.profile is not None:
-            cost = profile_at(self.profile, self.profile_trainers, c.split.n_train)
-            if isinstance(cost, str):
-                raise Infeasible(f"--profile: {cost}")
-            return cost
+            return profile_cost(self.profile, self.profile_trainers, c.split.n_train)
         setup = replace(self.preset.setup, workload=config_workload(cc, self.trained))
         return make_cost(setup, c, c.split.n_gen == 0)
 

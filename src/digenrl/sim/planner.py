@@ -107,25 +107,17 @@ class Candidate:
 
     def label(self, plan: StepPlan | None = None) -> str:
         """``3+5, fragment 4, chunk 24x2, stale cap 0.25, 2 shard groups, publish stream, ...``."""
-        out = f"{self.split.key()}, fragment {self.fragment_size}"
-        if plan is not None:
-            out += f", chunk {plan.chunk_generations}x{plan.chunk_timesteps}"
-        out += f", stale cap {self.max_stale_fraction:g}"
-        if self.shard_groups > 1:
-            out += f", {self.shard_groups} shard groups"
-        if self.split.n_gen:
-            out += f", publish {self.publish}"
-        if self.stale_hold:
-            out += f", stale hold {self.stale_hold:g}"
-        if self.tag_copy:
-            out += ", TAG inference copy"
-        if not self.gang_groups:
-            out += ", gangs of the head group"
-        if self.sequence_parallel > 1:
-            out += f", sequence parallel {self.sequence_parallel}"
-        if self.generator_sequence_parallel > 1:
-            out += f", generators of {self.generator_sequence_parallel} GPUs"
-        return out
+        words = [f"{self.split.key()}, fragment {self.fragment_size}",
+                 plan is not None and f"chunk {plan.chunk_generations}x{plan.chunk_timesteps}",
+                 f"stale cap {self.max_stale_fraction:g}",
+                 self.shard_groups > 1 and f"{self.shard_groups} shard groups",
+                 self.split.n_gen and f"publish {self.publish}",
+                 self.stale_hold and f"stale hold {self.stale_hold:g}",
+                 self.tag_copy and "TAG inference copy",
+                 not self.gang_groups and "gangs of the head group",
+                 self.sequence_parallel > 1 and f"sequence parallel {self.sequence_parallel}",
+                 self.generator_sequence_parallel > 1 and f"generators of {self.generator_sequence_parallel} GPUs"]
+        return ", ".join(w for w in words if w)
 
 
 class Source(Protocol):

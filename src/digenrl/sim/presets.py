@@ -126,33 +126,20 @@ class ModelPreset:
     forwards_per_step: int
     reward_tflop: float
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
+    def __getattr__(self, name: str):
+        """The registry's facts (``name``, ``video``, ``joint_text``, ``hidden`` = d_attn, ``source``, ...)."""
+        if name == "spec" or name.startswith("__"):  # (not set yet: a copy or unpickling probing the instance)
+            raise AttributeError(name)
+        return getattr(self.spec, name)
 
     @property
     def archi(self):
         return self.spec.arch
 
     @property
-    def video(self) -> bool:
-        return self.spec.video
-
-    @property
-    def joint_text(self) -> bool:
-        return self.spec.joint_text
-
-    @property
     def layers(self) -> int:
+        """Self-attention layers (joint or image stream): the all-to-alls of sequence parallelism."""
         return self.archi.attention_layers("joint", "img")
-
-    @property
-    def hidden(self) -> int:
-        return self.archi.d_attn
-
-    @property
-    def source(self) -> str:
-        return self.spec.source
 
 
 # Rewards: images scored by PickScore (CLIP ViT-H/14: 0.38 TFLOP per image+prompt, counted with

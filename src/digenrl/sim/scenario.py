@@ -10,12 +10,8 @@ cost model, at most its memory plan's chunk). The colocated mode is the flow_grp
 training (``sim.roofline``), wrapped by the scenario's ``variant`` (``sim.variants``, ``sim.baselines``), or a
 measured profile at the candidate's trainer count (``control.profile.profile_at``).
 
-Values (roofline costs): every fragment size (a divisor of G the generators hold), the shard-group counts of a
-sharded pool under TSP, TAG with and without an inference copy and both gang widths on a shard group, the
-publish paths (outside TCSS the one of the shortest span), and for a family with a sequence-parallel plan the
-Ulysses degrees of the trainer lanes and (disaggregated) of the generators: 1 and 2, 4, 8 where they fit one node
-and divide the heads and the pool's GPUs (``_degrees``). A profile prices only the pools it was measured on: the
-scenario's own training settings.
+Values (``PresetSource.values``): with roofline costs, every axis the planner's docstring lists (sequence-parallel
+degrees: ``_degrees``); a profile prices only the pools it was measured on: the scenario's own training settings.
 """
 
 from __future__ import annotations
@@ -89,14 +85,19 @@ def with_candidate(setup: Scenario, c: Candidate) -> Scenario:
     return replace(setup, workload=replace(setup.workload, training=t))
 
 
+def profile_cost(profile: CostModel, measured: int | None, n_train: int) -> CostModel:
+    """``profile`` at ``n_train`` trainer ranks (``control.profile.profile_at``). Raises ``Infeasible``."""
+    cost = profile_at(profile, measured, n_train)
+    if isinstance(cost, str):
+        raise Infeasible(f"--profile: {cost}")
+    return cost
+
+
 def make_cost(setup: Scenario, c: Candidate, colocated: bool = False):
     """The cost model of candidate ``c``: the roofline of its training (wrapped by the variant), or the profile at
     its trainer count. Raises ``Infeasible``."""
     if setup.profile is not None:
-        cost = profile_at(setup.profile, setup.profile_trainers, c.split.n_train)
-        if isinstance(cost, str):
-            raise Infeasible(f"--profile: {cost}")
-        return cost
+        return profile_cost(setup.profile, setup.profile_trainers, c.split.n_train)
     s = with_candidate(setup, c)
     try:
         cost = RooflineCost(s.model, s.workload, s.testbed, c.split.n_gen, c.split.n_train, colocated,
@@ -320,4 +321,4 @@ def run_candidate(setup: Scenario, mode: Mode | str, c: Candidate, jitter: float
 
 
 __all__ = ["EXHAUSTIVE", "ModeRun", "PresetSource", "Scenario", "ScenarioError", "colocated_options", "make_cost",
-           "make_plan", "run_candidate", "run_mode", "split_options", "with_candidate"]
+           "make_plan", "profile_cost", "run_candidate", "run_mode", "split_options", "with_candidate"]
