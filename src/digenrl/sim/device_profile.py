@@ -20,9 +20,7 @@ output projection, launches) is the intercept::
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..control.profile import profile_dict, save_profile
+from ..control.profile import profile_dict
 from ..models.specs import canonical, spec
 from .efficiency import line_fit
 
@@ -84,8 +82,4 @@ def profile_from_device(raw: dict, family: str = "flux") -> dict:
     return profile_dict(ops, source, (1, 1))
 
 
-def save_device_profile(profile: dict, path: str | Path) -> Path:
-    return save_profile(profile, path)
-
-
-__all__ = ["TARGET_UNITS", "affine_at", "profile_from_device", "save_device_profile"]
+__all__ = ["TARGET_UNITS", "affine_at", "profile_from_device"]

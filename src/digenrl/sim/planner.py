@@ -207,11 +207,8 @@ class _Search:
             self.seen[c] = None
             return None
         cost, plan, floor = b
-        if floor > above:
-            self.pruned += 1
-            self.tell(c)
-            return None
-        t = steady_step_time(plan, cost, bts=self.src.bts, above=above if self.prune else float("inf"))
+        t = None if floor > above else steady_step_time(plan, cost, bts=self.src.bts,
+                                                          above=above if self.prune else float("inf"))
         if t is None:
             self.pruned += 1
             self.tell(c)
