@@ -158,11 +158,8 @@ def _setup(args) -> Scenario:
 def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
               record_mode: str | None = None, bts: BTSConfig | None = None) -> dict[str, ModeRun]:
     """Every requested mode plus the two baselines (``naive``, ``colocated``) needed for the speedups."""
-    runs: dict[str, ModeRun] = {}
-    for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
-        runs[m] = run_mode(setup, m, gen_gpus if m != "colocated" else None, jitter, seed, bts=bts,
-                           record=(m == record_mode))
-    return runs
+    return {m: run_mode(setup, m, gen_gpus if m != "colocated" else None, jitter, seed, bts=bts,
+                        record=(m == record_mode)) for m in dict.fromkeys(list(modes) + ["naive", "colocated"])}
 
 
 def training_words(t: Training) -> str:
@@ -262,16 +259,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = build_parser()
     args = parse_with_overrides(ap, argv)  # KEY=VALUE positionals as --set
+    record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     if args.config is not None:
-        return _main_config(args)
+        return _main_config(args, record_mode)
     try:
         if args.model is None or args.testbed is None:
             raise CliError("--model and --testbed are required (or --config with --profile)")
         setup = _setup(args)
         bts = bts_of(args)
-        record_mode = None
-        if args.trace or args.gantt:
-            record_mode = args.trace_mode or args.modes[-1]
         runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode, bts)
         base = None if args.no_baselines or setup.profile is not None else run_baselines(setup, bts)
     except (CliError, PresetError, ScenarioError, ProfileError) as e:
@@ -299,13 +294,12 @@ def _emit(rows: list[dict], args, title: str) -> None:
         print_table(rows, title)
 
 
-def _main_config(args) -> int:
+def _main_config(args, record_mode: str | None) -> int:
     """``--config``: the run's own plan per mode, priced with the measured ``--profile`` or on ``--testbed``."""
     from ..config import ConfigError
     from .config_source import run_config_modes
     from .from_config import ConfigSimError
 
-    record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     try:
         if args.model:
             raise CliError("--config: give either --config or --model/--testbed, not both")

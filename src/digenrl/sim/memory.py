@@ -1,11 +1,9 @@
 """The roofline's memory: the memory plan of ``train.memory`` (what ``digenrl train`` refuses a config with), the one
 activation-memory model of the project, applied to the simulator's pools.
 
-A trainer rank holds its plan (``plan_memory``: weights, gradients, AdamW, EMA, the KL reference, autocast copies,
-the FSDP working set, the VAE, text encoders without a prompt cache, a reserve, and ``cells`` cells of
-activations, each rank of a sequence-parallel lane with its share of the tokens); a generator rank its
-``generator_bytes`` (a 16-bit replica, the VAE, the reserve and the sampling activations of its fragment). The
-capacity of a GPU is ``GPU.memory_gb`` GiB, the unit of ``train.memory_gb``. The plan's inputs are a config's own
+A trainer rank holds its plan (``plan_memory``, with its chunk's cells of activations), a generator rank its
+``generator_bytes`` (with its fragment's sampling activations). The capacity of a GPU is ``GPU.memory_gb`` GiB, the
+unit of ``train.memory_gb``. The plan's inputs are a config's own
 (``train.memory_check.inputs_from_config``, ``digenrl plan`` / ``simulate --config``) or, for a preset, what the roofline
 prices: bf16 weights with fp32 master weights and moments (bf16 mixed precision), LoRA of the preset's rank,
 recomputation as ``Training.recompute``, a prompt cache (no text encoders), the efficiency fit's reserve.
