@@ -3,10 +3,10 @@ activation-memory model of the project, applied to the simulator's pools.
 
 A trainer rank holds its plan (``plan_memory``, with its chunk's cells of activations), a generator rank its
 ``generator_bytes`` (with its fragment's sampling activations). The capacity of a GPU is ``GPU.memory_gb`` GiB, the
-unit of ``train.memory_gb``. The plan's inputs are a config's own
-(``train.memory_check.inputs_from_config``, ``digenrl plan`` / ``simulate --config``) or, for a preset, what the roofline
-prices: bf16 weights with fp32 master weights and moments (bf16 mixed precision), LoRA of the preset's rank,
-recomputation as ``Training.recompute``, a prompt cache (no text encoders), the efficiency fit's reserve.
+unit of ``train.memory_gb``. The plan's inputs (``preset_inputs``) are what the roofline prices: bf16 weights with
+fp32 master weights and moments (bf16 mixed precision), LoRA of the workload's rank, recomputation as
+``Training.recompute``, a prompt cache (no text encoders), the efficiency fit's reserve. (A config's own memory plan
+refuses its candidates first: ``sim.config_source``.)
 
 While a colocated rank generates, its gradients are free (the commit consumed them) and so are autocast's copies
 (they exist in a backward only); its optimizer moments (and EMA) are what it can offload to host

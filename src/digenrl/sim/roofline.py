@@ -63,8 +63,8 @@ a training cell pays it in its forward, its backward (the gradients' all-to-alls
 
 Memory: the memory plan of ``train.memory`` (``sim.memory``: the one activation model, calibrated against
 allocation-counted peaks), per trainer rank with its chunk's cells and per generator rank with its fragment; a
-GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``). ``memory``: the plan's inputs of a config
-(``train.memory_check.inputs_from_config``); None prices the preset's training (``sim.memory.preset_inputs``).
+GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``); the plan's inputs are the preset's training
+(``sim.memory.preset_inputs``).
 """
 
 from __future__ import annotations
@@ -94,13 +94,13 @@ class RooflineCost:
 
     ``colocated``: there is no generator pool; the ``n_train`` ranks generate and train. ``gen_gpu`` /
     ``train_gpu`` choose the GPU kind of each pool (default: the testbed's first kind for generators, its
-    second kind, if any, for trainers). ``eff`` overrides the fitted efficiency of both pools. ``assume``: the
-    named assumptions (exposed communication share, attention backward factor; ``sim.assumptions``).
+    second kind, if any, for trainers). ``assume``: the named assumptions (exposed communication share, attention
+    backward factor; ``sim.assumptions``).
     """
 
     def __init__(self, model: ModelPreset, workload: Workload, testbed: Testbed, n_gen: int, n_train: int,
-                 colocated: bool = False, eff: Efficiency | None = None, gen_gpu: GPU | None = None,
-                 train_gpu: GPU | None = None, assume: Assumptions = DEFAULT, memory=None):
+                 colocated: bool = False, gen_gpu: GPU | None = None, train_gpu: GPU | None = None,
+                 assume: Assumptions = DEFAULT):
         self.model, self.workload, self.testbed = model, workload, testbed
         self.assume = assume
         self.n_gen, self.n_train, self.colocated = n_gen, n_train, colocated
@@ -109,7 +109,7 @@ class RooflineCost:
         self.gpu = {GENERATOR: gen_gpu or testbed.gpu, TRAINER: train_gpu}
         if colocated:
             self.gpu[GENERATOR] = train_gpu
-        self.effs = {p: eff or efficiency_for(g) for p, g in self.gpu.items()}
+        self.effs = {p: efficiency_for(g) for p, g in self.gpu.items()}
         self.eff = self.effs[TRAINER]
         m, arch = model, model.archi
         self.params = float(arch.params)
@@ -139,8 +139,7 @@ class RooflineCost:
         self.gather_s = self._group_ring(2.0 * self.params) if self.sharded else 0.0
         self.scatter_s = self._group_ring(4.0 * self.trainable) if self.grouped else 0.0
         self.train_fps = workload.algorithm.train_forwards(m.forwards_per_step)  # DiffusionNFT trains CFG-free
-        base = memory if memory is not None else preset_inputs(m, workload, self.training, self.eff.reserve_gb)
-        self.memory = PoolMemory.of(base, ranks=n, sharded=self.sharded, sequence=self.sp[TRAINER],
+        self.memory = PoolMemory.of(preset_inputs(m, workload, self.training, self.eff.reserve_gb), ranks=n, sharded=self.sharded, sequence=self.sp[TRAINER],
                                     train_forwards=self.train_fps, sample_forwards=m.forwards_per_step,
                                     generator_sequence=self.sp[GENERATOR],
                                     train_gb=train_gpu.memory_gb, gen_gb=self.gpu[GENERATOR].memory_gb)
