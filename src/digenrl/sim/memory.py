@@ -48,10 +48,6 @@ class PoolMemory:
         return cls(plan_memory(trainer), gen, train_gb * GiB, gen_gb * GiB)
 
     @property
-    def state(self) -> float:
-        return self.plan.state
-
-    @property
     def max_cells(self) -> int:
         """Cells of one chunk a trainer rank fits (0: not even one)."""
         return self.plan.max_cells(self.train_capacity)
@@ -71,7 +67,7 @@ class PoolMemory:
         """What a colocated rank holds while it generates (module docstring), for ``sim.colocation``."""
         items = self.plan.items
         movable = items.get("optimizer", 0.0) + items.get("ema", 0.0)
-        resident = self.state - items.get("grads", 0.0) - items.get("cast", 0.0) - items["reserve"] - movable
+        resident = self.plan.state - items.get("grads", 0.0) - items.get("cast", 0.0) - items["reserve"] - movable
         return RankMemory(resident, movable, items.get("grads", 0.0), items["reserve"])
 
 

@@ -139,9 +139,9 @@ class RooflineCost:
         self.gather_s = self._group_ring(2.0 * self.params) if self.sharded else 0.0
         self.scatter_s = self._group_ring(4.0 * self.trainable) if self.grouped else 0.0
         self.train_fps = workload.algorithm.train_forwards(m.forwards_per_step)  # DiffusionNFT trains CFG-free
-        self.memory = PoolMemory.of(preset_inputs(m, workload, self.training, self.eff.reserve_gb), ranks=n, sharded=self.sharded, sequence=self.sp[TRAINER],
-                                    train_forwards=self.train_fps, sample_forwards=m.forwards_per_step,
-                                    generator_sequence=self.sp[GENERATOR],
+        self.memory = PoolMemory.of(preset_inputs(m, workload, self.training, self.eff.reserve_gb), ranks=n,
+                                    sharded=self.sharded, sequence=self.sp[TRAINER], train_forwards=self.train_fps,
+                                    sample_forwards=m.forwards_per_step, generator_sequence=self.sp[GENERATOR],
                                     train_gb=train_gpu.memory_gb, gen_gb=self.gpu[GENERATOR].memory_gb)
         self.act_cell = self.memory.plan.act_cell   # bytes of one cell's activations on a trainer rank
         self.act_infer = self.memory.generation_bytes(1)  # of one trajectory's sampling
@@ -172,9 +172,6 @@ class RooflineCost:
         return overlapped(compute_s, comm_s, self.assume.exposed_comm)
 
     # ---- memory ------------------------------------------------------------------------------------
-    def trainer_state_bytes(self) -> float:
-        return self.memory.state
-
     @property
     def max_cells(self) -> int:
         """Largest chunk (cells) whose activations fit next to the training state (per rank)."""
@@ -210,7 +207,8 @@ class RooflineCost:
     @property
     def inference_copy_fits(self) -> bool:
         """Sharded trainer: room for a bf16 inference copy + one generation next to the training state."""
-        return not self.sharded or self.memory.train_capacity - self.memory.state >= 2.0 * self.params + self.act_infer
+        free = self.memory.train_capacity - self.memory.plan.state
+        return not self.sharded or free >= 2.0 * self.params + self.act_infer
 
     @property
     def max_fragment(self) -> int:
