@@ -75,6 +75,17 @@ def test_the_floor_is_never_above_the_simulated_step_time(tmp_path):
     assert max(ratios) > 0.95  # tight where a pool's work alone decides (so the pruning has teeth)
 
 
+def test_scaled_skews_rollout_against_training(tmp_path):
+    """``planner.scaled`` (the robustness report's skew): denoise, VAE, reward, transfer and the TAG switch x gen on
+    either pool; train, commit (all-reduce, optimizer) and publish x train."""
+    base = _profile(tmp_path, 2)
+    skewed = scaled(base, 3.0, 0.5)
+    for op in OPS:
+        for pool in ("generator", "trainer"):
+            f = 3.0 if op in ("denoise", "vae_decode", "reward", "transfer", "tag_switch") else 0.5
+            assert skewed.time(op, 1, pool) == base.time(op, 1, pool) * f, (op, pool)
+
+
 def _both(cfg, workers, cost, trainers, **kw):
     src = ConfigSource(cfg, workers, profile=cost, profile_trainers=trainers)
     a = search(src, probe_steps=4, prune=False, **kw)

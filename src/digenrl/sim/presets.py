@@ -127,7 +127,7 @@ class ModelPreset:
     reward_tflop: float
 
     def __getattr__(self, name: str):
-        """The registry's facts (``name``, ``video``, ``joint_text``, ``hidden`` = d_attn, ``source``, ...)."""
+        """The registry's facts (``name``, ``video``, ``joint_text``, ``hidden``, ``source``, ...) from ``spec``."""
         if name == "spec" or name.startswith("__"):  # (not set yet: a copy or unpickling probing the instance)
             raise AttributeError(name)
         return getattr(self.spec, name)

@@ -195,7 +195,8 @@ class RooflineCost:
         if d == 1:
             return 0.0
         slots = (self.train_slots if pool == TRAINER or self.colocated else self.gen_slots)[:d]
-        return 4 * self.model.layers * self.fabric.all_to_all_s(self.latent_tokens / d * self.model.hidden * 2.0, slots)
+        nbytes = self.latent_tokens / d * self.model.archi.d_attn * 2.0
+        return 4 * self.model.layers * self.fabric.all_to_all_s(nbytes, slots)
 
     def fwd_share(self, pool: str) -> tuple[float, float]:
         """(forward FLOPs, linear FLOPs) of one rank's share of one sample-forward (``models.flops``)."""
