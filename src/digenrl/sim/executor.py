@@ -82,13 +82,12 @@ class VirtualExecutor:
 
 
 def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
-             bts: BTSConfig | None = None, record: bool = True, max_events: int = 10_000_000,
-             profile: CostModel | None = None) -> RunResult:
+             bts: BTSConfig | None = None, record: bool = True, profile: CostModel | None = None) -> RunResult:
     """Run ``plan`` to completion in virtual time. ``record`` keeps the (start, action) log and the events.
     ``bts``: the TAG decision policy and BTS options (``BTSConfig``; ``policy`` bts, greedy or none).
     ``profile``: the cost model the scheduler and BTS plan with, where it differs from ``cost``, the one the
     actions take (a run on a machine its profile misjudges; ``BTSConfig.online`` then refines it)."""
-    ex = VirtualExecutor(plan, cost, jitter, seed, max_events)
+    ex = VirtualExecutor(plan, cost, jitter, seed)
     sched = Scheduler(plan, cost=cost if profile is None else profile, bts_config=bts)
     timeline = Timeline(plan)
     try:
@@ -122,8 +121,8 @@ class _CappedExecutor(VirtualExecutor):
     above ``cap`` seconds: events come in time order and the last publish is the last event, so at an event at
     t, t_pub(K) - t_pub(1) >= t - t_pub(1)."""
 
-    def __init__(self, plan, cost, max_events, stats, cap):
-        super().__init__(plan, cost, 0.0, 0, max_events)
+    def __init__(self, plan, cost, stats, cap):
+        super().__init__(plan, cost)
         self.stats, self.limit = stats, cap * (plan.steps - 1) * (1.0 + 1e-9)  # margin: float rounding
 
     def wait(self):
@@ -135,7 +134,7 @@ class _CappedExecutor(VirtualExecutor):
 
 
 def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None = None,
-                     max_events: int = 10_000_000, above: float = float("inf")) -> float | None:
+                     above: float = float("inf")) -> float | None:
     """``simulate(plan, cost, bts=bts, record=False).timing()["steady_step_time_s"]``, the same run and the same
     float, (t_pub(K) - t_pub(1)) / (K - 1) from the scheduler's step statistics, without building spans, the
     log or the other run figures (the planner's probes). Needs K = ``plan.steps`` >= 3. ``above``: None as soon
@@ -143,8 +142,7 @@ def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None =
     if plan.steps < 3:
         raise ValueError(f"steps: a steady step time needs at least 3 steps (got {plan.steps})")
     sched = Scheduler(plan, cost=cost, bts_config=bts)
-    ex = (VirtualExecutor(plan, cost, 0.0, 0, max_events) if above == float("inf")
-          else _CappedExecutor(plan, cost, max_events, sched.stats, above))
+    ex = VirtualExecutor(plan, cost) if above == float("inf") else _CappedExecutor(plan, cost, sched.stats, above)
     try:
         run_loop(sched, ex, _Untimed)
     except LoopError as e:

@@ -78,15 +78,12 @@ from .colocation import GB, colocated_switch
 from .comm import Fabric, overlapped, pool_slots
 from .efficiency import Efficiency, efficiency_for
 from .memory import PoolMemory, preset_inputs
+from .planner import Infeasible as InfeasibleError  # the model does not fit the pool's GPUs under this split
 from .presets import GPU, ModelPreset, Testbed, Workload, tokens_per_sample
 
 HOST_COPY_GBS = 10.0     # host memcpy into the object store's shared memory (assumed, single stream)
 
 __all__ = ["Efficiency", "InfeasibleError", "RooflineCost"]
-
-
-class InfeasibleError(ValueError):
-    """The model does not fit the pool's GPUs under this split."""
 
 
 class RooflineCost:

@@ -29,7 +29,7 @@ from .assumptions import DEFAULT, Assumptions
 from .executor import simulate
 from .planner import MAX_SHARD_GROUPS, Candidate, Infeasible, SearchResult, Split, divisors, search
 from .presets import PUBLISH_PATHS, ModelPreset, Testbed, Workload
-from .roofline import InfeasibleError, RooflineCost
+from .roofline import RooflineCost
 
 
 class ScenarioError(ValueError):
@@ -99,11 +99,8 @@ def make_cost(setup: Scenario, c: Candidate, colocated: bool = False):
     if setup.profile is not None:
         return profile_cost(setup.profile, setup.profile_trainers, c.split.n_train)
     s = with_candidate(setup, c)
-    try:
-        cost = RooflineCost(s.model, s.workload, s.testbed, c.split.n_gen, c.split.n_train, colocated,
-                            gen_gpu=c.split.gen_gpu, train_gpu=c.split.train_gpu, assume=s.assume)
-    except InfeasibleError as e:
-        raise Infeasible(str(e)) from None
+    cost = RooflineCost(s.model, s.workload, s.testbed, c.split.n_gen, c.split.n_train, colocated,
+                        gen_gpu=c.split.gen_gpu, train_gpu=c.split.train_gpu, assume=s.assume)  # raises Infeasible
     return s.variant(cost) if s.variant is not None else cost
 
 
