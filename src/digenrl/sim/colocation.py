@@ -34,10 +34,6 @@ class RankMemory:
     grads: float         # gradient accumulation buffer (free while generating)
     reserve: float
 
-    @property
-    def training(self) -> float:
-        return self.params + self.optimizer + self.grads + self.reserve
-
 
 @dataclass(frozen=True)
 class ColocatedSwitch:

@@ -126,7 +126,8 @@ class ConfigSource:
         plan = run.plan
         if plan.mode.tsp and not self.pinned:
             cg, cs = rule_chunk(plan, cost, max_cells if max_cells else plan.generations * plan.trained_timesteps)
-            cc = _with_chunk(cc, cg, cs)
+            cc = cc.model_copy(update={"train": cc.train.model_copy(
+                update={"chunk_generations": cg, "chunk_timesteps": cs, "chunk_cells": None})})
             plan = self._plan(cc)[0].plan
         if w is not None:
             plan = replace(plan, sampling_steps=cost.workload.denoise_steps if hasattr(cost, "workload")
@@ -258,11 +259,6 @@ def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, t
         runs[m] = ModeRun(Mode(m), c, plan, simulate(plan, cost, jitter=jitter, seed=seed, bts=src.bts,
                                                      record=(m == record_mode)), note, res)
     return runs
-
-
-def _with_chunk(cc, cg: int, cs: int):
-    return cc.model_copy(update={"train": cc.train.model_copy(
-        update={"chunk_generations": cg, "chunk_timesteps": cs, "chunk_cells": None})})
 
 
 def _unsharded_colocated(cc):
