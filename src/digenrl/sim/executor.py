@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from types import SimpleNamespace
 from typing import Mapping, Sequence
 
 from ..control.loop import Completion, Interval, LoopError, run_loop, tie_order
@@ -100,16 +101,8 @@ def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, fl
     return res
 
 
-class _Untimed:
-    """The control loop's timeline hooks, keeping nothing (``steady_step_time``)."""
-
-    @staticmethod
-    def launched(actions, t):
-        return actions
-
-    @staticmethod
-    def record(c) -> None:
-        pass
+# the control loop's timeline hooks, keeping nothing (``steady_step_time``)
+_UNTIMED = SimpleNamespace(launched=lambda actions, t: actions, record=lambda c: None)
 
 
 class _Above(Exception):
@@ -144,7 +137,7 @@ def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None =
     sched = Scheduler(plan, cost=cost, bts_config=bts)
     ex = VirtualExecutor(plan, cost) if above == float("inf") else _CappedExecutor(plan, cost, sched.stats, above)
     try:
-        run_loop(sched, ex, _Untimed)
+        run_loop(sched, ex, _UNTIMED)
     except LoopError as e:
         raise SimulationError(str(e)) from None
     except _Above:
