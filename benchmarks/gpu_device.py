@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from digenrl.sim.device_profile import profile_from_device, save_device_profile
+    from digenrl.control.profile import save_profile
+    from digenrl.sim.device_profile import profile_from_device
 
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     for fam in a.families:  # one profile per family measured (FLUX's is profile_device.json)
         name = "profile_device.json" if fam == "flux" else f"profile_device_{fam}.json"
         try:
-            save_device_profile(profile_from_device(raw, fam), out_dir / name)
+            save_profile(profile_from_device(raw, fam), out_dir / name)
         except (KeyError, ValueError) as e:
             print(f"profile {fam}: not written ({e})", flush=True)
     return 0 if all(s["ok"] for s in raw["stages"].values()) else 1

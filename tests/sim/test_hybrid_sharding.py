@@ -48,7 +48,7 @@ def test_commit_adds_the_ring_all_reduce_of_the_gradient_shards_across_groups():
 def test_a_group_is_priced_as_a_pool_of_its_own_ranks():
     two, alone = _cost(2), _cost(1, n_train=12)
     assert two.group_ranks == 12 and two.max_chunk == alone.max_chunk  # 12 x the per-rank cells
-    assert two.trainer_state_bytes() == alone.trainer_state_bytes()  # sharded over the group's 12 ranks
+    assert two.memory.plan.state == alone.memory.plan.state  # sharded over the group's 12 ranks
     for c in (1, 12, 13, 30):
         assert two.time("train_chunk", c, "trainer") == alone.time("train_chunk", c, "trainer")
         assert math.ceil(c / 12) == two._share(c, "trainer")

@@ -14,7 +14,7 @@ from digenrl.sim import planner
 from digenrl.sim.config_source import ConfigSource
 from digenrl.sim.executor import simulate, steady_step_time
 from digenrl.sim.plan_bound import step_time_floor
-from digenrl.sim.planner import ScaledCost, robustness, search
+from digenrl.sim.planner import robustness, scaled, search
 
 OPS = {"denoise": [[1, 0.004], [4, 0.010]], "vae_decode": [[1, 0.001]], "reward": [[1, 0.0005]],
        "transfer": [[1, 0.0001]], "train_chunk": [[1, 0.006], [8, 0.03]], "allreduce": [[1, 0.004]],
@@ -67,12 +67,23 @@ def test_the_floor_is_never_above_the_simulated_step_time(tmp_path):
     split = _profile(tmp_path, 2, SPLIT_PUBLISH)
     ratios = []
     for plan in _plans():
-        for cost in (base, ScaledCost(base, 5.0, 0.2), ScaledCost(base, 0.2, 5.0), split):
+        for cost in (base, scaled(base, 5.0, 0.2), scaled(base, 0.2, 5.0), split):
             sim = simulate(plan, cost, record=False).timing()["steady_step_time_s"]
             floor = step_time_floor(plan, cost)
             assert 0.0 < floor <= sim, (plan, floor, sim)
             ratios.append(floor / sim)
     assert max(ratios) > 0.95  # tight where a pool's work alone decides (so the pruning has teeth)
+
+
+def test_scaled_skews_rollout_against_training(tmp_path):
+    """``planner.scaled`` (the robustness report's skew): denoise, VAE, reward, transfer and the TAG switch x gen on
+    either pool; train, commit (all-reduce, optimizer) and publish x train."""
+    base = _profile(tmp_path, 2)
+    skewed = scaled(base, 3.0, 0.5)
+    for op in OPS:
+        for pool in ("generator", "trainer"):
+            f = 3.0 if op in ("denoise", "vae_decode", "reward", "transfer", "tag_switch") else 0.5
+            assert skewed.time(op, 1, pool) == base.time(op, 1, pool) * f, (op, pool)
 
 
 def _both(cfg, workers, cost, trainers, **kw):
@@ -96,7 +107,7 @@ def _case_runs(tmp_path):
     for (mode, trainers, kw), (gf, tf) in itertools.product(CASES, SKEWS):
         pools = ["runtime.generators=1", "runtime.trainers=3"] if mode == "colocated" else []
         cfg = load_config(None, TINY + [f"runtime.mode={mode}"] + pools)
-        yield (mode, kw, gf, tf), _both(cfg, 3, ScaledCost(_profile(tmp_path, trainers), gf, tf), trainers, **kw)
+        yield (mode, kw, gf, tf), _both(cfg, 3, scaled(_profile(tmp_path, trainers), gf, tf), trainers, **kw)
 
 
 def test_pruned_search_returns_the_exhaustive_result(tmp_path):

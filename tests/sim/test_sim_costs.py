@@ -195,7 +195,7 @@ def test_memory_limits():
     assert ok.max_cells >= 1
     items = ok.memory.plan.items
     assert items["grads"] == pytest.approx(4 * MODELS["qwen_image"].archi.params / 24)  # reduce-scattered per chunk
-    assert ok.trainer_state_bytes() + ok.max_cells * ok.act_cell <= 48 * 2**30
+    assert ok.memory.plan.state + ok.max_cells * ok.act_cell <= 48 * 2**30
 
 
 def test_heterogeneous_pools_price_each_side_on_its_gpu():

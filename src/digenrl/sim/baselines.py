@@ -37,7 +37,7 @@ with full fine-tuning against DanceGRPO.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..schedule.cost import TRAINER
 from ..models.specs import canonical
@@ -131,12 +131,7 @@ def dancegrpo(model: str) -> Baseline:
 def baselines(model: str, training: Training) -> list[Baseline]:
     """The baselines of ``model``: the idealised bound (with the scenario's ``training``), flow_grpo where it
     has a config, DanceGRPO's loop."""
-    out = [idealised(training)]
-    fg = flow_grpo(model)
-    if fg is not None:
-        out.append(fg)
-    out.append(dancegrpo(model))
-    return out
+    return [b for b in (idealised(training), flow_grpo(model), dancegrpo(model)) if b is not None]
 
 
 @dataclass
@@ -164,11 +159,6 @@ class DanceGRPOLoop:
 
     base: RooflineCost
 
-    @property
-    def scatter_fp32_s(self) -> float:
-        b = self.base
-        return b.fabric.ring_s(4.0 * b.trainable, b.train_slots)
-
     def time(self, op: str, batch: int, pool: str) -> float:
         b, n = self.base, max(1, batch)
         ov = b.effs[TRAINER].overhead_s
@@ -179,18 +169,14 @@ class DanceGRPOLoop:
             return n * b.time(op, 1, pool)
         if op == "train_chunk":
             comp = b.train_compute(b.train_flops_per_cell(), b.train_fps * b.seq)
-            comm = (2.0 + b.workload.algorithm.old_forwards()) * b.gather_s + self.scatter_fp32_s
+            scatter_fp32 = b.fabric.ring_s(4.0 * b.trainable, b.train_slots)
+            comm = (2.0 + b.workload.algorithm.old_forwards()) * b.gather_s + scatter_fp32
             return n * (b._comm(comp, comm) + 3 * ov)
         if op == "allreduce":  # reduce-scattered inside every cell's backward: the clip norm's all-reduce is left
             return 1e-3
         if op == "tag_switch":  # samples on the FSDP module: no inference copy to build
             return 0.0
         return b.time(op, batch, pool)
-
-
-def with_training(workload, training: Training):
-    """``workload`` trained as ``training`` (a baseline's own)."""
-    return replace(workload, training=training)
 
 
 __all__ = ["Baseline", "DANCEGRPO", "DanceGRPOLoop", "FLOW_GRPO", "FlowGRPOLoop", "PeerConfig", "baselines",

@@ -16,7 +16,7 @@ import json
 import sys
 from dataclasses import replace
 
-from ..control.profile import ProfileError, load_profile
+from ..control.profile import ProfileError, load_profile, profile_pools
 from ..control.timeline import RunResult
 from ..schedule import MODES, TAG_POLICIES, BTSConfig, Mode
 from .algorithms import Algorithm, AlgorithmError
@@ -95,17 +95,22 @@ def _check_modes(args) -> None:
         raise CliError(f"--trace-mode: {args.trace_mode!r} is not among --modes")
 
 
+def _at_least(args, opt: str, lo):
+    """``args.<opt>`` (None when not given), refused below ``lo``."""
+    v = getattr(args, opt)
+    if v is not None and v < lo:
+        raise CliError(f"--{opt.replace('_', '-')}: must be >= {lo} (got {v})")
+    return v
+
+
 def bts_of(args) -> BTSConfig:
     """--tag-policy / --bts-depth / --bts-budget-nodes as the scheduler's ``BTSConfig``."""
     if args.tag_policy not in TAG_POLICIES:
         raise CliError(f"--tag-policy: unknown policy {args.tag_policy!r} (choose from {', '.join(TAG_POLICIES)})")
     opts = {"policy": args.tag_policy}
     for opt, key, lo in (("bts_depth", "depth", 0), ("bts_budget_nodes", "budget_nodes", 1)):
-        v = getattr(args, opt)
-        if v is not None:
-            if v < lo:
-                raise CliError(f"--{opt.replace('_', '-')}: must be >= {lo} (got {v})")
-            opts[key] = v
+        if _at_least(args, opt, lo) is not None:
+            opts[key] = getattr(args, opt)
     return BTSConfig(**opts)
 
 
@@ -119,14 +124,8 @@ def _setup(args) -> Scenario:
     if args.gen_gpus is not None and not 1 <= args.gen_gpus < gpus:
         raise CliError(f"--gen-gpus: {args.gen_gpus} must be at least 1 and less than --gpus ({gpus})")
     w = workload_preset(args.model)
-    changes = {}
-    for opt, field, lo in (("sampling_steps", "sampling_steps", 1), ("prompts", "prompts", 1),
-                           ("generations", "generations", 1)):
-        v = getattr(args, opt)
-        if v is not None:
-            if v < lo:
-                raise CliError(f"--{opt.replace('_', '-')}: must be >= {lo} (got {v})")
-            changes[field] = v
+    changes = {f: getattr(args, f) for f in ("sampling_steps", "prompts", "generations")
+               if _at_least(args, f, 1) is not None}
     if args.timestep_fraction is not None:
         if not 0.0 < args.timestep_fraction <= 1.0:
             raise CliError(f"--timestep-fraction: must lie in (0, 1] (got {args.timestep_fraction})")
@@ -139,28 +138,19 @@ def _setup(args) -> Scenario:
         replace(w, **changes).trained_timesteps
     except AlgorithmError as e:
         raise CliError(str(e)) from None
-    if args.lora_rank < 0:
-        raise CliError(f"--lora-rank: must be >= 0 (got {args.lora_rank})")
-    if args.lora_rank:
+    if _at_least(args, "lora_rank", 0):
         changes["training"] = Training(lora_rank=args.lora_rank, sharded=False)
     try:
         assume = Assumptions(args.exposed_comm, args.attn_backward)
     except ValueError as e:
         raise CliError(f"--{str(e).split(':')[0].replace('_', '-')}:{str(e).split(':', 1)[1]}") from None
-    if args.steps < 1:
-        raise CliError(f"--steps: must be >= 1 (got {args.steps})")
+    _at_least(args, "steps", 1)
     if not 0.0 <= args.max_stale_fraction <= 1.0:
         raise CliError(f"--max-stale-fraction: must lie in [0, 1] (got {args.max_stale_fraction})")
-    if args.jitter < 0:
-        raise CliError(f"--jitter: must be >= 0 (got {args.jitter})")
-    if args.gantt_steps < 1:
-        raise CliError(f"--gantt-steps: must be >= 1 (got {args.gantt_steps})")
+    _at_least(args, "jitter", 0)
+    _at_least(args, "gantt_steps", 1)
     profile = load_profile(args.profile) if args.profile else None
-    measured = None
-    if args.profile:
-        from ..control.profile import profile_pools
-
-        measured = profile_pools(args.profile)[1]
+    measured = profile_pools(args.profile)[1] if args.profile else None
     return Scenario(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile,
                     assume=assume, profile_trainers=measured)
 
@@ -168,11 +158,8 @@ def _setup(args) -> Scenario:
 def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
               record_mode: str | None = None, bts: BTSConfig | None = None) -> dict[str, ModeRun]:
     """Every requested mode plus the two baselines (``naive``, ``colocated``) needed for the speedups."""
-    runs: dict[str, ModeRun] = {}
-    for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
-        runs[m] = run_mode(setup, m, gen_gpus if m != "colocated" else None, jitter, seed, bts=bts,
-                           record=(m == record_mode))
-    return runs
+    return {m: run_mode(setup, m, gen_gpus if m != "colocated" else None, jitter, seed, bts=bts,
+                        record=(m == record_mode)) for m in dict.fromkeys(list(modes) + ["naive", "colocated"])}
 
 
 def training_words(t: Training) -> str:
@@ -199,9 +186,8 @@ def run_baselines(setup: Scenario, bts: BTSConfig | None = None) -> list[dict]:
 
 
 def rows_of(runs: dict, modes: list[str], baselines: list[dict] | None = None) -> list[dict]:
-    """One row per mode; a run has ``result``, ``plan``, ``n_gen``, ``n_train`` and ``note`` (``ModeRun`` or
-    ``from_config.ConfigRun``). ``baselines`` (``run_baselines``): each row carries each one's step time and
-    the mode's speedup over it (``baseline step / mode step``)."""
+    """One row per mode of ``runs`` (``scenario.ModeRun``). ``baselines`` (``run_baselines``): each row carries each
+    one's step time and the mode's speedup over it (``baseline step / mode step``)."""
     naive, coloc = runs["naive"].result.step_time, runs["colocated"].result.step_time
     rows = []
     for m in modes:
@@ -214,14 +200,12 @@ def rows_of(runs: dict, modes: list[str], baselines: list[dict] | None = None) -
             "tag_fragments_per_step": res.tag_fragments_per_step,
             "gen_gpus": r.n_gen, "trainer_gpus": r.n_train, "fragment_size": r.plan.fragment_size,
             "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps] if Mode(m).tsp else None,
-            "note": r.note, "tag_copy": bool(getattr(r, "tag_copy", False)),
-            "publish": getattr(r, "publish", ""), "shard_groups": getattr(r, "shard_groups", 1),
-            "stale_hold": getattr(r, "stale_hold", 0.0),
-            "gang_groups": getattr(r, "gang_groups", r.plan.gang_groups),
+            "note": r.note, "tag_copy": bool(r.tag_copy), "publish": r.publish, "shard_groups": r.shard_groups,
+            "stale_hold": r.plan.stale_hold, "gang_groups": r.plan.gang_groups,
             "sequence_parallel": r.plan.sequence_parallel,
             "generator_sequence_parallel": r.plan.generator_sequence_parallel,
-            "label": r.candidate.label(r.plan) if hasattr(r, "candidate") else "",
-            "planned_step_s": r.search.best.step_time if getattr(r, "search", None) is not None else None,
+            "label": r.candidate.label(r.plan),
+            "planned_step_s": r.search.best.step_time if r.search is not None else None,
         })
         if baselines is not None:
             rows[-1]["baselines"] = {b["name"]: {**b, "speedup": (b["step_time_s"] / res.step_time
@@ -231,13 +215,9 @@ def rows_of(runs: dict, modes: list[str], baselines: list[dict] | None = None) -
 
 
 def print_table(rows: list[dict], title: str) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # pragma: no cover - rich is a dependency
-        for r in rows:
-            print(r)
-        return
+    from rich.console import Console
+    from rich.table import Table
+
     t = Table(title=title)
     for col in ("mode", "split g+t", "step time (s)", "vs naive", "vs colocated", "gen idle", "trainer idle",
                 "TAG frags/step", "stale", "plan"):
@@ -266,22 +246,12 @@ def plan_words(row: dict) -> str:
     """The chosen plan's runtime settings beyond the split, in a few words: fragment size, chunk shape, publish
     path (``runtime.publish``), shard groups (``train.shard_groups``), TAG inference copy, stale hold, the
     sequence-parallel degrees of the trainer lanes and of the generators."""
-    words = [f"frag {row['fragment_size']}"]
-    if row.get("chunk"):
-        words.append("chunk {}x{}".format(*row["chunk"]))
-    if row.get("publish"):
-        words.append(row["publish"])
-    if row.get("shard_groups", 1) > 1:
-        words.append(f"k={row['shard_groups']}")
-    if row.get("tag_copy"):
-        words.append("tag copy")
-    if row.get("stale_hold"):
-        words.append(f"hold {row['stale_hold']:g}")
-    if row.get("sequence_parallel", 1) > 1:
-        words.append(f"sp {row['sequence_parallel']}")
-    if row.get("generator_sequence_parallel", 1) > 1:
-        words.append(f"gen sp {row['generator_sequence_parallel']}")
-    return ", ".join(words)
+    words = [f"frag {row['fragment_size']}", row.get("chunk") and "chunk {}x{}".format(*row["chunk"]),
+             row.get("publish"), row.get("shard_groups", 1) > 1 and f"k={row['shard_groups']}",
+             row.get("tag_copy") and "tag copy", row.get("stale_hold") and f"hold {row['stale_hold']:g}",
+             row.get("sequence_parallel", 1) > 1 and f"sp {row['sequence_parallel']}",
+             row.get("generator_sequence_parallel", 1) > 1 and f"gen sp {row['generator_sequence_parallel']}"]
+    return ", ".join(w for w in words if w)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,16 +259,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = build_parser()
     args = parse_with_overrides(ap, argv)  # KEY=VALUE positionals as --set
+    record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     if args.config is not None:
-        return _main_config(args)
+        return _main_config(args, record_mode)
     try:
         if args.model is None or args.testbed is None:
             raise CliError("--model and --testbed are required (or --config with --profile)")
         setup = _setup(args)
         bts = bts_of(args)
-        record_mode = None
-        if args.trace or args.gantt:
-            record_mode = args.trace_mode or args.modes[-1]
         runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode, bts)
         base = None if args.no_baselines or setup.profile is not None else run_baselines(setup, bts)
     except (CliError, PresetError, ScenarioError, ProfileError) as e:
@@ -326,13 +294,12 @@ def _emit(rows: list[dict], args, title: str) -> None:
         print_table(rows, title)
 
 
-def _main_config(args) -> int:
+def _main_config(args, record_mode: str | None) -> int:
     """``--config``: the run's own plan per mode, priced with the measured ``--profile`` or on ``--testbed``."""
     from ..config import ConfigError
     from .config_source import run_config_modes
     from .from_config import ConfigSimError
 
-    record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     try:
         if args.model:
             raise CliError("--config: give either --config or --model/--testbed, not both")
@@ -353,14 +320,11 @@ def _main_config(args) -> int:
         if args.profile is not None:
             if args.gpus is not None:
                 raise CliError("--gpus: with --profile the pools are the config's (use --set runtime.generators=...)")
-            from ..control.profile import profile_pools
-
             runs = run_config_modes(config, args.sets, args.modes, profile=load_profile(args.profile),
                                     profile_trainers=profile_pools(args.profile)[1], **kw)
             title = f"{args.config} with profile {args.profile}"
         else:
-            if args.steps < 1:
-                raise CliError(f"--steps: must be >= 1 (got {args.steps})")
+            _at_least(args, "steps", 1)
             testbed = testbed_preset(args.testbed)
             runs = run_config_modes(config, args.sets + [f"steps={args.steps}"], args.modes, testbed=testbed, **kw)
             title = f"{args.config} on testbed {testbed.name} ({testbed.description}), {args.steps} steps"

@@ -1,8 +1,7 @@
 """Memory per rank and the switch work of a colocated step, from hardware facts (bytes / bandwidth).
 
-Bytes per rank: the memory plan of ``train.memory`` (``sim.memory.PoolMemory.colocated``: what stays resident,
-what can move to host, the gradients). A colocated rank generates between the commit and the next step's training, so its gradient buffer is free
-while it generates. The switch of one step (train -> generate -> train), per rank:
+Bytes per rank: ``sim.memory.PoolMemory.colocated`` (what stays resident, what can move to host, the gradients,
+free while the rank generates). The switch of one step (train -> generate -> train), per rank:
 
 * sharded trainer: all-gather the shards into a bf16 inference copy, ring over the pool at the per-GPU link
   rate (2P (N-1)/N bytes), then hand the copy to the inference engine: VeRL-Omni syncs FSDP weights into its
@@ -34,10 +33,6 @@ class RankMemory:
     optimizer: float     # what can move to host: the AdamW moments (and the EMA)
     grads: float         # gradient accumulation buffer (free while generating)
     reserve: float
-
-    @property
-    def training(self) -> float:
-        return self.params + self.optimizer + self.grads + self.reserve
 
 
 @dataclass(frozen=True)

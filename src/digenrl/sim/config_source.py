@@ -23,11 +23,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config import ConfigError
-from ..control.profile import profile_at
 from ..schedule import Mode
 from .from_config import ConfigSimError, config_model, config_workload
 from .planner import STALE_CAPS, Candidate, Infeasible, Split, divisors
-from .scenario import PresetSource, Scenario, colocated_options, limits, make_cost, rule_chunk, split_options
+from .scenario import (PresetSource, Scenario, colocated_options, limits, make_cost, profile_cost, rule_chunk,
+                       split_options)
 
 
 class ConfigSource:
@@ -126,7 +126,8 @@ class ConfigSource:
         plan = run.plan
         if plan.mode.tsp and not self.pinned:
             cg, cs = rule_chunk(plan, cost, max_cells if max_cells else plan.generations * plan.trained_timesteps)
-            cc = _with_chunk(cc, cg, cs)
+            cc = cc.model_copy(update={"train": cc.train.model_copy(
+                update={"chunk_generations": cg, "chunk_timesteps": cs, "chunk_cells": None})})
             plan = self._plan(cc)[0].plan
         if w is not None:
             plan = replace(plan, sampling_steps=cost.workload.denoise_steps if hasattr(cost, "workload")
@@ -191,10 +192,7 @@ class ConfigSource:
 
     def _cost(self, c: Candidate, cc):
         if self.profile is not None:
-            cost = profile_at(self.profile, self.profile_trainers, c.split.n_train)
-            if isinstance(cost, str):
-                raise Infeasible(f"--profile: {cost}")
-            return cost
+            return profile_cost(self.profile, self.profile_trainers, c.split.n_train)
         setup = replace(self.preset.setup, workload=config_workload(cc, self.trained))
         return make_cost(setup, c, c.split.n_gen == 0)
 
@@ -261,11 +259,6 @@ def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, t
         runs[m] = ModeRun(Mode(m), c, plan, simulate(plan, cost, jitter=jitter, seed=seed, bts=src.bts,
                                                      record=(m == record_mode)), note, res)
     return runs
-
-
-def _with_chunk(cc, cg: int, cs: int):
-    return cc.model_copy(update={"train": cc.train.model_copy(
-        update={"chunk_generations": cg, "chunk_timesteps": cs, "chunk_cells": None})})
 
 
 def _unsharded_colocated(cc):

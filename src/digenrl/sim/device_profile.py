@@ -20,23 +20,19 @@ output projection, launches) is the intercept::
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..control.profile import profile_dict, save_profile
+from ..control.profile import profile_dict
 from ..models.specs import canonical, spec
+from .efficiency import line_fit
 
 TARGET_UNITS = {"flux": 19, "qwen_image": 60, "wan": 40}
 
 
 def affine_at(points: dict[int, float], target: int) -> float:
     """t(target) from the points {units: seconds} by least squares of t = a + b L (exact for two), >= 0."""
-    xs, ys = list(points), [points[x] for x in points]
-    if len(set(xs)) < 2:
-        raise ValueError(f"device results: need two block counts to scale (got {sorted(xs)})")
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return max(0.0, my - b * mx + b * target)
+    if len(points) < 2:
+        raise ValueError(f"device results: need two block counts to scale (got {sorted(points)})")
+    a, b = line_fit(list(points), list(points.values()))
+    return max(0.0, a + b * target)
 
 
 def _scaled(per_units: dict[str, list], target: int) -> list[list[float]]:
@@ -86,8 +82,4 @@ def profile_from_device(raw: dict, family: str = "flux") -> dict:
     return profile_dict(ops, source, (1, 1))
 
 
-def save_device_profile(profile: dict, path: str | Path) -> Path:
-    return save_profile(profile, path)
-
-
-__all__ = ["TARGET_UNITS", "affine_at", "profile_from_device", "save_device_profile"]
+__all__ = ["TARGET_UNITS", "affine_at", "profile_from_device"]

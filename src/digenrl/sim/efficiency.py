@@ -102,15 +102,18 @@ def _fit(ms) -> dict[str, tuple[float, GPU]]:
             for k, v in by.items()}
 
 
-def _regression(plateaus: dict[str, tuple[float, GPU]]) -> tuple[float, float]:
-    """Least squares of log(plateau) = a + b log(ratio) over the fitted kinds."""
-    xs = [math.log(ratio(g)) for _, g in plateaus.values()]
-    ys = [math.log(p) for p, _ in plateaus.values()]
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(a, b) of the least-squares line y = a + b x (b = 0 when every x is the same)."""
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
     return my - b * mx, b
+
+
+def _regression(plateaus: dict[str, tuple[float, GPU]]) -> tuple[float, float]:
+    """Least squares of log(plateau) = a + b log(ratio) over the fitted kinds."""
+    return line_fit([math.log(ratio(g)) for _, g in plateaus.values()], [math.log(p) for p, _ in plateaus.values()])
 
 
 @lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from types import SimpleNamespace
 from typing import Mapping, Sequence
 
 from ..control.loop import Completion, Interval, LoopError, run_loop, tie_order
@@ -82,13 +83,12 @@ class VirtualExecutor:
 
 
 def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, float] = 0.0, seed: int = 0,
-             bts: BTSConfig | None = None, record: bool = True, max_events: int = 10_000_000,
-             profile: CostModel | None = None) -> RunResult:
+             bts: BTSConfig | None = None, record: bool = True, profile: CostModel | None = None) -> RunResult:
     """Run ``plan`` to completion in virtual time. ``record`` keeps the (start, action) log and the events.
     ``bts``: the TAG decision policy and BTS options (``BTSConfig``; ``policy`` bts, greedy or none).
     ``profile``: the cost model the scheduler and BTS plan with, where it differs from ``cost``, the one the
     actions take (a run on a machine its profile misjudges; ``BTSConfig.online`` then refines it)."""
-    ex = VirtualExecutor(plan, cost, jitter, seed, max_events)
+    ex = VirtualExecutor(plan, cost, jitter, seed)
     sched = Scheduler(plan, cost=cost if profile is None else profile, bts_config=bts)
     timeline = Timeline(plan)
     try:
@@ -101,16 +101,8 @@ def simulate(plan: StepPlan, cost: CostModel, *, jitter: float | Mapping[str, fl
     return res
 
 
-class _Untimed:
-    """The control loop's timeline hooks, keeping nothing (``steady_step_time``)."""
-
-    @staticmethod
-    def launched(actions, t):
-        return actions
-
-    @staticmethod
-    def record(c) -> None:
-        pass
+# the control loop's timeline hooks, keeping nothing (``steady_step_time``)
+_UNTIMED = SimpleNamespace(launched=lambda actions, t: actions, record=lambda c: None)
 
 
 class _Above(Exception):
@@ -122,8 +114,8 @@ class _CappedExecutor(VirtualExecutor):
     above ``cap`` seconds: events come in time order and the last publish is the last event, so at an event at
     t, t_pub(K) - t_pub(1) >= t - t_pub(1)."""
 
-    def __init__(self, plan, cost, max_events, stats, cap):
-        super().__init__(plan, cost, 0.0, 0, max_events)
+    def __init__(self, plan, cost, stats, cap):
+        super().__init__(plan, cost)
         self.stats, self.limit = stats, cap * (plan.steps - 1) * (1.0 + 1e-9)  # margin: float rounding
 
     def wait(self):
@@ -135,7 +127,7 @@ class _CappedExecutor(VirtualExecutor):
 
 
 def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None = None,
-                     max_events: int = 10_000_000, above: float = float("inf")) -> float | None:
+                     above: float = float("inf")) -> float | None:
     """``simulate(plan, cost, bts=bts, record=False).timing()["steady_step_time_s"]``, the same run and the same
     float, (t_pub(K) - t_pub(1)) / (K - 1) from the scheduler's step statistics, without building spans, the
     log or the other run figures (the planner's probes). Needs K = ``plan.steps`` >= 3. ``above``: None as soon
@@ -143,10 +135,9 @@ def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None =
     if plan.steps < 3:
         raise ValueError(f"steps: a steady step time needs at least 3 steps (got {plan.steps})")
     sched = Scheduler(plan, cost=cost, bts_config=bts)
-    ex = (VirtualExecutor(plan, cost, 0.0, 0, max_events) if above == float("inf")
-          else _CappedExecutor(plan, cost, max_events, sched.stats, above))
+    ex = VirtualExecutor(plan, cost) if above == float("inf") else _CappedExecutor(plan, cost, sched.stats, above)
     try:
-        run_loop(sched, ex, _Untimed)
+        run_loop(sched, ex, _UNTIMED)
     except LoopError as e:
         raise SimulationError(str(e)) from None
     except _Above:
@@ -155,6 +146,4 @@ def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None =
     return (pubs[-1] - pubs[0]) / (plan.steps - 1)
 
 
-SimResult = RunResult  # the simulator's name for the shared result type
-
-__all__ = ["JITTER_KINDS", "SimResult", "SimulationError", "VirtualExecutor", "simulate", "steady_step_time"]
+__all__ = ["JITTER_KINDS", "SimulationError", "VirtualExecutor", "simulate", "steady_step_time"]

@@ -9,7 +9,8 @@
 * training: LoRA rank from ``model.lora``, FSDP from ``train.sharding``, recomputation from
   ``train.activation_checkpointing``, the publish path, shard groups, TAG inference copy and sequence-parallel
   degrees from their keys;
-* memory: the config's own memory plan (``train.memory_check.inputs_from_config``).
+* memory: the roofline's (``sim.memory``); the config's own memory plan refuses a candidate first
+  (``sim.config_source``: ``train.memory_check``).
 
 ``--gpus N`` keeps the config's generator : trainer ratio: N_t = max(1, round(N x t / (g + t))), N_g = N - N_t.
 """

@@ -1,14 +1,12 @@
 """The roofline's memory: the memory plan of ``train.memory`` (what ``digenrl train`` refuses a config with), the one
 activation-memory model of the project, applied to the simulator's pools.
 
-A trainer rank holds its plan (``plan_memory``: weights, gradients, AdamW, EMA, the KL reference, autocast copies,
-the FSDP working set, the VAE, text encoders without a prompt cache, a reserve, and ``cells`` cells of
-activations, each rank of a sequence-parallel lane with its share of the tokens); a generator rank its
-``generator_bytes`` (a 16-bit replica, the VAE, the reserve and the sampling activations of its fragment). The
-capacity of a GPU is ``GPU.memory_gb`` GiB, the unit of ``train.memory_gb``. The plan's inputs are a config's own
-(``train.memory_check.inputs_from_config``, ``digenrl plan`` / ``simulate --config``) or, for a preset, what the roofline
-prices: bf16 weights with fp32 master weights and moments (bf16 mixed precision), LoRA of the preset's rank,
-recomputation as ``Training.recompute``, a prompt cache (no text encoders), the efficiency fit's reserve.
+A trainer rank holds its plan (``plan_memory``, with its chunk's cells of activations), a generator rank its
+``generator_bytes`` (with its fragment's sampling activations). The capacity of a GPU is ``GPU.memory_gb`` GiB, the
+unit of ``train.memory_gb``. The plan's inputs (``preset_inputs``) are what the roofline prices: bf16 weights with
+fp32 master weights and moments (bf16 mixed precision), LoRA of the workload's rank, recomputation as
+``Training.recompute``, a prompt cache (no text encoders), the efficiency fit's reserve. (A config's own memory plan
+refuses its candidates first: ``sim.config_source``.)
 
 While a colocated rank generates, its gradients are free (the commit consumed them) and so are autocast's copies
 (they exist in a backward only); its optimizer moments (and EMA) are what it can offload to host
@@ -50,10 +48,6 @@ class PoolMemory:
         return cls(plan_memory(trainer), gen, train_gb * GiB, gen_gb * GiB)
 
     @property
-    def state(self) -> float:
-        return self.plan.state
-
-    @property
     def max_cells(self) -> int:
         """Cells of one chunk a trainer rank fits (0: not even one)."""
         return self.plan.max_cells(self.train_capacity)
@@ -73,7 +67,7 @@ class PoolMemory:
         """What a colocated rank holds while it generates (module docstring), for ``sim.colocation``."""
         items = self.plan.items
         movable = items.get("optimizer", 0.0) + items.get("ema", 0.0)
-        resident = self.state - items.get("grads", 0.0) - items.get("cast", 0.0) - items["reserve"] - movable
+        resident = self.plan.state - items.get("grads", 0.0) - items.get("cast", 0.0) - items["reserve"] - movable
         return RankMemory(resident, movable, items.get("grads", 0.0), items["reserve"])
 
 

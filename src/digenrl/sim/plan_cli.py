@@ -22,12 +22,11 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-
-class PlanCliError(ValueError):
-    pass
+from .cli import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +57,7 @@ def _workers(cfg, gpus: int | None) -> int:
     if gpus is not None:
         n = gpus
     if n < (1 if cfg.runtime.mode == "colocated" else 2):
-        raise PlanCliError(f"--gpus: {n} workers cannot hold a generator and a trainer pool")
+        raise CliError(f"--gpus: {n} workers cannot hold a generator and a trainer pool")
     return n
 
 
@@ -70,16 +69,16 @@ def plan_from_args(args):
     from .presets import testbed_preset
 
     if (args.profile is None) == (args.testbed is None):
-        raise PlanCliError("--profile: give exactly one of --profile (measured costs) or --testbed (roofline)")
+        raise CliError("--profile: give exactly one of --profile (measured costs) or --testbed (roofline)")
     if args.probe_steps < 4:
-        raise PlanCliError(f"--probe-steps: must be >= 4 for a stable steady step time (got {args.probe_steps})")
+        raise CliError(f"--probe-steps: must be >= 4 for a stable steady step time (got {args.probe_steps})")
     if args.exhaustive < 1:
-        raise PlanCliError(f"--exhaustive: must be >= 1 (got {args.exhaustive})")
+        raise CliError(f"--exhaustive: must be >= 1 (got {args.exhaustive})")
     if args.descend_splits < 1:
-        raise PlanCliError(f"--descend-splits: must be >= 1 (got {args.descend_splits})")
+        raise CliError(f"--descend-splits: must be >= 1 (got {args.descend_splits})")
     out = Path(args.out)
     if not out.parent.is_dir():
-        raise PlanCliError(f"--out: directory {str(out.parent)!r} does not exist")
+        raise CliError(f"--out: directory {str(out.parent)!r} does not exist")
     config = None if args.config == "default" else args.config
     cfg = load_config(config, args.sets)
     workers = _workers(cfg, args.gpus)
@@ -109,37 +108,25 @@ def plan_from_args(args):
     return cfg, res, source
 
 
-class _progress:
+@contextmanager
+def _progress(args):
     """A live line on stderr while the search probes (rich; silent with --json or when stderr is no tty)."""
+    if args.json or not sys.stderr.isatty():
+        yield lambda mode: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    def __init__(self, args):
-        self.on = not args.json and sys.stderr.isatty()
-        self.bar = None
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
+                  console=Console(file=sys.stderr)) as bar:
+        def tick(mode: str):
+            task = bar.add_task(f"planning {mode}")
 
-    def __enter__(self):
-        if self.on:
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                transient=True, console=Console(file=sys.stderr))
-            self.bar.start()
-        return self.tick
-
-    def tick(self, mode: str):
-        if self.bar is None:
-            return None
-        task = self.bar.add_task(f"planning {mode}")
-
-        def update(n: int, split: str, best: float, skipped: int = 0) -> None:
-            self.bar.update(task, description=f"planning {mode}: {n} probes, {skipped} skipped by their floor, "
-                                              f"split {split}, best {best:.4g} s/step")
-        return update
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False
+            def update(n: int, split: str, best: float, skipped: int = 0) -> None:
+                bar.update(task, description=f"planning {mode}: {n} probes, {skipped} skipped by their floor, "
+                                             f"split {split}, best {best:.4g} s/step")
+            return update
+        yield tick
 
 
 def report_of(res, source: str, out: str) -> dict:
@@ -232,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_overrides(build_parser(), argv)  # KEY=VALUE positionals as --set
     try:
         cfg, res, source = plan_from_args(args)
-    except (PlanCliError, ConfigError, ConfigSimError, PlanSearchError, PresetError, ProfileError) as e:
+    except (CliError, ConfigError, ConfigSimError, PlanSearchError, PresetError, ProfileError) as e:
         print(f"digenrl plan: error: {e}", file=sys.stderr)
         return 2
     rep = report_of(res, source, args.out)

@@ -38,7 +38,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
-from ..schedule import Mode, StepPlan
+from ..schedule import Mode, ScaledCost, StepPlan
 from ..schedule import stale_hold as stale_rule
 from .executor import steady_step_time
 from .plan_bound import step_time_floor
@@ -107,25 +107,17 @@ class Candidate:
 
     def label(self, plan: StepPlan | None = None) -> str:
         """``3+5, fragment 4, chunk 24x2, stale cap 0.25, 2 shard groups, publish stream, ...``."""
-        out = f"{self.split.key()}, fragment {self.fragment_size}"
-        if plan is not None:
-            out += f", chunk {plan.chunk_generations}x{plan.chunk_timesteps}"
-        out += f", stale cap {self.max_stale_fraction:g}"
-        if self.shard_groups > 1:
-            out += f", {self.shard_groups} shard groups"
-        if self.split.n_gen:
-            out += f", publish {self.publish}"
-        if self.stale_hold:
-            out += f", stale hold {self.stale_hold:g}"
-        if self.tag_copy:
-            out += ", TAG inference copy"
-        if not self.gang_groups:
-            out += ", gangs of the head group"
-        if self.sequence_parallel > 1:
-            out += f", sequence parallel {self.sequence_parallel}"
-        if self.generator_sequence_parallel > 1:
-            out += f", generators of {self.generator_sequence_parallel} GPUs"
-        return out
+        words = [f"{self.split.key()}, fragment {self.fragment_size}",
+                 plan is not None and f"chunk {plan.chunk_generations}x{plan.chunk_timesteps}",
+                 f"stale cap {self.max_stale_fraction:g}",
+                 self.shard_groups > 1 and f"{self.shard_groups} shard groups",
+                 self.split.n_gen and f"publish {self.publish}",
+                 self.stale_hold and f"stale hold {self.stale_hold:g}",
+                 self.tag_copy and "TAG inference copy",
+                 not self.gang_groups and "gangs of the head group",
+                 self.sequence_parallel > 1 and f"sequence parallel {self.sequence_parallel}",
+                 self.generator_sequence_parallel > 1 and f"generators of {self.generator_sequence_parallel} GPUs"]
+        return ", ".join(w for w in words if w)
 
 
 class Source(Protocol):
@@ -163,12 +155,17 @@ class SearchResult:
     holds_s: dict = field(default_factory=dict)            # stale hold -> the chosen plan's time with it
     costs: dict = field(default_factory=dict)              # candidate -> its cost model (probed ones)
 
-    def per_split(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def best_per_split(self) -> dict[str, Probe]:
+        """split -> its fastest probe (ties: the earlier)."""
+        out: dict[str, Probe] = {}
         for p in self.probes:
             k = p.candidate.split.key()
-            out[k] = min(out.get(k, float("inf")), p.step_time)
+            if k not in out or _rank(p) < _rank(out[k]):
+                out[k] = p
         return out
+
+    def per_split(self) -> dict[str, float]:
+        return {k: p.step_time for k, p in self.best_per_split().items()}
 
 
 def _rank(p: Probe) -> tuple[float, int]:
@@ -210,11 +207,8 @@ class _Search:
             self.seen[c] = None
             return None
         cost, plan, floor = b
-        if floor > above:
-            self.pruned += 1
-            self.tell(c)
-            return None
-        t = steady_step_time(plan, cost, bts=self.src.bts, above=above if self.prune else float("inf"))
+        t = None if floor > above else steady_step_time(plan, cost, bts=self.src.bts,
+                                                          above=above if self.prune else float("inf"))
         if t is None:
             self.pruned += 1
             self.tell(c)
@@ -321,17 +315,11 @@ def _stale_hold(s: _Search, res: SearchResult) -> None:
         res.probes.append(res.best)
 
 
-class ScaledCost:
-    """``cost`` with rollout ops (denoise, VAE, reward, transfer, TAG switch) x ``gen`` and training ops x
-    ``train`` (the robustness report)."""
-
-    GEN_OPS = ("denoise", "vae_decode", "reward", "transfer", "tag_switch")
-
-    def __init__(self, cost, gen: float, train: float):
-        self.cost, self.gen, self.train = cost, gen, train
-
-    def time(self, op: str, batch: int, pool: str) -> float:
-        return self.cost.time(op, batch, pool) * (self.gen if op in self.GEN_OPS else self.train)
+def scaled(cost, gen: float, train: float) -> ScaledCost:
+    """``cost`` with rollout ops (denoise, VAE, reward, transfer, TAG switch) x ``gen`` and training ops (train,
+    commit, publish) x ``train`` (the robustness report)."""
+    return ScaledCost(cost, {"generate/generator": gen, "generate/trainer": gen, "train": train, "commit": train,
+                             "publish": train})
 
 
 def robustness(res: SearchResult, probe_steps: int, bts=None) -> dict:
@@ -344,14 +332,9 @@ def robustness(res: SearchResult, probe_steps: int, bts=None) -> dict:
     def at(p, c) -> float:
         return steady_step_time(replace(p, steps=probe_steps), c, bts=bts)
 
-    out = {"uniform": {f"x{f:g}": at(b.plan, ScaledCost(cost, f, f)) for f in (0.8, 1.2)}, "skewed": {}}
-    per_split: dict[str, Probe] = {}
-    for p in res.probes:
-        k = p.candidate.split.key()
-        if k not in per_split or _rank(p) < _rank(per_split[k]):
-            per_split[k] = p
+    out = {"uniform": {f"x{f:g}": at(b.plan, scaled(cost, f, f)) for f in (0.8, 1.2)}, "skewed": {}}
     for gf, tf in ((0.8, 1.2), (1.2, 0.8)):
-        times = {k: at(p.plan, ScaledCost(res.costs[p.candidate], gf, tf)) for k, p in per_split.items()}
+        times = {k: at(p.plan, scaled(res.costs[p.candidate], gf, tf)) for k, p in res.best_per_split().items()}
         fastest = min(times, key=times.get)
         out["skewed"][f"rollout x{gf:g}, training x{tf:g}"] = {
             "chosen_s": times[b.candidate.split.key()], "best_split": fastest, "best_split_s": times[fastest]}
@@ -366,4 +349,4 @@ def divisors(n: int) -> list[int]:
 
 
 __all__ = ["AXES", "Candidate", "Infeasible", "MAX_SHARD_GROUPS", "PlanSearchError", "Probe", "STALE_CAPS",
-           "STALE_HOLDS", "ScaledCost", "SearchResult", "Source", "Split", "divisors", "robustness", "search"]
+           "STALE_HOLDS", "SearchResult", "Source", "Split", "divisors", "robustness", "scaled", "search"]

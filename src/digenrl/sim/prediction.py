@@ -1,6 +1,6 @@
 """What ``digenrl train`` says before a disaggregated run with a measured cost profile (``runtime.profile``) starts:
 the predicted steady step time of its plan and of colocated on the same workers, both simulated in virtual time
-with the profile's costs (``sim.executor.simulate``, 4 steps, as ``digenrl plan`` probes), and a warning when
+with the profile's costs (``sim.executor.steady_step_time``, 4 steps, as ``digenrl plan`` probes), and a warning when
 colocated is predicted faster.
 
 The profile's all-reduce was measured at its ``trainers`` ranks; another rank count (colocated runs on all
@@ -16,9 +16,9 @@ PROBE_STEPS = 4
 
 
 def _steady(plan, cost) -> float:
-    from .executor import simulate
+    from .executor import steady_step_time
 
-    return simulate(replace(plan, steps=PROBE_STEPS), cost, record=False).timing()["steady_step_time_s"]
+    return steady_step_time(replace(plan, steps=PROBE_STEPS), cost)
 
 
 def predict(cfg) -> dict | None:

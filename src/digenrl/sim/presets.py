@@ -126,33 +126,20 @@ class ModelPreset:
     forwards_per_step: int
     reward_tflop: float
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
+    def __getattr__(self, name: str):
+        """The registry's facts (``name``, ``video``, ``joint_text``, ``hidden``, ``source``, ...) from ``spec``."""
+        if name == "spec" or name.startswith("__"):  # (not set yet: a copy or unpickling probing the instance)
+            raise AttributeError(name)
+        return getattr(self.spec, name)
 
     @property
     def archi(self):
         return self.spec.arch
 
     @property
-    def video(self) -> bool:
-        return self.spec.video
-
-    @property
-    def joint_text(self) -> bool:
-        return self.spec.joint_text
-
-    @property
     def layers(self) -> int:
+        """Self-attention layers (joint or image stream): the all-to-alls of sequence parallelism."""
         return self.archi.attention_layers("joint", "img")
-
-    @property
-    def hidden(self) -> int:
-        return self.archi.d_attn
-
-    @property
-    def source(self) -> str:
-        return self.spec.source
 
 
 # Rewards: images scored by PickScore (CLIP ViT-H/14: 0.38 TFLOP per image+prompt, counted with
@@ -179,22 +166,20 @@ PUBLISH_PATHS = ("object_store", "broadcast", "stream")  # runtime.publish
 class Training:
     """How the trainer pool trains and publishes (what the runtime does, per config).
 
-    ``lora_rank`` 0: full fine-tuning; r > 0: LoRA adapters of rank r on every token-stream linear layer of the
-    blocks (the base stays frozen in bf16). ``sharded``: FSDP full sharding over the trainer pool (bf16
-    params, fp32 master and Adam moments sharded; gradients kept unsharded under ``no_sync`` until the commit's
-    reduce-scatter); otherwise every rank keeps a replica and the commit all-reduces the gradients (the
-    runtime's trainer). ``publish``: ``object_store`` (the runtime's default: rank 0 copies the trainable state
-    to host, puts it in the Ray object store, every generator node fetches it and each generator loads it) or
-    ``broadcast`` (pipelined link-rate broadcast) or ``stream`` (each sending rank broadcasts its own shard,
-    the trainers go on while the generators receive). ``recompute``: activation checkpointing (one extra forward
-    per cell, only the layer inputs are kept). ``tag_copy``: TAG on a shard group first all-gathers a bf16
-    inference copy (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without
-    per-forward gathers (only where the copy fits beside the training state). ``shard_groups`` k (sharded only):
-    hybrid sharding, the pool as k shard groups of N / k ranks, data-parallel replicas of each other, each one
-    trainer of the scheduler (``train.shard_groups``); the commit all-reduces the gradient shards across them.
-    ``sequence_parallel`` d: every cell is trained by a lane of d ranks, each on 1 / d of the latent tokens (Ulysses:
-    all-to-alls around every attention); a shard group of g ranks has g / d lanes, replicated trainers form groups of
-    d ranks. ``generator_sequence_parallel`` d: a generator is d GPUs that denoise its fragment together."""
+    ``lora_rank`` 0: full fine-tuning; r > 0: LoRA adapters of rank r on every token-stream linear layer of the blocks
+    (the base stays frozen in bf16). ``sharded``: FSDP full sharding over the trainer pool (bf16 params, fp32 master
+    and Adam moments sharded; gradients kept unsharded under ``no_sync`` until the commit's reduce-scatter); otherwise
+    every rank keeps a replica and the commit all-reduces the gradients (the runtime's trainer). ``publish``:
+    ``object_store`` (the runtime's default), ``broadcast`` or ``stream`` (``runtime.publish``; each priced as
+    ``sim.roofline`` says). ``recompute``: activation checkpointing (one extra forward per cell, only the layer inputs
+    are kept). ``tag_copy``: TAG on a shard group first all-gathers a bf16 inference copy
+    (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without per-forward gathers (only
+    where the copy fits beside the training state). ``shard_groups`` k (sharded only): hybrid sharding, the pool as k
+    shard groups of N / k ranks, data-parallel replicas of each other, each one trainer of the scheduler
+    (``train.shard_groups``); the commit all-reduces the gradient shards across them. ``sequence_parallel`` d: every
+    cell is trained by a lane of d ranks, each on 1 / d of the latent tokens (Ulysses: all-to-alls around every
+    attention); a shard group of g ranks has g / d lanes, replicated trainers form groups of d ranks.
+    ``generator_sequence_parallel`` d: a generator is d GPUs that denoise its fragment together."""
 
     lora_rank: int = 0
     sharded: bool = True

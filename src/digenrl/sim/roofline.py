@@ -14,22 +14,20 @@ activation recomputation, publish path. A chunk of c cells is one packed forward
     FLOPs = c * train_forwards * (F + (F_linear + k A) [input grads] + F_linear [weight grads, full only]
                                   + F [recomputed forward, with recompute])
 
-with ``A = F - F_linear`` the attention FLOPs and ``k`` the attention backward's factor (2.5:
-``sim.assumptions``). (LoRA's own weight gradients are r/h of the linear FLOPs and left out.) ``train_forwards`` is the model's
-forwards per step (2 with CFG), 1 for DiffusionNFT (CFG-free training); the workload's algorithm also sets S,
-the denoising steps per sample and the trajectory bytes (``sim.algorithms``).
+with ``A = F - F_linear`` the attention FLOPs and ``k`` the attention backward's factor (2.5: ``sim.assumptions``).
+(LoRA's own weight gradients are r/h of the linear FLOPs and left out.) ``train_forwards`` is the model's forwards per
+step (2 with CFG), 1 for DiffusionNFT (CFG-free training); the workload's algorithm also sets S, the denoising steps
+per sample and the trajectory bytes (``sim.algorithms``).
 
-Sharded trainer pool (``training.sharded``, disaggregated): what the runtime runs (``train.sharding: fsdp``):
-the pool is ONE shard group, the scheduler's single trainer, and each of its actions is a collective of the N
-ranks with the action's cells or generations split over them (``ceil(c / N)`` per rank). A chunk's forward and
-backward all-gather the parameters (2 x 2P (N-1)/N bytes) and its backward reduce-scatters the fp32
-gradients (4 x trainable x (N-1)/N bytes), overlapped with compute but for the exposed share; the commit then
-only steps the shards (every collective at the bus bandwidth of its ranks' placement, ``sim.comm``).
-TAG on the group: every generation forward gathers the shards (no inference copy is built: switch 0).
-Hybrid sharding (``training.shard_groups`` = k): k such groups of g = N / k ranks, each a scheduler trainer
-(parameters, master weights and Adam moments sharded over g; each group's collectives priced at the bus
-bandwidth of its own ranks, the slowest group's); the commit adds the ring all-reduce of the fp32 gradient
-shards across the k replicas (the j-th ranks of the groups), 2 (k - 1) / k x 4 x trainable / g bytes.
+Sharded trainer pool (``training.sharded``, disaggregated): what the runtime runs (``train.sharding: fsdp``): the
+pool is ONE shard group, the scheduler's single trainer, and each of its actions is a collective of the N ranks with
+the action's cells or generations split over them (``ceil(c / N)`` per rank). A chunk's forward and backward
+all-gather the parameters (2 x 2P (N-1)/N bytes) and its backward reduce-scatters the fp32 gradients (4 x trainable
+x (N-1)/N bytes), overlapped with compute but for the exposed share; the commit then only steps the shards. Hybrid
+sharding (``training.shard_groups`` = k): k such groups of g = N / k ranks, each a scheduler trainer (parameters,
+master weights and Adam moments sharded over g; each group's collectives priced at the bus bandwidth of its own
+ranks, the slowest group's); the commit adds the ring all-reduce of the fp32 gradient shards across the k replicas
+(the j-th ranks of the groups), 2 (k - 1) / k x 4 x trainable / g bytes.
 
 * commit: gradient sync (shard group: none left, a norm all-reduce; replicated: ring all-reduce of
   2 (N-1)/N x gradient bytes; colocated FSDP baseline: reduce-scatter of 2P (N-1)/N bytes) + Adam over the
@@ -54,19 +52,19 @@ Sequence parallelism (Ulysses; ``training.sequence_parallel`` d of a trainer lan
 generator_sequence_parallel`` d of a generator): the d ranks of a lane (a shard group of g ranks has g / d lanes;
 replicated trainers: one scheduler trainer per d ranks) or of a generator run each forward together, each on its
 share of the FLOPs (``models.flops``: 1 / d of the latent tokens, H / d heads) at the efficiency of its n / d tokens.
-Every self-attention layer (joint or image; Wan's cross-attention needs none) exchanges the sequence activations
-4 times (q, k, v: tokens split -> heads split; the output back), each all-to-all moving (d - 1) / d of a rank's
-activation bytes ``B = n_img / d x d_attn x 2`` (bf16) per sample-forward (``sim.comm.all_to_all_s``: NVLink inside
-a node, the NIC across nodes)::
+Every self-attention layer (joint or image; Wan's cross-attention needs none) exchanges the sequence activations 4
+times (q, k, v: tokens split -> heads split; the output back), each all-to-all moving (d - 1) / d of a rank's
+activation bytes ``B = n_img / d x d_attn x 2`` (bf16) per sample-forward (``sim.comm.all_to_all_s``: NVLink inside a
+node, the NIC across nodes)::
 
-    a2a(d) = 4 x L_attn x all_to_all_s(B, the lane's slots)         per sample-forward, exposed (on the attention's path)
+    a2a(d) = 4 x L_attn x all_to_all_s(B, the lane's slots)       per sample-forward, exposed (on the attention's path)
 
 a training cell pays it in its forward, its backward (the gradients' all-to-alls) and its recomputed forward.
 
 Memory: the memory plan of ``train.memory`` (``sim.memory``: the one activation model, calibrated against
 allocation-counted peaks), per trainer rank with its chunk's cells and per generator rank with its fragment; a
-GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``). ``memory``: the plan's inputs of a config
-(``train.memory_check.inputs_from_config``); None prices the preset's training (``sim.memory.preset_inputs``).
+GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``); the plan's inputs are the preset's training
+(``sim.memory.preset_inputs``).
 """
 
 from __future__ import annotations
@@ -80,6 +78,7 @@ from .colocation import GB, colocated_switch
 from .comm import Fabric, overlapped, pool_slots
 from .efficiency import Efficiency, efficiency_for
 from .memory import PoolMemory, preset_inputs
+from .planner import Infeasible as InfeasibleError  # the model does not fit the pool's GPUs under this split
 from .presets import GPU, ModelPreset, Testbed, Workload, tokens_per_sample
 
 HOST_COPY_GBS = 10.0     # host memcpy into the object store's shared memory (assumed, single stream)
@@ -87,22 +86,18 @@ HOST_COPY_GBS = 10.0     # host memcpy into the object store's shared memory (as
 __all__ = ["Efficiency", "InfeasibleError", "RooflineCost"]
 
 
-class InfeasibleError(ValueError):
-    """The model does not fit the pool's GPUs under this split."""
-
-
 class RooflineCost:
     """Roofline costs of ``model`` on ``testbed`` with ``n_gen`` generators and ``n_train`` trainer ranks.
 
     ``colocated``: there is no generator pool; the ``n_train`` ranks generate and train. ``gen_gpu`` /
     ``train_gpu`` choose the GPU kind of each pool (default: the testbed's first kind for generators, its
-    second kind, if any, for trainers). ``eff`` overrides the fitted efficiency of both pools. ``assume``: the
-    named assumptions (exposed communication share, attention backward factor; ``sim.assumptions``).
+    second kind, if any, for trainers). ``assume``: the named assumptions (exposed communication share, attention
+    backward factor; ``sim.assumptions``).
     """
 
     def __init__(self, model: ModelPreset, workload: Workload, testbed: Testbed, n_gen: int, n_train: int,
-                 colocated: bool = False, eff: Efficiency | None = None, gen_gpu: GPU | None = None,
-                 train_gpu: GPU | None = None, assume: Assumptions = DEFAULT, memory=None):
+                 colocated: bool = False, gen_gpu: GPU | None = None, train_gpu: GPU | None = None,
+                 assume: Assumptions = DEFAULT):
         self.model, self.workload, self.testbed = model, workload, testbed
         self.assume = assume
         self.n_gen, self.n_train, self.colocated = n_gen, n_train, colocated
@@ -111,7 +106,7 @@ class RooflineCost:
         self.gpu = {GENERATOR: gen_gpu or testbed.gpu, TRAINER: train_gpu}
         if colocated:
             self.gpu[GENERATOR] = train_gpu
-        self.effs = {p: eff or efficiency_for(g) for p, g in self.gpu.items()}
+        self.effs = {p: efficiency_for(g) for p, g in self.gpu.items()}
         self.eff = self.effs[TRAINER]
         m, arch = model, model.archi
         self.params = float(arch.params)
@@ -125,7 +120,6 @@ class RooflineCost:
         t = self.training
         self.sp = {TRAINER: t.sequence_parallel, GENERATOR: t.sequence_parallel if colocated else
                    t.generator_sequence_parallel}
-        self.net = testbed.net_bytes_s
         self.fabric = Fabric(testbed)
         self.gen_slots, self.train_slots = pool_slots(self.fabric, self.gpu[GENERATOR], n_gen, train_gpu,
                                                       max(1, n_train), colocated)
@@ -142,10 +136,9 @@ class RooflineCost:
         self.gather_s = self._group_ring(2.0 * self.params) if self.sharded else 0.0
         self.scatter_s = self._group_ring(4.0 * self.trainable) if self.grouped else 0.0
         self.train_fps = workload.algorithm.train_forwards(m.forwards_per_step)  # DiffusionNFT trains CFG-free
-        base = memory if memory is not None else preset_inputs(m, workload, self.training, self.eff.reserve_gb)
-        self.memory = PoolMemory.of(base, ranks=n, sharded=self.sharded, sequence=self.sp[TRAINER],
-                                    train_forwards=self.train_fps, sample_forwards=m.forwards_per_step,
-                                    generator_sequence=self.sp[GENERATOR],
+        self.memory = PoolMemory.of(preset_inputs(m, workload, self.training, self.eff.reserve_gb), ranks=n,
+                                    sharded=self.sharded, sequence=self.sp[TRAINER], train_forwards=self.train_fps,
+                                    sample_forwards=m.forwards_per_step, generator_sequence=self.sp[GENERATOR],
                                     train_gb=train_gpu.memory_gb, gen_gb=self.gpu[GENERATOR].memory_gb)
         self.act_cell = self.memory.plan.act_cell   # bytes of one cell's activations on a trainer rank
         self.act_infer = self.memory.generation_bytes(1)  # of one trajectory's sampling
@@ -176,9 +169,6 @@ class RooflineCost:
         return overlapped(compute_s, comm_s, self.assume.exposed_comm)
 
     # ---- memory ------------------------------------------------------------------------------------
-    def trainer_state_bytes(self) -> float:
-        return self.memory.state
-
     @property
     def max_cells(self) -> int:
         """Largest chunk (cells) whose activations fit next to the training state (per rank)."""
@@ -195,20 +185,15 @@ class RooflineCost:
         return math.ceil(n / self.lanes) if self.grouped and pool == TRAINER else n
 
     # ---- sequence parallelism ----------------------------------------------------------------------
-    def sp_slots(self, pool: str) -> list[int]:
-        """The slots of the first sequence-parallel group of ``pool`` (consecutive GPUs)."""
-        d = self.sp[pool]
-        return (self.train_slots if pool == TRAINER or self.colocated else self.gen_slots)[:d]
-
-    def a2a_bytes(self, pool: str) -> float:
-        """A rank's sequence activations of one sample-forward: n_img / d tokens x d_attn x 2 bytes (bf16)."""
-        return self.latent_tokens / self.sp[pool] * self.model.hidden * 2.0
-
     def a2a_s(self, pool: str) -> float:
-        """The all-to-alls of one sample-forward under sequence parallelism (module docstring); 0 at d = 1."""
-        if self.sp[pool] == 1:
+        """The all-to-alls of one sample-forward under sequence parallelism (module docstring) among the first
+        group's d consecutive slots, each rank holding n_img / d tokens x d_attn x 2 bytes (bf16); 0 at d = 1."""
+        d = self.sp[pool]
+        if d == 1:
             return 0.0
-        return 4 * self.model.layers * self.fabric.all_to_all_s(self.a2a_bytes(pool), self.sp_slots(pool))
+        slots = (self.train_slots if pool == TRAINER or self.colocated else self.gen_slots)[:d]
+        nbytes = self.latent_tokens / d * self.model.archi.d_attn * 2.0
+        return 4 * self.model.layers * self.fabric.all_to_all_s(nbytes, slots)
 
     def fwd_share(self, pool: str) -> tuple[float, float]:
         """(forward FLOPs, linear FLOPs) of one rank's share of one sample-forward (``models.flops``)."""
@@ -220,10 +205,8 @@ class RooflineCost:
     @property
     def inference_copy_fits(self) -> bool:
         """Sharded trainer: room for a bf16 inference copy + one generation next to the training state."""
-        if not self.sharded:
-            return True
-        free = self.memory.train_capacity - self.trainer_state_bytes()
-        return free >= 2.0 * self.params + self.act_infer
+        free = self.memory.train_capacity - self.memory.plan.state
+        return not self.sharded or free >= 2.0 * self.params + self.act_infer
 
     @property
     def max_fragment(self) -> int:
@@ -273,15 +256,17 @@ class RooflineCost:
             t = self._comm(t, self.gather_s)  # FSDP forward of the shard group: shards gathered on the fly
         return t + fwd * self.a2a_s(pool) + self.effs[pool].overhead_s
 
+    def _conv(self, flops: float, pool: str) -> float:
+        """VAE and reward FLOPs at the efficiency's ``conv_fraction`` of peak, plus the launch overhead."""
+        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
+
     def _vae_decode(self, n: int, pool: str) -> float:
         w = self.workload
         px = w.width * w.height * (w.frames if self.model.video else 1)
-        flops = self._share(n, pool) * self.model.spec.vae_flop_per_px * px
-        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
+        return self._conv(self._share(n, pool) * self.model.spec.vae_flop_per_px * px, pool)
 
     def _reward(self, n: int, pool: str) -> float:
-        flops = self._share(n, pool) * self.model.reward_tflop * 1e12
-        return flops / (self.gpu[pool].bf16_tflops * 1e12 * self.effs[pool].conv_fraction) + self.effs[pool].overhead_s
+        return self._conv(self._share(n, pool) * self.model.reward_tflop * 1e12, pool)
 
     def trajectory_bytes(self) -> float:
         """What the trainers receive of one trajectory (``sim.algorithms``: the trained transitions' input and
@@ -359,7 +344,7 @@ class RooflineCost:
             return gather + b / link + b / (g.hbm_gbs * GB) + 0.01
         # the object leaves rank 0's node once per other generator node (one on the same node reads shared memory)
         nodes = len(self.fabric.nodes(self.gen_slots) - self.fabric.nodes(senders[:1]))
-        return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.net
+        return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.fabric.nic_bytes_s
                 + b / (g.pcie_gbs * GB) + 0.01)
 
     def _tag_switch(self, _: int, pool: str) -> float:
@@ -374,7 +359,6 @@ class RooflineCost:
         """Key derived numbers (for docs and sanity checks)."""
         w = self.workload
         gen_pool = TRAINER if self.colocated else GENERATOR
-        ranks = self.lanes
         out = {
             "seq_tokens": self.seq,
             "fwd_tflop": self.fwd_flops / 1e12,
@@ -383,8 +367,9 @@ class RooflineCost:
             "gen_s_per_sample": w.denoise_steps * self._denoise(1, gen_pool) + self._vae_decode(1, gen_pool)
             + self._reward(1, gen_pool),
             # per rank: a shard group's chunk of k x N cells gives each of its N ranks k cells
-            "train_s_per_cell": self._train_chunk(ranks, TRAINER),
-            "train_s_per_cell_at_8": self._train_chunk(8 * ranks, TRAINER) / 8 if self.max_cells >= 8 else float("nan"),
+            "train_s_per_cell": self._train_chunk(self.lanes, TRAINER),
+            "train_s_per_cell_at_8": (self._train_chunk(8 * self.lanes, TRAINER) / 8 if self.max_cells >= 8
+                                      else float("nan")),
             "train_eff_1cell": self.effs[TRAINER](self.train_fps * self.seq) / self.eff.plateau,
             "max_cells": self.max_cells,
             "inference_copy_fits": float(self.inference_copy_fits),

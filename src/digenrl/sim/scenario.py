@@ -10,12 +10,8 @@ cost model, at most its memory plan's chunk). The colocated mode is the flow_grp
 training (``sim.roofline``), wrapped by the scenario's ``variant`` (``sim.variants``, ``sim.baselines``), or a
 measured profile at the candidate's trainer count (``control.profile.profile_at``).
 
-Values (roofline costs): every fragment size (a divisor of G the generators hold), the shard-group counts of a
-sharded pool under TSP, TAG with and without an inference copy and both gang widths on a shard group, the
-publish paths (outside TCSS the one of the shortest span), and for a family with a sequence-parallel plan the
-Ulysses degrees of the trainer lanes and (disaggregated) of the generators: 1 and 2, 4, 8 where they fit one node
-and divide the heads and the pool's GPUs (``_degrees``). A profile prices only the pools it was measured on: the
-scenario's own training settings.
+Values (``PresetSource.values``): with roofline costs, every axis the planner's docstring lists (sequence-parallel
+degrees: ``_degrees``); a profile prices only the pools it was measured on: the scenario's own training settings.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from .assumptions import DEFAULT, Assumptions
 from .executor import simulate
 from .planner import MAX_SHARD_GROUPS, Candidate, Infeasible, SearchResult, Split, divisors, search
 from .presets import PUBLISH_PATHS, ModelPreset, Testbed, Workload
-from .roofline import InfeasibleError, RooflineCost
+from .roofline import RooflineCost
 
 
 class ScenarioError(ValueError):
@@ -89,20 +85,22 @@ def with_candidate(setup: Scenario, c: Candidate) -> Scenario:
     return replace(setup, workload=replace(setup.workload, training=t))
 
 
+def profile_cost(profile: CostModel, measured: int | None, n_train: int) -> CostModel:
+    """``profile`` at ``n_train`` trainer ranks (``control.profile.profile_at``). Raises ``Infeasible``."""
+    cost = profile_at(profile, measured, n_train)
+    if isinstance(cost, str):
+        raise Infeasible(f"--profile: {cost}")
+    return cost
+
+
 def make_cost(setup: Scenario, c: Candidate, colocated: bool = False):
     """The cost model of candidate ``c``: the roofline of its training (wrapped by the variant), or the profile at
     its trainer count. Raises ``Infeasible``."""
     if setup.profile is not None:
-        cost = profile_at(setup.profile, setup.profile_trainers, c.split.n_train)
-        if isinstance(cost, str):
-            raise Infeasible(f"--profile: {cost}")
-        return cost
+        return profile_cost(setup.profile, setup.profile_trainers, c.split.n_train)
     s = with_candidate(setup, c)
-    try:
-        cost = RooflineCost(s.model, s.workload, s.testbed, c.split.n_gen, c.split.n_train, colocated,
-                            gen_gpu=c.split.gen_gpu, train_gpu=c.split.train_gpu, assume=s.assume)
-    except InfeasibleError as e:
-        raise Infeasible(str(e)) from None
+    cost = RooflineCost(s.model, s.workload, s.testbed, c.split.n_gen, c.split.n_train, colocated,
+                        gen_gpu=c.split.gen_gpu, train_gpu=c.split.train_gpu, assume=s.assume)  # raises Infeasible
     return s.variant(cost) if s.variant is not None else cost
 
 
@@ -292,14 +290,6 @@ class ModeRun:
     def shard_groups(self) -> int:
         return self.candidate.shard_groups if len(self.plan.trainers) > 1 and self.plan.shard_ranks > 1 else 1
 
-    @property
-    def stale_hold(self) -> float:
-        return self.plan.stale_hold
-
-    @property
-    def gang_groups(self) -> bool:
-        return self.plan.gang_groups
-
 
 EXHAUSTIVE = 64  # per split, every combination up to this many (``sim.planner``: beyond, the coordinate descent)
 
@@ -327,18 +317,5 @@ def run_candidate(setup: Scenario, mode: Mode | str, c: Candidate, jitter: float
     return ModeRun(mode, c, plan, run, note=c.split.label(setup.testbed.heterogeneous), search=res)
 
 
-def analytic_bound(plan: StepPlan, cost) -> float:
-    """max(rollout work / N_g, training work / N_t) + commit + publish: a lower bound of a pipelined step."""
-    from ..schedule import step_fragments, tsp_chunks
-
-    d = Durations(plan, cost)
-    coloc = not plan.generators
-    gen = sum(d.generate(fr.size, coloc, False) for fr in step_fragments(plan, 0))
-    train = plan.prompts * sum(d.train(c.size) for c in tsp_chunks(plan, 0, 0))
-    if coloc:  # colocated: the same ranks do both, one after the other
-        return (gen + train) / len(plan.trainers) + d.commit()
-    return max(gen / len(plan.generators), train / len(plan.trainers)) + d.commit() + d.publish()
-
-
 __all__ = ["EXHAUSTIVE", "ModeRun", "PresetSource", "Scenario", "ScenarioError", "colocated_options", "make_cost",
-           "make_plan", "run_candidate", "run_mode", "split_options", "with_candidate"]
+           "make_plan", "profile_cost", "run_candidate", "run_mode", "split_options", "with_candidate"]
