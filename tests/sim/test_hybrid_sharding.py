@@ -81,11 +81,13 @@ def test_group_options_divide_the_ranks_into_groups_of_two_or_more():
 
 def test_pinned_shard_groups_are_the_planner_best_at_that_k():
     """``run_mode(shard_groups=k)`` searches the rest (split, fragment, copy, publish) for that k only; the
-    unpinned search over every k is never slower than the pinned ones (20 GPUs, 2 steps: the probe is the run)."""
+    unpinned search over every k is never slower than the pinned ones (20 GPUs; as many steps as a ``full`` probe:
+    the probe is the run)."""
+    from digenrl.sim.planner import FULL_PROBE_STEPS
     from digenrl.sim.scenario import run_mode
 
     w = WORKLOADS["hunyuan_video"]
-    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], w, 20, steps=2)
+    s = Scenario(MODELS["hunyuan_video"], TESTBEDS["A"], w, 20, steps=FULL_PROBE_STEPS)
     pinned = {k: run_mode(s, "full", shard_groups=k) for k in (1, 2)}
     assert {k: r.shard_groups for k, r in pinned.items()} == {1: 1, 2: 2}
     assert pinned[2].plan.trainers == ("shard0", "shard1") and len(pinned[1].plan.trainers) == 1

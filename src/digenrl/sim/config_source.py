@@ -138,8 +138,13 @@ class ConfigSource:
     # ---- candidate -> config ---------------------------------------------------------------------------------
 
     def config_for(self, c: Candidate):
-        """The config ``digenrl plan`` writes for ``c`` (after ``build``: with its chunk shape)."""
-        return self._configs[c]
+        """The config ``digenrl plan`` writes for ``c`` (after ``build``: with its chunk shape; a stale hold tried
+        on the chosen plan, ``planner._stale_hold``, is the built candidate's config with that hold)."""
+        if c in self._configs:
+            return self._configs[c]
+        built = next(k for k in self._configs if replace(k, stale_hold=c.stale_hold) == c)
+        cc = self._configs[built]
+        return cc.model_copy(update={"runtime": cc.runtime.model_copy(update={"stale_hold": c.stale_hold})})
 
     def config_of(self, c: Candidate):
         """``cfg`` with the candidate's settings (module docstring); on a testbed, its trainer GPU's memory."""
