@@ -267,12 +267,12 @@ def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, t
 
 
 def _unsharded_colocated(cc):
-    """A colocated FSDP config is planned with one worker per rank (the peers' idealised colocated FSDP bound,
-    ``sim.colocation``); every other config as is."""
+    """A colocated FSDP config is planned with one worker per rank, or per sequence-parallel lane of its degree (the
+    peers' idealised colocated FSDP bound, ``sim.colocation``, as ``scenario.make_plan`` plans it: the cost model
+    prices a lane's ops at its degree, so the plan must hold lanes, not ranks); every other config as is."""
     if cc.runtime.mode != "colocated" or cc.train.sharding != "fsdp":
         return cc
-    return cc.model_copy(update={"train": cc.train.model_copy(update={"sharding": "none", "shard_groups": 1,
-                                                                      "sequence_parallel": type(cc.train.sequence_parallel)()})})
+    return cc.model_copy(update={"train": cc.train.model_copy(update={"sharding": "none", "shard_groups": 1})})
 
 
 __all__ = ["ConfigSource", "run_config_modes"]
