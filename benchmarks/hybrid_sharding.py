@@ -11,7 +11,7 @@ shard_groups=k)``; k = 1 is one group of all ranks). Each group is one scheduler
 collectives of its g ranks, priced by the roofline of a g-rank shard group (parameters, master weights and Adam
 moments sharded over g; gathers at the testbed's inter-node rate, as for one group, so intra-node NVLink is not
 credited); the commit adds the cross-replica all-reduce of the fp32 gradient shards, 2 (k - 1) / k x 4 x
-trainable / g bytes at the link rate (``sim.roofline``). The planner's own pick (k searched with a 3-step probe)
+trainable / g bytes at the link rate (``sim.roofline``). The planner's own pick (k searched by its 8-step probes)
 is listed beside the best k at 20 steps.
 """
 

@@ -374,7 +374,7 @@ def render(res: dict) -> str:
               "beside the disaggregated one, reports which is faster (`colocated.faster` in its JSON) and warns "
               "when colocation wins; the shipped presets default to `runtime.mode: colocated` where it is "
               "predicted faster (`scripts/plan_presets.py`).",
-              f"* **Against DanceGRPO's loop** `full` is "
+              "* **Against DanceGRPO's loop** `full` is "
               + ", ".join(f"{NAMES[m]} {min(v for r, v in dg if r['model'] == m):.2f}-"
                           f"{max(v for r, v in dg if r['model'] == m):.2f}x"
                           for m in dict.fromkeys(r["model"] for r, _ in dg))

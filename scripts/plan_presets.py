@@ -71,6 +71,7 @@ class Planned:
     publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.planner``)
     stale_hold: float     # runtime.stale_hold of the plan (searched in ``full`` with a joined publish)
     shard_groups: int     # train.shard_groups of the plan (searched for a sharded pool: ``sim.planner``)
+    tag_copy: bool        # runtime.tag_inference_copy of the plan (searched for TAG on a shard group)
     plan_label: str
     plan_s: float
     colocated_label: str | None
@@ -113,7 +114,8 @@ def plan_preset(path: Path, sets: tuple[str, ...] = (), probe_steps: int = 4, ex
     return Planned(t, "colocated" if pick is co else t.mode, 1 if c.split.n_gen == 0 else c.generators,
                    c.split.n_train, c.fragment_size, (pick.plan.chunk_generations, pick.plan.chunk_timesteps),
                    c.max_stale_fraction, res.config.runtime.publish, res.config.runtime.stale_hold,
-                   res.config.train.shard_groups, b.candidate.label(b.plan), b.step_time,
+                   res.config.train.shard_groups, res.config.runtime.tag_inference_copy,
+                   b.candidate.label(b.plan), b.step_time,
                    co.candidate.label(co.plan) if co is not None else None, co.step_time if co is not None else None,
                    res.colocated_refused, pick.plan)
 
@@ -132,7 +134,7 @@ def _start(t: Target, path: Path) -> list[str]:
     sets = {"runtime.mode": t.mode, "runtime.generators": t.gpus // 2, "runtime.trainers": t.gpus - t.gpus // 2,
             "runtime.fragment_size": 4, "runtime.publish": "object_store", "runtime.stale_hold": 0,
             "train.chunk_cells": "null", "train.chunk_generations": 8, "train.chunk_timesteps": 2,
-            "train.shard_groups": 1}
+            "train.shard_groups": 1, "runtime.tag_inference_copy": False}
     tb = testbed_preset(t.testbed)
     co = load_config(str(path), [f"{k}={v}" for k, v in sets.items()] + [
         "runtime.mode=colocated", "runtime.generators=1", f"runtime.trainers={t.gpus}", "train.chunk_cells=auto",
@@ -225,6 +227,8 @@ def rewrite(text: str, p: Planned) -> str:
         _set(lines, "runtime", "stale_hold", f"{p.stale_hold:g}")
     if p.mode != "colocated":
         _set(lines, "runtime", "publish", p.publish)
+    if (p.tag_copy and p.mode != "colocated") or re.search(r"^  tag_inference_copy:", text, re.M):
+        _set(lines, "runtime", "tag_inference_copy", str(p.tag_copy and p.mode != "colocated").lower())
     if p.shard_groups > 1 or re.search(r"^  shard_groups:", text, re.M):  # (a colocated default: k = 1 divides)
         _set(lines, "train", "shard_groups", p.shard_groups if p.mode != "colocated" else 1)
     start, _ = _section(lines, "runtime")

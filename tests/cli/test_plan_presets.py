@@ -19,7 +19,8 @@ from digenrl.config import load_config
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
 LABEL = re.compile(r"(?:(?P<g>\d+)\+(?P<t>\d+)|(?P<c>\d+) coloc), fragment (?P<f>\d+), chunk (?P<cg>\d+)x(?P<ct>\d+), "
                    r"stale cap (?P<s>[\d.]+)(?:, (?P<k>\d+) shard groups?)?(?:, publish (?P<pub>\w+))?"
-                   r"(?:, stale hold (?P<h>[\d.]+))?: predicted (?P<time>[\d.e+]+) s/step$")
+                   r"(?:, stale hold (?P<h>[\d.]+))?(?P<copy>, TAG inference copy)?"
+                   r": predicted (?P<time>[\d.e+]+) s/step$")
 
 
 def _block(text: str) -> dict:
@@ -63,6 +64,7 @@ def test_preset_runs_the_plan_its_block_records(path):
         assert cfg.runtime.publish == (plan["pub"] or "object_store")
         assert cfg.runtime.stale_hold == float(plan["h"] or 0)
         assert cfg.train.shard_groups == int(plan["k"] or 1)  # the searched shard groups (sim.plan_groups)
+        assert cfg.runtime.tag_inference_copy == bool(plan["copy"])  # the searched TAG inference copy
 
 
 def _small_preset(tmp_path: Path) -> Path:

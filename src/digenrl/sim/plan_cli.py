@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="config YAML to write with the chosen plan")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="config override (repeatable), e.g. --set runtime.mode=full")
-    ap.add_argument("--probe-steps", type=int, default=4, help="steps per probe (>= 4; default 4)")
+    ap.add_argument("--probe-steps", type=int, default=4, help="steps per probe (>= 4; default 4; a full-mode probe runs at least 8)")
     ap.add_argument("--exhaustive", type=int, default=64,
                     help="per split, probe every combination when there are at most this many (default 64)")
     ap.add_argument("--descend-splits", type=int, default=3,

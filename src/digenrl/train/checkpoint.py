@@ -54,7 +54,7 @@ import torch
 
 from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
 
-from .resume_config import check_resume_config, config_hash
+from .resume_config import check_resume_config, config_hash  # noqa: F401 (check_resume_config: re-exported)
 
 CHECKPOINT_DIR = "checkpoints"
 META_KEY = "digenrl_train_state"
