@@ -14,6 +14,8 @@ PUBLISHED_COLOC = {"hunyuan": ((1.04, 1.37), (1.13, 1.49)), "wan": ((1.13, 1.34)
                    "flux": ((1.06, 1.21), None), "qwen-image": (None, None)}
 PUBLISHED_HETERO = (1.46, 1.85)
 NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-T2V-14B", "hunyuan": "HunyuanVideo-13B", "qwen-image": "Qwen-Image-20B"}
+NAMES.update({"hunyuan_video": NAMES["hunyuan"], "qwen_image": NAMES["qwen-image"], "sd3": "SD3.5-Medium"})  # (the
+# registry's spellings, ``models.specs``, which the simulator's workload table now uses)
 
 
 def table(rows: list[list], header: list[str]) -> str:

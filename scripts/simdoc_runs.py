@@ -122,8 +122,8 @@ def static_inputs() -> dict:
                         "group is a gang of up to one pending fragment per rank of the head prompt group, generated "
                         "data-parallel; its forwards either gather the shards or, where the planner finds it faster "
                         "and memory allows, run on a bf16 inference copy gathered once per switch "
-                        "(`runtime.tag_inference_copy`). The planner simulates every split and fragment size (3 "
-                        "steps each) and keeps the fastest.")}
+                        "(`runtime.tag_inference_copy`). The planner (`sim.planner`) probes the splits and settings "
+                        "(4 steps each, 8 in `full`) and keeps the fastest.")}
 
 
 def run_all(steps: int, log=print) -> dict:
