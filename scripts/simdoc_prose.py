@@ -136,7 +136,10 @@ def summary_section(res: dict) -> list[str]:
                 f"gathers of {k['fsdp_gather_s']:.2f} s); TSP's packed chunks remove this.")
     worst = max(t20, key=lambda c: row(c["rows"], "full")["speedup_vs_naive"])
     kw, nr = cost(res, worst["model"], worst["testbed"]), row(worst["rows"], "naive")
-    gens = res["static"]["workloads"][worst["model"]]["generations"]
+    from digenrl.models.specs import ALIASES  # (runs name a model as the presets' CLI does; the workload table
+    # is keyed by the registry's spelling)
+
+    gens = res["static"]["workloads"][ALIASES.get(worst["model"], worst["model"])]["generations"]
     naive_why = (f" Naive is slow on the sharded trainer pool: it trains a group one timestep at a time (the G "
                  f"generations of one timestep per chunk), and each chunk is a collective of the whole shard group, so on "
                  f"{NAMES[worst['model']]}/{worst['testbed']} each of the {nr['trainer_gpus']} ranks gets at most "
