@@ -9,7 +9,9 @@ import pytest
 from runtime_helpers import SMALL
 
 
-def test_profile_command_feeds_the_simulator(ray_local, tiny_model, tmp_path):
+def test_profile_command_feeds_the_simulator(ray_local, tiny_model, tmp_path, monkeypatch):
+    """(Its workers log beside the profile, not into the config's run_dir: run from a clean directory, the
+    default ``runs/demo`` is not created, so a later ``digenrl train`` there is not refused.)"""
     from digenrl.cli import main
     from digenrl.control.run_plan import plan_run
     from digenrl.schedule import OPS
@@ -19,7 +21,10 @@ def test_profile_command_feeds_the_simulator(ray_local, tiny_model, tmp_path):
     out = tmp_path / "profile.json"
     args = ["profile", f"model.path={tiny_model}", *SMALL, "runtime.mode=gap_tsp_tag", "--out", str(out),
             "--repeats", "1"]
+    (cwd := tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(cwd)
     assert main(args) == 0
+    assert not (cwd / "runs").exists() and (tmp_path / "profile.logs" / "gen0.log").is_file()
     data = json.loads(out.read_text())
     assert data["format"] == "digenrl-profile" and data["generators"] == 1 and data["trainers"] == 1
     prof = load_profile(out)

@@ -1,4 +1,6 @@
-"""``digenrl profile [--config X] [key=value ...] --out profile.json``: measure this machine's costs."""
+"""``digenrl profile [--config X] [key=value ...] --out profile.json``: measure this machine's costs. The workers'
+logs go beside the profile (``profile.logs/`` for ``profile.json``), not into the config's ``run_dir``: profiling is
+not a run, and a run_dir it wrote into would be refused by the next ``digenrl train`` there."""
 
 from __future__ import annotations
 
@@ -38,13 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"digenrl profile: error: {e}", file=sys.stderr)
         return 2
     G, S = run.plan.generations, run.trained_timesteps
+    logs = out.parent / f"{out.stem}.logs"
     with ray_session(run):
-        pools = start_pools(run)
+        pools = start_pools(run, log_dir=logs)
         try:
             data = calibrate(run, pools, args.repeats, sizes_upto(G), sizes_upto(G * S),
                              trainer_generation=True)
         finally:
             pools.kill()
     save_profile(data, out)
-    print(f"wrote {out} ({len(data['ops'])} op curves; use: digenrl simulate --profile {out} ...)")
+    print(f"wrote {out} ({len(data['ops'])} op curves; use: digenrl simulate --profile {out} ...); "
+          f"worker logs in {logs}")
     return 0

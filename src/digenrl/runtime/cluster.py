@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from pathlib import Path
 
 from digenrl.config import Config, ConfigError
 
@@ -143,14 +144,13 @@ class ActorPools(WorkerPools):
 
 def worker_log_dir(cfg: Config):
     """Where each worker's stdout / stderr goes (absolute: a Ray worker's working directory is not the driver's)."""
-    from pathlib import Path
-
     return Path(cfg.run_dir).expanduser().resolve() / "logs"
 
 
-def start_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> ActorPools:
-    """Create the actors (``runtime.*_resources``, a log file each in ``run_dir/logs/``) and ready them
-    (``ready_pools``). ``hooks``: the test hooks handed to the workers (``control.run_plan.TestHooks``)."""
+def start_pools(run: RunPlan, state: bytes | None = None, hooks=None, log_dir=None) -> ActorPools:
+    """Create the actors (``runtime.*_resources``, a log file each in ``log_dir``, by default ``run_dir/logs/``)
+    and ready them (``ready_pools``). ``hooks``: the test hooks handed to the workers
+    (``control.run_plan.TestHooks``)."""
     import ray
 
     from .generator import GeneratorWorker
@@ -160,7 +160,7 @@ def start_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> ActorPo
     conf = cfg.model_dump(mode="json")
     gen_cls = ray.remote(**actor_options(pool_demand(cfg, "generator")))(GeneratorWorker)
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
-    logs = worker_log_dir(cfg)  # one file per worker: run_dir/logs/<worker>.log
+    logs = Path(log_dir).resolve() if log_dir is not None else worker_log_dir(cfg)  # one file per worker: <w>.log
     return built_pools(ActorPools, run, state, lambda w: gen_cls.remote(w, conf, hooks, str(logs / f"{w}.log")),
                        lambda w, i: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log")))
 
