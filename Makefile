@@ -6,7 +6,8 @@ BIN     = $(VENV)/bin
 #   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 # or install their own torch into .venv first and pass TORCH_SPEC="" to keep it.
 TORCH_SPEC ?= torch==2.13.0
-# test processes (pytest-xdist; whole files per process, so a file's fixtures and its Ray are set up once).
+# test processes (pytest-xdist; whole files per process, so a file's fixtures and its Ray are set up once; the
+# longest files first, in tests/conftest.py's order: --no-loadscope-reorder keeps it).
 # 2 fits this project's 2-core machines; TEST_WORKERS=0 runs the suite in this one process.
 TEST_WORKERS ?= 2
 
@@ -22,7 +23,7 @@ demo:  # --overwrite: each `make demo` replaces the previous demo run in runs/de
 	$(BIN)/digenrl train --overwrite
 
 test:  # (the slowest 25 listed at the end: where the suite time goes)
-	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 test-fast:  # the quick subset for development: no Ray runs, no subprocess or demo-length runs (tests/slow.txt)
 	$(BIN)/python -m pytest tests -m "not slow"
