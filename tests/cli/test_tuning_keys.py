@@ -145,3 +145,15 @@ def test_a_run_written_before_the_move_resumes_and_refuses_both_names(tmp_path, 
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "reward_mean" in r] == [1, 2, 3]
     assert yaml.safe_load((run / "config.yaml").read_text())["tuning"]["loss_scale_init"] == 1024.0
+
+
+def test_a_resume_may_change_the_planner_outputs_but_not_the_loss_scale():
+    """As under their old homes: the runtime's keys (stale hold, gang width, TAG copy, BTS, calibration) may change
+    on resume; fp16's initial loss scale (a train key before) changes the step's math and is refused."""
+    from digenrl.train.resume_config import check_resume_config
+
+    saved = load_config(None, []).model_dump(mode="json")
+    check_resume_config(saved, load_config(None, [f"{n}={json.dumps(v)}" for n, v in OLD_NEW.values()
+                                                  if n != "tuning.loss_scale_init"]))
+    with pytest.raises(ConfigError, match=r"tuning\.loss_scale_init \(checkpoint 65536.0, now 1024.0\)"):
+        check_resume_config(saved, load_config(None, ["tuning.loss_scale_init=1024"]))
