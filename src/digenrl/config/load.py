@@ -193,7 +193,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             _notify([f"{key} is now {target} (read as such)"])
         moved[target] = key
         _set_dotted(tree, target, value)
-    _notify(move_old_keys(tree, "the overrides"))  # an override that sets a table holding an old key
+    _notify(move_old_keys(tree, "the config with its overrides"))  # an override setting a table with an old key
     try:
         return Config.model_validate(tree)
     except ValidationError as e:
