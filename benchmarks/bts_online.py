@@ -1,4 +1,4 @@
-"""BTS on a machine its profile misjudges: the static profile vs the online refinement (``runtime.bts.online``).
+"""BTS on a machine its profile misjudges: the static profile vs the online refinement (``tuning.bts.online``).
 
 A run plans with a profile measured before it; the machine it meets can differ per kind of work (the CPU
 pipeline benchmark's runs are up to 20-36% off the calibration timed just before them, ``pipeline_cpu.json``

@@ -102,7 +102,7 @@ def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log) -> dic
 
     load = os.getloadavg()[0]  # before the run: what else was running (the run itself adds ~1.5 on 2 cores)
     cfg = load_config(None, base + mode_overrides(mode) + [f"run_dir={run_dir}", "runtime.calibration.when=always",
-                                                            f"runtime.calibration.repeats={repeats}"])
+                                                            f"tuning.calibration_repeats={repeats}"])
     s = run_training(cfg, ray=True)
     plan = plan_run(cfg).plan
     sim = sim_steady_step(plan, load_profile(run_dir / "profile.json"))

@@ -84,28 +84,22 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _expert(field) -> bool:
-    """A planner output or expert knob (``config.base.EXPERT``): documented in its own section."""
-    return bool((field.json_schema_extra or {}).get("expert")) if isinstance(field.json_schema_extra, dict) else False
-
-
 def _is_table(field) -> bool:
     return isinstance(field.annotation, type) and hasattr(field.annotation, "model_fields")
 
 
-def rows(model, prefix: str = "", expert: bool = False) -> list[tuple[str, str, str, str, str, bool]]:
-    """(key, type, default, range, description, expert) of every leaf key of ``model`` (``expert``: the key or a
-    table above it is marked ``EXPERT``); ``ValueError`` for a key without a description."""
+def rows(model, prefix: str = "") -> list[tuple[str, str, str, str, str]]:
+    """(key, type, default, range, description) of every leaf key of ``model``; ``ValueError`` for a key without
+    a description."""
     out = []
     for name, field in model.model_fields.items():
         key = prefix + name
         if _is_table(field):
-            out += rows(field.annotation, key + ".", expert or _expert(field))
+            out += rows(field.annotation, key + ".")
             continue
         if not (field.description or "").strip():
             raise ValueError(f"{key}: no description (write a docstring under the field in src/digenrl/config/)")
-        out.append((key, _type(field.annotation), _default(field), _range(field), _cell(field.description),
-                    expert or _expert(field)))
+        out.append((key, _type(field.annotation), _default(field), _range(field), _cell(field.description)))
     return out
 
 
@@ -147,27 +141,16 @@ def render() -> str:
     from digenrl.config import Config
 
     parts = [INTRO]
-    expert = [r for r in rows(Config) if r[5]]
     for title, prefix, model in sections(Config):
-        leaf = [r for r in rows(model, prefix) if r[0].count(".") == prefix.count(".") and not r[0] in
-                {e[0] for e in expert}]
+        leaf = [r for r in rows(model, prefix) if r[0].count(".") == prefix.count(".")]
         if not leaf:
             continue
         parts += [f"## {title}", ""]
         if model.__doc__ and model is not Config and not model.__doc__.startswith(model.__name__ + "("):
             parts += [_cell(model.__doc__.strip().split("\n\n")[0]), ""]
         parts += ["| key | type | default | range | meaning |", "|---|---|---|---|---|"]
-        parts += [f"| `{k}` | {t} | {d} | {r} | {m} |" for k, t, d, r, m, _ in leaf]
+        parts += [f"| `{k}` | {t} | {d} | {r} | {m} |" for k, t, d, r, m in leaf]
         parts.append("")
-    parts += ["## Planner outputs and expert knobs", "",
-              "Keys a user rarely sets: `digenrl plan` writes the planner's outputs into the config it writes "
-              "(the stale hold, the gang width, the TAG inference copy), and the rest tune the BTS search, the "
-              "calibration and fp16's loss scale. Marked `EXPERT` in the schema (`src/digenrl/config/base.py`); "
-              "they are set like any key. Test hooks are not config keys (`DIGENRL_TEST_HOOKS`, "
-              "[development](development.md)).", "",
-              "| key | type | default | range | meaning |", "|---|---|---|---|---|"]
-    parts += [f"| `{k}` | {t} | {d} | {r} | {m} |" for k, t, d, r, m, _ in expert]
-    parts.append("")
     parts += options_section()
     return "\n".join(parts).rstrip() + "\n"
 

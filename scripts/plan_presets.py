@@ -20,7 +20,8 @@ one of ``digenrl plan`` (``sim.plan_cli.plan_from_args``: the split x fragment x
 shard-group count of a sharded pool (``sim.planner``), the publish path and, in ``full``, the stale hold
 (``sim.planner``), then the colocated baseline on the same GPUs, planned the same way); predicted times are
 steady step times in virtual time. The preset's ``runtime.mode / generators / trainers / fragment_size / publish``
-(``max_stale_fraction`` and ``stale_hold`` in ``full``) and ``train.chunk_generations / chunk_timesteps``
+(``max_stale_fraction`` and ``tuning.stale_hold`` in ``full``), ``tuning.tag_inference_copy`` where the plan has it
+(or the preset names it) and ``train.chunk_generations / chunk_timesteps``
 (``train.chunk_cells`` removed) are set to the faster of the two (``publish`` only where the default is
 disaggregated), and ``train.shard_groups`` where the plan has more than one group (or the preset names it): where
 colocated is predicted faster the preset defaults to ``colocated`` and its block says so. Train keys other than
@@ -69,9 +70,9 @@ class Planned:
     chunk: tuple[int, int]
     max_stale_fraction: float
     publish: str          # runtime.publish of the plan (searched on the testbed: ``sim.planner``)
-    stale_hold: float     # runtime.stale_hold of the plan (searched in ``full`` with a joined publish)
+    stale_hold: float     # tuning.stale_hold of the plan (searched in ``full`` with a joined publish)
     shard_groups: int     # train.shard_groups of the plan (searched for a sharded pool: ``sim.planner``)
-    tag_copy: bool        # runtime.tag_inference_copy of the plan (searched for TAG on a shard group)
+    tag_copy: bool        # tuning.tag_inference_copy of the plan (searched for TAG on a shard group)
     plan_label: str
     plan_s: float
     colocated_label: str | None
@@ -113,8 +114,8 @@ def plan_preset(path: Path, sets: tuple[str, ...] = (), probe_steps: int = 4, ex
     c = pick.candidate
     return Planned(t, "colocated" if pick is co else t.mode, 1 if c.split.n_gen == 0 else c.generators,
                    c.split.n_train, c.fragment_size, (pick.plan.chunk_generations, pick.plan.chunk_timesteps),
-                   c.max_stale_fraction, res.config.runtime.publish, res.config.runtime.stale_hold,
-                   res.config.train.shard_groups, res.config.runtime.tag_inference_copy,
+                   c.max_stale_fraction, res.config.runtime.publish, res.config.tuning.stale_hold,
+                   res.config.train.shard_groups, res.config.tuning.tag_inference_copy,
                    b.candidate.label(b.plan), b.step_time,
                    co.candidate.label(co.plan) if co is not None else None, co.step_time if co is not None else None,
                    res.colocated_refused, pick.plan)
@@ -132,9 +133,9 @@ def _start(t: Target, path: Path) -> list[str]:
     from digenrl.train.memory import MemoryPlanError
     from digenrl.train.memory_check import resolve_chunk_cells
     sets = {"runtime.mode": t.mode, "runtime.generators": t.gpus // 2, "runtime.trainers": t.gpus - t.gpus // 2,
-            "runtime.fragment_size": 4, "runtime.publish": "object_store", "runtime.stale_hold": 0,
+            "runtime.fragment_size": 4, "runtime.publish": "object_store", "tuning.stale_hold": 0,
             "train.chunk_cells": "null", "train.chunk_generations": 8, "train.chunk_timesteps": 2,
-            "train.shard_groups": 1, "runtime.tag_inference_copy": False}
+            "train.shard_groups": 1, "tuning.tag_inference_copy": False}
     tb = testbed_preset(t.testbed)
     co = load_config(str(path), [f"{k}={v}" for k, v in sets.items()] + [
         "runtime.mode=colocated", "runtime.generators=1", f"runtime.trainers={t.gpus}", "train.chunk_cells=auto",
@@ -181,7 +182,10 @@ def _section(lines: list[str], name: str) -> tuple[int, int]:
 
 
 def _set(lines: list[str], name: str, key: str, value, comment: str = "") -> None:
-    """Set ``name.key`` (a two-space indented line) to ``value``; appended at the section's end if missing."""
+    """Set ``name.key`` (a two-space indented line) to ``value``; appended at the section's end if missing (and
+    the section at the file's end)."""
+    if not any(ln.rstrip() == f"{name}:" for ln in lines):
+        lines += ["", f"{name}:"]
     start, end = _section(lines, name)
     line = f"  {key}: {value}"
     if comment:
@@ -222,13 +226,15 @@ def rewrite(text: str, p: Planned) -> str:
     _set(lines, "runtime", "generators", p.generators)
     _set(lines, "runtime", "trainers", p.trainers)
     _set(lines, "runtime", "fragment_size", p.fragment_size)
+    for k in ("stale_hold", "tag_inference_copy"):  # the planner's outputs live under tuning: (config.load.MOVED)
+        _drop(lines, "runtime", k)
     if p.mode == "full":
         _set(lines, "runtime", "max_stale_fraction", f"{p.max_stale_fraction:g}")
-        _set(lines, "runtime", "stale_hold", f"{p.stale_hold:g}")
+        _set(lines, "tuning", "stale_hold", f"{p.stale_hold:g}")
     if p.mode != "colocated":
         _set(lines, "runtime", "publish", p.publish)
     if (p.tag_copy and p.mode != "colocated") or re.search(r"^  tag_inference_copy:", text, re.M):
-        _set(lines, "runtime", "tag_inference_copy", str(p.tag_copy and p.mode != "colocated").lower())
+        _set(lines, "tuning", "tag_inference_copy", str(p.tag_copy and p.mode != "colocated").lower())
     if p.shard_groups > 1 or re.search(r"^  shard_groups:", text, re.M):  # (a colocated default: k = 1 divides)
         _set(lines, "train", "shard_groups", p.shard_groups if p.mode != "colocated" else 1)
     start, _ = _section(lines, "runtime")

@@ -264,7 +264,7 @@ def online_part(o: dict) -> list[str]:
         "`benchmarks/bts_online.py` simulates the same "
         f"{n_cfg} configurations on a machine that is the preset's costs times known factors per action kind, with "
         "BTS depth 2 planning with the preset's costs as they are (*static profile*), refining them at every step "
-        f"from the action times it sees (*online*, `runtime.bts.online`, decay {o['online_decay']} per step, the "
+        f"from the action times it sees (*online*, `tuning.bts.online`, decay {o['online_decay']} per step, the "
         "default), or given the machine's own costs (the oracle every number is relative to). "
         f"{o['steps']} steps; step 1 is planned with the profile alone by every policy; the jittered level adds "
         f"the runtime's measured per-op spread (seeds {o['seeds'][0]}-{o['seeds'][-1]}). Cells: mean step time "
@@ -312,7 +312,7 @@ def depth_part(d: dict, default_depth: int) -> list[str]:
                 table(rows, ["preset", "mode", "split", "gen / train GPUs", "choices", "d0 != d2", "d2 != d4",
                              "d0 vs d2, exact", "d0 vs d2, jittered", "d4 vs d2, exact", "d4 vs d2, jittered"]) + "\n"]
     gain4 = d4["exact_faster"] + d4["jitter_faster"] - d4["exact_slower"] - d4["jitter_slower"]
-    verdict = f"Default `runtime.bts.depth: {default_depth}`. "
+    verdict = f"Default `tuning.bts.depth: {default_depth}`. "
     if d0["exact_slower"] and d0["jitter_faster"]:
         verdict += (f"The measurements are mixed: with exact costs depth 0 decides differently in "
                     f"{d0['configs_with_a_different_decision']} configuration(s) and is slower there (up to "
@@ -337,7 +337,7 @@ TIE = 1e-3
 
 
 def section(data: dict, default_depth: int | None = None) -> list[str]:
-    """The section; ``default_depth``: the config's ``runtime.bts.depth`` default unless given."""
+    """The section; ``default_depth``: the config's ``tuning.bts.depth`` default unless given."""
     if default_depth is None:
         from digenrl.config import BTSOptions
 

@@ -33,7 +33,7 @@ def section(results_dir: Path) -> list[str]:
             f"picks k > 1 on {len(picked)}. " + (
                 "A gang that keeps to one prompt group leaves ranks idle where G generations do not fill the "
                 "group's ranks, and several smaller groups then pay; a gang across prompt groups "
-                "(`runtime.gang_groups`) fills every rank of one large group whatever G, which leaves the "
+                "(`tuning.gang_groups`) fills every rank of one large group whatever G, which leaves the "
                 "replicas only their costs (the all-reduce across them at the commit, and each group's "
                 "parameter gathers over fewer ranks)." if not better else
                 "Where a group's gangs leave ranks idle the groups train chunks side by side; elsewhere a "

@@ -122,7 +122,7 @@ def static_inputs() -> dict:
                         "group is a gang of up to one pending fragment per rank of the head prompt group, generated "
                         "data-parallel; its forwards either gather the shards or, where the planner finds it faster "
                         "and memory allows, run on a bf16 inference copy gathered once per switch "
-                        "(`runtime.tag_inference_copy`). The planner (`sim.planner`) probes the splits and settings "
+                        "(`tuning.tag_inference_copy`). The planner (`sim.planner`) probes the splits and settings "
                         "(4 steps each, 8 in `full`) and keeps the fastest.")}
 
 

@@ -62,9 +62,9 @@ def test_preset_runs_the_plan_its_block_records(path):
     assert cfg.train.chunk_cells is None
     if not coloc_faster:  # the searched publish path and stale hold (sim.plan_publish), where the block names them
         assert cfg.runtime.publish == (plan["pub"] or "object_store")
-        assert cfg.runtime.stale_hold == float(plan["h"] or 0)
+        assert cfg.tuning.stale_hold == float(plan["h"] or 0)
         assert cfg.train.shard_groups == int(plan["k"] or 1)  # the searched shard groups (sim.plan_groups)
-        assert cfg.runtime.tag_inference_copy == bool(plan["copy"])  # the searched TAG inference copy
+        assert cfg.tuning.tag_inference_copy == bool(plan["copy"])  # the searched TAG inference copy
 
 
 def _small_preset(tmp_path: Path) -> Path:
@@ -112,3 +112,24 @@ def test_script_writes_what_the_planner_returns(tmp_path, capsys):
                                              f"  fragment_size: {cfg.runtime.fragment_size * 2}\n"))
     assert mod.main(["--check", str(path)]) == 1
     assert "out of date" in capsys.readouterr().err
+
+
+def test_the_planner_outputs_are_written_under_tuning(tmp_path):
+    """A ``full`` plan with a stale hold and a TAG inference copy: the script writes them as ``tuning.stale_hold`` /
+    ``tuning.tag_inference_copy`` (adding the section), and drops a preset's old ``runtime.`` spelling of them."""
+    mod = load_script("scripts/plan_presets.py")
+    text = (ROOT / "configs" / "flux1_dev_mixgrpo.yaml").read_text()
+    text = text.replace("\nruntime:\n", "\nruntime:\n  stale_hold: 4\n  tag_inference_copy: false\n", 1)
+    assert "\ntuning:" not in text
+    p = mod.Planned(mod.Target("B", 6, "full"), "full", 2, 4, 4, (8, 2), 0.25, "broadcast", 0.5, 1, True, "x", 1.0,
+                    None, None, "refused", None)
+    out = mod.rewrite(text, p)
+    path = tmp_path / "p.yaml"
+    path.write_text(out)
+    cfg = load_config(str(path))
+    assert (cfg.tuning.stale_hold, cfg.tuning.tag_inference_copy) == (0.5, True)
+    assert (cfg.runtime.mode, cfg.runtime.publish, cfg.runtime.max_stale_fraction) == ("full", "broadcast", 0.25)
+    assert not re.search(r"^  (stale_hold|tag_inference_copy):", out.split("\nruntime:\n", 1)[1].split("\n\n")[0],
+                         re.M)
+    tuning = out.split("\ntuning:\n", 1)[1]
+    assert re.search(r"^  stale_hold: 0.5$", tuning, re.M) and re.search(r"^  tag_inference_copy: true$", tuning, re.M)

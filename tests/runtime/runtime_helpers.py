@@ -6,7 +6,7 @@ SMALL = ["steps=3", "train.prompts_per_step=2", "train.generations=4", "sampler.
          "train.chunk_generations=2", "train.chunk_timesteps=2", "runtime.fragment_size=2",
          "eval.num_prompts=4", "eval.grid_prompts=4", "eval.every=0", "log.progress=false",
          "train.ema_decay=null",  # the checkpoints are the live weights (the oracle compares those)
-         "runtime.calibration.repeats=1"]  # (TAG runs time their ops once; tests/runtime/test_profile.py times more)
+         "tuning.calibration_repeats=1"]  # (TAG runs time their ops once; tests/runtime/test_profile.py times more)
 
 
 def make_cfg(model_path, run_dir, *overrides):

@@ -43,13 +43,13 @@ def test_calibration_in_process_times_every_op(tmp_path, monkeypatch):
     test hook) is recovered like one in a step."""
     run = tmp_path / "run"
     assert main(["train", f"run_dir={run}", *BASE, "runtime.calibration.when=always",
-                 "runtime.calibration.repeats=1"]) == 0
+                 "tuning.calibration_repeats=1"]) == 0
     ops = json.loads((run / "profile.json").read_text())["ops"]
     for op in ("trainer/denoise", "trainer/vae_decode", "trainer/reward", "train_chunk", "optimizer", "publish"):
         assert ops[op] and all(t > 0 for _, t in ops[op]), (op, ops[op])
     other = tmp_path / "hooked"
     monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=col0@calibrate")
     assert main(["train", f"run_dir={other}", *BASE, "runtime.calibration.when=always",
-                 "runtime.calibration.repeats=1"]) == 0
+                 "tuning.calibration_repeats=1"]) == 0
     summary = json.loads((other / "summary.json").read_text())
     assert summary["restarts"] == 1 and summary["recoveries"][0]["action"] == "profiling", summary["recoveries"]

@@ -61,7 +61,7 @@ CASES = {
     "colocated-in_process": ["runtime.trainers=1"],  # what `digenrl train` runs without --ray (runtime.local)
     "naive": [],
     # measures a profile it does not need; evaluates after every step (rank 0's side call between steps)
-    "gap": ["runtime.calibration.when=always", "runtime.calibration.repeats=1", "eval.every=1"],
+    "gap": ["runtime.calibration.when=always", "tuning.calibration_repeats=1", "eval.every=1"],
     "gap_tsp-2ranks-labels": ["runtime.mode=gap_tsp", "runtime.trainers=2",
                               "runtime.generator_resources={gen_slot: 1}", "runtime.trainer_resources={trn_slot: 1}"],
     "gap_tsp_tag-broadcast": ["runtime.mode=gap_tsp_tag", "runtime.publish=broadcast"],

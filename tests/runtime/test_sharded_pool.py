@@ -65,12 +65,12 @@ def _check_params(run_dir, reference, tiny_model):
 @pytest.mark.parametrize("copy", [False, True], ids=["gathers", "inference_copy"])
 def test_sharded_pipelined_with_tag_matches_reference(ray_local, tiny_model, tmp_path, reference, copy):
     """TAG on the shard group, its ranks gathering the shards at every forward or generating from an inference
-    copy gathered once per version (runtime.tag_inference_copy)."""
+    copy gathered once per version (tuning.tag_inference_copy)."""
     from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED, "runtime.fragment_size=1",
-                   f"runtime.profile={_profile(tmp_path / 'profile.json')}", f"runtime.tag_inference_copy={copy}")
+                   f"runtime.profile={_profile(tmp_path / 'profile.json')}", f"tuning.tag_inference_copy={copy}")
     summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(run, reference, tiny_model)
@@ -103,7 +103,7 @@ def test_sharded_gang_over_two_groups_matches_reference(ray_local, tiny_model, t
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=gap_tsp_tag", *SHARDED, "runtime.fragment_size=3",
                    "runtime.tag_policy=greedy", f"runtime.profile={_profile(tmp_path / 'profile.json')}",
-                   f"runtime.tag_inference_copy={copy}")
+                   f"tuning.tag_inference_copy={copy}")
     summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(run, reference, tiny_model)
@@ -121,7 +121,7 @@ def test_sharded_colocated_matches_reference(ray_local, tiny_model, tmp_path, re
     # fragments of 1 generation: one of the 2 ranks has no share of each and only joins the forwards
     # ... and the shard group times its ops before step 1 (every forward a collective, sizes round-robin)
     cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=colocated", *SHARDED, "runtime.fragment_size=1",
-                   "runtime.calibration.when=always", "runtime.calibration.repeats=1")
+                   "runtime.calibration.when=always", "tuning.calibration_repeats=1")
     summary = run_training(cfg, ray=True)
     assert summary["audit_violations"] == [] and summary["version"] == cfg.steps
     _check_params(tmp_path / "run", reference, tiny_model)

@@ -98,7 +98,7 @@ def test_a_gang_takes_up_to_one_fragment_per_rank_across_groups():
 
 
 def test_a_narrow_gang_keeps_to_the_head_group():
-    # the same run with plan.gang_groups off (runtime.gang_groups=false): the first gang is the rest of group 0
+    # the same run with plan.gang_groups off (tuning.gang_groups=false): the first gang is the rest of group 0
     plan = make_plan("gap_tsp_tag", prompts=3, generations=2, fragment_size=1, S=1, T=3, cg=2, cs=1, n_gen=1,
                      n_train=1, steps=1, shard_ranks=3, gang_groups=False)
     cost = LinCost({"denoise": (0, 1), "train_chunk": (1, 0), "optimizer": (1, 0)})

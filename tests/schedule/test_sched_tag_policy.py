@@ -205,10 +205,11 @@ def test_policy_and_budget_validation():
 def test_config_keys_reach_the_scheduler_config():
     from digenrl.config import Config, ConfigError
 
-    cfg = Config.model_validate({"runtime": {"tag_policy": "greedy", "bts": {"depth": 4, "budget_nodes": 77}}})
-    b = cfg.runtime.bts_config()
+    cfg = Config.model_validate({"runtime": {"tag_policy": "greedy"},
+                                 "tuning": {"bts": {"depth": 4, "budget_nodes": 77}}})
+    b = cfg.bts_config()
     assert (b.policy, b.depth, b.budget_nodes, b.budget_s) == ("greedy", 4, 77, None)
-    assert Config().runtime.bts_config() == BTSConfig()
+    assert Config().bts_config() == BTSConfig()
     with pytest.raises((ValueError, ConfigError), match="tag_policy"):
         Config.model_validate({"runtime": {"tag_policy": "always"}})
 

@@ -1,4 +1,4 @@
-"""``runtime.stale_hold`` (``schedule.stale_hold``): in ``full`` with a joined publish a free generator waits
+"""``tuning.stale_hold`` (``schedule.stale_hold``): in ``full`` with a joined publish a free generator waits
 instead of starting a stale fragment that would hold the publish up, when overrun x h > its wait."""
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def test_stale_hold_is_a_checked_plan_and_config_key():
     with pytest.raises(PlanError, match="stale_hold"):
         _plan(float("inf"))
     with pytest.raises(ConfigError, match="stale_hold"):
-        load_config(None, ["runtime.stale_hold=-0.5"])
+        load_config(None, ["tuning.stale_hold=-0.5"])
     from digenrl.control.run_plan import plan_run
     cfg = load_config(None, ["runtime.mode=full", "runtime.generators=2", "runtime.publish=broadcast",
-                                  "runtime.stale_hold=4"])
+                                  "tuning.stale_hold=4"])
     assert plan_run(cfg).plan.stale_hold == 4.0

@@ -77,11 +77,11 @@ def test_the_stale_hold_is_the_fastest_h_of_the_written_plan(tmp_path, capsys):
     cost, _ = src.build(src.start(src.own_split()))
     times = {}
     for h in (0.0, 0.5, 4.0):
-        w = written.model_copy(update={"runtime": written.runtime.model_copy(update={"stale_hold": h})})
+        w = written.model_copy(update={"tuning": written.tuning.model_copy(update={"stale_hold": h})})
         times[h] = steady_step_time(replace(plan_run(w).plan, steps=FULL_PROBE_STEPS,
                                                  sampling_steps=rep_steps(cost, w)), cost)
     h = min(times, key=lambda x: (times[x], x))
-    assert written.runtime.stale_hold == h == rep["best"]["stale_hold"]
+    assert written.tuning.stale_hold == h == rep["best"]["stale_hold"]
     assert {float(k): v for k, v in rep["stale_holds_s"].items()} == pytest.approx(times, rel=1e-12)
 
 

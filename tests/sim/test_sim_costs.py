@@ -119,7 +119,7 @@ def test_a_sharded_pool_is_one_shard_group_whose_actions_split_over_its_ranks():
 
 
 def test_tag_with_an_inference_copy_pays_one_gather_per_switch_and_none_per_forward():
-    """training.tag_copy (runtime.tag_inference_copy): the switch into generation all-gathers the bf16 weights
+    """training.tag_copy (tuning.tag_inference_copy): the switch into generation all-gathers the bf16 weights
     once; the ranks' generation forwards then run at their share's compute (or HBM) time, with no gather floor."""
     from digenrl.sim.presets import Training
     from digenrl.sim.roofline import InfeasibleError

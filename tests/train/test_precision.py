@@ -109,7 +109,7 @@ def test_fp16_loss_scaling_prevents_underflow():
     assert ref_zero < 0.05
 
     pol_plain = _policy()
-    prepare_policy(pol_plain, _cfg("train.mixed_precision=fp16", "train.loss_scale_init=1.0"))
+    prepare_policy(pol_plain, _cfg("train.mixed_precision=fp16", "tuning.loss_scale_init=1.0"))
     plain = _grads(pol_plain, batch, loss_scale=tiny)
     assert (plain == 0).float().mean() > 0.9 and _rel(plain, ref) > 0.5  # underflow without scaling
 
@@ -125,7 +125,7 @@ def test_fp16_loss_scaling_prevents_underflow():
 def test_fp16_commit_skips_non_finite_step_and_backs_off():
     pol = _policy()
     batch = _step_batch(pol)
-    prec = prepare_policy(pol, _cfg("train.mixed_precision=fp16", "train.loss_scale_init=1e30"))
+    prec = prepare_policy(pol, _cfg("train.mixed_precision=fp16", "tuning.loss_scale_init=1e30"))
     opt = torch.optim.AdamW(pol.parameters(), lr=1e-2)
     tx = GradientTransaction(pol.parameters(), opt, max_grad_norm=1.0, precision=prec)
     before = [p.detach().clone() for p in pol.parameters()]

@@ -18,7 +18,3 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False,
                               use_attribute_docstrings=True)  # a field's docstring is its description (docs)
 
-
-# An expert knob or a planner output (``digenrl plan`` writes it): documented apart from the keys a user sets
-# (docs/configuration.md, "Planner outputs and expert knobs"); ``Field(..., json_schema_extra=EXPERT)``.
-EXPERT = {"expert": True}

@@ -1,8 +1,14 @@
 """The config's YAML, in one place: reading a config (a YAML file or a preset, plus dotted ``key=value`` overrides,
-validated, with one-line errors), writing one back, and the alias-free YAML reader other files use too."""
+validated, with one-line errors), writing one back, and the alias-free YAML reader other files use too.
+
+Keys that moved keep loading: ``MOVED`` is the one table of old key -> new key; ``move_old_keys`` reads a config
+tree's old keys into their new homes (a notice per key on stderr, ``runtime.stale_hold is now tuning.stale_hold
+(read as such)``) and refuses a tree that sets both names of a key (``ConfigError`` naming both).
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,13 @@ class _NoAliasDumper(yaml.SafeDumper):
 
 MAX_CONFIG_BYTES = 1 << 20  # a run config is a few KiB; a bigger file is not one
 
+# old dotted key -> its new home (a table moves with every key under it): the planner's outputs and the expert
+# knobs left the user's sections for ``tuning`` (issue 37)
+MOVED = {"runtime.stale_hold": "tuning.stale_hold", "runtime.gang_groups": "tuning.gang_groups",
+         "runtime.tag_inference_copy": "tuning.tag_inference_copy",
+         "runtime.calibration.repeats": "tuning.calibration_repeats",
+         "train.loss_scale_init": "tuning.loss_scale_init", "runtime.bts": "tuning.bts"}
+
 
 def safe_yaml_load(text: str) -> Any:
     """``yaml.safe_load`` without aliases; raises ``yaml.YAMLError`` (its message names the line)."""
@@ -49,6 +62,47 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
             raise ConfigError(f"{dotted}: {k!r} is not a table")
         node = nxt
     node[keys[-1]] = value
+
+
+def _find(tree: Any, dotted: str) -> tuple[bool, Any]:
+    """(found, value) of ``dotted`` in ``tree`` (not found where a table on the way is missing or no table)."""
+    for k in dotted.split("."):
+        if not isinstance(tree, dict) or k not in tree:
+            return False, None
+        tree = tree[k]
+    return True, tree
+
+
+def _moved_to(key: str) -> str | None:
+    """The new home of dotted ``key`` when it is (under) a moved key, else None."""
+    for old, new in MOVED.items():
+        if key == old or key.startswith(old + "."):
+            return new + key[len(old):]
+    return None
+
+
+def move_old_keys(tree: dict[str, Any], where: str = "the config") -> list[str]:
+    """Move every key of ``MOVED`` found in ``tree`` (in place) to its new home; the notices, one per moved key.
+    Raises ``ConfigError`` naming both keys where ``tree`` sets an old key and its new one."""
+    notes: list[str] = []
+
+    def put(old: str, new: str, value: Any) -> None:
+        if isinstance(value, dict) and value:  # a table: key by key (runtime.bts.depth -> tuning.bts.depth)
+            for k, v in value.items():
+                put(f"{old}.{k}", f"{new}.{k}", v)
+            return
+        if _find(tree, new)[0]:
+            raise ConfigError(f"{old} and {new}: {where} sets both ({old} is the old name of {new}); keep {new}")
+        _set_dotted(tree, new, value)
+        notes.append(f"{old} is now {new} (read as such)")
+
+    for old, new in MOVED.items():
+        found, value = _find(tree, old)
+        if found:
+            parent, _, last = old.rpartition(".")
+            del _find(tree, parent)[1][last]
+            put(old, new, value)
+    return notes
 
 
 def _fields_at(loc: tuple) -> list[str]:
@@ -111,6 +165,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {str(p)!r} must contain a mapping at top level")
         tree = loaded
+        _notify(move_old_keys(tree, f"config file {str(p)!r}"))
+    moved: dict[str, str] = {}  # an override's target key -> the key it was given as
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.lr=1e-4)")
@@ -125,11 +181,28 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"override {key!r}: {e}") from None
         except yaml.YAMLError:
             value = raw
-        _set_dotted(tree, key.strip(), value)
+        key = key.strip()
+        target = _moved_to(key) or key
+        for t, given in moved.items():  # an old key and its new one given as overrides: refused, as in a file
+            if (t == target or t.startswith(target + ".") or target.startswith(t + ".")) and \
+                    (given != t) != (key != target):
+                old, new = (given, key) if given != t else (key, given)
+                raise ConfigError(f"{old} and {new}: the overrides set both ({old} is the old name of "
+                                  f"{_moved_to(old)}); keep {new}")
+        if target != key:
+            _notify([f"{key} is now {target} (read as such)"])
+        moved[target] = key
+        _set_dotted(tree, target, value)
+    _notify(move_old_keys(tree, "the config with its overrides"))  # an override setting a table with an old key
     try:
         return Config.model_validate(tree)
     except ValidationError as e:
         raise ConfigError(_format_validation(e)) from None
+
+
+def _notify(notes: list[str]) -> None:
+    for line in notes:
+        print(line, file=sys.stderr)
 
 
 def dump_config(cfg: Config, path: str | Path | None = None) -> str:

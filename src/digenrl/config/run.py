@@ -14,6 +14,7 @@ from .base import _Strict
 from .model import ModelConfig, SamplerConfig, TaskConfig
 from .runtime import GeneratorConfig, RuntimeConfig
 from .train import TrainConfig
+from .tuning import TuningConfig
 
 
 class EvalConfig(_Strict):
@@ -85,6 +86,15 @@ class Config(_Strict):
     """The generator pool's inference copy (`generator.*`)."""
     log: LogConfig = LogConfig()
     """Logging (`log.*`)."""
+    tuning: TuningConfig = TuningConfig()
+    """The planner's outputs and tuning knobs a user rarely sets (`tuning.*`)."""
+
+    def bts_config(self):
+        """The scheduler's ``BTSConfig`` for ``runtime.tag_policy`` and ``tuning.bts`` (pass it as
+        ``Scheduler(bts_config=...)``)."""
+        from digenrl.schedule.bts import BTSConfig
+
+        return BTSConfig(**self.tuning.bts.model_dump(), policy=self.runtime.tag_policy)  # BTSConfig's field names
 
     @field_validator("reward", mode="before")
     @classmethod

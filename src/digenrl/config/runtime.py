@@ -1,4 +1,4 @@
-"""The execution sections (``runtime.*``, its ``bts`` and ``calibration`` options) and the generator pool's
+"""The execution sections (``runtime.*`` and its ``calibration`` options) and the generator pool's
 inference copy (``generator.*``)."""
 
 from __future__ import annotations
@@ -9,29 +9,8 @@ from pydantic import ConfigDict, Field
 
 from digenrl.schedule.plan import Mode
 
-from .base import EXPERT, _Strict
+from .base import _Strict
 from .model import SequenceParallelConfig
-
-
-class BTSOptions(_Strict):
-    """Options of the BTS search (``schedule.bts.BTSConfig``), used when ``runtime.tag_policy`` is ``bts``."""
-
-    depth: int = Field(2, ge=0)  # recursion depth over future bubbles
-    """Recursion depth over future bubbles (2: with exact costs depth 0 was slower where it decided otherwise,
-    under CPU jitter slightly faster; depth 4 never differed; `benchmarks/bts_depth.py`, [simulation](simulation.md)
-    "Where depth matters")."""
-    budget_nodes: int = Field(2000, ge=1)  # search nodes per decision (deterministic; over it: shallower result)
-    """Search nodes per decision (deterministic; over it: a shallower result)."""
-    budget_s: float | None = Field(None, gt=0.0)  # optional wall-clock cap per decision (makes decisions load-dependent)
-    """Optional wall-clock cap per decision (makes decisions load-dependent)."""
-    max_branch: int = Field(4, ge=1)  # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
-    """Candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}."""
-    online: bool = True  # refine the profile from the run's own action times at every step (schedule.online_cost)
-    """BTS's profile follows the run's own action times, one factor per action kind refined every step
-    (`cost_scale/<kind>` in metrics.jsonl).
-    """
-    online_decay: float = Field(0.5, ge=0.0, lt=1.0)  # weight of a step's action times one step later
-    """The weight of a step's action times one step later."""
 
 
 class CalibrationOptions(_Strict):
@@ -41,8 +20,6 @@ class CalibrationOptions(_Strict):
     """When a run times its ops on its own workers before step 1: `auto` (TAG modes without `runtime.profile`),
     `always` or `never`; written to `run_dir/profile.json`.
     """
-    repeats: int = Field(2, ge=1, json_schema_extra=EXPERT)  # timed repeats of every op (after one warm-up); their mean is the cost
-    """Timed repeats of every op (after one warm-up); their mean is the cost."""
 
 
 class RuntimeConfig(_Strict):
@@ -75,15 +52,6 @@ class RuntimeConfig(_Strict):
     """Weight path trainers -> generators: `object_store` (rank 0's copy), `broadcast` (torch.distributed) or `stream`
     (every rank's shards, sent while the trainers go on).
     """
-    stale_hold: float = Field(0.0, ge=0.0, allow_inf_nan=False, json_schema_extra=EXPERT)  # schedule.stale_hold
-    """`full` with `broadcast` / `stream`: a free generator waits instead of starting a stale fragment that would end
-    `overrun` s past the step's predicted commit when overrun x this > its wait; 0: never waits (the planner picks
-    it).
-    """
-    gang_groups: bool = Field(True, json_schema_extra=EXPERT)
-    """TAG on a sharded pool: a gang takes the next fragment per rank across prompt groups; false: only the head
-    group's (a smaller gang that ends sooner; the planner picks it).
-    """
     checkpoint_every: int = Field(20, ge=0)  # resumable checkpoint every N committed steps (0: only at the end / on a signal)
     """A resumable checkpoint every N committed steps in `run_dir/checkpoints/` (0: only at the end and on a signal)."""
     keep_checkpoints: int = Field(2, ge=1)
@@ -103,26 +71,14 @@ class RuntimeConfig(_Strict):
     watchdog; null: measured on the workers at start where needed.
     """
     calibration: CalibrationOptions = CalibrationOptions()
-    """When and how the run measures its own costs (`runtime.calibration.*`)."""
-    tag_inference_copy: bool = Field(False, json_schema_extra=EXPERT)
-    """TAG on a sharded pool: all-gather an unsharded copy of the weights once per version and generate from it without
-    per-forward gathers.
-    """
+    """When the run measures its own costs (`runtime.calibration.*`; each op timed `tuning.calibration_repeats` times)."""
     tag_policy: Literal["bts", "greedy", "none"] = "bts"
-    """TAG modes: who gives fragments to idle trainer ranks at a bubble: `bts` (the search), `greedy` (one fragment
+    """TAG modes: who gives fragments to idle trainer ranks at a bubble: `bts` (the search, `tuning.bts.*`), `greedy` (one fragment
     per idle trainer rank while fragments are pending) or `none` (k = 0)."""
-    bts: BTSOptions = Field(BTSOptions(), json_schema_extra=EXPERT)
-    """Options of the BTS search (`runtime.bts.*`)."""
     generator_sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()
     """The same for generators: each generator is d Ray actors in one torch.distributed group that denoise each
     fragment together; disaggregated modes only ([sequence parallelism](sequence_parallel.md)).
     """
-
-    def bts_config(self):
-        """The scheduler's ``BTSConfig`` for ``tag_policy`` and ``bts`` (pass it as ``Scheduler(bts_config=...)``)."""
-        from digenrl.schedule.bts import BTSConfig
-
-        return BTSConfig(**self.bts.model_dump(), policy=self.tag_policy)  # BTSOptions: BTSConfig's field names
 
 
 class GeneratorConfig(_Strict):

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import EXPERT, _Strict
+from .base import _Strict
 from .model import SequenceParallelConfig
 
 
@@ -145,8 +145,6 @@ class TrainConfig(_Strict):
     """
     mixed_precision: Literal["none", "bf16", "fp16"] = "none"  # fp32 master weights + autocast compute
     """`bf16` / `fp16` autocast with fp32 master weights (fp16 with dynamic loss scaling); `none`: the load dtype."""
-    loss_scale_init: float = Field(65536.0, gt=0.0, json_schema_extra=EXPERT)  # fp16: initial dynamic loss scale
-    """fp16: the initial dynamic loss scale."""
     activation_checkpointing: bool = False  # recompute each transformer block's activations in backward
     """Recompute each transformer block's activations in backward."""
     sharding: Literal["none", "fsdp"] = "none"  # FSDP2 over the trainer ranks (fully_shard per block)

@@ -228,8 +228,8 @@ def plan_run(cfg: Config) -> RunPlan:
         shard_ranks=lanes, sequence_parallel=d, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
         publish_joins=mode.disaggregated and rt.publish in ("broadcast", "stream"),
         publish_streams=mode.disaggregated and rt.publish == "stream",
-        sample_split=t.minibatch_split in ("samples", "generations"), stale_hold=rt.stale_hold,
-        gang_groups=rt.gang_groups, generator_sequence_parallel=rt.generator_sequence_parallel.degree,
+        sample_split=t.minibatch_split in ("samples", "generations"), stale_hold=cfg.tuning.stale_hold,
+        gang_groups=cfg.tuning.gang_groups, generator_sequence_parallel=rt.generator_sequence_parallel.degree,
         packed=mode is Mode.COLOCATED,
     )
     profile = None

@@ -225,10 +225,9 @@ def cost_model(run, pools, run_dir: Path | None = None):
     measured profile is written to ``run_dir/profile.json``."""
     from digenrl.control.profile import ProfileCost, save_profile
 
-    opts = run.cfg.runtime.calibration
     measured = None
     if measures(run):
-        data = calibrate(run, pools, repeats=opts.repeats)
+        data = calibrate(run, pools, repeats=run.cfg.tuning.calibration_repeats)
         if run_dir is not None:
             save_profile(data, Path(run_dir) / "profile.json")
         measured = ProfileCost.from_dict(data, where="measured profile")

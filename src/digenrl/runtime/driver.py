@@ -182,11 +182,11 @@ class _Controller:
             self._evaluated = True
             if not self.recoveries:
                 self.clock.reset()
-        timing = f"calibration: timing each operation on the workers ({cfg.runtime.calibration.repeats} repeats)"
+        timing = f"calibration: timing each operation on the workers ({cfg.tuning.calibration_repeats} repeats)"
         with phase(cfg, timing) if measures(self.run) else _nothing():
             cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
-        self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)
+        self.sched = Scheduler(plan, cost=cost, bts_config=cfg.bts_config(), first_step=self.first)
         ex = WorkerExecutor(self.run, pools, self.clock, self.first,
                             (lambda a: None) if self.local else watchdog(self.run, cost, self._observed),
                             self._observed)  # (in-process: no watchdog, the calls run in this thread)

@@ -12,7 +12,7 @@ commits), ``zero_std_ratio``, and:
   step 0); ``idle/<pool>``: idle share of each pool in the step's window;
 * ``tag_fragments``, ``stale_fraction``, ``staleness/0`` / ``staleness/1`` (trajectories of the step's own
   version / the previous one), ``version_min`` / ``version_max``;
-* TAG modes with ``runtime.bts.online``: ``cost_scale/<kind>`` (``between_steps``).
+* TAG modes with ``tuning.bts.online``: ``cost_scale/<kind>`` (``between_steps``).
 
 ``trajectories.jsonl`` holds one line per trajectory (step, uid, generation, version, worker, reward); its
 ``step`` N (from 1) is metrics.jsonl's (row 0 is the eval before RL), and ``version`` the policy version that

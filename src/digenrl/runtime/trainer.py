@@ -81,7 +81,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         self._gsize, self._local = 1, 0  # ranks behind this rank's scheduler trainer, its index (``setup_dist``)
         self.sharded = False  # an FSDP pool of more than one rank (set by ``setup_dist``)
         self._lane = lane_role(0, 1, 1)  # its sequence-parallel lane (``train.sequence_parallel``; ``setup_dist``)
-        self._copy, self._copy_version = None, None  # TAG inference copy (runtime.tag_inference_copy)
+        self._copy, self._copy_version = None, None  # TAG inference copy (tuning.tag_inference_copy)
         self.check_failure("startup")
 
     @property
@@ -223,7 +223,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             raise RuntimeError(f"{self.name}: asked to generate {share} with version {version} but its weights "
                                f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
         lead = self._lane.lead  # (``share`` is its lane's: the executor gives a lane's ranks the same one)
-        if self.sharded and self._gsize > 1 and self.cfg.runtime.tag_inference_copy:
+        if self.sharded and self._gsize > 1 and self.cfg.tuning.tag_inference_copy:
             return self.generate_parts(self._inference_copy(version), share, version, lead)
         with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
             if not self.sharded or self._gsize == 1 or any(p.generations for p in share):

@@ -106,7 +106,7 @@ class StepPlan:
         ``overrun x stale_hold`` exceeds its wait for that commit (``schedule.stale_hold``); 0 never waits.
       gang_groups: a shard group's TAG gang takes the next ``shard_ranks`` pending fragments across prompt
         groups (True, ``Generate.more``) or only those of the head group (False: a smaller gang, which ends
-        sooner); ``runtime.gang_groups``, the planner picks it.
+        sooner); ``tuning.gang_groups``, the planner picks it.
       packed: colocated only: a worker takes its share of the step's fragments (``colocated_share``) in one
         generation action (``layout.gang_parts``) and trains its shard of each group in chunks of
         ``chunk_generations x chunk_timesteps`` (``layout.classic_chunks``): what ``digenrl train`` runs

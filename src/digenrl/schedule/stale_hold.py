@@ -7,7 +7,7 @@ commit predicted to end at ``C`` (``StepModel.predict_commit`` with no further T
 launch + its duration)::
 
     overrun = t + d - C
-    hold  iff  overrun > 0  and  overrun * h > C - t          (h = plan.stale_hold, runtime.stale_hold)
+    hold  iff  overrun > 0  and  overrun * h > C - t          (h = plan.stale_hold, tuning.stale_hold)
 
 Starting the fragment makes every trainer rank and every other generator wait out ``overrun`` in the
 publish; holding costs this generator the ``C - t`` seconds until the commit, and the next step's rollout the

@@ -306,10 +306,10 @@ def _main_config(args, record_mode: str | None) -> int:
         if (args.algorithm, args.window, args.flash_ratio, args.nft_timesteps, args.nft_old_policy) != (
                 "flow_grpo", 4, 1.0, None, "soft"):
             raise CliError("--algorithm: with --config the algorithm is the config's (--set train.algorithm=...)")
-        # the TAG flags override the config's runtime.tag_policy / runtime.bts (the runtime's own keys)
+        # the TAG flags override the config's runtime.tag_policy / tuning.bts (the runtime's own keys)
         args.sets = list(args.sets) + ([f"runtime.tag_policy={args.tag_policy}"] if args.tag_policy != "bts" else [])
-        args.sets += [f"runtime.bts.depth={args.bts_depth}"] if args.bts_depth is not None else []
-        args.sets += [f"runtime.bts.budget_nodes={args.bts_budget_nodes}"] if args.bts_budget_nodes is not None else []
+        args.sets += [f"tuning.bts.depth={args.bts_depth}"] if args.bts_depth is not None else []
+        args.sets += [f"tuning.bts.budget_nodes={args.bts_budget_nodes}"] if args.bts_budget_nodes is not None else []
         if (args.profile is None) == (args.testbed is None):
             raise CliError("--profile: give exactly one of --profile (measured costs, e.g. from `digenrl profile`) "
                            "or --testbed (roofline of a GPU testbed) with --config")

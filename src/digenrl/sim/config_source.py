@@ -3,7 +3,7 @@
 
 A candidate (``planner.Candidate``) becomes a config (``config_of``): the split as ``runtime.generators / trainers``
 (colocated: 1 / W), the fragment size, the stale cap, the publish path, the stale hold, ``train.shard_groups``,
-``runtime.tag_inference_copy``, ``runtime.gang_groups`` and the two sequence-parallel degrees; on a ``--testbed``
+``tuning.tag_inference_copy``, ``tuning.gang_groups`` and the two sequence-parallel degrees; on a ``--testbed``
 ``train.memory_gb`` = the trainer GPU's memory. That config must pass the memory plan of ``digenrl train``
 (``train.memory_check.check_config`` / ``check_generators``) and ``control.run_plan.plan_run``; a refusal is the
 candidate's ``Infeasible`` reason. Its plan is ``plan_run``'s (a colocated FSDP config: one worker per rank, priced
@@ -41,7 +41,7 @@ class ConfigSource:
         if (testbed is None) == (profile is None):
             raise ValueError("ConfigSource: give exactly one of testbed or profile")
         self.cfg, self.workers, self.mode = cfg, workers, Mode(cfg.runtime.mode)
-        self.bts, self.testbed, self.profile, self.pinned = cfg.runtime.bts_config(), testbed, profile, pinned
+        self.bts, self.testbed, self.profile, self.pinned = cfg.bts_config(), testbed, profile, pinned
         self.profile_trainers = profile_trainers or (cfg.runtime.trainers if profile is not None else None)
         self.trained = plan_run(cfg).trained_timesteps  # refuses what the runtime refuses, before any search
         self.preset, self._configs, self._starts = None, {}, {}
@@ -96,12 +96,12 @@ class ConfigSource:
         return self._starts[split]
 
     def _own(self, split: Split) -> Candidate:
-        rt, t, G = self.cfg.runtime, self.cfg.train, self.cfg.train.generations
+        rt, t, G, tu = self.cfg.runtime, self.cfg.train, self.cfg.train.generations, self.cfg.tuning
         return Candidate(split, rt.fragment_size if G % rt.fragment_size == 0 else 1,
                          rt.max_stale_fraction,
-                         t.shard_groups if t.sharding == "fsdp" else 1, rt.tag_inference_copy, rt.publish,
-                         rt.gang_groups, t.sequence_parallel.degree, rt.generator_sequence_parallel.degree,
-                         rt.stale_hold)
+                         t.shard_groups if t.sharding == "fsdp" else 1, tu.tag_inference_copy, rt.publish,
+                         tu.gang_groups, t.sequence_parallel.degree, rt.generator_sequence_parallel.degree,
+                         tu.stale_hold)
 
     def values(self, split: Split, axis: str) -> list:
         own = getattr(self._own(split), axis)
@@ -138,19 +138,13 @@ class ConfigSource:
     # ---- candidate -> config ---------------------------------------------------------------------------------
 
     def config_for(self, c: Candidate):
-        """The config ``digenrl plan`` writes for ``c`` (after ``build``: with its chunk shape; a stale hold tried
-        on the chosen plan, ``planner._stale_hold``, is the built candidate's config with that hold)."""
-        if c in self._configs:
-            return self._configs[c]
-        built = next(k for k in self._configs if replace(k, stale_hold=c.stale_hold) == c)
-        cc = self._configs[built]
-        return cc.model_copy(update={"runtime": cc.runtime.model_copy(update={"stale_hold": c.stale_hold})})
+        """The config ``digenrl plan`` writes for ``c``, as ``build`` made it (with its chunk shape)."""
+        return self._configs[c]
 
     def config_of(self, c: Candidate):
         """``cfg`` with the candidate's settings (module docstring); on a testbed, its trainer GPU's memory."""
         cfg, t = self.cfg, self.cfg.train
         rt = {"fragment_size": c.fragment_size, "max_stale_fraction": c.max_stale_fraction, "publish": c.publish,
-              "stale_hold": c.stale_hold, "tag_inference_copy": c.tag_copy, "gang_groups": c.gang_groups,
               "generator_sequence_parallel": {"ulysses": c.generator_sequence_parallel},
               **({"generators": 1, "trainers": c.split.n_train} if c.split.n_gen == 0 else
                  {"generators": c.generators, "trainers": c.split.n_train})}
@@ -162,6 +156,8 @@ class ConfigSource:
         data = cfg.model_dump(mode="json")
         data["runtime"].update(rt)
         data["train"].update(tr)
+        data["tuning"].update({"stale_hold": c.stale_hold, "tag_inference_copy": c.tag_copy,
+                               "gang_groups": c.gang_groups})
         if c.split.n_gen == 0:
             data["runtime"]["generator_sequence_parallel"] = {"ulysses": 1}
         from ..config import Config

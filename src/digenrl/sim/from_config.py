@@ -37,7 +37,7 @@ def config_model(cfg) -> ModelPreset:
 def config_training(cfg) -> Training:
     lora, t, rt = cfg.model.lora, cfg.train, cfg.runtime
     return Training(lora_rank=lora.rank if lora.enabled else 0, sharded=t.sharding == "fsdp",
-                    publish=rt.publish, recompute=t.activation_checkpointing, tag_copy=rt.tag_inference_copy,
+                    publish=rt.publish, recompute=t.activation_checkpointing, tag_copy=cfg.tuning.tag_inference_copy,
                     shard_groups=t.shard_groups if t.sharding == "fsdp" else 1)
 
 

@@ -49,7 +49,7 @@ from .presets import GPU
 
 MAX_SHARD_GROUPS = 6  # hybrid sharding: k <= 6 shard groups (benchmarks/hybrid_sharding.py: k = 2-6)
 STALE_CAPS = (0.0, 0.25, 0.5)
-# ``runtime.stale_hold`` values tried on the chosen ``full`` plan with a joined publish (besides 0): a hold only
+# ``tuning.stale_hold`` values tried on the chosen ``full`` plan with a joined publish (besides 0): a hold only
 # against a long overrun (0.5), and one that holds unless the generator would wait over 4x the overrun (4).
 STALE_HOLDS = (0.5, 4.0)
 FULL_PROBE_STEPS = 8  # the shortest probe in ``full`` (module docstring)
@@ -302,21 +302,16 @@ def search(source: Source, *, probe_steps: int = 4, exhaustive: int = 64, descen
 
 def _stale_hold(s: _Search, res: SearchResult) -> None:
     """The fastest h of (0,) + ``STALE_HOLDS`` on the chosen plan (``full`` with a joined publish), ties to the
-    smaller; the plan's own h stays where the rule does not apply."""
+    smaller; the plan's own h stays where the rule does not apply. Each h is a candidate of the source, built
+    and probed as any other (so the chosen one has the source's config)."""
     best = res.best
     if not stale_rule.applies(replace(best.plan, stale_hold=1.0)):
         return
-    cost = res.costs[best.candidate]
-    for h in (0.0,) + STALE_HOLDS:
-        c = replace(best.candidate, stale_hold=h)
-        if c not in s.seen:
-            plan = replace(best.plan, stale_hold=h)
-            s.seen[c] = Probe(c, plan, steady_step_time(plan, cost, bts=s.src.bts), len(s.order) + len(s.seen))
-            s.built[c] = (cost, plan, 0.0)
-        res.holds_s[h] = s.seen[c].step_time
+    probes = {h: s.probe(replace(best.candidate, stale_hold=h)) for h in (0.0,) + STALE_HOLDS}
+    res.holds_s = {h: p.step_time for h, p in probes.items() if p is not None}
     h = min(res.holds_s, key=lambda x: (res.holds_s[x], x))
-    res.best = s.seen[replace(best.candidate, stale_hold=h)]
-    res.costs[res.best.candidate] = cost
+    res.best = probes[h]
+    res.costs[res.best.candidate] = s.built[res.best.candidate][0]
     if res.best not in res.probes:
         res.probes.append(res.best)
 

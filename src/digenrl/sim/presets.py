@@ -173,7 +173,7 @@ class Training:
     ``object_store`` (the runtime's default), ``broadcast`` or ``stream`` (``runtime.publish``; each priced as
     ``sim.roofline`` says). ``recompute``: activation checkpointing (one extra forward per cell, only the layer inputs
     are kept). ``tag_copy``: TAG on a shard group first all-gathers a bf16 inference copy
-    (``runtime.tag_inference_copy``), so its ranks generate their shares of a gang without per-forward gathers (only
+    (``tuning.tag_inference_copy``), so its ranks generate their shares of a gang without per-forward gathers (only
     where the copy fits beside the training state). ``shard_groups`` k (sharded only): hybrid sharding, the pool as k
     shard groups of N / k ranks, data-parallel replicas of each other, each one trainer of the scheduler
     (``train.shard_groups``); the commit all-reduces the gradient shards across them. ``sequence_parallel`` d: every

@@ -118,7 +118,7 @@ def prepare_policy(policy, cfg) -> Precision:
     except StopIteration:
         device_type = "cpu"
     prec = Precision(t.mixed_precision, device_type=device_type, cache_enabled=not t.activation_checkpointing,
-                     scale=t.loss_scale_init if t.mixed_precision == "fp16" else 1.0)
+                     scale=cfg.tuning.loss_scale_init if t.mixed_precision == "fp16" else 1.0)
     if t.mixed_precision != "none":
         with torch.no_grad():
             for p in policy.parameters():

@@ -9,21 +9,22 @@ of ``math_config``, kept in every checkpoint.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
 
-from digenrl.config import Config, ConfigError
+from digenrl.config import Config, ConfigError, move_old_keys
 
 # Keys that may change on resume: where and how the work runs, logging and eval, the run length. Everything
 # else (model, task, reward, sampler, train, seed, the policy class of the mode) is the math of a step.
 # train.shard_groups is how many data-parallel replicas hold the shards: what a sharded checkpoint depends on is
 # the size of one shard group, runtime.trainers / train.shard_groups, which ``check_resume_config`` compares.
 FREE_KEYS = ("run_dir", "steps", "resume", "log", "eval", "model.device", "model.prompt_cache_dir",
-             "train.chunk_generations", "train.chunk_timesteps", "train.shard_groups", "runtime",
+             "train.chunk_generations", "train.chunk_timesteps", "train.shard_groups", "runtime", "tuning",
              "sampler.eval_num_steps")  # (the eval's sampler only)
-# ...except these runtime keys, which change what a step computes
-MATH_RUNTIME_KEYS = ("runtime.max_stale_fraction",)
+# ...except these runtime and tuning keys, which change what a step computes
+MATH_KEYS = ("runtime.max_stale_fraction", "tuning.loss_scale_init")
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -41,7 +42,7 @@ def math_config(cfg: Config | dict) -> dict[str, Any]:
     """The dotted keys of ``cfg`` that define what a step computes (``FREE_KEYS`` removed)."""
     tree = cfg.model_dump(mode="json") if isinstance(cfg, Config) else cfg
     out = {k: v for k, v in _flatten(tree).items()
-           if k in MATH_RUNTIME_KEYS or not any(k == f or k.startswith(f + ".") for f in FREE_KEYS)}
+           if k in MATH_KEYS or not any(k == f or k.startswith(f + ".") for f in FREE_KEYS)}
     mode = tree.get("runtime", {}).get("mode", "colocated")
     out["runtime.mode"] = "tcss" if mode == "full" else "on_policy"  # the on-policy modes compute the same (I1)
     if mode != "full":
@@ -60,6 +61,11 @@ def _cut(v: Any, n: int = 80) -> str:
 
 def check_resume_config(saved: dict, cfg: Config) -> None:
     """Refuse (``ConfigError`` naming the keys) a config whose step math differs from the checkpoint's."""
+    saved = copy.deepcopy(saved)
+    try:  # a config written before keys moved (config.load.MOVED): its keys in their new homes
+        move_old_keys(saved, "the checkpoint's config")
+    except ConfigError:
+        pass  # (both names set: compare what is there)
     try:  # keys added to the config since the checkpoint was written take their defaults (today's behaviour)
         saved = Config.model_validate(saved).model_dump(mode="json")
     except ValueError:
