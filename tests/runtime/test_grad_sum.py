@@ -69,7 +69,7 @@ def test_grad_sum_auto_is_fp64_where_chunks_go_to_several_trainers():
 
 
 HYBRID = ["runtime.mode=gap_tsp_tag", "train.sharding=fsdp", "runtime.trainers=4", "train.shard_groups=2",
-          "runtime.tag_inference_copy=true", "steps=6", "runtime.trainer_resources={CPU: 0.75}"]
+          "tuning.tag_inference_copy=true", "steps=6", "runtime.trainer_resources={CPU: 0.75}"]
 REPLICATED = ["runtime.mode=gap_tsp_tag", "runtime.trainers=2", "steps=6"]
 
 

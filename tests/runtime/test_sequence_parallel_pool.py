@@ -137,7 +137,7 @@ def test_colocated_lane_matches_reference(ray_local, models, tmp_path, tmp_path_
 def test_tag_on_a_lane_matches_reference(ray_local, models, tmp_path, tmp_path_factory, family):
     """gap_tsp_tag: the lane trains chunks and takes TAG fragments (greedy, so that it surely does)."""
     cfg = _cfg(models, family, tmp_path / "run", "runtime.mode=gap_tsp_tag", *SP2, "runtime.tag_policy=greedy",
-               "runtime.calibration.repeats=1")
+               "tuning.calibration_repeats=1")
     _run(cfg, reference(models, family, tmp_path_factory))
     assert _rows(tmp_path / "run") == {"gen0", "sp0"}
     traj = [json.loads(x) for x in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
@@ -157,8 +157,8 @@ def test_fsdp_shard_group_of_two_lanes_matches_reference(ray_local, models, tmp_
 
     cfg = _cfg(models, "wan", tmp_path / "run", "runtime.mode=gap_tsp_tag", "runtime.trainers=4",
                "train.sharding=fsdp", "train.sequence_parallel=2", "runtime.tag_policy=greedy",
-               "runtime.calibration.repeats=1", "runtime.trainer_resources={CPU: 0.75}",
-               f"runtime.tag_inference_copy={copy}")
+               "tuning.calibration_repeats=1", "runtime.trainer_resources={CPU: 0.75}",
+               f"tuning.tag_inference_copy={copy}")
     _run(cfg, reference(models, "wan", tmp_path_factory))
     assert _rows(tmp_path / "run") == {"gen0", "shard0"}
     tags = [s for s in read_chrome_trace(tmp_path / "run" / "trace.json") if s.kind == "tag"]
@@ -192,7 +192,7 @@ GEN_CASES = {  # sequence-parallel generators: gen0 is 2 actors gen0.0 and gen0.
     "gap-objectstore": ["runtime.mode=gap", "runtime.generator_sequence_parallel=2"],  # 1 trainer rank
     "gap_tsp_tag-stream-both": ["runtime.mode=gap_tsp_tag", *SP2, "runtime.generator_sequence_parallel=2",
                                 "runtime.publish=stream", "runtime.tag_policy=greedy",
-                                "runtime.calibration.repeats=1", "runtime.trainer_resources={CPU: 0.75}",
+                                "tuning.calibration_repeats=1", "runtime.trainer_resources={CPU: 0.75}",
                                 "runtime.generator_resources={CPU: 0.75}"],
 }
 
