@@ -126,14 +126,11 @@ def _setup(args) -> Scenario:
         if not 0.0 < args.timestep_fraction <= 1.0:
             raise CliError(f"--timestep-fraction: must lie in (0, 1] (got {args.timestep_fraction})")
         changes["timestep_fraction"] = args.timestep_fraction
-    try:
-        if args.nft_old_policy != "soft" and args.algorithm != "nft":
-            raise AlgorithmError("--nft-old-policy: DiffusionNFT's old policy needs --algorithm nft")
-        changes["algorithm"] = Algorithm(args.algorithm, args.window, args.flash_ratio, args.nft_timesteps,
-                                         args.nft_old_policy)
-        replace(w, **changes).trained_timesteps
-    except AlgorithmError as e:
-        raise CliError(str(e)) from None
+    if args.nft_old_policy != "soft" and args.algorithm != "nft":
+        raise CliError("--nft-old-policy: DiffusionNFT's old policy needs --algorithm nft")
+    changes["algorithm"] = Algorithm(args.algorithm, args.window, args.flash_ratio, args.nft_timesteps,
+                                     args.nft_old_policy)  # (an AlgorithmError names the option)
+    replace(w, **changes).trained_timesteps  # MixGRPO's window and DiffusionNFT's K checked against T
     if at_least(args, "lora_rank", 0):
         changes["training"] = Training(lora_rank=args.lora_rank, sharded=False)
     try:
@@ -276,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         bts = bts_of(args)
         runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode, bts)
         base = None if args.no_baselines or setup.profile is not None else run_baselines(setup, bts)
-    except (CliError, PresetError, ScenarioError, ProfileError) as e:
+    except (AlgorithmError, CliError, PresetError, ScenarioError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
     w = setup.workload
