@@ -27,9 +27,6 @@ from .comm import EXPOSED_COMM_SHARE
 from .scenario import ModeRun, Scenario, ScenarioError, run_mode
 from .presets import PresetError, Training, model_preset, testbed_preset, workload_preset
 
-ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
-            "stale_fraction")
-
 
 class CliError(ValueError):
     pass
