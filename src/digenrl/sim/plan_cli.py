@@ -65,8 +65,10 @@ def plan_from_args(args):
     from .planner import PlanSearchError, robustness, search
 
     kw, source = cost_source(args)
-    for opt, lo in (("probe_steps", 4), ("exhaustive", 1), ("descend_splits", 1)):  # (4: a stable steady time)
-        at_least(args, opt, lo)
+    if args.probe_steps < 4:
+        raise CliError(f"--probe-steps: must be >= 4 for a stable steady step time (got {args.probe_steps})")
+    for opt in ("exhaustive", "descend_splits"):
+        at_least(args, opt, 1)
     out = Path(args.out)
     if not out.parent.is_dir():
         raise CliError(f"--out: directory {str(out.parent)!r} does not exist")
