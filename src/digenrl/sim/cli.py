@@ -16,8 +16,8 @@ import json
 import sys
 from dataclasses import replace
 
-from ..control.profile import ProfileError, load_profile, profile_pools
 from ..cli_args import add_overrides, parse_with_overrides
+from ..control.profile import ProfileError, load_profile, profile_pools
 from ..control.timeline import RunResult
 from ..schedule import MODES, TAG_POLICIES, BTSConfig, Mode
 from .algorithms import Algorithm, AlgorithmError
