@@ -29,7 +29,7 @@ from simdoc_hybrid import section as hybrid_section  # noqa: E402
 from simdoc_bts import load as load_bts  # noqa: E402
 from simdoc_bts import section as bts_section  # noqa: E402
 from simdoc_prose import MECH, render  # noqa: E402
-from simdoc_render import NAMES, PUBLISHED_ABLATION, PUBLISHED_COLOC, row  # noqa: E402
+from simdoc_render import NAMES, PUBLISHED_ABLATION, PUBLISHED_COLOC, canonical_models, row  # noqa: E402
 
 RESULTS = "simulation_results.json"
 
@@ -42,7 +42,7 @@ def bar_figures(res: dict, figdir: Path) -> None:
 
     labels = ["+GAP", "+TSP", "+TAG", "+TCSS"]
     fig, ax = plt.subplots(figsize=(11, 4.2))
-    configs = [c for c in res["runs"] if c["model"] in ("hunyuan", "wan")]
+    configs = [c for c in res["runs"] if c["model"] in ("hunyuan_video", "wan")]
     width = 0.8 / len(configs)
     for i, m in enumerate(MECH):
         lo, hi = PUBLISHED_ABLATION[m]
@@ -85,10 +85,10 @@ def gantts(figdir: Path, steps: int = 2) -> list[tuple[str, str]]:
     from simdoc_runs import MODES, run_mode, setup
 
     figs = []
-    for model, tb, mode in [("hunyuan", "A", m) for m in MODES] + [("hunyuan", "A+C", "full")]:
-        r = run_mode(setup(model, tb, steps), mode, record=True)
-        name = f"gantt_{model}_{tb.replace('+', '')}_{mode}.png"
-        title = (f"{NAMES[model]}, {mode}, testbed {tb}, "
+    for tb, mode in [("A", m) for m in MODES] + [("A+C", "full")]:
+        r = run_mode(setup("hunyuan", tb, steps), mode, record=True)
+        name = f"gantt_hunyuan_{tb.replace('+', '')}_{mode}.png"
+        title = (f"{NAMES['hunyuan_video']}, {mode}, testbed {tb}, "
                  + (f"{r.n_train} colocated GPUs" if mode == "colocated" else f"{r.n_gen}+{r.n_train} GPUs")
                  + (f" ({r.note})" if r.note else "") + f", {steps} steps")
         plot_gantt(r.result.spans, figdir / name, title, r.result.workers)
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         res["gantts"] = [] if args.no_gantt else gantts(figdir)
         print(f"runs done [{time.perf_counter() - t0:.0f}s]")
         cache.write_text(json.dumps(res, indent=1))
+    res = canonical_models(res)  # the page names each model by the registry's spelling
     bts = bts_section(load_bts(ROOT / "benchmarks" / "results"))  # read fresh: not part of the cached runs
     bar_figures(res, figdir)
     bias = bias_section(ROOT / "benchmarks" / "results")  # measured runs, read fresh as well

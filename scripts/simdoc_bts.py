@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from simdoc_render import NAMES, table
+from simdoc_render import NAMES, canonical_models, table
 
 FILES = {"quality": "bts_quality.json", "agreement": "bts_agreement.json", "jitter": "op_jitter.json",
          "online": "bts_online.json", "depth": "bts_depth.json"}
@@ -26,12 +26,9 @@ LEVEL_NAMES = {"exact": "exact costs", "in_process": "in-process jitter", "runti
 
 
 def load(results_dir: Path) -> dict:
-    """The three results files (a missing file: None)."""
-    out = {}
-    for key, name in FILES.items():
-        p = results_dir / name
-        out[key] = json.loads(p.read_text()) if p.exists() else None
-    return out
+    """The results files (a missing file: None), each model in the registry's spelling."""
+    return {key: canonical_models(json.loads((results_dir / name).read_text())) if (results_dir / name).exists()
+            else None for key, name in FILES.items()}
 
 
 def _p(v: float | None, signed: bool = True) -> str:

@@ -61,7 +61,7 @@ def ablation_section(res: dict) -> list[str]:
         rows.append([NAMES[c["model"]], c["testbed"], c["T"], f"{row(r, 'naive')['step_time_s']:.0f}"]
                     + [x(row(r, m)["speedup_vs_naive"]) for m in MECH] + [x(row(r, "colocated")["speedup_vs_naive"])])
     rows.append(["published (HunyuanVideo)", "", "", ""] + [rng(PUBLISHED_ABLATION[m]) for m in MECH] + [""])
-    video = [c for c in res["runs"] if c["model"] in ("hunyuan", "wan")]
+    video = [c for c in res["runs"] if c["model"] in ("hunyuan_video", "wan")]
     span = {m: range_of([row(c["rows"], m)["speedup_vs_naive"] for c in video]) for m in MECH + ("colocated",)}
     t_spread = max(abs(row(c["rows"], "full")["speedup_vs_naive"]
                        - row(run(res, c["model"], c["testbed"], 20)["rows"], "full")["speedup_vs_naive"])
@@ -88,11 +88,11 @@ def coloc_section(res: dict) -> list[str]:
         rows.append([NAMES[m], tb, f"{row(r, 'colocated')['step_time_s']:.0f}", x(row(r, "naive")["speedup_vs_colocated"]),
                      x(row(r, "gap_tsp")["speedup_vs_colocated"]), x(row(r, "gap_tsp_tag")["speedup_vs_colocated"]),
                      x(full["speedup_vs_colocated"]), rng(on), rng(tc), x(full["speedup_vs_naive"]),
-                     rng(PUBLISHED_ABLATION["full"]) if m == "hunyuan" else "-"])
+                     rng(PUBLISHED_ABLATION["full"]) if m == "hunyuan_video" else "-"])
         vn, vc = reasons(res, m, tb)
         pub = f"paper, full: {rng(tc)}" if tc else (f"paper, gap_tsp_tag: {rng(on)}" if on else "no paper number")
         why.append(f"* **{NAMES[m]} / {tb}**: over naive {x(full['speedup_vs_naive'])}"
-                   + (f" (paper {rng(PUBLISHED_ABLATION['full'])})" if m == "hunyuan" else "")
+                   + (f" (paper {rng(PUBLISHED_ABLATION['full'])})" if m == "hunyuan_video" else "")
                    + f" - {vn}. Over colocation {x(full['speedup_vs_colocated'])} ({pub}) - {vc}.")
     return ["## New ablation against naive and against colocation, per model and testbed (T = 20)\n",
             "![vs colocated](figures/vs_colocated.png)\n",
@@ -113,7 +113,7 @@ def summary_section(res: dict) -> list[str]:
     offl = sum(1 for c in t20 if cost(res, c["model"], c["testbed"]).get("coloc_offload"))
     limited = sum(1 for c in t20 if row(c["rows"], "colocated")["fragment_size"]
                   >= cost(res, c["model"], c["testbed"]).get("coloc_max_batch", 0))
-    hy = [row(c["rows"], "colocated")["speedup_vs_naive"] for c in t20 if c["model"] == "hunyuan"]
+    hy = [row(c["rows"], "colocated")["speedup_vs_naive"] for c in t20 if c["model"] == "hunyuan_video"]
     lo_pub = PUBLISHED_ABLATION["full"][0]
     paper = (f" The paper's {rng(PUBLISHED_ABLATION['full'])} over naive for HunyuanVideo "
              + (f"exceeds colocation's ({range_of(hy)}), so its naive or its colocation must carry costs this model "
@@ -136,10 +136,7 @@ def summary_section(res: dict) -> list[str]:
                 f"gathers of {k['fsdp_gather_s']:.2f} s); TSP's packed chunks remove this.")
     worst = max(t20, key=lambda c: row(c["rows"], "full")["speedup_vs_naive"])
     kw, nr = cost(res, worst["model"], worst["testbed"]), row(worst["rows"], "naive")
-    from digenrl.models.specs import ALIASES  # (runs name a model as the presets' CLI does; the workload table
-    # is keyed by the registry's spelling)
-
-    gens = res["static"]["workloads"][ALIASES.get(worst["model"], worst["model"])]["generations"]
+    gens = res["static"]["workloads"][worst["model"]]["generations"]
     naive_why = (f" Naive is slow on the sharded trainer pool: it trains a group one timestep at a time (the G "
                  f"generations of one timestep per chunk), and each chunk is a collective of the whole shard group, so on "
                  f"{NAMES[worst['model']]}/{worst['testbed']} each of the {nr['trainer_gpus']} ranks gets at most "

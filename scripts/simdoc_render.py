@@ -10,12 +10,23 @@ from __future__ import annotations
 # for gap_tsp_tag (on-policy) and full (with TCSS) per model; heterogeneous cluster over colocation.
 PUBLISHED_ABLATION = {"gap": (1.52, 1.84), "gap_tsp": (1.62, 2.14), "gap_tsp_tag": (2.28, 3.05),
                       "full": (2.49, 3.34)}
-PUBLISHED_COLOC = {"hunyuan": ((1.04, 1.37), (1.13, 1.49)), "wan": ((1.13, 1.34), (1.21, 1.45)),
-                   "flux": ((1.06, 1.21), None), "qwen-image": (None, None)}
+PUBLISHED_COLOC = {"hunyuan_video": ((1.04, 1.37), (1.13, 1.49)), "wan": ((1.13, 1.34), (1.21, 1.45)),
+                   "flux": ((1.06, 1.21), None), "qwen_image": (None, None)}
 PUBLISHED_HETERO = (1.46, 1.85)
-NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-T2V-14B", "hunyuan": "HunyuanVideo-13B", "qwen-image": "Qwen-Image-20B"}
-NAMES.update({"hunyuan_video": NAMES["hunyuan"], "qwen_image": NAMES["qwen-image"], "sd3": "SD3.5-Medium"})  # (the
-# registry's spellings, ``models.specs``, which the simulator's workload table now uses)
+NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-T2V-14B", "hunyuan_video": "HunyuanVideo-13B",
+         "qwen_image": "Qwen-Image-20B", "sd3": "SD3.5-Medium"}
+
+
+def canonical_models(obj):
+    """``obj`` (a results file's JSON) with every ``"model"`` value in the registry's spelling
+    (``models.specs.canonical``): runs name a model as the presets' CLI does (``hunyuan``, ``qwen-image``)."""
+    from digenrl.models.specs import canonical
+
+    if isinstance(obj, dict):
+        return {k: canonical(v) if k == "model" and isinstance(v, str) else canonical_models(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [canonical_models(v) for v in obj]
+    return obj
 
 
 def table(rows: list[list], header: list[str]) -> str:

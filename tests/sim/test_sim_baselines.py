@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from digenrl.schedule.cost import TRAINER
-from digenrl.sim.balanced import (balanced_step, break_even_price, cluster_usd_per_hour, equal_cost_speedup,
-                                  kind_rates, load_balanced_colocated)
+from digenrl.sim.balanced import GPU_HOUR_USD, balanced_step, break_even_price, kind_rates, load_balanced_colocated
 from digenrl.sim.baselines import (DanceGRPOLoop, FlowGRPOLoop, baselines, dancegrpo, flow_grpo,
                                    idealised)
 from digenrl.sim.comm import overlapped
@@ -98,9 +97,7 @@ def test_simulate_json_rows_carry_each_baseline(capsys):
 
 def test_equal_cost_arithmetic():
     # 48 GPUs (32 L40S + 16 H20, both $3.766) at 80 s against 32 L40S at 100 s
-    full_usd = cluster_usd_per_hour([(L40S, 32), (H20, 16)])
-    assert full_usd == pytest.approx(48 * 30.131 / 8)
-    assert equal_cost_speedup(100.0, 32 * 30.131 / 8, 80.0, full_usd) == pytest.approx(100 * 32 / (80 * 48))
+    assert GPU_HOUR_USD[L40S.name][0] == GPU_HOUR_USD[H20.name][0] == pytest.approx(30.131 / 8)
     # break-even H20 price: 100 x 32 pL = 80 (32 pL + 16 p)  ->  p = (3200 - 2560) pL / 1280 = 0.5 pL
     p = break_even_price(100.0, [(L40S, 32)], 80.0, [(L40S, 32), (H20, 16)], H20)
     assert p == pytest.approx(0.5 * 30.131 / 8)

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
-from digenrl.sim.cli import ROW_KEYS, main
+from digenrl.sim.cli import main
 from digenrl.control.profile import save_profile, tabulate
+
+ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
+            "stale_fraction")  # what every --json row carries
 
 SMALL = ["--model", "flux", "--testbed", "B", "--gpus", "8", "--steps", "2", "--prompts", "4",
          "--generations", "8", "--sampling-steps", "10"]

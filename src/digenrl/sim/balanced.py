@@ -48,16 +48,6 @@ def gpu_hour_usd(gpu: GPU) -> float:
         raise KeyError(f"no GPU-hour price for {gpu.name} (sim.balanced.GPU_HOUR_USD)") from None
 
 
-def cluster_usd_per_hour(counts: list[tuple[GPU, int]]) -> float:
-    """sum_k n_k x price_k."""
-    return sum(n * gpu_hour_usd(g) for g, n in counts)
-
-
-def equal_cost_speedup(step_b: float, cost_b: float, step_full: float, cost_full: float) -> float:
-    """(step_b x cost_b) / (step_full x cost_full): above 1, ``full`` gives more steps per dollar."""
-    return step_b * cost_b / (step_full * cost_full)
-
-
 def break_even_price(step_b: float, counts_b: list[tuple[GPU, int]], step_full: float,
                      counts_full: list[tuple[GPU, int]], unknown: GPU) -> float:
     """The price of ``unknown`` per GPU-hour at which both setups cost the same per step (the other kinds at
@@ -122,5 +112,5 @@ def load_balanced_colocated(model: ModelPreset, workload: Workload, testbed: Tes
             "train_share": {r.gpu.name: r.cells_per_s / sum(x.cells_per_s for x in rates) for r in rates}}
 
 
-__all__ = ["GPU_HOUR_USD", "KindRates", "balanced_step", "break_even_price", "cluster_usd_per_hour",
-           "equal_cost_speedup", "gpu_hour_usd", "kind_rates", "load_balanced_colocated"]
+__all__ = ["GPU_HOUR_USD", "KindRates", "balanced_step", "break_even_price", "gpu_hour_usd", "kind_rates",
+           "load_balanced_colocated"]

@@ -16,6 +16,7 @@ import json
 import sys
 from dataclasses import replace
 
+from ..cli_args import add_overrides, parse_with_overrides
 from ..control.profile import ProfileError, load_profile, profile_pools
 from ..control.timeline import RunResult
 from ..schedule import MODES, TAG_POLICIES, BTSConfig, Mode
@@ -25,9 +26,6 @@ from .baselines import baselines as peer_baselines
 from .comm import EXPOSED_COMM_SHARE
 from .scenario import ModeRun, Scenario, ScenarioError, run_mode
 from .presets import PresetError, Training, model_preset, testbed_preset, workload_preset
-
-ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
-            "stale_fraction")
 
 
 class CliError(ValueError):
@@ -41,8 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", default=None,
                     help="simulate this run config's own plan (use 'default' for the built-in demo) with --profile or "
                          "on --testbed (roofline; --gpus keeps the config's generator:trainer ratio)")
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="config override for --config (repeatable), e.g. --set runtime.trainers=2")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs used (default: the whole testbed)")
     ap.add_argument("--gen-gpus", type=int, default=None, help="generator GPUs (default: searched per mode)")
     ap.add_argument("--sampling-steps", type=int, default=None, help="T (default 20)")
@@ -83,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--gantt", default=None, help="write a Gantt PNG of --trace-mode here")
     ap.add_argument("--trace-mode", default=None, help="mode drawn by --trace/--gantt (default: last of --modes)")
     ap.add_argument("--gantt-steps", type=int, default=3, help="steps shown in the Gantt chart (default 3)")
-    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, the same as --set KEY=VALUE")
-    return ap
+    return add_overrides(ap)  # config overrides for --config: --set KEY=VALUE (repeatable) or KEY=VALUE
 
 
 def _check_modes(args) -> None:
@@ -95,7 +90,7 @@ def _check_modes(args) -> None:
         raise CliError(f"--trace-mode: {args.trace_mode!r} is not among --modes")
 
 
-def _at_least(args, opt: str, lo):
+def at_least(args, opt: str, lo):
     """``args.<opt>`` (None when not given), refused below ``lo``."""
     v = getattr(args, opt)
     if v is not None and v < lo:
@@ -109,7 +104,7 @@ def bts_of(args) -> BTSConfig:
         raise CliError(f"--tag-policy: unknown policy {args.tag_policy!r} (choose from {', '.join(TAG_POLICIES)})")
     opts = {"policy": args.tag_policy}
     for opt, key, lo in (("bts_depth", "depth", 0), ("bts_budget_nodes", "budget_nodes", 1)):
-        if _at_least(args, opt, lo) is not None:
+        if at_least(args, opt, lo) is not None:
             opts[key] = getattr(args, opt)
     return BTSConfig(**opts)
 
@@ -118,41 +113,50 @@ def _setup(args) -> Scenario:
     model = model_preset(args.model)
     testbed = testbed_preset(args.testbed)
     _check_modes(args)
-    gpus = testbed.total if args.gpus is None else args.gpus
-    if gpus < 2 or gpus > testbed.total:
-        raise CliError(f"--gpus: {gpus} is outside 2..{testbed.total} for testbed {testbed.name}")
+    gpus = testbed.total if args.gpus is None else args.gpus  # (the range: Scenario's check)
     if args.gen_gpus is not None and not 1 <= args.gen_gpus < gpus:
         raise CliError(f"--gen-gpus: {args.gen_gpus} must be at least 1 and less than --gpus ({gpus})")
     w = workload_preset(args.model)
     changes = {f: getattr(args, f) for f in ("sampling_steps", "prompts", "generations")
-               if _at_least(args, f, 1) is not None}
+               if at_least(args, f, 1) is not None}
     if args.timestep_fraction is not None:
         if not 0.0 < args.timestep_fraction <= 1.0:
             raise CliError(f"--timestep-fraction: must lie in (0, 1] (got {args.timestep_fraction})")
         changes["timestep_fraction"] = args.timestep_fraction
-    try:
-        if args.nft_old_policy != "soft" and args.algorithm != "nft":
-            raise AlgorithmError("--nft-old-policy: DiffusionNFT's old policy needs --algorithm nft")
-        changes["algorithm"] = Algorithm(args.algorithm, args.window, args.flash_ratio, args.nft_timesteps,
-                                         args.nft_old_policy)
-        replace(w, **changes).trained_timesteps
-    except AlgorithmError as e:
-        raise CliError(str(e)) from None
-    if _at_least(args, "lora_rank", 0):
+    if args.nft_old_policy != "soft" and args.algorithm != "nft":
+        raise CliError("--nft-old-policy: DiffusionNFT's old policy needs --algorithm nft")
+    changes["algorithm"] = Algorithm(args.algorithm, args.window, args.flash_ratio, args.nft_timesteps,
+                                     args.nft_old_policy)  # (an AlgorithmError names the option)
+    replace(w, **changes).trained_timesteps  # MixGRPO's window and DiffusionNFT's K checked against T
+    if at_least(args, "lora_rank", 0):
         changes["training"] = Training(lora_rank=args.lora_rank, sharded=False)
     try:
         assume = Assumptions(args.exposed_comm, args.attn_backward)
     except ValueError as e:
         raise CliError(f"--{str(e).split(':')[0].replace('_', '-')}:{str(e).split(':', 1)[1]}") from None
-    _at_least(args, "steps", 1)
     if not 0.0 <= args.max_stale_fraction <= 1.0:
         raise CliError(f"--max-stale-fraction: must lie in [0, 1] (got {args.max_stale_fraction})")
-    _at_least(args, "jitter", 0)
-    _at_least(args, "gantt_steps", 1)
-    profile = load_profile(args.profile) if args.profile else None
-    measured = profile_pools(args.profile)[1] if args.profile else None
-    return Scenario(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction, profile,
-                    assume=assume, profile_trainers=measured)
+    at_least(args, "jitter", 0)
+    at_least(args, "gantt_steps", 1)
+    return Scenario(model, testbed, replace(w, **changes), gpus, args.steps, args.max_stale_fraction,
+                    assume=assume, **(measured_profile(args.profile) if args.profile else {}))
+
+
+def measured_profile(path: str) -> dict:
+    """The profile at ``path`` and the trainer ranks it was measured at (``Scenario`` / ``ConfigSource`` keywords)."""
+    return {"profile": load_profile(path), "profile_trainers": profile_pools(path)[1]}
+
+
+def cost_source(args) -> tuple[dict, str]:
+    """``--config``: exactly one of ``--profile`` (measured) and ``--testbed`` (roofline), as ``ConfigSource``'s
+    keywords and the words naming it."""
+    if (args.profile is None) == (args.testbed is None):
+        raise CliError("--profile: give exactly one of --profile (measured costs, e.g. from `digenrl profile`) "
+                       "or --testbed (roofline of a GPU testbed) with --config")
+    if args.profile is not None:
+        return measured_profile(args.profile), f"profile {args.profile}"
+    tb = testbed_preset(args.testbed)
+    return {"testbed": tb}, f"testbed {tb.name} ({tb.description})"
 
 
 def run_modes(setup: Scenario, modes: list[str], gen_gpus: int | None, jitter: float = 0.0, seed: int = 0,
@@ -255,10 +259,7 @@ def plan_words(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from digenrl.cli_args import parse_with_overrides
-
-    ap = build_parser()
-    args = parse_with_overrides(ap, argv)  # KEY=VALUE positionals as --set
+    args = parse_with_overrides(build_parser(), argv)  # KEY=VALUE positionals as --set
     record_mode = (args.trace_mode or args.modes[-1]) if (args.trace or args.gantt) else None
     if args.config is not None:
         return _main_config(args, record_mode)
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         bts = bts_of(args)
         runs = run_modes(setup, args.modes, args.gen_gpus, args.jitter, args.seed, record_mode, bts)
         base = None if args.no_baselines or setup.profile is not None else run_baselines(setup, bts)
-    except (CliError, PresetError, ScenarioError, ProfileError) as e:
+    except (AlgorithmError, CliError, PresetError, ScenarioError, ProfileError) as e:
         print(f"digenrl simulate: error: {e}", file=sys.stderr)
         return 2
     w = setup.workload
@@ -310,24 +311,15 @@ def _main_config(args, record_mode: str | None) -> int:
         args.sets = list(args.sets) + ([f"runtime.tag_policy={args.tag_policy}"] if args.tag_policy != "bts" else [])
         args.sets += [f"tuning.bts.depth={args.bts_depth}"] if args.bts_depth is not None else []
         args.sets += [f"tuning.bts.budget_nodes={args.bts_budget_nodes}"] if args.bts_budget_nodes is not None else []
-        if (args.profile is None) == (args.testbed is None):
-            raise CliError("--profile: give exactly one of --profile (measured costs, e.g. from `digenrl profile`) "
-                           "or --testbed (roofline of a GPU testbed) with --config")
+        kw, source = cost_source(args)
         _check_modes(args)
+        if args.profile is not None and args.gpus is not None:
+            raise CliError("--gpus: with --profile the pools are the config's (use --set runtime.generators=...)")
         config = None if args.config == "default" else args.config
-        kw = {"gpus": args.gpus, "jitter": args.jitter, "seed": args.seed, "record_mode": record_mode,
-              "search_plan": args.search}
-        if args.profile is not None:
-            if args.gpus is not None:
-                raise CliError("--gpus: with --profile the pools are the config's (use --set runtime.generators=...)")
-            runs = run_config_modes(config, args.sets, args.modes, profile=load_profile(args.profile),
-                                    profile_trainers=profile_pools(args.profile)[1], **kw)
-            title = f"{args.config} with profile {args.profile}"
-        else:
-            _at_least(args, "steps", 1)
-            testbed = testbed_preset(args.testbed)
-            runs = run_config_modes(config, args.sets + [f"steps={args.steps}"], args.modes, testbed=testbed, **kw)
-            title = f"{args.config} on testbed {testbed.name} ({testbed.description}), {args.steps} steps"
+        sets = args.sets if args.profile is not None else args.sets + [f"steps={at_least(args, 'steps', 1)}"]
+        runs = run_config_modes(config, sets, args.modes, gpus=args.gpus, jitter=args.jitter, seed=args.seed,
+                                record_mode=record_mode, search_plan=args.search, **kw)
+        title = f"{args.config} " + (f"with {source}" if args.profile else f"on {source}, {args.steps} steps")
         if args.search:
             title += ", each mode planned by the planner (as digenrl plan)"
     except (CliError, ConfigError, ConfigSimError, PresetError, ProfileError) as e:

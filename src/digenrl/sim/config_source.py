@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from ..config import ConfigError
 from ..schedule import Mode
-from .from_config import ConfigSimError, config_model, config_workload
+from .from_config import ConfigSimError, config_model, config_workload, pools_for
 from .planner import STALE_CAPS, Candidate, Infeasible, Split, divisors
 from .scenario import (PresetSource, Scenario, colocated_options, limits, make_cost, profile_cost, rule_chunk,
                        split_options)
@@ -66,9 +66,7 @@ class ConfigSource:
         return [Split(g, self.workers - g) for g in range(1, self.workers)]
 
     def own_split(self) -> Split:
-        rt, tb = self.cfg.runtime, self.testbed
-        n_gen = 0 if self.mode is Mode.COLOCATED else rt.generators * rt.generator_sequence_parallel.degree
-        n_train = rt.trainers
+        tb, (n_gen, n_train) = self.testbed, pools_for(self.cfg, None)
         if tb is None:
             return Split(n_gen, n_train)
         opts = colocated_options(self.preset.setup) if n_gen == 0 else split_options(self.preset.setup)
@@ -210,16 +208,13 @@ def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, t
     profiled, and its row says so."""
     from ..config import load_config
     from .executor import simulate
-    from .from_config import pools_for
     from .planner import search
     from .scenario import ModeRun
 
     base = load_config(config, sets)
     if testbed is not None:
         config_model(base)  # refuses an unknown family before anything else
-    n_gen, n_train = pools_for(base, gpus)
-    if profile is not None and base.runtime.mode != "colocated":  # a profile prices the config's own pools
-        n_gen, n_train = base.runtime.generators * base.runtime.generator_sequence_parallel.degree, base.runtime.trainers
+    n_gen, n_train = pools_for(base, gpus if profile is None else None)  # a profile prices the config's own pools
     if testbed is not None and n_gen + n_train > testbed.total:
         raise ConfigSimError(f"--gpus: {n_gen + n_train} GPUs ({n_gen} generators + {n_train} trainers) exceed "
                              f"testbed {testbed.name} ({testbed.total} GPUs)")

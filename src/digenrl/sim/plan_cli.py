@@ -26,7 +26,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from .cli import CliError
+from ..cli_args import add_overrides, parse_with_overrides
+from .cli import CliError, at_least, cost_source
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--testbed", default=None, help="roofline GPU testbed: A | B | C | A+C")
     ap.add_argument("--gpus", type=int, default=None, help="workers to split (default: the config's pools)")
     ap.add_argument("--out", required=True, help="config YAML to write with the chosen plan")
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="config override (repeatable), e.g. --set runtime.mode=full")
     ap.add_argument("--probe-steps", type=int, default=4, help="steps per probe (>= 4; default 4; a full-mode probe runs at least 8)")
     ap.add_argument("--exhaustive", type=int, default=64,
                     help="per split, probe every combination when there are at most this many (default 64)")
@@ -48,8 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="simulate every candidate, also those whose step-time floor shows they cannot win (the same "
                          "plan and report, more probes; sim.plan_bound)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, the same as --set KEY=VALUE")
-    return ap
+    return add_overrides(ap)  # config overrides: --set KEY=VALUE (repeatable) or KEY=VALUE, e.g. runtime.mode=full
 
 
 def _workers(cfg, gpus: int | None) -> int:
@@ -63,31 +61,20 @@ def _workers(cfg, gpus: int | None) -> int:
 
 def plan_from_args(args):
     from ..config import ConfigError, load_config
-    from ..control.profile import load_profile, profile_pools
     from .config_source import ConfigSource
     from .planner import PlanSearchError, robustness, search
-    from .presets import testbed_preset
 
-    if (args.profile is None) == (args.testbed is None):
-        raise CliError("--profile: give exactly one of --profile (measured costs) or --testbed (roofline)")
+    kw, source = cost_source(args)
     if args.probe_steps < 4:
         raise CliError(f"--probe-steps: must be >= 4 for a stable steady step time (got {args.probe_steps})")
-    if args.exhaustive < 1:
-        raise CliError(f"--exhaustive: must be >= 1 (got {args.exhaustive})")
-    if args.descend_splits < 1:
-        raise CliError(f"--descend-splits: must be >= 1 (got {args.descend_splits})")
+    for opt in ("exhaustive", "descend_splits"):
+        at_least(args, opt, 1)
     out = Path(args.out)
     if not out.parent.is_dir():
         raise CliError(f"--out: directory {str(out.parent)!r} does not exist")
     config = None if args.config == "default" else args.config
     cfg = load_config(config, args.sets)
     workers = _workers(cfg, args.gpus)
-    if args.profile is not None:
-        kw = {"profile": load_profile(args.profile), "profile_trainers": profile_pools(args.profile)[1]}
-        source = f"profile {args.profile}"
-    else:
-        tb = testbed_preset(args.testbed)
-        kw, source = {"testbed": tb}, f"testbed {tb.name} ({tb.description})"
     opts = {"probe_steps": args.probe_steps, "exhaustive": args.exhaustive, "descend_splits": args.descend_splits,
             "prune": not args.no_prune}
     with _progress(args) as tick:
@@ -213,8 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     from .from_config import ConfigSimError
     from .planner import PlanSearchError
     from .presets import PresetError
-
-    from digenrl.cli_args import parse_with_overrides
 
     args = parse_with_overrides(build_parser(), argv)  # KEY=VALUE positionals as --set
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models.specs import SPECS, ModelSpec, canonical
+from ..models.specs import ALIASES, SPECS, ModelSpec, canonical
 from .algorithms import Algorithm
 
 
@@ -269,7 +269,7 @@ def model_preset(name: str) -> ModelPreset:
         return MODELS[canonical(name)]
     except KeyError:
         raise PresetError(f"--model: unknown model {name!r} (choose from {', '.join(MODELS)}; aliases: "
-                          "hunyuan, qwen-image, sd35-medium; native sizes: " + ", ".join(NATIVE) + ")") from None
+                          f"{', '.join(ALIASES)}; native sizes: {', '.join(NATIVE)})") from None
 
 
 def workload_preset(name: str) -> Workload:

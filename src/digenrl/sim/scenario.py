@@ -291,9 +291,6 @@ class ModeRun:
         return self.candidate.shard_groups if len(self.plan.trainers) > 1 and self.plan.shard_ranks > 1 else 1
 
 
-EXHAUSTIVE = 64  # per split, every combination up to this many (``sim.planner``: beyond, the coordinate descent)
-
-
 def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jitter: float = 0.0, seed: int = 0,
              bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None,
              split: Split | None = None, probe_steps: int = 4) -> ModeRun:
@@ -301,7 +298,7 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
     scenario's steps."""
     src = PresetSource(setup, mode, bts, gen_gpus=gen_gpus, split=split, shard_groups=shard_groups)
     try:
-        res = search(src, probe_steps=probe_steps, exhaustive=EXHAUSTIVE)
+        res = search(src, probe_steps=probe_steps)  # (search's default: every combination up to 64 per split)
     except ValueError as e:
         opt = "--testbed" if src.mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
@@ -317,5 +314,5 @@ def run_candidate(setup: Scenario, mode: Mode | str, c: Candidate, jitter: float
     return ModeRun(mode, c, plan, run, note=c.split.label(setup.testbed.heterogeneous), search=res)
 
 
-__all__ = ["EXHAUSTIVE", "ModeRun", "PresetSource", "Scenario", "ScenarioError", "colocated_options", "make_cost",
+__all__ = ["ModeRun", "PresetSource", "Scenario", "ScenarioError", "colocated_options", "make_cost",
            "make_plan", "profile_cost", "run_candidate", "run_mode", "split_options", "with_candidate"]
