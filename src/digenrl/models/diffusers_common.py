@@ -27,6 +27,7 @@ import torch
 
 from digenrl.models.base import Cond, Policy
 from digenrl.models.prompt_cache import PromptCache, PromptCacheMiss, encoder_identity
+from digenrl.models.specs import SPECS
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,32 @@ class FamilySpec:
     extra_components: tuple[str, ...] = ()  # optional pipeline components never used (image encoders...)
     default_options: tuple[tuple[str, Any], ...] = ()
 
+    @classmethod
+    def of(cls, kind: str, **defaults: Any) -> "FamilySpec":
+        """The spec of ``kind`` from the model registry (``models.specs``), with extra default options."""
+        s = SPECS[kind]
+        return cls(kind, s.pipeline_class, s.text_components, s.extra_components,
+                   s.default_options() + tuple(defaults.items()))
+
+    def options(self, model_options: dict[str, Any]) -> dict[str, Any]:
+        """``model.options`` over the family defaults."""
+        return {**dict(self.default_options), **dict(model_options)}
+
+    def encoder_id(self, model_path: str, options: dict[str, Any]) -> str:
+        """The prompt-cache encoder id of a model directory's text-encoder / tokenizer configs and the options that
+        change the text embeddings (``max_sequence_length``)."""
+        root = Path(model_path).expanduser()
+        files = [p for c in self.text_components if (root / c).is_dir() for p in (root / c).glob("*.json")
+                 if p.is_file()]  # fmt: skip
+        return encoder_identity(self.name, files, {"max_sequence_length": options.get("max_sequence_length")})
+
 
 class DiffusersPolicy(Policy):
     spec: FamilySpec
 
     def __init__(self, pipe, model_cfg, *, cache_dir: str | None = None, encoder_id: str | None = None):
         super().__init__()
-        self.options: dict[str, Any] = {**dict(self.spec.default_options), **dict(model_cfg.options)}
+        self.options: dict[str, Any] = self.spec.options(model_cfg.options)
         self._pipe = pipe
         self.transformer = pipe.transformer
         self.vae = pipe.vae
@@ -93,25 +113,15 @@ class DiffusersPolicy(Policy):
 
         return getattr(diffusers, cls.spec.pipeline_class)
 
-    def encoding_options(self) -> dict[str, Any]:
-        """Options that change the text embeddings (part of the prompt-cache encoder id)."""
-        return {"max_sequence_length": self.options.get("max_sequence_length")}
-
     def _encoder_id_from_pipe(self) -> str:
         if not self.has_text_encoders:
             raise ValueError(f"{self.spec.name}: no text encoders loaded and no prompt cache encoder id given")
-        root = Path(self.model_path).expanduser() if self.model_path else None
-        files: list[Path] = []
-        if root is not None:
-            for comp in self.spec.text_components:
-                sub = root / comp
-                files += [p for p in sub.glob("*.json") if p.is_file()] if sub.is_dir() else []
-        else:  # in-memory pipeline (benchmarks, tests): identity from the component configs
-            import hashlib
+        if self.model_path:
+            return self.spec.encoder_id(self.model_path, self.options)
+        import hashlib  # in-memory pipeline (benchmarks, tests): identity from the component configs
 
-            blob = repr([getattr(getattr(self._pipe, c, None), "config", None) for c in self.spec.text_components])
-            return f"{self.spec.name}-mem-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
-        return encoder_identity(self.spec.name, files, self.encoding_options())
+        blob = repr([getattr(getattr(self._pipe, c, None), "config", None) for c in self.spec.text_components])
+        return f"{self.spec.name}-mem-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
     # -- text ------------------------------------------------------------------------------------------
     @property
@@ -235,6 +245,21 @@ class DiffusersPolicy(Policy):
         self.grid_hw = (h // (2 * f), w // (2 * f))
         return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
 
+    def _unpack(self, latents: torch.Tensor) -> torch.Tensor:
+        """[B, (h/2)(w/2), 4C] -> [B, C, h, w] (inverse of the pipeline's 2 x 2 packing, ``_packed_layout``)."""
+        b, _, c4 = latents.shape
+        gh, gw = self.grid_hw
+        z = latents.view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return z.reshape(b, c4 // 4, gh * 2, gw * 2)
+
+    def _decode_normalised(self, z: torch.Tensor) -> torch.Tensor:
+        """The Wan VAE (Wan2.1, Qwen-Image): ``vae.decode(z * latents_std + latents_mean)`` per channel of the
+        video latent ``z`` [B, C, F, h, w], [-1, 1] -> [0, 1]."""
+        cfg, shape = self.vae.config, (1, self.vae.config.z_dim, 1, 1, 1)
+        mean = torch.tensor(cfg.latents_mean, device=z.device).view(shape)
+        std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
+        return (self.vae.decode(z * std + mean, return_dict=False)[0] / 2 + 0.5).clamp(0, 1)
+
     def _video_layout(self, ph: int, pw: int) -> tuple[int, ...]:
         """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family whose transformer patches ``ph x pw`` tokens."""
         h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
@@ -338,7 +363,7 @@ class TextEncoderOnly:
         keep = set(spec.text_components) | {"scheduler"}
         skip = [c for c, v in index.items() if not c.startswith("_") and isinstance(v, list) and c not in keep]
         self._pipe = load_pipeline(policy_cls.pipeline_class(), model_cfg.path, model_cfg.dtype, skip)
-        self.options: dict[str, Any] = {**dict(spec.default_options), **dict(model_cfg.options)}
+        self.options: dict[str, Any] = spec.options(model_cfg.options)
         self.model_path = model_cfg.path
         self.device = torch.device(model_cfg.device)
         for comp in spec.text_components:
@@ -346,7 +371,6 @@ class TextEncoderOnly:
             if isinstance(module, torch.nn.Module):
                 module.to(self.device).requires_grad_(False)
         self._encode_texts = policy_cls._encode_texts.__get__(self)
-        self.encoding_options = policy_cls.encoding_options.__get__(self)
         self.has_text_encoders = True
         encoder_id = policy_cls._encoder_id_from_pipe(self)
         self.prompt_cache = PromptCache(model_cfg.prompt_cache_dir, encoder_id)

@@ -21,16 +21,10 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
 
 
 class HunyuanVideoPolicy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="hunyuan_video",
-        pipeline_class="HunyuanVideoPipeline",
-        text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
-        default_options=SPECS["hunyuan_video"].default_options(),
-    )
+    spec = FamilySpec.of("hunyuan_video")
     uses_guidance_embedding = True
 
     def _latent_layout(self) -> tuple[int, ...]:

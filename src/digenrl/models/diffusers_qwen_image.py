@@ -26,16 +26,10 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
 
 
 class QwenImagePolicy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="qwen_image",
-        pipeline_class="QwenImagePipeline",
-        text_components=("text_encoder", "tokenizer"),
-        default_options=SPECS["qwen_image"].default_options() + (("negative_prompt", " "),),
-    )
+    spec = FamilySpec.of("qwen_image", negative_prompt=" ")
 
     def _latent_layout(self) -> tuple[int, ...]:
         return self._packed_layout()
@@ -75,16 +69,8 @@ class QwenImagePolicy(DiffusersPolicy):
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        b, _, c4 = latents.shape
-        gh, gw = self.grid_hw
-        z = latents.to(self.vae.device, torch.float32).view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-        z = z.reshape(b, c4 // 4, 1, gh * 2, gw * 2)
-        shape = (1, cfg.z_dim, 1, 1, 1)
-        mean = torch.tensor(cfg.latents_mean, device=z.device).view(shape)
-        std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
-        img = self.vae.decode(z * std + mean, return_dict=False)[0][:, :, 0]
-        return (img / 2 + 0.5).clamp(0, 1)
+        z = self._unpack(latents.to(self.vae.device, torch.float32)).unsqueeze(2)  # one frame
+        return self._decode_normalised(z)[:, :, 0]
 
 
 def build_policy(model_cfg) -> QwenImagePolicy:

@@ -20,17 +20,10 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
 
 
 class SD3Policy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="sd3",
-        pipeline_class="StableDiffusion3Pipeline",
-        text_components=("text_encoder", "text_encoder_2", "text_encoder_3", "tokenizer", "tokenizer_2", "tokenizer_3"),
-        extra_components=("image_encoder", "feature_extractor"),
-        default_options=SPECS["sd3"].default_options(),
-    )
+    spec = FamilySpec.of("sd3")
 
     def _latent_layout(self) -> tuple[int, ...]:
         h, w = self._opt_int("height"), self._opt_int("width")

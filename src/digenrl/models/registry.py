@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Sequence
 
 from digenrl.models.base import Policy
@@ -77,15 +76,10 @@ def family_policy_class(kind: str):
 def run_encoder_id(model_cfg) -> str | None:
     """The prompt-cache encoder id this model directory's text encoders give with these encoding options (as
     ``DiffusersPolicy._encoder_id_from_pipe``), from the config files alone; None for a non-diffusers kind."""
-    from digenrl.models.prompt_cache import encoder_identity
-
     cls = family_policy_class(model_cfg.kind)
     if cls is None or not model_cfg.path:
         return None
-    root = Path(model_cfg.path).expanduser()
-    files = [p for c in cls.spec.text_components if (root / c).is_dir() for p in (root / c).glob("*.json") if p.is_file()]
-    options = {**dict(cls.spec.default_options), **dict(model_cfg.options)}
-    return encoder_identity(cls.spec.name, files, {"max_sequence_length": options.get("max_sequence_length")})
+    return cls.spec.encoder_id(model_cfg.path, cls.spec.options(model_cfg.options))
 
 
 def prompt_cache_covers(model_cfg, texts: Sequence[str]) -> bool:
@@ -98,6 +92,5 @@ def prompt_cache_covers(model_cfg, texts: Sequence[str]) -> bool:
     enc_id = run_encoder_id(model_cfg) if cache_dir else None
     if enc_id is None or enc_id not in PromptCache.read_encoder_ids(cache_dir):
         return False
-    cls = family_policy_class(model_cfg.kind)
-    negative = str({**dict(cls.spec.default_options), **dict(model_cfg.options)}.get("negative_prompt", ""))
+    negative = str(family_policy_class(model_cfg.kind).spec.options(model_cfg.options).get("negative_prompt", ""))
     return not PromptCache(cache_dir, enc_id).uncovered(list(texts) + [negative])
