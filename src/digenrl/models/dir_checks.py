@@ -40,7 +40,8 @@ def check_family(path: str, kind: str) -> None:
     pipe, want = SPECS[kind].pipeline_class, SPECS[kind].diffusers_class
     if transformer == want or (not transformer and pipeline == pipe):
         return  # (another pipeline class over the family's transformer, e.g. a variant, loads too)
-    holds = next((k for k, s in SPECS.items() if transformer == s.diffusers_class or pipeline == s.pipeline_class), None)
+    holds = next((k for k, s in SPECS.items() if transformer == s.diffusers_class or pipeline == s.pipeline_class),
+                 None)
     what = " with ".join(c for c in (pipeline, transformer) if c) or "no class names"
     fix = f"set model.kind={holds}" if holds else f"point model.path at a {want} directory"
     raise ValueError(f"model.kind: {kind} needs a {pipe} directory ({want}), but model.path {str(root)!r} holds "
