@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from digenrl.models.base import Policy
+from digenrl.models.base import Policy, copy_tensors
 
 _BUILDERS: dict[str, str] = {
     # kind: "module:function" (imported lazily so optional dependencies load only when used)
@@ -52,13 +52,8 @@ def load_weights(policy: Policy, path: str) -> None:
     LoRA, which then need the run's ``model.lora`` settings) into a freshly built policy."""
     from safetensors.torch import load_file
 
-    state = load_file(path)
-    params = dict(policy.named_parameters())
-    unknown = [k for k in state if k not in params]
-    if unknown:
-        raise ValueError(f"model.checkpoint: {path!r} holds {len(unknown)} tensors this model does not have "
-                         f"(e.g. {unknown[0]!r}); build the model as the run did (model.kind, model.lora)")
-    policy.load_trainable_state_dict(state)
+    copy_tensors(dict(policy.named_parameters()), load_file(path), lambda problem: ValueError(
+        f"model.checkpoint: {path!r} {problem}; build the model as the run did (model.kind, model.lora)"))
 
 
 def family_policy_class(kind: str):
