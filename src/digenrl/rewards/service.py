@@ -38,15 +38,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
-import torch
+from digenrl.rewards import wire
+from digenrl.rewards.base import TRANSIENT  # 503: a retry can fix these; anything else 422
+from digenrl.rewards.batching import RequestBatcher
+from digenrl.rewards.client import read_token
 
 DEFAULT_MAX_BODY = 256 * 2**20
 DEFAULT_MAX_CONNECTIONS = 64
-TRANSIENT_ERRORS = (OSError, MemoryError, torch.OutOfMemoryError)  # 503: a retry can fix these; anything else 422
-
-from digenrl.rewards import wire
-from digenrl.rewards.batching import RequestBatcher
-from digenrl.rewards.client import read_token
 
 
 def _closing_answer(status: bytes, error: str) -> bytes:
@@ -178,7 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
             total, parts = fut.result(timeout=self.server.request_timeout)
         except FutureTimeout:
             code, error = 503, f"reward {name} did not answer within {self.server.request_timeout:g}s"
-        except TRANSIENT_ERRORS as e:  # a retry can fix it (the client retries 5xx)
+        except TRANSIENT as e:  # a retry can fix it (the client retries 5xx)
             code, error = 503, f"reward {name} failed: {repr(e)[:300]}"
         except Exception as e:  # raised on this request alone: scoring it again fails alike (not retried)
             code, error = 422, f"reward {name} rejected the request: {repr(e)[:300]}"
