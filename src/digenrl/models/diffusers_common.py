@@ -245,6 +245,15 @@ class DiffusersPolicy(Policy):
         self.grid_hw = (h // (2 * f), w // (2 * f))
         return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
 
+    def _encode(self, texts: Sequence[str], **family_kwargs: Any):
+        """The family pipeline's ``encode_prompt`` of ``texts`` at ``model.options.max_sequence_length``."""
+        return self._pipe.encode_prompt(prompt=list(texts), device=self.device,
+                                        max_sequence_length=int(self.options["max_sequence_length"]), **family_kwargs)
+
+    def _vae_decode(self, z: torch.Tensor) -> torch.Tensor:
+        """``vae.decode(z)``, mapped from [-1, 1] to [0, 1]."""
+        return (self.vae.decode(z, return_dict=False)[0] / 2 + 0.5).clamp(0, 1)
+
     def _unpack(self, latents: torch.Tensor) -> torch.Tensor:
         """[B, (h/2)(w/2), 4C] -> [B, C, h, w] (inverse of the pipeline's 2 x 2 packing, ``_packed_layout``)."""
         b, _, c4 = latents.shape
@@ -258,7 +267,7 @@ class DiffusersPolicy(Policy):
         cfg, shape = self.vae.config, (1, self.vae.config.z_dim, 1, 1, 1)
         mean = torch.tensor(cfg.latents_mean, device=z.device).view(shape)
         std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
-        return (self.vae.decode(z * std + mean, return_dict=False)[0] / 2 + 0.5).clamp(0, 1)
+        return self._vae_decode(z * std + mean)
 
     def _video_layout(self, ph: int, pw: int) -> tuple[int, ...]:
         """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family whose transformer patches ``ph x pw`` tokens."""
@@ -377,5 +386,5 @@ class TextEncoderOnly:
         self.loaded = sorted(c for c in _json.loads((Path(model_cfg.path).expanduser() / "model_index.json").read_text())
                              if getattr(self._pipe, c, None) is not None)  # fmt: skip
 
-    negative_prompt = DiffusersPolicy.negative_prompt
+    negative_prompt, _encode = DiffusersPolicy.negative_prompt, DiffusersPolicy._encode
     cache_prompts = DiffusersPolicy.cache_prompts  # (its text encoders are loaded: no cache miss to report)

@@ -39,12 +39,7 @@ class FluxPolicy(DiffusersPolicy):
         return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        pe, pooled, _ = self._pipe.encode_prompt(
-            prompt=list(texts),
-            prompt_2=None,
-            device=self.device,
-            max_sequence_length=int(self.options["max_sequence_length"]),
-        )
+        pe, pooled, _ = self._encode(texts, prompt_2=None)
         return {"prompt_embeds": pe, "pooled_prompt_embeds": pooled}
 
     def _transformer_call(self, x, sigma, cond, guidance):
@@ -70,8 +65,7 @@ class FluxPolicy(DiffusersPolicy):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         cfg = self.vae.config
         z = self._unpack(latents.to(self.vae.device, torch.float32))
-        img = self.vae.decode(z / cfg.scaling_factor + (cfg.shift_factor or 0.0), return_dict=False)[0]
-        return (img / 2 + 0.5).clamp(0, 1)
+        return self._vae_decode(z / cfg.scaling_factor + (cfg.shift_factor or 0.0))
 
 
 def build_policy(model_cfg) -> FluxPolicy:

@@ -38,11 +38,10 @@ class QwenImagePolicy(DiffusersPolicy):
         return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        length = int(self.options["max_sequence_length"])
-        pe, mask = self._pipe.encode_prompt(prompt=list(texts), device=self.device, max_sequence_length=length)
+        pe, mask = self._encode(texts)
         if mask is None:
             mask = torch.ones(pe.shape[:2], dtype=torch.long, device=pe.device)
-        pad = length - pe.shape[1]
+        pad = int(self.options["max_sequence_length"]) - pe.shape[1]
         pe = torch.nn.functional.pad(pe, (0, 0, 0, pad))
         mask = torch.nn.functional.pad(mask.long(), (0, pad))
         return {"prompt_embeds": pe, "prompt_mask": mask}

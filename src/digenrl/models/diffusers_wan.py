@@ -36,13 +36,7 @@ class WanPolicy(DiffusersPolicy):
         return family_sigmas(self.scheduler_config, num_steps, grid="scheduler")
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        pe, _ = self._pipe.encode_prompt(
-            prompt=list(texts),
-            negative_prompt=None,
-            do_classifier_free_guidance=False,
-            max_sequence_length=int(self.options["max_sequence_length"]),
-            device=self.device,
-        )
+        pe, _ = self._encode(texts, negative_prompt=None, do_classifier_free_guidance=False)
         return {"prompt_embeds": pe}
 
     def _transformer_call(self, x, sigma, cond, guidance):
