@@ -235,16 +235,6 @@ class DiffusersPolicy(Policy):
     def _transformer_call(self, x, sigma, cond, guidance):  # pragma: no cover - interface
         raise NotImplementedError
 
-    def _packed_layout(self) -> tuple[int, ...]:
-        """[tokens, C] of a family that packs 2 x 2 latent pixels into a token (FLUX, Qwen-Image); sets
-        ``grid_hw``, the packed token grid."""
-        h, w = self._opt_int("height"), self._opt_int("width")
-        f = self._pipe.vae_scale_factor
-        if h % (2 * f) or w % (2 * f):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for {self.spec.name}")
-        self.grid_hw = (h // (2 * f), w // (2 * f))
-        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
-
     def _encode(self, texts: Sequence[str], **family_kwargs: Any):
         """The family pipeline's ``encode_prompt`` of ``texts`` at ``model.options.max_sequence_length``."""
         return self._pipe.encode_prompt(prompt=list(texts), device=self.device,
@@ -253,13 +243,6 @@ class DiffusersPolicy(Policy):
     def _vae_decode(self, z: torch.Tensor) -> torch.Tensor:
         """``vae.decode(z)``, mapped from [-1, 1] to [0, 1]."""
         return (self.vae.decode(z, return_dict=False)[0] / 2 + 0.5).clamp(0, 1)
-
-    def _unpack(self, latents: torch.Tensor) -> torch.Tensor:
-        """[B, (h/2)(w/2), 4C] -> [B, C, h, w] (inverse of the pipeline's 2 x 2 packing, ``_packed_layout``)."""
-        b, _, c4 = latents.shape
-        gh, gw = self.grid_hw
-        z = latents.view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-        return z.reshape(b, c4 // 4, gh * 2, gw * 2)
 
     def _decode_normalised(self, z: torch.Tensor) -> torch.Tensor:
         """The Wan VAE (Wan2.1, Qwen-Image): ``vae.decode(z * latents_std + latents_mean)`` per channel of the
@@ -285,6 +268,31 @@ class DiffusersPolicy(Policy):
         if not isinstance(value, int) or value <= 0:
             raise ValueError(f"model.options.{key}: expected a positive integer, got {value!r}")
         return value
+
+
+class PackedPolicy(DiffusersPolicy):
+    """A family that packs 2 x 2 latent pixels into a token (FLUX, Qwen-Image): latents [tokens, C] on the packed
+    token grid ``grid_hw``, sigmas on the pipeline's ``linspace(1, 1/N, N)`` shifted by the token count."""
+
+    def _latent_layout(self) -> tuple[int, ...]:
+        h, w = self._opt_int("height"), self._opt_int("width")
+        f = self._pipe.vae_scale_factor
+        if h % (2 * f) or w % (2 * f):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for {self.spec.name}")
+        self.grid_hw = (h // (2 * f), w // (2 * f))
+        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        from digenrl.models.diffusers_files import family_sigmas
+
+        return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
+
+    def _unpack(self, latents: torch.Tensor) -> torch.Tensor:
+        """[B, (h/2)(w/2), 4C] -> [B, C, h, w] (inverse of the pipeline's 2 x 2 packing)."""
+        b, _, c4 = latents.shape
+        gh, gw = self.grid_hw
+        z = latents.view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return z.reshape(b, c4 // 4, gh * 2, gw * 2)
 
 
 class ReferenceView:

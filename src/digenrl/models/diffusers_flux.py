@@ -21,22 +21,15 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
-from digenrl.models.diffusers_files import family_sigmas
+from digenrl.models.diffusers_common import FamilySpec, PackedPolicy, build_family_policy
 
 
-class FluxPolicy(DiffusersPolicy):
+class FluxPolicy(PackedPolicy):
     spec = FamilySpec.of("flux")
 
     def __init__(self, pipe, model_cfg, **kw):
         super().__init__(pipe, model_cfg, **kw)
         self.uses_guidance_embedding = bool(self.transformer.config.guidance_embeds)
-
-    def _latent_layout(self) -> tuple[int, ...]:
-        return self._packed_layout()
-
-    def sigmas(self, num_steps: int) -> torch.Tensor:
-        return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
         pe, pooled, _ = self._encode(texts, prompt_2=None)

@@ -24,18 +24,11 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
-from digenrl.models.diffusers_files import family_sigmas
+from digenrl.models.diffusers_common import FamilySpec, PackedPolicy, build_family_policy
 
 
-class QwenImagePolicy(DiffusersPolicy):
+class QwenImagePolicy(PackedPolicy):
     spec = FamilySpec.of("qwen_image", negative_prompt=" ")
-
-    def _latent_layout(self) -> tuple[int, ...]:
-        return self._packed_layout()
-
-    def sigmas(self, num_steps: int) -> torch.Tensor:
-        return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
         pe, mask = self._encode(texts)

@@ -61,11 +61,8 @@ def family_policy_class(kind: str):
     from digenrl.models.diffusers_common import DiffusersPolicy
 
     module, _ = _module(kind)
-    for value in vars(module).values():
-        if isinstance(value, type) and issubclass(value, DiffusersPolicy) and value is not DiffusersPolicy:
-            if value.spec.name == kind:
-                return value
-    return None
+    return next((v for v in vars(module).values() if isinstance(v, type) and issubclass(v, DiffusersPolicy)
+                 and getattr(getattr(v, "spec", None), "name", None) == kind), None)
 
 
 def run_encoder_id(model_cfg) -> str | None:
