@@ -5,15 +5,11 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from digenrl.models.base import Policy, copy_tensors
+from digenrl.models.specs import SPECS
 
-_BUILDERS: dict[str, str] = {
-    # kind: "module:function" (imported lazily so optional dependencies load only when used)
+_BUILDERS: dict[str, str] = {  # kind: "module:function" (imported lazily: optional dependencies load only when used)
     "tiny_dit": "digenrl.models.tiny_dit:build_tiny_dit_policy",
-    "sd3": "digenrl.models.diffusers_sd3:build_policy",
-    "flux": "digenrl.models.diffusers_flux:build_policy",
-    "wan": "digenrl.models.diffusers_wan:build_policy",
-    "qwen_image": "digenrl.models.diffusers_qwen_image:build_policy",
-    "hunyuan_video": "digenrl.models.diffusers_hunyuan_video:build_policy",
+    **{kind: f"digenrl.models.diffusers_{kind}:build_policy" for kind in SPECS},  # the registry's diffusers families
 }
 
 
