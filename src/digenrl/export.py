@@ -31,6 +31,8 @@ from typing import Literal
 
 import torch
 
+from digenrl.models.base import copy_tensors
+
 CHECKPOINT = "checkpoint.safetensors"
 LORA_FILE = "pytorch_lora_weights.safetensors"
 PREFIX = "transformer."
@@ -85,21 +87,11 @@ def load_trained_transformer(cfg, checkpoint: Path) -> torch.nn.Module:
                                       local_files_only=True, torch_dtype=DTYPES[cfg.model.dtype])  # fmt: skip
     if cfg.model.lora.enabled:
         apply_lora(transformer, cfg.model.lora, cfg.model.kind)
-    state = _load_safetensors(checkpoint)
+    state = {k.removeprefix(PREFIX): v for k, v in _load_safetensors(checkpoint).items()}
     params = dict(transformer.named_parameters())
-    wanted = {k[len(PREFIX) :] if k.startswith(PREFIX) else k: v for k, v in state.items()}
-    unknown = [k for k in wanted if k not in params]
-    if unknown:
-        raise ArtifactError(f"{str(checkpoint)!r} holds tensors the {cfg.model.kind} transformer of "
-                            f"{cfg.model.path!r} does not have (e.g. {unknown[:3]}); wrong base model or LoRA settings?")  # fmt: skip
-    missing = [n for n, p in params.items() if p.requires_grad and n not in wanted]
-    if missing:
-        raise ArtifactError(f"{str(checkpoint)!r} lacks trained tensors (e.g. {missing[:3]})")
-    with torch.no_grad():
-        for k, v in wanted.items():
-            if params[k].shape != v.shape:
-                raise ArtifactError(f"{str(checkpoint)!r}: {k} has shape {tuple(v.shape)}, the model {tuple(params[k].shape)}")
-            params[k].copy_(v)
+    copy_tensors(params, state, lambda problem: ArtifactError(
+        f"{str(checkpoint)!r} {problem} (the {cfg.model.kind} transformer of {cfg.model.path!r}); wrong base model "
+        "or LoRA settings?"), required=[n for n, p in params.items() if p.requires_grad])  # fmt: skip
     return transformer
 
 
@@ -170,14 +162,9 @@ def apply_checkpoint(policy, path: str | Path) -> str:
             raise ArtifactError(f"--checkpoint {str(p)!r} does not fit the {type(policy).__name__}: {e}") from None
         return f"checkpoint {p}"
     params = dict(policy.named_parameters())
-    unknown = [k for k in state if k not in params]
-    if unknown:
-        hint = " (an exported LoRA? pass its directory)" if any("lora" in k for k in unknown) else ""
-        raise ArtifactError(f"--checkpoint {str(p)!r} holds tensors this policy does not have (e.g. {unknown[:3]}); "
-                            f"use the run's model settings (model.path, model.lora){hint}")  # fmt: skip
-    with torch.no_grad():
-        for k, v in state.items():
-            params[k].copy_(v)
+    hint = " (an exported LoRA? pass its directory)" if any("lora" in k for k in state if k not in params) else ""
+    copy_tensors(params, state, lambda problem: ArtifactError(
+        f"--checkpoint {str(p)!r} {problem}; use the run's model settings (model.path, model.lora){hint}"))
     return f"checkpoint {p} ({len(state)} tensors)"
 
 

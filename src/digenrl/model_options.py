@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from digenrl.models.specs import SPECS
+
 
 class _Options(BaseModel):
     # strict: "32" is not a height, true is not a batch size (the adapters use the values as they are)
@@ -54,14 +56,8 @@ class VideoOptions(ImageOptions):
     """Frames per video (frames - 1 a multiple of the VAE's temporal factor)."""
 
 
-FAMILY_OPTIONS: dict[str, type[_Options]] = {
-    "tiny_dit": TinyDiTOptions,
-    "sd3": ImageOptions,
-    "flux": ImageOptions,
-    "qwen_image": ImageOptions,
-    "wan": VideoOptions,
-    "hunyuan_video": VideoOptions,
-}
+FAMILY_OPTIONS: dict[str, type[_Options]] = {  # a video family of the model registry takes frames
+    "tiny_dit": TinyDiTOptions, **{k: VideoOptions if s.video else ImageOptions for k, s in SPECS.items()}}
 
 
 def did_you_mean(word: str, choices, prefix: str = "") -> str:

@@ -87,6 +87,21 @@ def test_encoder_options_change_the_key(flux_dir, tmp_path):
     assert PromptCache.read_encoder_ids(tmp_path / "c") == [a.prompt_cache.encoder_id]
 
 
+def test_the_config_alone_gives_the_policys_encoder_id(flux_dir, tmp_path):
+    """``registry.run_encoder_id`` (what ``validate`` and ``prompt_cache_covers`` read, no model loaded) is the id the
+    built policy uses, with ``max_sequence_length`` given and left to the family default alike."""
+    from digenrl.models.registry import prompt_cache_covers, run_encoder_id
+
+    for options in ({**OPTS}, {"height": 16, "width": 16}):
+        cfg = ModelConfig(kind="flux", path=str(flux_dir), prompt_cache_dir=str(tmp_path / str(len(options))),
+                          options=options)  # fmt: skip
+        pol = build_policy(cfg)
+        assert run_encoder_id(cfg) == pol.prompt_cache.encoder_id
+        assert not prompt_cache_covers(cfg, TEXTS[:1])
+        pol.cache_prompts(TEXTS[:1])
+        assert prompt_cache_covers(cfg, TEXTS[:1]) and not prompt_cache_covers(cfg, TEXTS[:2])
+
+
 def test_missing_or_incomplete_model_dirs_are_refused(tmp_path):
     sd3 = td.save_sd3(tmp_path / "sd3")
     with pytest.raises(ModelFilesError, match="does not exist"):

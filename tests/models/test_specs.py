@@ -64,6 +64,7 @@ def test_the_adapters_defaults_are_the_registrys():
         h, w, f = s.default_size
         assert (opts["height"], opts["width"], opts["max_sequence_length"]) == (h, w, s.max_sequence_length)
         assert opts.get("frames", 1) == f
+        assert opts.get("negative_prompt", "") == (" " if k == "qwen_image" else "")  # Flow-GRPO's Qwen-Image script: [" "]
 
 
 def test_the_memory_plan_and_the_simulator_read_one_parameter_count():

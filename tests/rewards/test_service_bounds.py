@@ -126,9 +126,9 @@ def test_token_from_file_or_environment(tmp_path, monkeypatch, capsys):
         pass
 
     def fake_start(self):
-        seen["token"] = self.httpd.token
-        self.httpd.server_close()
-        self.httpd.batcher.close()
+        seen["token"] = self.token
+        self.server_close()
+        self.batcher.close()
         raise Started
 
     monkeypatch.setattr(service.RewardServer, "start", fake_start)

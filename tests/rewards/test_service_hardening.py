@@ -174,7 +174,7 @@ def test_4xx_is_not_retried_and_5xx_is():
 def test_restart_inside_retry_window_loses_nothing():
     fn = MeanReward()
     first = RewardServer(fn).start()
-    port = first.httpd.server_address[1]
+    port = first.server_address[1]
     client = RemoteReward(first.url, retry_window=60, backoff=0.05, backoff_max=0.2, timeout=5)
     x, prompts = batch(3, 4)
     torch.testing.assert_close(client(x, prompts), MeanReward()(x, prompts))

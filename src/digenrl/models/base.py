@@ -96,6 +96,24 @@ class Policy(torch.nn.Module):
                 params[k].copy_(v)
 
 
+def copy_tensors(params: dict[str, torch.Tensor], state: dict[str, torch.Tensor], fail, required=()) -> None:
+    """Copy ``state`` into the parameters ``params`` (name -> tensor) in place, once every tensor meets a parameter
+    of its shape and every name in ``required`` a tensor; else ``fail(problem)`` is raised, the problem naming the
+    first offending tensors (``fail`` adds the file and the setting to fix)."""
+    unknown = [k for k in state if k not in params]
+    if unknown:
+        raise fail(f"holds {len(unknown)} tensors this model does not have (e.g. {unknown[:3]})")
+    missing = [k for k in required if k not in state]
+    if missing:
+        raise fail(f"lacks trained tensors the model has (e.g. {missing[:3]})")
+    for k, v in state.items():
+        if params[k].shape != v.shape:
+            raise fail(f"has {k} of shape {tuple(v.shape)}, the model's is {tuple(params[k].shape)}")
+    with torch.no_grad():
+        for k, v in state.items():
+            params[k].copy_(v)
+
+
 def guided_velocity(
     policy: Policy,
     x: torch.Tensor,

@@ -27,6 +27,7 @@ import torch
 
 from digenrl.models.base import Cond, Policy
 from digenrl.models.prompt_cache import PromptCache, PromptCacheMiss, encoder_identity
+from digenrl.models.specs import SPECS
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,32 @@ class FamilySpec:
     extra_components: tuple[str, ...] = ()  # optional pipeline components never used (image encoders...)
     default_options: tuple[tuple[str, Any], ...] = ()
 
+    @classmethod
+    def of(cls, kind: str, **defaults: Any) -> "FamilySpec":
+        """The spec of ``kind`` from the model registry (``models.specs``), with extra default options."""
+        s = SPECS[kind]
+        return cls(kind, s.pipeline_class, s.text_components, s.extra_components,
+                   s.default_options() + tuple(defaults.items()))
+
+    def options(self, model_options: dict[str, Any]) -> dict[str, Any]:
+        """``model.options`` over the family defaults."""
+        return {**dict(self.default_options), **dict(model_options)}
+
+    def encoder_id(self, model_path: str, options: dict[str, Any]) -> str:
+        """The prompt-cache encoder id of a model directory's text-encoder / tokenizer configs and the options that
+        change the text embeddings (``max_sequence_length``)."""
+        root = Path(model_path).expanduser()
+        files = [p for c in self.text_components if (root / c).is_dir() for p in (root / c).glob("*.json")
+                 if p.is_file()]  # fmt: skip
+        return encoder_identity(self.name, files, {"max_sequence_length": options.get("max_sequence_length")})
+
 
 class DiffusersPolicy(Policy):
     spec: FamilySpec
 
     def __init__(self, pipe, model_cfg, *, cache_dir: str | None = None, encoder_id: str | None = None):
         super().__init__()
-        self.options: dict[str, Any] = {**dict(self.spec.default_options), **dict(model_cfg.options)}
+        self.options: dict[str, Any] = self.spec.options(model_cfg.options)
         self._pipe = pipe
         self.transformer = pipe.transformer
         self.vae = pipe.vae
@@ -93,25 +113,15 @@ class DiffusersPolicy(Policy):
 
         return getattr(diffusers, cls.spec.pipeline_class)
 
-    def encoding_options(self) -> dict[str, Any]:
-        """Options that change the text embeddings (part of the prompt-cache encoder id)."""
-        return {"max_sequence_length": self.options.get("max_sequence_length")}
-
     def _encoder_id_from_pipe(self) -> str:
         if not self.has_text_encoders:
             raise ValueError(f"{self.spec.name}: no text encoders loaded and no prompt cache encoder id given")
-        root = Path(self.model_path).expanduser() if self.model_path else None
-        files: list[Path] = []
-        if root is not None:
-            for comp in self.spec.text_components:
-                sub = root / comp
-                files += [p for p in sub.glob("*.json") if p.is_file()] if sub.is_dir() else []
-        else:  # in-memory pipeline (benchmarks, tests): identity from the component configs
-            import hashlib
+        if self.model_path:
+            return self.spec.encoder_id(self.model_path, self.options)
+        import hashlib  # in-memory pipeline (benchmarks, tests): identity from the component configs
 
-            blob = repr([getattr(getattr(self._pipe, c, None), "config", None) for c in self.spec.text_components])
-            return f"{self.spec.name}-mem-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
-        return encoder_identity(self.spec.name, files, self.encoding_options())
+        blob = repr([getattr(getattr(self._pipe, c, None), "config", None) for c in self.spec.text_components])
+        return f"{self.spec.name}-mem-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
     # -- text ------------------------------------------------------------------------------------------
     @property
@@ -225,15 +235,22 @@ class DiffusersPolicy(Policy):
     def _transformer_call(self, x, sigma, cond, guidance):  # pragma: no cover - interface
         raise NotImplementedError
 
-    def _packed_layout(self) -> tuple[int, ...]:
-        """[tokens, C] of a family that packs 2 x 2 latent pixels into a token (FLUX, Qwen-Image); sets
-        ``grid_hw``, the packed token grid."""
-        h, w = self._opt_int("height"), self._opt_int("width")
-        f = self._pipe.vae_scale_factor
-        if h % (2 * f) or w % (2 * f):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for {self.spec.name}")
-        self.grid_hw = (h // (2 * f), w // (2 * f))
-        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
+    def _encode(self, texts: Sequence[str], **family_kwargs: Any):
+        """The family pipeline's ``encode_prompt`` of ``texts`` at ``model.options.max_sequence_length``."""
+        return self._pipe.encode_prompt(prompt=list(texts), device=self.device,
+                                        max_sequence_length=int(self.options["max_sequence_length"]), **family_kwargs)
+
+    def _vae_decode(self, z: torch.Tensor) -> torch.Tensor:
+        """``vae.decode(z)``, mapped from [-1, 1] to [0, 1]."""
+        return (self.vae.decode(z, return_dict=False)[0] / 2 + 0.5).clamp(0, 1)
+
+    def _decode_normalised(self, z: torch.Tensor) -> torch.Tensor:
+        """The Wan VAE (Wan2.1, Qwen-Image): ``vae.decode(z * latents_std + latents_mean)`` per channel of the
+        video latent ``z`` [B, C, F, h, w], [-1, 1] -> [0, 1]."""
+        cfg, shape = self.vae.config, (1, self.vae.config.z_dim, 1, 1, 1)
+        mean = torch.tensor(cfg.latents_mean, device=z.device).view(shape)
+        std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
+        return self._vae_decode(z * std + mean)
 
     def _video_layout(self, ph: int, pw: int) -> tuple[int, ...]:
         """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family whose transformer patches ``ph x pw`` tokens."""
@@ -251,6 +268,31 @@ class DiffusersPolicy(Policy):
         if not isinstance(value, int) or value <= 0:
             raise ValueError(f"model.options.{key}: expected a positive integer, got {value!r}")
         return value
+
+
+class PackedPolicy(DiffusersPolicy):
+    """A family that packs 2 x 2 latent pixels into a token (FLUX, Qwen-Image): latents [tokens, C] on the packed
+    token grid ``grid_hw``, sigmas on the pipeline's ``linspace(1, 1/N, N)`` shifted by the token count."""
+
+    def _latent_layout(self) -> tuple[int, ...]:
+        h, w = self._opt_int("height"), self._opt_int("width")
+        f = self._pipe.vae_scale_factor
+        if h % (2 * f) or w % (2 * f):
+            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for {self.spec.name}")
+        self.grid_hw = (h // (2 * f), w // (2 * f))
+        return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        from digenrl.models.diffusers_files import family_sigmas
+
+        return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
+
+    def _unpack(self, latents: torch.Tensor) -> torch.Tensor:
+        """[B, (h/2)(w/2), 4C] -> [B, C, h, w] (inverse of the pipeline's 2 x 2 packing)."""
+        b, _, c4 = latents.shape
+        gh, gw = self.grid_hw
+        z = latents.view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return z.reshape(b, c4 // 4, gh * 2, gw * 2)
 
 
 class ReferenceView:
@@ -338,7 +380,7 @@ class TextEncoderOnly:
         keep = set(spec.text_components) | {"scheduler"}
         skip = [c for c, v in index.items() if not c.startswith("_") and isinstance(v, list) and c not in keep]
         self._pipe = load_pipeline(policy_cls.pipeline_class(), model_cfg.path, model_cfg.dtype, skip)
-        self.options: dict[str, Any] = {**dict(spec.default_options), **dict(model_cfg.options)}
+        self.options: dict[str, Any] = spec.options(model_cfg.options)
         self.model_path = model_cfg.path
         self.device = torch.device(model_cfg.device)
         for comp in spec.text_components:
@@ -346,12 +388,11 @@ class TextEncoderOnly:
             if isinstance(module, torch.nn.Module):
                 module.to(self.device).requires_grad_(False)
         self._encode_texts = policy_cls._encode_texts.__get__(self)
-        self.encoding_options = policy_cls.encoding_options.__get__(self)
         self.has_text_encoders = True
         encoder_id = policy_cls._encoder_id_from_pipe(self)
         self.prompt_cache = PromptCache(model_cfg.prompt_cache_dir, encoder_id)
         self.loaded = sorted(c for c in _json.loads((Path(model_cfg.path).expanduser() / "model_index.json").read_text())
                              if getattr(self._pipe, c, None) is not None)  # fmt: skip
 
-    negative_prompt = DiffusersPolicy.negative_prompt
+    negative_prompt, _encode = DiffusersPolicy.negative_prompt, DiffusersPolicy._encode
     cache_prompts = DiffusersPolicy.cache_prompts  # (its text encoders are loaded: no cache miss to report)

@@ -21,37 +21,18 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
-from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
+from digenrl.models.diffusers_common import FamilySpec, PackedPolicy, build_family_policy
 
 
-class FluxPolicy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="flux",
-        pipeline_class="FluxPipeline",
-        text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
-        extra_components=("image_encoder", "feature_extractor"),
-        default_options=SPECS["flux"].default_options(),
-    )
+class FluxPolicy(PackedPolicy):
+    spec = FamilySpec.of("flux")
 
     def __init__(self, pipe, model_cfg, **kw):
         super().__init__(pipe, model_cfg, **kw)
         self.uses_guidance_embedding = bool(self.transformer.config.guidance_embeds)
 
-    def _latent_layout(self) -> tuple[int, ...]:
-        return self._packed_layout()
-
-    def sigmas(self, num_steps: int) -> torch.Tensor:
-        return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
-
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        pe, pooled, _ = self._pipe.encode_prompt(
-            prompt=list(texts),
-            prompt_2=None,
-            device=self.device,
-            max_sequence_length=int(self.options["max_sequence_length"]),
-        )
+        pe, pooled, _ = self._encode(texts, prompt_2=None)
         return {"prompt_embeds": pe, "pooled_prompt_embeds": pooled}
 
     def _transformer_call(self, x, sigma, cond, guidance):
@@ -73,19 +54,11 @@ class FluxPolicy(DiffusersPolicy):
             return_dict=False,
         )[0]
 
-    def unpack(self, latents: torch.Tensor) -> torch.Tensor:
-        """[B, (h/2)(w/2), 4C] -> [B, C, h, w] (inverse of the pipeline's 2 x 2 packing)."""
-        b, _, c4 = latents.shape
-        gh, gw = self.grid_hw
-        z = latents.view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-        return z.reshape(b, c4 // 4, gh * 2, gw * 2)
-
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         cfg = self.vae.config
-        z = self.unpack(latents.to(self.vae.device, torch.float32))
-        img = self.vae.decode(z / cfg.scaling_factor + (cfg.shift_factor or 0.0), return_dict=False)[0]
-        return (img / 2 + 0.5).clamp(0, 1)
+        z = self._unpack(latents.to(self.vae.device, torch.float32))
+        return self._vae_decode(z / cfg.scaling_factor + (cfg.shift_factor or 0.0))
 
 
 def build_policy(model_cfg) -> FluxPolicy:

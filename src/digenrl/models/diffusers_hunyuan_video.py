@@ -21,16 +21,10 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
 
 
 class HunyuanVideoPolicy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="hunyuan_video",
-        pipeline_class="HunyuanVideoPipeline",
-        text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
-        default_options=SPECS["hunyuan_video"].default_options(),
-    )
+    spec = FamilySpec.of("hunyuan_video")
     uses_guidance_embedding = True
 
     def _latent_layout(self) -> tuple[int, ...]:
@@ -41,11 +35,7 @@ class HunyuanVideoPolicy(DiffusersPolicy):
         return family_sigmas(self.scheduler_config, num_steps, grid="linear")
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        pe, pooled, mask = self._pipe.encode_prompt(
-            prompt=list(texts),
-            device=self.device,
-            max_sequence_length=int(self.options["max_sequence_length"]),
-        )
+        pe, pooled, mask = self._encode(texts)
         return {"prompt_embeds": pe, "prompt_mask": mask.long(), "pooled_prompt_embeds": pooled}
 
     def _transformer_call(self, x, sigma, cond, guidance):
@@ -64,9 +54,7 @@ class HunyuanVideoPolicy(DiffusersPolicy):
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        z = latents.to(self.vae.device, torch.float32) / self.vae.config.scaling_factor
-        video = self.vae.decode(z, return_dict=False)[0]
-        return (video / 2 + 0.5).clamp(0, 1)
+        return self._vae_decode(latents.to(self.vae.device, torch.float32) / self.vae.config.scaling_factor)
 
 
 def build_policy(model_cfg) -> HunyuanVideoPolicy:

@@ -24,31 +24,17 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
-from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
+from digenrl.models.diffusers_common import FamilySpec, PackedPolicy, build_family_policy
 
 
-class QwenImagePolicy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="qwen_image",
-        pipeline_class="QwenImagePipeline",
-        text_components=("text_encoder", "tokenizer"),
-        default_options=SPECS["qwen_image"].default_options() + (("negative_prompt", " "),),
-    )
-
-    def _latent_layout(self) -> tuple[int, ...]:
-        return self._packed_layout()
-
-    def sigmas(self, num_steps: int) -> torch.Tensor:
-        return family_sigmas(self.scheduler_config, num_steps, grid="linear", image_seq_len=self.latent_shape[0])
+class QwenImagePolicy(PackedPolicy):
+    spec = FamilySpec.of("qwen_image", negative_prompt=" ")
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        length = int(self.options["max_sequence_length"])
-        pe, mask = self._pipe.encode_prompt(prompt=list(texts), device=self.device, max_sequence_length=length)
+        pe, mask = self._encode(texts)
         if mask is None:
             mask = torch.ones(pe.shape[:2], dtype=torch.long, device=pe.device)
-        pad = length - pe.shape[1]
+        pad = int(self.options["max_sequence_length"]) - pe.shape[1]
         pe = torch.nn.functional.pad(pe, (0, 0, 0, pad))
         mask = torch.nn.functional.pad(mask.long(), (0, pad))
         return {"prompt_embeds": pe, "prompt_mask": mask}
@@ -75,16 +61,8 @@ class QwenImagePolicy(DiffusersPolicy):
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        b, _, c4 = latents.shape
-        gh, gw = self.grid_hw
-        z = latents.to(self.vae.device, torch.float32).view(b, gh, gw, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-        z = z.reshape(b, c4 // 4, 1, gh * 2, gw * 2)
-        shape = (1, cfg.z_dim, 1, 1, 1)
-        mean = torch.tensor(cfg.latents_mean, device=z.device).view(shape)
-        std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
-        img = self.vae.decode(z * std + mean, return_dict=False)[0][:, :, 0]
-        return (img / 2 + 0.5).clamp(0, 1)
+        z = self._unpack(latents.to(self.vae.device, torch.float32)).unsqueeze(2)  # one frame
+        return self._decode_normalised(z)[:, :, 0]
 
 
 def build_policy(model_cfg) -> QwenImagePolicy:

@@ -20,17 +20,10 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
 
 
 class SD3Policy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="sd3",
-        pipeline_class="StableDiffusion3Pipeline",
-        text_components=("text_encoder", "text_encoder_2", "text_encoder_3", "tokenizer", "tokenizer_2", "tokenizer_3"),
-        extra_components=("image_encoder", "feature_extractor"),
-        default_options=SPECS["sd3"].default_options(),
-    )
+    spec = FamilySpec.of("sd3")
 
     def _latent_layout(self) -> tuple[int, ...]:
         h, w = self._opt_int("height"), self._opt_int("width")
@@ -47,14 +40,7 @@ class SD3Policy(DiffusersPolicy):
         )
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        pe, _, pooled, _ = self._pipe.encode_prompt(
-            prompt=list(texts),
-            prompt_2=None,
-            prompt_3=None,
-            device=self.device,
-            do_classifier_free_guidance=False,
-            max_sequence_length=int(self.options["max_sequence_length"]),
-        )
+        pe, _, pooled, _ = self._encode(texts, prompt_2=None, prompt_3=None, do_classifier_free_guidance=False)
         return {"prompt_embeds": pe, "pooled_prompt_embeds": pooled}
 
     def _transformer_call(self, x, sigma, cond, guidance):
@@ -69,9 +55,8 @@ class SD3Policy(DiffusersPolicy):
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         cfg = self.vae.config
-        z = latents.to(self.vae.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor or 0.0)
-        img = self.vae.decode(z, return_dict=False)[0]
-        return (img / 2 + 0.5).clamp(0, 1)
+        return self._vae_decode(latents.to(self.vae.device, torch.float32) / cfg.scaling_factor
+                                + (cfg.shift_factor or 0.0))
 
 
 def build_policy(model_cfg) -> SD3Policy:

@@ -23,17 +23,10 @@ import torch
 from digenrl.models.base import Cond
 from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
 from digenrl.models.diffusers_files import family_sigmas
-from digenrl.models.specs import SPECS
 
 
 class WanPolicy(DiffusersPolicy):
-    spec = FamilySpec(
-        name="wan",
-        pipeline_class="WanPipeline",
-        text_components=("text_encoder", "tokenizer"),
-        extra_components=("transformer_2",),
-        default_options=SPECS["wan"].default_options(),
-    )
+    spec = FamilySpec.of("wan")
 
     def _latent_layout(self) -> tuple[int, ...]:
         _, ph, pw = self.transformer.config.patch_size
@@ -43,13 +36,7 @@ class WanPolicy(DiffusersPolicy):
         return family_sigmas(self.scheduler_config, num_steps, grid="scheduler")
 
     def _encode_texts(self, texts: Sequence[str]) -> Cond:
-        pe, _ = self._pipe.encode_prompt(
-            prompt=list(texts),
-            negative_prompt=None,
-            do_classifier_free_guidance=False,
-            max_sequence_length=int(self.options["max_sequence_length"]),
-            device=self.device,
-        )
+        pe, _ = self._encode(texts, negative_prompt=None, do_classifier_free_guidance=False)
         return {"prompt_embeds": pe}
 
     def _transformer_call(self, x, sigma, cond, guidance):
@@ -62,13 +49,7 @@ class WanPolicy(DiffusersPolicy):
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        z = latents.to(self.vae.device, torch.float32)
-        shape = (1, cfg.z_dim, 1, 1, 1)
-        mean = torch.tensor(cfg.latents_mean, device=z.device).view(shape)
-        std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
-        video = self.vae.decode(z * std + mean, return_dict=False)[0]
-        return (video / 2 + 0.5).clamp(0, 1)
+        return self._decode_normalised(latents.to(self.vae.device, torch.float32))
 
 
 def check_not_moe(path: str | None) -> None:

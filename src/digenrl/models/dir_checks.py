@@ -18,14 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# kind -> (pipeline classes, transformer class) of the family's diffusers directories
-FAMILY_CLASSES: dict[str, tuple[tuple[str, ...], str]] = {
-    "sd3": (("StableDiffusion3Pipeline",), "SD3Transformer2DModel"),
-    "flux": (("FluxPipeline",), "FluxTransformer2DModel"),
-    "wan": (("WanPipeline",), "WanTransformer3DModel"),
-    "qwen_image": (("QwenImagePipeline",), "QwenImageTransformer2DModel"),
-    "hunyuan_video": (("HunyuanVideoPipeline",), "HunyuanVideoTransformer3DModel"),
-}
+from digenrl.models.specs import SPECS
 
 
 def _json(path: Path) -> dict:
@@ -36,27 +29,22 @@ def _json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _kind_of(pipeline: str, transformer: str) -> str | None:
-    for kind, (pipes, tr) in FAMILY_CLASSES.items():
-        if transformer == tr or pipeline in pipes:
-            return kind
-    return None
-
-
 def check_family(path: str, kind: str) -> None:
-    """``ValueError`` naming ``model.kind`` when the directory's classes belong to another family."""
-    if kind not in FAMILY_CLASSES:
+    """``ValueError`` naming ``model.kind`` when the directory's classes (the registry's ``pipeline_class`` and
+    ``diffusers_class``) belong to another family."""
+    if kind not in SPECS:
         return
     root = Path(path).expanduser()
     pipeline = str(_json(root / "model_index.json").get("_class_name", ""))
     transformer = str(_json(root / "transformer" / "config.json").get("_class_name", ""))
-    pipes, want = FAMILY_CLASSES[kind]
-    if transformer == want or (not transformer and pipeline in pipes):
+    pipe, want = SPECS[kind].pipeline_class, SPECS[kind].diffusers_class
+    if transformer == want or (not transformer and pipeline == pipe):
         return  # (another pipeline class over the family's transformer, e.g. a variant, loads too)
-    holds = _kind_of(pipeline, transformer)
+    holds = next((k for k, s in SPECS.items() if transformer == s.diffusers_class or pipeline == s.pipeline_class),
+                 None)
     what = " with ".join(c for c in (pipeline, transformer) if c) or "no class names"
     fix = f"set model.kind={holds}" if holds else f"point model.path at a {want} directory"
-    raise ValueError(f"model.kind: {kind} needs a {pipes[0]} directory ({want}), but model.path {str(root)!r} holds "
+    raise ValueError(f"model.kind: {kind} needs a {pipe} directory ({want}), but model.path {str(root)!r} holds "
                      f"{what}; {fix}")
 
 

@@ -28,26 +28,14 @@ from typing import Iterator
 
 import torch
 
-FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
-    "sd3": (
-        "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
-        "attn.to_k", "attn.to_out.0", "attn.to_q", "attn.to_v",
-    ),
-    "flux": (
-        "attn.to_k", "attn.to_q", "attn.to_v", "attn.to_out.0",
-        "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
-        "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2",
-    ),
-    "wan": ("add_k_proj", "add_q_proj", "add_v_proj", "to_add_out", "to_k", "to_out.0", "to_q", "to_v"),
-    "qwen_image": (
-        "attn.to_k", "attn.to_q", "attn.to_v", "attn.to_out.0",
-        "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
-        "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2",
-    ),
-    "hunyuan_video": (
-        "attn.to_k", "attn.to_q", "attn.to_v", "attn.to_out.0",
-        "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
-    ),
+_ATTN = ("attn.to_k", "attn.to_q", "attn.to_v", "attn.to_out.0",
+         "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out")  # q, k, v, out of both streams
+FAMILY_TARGETS: dict[str, tuple[str, ...]] = {  # (sd3, wan: in the sorted order their scripts list them)
+    "sd3": tuple(sorted(_ATTN)),
+    "flux": _ATTN + ("ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2"),
+    "wan": tuple(sorted(t.removeprefix("attn.") for t in _ATTN)),  # (suffixes: self- and cross-attention)
+    "qwen_image": _ATTN + ("img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2"),
+    "hunyuan_video": _ATTN,
 }  # fmt: skip
 
 ADAPTER = "default"

@@ -25,8 +25,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 PEFT_FILE = "adapter_model.safetensors"
 PEFT_CONFIG = "adapter_config.json"
 DIFFUSERS_FILE = "pytorch_lora_weights.safetensors"
@@ -162,26 +160,17 @@ def load_adapter(policy, path: str | Path) -> str:
     """Copy the adapter's tensors into ``policy``'s LoRA parameters (built from ``resolve_lora``'s settings)."""
     from safetensors.torch import load_file
 
+    from digenrl.models.base import copy_tensors
+
     info = read_adapter(path)
     state = load_file(str(info.file))
     params = {n: p for n, p in policy.named_parameters() if ".lora_A." in n or ".lora_B." in n}
     prefix = "transformer." if any(n.startswith("transformer.") for n in params) else ""
     wanted = {}
-    for key, module_key in info.keys.items():
+    for key, module_key in info.keys.items():  # "<module>.lora_A.weight" -> "<module>.lora_A.default.weight"
         module, _, kind = module_key.rpartition(".lora_")
-        wanted[f"{prefix}{module}.lora_{kind.split('.')[0]}.default.weight"] = (key, state[key])
-    unknown = [k for k in wanted if k not in params]
-    if unknown:
-        raise AdapterError(f"{_KEY}: {str(info.file)!r} holds adapters of modules this {type(policy).__name__} does "
-                           f"not have (e.g. {wanted[unknown[0]][0]!r}); is it for another model.kind / model.path?")
-    missing = [n for n in params if n not in wanted]
-    if missing:
-        raise AdapterError(f"{_KEY}: {str(info.file)!r} lacks adapter tensors the targets {info.targets[:4]} give "
-                           f"(e.g. {missing[0]!r})")
-    with torch.no_grad():
-        for name, (key, value) in wanted.items():
-            if params[name].shape != value.shape:
-                raise AdapterError(f"{_KEY}: {str(info.file)!r}: {key} has shape {tuple(value.shape)}, the model's "
-                                   f"{tuple(params[name].shape)}")
-            params[name].copy_(value)
+        wanted[f"{prefix}{module}.lora_{kind.split('.')[0]}.default.weight"] = state[key]
+    copy_tensors(params, wanted, lambda problem: AdapterError(
+        f"{_KEY}: {str(info.file)!r} {problem} (LoRA targets {info.targets[:4]}); is it for another model.kind / "
+        "model.path?"), required=params)  # fmt: skip
     return f"LoRA adapter {info.file} ({info.fmt}, r={info.rank}, alpha={info.alpha:g}, {len(wanted)} tensors)"

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Sequence
 
-from digenrl.models.base import Policy
+from digenrl.models.base import Policy, copy_tensors
+from digenrl.models.specs import SPECS
 
-_BUILDERS: dict[str, str] = {
-    # kind: "module:function" (imported lazily so optional dependencies load only when used)
+_BUILDERS: dict[str, str] = {  # kind: "module:function" (imported lazily: optional dependencies load only when used)
     "tiny_dit": "digenrl.models.tiny_dit:build_tiny_dit_policy",
-    "sd3": "digenrl.models.diffusers_sd3:build_policy",
-    "flux": "digenrl.models.diffusers_flux:build_policy",
-    "wan": "digenrl.models.diffusers_wan:build_policy",
-    "qwen_image": "digenrl.models.diffusers_qwen_image:build_policy",
-    "hunyuan_video": "digenrl.models.diffusers_hunyuan_video:build_policy",
+    **{kind: f"digenrl.models.diffusers_{kind}:build_policy" for kind in SPECS},  # the registry's diffusers families
 }
 
 
@@ -53,13 +48,8 @@ def load_weights(policy: Policy, path: str) -> None:
     LoRA, which then need the run's ``model.lora`` settings) into a freshly built policy."""
     from safetensors.torch import load_file
 
-    state = load_file(path)
-    params = dict(policy.named_parameters())
-    unknown = [k for k in state if k not in params]
-    if unknown:
-        raise ValueError(f"model.checkpoint: {path!r} holds {len(unknown)} tensors this model does not have "
-                         f"(e.g. {unknown[0]!r}); build the model as the run did (model.kind, model.lora)")
-    policy.load_trainable_state_dict(state)
+    copy_tensors(dict(policy.named_parameters()), load_file(path), lambda problem: ValueError(
+        f"model.checkpoint: {path!r} {problem}; build the model as the run did (model.kind, model.lora)"))
 
 
 def family_policy_class(kind: str):
@@ -67,25 +57,17 @@ def family_policy_class(kind: str):
     from digenrl.models.diffusers_common import DiffusersPolicy
 
     module, _ = _module(kind)
-    for value in vars(module).values():
-        if isinstance(value, type) and issubclass(value, DiffusersPolicy) and value is not DiffusersPolicy:
-            if value.spec.name == kind:
-                return value
-    return None
+    return next((v for v in vars(module).values() if isinstance(v, type) and issubclass(v, DiffusersPolicy)
+                 and getattr(getattr(v, "spec", None), "name", None) == kind), None)
 
 
 def run_encoder_id(model_cfg) -> str | None:
     """The prompt-cache encoder id this model directory's text encoders give with these encoding options (as
     ``DiffusersPolicy._encoder_id_from_pipe``), from the config files alone; None for a non-diffusers kind."""
-    from digenrl.models.prompt_cache import encoder_identity
-
     cls = family_policy_class(model_cfg.kind)
     if cls is None or not model_cfg.path:
         return None
-    root = Path(model_cfg.path).expanduser()
-    files = [p for c in cls.spec.text_components if (root / c).is_dir() for p in (root / c).glob("*.json") if p.is_file()]
-    options = {**dict(cls.spec.default_options), **dict(model_cfg.options)}
-    return encoder_identity(cls.spec.name, files, {"max_sequence_length": options.get("max_sequence_length")})
+    return cls.spec.encoder_id(model_cfg.path, cls.spec.options(model_cfg.options))
 
 
 def prompt_cache_covers(model_cfg, texts: Sequence[str]) -> bool:
@@ -98,6 +80,5 @@ def prompt_cache_covers(model_cfg, texts: Sequence[str]) -> bool:
     enc_id = run_encoder_id(model_cfg) if cache_dir else None
     if enc_id is None or enc_id not in PromptCache.read_encoder_ids(cache_dir):
         return False
-    cls = family_policy_class(model_cfg.kind)
-    negative = str({**dict(cls.spec.default_options), **dict(model_cfg.options)}.get("negative_prompt", ""))
+    negative = str(family_policy_class(model_cfg.kind).spec.options(model_cfg.options).get("negative_prompt", ""))
     return not PromptCache(cache_dir, enc_id).uncovered(list(texts) + [negative])

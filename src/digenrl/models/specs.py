@@ -6,7 +6,8 @@ One spelling per family, the config's ``model.kind``: ``sd3``, ``flux``, ``wan``
 spellings are accepted as documented aliases where a user could have typed them (``digenrl simulate --model``):
 ``hunyuan``, ``qwen-image``, ``sd35-medium`` (``canonical``).
 
-Per family (``ModelSpec``): the diffusers class and its constructor arguments (the model repository's
+Per family (``ModelSpec``): the diffusers pipeline (with its text components) and transformer class and the latter's
+constructor arguments (the model repository's
 ``transformer/config.json``, cited per entry; the memory probe builds the class from them, ``models.memory_probe``,
 and ``tests/sim/test_sim_flops.py`` checks the closed forms of ``models.flops`` against it), the block lists the
 probe sizes, the text the adapter feeds by default (``max_sequence_length``; SD3 prepends 77 CLIP tokens), whether
@@ -53,6 +54,9 @@ class ModelSpec:
     patch: int = 2                # spatial token size in latent pixels
     positional_limit: str = ""    # what bounds the sequence, in the config's words
     sequence_parallel: str = ""   # whose plan splits its sequence (docs/sequence_parallel.md); "" none
+    pipeline_class: str = ""      # the diffusers pipeline of its model directories (model_index.json)
+    text_components: tuple[str, ...] = ()  # its text encoders and tokenizers (model_index.json)
+    extra_components: tuple[str, ...] = ()  # optional pipeline components never used (image encoders...)
 
     @property
     def heads(self) -> int:
@@ -114,7 +118,9 @@ FLUX = ModelSpec(
     {"num_layers": "transformer_blocks", "num_single_layers": "single_transformer_blocks"},
     max_sequence_length=512, joint_text=True, guidance_distilled=True, text_dim=4096, text_encoder_params=4.88e9,
     vae_params=83.7e6, vae_flop_per_px=9.59e6, default_size=(512, 512, 1),
-    positional_limit="RoPE over (text, h, w) ids: no fixed maximum")
+    positional_limit="RoPE over (text, h, w) ids: no fixed maximum", pipeline_class="FluxPipeline",
+    text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
+    extra_components=("image_encoder", "feature_extractor"))
 
 # stabilityai/stable-diffusion-3.5-medium transformer/config.json (MMDiT-X: dual attention in layers 0-12); two
 # CLIP hidden states (77 tokens) then T5 (max_sequence_length, pipeline default 256); true CFG; the SD3 VAE (the
@@ -128,7 +134,9 @@ SD3 = ModelSpec(
     {"num_layers": "transformer_blocks"},
     max_sequence_length=256, text_prefix=77, joint_text=True, guidance_distilled=False, text_dim=4096,
     text_encoder_params=5.58e9, vae_params=83.7e6, vae_flop_per_px=9.59e6, default_size=(512, 512, 1),
-    positional_limit="pos_embed_max_size 384 patches a side (6144 px)")
+    positional_limit="pos_embed_max_size 384 patches a side (6144 px)", pipeline_class="StableDiffusion3Pipeline",
+    text_components=("text_encoder", "text_encoder_2", "text_encoder_3", "tokenizer", "tokenizer_2", "tokenizer_3"),
+    extra_components=("image_encoder", "feature_extractor"))
 
 # Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json; umT5 text (512 tokens) by cross-attention; Wan-VAE 4 x 8
 # x 8, patch (1, 2, 2); true CFG. VAE: AutoencoderKLWan 112.75 TFLOP for 33 x 480 x 832 = 8.56 MFLOP per
@@ -142,7 +150,8 @@ WAN = ModelSpec(
     {"num_layers": "blocks"},
     max_sequence_length=512, joint_text=False, guidance_distilled=False, text_dim=4096, text_encoder_params=5.7e9,
     vae_params=127e6, vae_flop_per_px=8.56e6, default_size=(240, 416, 33), video=True, temporal_down=4,
-    positional_limit="rope_max_seq_len 1024 positions per axis", sequence_parallel="diffusers' _cp_plan")
+    positional_limit="rope_max_seq_len 1024 positions per axis", sequence_parallel="diffusers' _cp_plan",
+    pipeline_class="WanPipeline", text_components=("text_encoder", "tokenizer"), extra_components=("transformer_2",))
 
 # Qwen/Qwen-Image transformer/config.json; Qwen2.5-VL-7B text features (8.3B) in the joint attention, zero-padded
 # to max_sequence_length (the adapter's default 512); the Wan-2.1 VAE (10.85 MFLOP per pixel for one 512 x 512
@@ -155,7 +164,8 @@ QWEN_IMAGE = ModelSpec(
     {"num_layers": "transformer_blocks"},
     max_sequence_length=512, joint_text=True, guidance_distilled=False, text_dim=3584, text_encoder_params=8.3e9,
     vae_params=127e6, vae_flop_per_px=10.85e6, default_size=(512, 512, 1),
-    positional_limit="RoPE over (frame, h, w): no fixed maximum")
+    positional_limit="RoPE over (frame, h, w): no fixed maximum", pipeline_class="QwenImagePipeline",
+    text_components=("text_encoder", "tokenizer"))
 
 # hunyuanvideo-community/HunyuanVideo transformer/config.json (tencent/HunyuanVideo); LLM text features (256
 # tokens) in the joint attention; causal 3D VAE 4 x 8 x 8, patch (1, 2, 2); guidance-distilled ("embedded
@@ -173,7 +183,8 @@ HUNYUAN_VIDEO = ModelSpec(
     max_sequence_length=256, joint_text=True, guidance_distilled=True, text_dim=4096, text_encoder_params=8.1e9,
     vae_params=246e6, vae_flop_per_px=17.67e6, default_size=(480, 480, 53), video=True, temporal_down=4,
     positional_limit="3D RoPE (rope_theta 256): no fixed maximum",
-    sequence_parallel="digenrl's plan (models.hunyuan_video_sp)")
+    sequence_parallel="digenrl's plan (models.hunyuan_video_sp)", pipeline_class="HunyuanVideoPipeline",
+    text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"))
 
 SPECS: dict[str, ModelSpec] = {s.kind: s for s in (SD3, FLUX, WAN, QWEN_IMAGE, HUNYUAN_VIDEO)}
 # Families whose transformer can split a sample's sequence over ranks: diffusers' own context-parallel plan

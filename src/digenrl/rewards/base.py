@@ -16,6 +16,7 @@ one line and ``failure.json`` instead of a traceback; only what a retry can fix 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -33,11 +34,11 @@ class RewardRaised(RewardOutputError):
     """A reward function raised instead of returning scores (its exception is the ``__cause__``)."""
 
 
-_TRANSIENT = (OSError, MemoryError, torch.OutOfMemoryError)  # a retry (or a worker restart) may get past these
+TRANSIENT = (OSError, MemoryError, torch.OutOfMemoryError)  # a retry (or a worker restart) may get past these
 
 
 def _transient(e: BaseException) -> bool:
-    return isinstance(e, _TRANSIENT) or type(e).__name__ == "RewardServiceError"  # (rewards.client; no import)
+    return isinstance(e, TRANSIENT) or type(e).__name__ == "RewardServiceError"  # (rewards.client; no import)
 
 
 def check_scores(name: str, value, n: int) -> torch.Tensor:
@@ -56,6 +57,20 @@ def check_scores(name: str, value, n: int) -> torch.Tensor:
         raise RewardOutputError(f"{where}: score {v[bad[0]].item()} of sample {bad[0]} (of {n}) is not finite"
                                 + (f" ({len(bad)} samples are not)" if len(bad) > 1 else ""))
     return v
+
+
+def check_url(where: str, url: str) -> None:
+    """``ValueError`` naming ``where`` (e.g. ``reward remote: url``) unless ``url`` is http(s)."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{where} must start with http:// or https://, got {url[:80]!r}")
+
+
+def model_dir(where: str, path: str) -> Path:
+    """A local transformers model directory (with its ``config.json``); ``FileNotFoundError`` naming ``where``."""
+    p = Path(path).expanduser()
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(f"{where} {str(p)!r} holds no model (config.json missing)")
+    return p
 
 
 def rgb_frames(images: torch.Tensor, what: str, n: int | None = None) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 import torch
 
 from digenrl.rewards import wire
-from digenrl.rewards.base import Scored
+from digenrl.rewards.base import Scored, check_url
 
 TOKEN_ENV = "DIGENRL_REWARD_TOKEN"
 
@@ -92,8 +92,7 @@ class RemoteReward(Scored):
 
     @staticmethod
     def check(url: str, token_file: str | None = None, **_) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"reward remote: url must start with http:// or https://, got {url[:80]!r}")
+        check_url("reward remote: url", url)
         if token_file is not None:
             read_token(token_file)
 

@@ -19,13 +19,13 @@ Videos ``[B, C, F, H, W]`` score the mean over frames. Every missing file is a c
 
 from __future__ import annotations
 
-from .base import rgb_frames
-from .local_weights import per_sample, read_checkpoint, resolve_device
-
 from pathlib import Path
 from typing import Literal, Sequence
 
 import torch
+
+from digenrl.rewards.base import rgb_frames
+from digenrl.rewards.local_weights import per_sample, read_checkpoint, resolve_device
 
 
 def _check_dir(path: str | None, what: str) -> Path:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from digenrl.rewards.base import Scored, png_base64, rgb_frames
+from digenrl.rewards.base import Scored, check_url, model_dir, png_base64, rgb_frames
 from digenrl.rewards.client import Unavailable, post_retrying
 from digenrl.rewards.geneval_rules import Detection, check_metadata, evaluate, filter_detections
 
@@ -70,16 +70,14 @@ class GenEvalReward(Scored):
     @staticmethod
     def check(detector_url: str | None = None, detector_factory: str | None = None,
               detector_path: str | None = None, color_model_path: str | None = None, **_) -> None:  # fmt: skip
-        from pathlib import Path
-
         if sum(x is not None for x in (detector_url, detector_factory, detector_path)) != 1:
             raise ValueError("reward geneval: set exactly one of detector_url (a detection service), detector_path "
                              "(a local transformers detection model) or detector_factory ('module:function')")  # fmt: skip
-        if detector_url is not None and not detector_url.startswith(("http://", "https://")):
-            raise ValueError(f"reward geneval: detector_url must start with http:// or https://, got {detector_url[:80]!r}")
+        if detector_url is not None:
+            check_url("reward geneval: detector_url", detector_url)
         for option, path in (("detector_path", detector_path), ("color_model_path", color_model_path)):
-            if path is not None and not (Path(path).expanduser() / "config.json").is_file():
-                raise FileNotFoundError(f"reward geneval: {option} {path!r} holds no model (config.json missing)")
+            if path is not None:
+                model_dir(f"reward geneval: {option}", path)
         if detector_factory is not None:
             from digenrl.rewards.registry import load_target
 

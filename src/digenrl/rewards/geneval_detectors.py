@@ -16,14 +16,12 @@ used (GenEval's own behaviour when a detection has no mask).
 
 from __future__ import annotations
 
-from .local_weights import resolve_device
-
-from pathlib import Path
-
 import numpy as np
 import torch
 
+from digenrl.rewards.base import model_dir
 from digenrl.rewards.geneval_rules import COLORS, Detection
+from digenrl.rewards.local_weights import resolve_device
 
 TEMPLATES = ("a photo of a {c} {cls}", "a photo of a {c}-colored {cls}", "a photo of a {c} object")
 
@@ -60,9 +58,7 @@ class TransformersDetector:
                  min_score: float = 0.05):  # fmt: skip
         from transformers import AutoImageProcessor, AutoModelForObjectDetection
 
-        p = Path(detector_path).expanduser()
-        if not (p / "config.json").is_file():
-            raise FileNotFoundError(f"reward geneval: no detection model at {str(p)!r} (config.json missing)")
+        p = model_dir("reward geneval: detector_path", detector_path)
         self.device = resolve_device(device)  # None: the worker's device
         self.processor = AutoImageProcessor.from_pretrained(str(p), local_files_only=True)
         self.model = AutoModelForObjectDetection.from_pretrained(str(p), local_files_only=True).eval().to(self.device)

@@ -33,14 +33,6 @@ class LocalWeightsOptions(BaseModel):
     text_heads: int = Field(16, ge=1)
 
 
-def check_paths(what: str, checkpoint_path: str | None, tokenizer_path: str | None) -> None:
-    """What can be checked without loading: the checkpoint file and the tokenizer directory exist."""
-    if not checkpoint_path or not Path(checkpoint_path).expanduser().is_file():
-        raise FileNotFoundError(f"reward {what}: checkpoint_path {str(checkpoint_path)!r} does not exist")
-    if not tokenizer_path or not Path(tokenizer_path).expanduser().is_dir():
-        raise FileNotFoundError(f"reward {what}: tokenizer_path {str(tokenizer_path)!r} is not a directory")
-
-
 def resolve_device(device: str | None) -> torch.device:
     """``None`` -> the device this process computes on: the current CUDA device (the GPU Ray or the launcher
     assigned to this worker) when CUDA is available, else the CPU."""
@@ -131,7 +123,11 @@ class LocalWeightsReward:
 
     @classmethod
     def check(cls, checkpoint_path: str | None = None, tokenizer_path: str | None = None, **_) -> None:
-        check_paths(cls.name, checkpoint_path, tokenizer_path)
+        """What can be checked without loading: the checkpoint file and the tokenizer directory exist."""
+        if not checkpoint_path or not Path(checkpoint_path).expanduser().is_file():
+            raise FileNotFoundError(f"reward {cls.name}: checkpoint_path {str(checkpoint_path)!r} does not exist")
+        if not tokenizer_path or not Path(tokenizer_path).expanduser().is_dir():
+            raise FileNotFoundError(f"reward {cls.name}: tokenizer_path {str(tokenizer_path)!r} is not a directory")
 
     def _read(self, options: dict, layout: str, keys: Sequence[str]) -> dict[str, torch.Tensor]:
         o = self.options = self.options_model(**options)

@@ -38,15 +38,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
-import torch
+from digenrl.rewards import wire
+from digenrl.rewards.base import TRANSIENT  # 503: a retry can fix these; anything else 422
+from digenrl.rewards.batching import RequestBatcher
+from digenrl.rewards.client import read_token
 
 DEFAULT_MAX_BODY = 256 * 2**20
 DEFAULT_MAX_CONNECTIONS = 64
-TRANSIENT_ERRORS = (OSError, MemoryError, torch.OutOfMemoryError)  # 503: a retry can fix these; anything else 422
-
-from digenrl.rewards import wire
-from digenrl.rewards.batching import RequestBatcher
-from digenrl.rewards.client import read_token
 
 
 def _closing_answer(status: bytes, error: str) -> bytes:
@@ -60,7 +58,7 @@ _BUSY = _closing_answer(b"503 Service Unavailable", "busy: every connection slot
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: "RewardServer"
 
     def setup(self) -> None:
         self.timeout = self.server.read_timeout  # StreamRequestHandler applies it to every socket read
@@ -178,7 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
             total, parts = fut.result(timeout=self.server.request_timeout)
         except FutureTimeout:
             code, error = 503, f"reward {name} did not answer within {self.server.request_timeout:g}s"
-        except TRANSIENT_ERRORS as e:  # a retry can fix it (the client retries 5xx)
+        except TRANSIENT as e:  # a retry can fix it (the client retries 5xx)
             code, error = 503, f"reward {name} failed: {repr(e)[:300]}"
         except Exception as e:  # raised on this request alone: scoring it again fails alike (not retried)
             code, error = 422, f"reward {name} rejected the request: {repr(e)[:300]}"
@@ -187,20 +185,47 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(code, {"error": error})
 
 
-class _Server(ThreadingHTTPServer):
+class RewardServer(ThreadingHTTPServer):
+    """An in-process reward service (``start()`` / ``stop()``, or a ``with`` block); ``port=0`` picks a free port."""
+
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], fn, max_batch: int, max_wait: float, request_timeout: float,
-                 read_timeout: float, max_body_bytes: int, token: str | None, max_connections: int):  # fmt: skip
-        super().__init__(address, _Handler)  # binds first: a taken port leaves no thread behind
+    def __init__(self, fn, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32, max_wait: float = 0.01,
+                 request_timeout: float = 600.0, read_timeout: float = 30.0, max_body_bytes: int = DEFAULT_MAX_BODY,
+                 token: str | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS):  # fmt: skip
+        if read_timeout <= 0 or request_timeout <= 0 or max_body_bytes < 1 or max_connections < 1:
+            raise ValueError("reward service: need read_timeout > 0, request_timeout > 0, max_body_bytes >= 1, "
+                             "max_connections >= 1")
+        super().__init__((host, port), _Handler)  # binds first: a taken port leaves no thread behind
         self.batcher, self.reward_name = RequestBatcher(fn, max_batch, max_wait), getattr(fn, "name", type(fn).__name__)
-        self.request_timeout, self.read_timeout, self.max_body_bytes = request_timeout, read_timeout, max_body_bytes
-        self.token, self.max_connections, self.open_connections = token, max_connections, 0
+        self.request_timeout, self.read_timeout = float(request_timeout), float(read_timeout)
+        self.max_body_bytes, self.token, self.max_connections = int(max_body_bytes), token or None, int(max_connections)
+        self.open_connections = 0
         self._lock = threading.Lock()
         self._armed: dict[_Handler, float] = {}  # handler -> deadline of the request it is reading
         self._closing = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="reward-reaper", daemon=True)
         self._reaper.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "RewardServer":
+        threading.Thread(target=self.serve_forever, name="reward-http", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self.batcher.close()
+
+    def __enter__(self) -> "RewardServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
     # ---- bounded connections ----
     def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
@@ -269,45 +294,6 @@ class _Server(ThreadingHTTPServer):
     def server_close(self) -> None:
         self._closing.set()
         super().server_close()
-
-
-class RewardServer:
-    """An in-process reward service (``start()`` / ``stop()``); ``port=0`` picks a free port."""
-
-    def __init__(self, fn, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32, max_wait: float = 0.01,
-                 request_timeout: float = 600.0, read_timeout: float = 30.0, max_body_bytes: int = DEFAULT_MAX_BODY,
-                 token: str | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS):  # fmt: skip
-        if read_timeout <= 0 or request_timeout <= 0 or max_body_bytes < 1 or max_connections < 1:
-            raise ValueError("reward service: need read_timeout > 0, request_timeout > 0, max_body_bytes >= 1, "
-                             "max_connections >= 1")
-        self.httpd = _Server((host, port), fn, max_batch, max_wait, request_timeout, float(read_timeout),
-                             int(max_body_bytes), token or None, int(max_connections))  # fmt: skip
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    @property
-    def open_connections(self) -> int:
-        return self.httpd.open_connections
-
-    def start(self) -> "RewardServer":
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="reward-http", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.httpd.batcher.close()
-
-    def __enter__(self) -> "RewardServer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def _parse_options(items: Sequence[str]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
-from digenrl.rewards.base import Scored, png_base64, rgb_frames
+from digenrl.rewards.base import Scored, check_url, png_base64, rgb_frames
 from digenrl.rewards.client import Unavailable, post_retrying
 
 DEFAULT_TEMPLATE = (
@@ -52,8 +52,7 @@ class VlmJudge(Scored):
     @staticmethod
     def check(base_url: str, model: str, prompt_template: str = DEFAULT_TEMPLATE, score_pattern: str = DEFAULT_PATTERN,
               **_) -> None:  # fmt: skip
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"reward vlm_judge: base_url must start with http:// or https://, got {base_url[:80]!r}")
+        check_url("reward vlm_judge: base_url", base_url)
         if "{prompt}" not in prompt_template:
             raise ValueError("reward vlm_judge: prompt_template must contain the placeholder {prompt}")
         try:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from typing import Any, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 import numpy as np
 import torch
+from pydantic import BaseModel, Field, ValidationError
 
 from digenrl.rollout.records import Prompt
 
@@ -37,31 +38,33 @@ def encode_images(images: torch.Tensor, dtype: str = "float32") -> dict[str, Any
     return {"dtype": dtype, "shape": list(arr.shape), "data": base64.b64encode(arr.tobytes()).decode("ascii")}
 
 
-def decode_images(obj: Any) -> torch.Tensor:
-    if not isinstance(obj, dict):
-        raise WireError(f"images must be an object with dtype, shape, data; got {type(obj).__name__}")
-    dtype = obj.get("dtype")
-    if dtype not in WIRE_DTYPES:
-        raise WireError(f"images.dtype must be one of {WIRE_DTYPES}, got {str(dtype)[:40]!r}")
-    shape = obj.get("shape")
-    if not isinstance(shape, list) or len(shape) not in (4, 5):
-        raise WireError(f"images.shape must be a list of 4 or 5 dims, got {str(shape)[:80]}")
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
-        raise WireError(f"images.shape must hold positive integers, got {str(shape)[:80]}")
-    data = obj.get("data")
-    if not isinstance(data, str):
-        raise WireError("images.data must be a base64 string")
+class WireImages(BaseModel):
+    dtype: Literal["float32", "uint8"]
+    shape: Annotated[list[Annotated[int, Field(strict=True, ge=1)]], Field(min_length=4, max_length=5)]
+    data: str
+
+
+class WirePrompt(BaseModel):
+    uid: Annotated[int, Field(strict=True)]
+    text: Annotated[str, Field(strict=True)]
+    meta: dict[str, Any] | None = None
+
+
+class WireRequest(BaseModel):
+    images: WireImages
+    prompts: list[WirePrompt]
+
+
+def decode_images(obj: WireImages) -> torch.Tensor:
     try:
-        raw = base64.b64decode(data, validate=True)
+        raw = base64.b64decode(obj.data, validate=True)
     except (binascii.Error, ValueError):
         raise WireError("images.data is not valid base64") from None
-    itemsize = np.dtype(dtype).itemsize
-    need = math.prod(shape)
+    itemsize, need = np.dtype(obj.dtype).itemsize, math.prod(obj.shape)
     if len(raw) != need * itemsize:
-        raise WireError(f"images.data holds {len(raw) // itemsize} values, shape {shape} needs {need}")
-    arr = np.frombuffer(raw, dtype=np.dtype(dtype))
-    t = torch.from_numpy(arr.copy()).view(*shape)
-    if dtype == "uint8":
+        raise WireError(f"images.data holds {len(raw) // itemsize} values, shape {obj.shape} needs {need}")
+    t = torch.from_numpy(np.frombuffer(raw, dtype=np.dtype(obj.dtype)).copy()).view(*obj.shape)
+    if obj.dtype == "uint8":
         return t.float() / 255.0
     if not torch.isfinite(t).all():
         raise WireError("images hold NaN or infinite values")
@@ -72,32 +75,16 @@ def encode_prompts(prompts: Sequence[Prompt]) -> list[dict[str, Any]]:
     return [{"uid": int(p.uid), "text": p.text, "meta": _jsonable(p.meta)} for p in prompts]
 
 
-def decode_prompts(items: Any) -> list[Prompt]:
-    if not isinstance(items, list):
-        raise WireError(f"prompts must be a list, got {type(items).__name__}")
-    out = []
-    for i, d in enumerate(items):
-        if not isinstance(d, dict):
-            raise WireError(f"prompts[{i}] must be an object with uid, text, meta")
-        uid, text, meta = d.get("uid"), d.get("text"), d.get("meta") or {}
-        if not isinstance(uid, int) or isinstance(uid, bool):
-            raise WireError(f"prompts[{i}].uid must be an integer")
-        if not isinstance(text, str):
-            raise WireError(f"prompts[{i}].text must be a string")
-        if not isinstance(meta, dict):
-            raise WireError(f"prompts[{i}].meta must be an object")
-        out.append(Prompt(uid=uid, text=text, meta=dict(meta)))
-    return out
-
-
 def decode_request(req: Any) -> tuple[torch.Tensor, list[Prompt]]:
     """A parsed ``POST /score`` body -> (images, prompts); ``WireError`` names the first bad field."""
-    if not isinstance(req, dict):
-        raise WireError(f"the request body must be a JSON object, got {type(req).__name__}")
-    for key in ("images", "prompts"):
-        if key not in req:
-            raise WireError(f"the request has no {key!r} field")
-    images, prompts = decode_images(req["images"]), decode_prompts(req["prompts"])
+    try:
+        r = WireRequest.model_validate(req)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the request body (a JSON object)"
+        raise WireError(f"{where}: {err['msg']}") from None
+    images = decode_images(r.images)
+    prompts = [Prompt(uid=p.uid, text=p.text, meta=dict(p.meta or {})) for p in r.prompts]
     if images.shape[0] != len(prompts):
         raise WireError(f"{images.shape[0]} images but {len(prompts)} prompts")
     return images, prompts

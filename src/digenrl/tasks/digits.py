@@ -23,8 +23,6 @@ from digenrl.rollout.records import Prompt
 
 BLANK = 10  # slot token for an empty slot
 NULL = 11  # unconditional token (CFG)
-NUM_SLOT_TOKENS = 12
-CANVAS_SHAPE = (1, 8, 16)
 
 
 def slot_name(token: int) -> str:
