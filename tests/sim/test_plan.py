@@ -142,6 +142,15 @@ def test_bad_input_exits_2_naming_the_option(tmp_path, capsys, argv, needle):
     assert not out.exists()
 
 
+def test_a_sequence_parallel_generator_pool_is_planned_on_all_its_gpus(tmp_path, capsys):
+    """Without --gpus the plan searches the GPUs the config uses: 2 generators of Ulysses degree 2 and 2 trainer
+    ranks are 6 GPUs, not 4 workers."""
+    rep = _run(capsys, ["--config", "configs/wan21_14b.yaml", "--testbed", "B", "--out", str(tmp_path / "p.yaml"),
+                        "--probe-steps", "4", "--set", "runtime.generator_sequence_parallel.ulysses=2",
+                        "--set", "runtime.generators=2", "--set", "runtime.trainers=2"])
+    assert rep["workers"] == 6
+
+
 def test_unknown_testbed_exits_2(tmp_path, capsys):
     out = tmp_path / "plan.yaml"
     assert main(["--config", "configs/flux1_dev.yaml", "--testbed", "Z", "--out", str(out)]) == 2

@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _workers(cfg, gpus: int | None) -> int:
-    n = cfg.runtime.trainers if cfg.runtime.mode == "colocated" else cfg.runtime.generators + cfg.runtime.trainers
+    rt = cfg.runtime  # GPUs: a sequence-parallel generator counts its degree's GPUs (as from_config.pools_for)
+    n = rt.trainers if rt.mode == "colocated" else rt.generators * rt.generator_sequence_parallel.degree + rt.trainers
     if gpus is not None:
         n = gpus
     if n < (1 if cfg.runtime.mode == "colocated" else 2):
