@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from digenrl.config import Config, ConfigError
+from digenrl.models.specs import SPECS
 
-DIFFUSERS_KINDS = ("sd3", "flux", "wan", "qwen_image", "hunyuan_video")
+DIFFUSERS_KINDS = tuple(SPECS)  # the registry's diffusers families (tiny_dit is the built-in demo model)
 
 
 def cut_text(s: str, n: int = 120) -> str:
