@@ -254,10 +254,7 @@ def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     start = None
     if recompute and not step_start:  # first, so that the training graph never sees the swapped weights
         start = _step_start_logprob(policy, group, x, sigma, sigma_next, cond, x_next, settings)
-    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
-    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
-                                prev_sample=x_next)
+    out = _sde_step(policy, x, sigma, sigma_next, cond, x_next, settings, detach_uncond=settings.detach_uncond)
     kl = _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
     measured = Mismatch()
     if step_start:  # the trainer holds the behaviour version of the on-policy samples: logp_start for free
@@ -281,13 +278,15 @@ def _step_start_logprob(policy: Policy, group: TrajectoryBatch, x, sigma, sigma_
         return _no_grad_step(policy, x, sigma, sigma_next, cond, x_next, settings).log_prob
 
 
-@torch.no_grad()
-def _no_grad_step(policy: Policy, x, sigma, sigma_next, cond, x_next, settings: LossSettings):
-    """The SDE step output of the recorded transitions under ``policy``, without gradient."""
+def _sde_step(policy: Policy, x, sigma, sigma_next, cond, x_next, settings: LossSettings, detach_uncond=False):
+    """The SDE step output of the recorded transitions under ``policy`` (``_no_grad_step``: without gradient)."""
     v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                        integer_timesteps=settings.integer_timesteps)
+                        detach_uncond=detach_uncond, integer_timesteps=settings.integer_timesteps)
     return sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
                                  prev_sample=x_next)
+
+
+_no_grad_step = torch.no_grad()(_sde_step)
 
 
 def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, settings: LossSettings) -> torch.Tensor:
