@@ -216,9 +216,6 @@ class BTS:
             self._memo.clear()
         return Decision(k, predicted, elapsed, self._nodes, reached)
 
-    def record_commit(self, step: int, time_s: float) -> None:
-        self.stats.realized[step] = time_s
-
     def set_cost(self, cost: CostModel) -> None:
         """Predict with ``cost`` from now on (online refinement, between steps). The tick keeps its length; the
         memo, whose values were priced by the old model, is cleared."""

@@ -190,16 +190,14 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
     samples, blocks = t.minibatch_split == "samples", t.minibatch_split == "generations"
     if t.best_of_n is None and not t.zero_adv_refill and not samples and not blocks:
         return None
-    M = plan.minibatches
-    if len(rewards) < plan.prompts:
-        if t.zero_adv_refill or samples:
-            raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
-                               f"all {plan.prompts} groups, got {sorted(rewards)}")
-        if adv_options(t).step_wide:
-            sel = _selected(cfg, rewards, parts, rewards)
-            return {g: k & generation_block(len(k), M, round % M) for g, k in sel.items()} if blocks else sel
-    adv = step_advantages(rewards, t, parts)
-    kept = kept_masks(cfg, adv, rewards, parts, step=step)
+    M, partial = plan.minibatches, len(rewards) < plan.prompts
+    if partial and (t.zero_adv_refill or samples):
+        raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
+                           f"all {plan.prompts} groups, got {sorted(rewards)}")
+    if partial and adv_options(t).step_wide:
+        kept = _selected(cfg, rewards, parts, rewards)
+    else:
+        kept = kept_masks(cfg, step_advantages(rewards, t, parts), rewards, parts, step=step)
     if samples:
         kept = minibatch_masks(kept, M, run_seed=cfg.seed, step=step, epoch=round // M)[round % M]
     if blocks:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import TrainState, checkpoint_dir, pack, shard_manifest, sharded_dir_name
+from .checkpoint import TrainState, check_shards, checkpoint_dir, pack, shard_manifest, sharded_dir_name
 
 
 def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[str, Any] | None, rank: int) -> bytes | None:
@@ -64,14 +64,8 @@ def restore_sharded_state(ctx, run_dir: str | Path, state: TrainState) -> None:
     from .sharding import load_sharded
 
     path = checkpoint_dir(run_dir) / state.sharded
-    if not (path / ".metadata").is_file():
-        raise ValueError(f"checkpoint of step {state.step}: its shard directory {str(path)!r} is missing or "
-                         f"incomplete")
-    for name, (size, _) in (state.shards or {}).items():  # the sha256: latest_checkpoint, before the restore
-        f = path / name
-        if not f.is_file() or f.stat().st_size != size:
-            raise ValueError(f"checkpoint of step {state.step}: shard file {str(f)!r} is missing or not the size "
-                             f"it was written with")
+    # (the sha256: latest_checkpoint, before the restore)
+    check_shards(path, state.shards or {}, f"checkpoint of step {state.step}", digests=False)
     load_sharded(ctx, path)
     if ctx.ema is not None:
         ctx.ema.num_updates = state.ema_updates

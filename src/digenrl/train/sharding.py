@@ -187,8 +187,10 @@ def _dcp_state(ctx) -> dict:
     state = {"model": get_model_state_dict(root), "optim": get_optimizer_state_dict(root, ctx.optimizer)}
     if ctx.ema is not None:
         state["ema"] = dict(ctx.ema.shadow)
+    state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
     if getattr(ctx.policy, "nft_old", None) is not None:  # DiffusionNFT's old copy (train.nft_old)
         state["nft_old"] = dict(ctx.policy.nft_old.shadow)
+        state["meta"]["nft_old_commits"] = torch.tensor(ctx.policy.nft_old.commits)
     return state
 
 
@@ -196,11 +198,7 @@ def save_sharded(ctx, path: str | Path) -> None:
     """Every rank writes its shards of weights, AdamW state and EMA (``torch.distributed.checkpoint``)."""
     import torch.distributed.checkpoint as dcp
 
-    state = _dcp_state(ctx)
-    state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
-    if "nft_old" in state:
-        state["meta"]["nft_old_commits"] = torch.tensor(ctx.policy.nft_old.commits)
-    dcp.save(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
+    dcp.save(_dcp_state(ctx), checkpoint_id=str(path), process_group=ctx.transaction.process_group)
 
 
 def load_sharded(ctx, path: str | Path) -> None:
@@ -208,19 +206,12 @@ def load_sharded(ctx, path: str | Path) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-    state = _dcp_state(ctx)
-    state["meta"] = {"version": torch.tensor(0)}
-    if "nft_old" in state:
-        state["meta"]["nft_old_commits"] = torch.tensor(0)
+    state = _dcp_state(ctx)  # (the meta's values are placeholders: loaded in place like every tensor)
     dcp.load(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
     root = sharded_root(ctx.policy)
     set_model_state_dict(root, state["model"])
     set_optimizer_state_dict(root, ctx.optimizer, state["optim"])
-    if ctx.ema is not None:
-        with torch.no_grad():
-            for k, v in state["ema"].items():
-                ctx.ema.shadow[k].copy_(v)
-    if "nft_old" in state:  # loaded in place into the old copy's shards
+    if "nft_old" in state:  # (the EMA's and the old copy's shards are loaded in place)
         ctx.policy.nft_old.commits = int(state["meta"]["nft_old_commits"])
     ctx.transaction.version = int(state["meta"]["version"])
 
