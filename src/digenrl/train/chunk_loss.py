@@ -46,6 +46,7 @@ from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.train.nft_old import old_of
 from digenrl.train.old_logprob import Mismatch, mismatch, step_start_of, tis_weight
+from digenrl.train.sample_masks import kept_cells
 from digenrl.train.step_math import nonzero
 
 
@@ -134,20 +135,14 @@ def train_cells(
     starting weights (the step's first round; ``train.old_logprob``)."""
     if group.advantages is None:
         raise ValueError("cannot train a group before its advantages are computed (invariant I3)")
+    n_all, weight = len(cells), 1.0
+    if settings.filter_zero_advantage:  # group.keep (train.zero_adv_refill): the re-added A = 0 samples train too
+        rows, _ = cell_rows(group, cells)
+        keep = nonzero(group.advantages[rows]) if group.keep is None else group.keep[rows]
+        cells, weight = kept_cells(cells, keep.tolist(), collective)  # none left: [] or a throw-away cell
+        if not cells:
+            return CellStats(cells=n_all)
     rows, tpos = cell_rows(group, cells)
-    n_all = len(cells)
-    weight = 1.0
-    if settings.filter_zero_advantage:
-        a = group.advantages[rows]
-        keep = nonzero(a)
-        if group.keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train too (A = 0)
-            keep = group.keep[rows].clone()
-        if not keep.any():
-            if not collective:
-                return CellStats(cells=n_all)
-            keep[:1] = True  # a throw-away cell: joins the collectives, adds 0
-            weight = 0.0
-        rows, tpos = rows[keep], tpos[keep]
     if settings.algorithm == "nft":
         return _train_nft(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
     guard = settings.algorithm == "grpo_guard"
@@ -169,7 +164,8 @@ def train_cells(
             f.log_prob, f.old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
         if f.tis is not None:
             loss = loss * f.tis
-    res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+    ratio_stats = {k: float(getattr(stats, k)) for k in ("approx_kl", "clipfrac", "clipfrac_gt_one", "clipfrac_lt_one")}
+    res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), ratio_stats)
     return res.with_mismatch(f.mismatch) if weight else res
 
 
@@ -199,12 +195,6 @@ def _reward_terms(adv: torch.Tensor, settings: LossSettings, term):
         return term((adv * w).sum(1).clamp(-settings.adv_clip_max, settings.adv_clip_max))
     terms = [term(adv[:, k]) for k in range(adv.shape[1])]
     return sum(w * t for w, (t, _) in zip(settings.adv_weights, terms)), terms[0][1]
-
-
-def _ratio_stats(stats) -> dict[str, float]:
-    """The per-cell means of a clipped ratio loss's statistics (``algo.loss`` / ``algo.guard``)."""
-    return {"approx_kl": float(stats.approx_kl), "clipfrac": float(stats.clipfrac),
-            "clipfrac_gt_one": float(stats.clipfrac_gt_one), "clipfrac_lt_one": float(stats.clipfrac_lt_one)}
 
 
 def _backward(loss: torch.Tensor, kl: torch.Tensor, settings: LossSettings, loss_scale: float, weight: float,

@@ -32,6 +32,7 @@ from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head
                                        sign, step_scale)
 from digenrl.algo.loss import clipped_policy_loss
 from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, cell_rows, nft_cell_terms
+from digenrl.train.sample_masks import kept_cells
 from digenrl.train.step_math import advantage_options, assign_advantages, kept_count
 
 Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
@@ -198,12 +199,9 @@ class DeferredRound:
             if loss_scale > 0:
                 self.late.setdefault(group, []).extend(cells)
             return CellStats(cells=len(cells))
-        mine = [c for c in cells if terms.keep[c[0]]]
-        weight = 1.0
+        mine, weight = kept_cells(cells, [bool(terms.keep[g]) for g, _ in cells], collective)
         if not mine:
-            if not collective:
-                return CellStats(cells=len(cells))
-            mine, weight = list(cells[:1]), 0.0  # joins the collectives, adds 0
+            return CellStats(cells=len(cells))
         scale = loss_scale * weight
         self._accumulate(policy, batch, group, mine, scale, ref_policy, record=scale > 0)
         return CellStats(cells=len(cells))

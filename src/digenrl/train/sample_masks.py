@@ -212,9 +212,14 @@ def masked_cells(cells: Sequence[tuple[int, int]], weight: float, mask: torch.Te
     the rank still joins the chunk's all-gathers (as ``sharding.rank_cells`` does) — unless no cell of the
     whole ``chunk`` is in the mask: every rank of the shard group has the same mask, so all of them skip it
     and no collective is left waiting."""
-    mine = [c for c in cells if bool(mask[c[0]])]
-    if mine:
-        return mine, weight
-    if collective and any(bool(mask[g]) for g, _ in chunk):
-        return list(cells[:1]), 0.0
-    return [], weight
+    return kept_cells(cells, [bool(mask[g]) for g, _ in cells], collective and any(bool(mask[g]) for g, _ in chunk),
+                      weight)
+
+
+def kept_cells(cells: Sequence[tuple[int, int]], keep: Sequence[bool], collective: bool,
+               weight: float = 1.0) -> tuple[list, float]:
+    """The ``cells`` where ``keep``, with ``weight``; none: [] (nothing to run), or on a sharded pool
+    (``collective``: its forward and backward are collectives of the shard group) the first cell with weight 0,
+    which joins every collective of the chunk and adds exactly 0 (``chunk_loss``, ``loss_scale.DeferredRound``)."""
+    mine = [c for c, k in zip(cells, keep, strict=True) if k]
+    return (list(cells[:1]), 0.0) if collective and not mine else (mine, weight)
