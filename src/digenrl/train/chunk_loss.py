@@ -22,13 +22,8 @@ Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 befo
 the transaction) and the caller divides by the kept trajectories, B_m = kept ones (``step_math.kept_count``); a
 group's ``keep`` mask, where set (``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. When no
 cell is left, a call alone (``collective=False``) returns without a forward; a rank of a sharded pool
-(``collective=True``, whose forward and backward all-gather the blocks with the other ranks) forwards its first
-cell with weight 0 instead::
-
-    backward( 0 * loss_scale * L_cell(first) ),   stats = CellStats(cells=n, trained=0)
-
-so it joins every collective of the chunk (adding exactly 0) instead of leaving the others waiting in the
-all-gather until ``runtime.collective_timeout_s``.
+(``collective=True``) trains its first cell with weight 0, ``backward(0 * loss_scale * L_cell(first))``, stats
+``CellStats(cells=n, trained=0)`` (``sample_masks.kept_cells``).
 """
 from __future__ import annotations
 

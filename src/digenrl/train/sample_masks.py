@@ -219,7 +219,8 @@ def masked_cells(cells: Sequence[tuple[int, int]], weight: float, mask: torch.Te
 def kept_cells(cells: Sequence[tuple[int, int]], keep: Sequence[bool], collective: bool,
                weight: float = 1.0) -> tuple[list, float]:
     """The ``cells`` where ``keep``, with ``weight``; none: [] (nothing to run), or on a sharded pool
-    (``collective``: its forward and backward are collectives of the shard group) the first cell with weight 0,
-    which joins every collective of the chunk and adds exactly 0 (``chunk_loss``, ``loss_scale.DeferredRound``)."""
+    (``collective``: its forward and backward all-gather the blocks with the shard group's other ranks) the first
+    cell with weight 0, which joins every collective of the chunk and adds exactly 0 instead of leaving the others
+    waiting in the all-gather until ``runtime.collective_timeout_s`` (``chunk_loss``, ``loss_scale``)."""
     mine = [c for c, k in zip(cells, keep, strict=True) if k]
     return (list(cells[:1]), 0.0) if collective and not mine else (mine, weight)
