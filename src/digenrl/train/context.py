@@ -124,8 +124,6 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     optimizer = make_optimizer(policy, cfg)
     transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm,
                                       precision=precision if cfg.train.mixed_precision == "fp16" else None)
-    t = cfg.train
-    ema = make_ema(policy, t)  # train.ema_decay / ema_every / ema_warmup / ema_update
     ctx = RunContext(
         cfg=cfg,
         policy=policy,
@@ -134,14 +132,23 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
         task=task,
         optimizer=optimizer,
         transaction=transaction,
-        ema=ema,
+        ema=None,
         sampler=sampler_settings(cfg),
         loss=loss_settings(cfg),
     )
-    from digenrl.train.nft_old import attach
+    attach_copies(ctx)
+    return ctx
 
-    attach(policy, t)  # DiffusionNFT's old policy (train.nft_old_policy=soft), after the reference's copy
+
+def attach_copies(ctx: RunContext) -> None:
+    """(Re)build the copies of the trainable parameters a run keeps, after the reference's copy (and, in
+    ``train.sharding.shard_context``, of the shards): the EMA (``train.ema_decay`` / ``ema_every`` / ``ema_warmup``
+    / ``ema_update``), DiffusionNFT's old policy (``train.nft_old_policy=soft``) and the step-start snapshot
+    (``train.old_logprob=recompute`` with several rounds per step)."""
+    from digenrl.train.nft_old import attach
     from digenrl.train.old_logprob import attach as attach_step_start
 
-    attach_step_start(policy, t, transaction.version)  # train.old_logprob=recompute with several rounds per step
-    return ctx
+    t = ctx.cfg.train
+    ctx.ema = make_ema(ctx.policy, t)
+    attach(ctx.policy, t)
+    attach_step_start(ctx.policy, t, ctx.transaction.version)

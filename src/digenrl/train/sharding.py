@@ -87,8 +87,7 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
     """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version).
     ``replica_group`` (hybrid sharding): the ranks holding the same shards in the other shard groups, over
     which the commit sums the gradient shards (``GradientTransaction._all_reduce``)."""
-    from digenrl.train.context import make_optimizer
-    from digenrl.train.ema import make_ema
+    from digenrl.train.context import attach_copies, make_optimizer
     from digenrl.train.transaction import GradientTransaction
 
     cfg = ctx.cfg
@@ -105,14 +104,7 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
                                           version=old.version, process_group=group, precision=old.precision)
     ctx.transaction.sharded = True
     ctx.transaction.replica_group = replica_group
-    if ctx.ema is not None:
-        ctx.ema = make_ema(ctx.policy, cfg.train)  # every key of the EMA (decay, every, warmup, updates)
-    from digenrl.train.nft_old import attach
-
-    attach(ctx.policy, cfg.train)  # DiffusionNFT's old copy of the shards (train.nft_old_policy=soft)
-    from digenrl.train.old_logprob import attach as attach_step_start
-
-    attach_step_start(ctx.policy, cfg.train, ctx.transaction.version)  # recompute's step-start copy of the shards
+    attach_copies(ctx)  # the EMA, DiffusionNFT's old copy and recompute's step-start copy, of the shards
 
 
 def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
