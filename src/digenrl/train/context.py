@@ -18,6 +18,7 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.base import Task
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.train.ema import ParamEMA, make_ema
+from digenrl.train.sample_masks import reward_weights
 from digenrl.train.transaction import GradientTransaction
 
 
@@ -67,7 +68,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         filter_zero_advantage=t.filter_zero_advantage,
         detach_uncond=t.cfg_detach_uncond,
         integer_timesteps=s.integer_timesteps is True,  # "sampling" (DiffusionNFT): float time in training
-        adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
+        adv_weights=tuple(reward_weights(cfg).values()) if t.adv_per_reward else None,
         reward_aggregation=t.reward_mix,
         guard_bias=t.guard_bias,
         algorithm=t.algorithm,
