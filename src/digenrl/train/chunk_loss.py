@@ -23,7 +23,7 @@ the transaction) and the caller divides by the kept trajectories, B_m = kept one
 group's ``keep`` mask, where set (``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. When no
 cell is left, a call alone (``collective=False``) returns without a forward; a rank of a sharded pool
 (``collective=True``) trains its first cell with weight 0, ``backward(0 * loss_scale * L_cell(first))``, stats
-``CellStats(cells=n, trained=0)`` (``sample_masks.kept_cells``).
+``CellStats(cells=n, trained=0)`` (``step_math.kept_cells``).
 """
 from __future__ import annotations
 
@@ -41,8 +41,7 @@ from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.train.nft_old import old_of
 from digenrl.train.old_logprob import Mismatch, mismatch, step_start_of, tis_weight
-from digenrl.train.sample_masks import kept_cells
-from digenrl.train.step_math import nonzero
+from digenrl.train.step_math import kept_cells, nonzero
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,7 @@ from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head
                                        sign, step_scale)
 from digenrl.algo.loss import clipped_policy_loss
 from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, cell_rows, nft_cell_terms
-from digenrl.train.sample_masks import kept_cells
-from digenrl.train.step_math import advantage_options, assign_advantages, kept_count
+from digenrl.train.step_math import advantage_options, assign_advantages, kept_cells, kept_count
 
 Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
 Parts = Mapping[int, Mapping[str, Sequence[float]]]  # group index -> reward part -> values

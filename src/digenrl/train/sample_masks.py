@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from digenrl.train.step_math import nonzero
+from digenrl.train.step_math import kept_cells, nonzero
 
 Rewards = Mapping[int, Sequence[float]]
 Parts = Mapping[int, Mapping[str, Sequence[float]]]
@@ -215,12 +215,3 @@ def masked_cells(cells: Sequence[tuple[int, int]], weight: float, mask: torch.Te
     return kept_cells(cells, [bool(mask[g]) for g, _ in cells], collective and any(bool(mask[g]) for g, _ in chunk),
                       weight)
 
-
-def kept_cells(cells: Sequence[tuple[int, int]], keep: Sequence[bool], collective: bool,
-               weight: float = 1.0) -> tuple[list, float]:
-    """The ``cells`` where ``keep``, with ``weight``; none: [] (nothing to run), or on a sharded pool
-    (``collective``: its forward and backward all-gather the blocks with the shard group's other ranks) the first
-    cell with weight 0, which joins every collective of the chunk and adds exactly 0 instead of leaving the others
-    waiting in the all-gather until ``runtime.collective_timeout_s`` (``chunk_loss``, ``loss_scale``)."""
-    mine = [c for c, k in zip(cells, keep, strict=True) if k]
-    return (list(cells[:1]), 0.0) if collective and not mine else (mine, weight)
