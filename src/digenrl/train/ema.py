@@ -72,7 +72,8 @@ def make_ema(module: torch.nn.Module, train_cfg) -> "ParamEMA | None":
 class ParamCopy:
     """A copy (``shadow``) of ``module``'s trainable parameters; ``swapped`` exchanges the two in place, tensor by
     tensor (peak extra memory: one tensor), and back on exit, resharding FSDP2 modules at each exchange
-    (``reshard``). The EMA, DiffusionNFT's old policy and the step-start snapshot of ``train.old_logprob``."""
+    (``reshard``), so that no all-gathered copy of the other weights outlives it (the root keeps one after a
+    forward). The EMA, DiffusionNFT's old policy and the step-start snapshot of ``train.old_logprob``."""
 
     def __init__(self, module: torch.nn.Module):
         self.module = module
