@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load, load_file, save
 
 from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
 from digenrl.train.nft_old import old_of
@@ -110,8 +112,6 @@ def _cpu(t: torch.Tensor) -> torch.Tensor:
 
 def pack(state: TrainState) -> bytes:
     """Serialise a ``TrainState`` to safetensors bytes."""
-    from safetensors.torch import save
-
     parts = {"model": state.model, "ema": state.ema or {}, "nft_old": state.nft_old or {}, "rng": state.rng}
     tensors = {f"{part}/{k}": _cpu(v) for part, d in parts.items() for k, v in d.items()}
     opt_plain: dict[str, dict[str, Any]] = {}
@@ -180,8 +180,6 @@ def pack_train_state(ctx, *, step: int, counters: dict[str, Any] | None = None) 
 
 def read_train_state(path: str | Path) -> TrainState:
     """Load a checkpoint file (``ValueError`` naming it if it is not a complete train-state checkpoint)."""
-    from safetensors.torch import load_file
-
     p = Path(path)
     metadata = safetensors_header(p).get("__metadata__") or {}
     _check_file_hash(p, metadata)
@@ -190,8 +188,6 @@ def read_train_state(path: str | Path) -> TrainState:
 
 def unpack(data: bytes) -> TrainState:
     """``TrainState`` from checkpoint bytes (a controller reads the file and sends the bytes to remote ranks)."""
-    from safetensors.torch import load
-
     n = int.from_bytes(data[:8], "little")  # safetensors: u64 header length, JSON header (see safe_files)
     metadata = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
     _check_hash(metadata, hashlib.sha256(memoryview(data)[8 + n :]).hexdigest(), "<bytes>")
@@ -279,8 +275,6 @@ _VERIFIED: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns)
 def verify_checkpoint(path: str | Path) -> str | None:
     """Why the checkpoint file ``path`` cannot be resumed (header, sizes, content hash, finite tensors), or
     None if it can. Remembered per (path, size, mtime) within the process."""
-    from safetensors import safe_open
-
     p = Path(path)
     try:
         st = p.stat()

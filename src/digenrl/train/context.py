@@ -18,6 +18,9 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.base import Task
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.train.ema import ParamEMA, make_ema
+from digenrl.train.nft_old import attach as attach_old
+from digenrl.train.old_logprob import attach as attach_step_start
+from digenrl.train.precision import prepare_policy
 from digenrl.train.sample_masks import reward_weights
 from digenrl.train.transaction import GradientTransaction
 
@@ -116,8 +119,6 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     from digenrl.tasks.base import build_task
 
     torch.manual_seed(cfg.seed)
-    from digenrl.train.precision import prepare_policy
-
     task = task if task is not None else build_task(cfg.task)
     policy = policy if policy is not None else build_policy(model_config_for(cfg, task))
     reward = reward if reward is not None else build_weighted(cfg.reward)
@@ -146,10 +147,7 @@ def attach_copies(ctx: RunContext) -> None:
     ``train.sharding.shard_context``, of the shards): the EMA (``train.ema_decay`` / ``ema_every`` / ``ema_warmup``
     / ``ema_update``), DiffusionNFT's old policy (``train.nft_old_policy=soft``) and the step-start snapshot
     (``train.old_logprob=recompute`` with several rounds per step)."""
-    from digenrl.train.nft_old import attach
-    from digenrl.train.old_logprob import attach as attach_step_start
-
     t = ctx.cfg.train
     ctx.ema = make_ema(ctx.policy, t)
-    attach(ctx.policy, t)
+    attach_old(ctx.policy, t)
     attach_step_start(ctx.policy, t, ctx.transaction.version)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from digenrl.control.run_plan import grad_sum_fp64
 from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
+from digenrl.schedule.layout import choose_chunk_shape, rank_share
 
 from .memory import FAMILIES, GiB, MemoryPlan, MemoryPlanError, PlanInputs, generator_bytes, plan_memory
 
@@ -130,8 +131,6 @@ def resolve_chunk_cells(cfg, trained: int):
     if fits < 1:
         check_config(cfg)  # raises with the numbers and the keys
     if t.sharding == "fsdp":  # k shard groups of N lanes: every lane trains ceil(c / N) cells of a chunk, serially
-        from ..schedule.layout import choose_chunk_shape, rank_share
-
         ranks = lanes(cfg)
         # fewest per-rank cell rounds per group (the planner's rule with per-rank cells as the price), then
         # the larger chunk; a tiny per-chunk term prefers fewer forwards at equal rounds

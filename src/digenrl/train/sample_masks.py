@@ -28,6 +28,9 @@ from typing import Mapping, Sequence
 
 import torch
 
+from digenrl.algo.advantage import group_advantages
+from digenrl.algo.timesteps import stable_seed
+from digenrl.schedule.plan import minibatch_of
 from digenrl.train.step_math import kept_cells, nonzero
 
 Rewards = Mapping[int, Sequence[float]]
@@ -54,8 +57,6 @@ def best_of_n_mask(rewards: Sequence[float], parts: Mapping[str, Sequence[float]
     generation index (stable sort). It needs only the group's own rewards, so a pipelined mode selects a group
     as soon as it is scored; under ``std_mode=global`` / ``adv_baseline=batch`` a group's trained advantages
     are a positive multiple of r - c for one constant c, so they rank its generations exactly as this score."""
-    from digenrl.algo.advantage import group_advantages
-
     G = len(rewards)
     if n % 2 or not 2 <= n <= G:
         raise ValueError(f"train.best_of_n must be even and in [2, {G}], got {n}")
@@ -107,8 +108,6 @@ def zero_adv_refill(advantages: Sequence[torch.Tensor], *, micro_batches: int, r
     rule with R = ``num_batches_per_epoch x sample_time_per_prompt``). Every mode that runs it
     (those with a barrier: all the step's advantages before the first training cell) gets the same masks.
     It is arguably a bug (random samples of no advantage dilute the mean and add KL), hence off by default."""
-    from digenrl.algo.timesteps import stable_seed
-
     keep = [nonzero(a).clone() for a in advantages]
     short = -sum(int(k.sum()) for k in keep) % micro_batches
     zeros = [(i, j) for i, k in enumerate(keep) for j in torch.nonzero(~k).flatten().tolist()]
@@ -153,8 +152,6 @@ def minibatch_masks(kept: Mapping[int, torch.Tensor], minibatches: int, *, run_s
     The kept samples (i, j) listed group by group (ascending), generation j ascending; perm = randperm of their
     count under ``stable_seed(run_seed, step, epoch, "minibatch_split")``; part m = ``tensor_split(perm, M)[m]``
     (Flow-GRPO ``train_sd3.py``: ``samples[perm].reshape(num_batches_per_epoch, ...)``)."""
-    from digenrl.algo.timesteps import stable_seed
-
     flat = [(g, j) for g in sorted(kept) for j in torch.nonzero(kept[g]).flatten().tolist()]
     gen = torch.Generator().manual_seed(stable_seed(run_seed, step, epoch, "minibatch_split"))
     perm = torch.randperm(len(flat), generator=gen)
@@ -170,8 +167,6 @@ def minibatch_masks(kept: Mapping[int, torch.Tensor], minibatches: int, *, run_s
 def generation_block(generations: int, minibatches: int, m: int) -> torch.Tensor:
     """``minibatch_split=generations``: the mask [G] of the generations j of block ``m``, floor(j M / G) = m (the
     membership rule of ``schedule.plan.minibatch_of``, applied to a group's generations)."""
-    from digenrl.schedule.plan import minibatch_of
-
     return torch.tensor([minibatch_of(j, generations, minibatches) == m for j in range(generations)], dtype=torch.bool)
 
 

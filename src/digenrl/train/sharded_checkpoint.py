@@ -31,7 +31,7 @@ def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[st
     """Collective: every rank writes its shards; rank 0 returns the metadata file's bytes (others None)."""
     import torch.distributed as dist
 
-    from .sharding import save_sharded
+    from .sharding import save_sharded  # (looked up at the call: tests/train/test_checkpoint_content.py patches it)
 
     if ctx.transaction.open:
         raise RuntimeError(f"checkpoint inside the open transaction of step {ctx.transaction.step}")

@@ -26,10 +26,15 @@ shards; resumable) and ``export_consolidated`` (one full safetensors file writte
 
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
 import torch
+
+from digenrl.train.context import attach_copies, make_optimizer
+from digenrl.train.transaction import GradientTransaction
 
 
 def block_lists(policy) -> list[torch.nn.ModuleList]:
@@ -87,9 +92,6 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
     """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version).
     ``replica_group`` (hybrid sharding): the ranks holding the same shards in the other shard groups, over
     which the commit sums the gradient shards (``GradientTransaction._all_reduce``)."""
-    from digenrl.train.context import attach_copies, make_optimizer
-    from digenrl.train.transaction import GradientTransaction
-
     cfg = ctx.cfg
     device_type = next(ctx.policy.parameters()).device.type
     prec = getattr(ctx.policy, "precision", None)
@@ -110,9 +112,6 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
 def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
     """The full fine-tuning KL reference as its own frozen FSDP module (1/N of the initial weights per rank):
     a deep copy of the trainable root holding the build-time snapshot; its forward is a collective too."""
-    import copy
-    from contextlib import contextmanager
-
     if ref_policy is not policy and not hasattr(ref_policy, "policy"):  # a separate frozen copy (tiny DiT)
         shard_policy(ref_policy, mesh, prec, cpu_offload)
         return ref_policy
