@@ -37,13 +37,10 @@ trajectory's seed (itself ``stable_seed(run seed, step, prompt uid, generation)`
 
 The same draw in every inner epoch (the reference redraws per inner epoch; its recipes run one).
 
-The old policy (``train.nft_old_policy``, ``train.nft_old``). The reference samples with an "old" adapter
-and, after every epoch, updates it softly: ``old <- d old + (1 - d) theta`` with ``d = return_decay(global_step,
-config.decay_type)`` (type 0: d = 0; type 1, the default: min(0.001 step, 0.5); type 2: 0 for 75 steps, then
-min(0.0075 (step - 75), 0.999)). ``soft`` (the default) builds that: a copy of the trainable parameters that the
-generators sample with and that gives v_old by a second, no-grad forward (the schedule is
-``train.nft_old_decay``). ``current``: old is the live weights, v_old is v detached from the same forward (no
-second forward; the reference's type 0 when a step has one optimizer step). With TCSS staleness a stale sample
+The old policy (``train.nft_old_policy``): ``soft`` (the default), the reference's softly updated "old" copy
+that the generators sample with and that gives v_old by a second, no-grad forward (its decay schedule and
+sources: ``train.nft_old``); ``current``: old is the live weights, v_old is v detached from the same forward (no
+second forward; the reference's decay type 0 when a step has one optimizer step). With TCSS staleness a stale sample
 is data from an older sampler while old and theta are still the trainer's: NFT needs nothing of the sampling
 policy (no log-prob, no behaviour mean), only the clean sample, so stale samples are simply off-policy data.
 

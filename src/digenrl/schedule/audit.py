@@ -22,8 +22,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Iterable, Sequence
 
-from .actions import Action, ChunkTrained, Commit, Committed, Generate, Published
-from .actions import Train
+from .actions import Action, ChunkTrained, Commit, Committed, Generate, Published, Train
 from .layout import plan_fragment_count
 from .plan import StepPlan
 

@@ -65,18 +65,13 @@ class BTSConfig:
     online_decay: float = 0.5  # weight of a step's observations one step later (0: the last step only)
 
     def __post_init__(self) -> None:
-        if self.depth < 0:
-            raise ValueError(f"depth: must be >= 0 (got {self.depth})")
-        if self.budget_nodes < 1:
-            raise ValueError(f"budget_nodes: must be >= 1 (got {self.budget_nodes})")
-        if self.budget_s is not None and not self.budget_s > 0:
-            raise ValueError(f"budget_s: must be > 0 or None (got {self.budget_s})")
-        if self.policy not in TAG_POLICIES:
-            raise ValueError(f"policy: must be one of {', '.join(TAG_POLICIES)} (got {self.policy!r})")
-        if self.max_branch < 1:
-            raise ValueError(f"max_branch: must be >= 1 (got {self.max_branch})")
-        if not 0.0 <= self.online_decay < 1.0:
-            raise ValueError(f"online_decay: must be in [0, 1) (got {self.online_decay})")
+        for name, ok, rule in (("depth", self.depth >= 0, ">= 0"), ("budget_nodes", self.budget_nodes >= 1, ">= 1"),
+                               ("budget_s", self.budget_s is None or self.budget_s > 0, "> 0 or None"),
+                               ("policy", self.policy in TAG_POLICIES, f"one of {', '.join(TAG_POLICIES)}"),
+                               ("max_branch", self.max_branch >= 1, ">= 1"),
+                               ("online_decay", 0.0 <= self.online_decay < 1.0, "in [0, 1)")):
+            if not ok:
+                raise ValueError(f"{name}: must be {rule} (got {getattr(self, name)!r})")
 
 
 @dataclass(frozen=True)
@@ -215,9 +210,6 @@ class BTS:
         if len(self._memo) > self.config.memo_limit:
             self._memo.clear()
         return Decision(k, predicted, elapsed, self._nodes, reached)
-
-    def record_commit(self, step: int, time_s: float) -> None:
-        self.stats.realized[step] = time_s
 
     def set_cost(self, cost: CostModel) -> None:
         """Predict with ``cost`` from now on (online refinement, between steps). The tick keeps its length; the

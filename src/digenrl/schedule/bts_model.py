@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import Counter
 from dataclasses import dataclass
 
 from .cost import Durations
@@ -264,17 +265,10 @@ class TickModel:
         (ticks to the commit end, None) when the step ends without another bubble."""
         nxt, left, gens0, ranks0, ready0 = st
         F, C, total, gen, chunk = self.F, self.C, left * self.F, self.gen, self.chunk
-        out: dict[int, int] = {}
-        for i in range(nxt, total):
-            out[i // F] = out.get(i // F, 0) + 1
-        gens = [list(x) for x in gens0]
-        for _, g in gens0:
-            if g >= 0:
-                out[g] = out.get(g, 0) + 1
-        ranks = [list(x) for x in ranks0]
-        for _, grps, _ in ranks0:
-            for g in grps:
-                out[g] = out.get(g, 0) + 1
+        out = Counter(i // F for i in range(nxt, total))  # group -> its fragments not generated yet
+        out.update(g for _, g in gens0 if g >= 0)
+        out.update(g for _, grps, _ in ranks0 for g in grps)
+        gens, ranks = [list(x) for x in gens0], [list(x) for x in ranks0]
         ready = list(ready0)
         for _ in range(self.n_gen - len(gens)):  # idle generators take pending work first
             if nxt < total:

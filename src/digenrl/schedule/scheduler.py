@@ -179,7 +179,7 @@ class Scheduler:
             return self._fill(t, set(self.plan.trainers))
         self.stats[e.step].committed = t
         if self.bts:
-            self.bts.record_commit(e.step, t)
+            self.bts.stats.realized[e.step] = t
         self._refine_costs()
         self.train_step += 1
         self._start_round(self.train_step, 0)

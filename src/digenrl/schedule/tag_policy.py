@@ -39,9 +39,6 @@ class FixedRule:
         self.stats.record(snap, k, float("nan"), elapsed)
         return Decision(k, float("nan"), elapsed)
 
-    def record_commit(self, step: int, time_s: float) -> None:
-        self.stats.realized[step] = time_s
-
     def set_cost(self, cost: CostModel) -> None:
         """A rule does not predict: a refined cost model changes nothing."""
 

@@ -51,8 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load, load_file, save
 
 from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
+from digenrl.train.nft_old import old_of
 
 from .resume_config import check_resume_config, config_hash  # noqa: F401 (check_resume_config: re-exported)
 
@@ -94,32 +97,13 @@ def capture(ctx, *, step: int, counters: dict[str, Any] | None = None) -> TrainS
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             rng[f"torch_cuda_{i}"] = s
+    old = old_of(ctx.policy)  # DiffusionNFT's old copy (train.nft_old_policy=soft)
     return TrainState(
         step=step, version=ctx.transaction.version, model=dict(ctx.policy.trainable_state_dict()),
         optimizer=ctx.optimizer.state_dict(), ema=dict(ctx.ema.shadow) if ctx.ema is not None else None,
         rng=rng, config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
         ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0,
-        **_old_state(ctx.policy))
-
-
-def _old_state(policy) -> dict[str, Any]:
-    """``nft_old`` / ``nft_old_commits`` of the policy's DiffusionNFT old copy (none: {})."""
-    from digenrl.train.nft_old import old_of
-
-    old = old_of(policy)
-    return {} if old is None else dict(zip(("nft_old", "nft_old_commits"), old.state()))
-
-
-def restore_old(policy, state: TrainState) -> None:
-    """Load the checkpoint's DiffusionNFT old copy (``train.nft_old_policy=soft``) into the policy's."""
-    from digenrl.train.nft_old import old_of
-
-    old = old_of(policy)
-    if old is None:
-        return
-    if state.nft_old is None:
-        raise ValueError("checkpoint has no DiffusionNFT old policy but train.nft_old_policy is soft")
-    old.load(state.nft_old, state.nft_old_commits)
+        **({} if old is None else dict(zip(("nft_old", "nft_old_commits"), old.state()))))
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -128,8 +112,6 @@ def _cpu(t: torch.Tensor) -> torch.Tensor:
 
 def pack(state: TrainState) -> bytes:
     """Serialise a ``TrainState`` to safetensors bytes."""
-    from safetensors.torch import save
-
     parts = {"model": state.model, "ema": state.ema or {}, "nft_old": state.nft_old or {}, "rng": state.rng}
     tensors = {f"{part}/{k}": _cpu(v) for part, d in parts.items() for k, v in d.items()}
     opt_plain: dict[str, dict[str, Any]] = {}
@@ -198,8 +180,6 @@ def pack_train_state(ctx, *, step: int, counters: dict[str, Any] | None = None) 
 
 def read_train_state(path: str | Path) -> TrainState:
     """Load a checkpoint file (``ValueError`` naming it if it is not a complete train-state checkpoint)."""
-    from safetensors.torch import load_file
-
     p = Path(path)
     metadata = safetensors_header(p).get("__metadata__") or {}
     _check_file_hash(p, metadata)
@@ -208,8 +188,6 @@ def read_train_state(path: str | Path) -> TrainState:
 
 def unpack(data: bytes) -> TrainState:
     """``TrainState`` from checkpoint bytes (a controller reads the file and sends the bytes to remote ranks)."""
-    from safetensors.torch import load
-
     n = int.from_bytes(data[:8], "little")  # safetensors: u64 header length, JSON header (see safe_files)
     metadata = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
     _check_hash(metadata, hashlib.sha256(memoryview(data)[8 + n :]).hexdigest(), "<bytes>")
@@ -267,7 +245,11 @@ def restore_train_state(ctx, state: TrainState) -> None:
             for k, v in state.ema.items():
                 ctx.ema.shadow[k].copy_(v)
         ctx.ema.num_updates = state.ema_updates
-    restore_old(ctx.policy, state)
+    old = old_of(ctx.policy)  # DiffusionNFT's old copy (train.nft_old_policy=soft)
+    if old is not None:
+        if state.nft_old is None:
+            raise ValueError("checkpoint has no DiffusionNFT old policy but train.nft_old_policy is soft")
+        old.load(state.nft_old, state.nft_old_commits)
     ctx.transaction.version = state.version
     torch.set_rng_state(state.rng["torch_cpu"])
     cuda = [state.rng[k] for k in sorted(state.rng) if k.startswith("torch_cuda_")]
@@ -293,8 +275,6 @@ _VERIFIED: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns)
 def verify_checkpoint(path: str | Path) -> str | None:
     """Why the checkpoint file ``path`` cannot be resumed (header, sizes, content hash, finite tensors), or
     None if it can. Remembered per (path, size, mtime) within the process."""
-    from safetensors import safe_open
-
     p = Path(path)
     try:
         st = p.stat()
@@ -312,8 +292,7 @@ def verify_checkpoint(path: str | Path) -> str | None:
                 check_shards(p.parent / meta["sharded"], meta.get("shard_sha256"), str(p))
             with safe_open(str(p), framework="pt") as f:  # one tensor at a time
                 for name in f.keys():
-                    if name.startswith(("model/", "ema/", "nft_old/", "optim/")):
-                        _check_finite({name: f.get_tensor(name)}, str(p))
+                    _check_finite({name: f.get_tensor(name)}, str(p))
             _VERIFIED[key] = None
         except (ValueError, OSError, RuntimeError) as e:  # (safetensors raises its own error type for bad bytes)
             _VERIFIED[key] = str(e)
@@ -370,9 +349,10 @@ def shard_manifest(d: str | Path) -> dict[str, list]:
     return {str(f.relative_to(d)): [f.stat().st_size, _file_digest(f, 0)] for f in _shard_files(d)}
 
 
-def check_shards(d: str | Path, manifest: dict[str, list] | None, where: str) -> None:
+def check_shards(d: str | Path, manifest: dict[str, list] | None, where: str, digests: bool = True) -> None:
     """``ValueError`` naming the file unless the shard directory ``d`` holds every file of ``manifest`` with
-    its recorded size and sha256 (``manifest`` None: a checkpoint from before shard hashes; warned, not verified)."""
+    its recorded size and sha256 (``manifest`` None: a checkpoint from before shard hashes; warned, not verified;
+    ``digests=False``: the sizes only)."""
     d = Path(d)
     if not (d / ".metadata").is_file():
         raise ValueError(f"{where!r}: its shard directory {str(d)!r} is missing or incomplete")
@@ -387,8 +367,7 @@ def check_shards(d: str | Path, manifest: dict[str, list] | None, where: str) ->
         if f.stat().st_size != size:
             raise ValueError(f"{where!r}: shard file {str(f)!r} is corrupt: {f.stat().st_size} bytes, "
                              f"{size} when it was written")
-        got = _file_digest(f, 0)
-        if got != digest:
+        if digests and (got := _file_digest(f, 0)) != digest:
             raise ValueError(f"{where!r}: shard file {str(f)!r} is corrupt: its content does not match the sha256 "
                              f"recorded when it was written ({got[:12]}... != {digest[:12]}...)")
 

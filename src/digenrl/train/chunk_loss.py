@@ -22,13 +22,8 @@ Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 befo
 the transaction) and the caller divides by the kept trajectories, B_m = kept ones (``step_math.kept_count``); a
 group's ``keep`` mask, where set (``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. When no
 cell is left, a call alone (``collective=False``) returns without a forward; a rank of a sharded pool
-(``collective=True``, whose forward and backward all-gather the blocks with the other ranks) forwards its first
-cell with weight 0 instead::
-
-    backward( 0 * loss_scale * L_cell(first) ),   stats = CellStats(cells=n, trained=0)
-
-so it joins every collective of the chunk (adding exactly 0) instead of leaving the others waiting in the
-all-gather until ``runtime.collective_timeout_s``.
+(``collective=True``) trains its first cell with weight 0, ``backward(0 * loss_scale * L_cell(first))``, stats
+``CellStats(cells=n, trained=0)`` (``step_math.kept_cells``).
 """
 from __future__ import annotations
 
@@ -46,7 +41,7 @@ from digenrl.models.base import Policy, guided_velocity
 from digenrl.rollout.records import TrajectoryBatch
 from digenrl.train.nft_old import old_of
 from digenrl.train.old_logprob import Mismatch, mismatch, step_start_of, tis_weight
-from digenrl.train.step_math import nonzero
+from digenrl.train.step_math import kept_cells, nonzero
 
 
 @dataclass(frozen=True)
@@ -134,20 +129,14 @@ def train_cells(
     starting weights (the step's first round; ``train.old_logprob``)."""
     if group.advantages is None:
         raise ValueError("cannot train a group before its advantages are computed (invariant I3)")
+    n_all, weight = len(cells), 1.0
+    if settings.filter_zero_advantage:  # group.keep (train.zero_adv_refill): the re-added A = 0 samples train too
+        rows, _ = cell_rows(group, cells)
+        keep = nonzero(group.advantages[rows]) if group.keep is None else group.keep[rows]
+        cells, weight = kept_cells(cells, keep.tolist(), collective)  # none left: [] or a throw-away cell
+        if not cells:
+            return CellStats(cells=n_all)
     rows, tpos = cell_rows(group, cells)
-    n_all = len(cells)
-    weight = 1.0
-    if settings.filter_zero_advantage:
-        a = group.advantages[rows]
-        keep = nonzero(a)
-        if group.keep is not None:  # train.zero_adv_refill: the re-added zero-advantage samples train too (A = 0)
-            keep = group.keep[rows].clone()
-        if not keep.any():
-            if not collective:
-                return CellStats(cells=n_all)
-            keep[:1] = True  # a throw-away cell: joins the collectives, adds 0
-            weight = 0.0
-        rows, tpos = rows[keep], tpos[keep]
     if settings.algorithm == "nft":
         return _train_nft(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
     guard = settings.algorithm == "grpo_guard"
@@ -169,7 +158,8 @@ def train_cells(
             f.log_prob, f.old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
         if f.tis is not None:
             loss = loss * f.tis
-    res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), _ratio_stats(stats))
+    ratio_stats = {k: float(getattr(stats, k)) for k in ("approx_kl", "clipfrac", "clipfrac_gt_one", "clipfrac_lt_one")}
+    res = _backward(loss, f.kl, settings, loss_scale, weight, n_all, len(rows), ratio_stats)
     return res.with_mismatch(f.mismatch) if weight else res
 
 
@@ -199,12 +189,6 @@ def _reward_terms(adv: torch.Tensor, settings: LossSettings, term):
         return term((adv * w).sum(1).clamp(-settings.adv_clip_max, settings.adv_clip_max))
     terms = [term(adv[:, k]) for k in range(adv.shape[1])]
     return sum(w * t for w, (t, _) in zip(settings.adv_weights, terms)), terms[0][1]
-
-
-def _ratio_stats(stats) -> dict[str, float]:
-    """The per-cell means of a clipped ratio loss's statistics (``algo.loss`` / ``algo.guard``)."""
-    return {"approx_kl": float(stats.approx_kl), "clipfrac": float(stats.clipfrac),
-            "clipfrac_gt_one": float(stats.clipfrac_gt_one), "clipfrac_lt_one": float(stats.clipfrac_lt_one)}
 
 
 def _backward(loss: torch.Tensor, kl: torch.Tensor, settings: LossSettings, loss_scale: float, weight: float,
@@ -254,10 +238,7 @@ def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpo
     start = None
     if recompute and not step_start:  # first, so that the training graph never sees the swapped weights
         start = _step_start_logprob(policy, group, x, sigma, sigma_next, cond, x_next, settings)
-    v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                        detach_uncond=settings.detach_uncond, integer_timesteps=settings.integer_timesteps)
-    out = sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
-                                prev_sample=x_next)
+    out = _sde_step(policy, x, sigma, sigma_next, cond, x_next, settings, detach_uncond=settings.detach_uncond)
     kl = _kl(out, ref_policy, x, sigma, sigma_next, cond, x_next, settings)
     measured = Mismatch()
     if step_start:  # the trainer holds the behaviour version of the on-policy samples: logp_start for free
@@ -281,13 +262,15 @@ def _step_start_logprob(policy: Policy, group: TrajectoryBatch, x, sigma, sigma_
         return _no_grad_step(policy, x, sigma, sigma_next, cond, x_next, settings).log_prob
 
 
-@torch.no_grad()
-def _no_grad_step(policy: Policy, x, sigma, sigma_next, cond, x_next, settings: LossSettings):
-    """The SDE step output of the recorded transitions under ``policy``, without gradient."""
+def _sde_step(policy: Policy, x, sigma, sigma_next, cond, x_next, settings: LossSettings, detach_uncond=False):
+    """The SDE step output of the recorded transitions under ``policy`` (``_no_grad_step``: without gradient)."""
     v = guided_velocity(policy, x, sigma, cond, settings.cfg_scale, guidance=settings.guidance,
-                        integer_timesteps=settings.integer_timesteps)
+                        detach_uncond=detach_uncond, integer_timesteps=settings.integer_timesteps)
     return sde_step_with_logprob(x, v, sigma, sigma_next, noise_level=settings.noise_level, kind=settings.kind,
                                  prev_sample=x_next)
+
+
+_no_grad_step = torch.no_grad()(_sde_step)
 
 
 def _kl(out, ref_policy: Policy | None, x, sigma, sigma_next, cond, x_next, settings: LossSettings) -> torch.Tensor:

@@ -18,6 +18,10 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.base import Task
 from digenrl.train.chunk_loss import LossSettings
 from digenrl.train.ema import ParamEMA, make_ema
+from digenrl.train.nft_old import attach as attach_old
+from digenrl.train.old_logprob import attach as attach_step_start
+from digenrl.train.precision import prepare_policy
+from digenrl.train.sample_masks import reward_weights
 from digenrl.train.transaction import GradientTransaction
 
 
@@ -67,7 +71,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         filter_zero_advantage=t.filter_zero_advantage,
         detach_uncond=t.cfg_detach_uncond,
         integer_timesteps=s.integer_timesteps is True,  # "sampling" (DiffusionNFT): float time in training
-        adv_weights=tuple(float(v.get("weight", 1.0)) for v in cfg.reward.values()) if t.adv_per_reward else None,
+        adv_weights=tuple(reward_weights(cfg).values()) if t.adv_per_reward else None,
         reward_aggregation=t.reward_mix,
         guard_bias=t.guard_bias,
         algorithm=t.algorithm,
@@ -115,8 +119,6 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     from digenrl.tasks.base import build_task
 
     torch.manual_seed(cfg.seed)
-    from digenrl.train.precision import prepare_policy
-
     task = task if task is not None else build_task(cfg.task)
     policy = policy if policy is not None else build_policy(model_config_for(cfg, task))
     reward = reward if reward is not None else build_weighted(cfg.reward)
@@ -124,8 +126,6 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
     optimizer = make_optimizer(policy, cfg)
     transaction = GradientTransaction(policy.parameters(), optimizer, max_grad_norm=cfg.train.max_grad_norm,
                                       precision=precision if cfg.train.mixed_precision == "fp16" else None)
-    t = cfg.train
-    ema = make_ema(policy, t)  # train.ema_decay / ema_every / ema_warmup / ema_update
     ctx = RunContext(
         cfg=cfg,
         policy=policy,
@@ -134,14 +134,20 @@ def build_context(cfg: Config, *, policy: Policy | None = None, reward: Weighted
         task=task,
         optimizer=optimizer,
         transaction=transaction,
-        ema=ema,
+        ema=None,
         sampler=sampler_settings(cfg),
         loss=loss_settings(cfg),
     )
-    from digenrl.train.nft_old import attach
-
-    attach(policy, t)  # DiffusionNFT's old policy (train.nft_old_policy=soft), after the reference's copy
-    from digenrl.train.old_logprob import attach as attach_step_start
-
-    attach_step_start(policy, t, transaction.version)  # train.old_logprob=recompute with several rounds per step
+    attach_copies(ctx)
     return ctx
+
+
+def attach_copies(ctx: RunContext) -> None:
+    """(Re)build the copies of the trainable parameters a run keeps, after the reference's copy (and, in
+    ``train.sharding.shard_context``, of the shards): the EMA (``train.ema_decay`` / ``ema_every`` / ``ema_warmup``
+    / ``ema_update``), DiffusionNFT's old policy (``train.nft_old_policy=soft``) and the step-start snapshot
+    (``train.old_logprob=recompute`` with several rounds per step)."""
+    t = ctx.cfg.train
+    ctx.ema = make_ema(ctx.policy, t)
+    attach_old(ctx.policy, t)
+    attach_step_start(ctx.policy, t, ctx.transaction.version)

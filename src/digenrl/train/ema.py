@@ -27,8 +27,8 @@ Flow-GRPO's SD3 / FLUX scripts use decay 0.9 and ``update_step_interval=8``.
   decay per optimizer step then depends on the accumulation count), hence off by default.
 
 Only trainable tensors are shadowed (LoRA adapters under
-LoRA), so a 12B model with LoRA does not get a second copy. ``swapped()`` temporarily loads the EMA values into
-the policy (e.g. for eval) and restores them after; under FSDP2 it reshards the modules first and after
+LoRA), so a 12B model with LoRA does not get a second copy. ``swapped()`` (``ParamCopy``) exchanges the EMA values
+with the policy's (e.g. for eval) and back after; under FSDP2 it reshards the modules at each exchange
 (``reshard``): the root keeps its all-gathered weights after a forward (FSDP2 turns ``reshard_after_forward``
 off for it), and a forward after the swap back would otherwise run on the eval weights' gathered copy.
 """
@@ -69,7 +69,37 @@ def make_ema(module: torch.nn.Module, train_cfg) -> "ParamEMA | None":
     return ParamEMA(module, t.ema_decay, every=t.ema_every, warmup=t.ema_warmup, updates=ema_updates_per_commit(t))
 
 
-class ParamEMA:
+class ParamCopy:
+    """A copy (``shadow``) of ``module``'s trainable parameters; ``swapped`` exchanges the two in place, tensor by
+    tensor (peak extra memory: one tensor), and back on exit, resharding FSDP2 modules at each exchange
+    (``reshard``), so that no all-gathered copy of the other weights outlives it (the root keeps one after a
+    forward). The EMA, DiffusionNFT's old policy and the step-start snapshot of ``train.old_logprob``."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
+        self.shadow = {n: p.detach().clone() for n, p in self.params.items()}
+
+    @contextmanager
+    def swapped(self):
+        """The module holds the shadow inside the block (and the live weights again after it)."""
+        self._exchange()
+        try:
+            yield
+        finally:
+            self._exchange()
+
+    @torch.no_grad()
+    def _exchange(self) -> None:
+        reshard(self.module)  # no gathered copy of the other weights outlives the exchange
+        for name, p in self.params.items():
+            s = self.shadow[name]
+            tmp = p.detach().clone()
+            p.copy_(s)
+            s.copy_(tmp)
+
+
+class ParamEMA(ParamCopy):
     def __init__(self, module: torch.nn.Module, decay: float, *, every: int = 1, warmup: bool = True,
                  updates: int = 1):
         if not 0.0 <= decay < 1.0:
@@ -80,9 +110,7 @@ class ParamEMA:
             raise ValueError(f"EMA updates per optimizer step must be >= 1 (train.ema_update), got {updates}")
         self.decay, self.every, self.warmup, self.updates = decay, every, warmup, updates
         self.num_updates = 0  # optimizer steps seen (Flow-GRPO's global_step)
-        self.module = module
-        self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-        self.shadow = {n: p.detach().clone() for n, p in self.params.items()}
+        super().__init__(module)
 
     def current_decay(self, n: int) -> float:
         return min((1 + n) / (10 + n), self.decay) if self.warmup else self.decay
@@ -98,18 +126,3 @@ class ParamEMA:
         for _ in range(self.updates):
             for name, p in self.params.items():
                 self.shadow[name].add_((1.0 - d) * (p.detach() - self.shadow[name]))
-
-    @contextmanager
-    def swapped(self):
-        backup = {n: p.detach().clone() for n, p in self.params.items()}
-        reshard(self.module)
-        with torch.no_grad():
-            for n, p in self.params.items():
-                p.copy_(self.shadow[n])
-        try:
-            yield
-        finally:
-            reshard(self.module)
-            with torch.no_grad():
-                for n, p in self.params.items():
-                    p.copy_(backup[n])

@@ -89,31 +89,10 @@ class StopRequest:
 
 
 def _descendants() -> list[int]:
-    """Pids of every live descendant of this process (psutil where installed, else Linux's /proc)."""
-    try:
-        import psutil
+    """Pids of every live descendant of this process (psutil: a dependency of peft, hence always installed)."""
+    import psutil
 
-        return [p.pid for p in psutil.Process().children(recursive=True)]
-    except ImportError:
-        pass
-    children: dict[int, list[int]] = {}
-    try:
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open(f"/proc/{d}/stat") as fh:
-                        ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                children.setdefault(ppid, []).append(int(d))
-    except OSError:
-        return []
-    out, todo = [], [os.getpid()]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
+    return [p.pid for p in psutil.Process().children(recursive=True)]
 
 
 def kill_descendants() -> None:

@@ -32,7 +32,7 @@ from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head
                                        sign, step_scale)
 from digenrl.algo.loss import clipped_policy_loss
 from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, cell_rows, nft_cell_terms
-from digenrl.train.step_math import advantage_options, assign_advantages, kept_count
+from digenrl.train.step_math import advantage_options, assign_advantages, kept_cells, kept_count
 
 Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
 Parts = Mapping[int, Mapping[str, Sequence[float]]]  # group index -> reward part -> values
@@ -162,18 +162,22 @@ class DeferredRound:
         """Whether the cell loss has an A-free term (the KL; DiffusionNFT's m always)."""
         return self.settings.beta_kl > 0 or self.settings.algorithm == "nft"
 
-    def _cell_terms(self, policy, batch, rows, tpos, ref_policy):
-        """(ℓ^s as a function of the branch s, the A-free term per cell, a recorder of the cells' statistics)
-        of one packed forward: Flow-GRPO's clipped ratio with beta KL, or DiffusionNFT's L = A ℓ + m
+    def _cell_terms(self, policy, batch, cells, ref_policy):
+        """(``at``: a per-sample float64 tensor at the cells, on the loss's device and dtype; ℓ^s as a function of
+        the branch s; the A-free term per cell; a recorder of the cells' statistics) of one packed forward of
+        ``cells``: Flow-GRPO's clipped ratio with beta KL, or DiffusionNFT's L = A ℓ + m
         (``algo.nft.linear_parts``: one branch, no clip, so no cell ever leaves "the clip interval")."""
-        st = self.settings
+        st, (rows, tpos) = self.settings, cell_rows(batch, cells)
+        gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
         if st.algorithm == "nft":
             ell, const, kl = nft_cell_terms(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy)
-            return (lambda s: ell), const, (lambda group, cells: self._record_nft(group, cells, ell.detach(),
-                                                                                   const.detach(), kl.detach()))
+            return ((lambda v: v[gen].to(const.device, const.dtype)), (lambda s: ell), const,
+                    (lambda group, cells: self._record_nft(group, cells, ell.detach(), const.detach(), kl.detach())))
         f = cell_forward(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy, step_start=self.step_start)
         log_prob, old_logp, kl, w = f.log_prob, f.old_logp, f.kl, f.tis  # (w: train.tis_cap, fixed per cell)
-        return ((lambda s: _branch(log_prob, old_logp, s, st) * (1.0 if w is None else w)), st.beta_kl * kl,
+        const = st.beta_kl * kl
+        return ((lambda v: v[gen].to(const.device, const.dtype)),
+                (lambda s: _branch(log_prob, old_logp, s, st) * (1.0 if w is None else w)), const,
                 (lambda group, cells: self._record(group, cells, log_prob.detach(), old_logp.detach(), kl.detach(),
                                                    w, f.mismatch)))
 
@@ -194,26 +198,20 @@ class DeferredRound:
             if loss_scale > 0:
                 self.late.setdefault(group, []).extend(cells)
             return CellStats(cells=len(cells))
-        mine = [c for c in cells if terms.keep[c[0]]]
-        weight = 1.0
+        mine, weight = kept_cells(cells, [bool(terms.keep[g]) for g, _ in cells], collective)
         if not mine:
-            if not collective:
-                return CellStats(cells=len(cells))
-            mine, weight = list(cells[:1]), 0.0  # joins the collectives, adds 0
+            return CellStats(cells=len(cells))
         scale = loss_scale * weight
         self._accumulate(policy, batch, group, mine, scale, ref_policy, record=scale > 0)
         return CellStats(cells=len(cells))
 
     def _accumulate(self, policy, batch, group, cells, scale, ref_policy, record) -> None:
-        rows, tpos = cell_rows(batch, cells)
         terms = self.terms[group]
-        gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
-        branch, const, record_cells = self._cell_terms(policy, batch, rows, tpos, ref_policy)
-        dev, f = const.device, const.dtype
-        loss = branch(terms.sign[gen].to(dev, f))
-        losses = {"p": (terms.p[gen].to(dev, f) * loss).sum()}
+        at, branch, const, record_cells = self._cell_terms(policy, batch, cells, ref_policy)
+        loss = branch(at(terms.sign))
+        losses = {"p": (at(terms.p) * loss).sum()}
         if terms.q is not None:
-            losses["q"] = (terms.q[gen].to(dev, f) * loss).sum()
+            losses["q"] = (at(terms.q) * loss).sum()
         if self._has_const:
             k = "kl" if "kl" in self.head_names else "p"
             losses[k] = losses.get(k, 0.0) + const.sum()
@@ -318,13 +316,8 @@ class DeferredRound:
         """grad scale sum_cells [A ℓ^σ(A) - Ã ℓ^σ_i + beta (k - κ) KL], added to ``.grad``; a late group's cells
         are recorded for the statistics here."""
         terms = self.terms[group]
-        rows, tpos = cell_rows(batch, cells)
-        gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
-        branch, const, record_cells = self._cell_terms(policy, batch, rows, tpos, ref_policy)
-        dev, f = const.device, const.dtype
-        a, held = c.final[gen].to(dev, f), c.held[gen].to(dev, f)
-        loss = (a * branch(sign(c.final[gen]).to(dev, f)) - held * branch(terms.sign[gen].to(dev, f))
-                + c.kl[gen].to(dev, f) * const)
+        at, branch, const, record_cells = self._cell_terms(policy, batch, cells, ref_policy)
+        loss = at(c.final) * branch(at(sign(c.final))) - at(c.held) * branch(at(terms.sign)) + at(c.kl) * const
         (loss.sum() * scale).backward()
         if terms.late and scale > 0:
             record_cells(group, cells)

@@ -220,8 +220,10 @@ def _act_mode(p: PlanInputs) -> tuple[str, float]:
 
 
 def _tokens(fam: Family, p: PlanInputs) -> tuple[int, int]:
-    """(latent tokens a rank holds of one sample, text tokens)."""
-    return rank_tokens(fam, p), fam.spec.text_tokens() if p.text_tokens is None else p.text_tokens
+    """(latent tokens a rank holds of one sample: all of them, or ceil(T_i / d) under sequence parallelism; text
+    tokens)."""
+    return (-(-fam.tokens(p.height, p.width, p.frames) // p.sequence_parallel),
+            fam.spec.text_tokens() if p.text_tokens is None else p.text_tokens)
 
 
 def _frozen_items(fam: Family, p: PlanInputs) -> dict[str, float]:
@@ -231,10 +233,14 @@ def _frozen_items(fam: Family, p: PlanInputs) -> dict[str, float]:
             "reserve": p.reserve_gb * GiB}
 
 
+def _saved(coef: tuple[float, float, float], mode: str, elem: float, ti: int, tt: int) -> float:
+    """a T_i + t T_t + c, halved where fp32-measured coefficients apply to 16-bit activations."""
+    a, t, c = coef
+    return (a * ti + t * tt + c) * (0.5 if (mode.endswith("32") and elem == 2.0) else 1.0)
+
+
 def _block_bytes(b: Block, mode: str, elem: float, p: PlanInputs, ti: int, tt: int) -> float:
-    a, t, c = getattr(b, mode)
-    scale = 0.5 if (mode.endswith("32") and elem == 2.0) else 1.0
-    per = (a * ti + t * tt + c) * scale
+    per = _saved(getattr(b, mode), mode, elem, ti, tt)
     if p.lora_rank:
         per += (p.lora_rank - 64) * b.lora_targets * elem * (tt if b.tokens == "text" else ti + tt)
     return per
@@ -273,8 +279,7 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
     mode, elem = _act_mode(p)
     ti, tt = _tokens(fam, p)
     per_block = {k: _block_bytes(b, mode, elem, p, ti, tt) for k, b in fam.blocks.items()}
-    oa, ot, oc = fam.other[mode]
-    other = (oa * ti + ot * tt + oc) * (0.5 if (mode.endswith("32") and elem == 2.0) else 1.0)
+    other = _saved(fam.other[mode], mode, elem, ti, tt)
     largest_block = max(per_block.values())
     if p.activation_checkpointing:
         res = 4.0  # the residual stream between blocks stays fp32 under autocast (fp32 inputs, fp32 gates)
@@ -286,11 +291,6 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
         act_cell = p.forwards_per_cell * (sum(fam.blocks[k].count * v for k, v in per_block.items()) + other)
     grad_transient = 0.0 if lora else fam.largest_tensor * b_train
     return MemoryPlan(items, act_cell, 0.6 * largest_block * p.forwards_per_cell, grad_transient, p)
-
-
-def rank_tokens(fam: Family, p: PlanInputs) -> int:
-    """Latent tokens of one sample a rank holds: all of them, or ceil(T_i / d) of them under sequence parallelism."""
-    return -(-fam.tokens(p.height, p.width, p.frames) // p.sequence_parallel)
 
 
 def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from digenrl.control.run_plan import grad_sum_fp64
 from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
+from digenrl.schedule.layout import choose_chunk_shape, rank_share
 
 from .memory import FAMILIES, GiB, MemoryPlan, MemoryPlanError, PlanInputs, generator_bytes, plan_memory
 
@@ -73,29 +74,19 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
     cells = 1 if cfg.train.chunk_cells == "auto" else chunk_cells(cfg)
     if plan.total(cells) <= cap * GiB:
         return plan
-    fits = plan.max_cells(cap * GiB)
-    hints = []
-    if fits >= 1:
-        hints.append(f"train.chunk_cells=auto (or chunk_generations x chunk_timesteps <= {fits} cells)")
-    if not p.activation_checkpointing:
-        hints.append("train.activation_checkpointing=true")
-    if p.family in SEQUENCE_PARALLEL_FAMILIES:
-        hints.append(f"train.sequence_parallel (now {p.sequence_parallel}: split each sample's "
-                     f"{FAMILIES[p.family].tokens(p.height, p.width, p.frames)} latent tokens over more ranks)")
-    if p.sharding == "none":
-        hints.append("train.sharding=fsdp with more runtime.trainers")
-    elif p.sharding == "fsdp":
-        k = cfg.train.shard_groups
-        hints.append(f"more runtime.trainers (now {p.ranks})" if k == 1 else
-                     f"fewer train.shard_groups or more runtime.trainers (now {k} groups of {p.ranks} ranks)")
-        if not p.cpu_offload:
-            hints.append("train.cpu_offload=true")
-    if p.lora_rank is None:
-        hints.append("model.lora.enabled=true")
-    if p.mixed_precision == "none" and p.model_dtype == "float32":
-        hints.append("train.mixed_precision=bf16")
-    if p.text_encoders:
-        hints.append("model.prompt_cache_dir (no text encoders on the trainer)")
+    fits, k, fsdp = plan.max_cells(cap * GiB), cfg.train.shard_groups, p.sharding == "fsdp"
+    hints = [hint for ok, hint in (
+        (fits >= 1, f"train.chunk_cells=auto (or chunk_generations x chunk_timesteps <= {fits} cells)"),
+        (not p.activation_checkpointing, "train.activation_checkpointing=true"),
+        (p.family in SEQUENCE_PARALLEL_FAMILIES, f"train.sequence_parallel (now {p.sequence_parallel}: split each "
+         f"sample's {FAMILIES[p.family].tokens(p.height, p.width, p.frames)} latent tokens over more ranks)"),
+        (p.sharding == "none", "train.sharding=fsdp with more runtime.trainers"),
+        (fsdp, f"more runtime.trainers (now {p.ranks})" if k == 1 else
+         f"fewer train.shard_groups or more runtime.trainers (now {k} groups of {p.ranks} ranks)"),
+        (fsdp and not p.cpu_offload, "train.cpu_offload=true"),
+        (p.lora_rank is None, "model.lora.enabled=true"),
+        (p.mixed_precision == "none" and p.model_dtype == "float32", "train.mixed_precision=bf16"),
+        (p.text_encoders, "model.prompt_cache_dir (no text encoders on the trainer)")) if ok]
     raise MemoryPlanError(
         f"memory plan: {FAMILIES[p.family].spec.name} training needs {plan.total(cells) / GiB:.1f} GiB per trainer "
         f"rank but train.memory_gb={cap:g} ({plan.table(cells)}); change: " + "; ".join(hints)
@@ -140,8 +131,6 @@ def resolve_chunk_cells(cfg, trained: int):
     if fits < 1:
         check_config(cfg)  # raises with the numbers and the keys
     if t.sharding == "fsdp":  # k shard groups of N lanes: every lane trains ceil(c / N) cells of a chunk, serially
-        from ..schedule.layout import choose_chunk_shape, rank_share
-
         ranks = lanes(cfg)
         # fewest per-rank cell rounds per group (the planner's rule with per-rank cells as the price), then
         # the larger chunk; a tiny per-chunk term prefers fewer forwards at equal rounds

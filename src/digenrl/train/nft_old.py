@@ -20,9 +20,8 @@ version k is old_k), and each DiffusionNFT cell gets v_old from a no-grad forwar
 paper's beta cancels from the gradient. It equals ``soft`` with (0, 0, 0) when a step has one optimizer step.
 
 The copy shadows only trainable tensors (the LoRA adapters under LoRA, the local shards under FSDP: built
-after ``train.sharding.shard_context`` shards the policy, like the EMA). ``swapped`` exchanges the two in
-place, tensor by tensor (peak extra memory: one tensor), and exchanges them back on exit; under FSDP2 each exchange first reshards
-the modules, so that no all-gathered copy of the other weights outlives it (the root keeps one after a forward).
+after ``train.sharding.shard_context`` shards the policy, like the EMA); ``swapped`` exchanges the two in place
+(``train.ema.ParamCopy``: one tensor at a time, FSDP2 modules resharded at each exchange).
 
 Source: NVlabs/DiffusionNFT@24af555 ``scripts/train_nft_sd3.py`` (``return_decay``; the copy of the trainable
 into the old parameters before the epoch loop; ``set_adapter("old")`` around sampling and the
@@ -31,11 +30,11 @@ into the old parameters before the epoch loop; ``set_adapter("old")`` around sam
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import torch
 
-from digenrl.train.ema import reshard
+from digenrl.train.ema import ParamCopy
 
 ATTR = "nft_old"  # the policy's attribute holding its OldPolicy (soft only)
 
@@ -47,7 +46,7 @@ def old_decay(n: int, flat: int, rate: float, cap: float) -> float:
     return min((n - flat) * rate, cap)
 
 
-class OldPolicy:
+class OldPolicy(ParamCopy):
     """The soft-updated copy of ``module``'s trainable parameters (module docstring)."""
 
     def __init__(self, module: torch.nn.Module, decay: tuple[int, float, float]):
@@ -56,9 +55,7 @@ class OldPolicy:
             raise ValueError(f"train.nft_old_decay: (flat >= 0, rate >= 0, 0 <= cap < 1), got {tuple(decay)}")
         self.decay = (int(flat), float(rate), float(cap))
         self.commits = 0  # optimizer steps seen (the reference's global_step)
-        self.module = module
-        self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-        self.shadow = {n: p.detach().clone() for n, p in self.params.items()}
+        super().__init__(module)
 
     @torch.no_grad()
     def commit(self, final: bool) -> None:
@@ -69,24 +66,6 @@ class OldPolicy:
         d = old_decay(self.commits, *self.decay)
         for name, p in self.params.items():
             self.shadow[name].mul_(d).add_(p.detach(), alpha=1.0 - d)
-
-    @contextmanager
-    def swapped(self):
-        """The module holds ``old`` inside the block (and the live weights again after it)."""
-        self._exchange()
-        try:
-            yield
-        finally:
-            self._exchange()
-
-    @torch.no_grad()
-    def _exchange(self) -> None:
-        reshard(self.module)  # (train.ema.reshard: no gathered copy of the other weights outlives the exchange)
-        for name, p in self.params.items():
-            s = self.shadow[name]
-            tmp = p.detach().clone()
-            p.copy_(s)
-            s.copy_(tmp)
 
     def state(self) -> tuple[dict[str, torch.Tensor], int]:
         return dict(self.shadow), self.commits

@@ -14,8 +14,8 @@ For a trained cell (generation i, trained step t) of step k, three log-probs of 
 * ``recompute`` (verl's recomputed old log-prob): logp_old = logp_start. In the step's first round the trainer
   holds theta_k, so logp_start is the training forward's own log-prob, detached: free. In a later round
   (minibatch m > 0, inner epoch > 0) the weights have moved, so the cell gets one extra no-grad forward with the
-  step-start snapshot of the trainable parameters swapped in (``StepStart``: a copy taken at the step's first
-  round, DiffusionNFT's old-copy mechanics of ``train.nft_old`` with decay 0), run before the training forward.
+  step-start snapshot of the trainable parameters swapped in (``StepStart``: a ``train.ema.ParamCopy`` taken at
+  the step's first round, as DiffusionNFT's old copy), run before the training forward.
   A stale TCSS sample (v_i = k - 1) gets logp_start under theta_k as well, not its behaviour version's: its
   ratio is clipped around theta_k (decoupled PPO's proximal policy), and the k - 1 -> k shift is corrected only
   by the TIS weight below, which then covers the staleness and the generator's numerics together.
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from digenrl.train.nft_old import OldPolicy
+from digenrl.train.ema import ParamCopy
 
 ATTR = "step_start"  # the policy's attribute holding its StepStart (recompute with several rounds per step)
 
@@ -79,31 +79,28 @@ def tis_weight(logp_start: torch.Tensor, logp_gen: torch.Tensor, cap: float) -> 
     return torch.exp(logp_start.detach() - logp_gen.detach()).clamp(max=cap)
 
 
-class StepStart:
+class StepStart(ParamCopy):
     """The trainable parameters of the step's starting weights theta_k, kept while the step's later rounds train
     (``recompute`` with ``train.minibatches_per_step`` x ``train.inner_epochs`` > 1): ``swapped`` puts them in
     the module in place (and the live weights back after), ``sync(k)`` copies the live weights in at the start
     of step k. ``version`` is the step it holds; a later round checks it (``check``)."""
 
     def __init__(self, module: torch.nn.Module, version: int):
-        self._copy = OldPolicy(module, (0, 0.0, 0.0))  # (the exchange, FSDP-aware; decay 0: no soft update)
+        super().__init__(module)
         self.version = version
 
     @torch.no_grad()
     def sync(self, version: int, force: bool = False) -> None:
         if version == self.version and not force:
             return
-        for name, p in self._copy.params.items():
-            self._copy.shadow[name].copy_(p.detach())
+        for name, p in self.params.items():
+            self.shadow[name].copy_(p.detach())
         self.version = version
 
     def check(self, version: int) -> None:
         if self.version != version:
             raise RuntimeError(f"train.old_logprob=recompute: the step-start snapshot holds the weights of step "
                                f"{self.version}, not of step {version}")
-
-    def swapped(self):
-        return self._copy.swapped()
 
 
 def attach(policy: torch.nn.Module, train_cfg, version: int = 0) -> StepStart | None:

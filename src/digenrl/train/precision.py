@@ -102,12 +102,6 @@ class Precision:
             self._good_steps = 0
             self.skipped += 1
 
-    def state_dict(self) -> dict:
-        return {"scale": self.scale, "good_steps": self._good_steps, "skipped": self.skipped}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.scale, self._good_steps, self.skipped = state["scale"], state["good_steps"], state["skipped"]
-
 
 def prepare_policy(policy, cfg) -> Precision:
     """Apply ``train.mixed_precision`` and ``train.activation_checkpointing`` to ``policy`` (before its optimizer

@@ -28,7 +28,10 @@ from typing import Mapping, Sequence
 
 import torch
 
-from digenrl.train.step_math import nonzero
+from digenrl.algo.advantage import group_advantages
+from digenrl.algo.timesteps import stable_seed
+from digenrl.schedule.plan import minibatch_of
+from digenrl.train.step_math import kept_cells, nonzero
 
 Rewards = Mapping[int, Sequence[float]]
 Parts = Mapping[int, Mapping[str, Sequence[float]]]
@@ -54,8 +57,6 @@ def best_of_n_mask(rewards: Sequence[float], parts: Mapping[str, Sequence[float]
     generation index (stable sort). It needs only the group's own rewards, so a pipelined mode selects a group
     as soon as it is scored; under ``std_mode=global`` / ``adv_baseline=batch`` a group's trained advantages
     are a positive multiple of r - c for one constant c, so they rank its generations exactly as this score."""
-    from digenrl.algo.advantage import group_advantages
-
     G = len(rewards)
     if n % 2 or not 2 <= n <= G:
         raise ValueError(f"train.best_of_n must be even and in [2, {G}], got {n}")
@@ -107,8 +108,6 @@ def zero_adv_refill(advantages: Sequence[torch.Tensor], *, micro_batches: int, r
     rule with R = ``num_batches_per_epoch x sample_time_per_prompt``). Every mode that runs it
     (those with a barrier: all the step's advantages before the first training cell) gets the same masks.
     It is arguably a bug (random samples of no advantage dilute the mean and add KL), hence off by default."""
-    from digenrl.algo.timesteps import stable_seed
-
     keep = [nonzero(a).clone() for a in advantages]
     short = -sum(int(k.sum()) for k in keep) % micro_batches
     zeros = [(i, j) for i, k in enumerate(keep) for j in torch.nonzero(~k).flatten().tolist()]
@@ -153,8 +152,6 @@ def minibatch_masks(kept: Mapping[int, torch.Tensor], minibatches: int, *, run_s
     The kept samples (i, j) listed group by group (ascending), generation j ascending; perm = randperm of their
     count under ``stable_seed(run_seed, step, epoch, "minibatch_split")``; part m = ``tensor_split(perm, M)[m]``
     (Flow-GRPO ``train_sd3.py``: ``samples[perm].reshape(num_batches_per_epoch, ...)``)."""
-    from digenrl.algo.timesteps import stable_seed
-
     flat = [(g, j) for g in sorted(kept) for j in torch.nonzero(kept[g]).flatten().tolist()]
     gen = torch.Generator().manual_seed(stable_seed(run_seed, step, epoch, "minibatch_split"))
     perm = torch.randperm(len(flat), generator=gen)
@@ -170,8 +167,6 @@ def minibatch_masks(kept: Mapping[int, torch.Tensor], minibatches: int, *, run_s
 def generation_block(generations: int, minibatches: int, m: int) -> torch.Tensor:
     """``minibatch_split=generations``: the mask [G] of the generations j of block ``m``, floor(j M / G) = m (the
     membership rule of ``schedule.plan.minibatch_of``, applied to a group's generations)."""
-    from digenrl.schedule.plan import minibatch_of
-
     return torch.tensor([minibatch_of(j, generations, minibatches) == m for j in range(generations)], dtype=torch.bool)
 
 
@@ -190,16 +185,14 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
     samples, blocks = t.minibatch_split == "samples", t.minibatch_split == "generations"
     if t.best_of_n is None and not t.zero_adv_refill and not samples and not blocks:
         return None
-    M = plan.minibatches
-    if len(rewards) < plan.prompts:
-        if t.zero_adv_refill or samples:
-            raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
-                               f"all {plan.prompts} groups, got {sorted(rewards)}")
-        if adv_options(t).step_wide:
-            sel = _selected(cfg, rewards, parts, rewards)
-            return {g: k & generation_block(len(k), M, round % M) for g, k in sel.items()} if blocks else sel
-    adv = step_advantages(rewards, t, parts)
-    kept = kept_masks(cfg, adv, rewards, parts, step=step)
+    M, partial = plan.minibatches, len(rewards) < plan.prompts
+    if partial and (t.zero_adv_refill or samples):
+        raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
+                           f"all {plan.prompts} groups, got {sorted(rewards)}")
+    if partial and adv_options(t).step_wide:
+        kept = _selected(cfg, rewards, parts, rewards)
+    else:
+        kept = kept_masks(cfg, step_advantages(rewards, t, parts), rewards, parts, step=step)
     if samples:
         kept = minibatch_masks(kept, M, run_seed=cfg.seed, step=step, epoch=round // M)[round % M]
     if blocks:
@@ -214,9 +207,6 @@ def masked_cells(cells: Sequence[tuple[int, int]], weight: float, mask: torch.Te
     the rank still joins the chunk's all-gathers (as ``sharding.rank_cells`` does) — unless no cell of the
     whole ``chunk`` is in the mask: every rank of the shard group has the same mask, so all of them skip it
     and no collective is left waiting."""
-    mine = [c for c in cells if bool(mask[c[0]])]
-    if mine:
-        return mine, weight
-    if collective and any(bool(mask[g]) for g, _ in chunk):
-        return list(cells[:1]), 0.0
-    return [], weight
+    return kept_cells(cells, [bool(mask[g]) for g, _ in cells], collective and any(bool(mask[g]) for g, _ in chunk),
+                      weight)
+

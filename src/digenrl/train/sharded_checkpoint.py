@@ -7,8 +7,7 @@ renames it to ``step_<k>.dcp`` and returns the bytes of the metadata file (``tra
 ``step_<k>.safetensors``. The file therefore exists only once the directory is complete, and
 ``latest_checkpoint`` / ``keep_checkpoints`` work as for replicated runs. No rank ever holds the full state.
 The metadata file records the size and sha256 of every file of the directory (``checkpoint.shard_manifest``,
-rank 0 reads the shards once after every rank wrote them); ``latest_checkpoint`` verifies them before a resume
-or a recovery restores, and ``restore_sharded_state`` checks that every recorded file is there with its size.
+verified by ``latest_checkpoint``); ``restore_sharded_state`` checks that every recorded file is there with its size.
 The run directory must be reachable under the same path from every trainer rank (a shared file system on a
 multi-node cluster, as for any ``torch.distributed.checkpoint`` user).
 
@@ -25,14 +24,14 @@ from typing import Any
 
 import torch
 
-from .checkpoint import TrainState, checkpoint_dir, pack, shard_manifest, sharded_dir_name
+from .checkpoint import TrainState, check_shards, checkpoint_dir, pack, shard_manifest, sharded_dir_name
 
 
 def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[str, Any] | None, rank: int) -> bytes | None:
     """Collective: every rank writes its shards; rank 0 returns the metadata file's bytes (others None)."""
     import torch.distributed as dist
 
-    from .sharding import save_sharded
+    from .sharding import save_sharded  # (looked up at the call: tests/train/test_checkpoint_content.py patches it)
 
     if ctx.transaction.open:
         raise RuntimeError(f"checkpoint inside the open transaction of step {ctx.transaction.step}")
@@ -64,14 +63,8 @@ def restore_sharded_state(ctx, run_dir: str | Path, state: TrainState) -> None:
     from .sharding import load_sharded
 
     path = checkpoint_dir(run_dir) / state.sharded
-    if not (path / ".metadata").is_file():
-        raise ValueError(f"checkpoint of step {state.step}: its shard directory {str(path)!r} is missing or "
-                         f"incomplete")
-    for name, (size, _) in (state.shards or {}).items():  # the sha256: latest_checkpoint, before the restore
-        f = path / name
-        if not f.is_file() or f.stat().st_size != size:
-            raise ValueError(f"checkpoint of step {state.step}: shard file {str(f)!r} is missing or not the size "
-                             f"it was written with")
+    # (the sha256: latest_checkpoint, before the restore)
+    check_shards(path, state.shards or {}, f"checkpoint of step {state.step}", digests=False)
     load_sharded(ctx, path)
     if ctx.ema is not None:
         ctx.ema.num_updates = state.ema_updates

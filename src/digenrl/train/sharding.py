@@ -26,10 +26,15 @@ shards; resumable) and ``export_consolidated`` (one full safetensors file writte
 
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
 import torch
+
+from digenrl.train.context import attach_copies, make_optimizer
+from digenrl.train.transaction import GradientTransaction
 
 
 def block_lists(policy) -> list[torch.nn.ModuleList]:
@@ -87,10 +92,6 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
     """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version).
     ``replica_group`` (hybrid sharding): the ranks holding the same shards in the other shard groups, over
     which the commit sums the gradient shards (``GradientTransaction._all_reduce``)."""
-    from digenrl.train.context import make_optimizer
-    from digenrl.train.ema import make_ema
-    from digenrl.train.transaction import GradientTransaction
-
     cfg = ctx.cfg
     device_type = next(ctx.policy.parameters()).device.type
     prec = getattr(ctx.policy, "precision", None)
@@ -105,22 +106,12 @@ def shard_context(ctx, group=None, replica_group=None) -> None:
                                           version=old.version, process_group=group, precision=old.precision)
     ctx.transaction.sharded = True
     ctx.transaction.replica_group = replica_group
-    if ctx.ema is not None:
-        ctx.ema = make_ema(ctx.policy, cfg.train)  # every key of the EMA (decay, every, warmup, updates)
-    from digenrl.train.nft_old import attach
-
-    attach(ctx.policy, cfg.train)  # DiffusionNFT's old copy of the shards (train.nft_old_policy=soft)
-    from digenrl.train.old_logprob import attach as attach_step_start
-
-    attach_step_start(ctx.policy, cfg.train, ctx.transaction.version)  # recompute's step-start copy of the shards
+    attach_copies(ctx)  # the EMA, DiffusionNFT's old copy and recompute's step-start copy, of the shards
 
 
 def _sharded_reference(policy, ref_policy, mesh, prec, cpu_offload=False):
     """The full fine-tuning KL reference as its own frozen FSDP module (1/N of the initial weights per rank):
     a deep copy of the trainable root holding the build-time snapshot; its forward is a collective too."""
-    import copy
-    from contextlib import contextmanager
-
     if ref_policy is not policy and not hasattr(ref_policy, "policy"):  # a separate frozen copy (tiny DiT)
         shard_policy(ref_policy, mesh, prec, cpu_offload)
         return ref_policy
@@ -187,8 +178,10 @@ def _dcp_state(ctx) -> dict:
     state = {"model": get_model_state_dict(root), "optim": get_optimizer_state_dict(root, ctx.optimizer)}
     if ctx.ema is not None:
         state["ema"] = dict(ctx.ema.shadow)
+    state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
     if getattr(ctx.policy, "nft_old", None) is not None:  # DiffusionNFT's old copy (train.nft_old)
         state["nft_old"] = dict(ctx.policy.nft_old.shadow)
+        state["meta"]["nft_old_commits"] = torch.tensor(ctx.policy.nft_old.commits)
     return state
 
 
@@ -196,11 +189,7 @@ def save_sharded(ctx, path: str | Path) -> None:
     """Every rank writes its shards of weights, AdamW state and EMA (``torch.distributed.checkpoint``)."""
     import torch.distributed.checkpoint as dcp
 
-    state = _dcp_state(ctx)
-    state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
-    if "nft_old" in state:
-        state["meta"]["nft_old_commits"] = torch.tensor(ctx.policy.nft_old.commits)
-    dcp.save(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
+    dcp.save(_dcp_state(ctx), checkpoint_id=str(path), process_group=ctx.transaction.process_group)
 
 
 def load_sharded(ctx, path: str | Path) -> None:
@@ -208,19 +197,12 @@ def load_sharded(ctx, path: str | Path) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-    state = _dcp_state(ctx)
-    state["meta"] = {"version": torch.tensor(0)}
-    if "nft_old" in state:
-        state["meta"]["nft_old_commits"] = torch.tensor(0)
+    state = _dcp_state(ctx)  # (the meta's values are placeholders: loaded in place like every tensor)
     dcp.load(state, checkpoint_id=str(path), process_group=ctx.transaction.process_group)
     root = sharded_root(ctx.policy)
     set_model_state_dict(root, state["model"])
     set_optimizer_state_dict(root, ctx.optimizer, state["optim"])
-    if ctx.ema is not None:
-        with torch.no_grad():
-            for k, v in state["ema"].items():
-                ctx.ema.shadow[k].copy_(v)
-    if "nft_old" in state:  # loaded in place into the old copy's shards
+    if "nft_old" in state:  # (the EMA's and the old copy's shards are loaded in place)
         ctx.policy.nft_old.commits = int(state["meta"]["nft_old_commits"])
     ctx.transaction.version = int(state["meta"]["version"])
 

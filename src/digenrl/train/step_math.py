@@ -1,5 +1,6 @@
-"""A step's work on the workers: generating (and scoring) trajectories, the advantages of complete groups, and
-which trajectories count in a round's mean (``kept_count``; which of them a round trains: ``train.sample_masks``)."""
+"""A step's work on the workers: generating (and scoring) trajectories, the advantages of complete groups, which
+trajectories count in a round's mean (``kept_count``; which of them a round trains: ``train.sample_masks``) and
+which cells a rank runs when a filter or mask leaves none (``kept_cells``)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,14 @@ def kept_count(advantages: torch.Tensor, filter_zero_advantage: bool, keep: torc
     if keep is not None:  # train.best_of_n may restrict it without the filter
         return int(keep.sum())
     return int(nonzero(advantages).sum()) if filter_zero_advantage else len(advantages)
+
+
+def kept_cells(cells: Sequence[tuple[int, int]], keep: Sequence[bool], collective: bool,
+               weight: float = 1.0) -> tuple[list, float]:
+    """The ``cells`` where ``keep``, with ``weight``; none: [] (nothing to run), or on a sharded pool
+    (``collective``: its forward and backward all-gather the blocks with the shard group's other ranks) the first
+    cell with weight 0, which joins every collective of the chunk and adds exactly 0 instead of leaving the others
+    waiting in the all-gather until ``runtime.collective_timeout_s`` (``chunk_loss``, ``loss_scale``,
+    ``sample_masks.masked_cells``)."""
+    mine = [c for c, k in zip(cells, keep, strict=True) if k]
+    return (list(cells[:1]), 0.0) if collective and not mine else (mine, weight)

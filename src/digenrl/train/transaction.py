@@ -142,7 +142,8 @@ class GradientTransaction:
         norm = float("nan")
         if finite:  # clip (max_norm inf: measure only); the total norm is the same on every rank
             limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
-            norm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, limit)))
+            norm = torch.nn.utils.clip_grad_norm_(self.params, limit)
+            norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # (FSDP: a DTensor)
             bad = None if math.isfinite(norm) else f"gradient norm is {norm}"
             if loss is not None and not math.isfinite(loss):
                 bad = f"loss is {loss}" + (f" and {bad}" if bad else "")
@@ -182,8 +183,3 @@ class GradientTransaction:
                 p.grad = torch.zeros_like(p)
             t = p.grad if sums is None else sums[i]
             dist.all_reduce(t.to_local() if hasattr(t, "to_local") else t, op=dist.ReduceOp.SUM, group=group)
-
-
-def _full(t):
-    """A DTensor (FSDP total norm) as a plain tensor."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
