@@ -89,7 +89,7 @@ class StopRequest:
 
 
 def _descendants() -> list[int]:
-    """Pids of every live descendant of this process (psutil: a dependency of peft, hence always installed)."""
+    """Pids of every live descendant of this process (psutil, a dependency in pyproject.toml)."""
     import psutil
 
     return [p.pid for p in psutil.Process().children(recursive=True)]
