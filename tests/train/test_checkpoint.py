@@ -106,6 +106,28 @@ def test_roundtrip_restores_weights_optimizer_ema_version(tmp_path):
         assert torch.equal(ctx.ema.shadow[k], fresh.ema.shadow[k]), k
 
 
+def test_fp16_loss_scale_is_resumed(tmp_path):
+    """fp16's dynamic loss scale S, its good-commit count and its skip count come back as they were at the
+    checkpoint (before, a resumed run restarted at tuning.loss_scale_init: a different S, so different fp16
+    gradients than the uninterrupted run's)."""
+    from digenrl.train.context import build_context
+
+    cfg = load_config(None, [f"run_dir={tmp_path}", "train.mixed_precision=fp16", "train.prompts_per_step=2",
+                             "train.generations=4", "sampler.num_steps=4"])
+    ctx = build_context(cfg)
+    prec = ctx.transaction.precision
+    for finite in (False, True, True, False, True):  # a history: S = 65536 / 2 / 2, 1 good commit since, 2 skips
+        prec.update(finite)
+    path = ckpt.write_checkpoint(tmp_path, 1, ckpt.pack_train_state(ctx, step=1), keep=1)
+    fresh = build_context(cfg)
+    assert fresh.transaction.precision.scale == 65536.0
+    _resumed(fresh, path)
+    got = fresh.transaction.precision
+    assert (got.scale, got.skipped) == (65536.0 / 4, 2)
+    got.update(True)  # growth_interval later, not sooner: the good-commit count came back too
+    assert got._good_steps == 2 == prec._good_steps + 1
+
+
 @pytest.fixture(scope="module")
 def sd3_lora(tmp_path_factory) -> list[str]:
     """Overrides of a tiny SD3 LoRA run (random model, prompt cache, no text encoders)."""

@@ -118,7 +118,7 @@ def sharded_saved(tmp_path, monkeypatch):
     monkeypatch.setattr(dist, "barrier", lambda **kw: None)
     monkeypatch.setattr(sharding, "save_sharded",
                         lambda ctx, path: dcp.save({"w": torch.randn(256)}, checkpoint_id=str(path), no_dist=True))
-    tx = SimpleNamespace(open=False, process_group=None, version=0)
+    tx = SimpleNamespace(open=False, process_group=None, version=0, precision=None)
     ctx = SimpleNamespace(transaction=tx, cfg=load_config(None, [f"run_dir={tmp_path}"]), ema=None)
     for step in (1, 2):
         tx.version = step

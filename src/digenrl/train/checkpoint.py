@@ -7,6 +7,8 @@ so the state after commit k is exactly:
 * the optimizer state (AdamW moments and step counts, param groups),
 * the EMA shadow (``train.ema_decay``), the step / policy-version counters,
 * DiffusionNFT's old copy and its optimizer-step count (``train.nft_old_policy=soft``, ``train.nft_old``),
+* fp16's dynamic loss scale and its counters (``train.mixed_precision=fp16``; an older checkpoint without it
+  resumes at ``tuning.loss_scale_init``),
 * torch's global RNG state (CPU and CUDA; nothing in the step math draws from it today, but dropout would),
 * run counters (wall time, samples, eval rewards) so the summary of a resumed run covers the whole run,
 * the config, and the hash of its math-relevant part (``resume_config.math_config``).
@@ -83,6 +85,7 @@ class TrainState:
     shards: dict[str, list] | None = None  # sharded run: {file in that directory: [size, sha256 hex]}
     nft_old: dict[str, torch.Tensor] | None = None  # DiffusionNFT's old copy (train.nft_old_policy=soft)
     nft_old_commits: int = 0  # optimizer steps it has seen (its decay d_n depends on them)
+    loss_scale: dict[str, Any] | None = None  # fp16: the dynamic loss scale (``Precision.state_dict``)
 
 
 logger = logging.getLogger(__name__)
@@ -102,8 +105,20 @@ def capture(ctx, *, step: int, counters: dict[str, Any] | None = None) -> TrainS
         step=step, version=ctx.transaction.version, model=dict(ctx.policy.trainable_state_dict()),
         optimizer=ctx.optimizer.state_dict(), ema=dict(ctx.ema.shadow) if ctx.ema is not None else None,
         rng=rng, config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
-        ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0,
+        ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0, loss_scale=loss_scale_of(ctx),
         **({} if old is None else dict(zip(("nft_old", "nft_old_commits"), old.state()))))
+
+
+def loss_scale_of(ctx) -> dict[str, Any] | None:
+    """fp16's loss scale, S and its counters (None without fp16): a resumed run goes on with the S it had."""
+    p = ctx.transaction.precision
+    return None if p is None else p.state_dict()
+
+
+def restore_loss_scale(ctx, state: TrainState) -> None:
+    """Give a resumed fp16 run its checkpoint's loss scale (a checkpoint without one: ``tuning.loss_scale_init``)."""
+    if ctx.transaction.precision is not None and state.loss_scale is not None:
+        ctx.transaction.precision.load_state_dict(state.loss_scale)
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -126,7 +141,7 @@ def pack(state: TrainState) -> bytes:
             "param_groups": state.optimizer["param_groups"], "optim_plain": opt_plain,
             "has_ema": state.ema is not None, "ema_updates": state.ema_updates, "model_keys": list(state.model),
             "sharded": state.sharded, "shard_sha256": state.shards, "has_nft_old": state.nft_old is not None,
-            "nft_old_commits": state.nft_old_commits}
+            "nft_old_commits": state.nft_old_commits, "loss_scale": state.loss_scale}
     return _with_content_hash(save(tensors, metadata={META_KEY: json.dumps(meta, default=float)}))
 
 
@@ -219,7 +234,7 @@ def _parse(metadata: dict, tensors: dict[str, torch.Tensor], where: str) -> Trai
                       optimizer=optimizer, ema=ema, rng=rng, config=meta["config"], counters=meta["counters"],
                       ema_updates=int(meta.get("ema_updates", 0)), sharded=meta.get("sharded"),
                       shards=meta.get("shard_sha256"), nft_old=old if meta.get("has_nft_old") else None,
-                      nft_old_commits=int(meta.get("nft_old_commits", 0)))
+                      nft_old_commits=int(meta.get("nft_old_commits", 0)), loss_scale=meta.get("loss_scale"))
 
 
 def _like(saved: Any, live: Any) -> Any:
@@ -250,6 +265,7 @@ def restore_train_state(ctx, state: TrainState) -> None:
         if state.nft_old is None:
             raise ValueError("checkpoint has no DiffusionNFT old policy but train.nft_old_policy is soft")
         old.load(state.nft_old, state.nft_old_commits)
+    restore_loss_scale(ctx, state)
     ctx.transaction.version = state.version
     torch.set_rng_state(state.rng["torch_cpu"])
     cuda = [state.rng[k] for k in sorted(state.rng) if k.startswith("torch_cuda_")]

@@ -56,6 +56,13 @@ class Precision:
     _good_steps: int = 0
     skipped: int = 0  # commits whose update was dropped (non-finite gradients)
 
+    def state_dict(self) -> dict:
+        """fp16's dynamic loss scale as a checkpoint keeps it: S, the good commits since S last changed, the skips."""
+        return {"scale": self.scale, "good_steps": self._good_steps, "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale, self._good_steps, self.skipped = float(state["scale"]), int(state["good_steps"]), int(state["skipped"])
+
     @property
     def dtype(self) -> torch.dtype | None:
         return DTYPES.get(self.mode)

@@ -13,7 +13,7 @@ multi-node cluster, as for any ``torch.distributed.checkpoint`` user).
 
 Restoring (``restore_sharded_state``): every rank of a freshly sharded context loads its shards back in place
 (``load_sharded``: the mesh may be the same size only; a resume with another ``runtime.trainers`` is refused
-before anything starts, ``resume_config.check_resume_config``), then the version, EMA update count and RNG.
+before anything starts, ``resume_config.check_resume_config``), then the version, EMA update count, fp16 loss scale and RNG.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from .checkpoint import TrainState, check_shards, checkpoint_dir, pack, shard_manifest, sharded_dir_name
+from .checkpoint import (TrainState, check_shards, checkpoint_dir, loss_scale_of, pack, restore_loss_scale,
+                         shard_manifest, sharded_dir_name)
 
 
 def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[str, Any] | None, rank: int) -> bytes | None:
@@ -54,7 +55,7 @@ def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[st
                        optimizer={"state": {}, "param_groups": []}, ema=None, rng={"torch_cpu": torch.get_rng_state()},
                        config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
                        ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0, sharded=final.name,
-                       shards=shards)
+                       shards=shards, loss_scale=loss_scale_of(ctx))
     return pack(state)
 
 
@@ -68,5 +69,6 @@ def restore_sharded_state(ctx, run_dir: str | Path, state: TrainState) -> None:
     load_sharded(ctx, path)
     if ctx.ema is not None:
         ctx.ema.num_updates = state.ema_updates
+    restore_loss_scale(ctx, state)
     ctx.transaction.version = state.version
     torch.set_rng_state(state.rng["torch_cpu"])
