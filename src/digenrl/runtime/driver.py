@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 
 from digenrl.config import Config
@@ -30,7 +31,7 @@ from digenrl.control.loop import run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
 from digenrl.faults import find_deterministic, find_halted
-from digenrl.observe.progress import eval_text, nothing as _nothing, phase
+from digenrl.observe.progress import eval_text, phase
 from digenrl.runtime.run_dir import RunStart
 from digenrl.runtime.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
 from digenrl.schedule import Scheduler, StepStats
@@ -61,8 +62,6 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
     ``start``: fresh, overwrite or resume (``runtime.run_dir.run_start``); ``stop``: the CLI's
     ``StopRequest`` (Ray: its signal handler raises ``Interrupted`` in this thread; in-process: polled at each
     step boundary); ``ray``: ``uses_ray``."""
-    from contextlib import nullcontext
-
     run = plan_run(cfg)  # config errors before anything is written or started
     ray = uses_ray(run, ray)
     if not ray and run.hooks is not None and run.hooks.fails and run.hooks.kind != "raise":
@@ -70,13 +69,9 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
 
         raise ConfigError(f"DIGENRL_TEST_HOOKS: inject_failure ':{run.hooks.kind}' ends or stops the worker's process, which "
                           "in-process is the run itself; use it on Ray (digenrl train --ray, or a Ray mode)")
-    if ray:
-        from .cluster import ray_session
+    from .cluster import ray_session
 
-        session = ray_session(run)  # placement errors too
-    else:
-        session = nullcontext()
-    with session:
+    with ray_session(run) if ray else nullcontext():  # placement errors too
         out = RunOutputs(cfg, start)
         try:
             return _Controller(run, out, start, stop, local=not ray).train()
@@ -183,7 +178,7 @@ class _Controller:
             if not self.recoveries:
                 self.clock.reset()
         timing = f"calibration: timing each operation on the workers ({cfg.runtime.calibration.repeats} repeats)"
-        with phase(cfg, timing) if measures(self.run) else _nothing():
+        with phase(cfg, timing) if measures(self.run) else nullcontext():
             cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.runtime.bts_config(), first_step=self.first)

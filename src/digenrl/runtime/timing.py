@@ -1,7 +1,7 @@
 """Worker-side timing of the operations of ``schedule.cost`` with the code the workers run: the mean of ``repeats``
 after one warm-up (a step's time is a sum of op times, so its expectation is the sum of the means; op times on a
 shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15% optimistic per op), the
-sizes of an op timed round-robin (``_mean_times``). ``calibrate`` drives ``Calibration`` one timed execution per
+sizes of an op timed round-robin (``calibrate._Stream``). ``calibrate`` drives ``Calibration`` one timed execution per
 actor call, so that no call does more than about one action's work and each gets the watchdog's deadline
 (``deadlines.calibration_deadline``). The ops:
 
@@ -18,7 +18,6 @@ gradients are reduce-scattered inside each chunk's backward, which ``train`` alr
 from __future__ import annotations
 
 import pickle
-import statistics
 import time
 
 
@@ -32,20 +31,6 @@ def _timed(fn) -> float:
     fn()
     sync()
     return time.perf_counter() - t0
-
-
-def _mean_times(fns: dict, repeats: int) -> dict:
-    """Mean seconds of each callable (keyed alike in the result), timed round-robin (one warm-up each, then
-    ``repeats`` rounds over all of them in a fixed order): a change of the machine's speed during the measurement
-    then shifts every size alike instead of bending the curve over sizes. Every rank of a sharded pool calls them
-    in the same order."""
-    for fn in fns.values():
-        fn()
-    ts: dict = {k: [] for k in fns}
-    for _ in range(max(1, repeats)):
-        for k, fn in fns.items():
-            ts[k].append(_timed(fn))
-    return {k: statistics.fmean(v) for k, v in ts.items()}
 
 
 def _probe_prompt(worker):
@@ -184,26 +169,6 @@ class Calibration:
         if ctx is not None:
             ctx.optimizer.zero_grad(set_to_none=True)
         self.fns, self.blocks = {}, []
-
-
-def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
-    """size -> {sample, decode, reward, transfer} seconds for one fragment of that many generations, in one
-    call (``benchmarks/op_jitter.py``; a run calibrates through ``Calibration``)."""
-    fns = generation_ops(worker, policy, sizes)
-    for size in sizes:  # the decoded sample the other phases start from
-        fns[("generate", size, "sample")]()
-    return measured(_mean_times(fns, repeats))["generate"]
-
-
-def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
-    """{"train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s} on a trainer rank, in one call
-    (``benchmarks/op_jitter.py``)."""
-    train, tail = training_ops(worker, cell_sizes)
-    means = {**_mean_times(train, repeats), **_mean_times(tail, repeats)}
-    worker.ctx.optimizer.zero_grad(set_to_none=True)
-    out = measured(means)
-    del out["generate"]
-    return out
 
 
 def measured(times: dict) -> dict:

@@ -306,12 +306,16 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         return step
 
     # ---- publishing, eval, checkpoints -----------------------------------------------------------------
+    def _publish_start(self, version: int) -> float:
+        """The start stamp of a publish of ``version``, which must be the weights' version."""
+        if version != self.tx.version:
+            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        return time.monotonic()
+
     @collective_action
     def publish(self, version: int):
         """Rank 0: (the object-store payload of ``version``, TimedResult)."""
-        t0 = time.monotonic()
-        if version != self.tx.version:
-            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
             state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
         if self._gsize > 1 and self.rank != 0:  # (rank 0's group: a collective gather, or a lane's followers)
@@ -320,9 +324,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
 
     @collective_action
     def publish_broadcast(self, version: int) -> TimedResult:
-        t0 = time.monotonic()
-        if version != self.tx.version:
-            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # (unsharded: views of the parameters, sent inside the block)
             state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
             if self.rank == 0:
@@ -333,9 +335,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     def publish_stream(self, version: int) -> TimedResult:
         """A sender (``publish.stream_send``): start the asynchronous sends of its shards of ``version`` and
         return; the rank goes on with its next call while they drain."""
-        t0 = time.monotonic()
-        if version != self.tx.version:
-            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        t0 = self._publish_start(version)
         self._finish_sends()
         if self._stream is not None:
             with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
