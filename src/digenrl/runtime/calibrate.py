@@ -2,8 +2,8 @@
 
 Every op of ``schedule.cost`` is timed inside the actors of the configured pools (``timing``), so threads,
 placement and the Ray call overhead are those of a run; one generator and the trainer ranks measure at the
-same time, as they work in a pipelined step (``calibrate(concurrent=False)`` measures them one after the
-other). Each op gets one actor-call round trip added (``transfer``, ``train_chunk``, ``optimizer``,
+same time, as they work in a pipelined step (on a shared CPU node they slow each other down; on separate GPUs
+it changes nothing). Each op gets one actor-call round trip added (``transfer``, ``train_chunk``, ``optimizer``,
 ``publish``); ``tag_switch`` = 0 (no inference copy to build without FSDP).
 
 The dict is the ``digenrl-profile`` schema of ``digenrl.control.profile`` (``profile_dict``, written by
@@ -60,16 +60,10 @@ def plan_sizes(plan) -> tuple[list[int], list[int]]:
 
 
 def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
-              cell_sizes: list[int] | None = None, trainer_generation: bool | None = None,
-              concurrent: bool = True) -> dict:
-    """Measure the ops on the live workers.
-
-    ``concurrent``: one generator and every trainer rank measure at the same time, as the pools work in a
-    pipelined step (on a shared CPU node they slow each other down; on separate GPUs it changes nothing);
-    else the generator first, then the trainer ranks (together: their all-reduce is a collective). Each call
-    times one execution of one op (``timing.Calibration``) under ``deadlines.calibration_deadline``, so a
-    stalled worker is a ``WorkerFailure`` naming it within that, whatever the number of sizes and repeats.
-    """
+              cell_sizes: list[int] | None = None, trainer_generation: bool | None = None) -> dict:
+    """Measure the ops on the live workers (one generator and every trainer rank at once). Each call times one
+    execution of one op (``timing.Calibration``) under ``deadlines.calibration_deadline``, so a stalled worker
+    is a ``WorkerFailure`` naming it within that, whatever the number of sizes and repeats."""
     from .deadlines import calibration_deadline, call_deadline, remote_reward_wait
 
     plan = run.plan
@@ -98,7 +92,7 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
         echo = ray.remote(num_cpus=0)(_EchoActor).remote()  # started (a worker process), ready before any timing
         pools.get_named({"echo": echo.ping.remote()}, "profiling", ping_s)
     try:
-        overhead = max(overhead, _run_streams(pools, streams, concurrent, echo))
+        overhead = max(overhead, _run_streams(pools, streams, echo))
     finally:
         if echo is not None:
             ray.kill(echo)
@@ -171,30 +165,22 @@ class _Stream:
         return measured({k: statistics.fmean(v) for k, v in self.times.items()})
 
 
-def _run_streams(pools, streams: list, concurrent: bool, echo, limit: int = 200, interval_s: float = 0.1) -> float:
-    """Drive the pools' ``_Stream`` s to their ends, all at once (``concurrent``) or one after the other, and
-    meanwhile (Ray; ``echo`` None in-process, where the calls run one after the other in this thread) time round
+def _run_streams(pools, streams: list, echo, limit: int = 200, interval_s: float = 0.1) -> float:
+    """Drive the pools' ``_Stream`` s to their ends, all at once, and meanwhile (Ray; ``echo`` None in-process, where the calls run one after the other in this thread) time round
     trips of an empty call to ``echo`` (a ready zero-CPU actor standing in for the next worker to be called),
     every ``interval_s``, at most ``limit``; returns their median (0 without a sample).
     In a run the controller dispatches while the workers compute, and on a node whose cores they occupy that
     costs far more than an idle round trip (on the 2-core CPU benchmark machine: 4-6 ms between a worker's
     actions against a 0.6 ms idle ping); pinging every 10 ms loaded the two cores enough to make the timed
     denoise steps 20-40% slower than in a run, hence the interval."""
-    queue = list(streams)
-    active = [queue.pop(0) for _ in range(len(queue) if concurrent else 1)]
+    active = list(streams)
     for s in active:
         s.launch()
     samples, last = [], time.monotonic()
     while active:
         pools.wait([r for s in active for r in s.refs.values()], 1, interval_s)
         now = time.monotonic()
-        for s in list(active):
-            if s.poll(now):
-                active.remove(s)
-                if queue:
-                    nxt = queue.pop(0)
-                    nxt.launch()
-                    active.append(nxt)
+        active = [s for s in active if not s.poll(now)]
         if echo is not None and active and len(samples) < limit and now - last >= interval_s:
             import ray
 
