@@ -134,14 +134,6 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
                          mine(setup.sequence_groups))
 
 
-def broadcast_send(state: dict, group) -> None:
-    """Rank 0 side of a broadcast publish of the full trainable ``state``."""
-    import torch.distributed as dist
-
-    for name in sorted(state):
-        dist.broadcast(state[name].detach().contiguous(), src=0, group=group)
-
-
 def _receive_like(policy, layout: dict | None) -> dict:
     """name -> (shape, dtype, device) of the tensors a publish sends: the policy's trainable ones, or ``layout``
     (name -> (shape, dtype): a generator whose inference copy holds them in another dtype,
@@ -152,21 +144,6 @@ def _receive_like(policy, layout: dict | None) -> dict:
     return {n: (tuple(shape), dtype, like[n].device) for n, (shape, dtype) in layout.items()}
 
 
-def broadcast_receive(policy, group, layout: dict | None = None) -> dict:
-    """Generator side: receive a full trainable state into fresh buffers (the live weights are untouched)."""
-    import torch
-    import torch.distributed as dist
-
-    like = _receive_like(policy, layout)
-    out = {}
-    for name in sorted(like):
-        shape, dtype, device = like[name]
-        buf = torch.empty(shape, dtype=dtype, device=device)
-        dist.broadcast(buf, src=0, group=group)
-        out[name] = buf
-    return out
-
-
 def local_state(state: dict) -> dict:
     """Copies of this rank's own part of ``state`` (a DTensor's local shard, a plain tensor whole): what a
     sender streams. Copies, so that the sends never read weights that a later commit or swap changes."""
@@ -174,11 +151,12 @@ def local_state(state: dict) -> dict:
 
 
 def stream_send(state: dict, src: int, group) -> list:
-    """A sender's side of a stream publish: one asynchronous broadcast per tensor (sorted by name) from world
-    rank ``src`` over its stream group; the works, to ``wait`` on before the next commit or publish."""
+    """A sender's side of a publish: one asynchronous broadcast per tensor (sorted by name) from world rank
+    ``src`` over its group (a stream's; a broadcast publish's, from rank 0, waited for at once); the works, to
+    ``wait`` on before the next commit or publish."""
     import torch.distributed as dist
 
-    return [dist.broadcast(state[name].contiguous(), src=src, group=group, async_op=True) for name in sorted(state)]
+    return [dist.broadcast(state[name].detach().contiguous(), src=src, group=group, async_op=True) for name in sorted(state)]
 
 
 def shard_shape(shape, senders: int, index: int) -> tuple[int, ...]:
@@ -196,7 +174,8 @@ def shard_shape(shape, senders: int, index: int) -> tuple[int, ...]:
 
 def stream_receive(policy, streams: Sequence[tuple[int, object]], layout: dict | None = None) -> dict:
     """Generator side: receive every sender's shards into fresh buffers (all at once, asynchronously) and join
-    them along dim 0 into the full trainable state (the live weights are untouched)."""
+    them along dim 0 into the full trainable state (the live weights are untouched); a broadcast publish is
+    the case of one sender, rank 0, sending the whole state."""
     import torch
     import torch.distributed as dist
 

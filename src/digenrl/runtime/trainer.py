@@ -46,7 +46,7 @@ from digenrl.train.old_logprob import sync_step_start
 
 from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
-from .publish import broadcast_send, init_groups, local_state, state_copy, stream_send
+from .publish import init_groups, local_state, state_copy, stream_send
 from .trainer_state import TrainerState
 from .worker_base import WorkerBase, fetch
 from digenrl.train.sequence_parallel import lane_role
@@ -327,8 +327,8 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # (unsharded: views of the parameters, sent inside the block)
             state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
-            if self.rank == 0:
-                broadcast_send(state, self._publish_group)
+            for w in stream_send(state, 0, self._publish_group) if self.rank == 0 else ():
+                w.wait()
         return TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
     @collective_action
