@@ -211,8 +211,9 @@ def _publish_initial(pools: WorkerPools, version: int, timeout_s: float | None =
 
 def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = None) -> None:
     """One torch.distributed world: the trainer ranks 0..N_t-1, and where the publish is a collective with the
-    generators (broadcast, stream) or the generators are sequence-parallel the generator ranks N_t..N_t+N_g-1; the stream path's senders are the ranks of
-    ``rank0_group`` (rank 0, or rank 0's shard group), one group (sender, generators) each."""
+    generators (broadcast, stream) or the generators are sequence-parallel the generator ranks N_t..N_t+N_g-1; one
+    group (sender, generators) per sender of the publish: rank 0 (broadcast), or the ranks of ``rank0_group``
+    (stream: rank 0, or rank 0's shard group)."""
     n_t, n_g = len(run.trainer_ids), len(run.generator_ids)
     broadcast = pools.publish in ("broadcast", "stream")
     gen_sp = run.gen_groups is not None  # sequence-parallel generators: their ranks share groups
@@ -224,10 +225,9 @@ def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = Non
     world = n_t + (n_g if broadcast or gen_sp else 0)
     trainer_ranks = tuple(range(n_t))
     gens = tuple(range(n_t, n_t + n_g))
-    publish_ranks = (0,) + gens if pools.publish == "broadcast" and n_g else ()
     fsdp = run.cfg.train.sharding == "fsdp"  # (a sequence-parallel group's ranks hold the same whole weights)
-    senders = [run.trainer_ids.index(w) for w in pools.rank0_group] if fsdp else [0]
-    streams = tuple((s,) + gens for s in senders) if pools.publish == "stream" and n_g else ()
+    senders = [run.trainer_ids.index(w) for w in pools.rank0_group] if fsdp and pools.publish == "stream" else [0]
+    streams = tuple((s,) + gens for s in senders) if broadcast and n_g else ()
     shard_size = n_t // run.cfg.train.shard_groups if fsdp and run.cfg.train.shard_groups > 1 else 0
     d, dg = run.sequence_parallel, run.cfg.runtime.generator_sequence_parallel.degree
     sequence = tuple(tuple(range(i, i + d)) for i in range(0, n_t, d)) if d > 1 else ()  # the trainers' lanes
@@ -235,7 +235,7 @@ def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = Non
         sequence += tuple(tuple(range(n_t + i, n_t + i + dg)) for i in range(0, n_g, dg))
     ranks = enumerate(run.trainer_ids + (run.generator_ids if broadcast or gen_sp else ()))  # generators: N_t..
     refs = {w: pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
-                                                     publish_ranks, shard_size, streams, sequence)) for i, w in ranks}
+                                                     shard_size, streams, sequence)) for i, w in ranks}
     pools.get_named(refs, "process-group run", timeout_s)
 
 

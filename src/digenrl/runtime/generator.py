@@ -54,7 +54,7 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
 
     def setup_dist(self, spec) -> bool:
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
-        self._senders = groups.streams or (((0, groups.publish),) if groups.publish is not None else ())
+        self._senders = groups.streams
         if groups.sequence is not None:
             from digenrl.models.sequence_parallel import enable_sequence_parallel
 

@@ -61,9 +61,9 @@ class GroupSpec:
     world: int
     rank: int
     trainer_ranks: tuple[int, ...]
-    publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
     shard_size: int = 0           # ranks per shard group under hybrid sharding (train.shard_groups > 1), else 0
-    stream_ranks: tuple[tuple[int, ...], ...] = ()  # stream mode: per sender, (sender, generator ranks...)
+    stream_ranks: tuple[tuple[int, ...], ...] = ()  # per sender of a broadcast / stream publish: (sender,
+    # generator ranks...)
     sequence_groups: tuple[tuple[int, ...], ...] = ()  # the sequence-parallel groups: the trainers' lanes
     # (train.sequence_parallel) and the generators' (runtime.generator_sequence_parallel), in this order
 
@@ -71,16 +71,14 @@ class GroupSpec:
 class ProcessGroups(NamedTuple):
     """The groups a worker takes part in (None: the default world, or not a member).
 
-    trainer: every trainer rank (the unsharded commit's all-reduce); publish: rank 0 and the generators
-    (broadcast publish); shard: the worker's shard group (FSDP's mesh; the trainer group without hybrid
-    sharding); replica: the ranks holding the same shard in every shard group (hybrid sharding's commit
-    all-reduce), None without hybrid sharding; streams: (sender rank, group) of each stream group the worker
-    is in (stream publish: a sender's own; a generator's, one per sender in sender order); sequence: the
-    worker's sequence-parallel group (a trainer lane or a generator's ranks, which split each sequence), None
-    without."""
+    trainer: every trainer rank (the unsharded commit's all-reduce); shard: the worker's shard group (FSDP's
+    mesh; the trainer group without hybrid sharding); replica: the ranks holding the same shard in every shard
+    group (hybrid sharding's commit all-reduce), None without hybrid sharding; streams: (sender rank, group) of
+    each publish group the worker is in (a sender's own; a generator's, one per sender in sender order);
+    sequence: the worker's sequence-parallel group (a trainer lane or a generator's ranks, which split each
+    sequence), None without."""
 
     trainer: object = None
-    publish: object = None
     shard: object = None
     replica: object = None
     streams: tuple = ()
@@ -113,11 +111,8 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
                             rank=setup.rank, timeout=timeout)
-    trainer_group = publish_group = None
-    if setup.world > len(setup.trainer_ranks):  # the world holds the generators too
-        trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
-    if setup.publish_ranks:
-        publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
+    trainer_group = (dist.new_group(list(setup.trainer_ranks), timeout=timeout)  # the world holds the generators
+                     if setup.world > len(setup.trainer_ranks) else None)
 
     def mine(groups, default=None):
         """Create every one of ``groups`` (in order, on every process); the one holding this rank, else ``default``."""
@@ -130,7 +125,7 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     streams = tuple((ranks[0], pg) for ranks in setup.stream_ranks if (pg := mine([ranks])) is not None)
     hybrid = setup.shard_size and setup.shard_size < len(setup.trainer_ranks)
     shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size) if hybrid else ([], [])
-    return ProcessGroups(trainer_group, publish_group, mine(shards, trainer_group), mine(replicas), streams,
+    return ProcessGroups(trainer_group, mine(shards, trainer_group), mine(replicas), streams,
                          mine(setup.sequence_groups))
 
 
@@ -152,11 +147,12 @@ def local_state(state: dict) -> dict:
 
 def stream_send(state: dict, src: int, group) -> list:
     """A sender's side of a publish: one asynchronous broadcast per tensor (sorted by name) from world rank
-    ``src`` over its group (a stream's; a broadcast publish's, from rank 0, waited for at once); the works, to
-    ``wait`` on before the next commit or publish."""
+    ``src`` over its group (a broadcast publish waits for them at once); the works, to ``wait`` on before the
+    next commit or publish."""
     import torch.distributed as dist
 
-    return [dist.broadcast(state[name].detach().contiguous(), src=src, group=group, async_op=True) for name in sorted(state)]
+    return [dist.broadcast(state[name].detach().contiguous(), src=src, group=group, async_op=True)
+            for name in sorted(state)]
 
 
 def shard_shape(shape, senders: int, index: int) -> tuple[int, ...]:

@@ -74,8 +74,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
         self._plan = plan_run(self.cfg).plan
-        self._publish_group = None
-        self._stream = None   # stream publish: (this rank, its stream group) where it is a sender
+        self._stream = None   # broadcast / stream publish: (this rank, its group) where it is a sender
         self._sends: list = []  # the async sends of its last stream publish (waited for before the next)
         self._world = 1
         self._gsize, self._local = 1, 0  # ranks behind this rank's scheduler trainer, its index (``setup_dist``)
@@ -95,7 +94,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         import torch.distributed as dist
 
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
-        self._publish_group = groups.publish
         self._stream = groups.streams[0] if groups.streams else None
         self.tx.process_group = groups.trainer
         self._world = len(spec.trainer_ranks)
@@ -327,7 +325,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # (unsharded: views of the parameters, sent inside the block)
             state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
-            for w in stream_send(state, 0, self._publish_group) if self.rank == 0 else ():
+            for w in stream_send(state, *self._stream) if self._stream is not None else ():
                 w.wait()
         return TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
