@@ -160,9 +160,16 @@ class _Stream:
         return False
 
     def result(self) -> dict:
-        from .timing import measured
-
-        return measured({k: statistics.fmean(v) for k, v in self.times.items()})
+        """The measurement dicts ``build_profile`` takes, from the mean seconds of each op: {"generate": {size:
+        {phase: s}}, "train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s}."""
+        times = {k: statistics.fmean(v) for k, v in self.times.items()}
+        gen: dict = {}
+        for key, v in times.items():
+            if key[0] == "generate":
+                gen.setdefault(key[1], {})[key[2]] = v
+        return {"generate": gen, "train": {k[1]: v for k, v in times.items() if k[0] == "train"},
+                "allreduce": times.get(("allreduce",), 0.0), "optimizer": times.get(("optimizer",), 0.0),
+                "publish": times.get(("publish",), 0.0)}
 
 
 def _run_streams(pools, streams: list, echo, limit: int = 200, interval_s: float = 0.1) -> float:

@@ -138,8 +138,6 @@ class WorkerExecutor:
     def _by_group(self, work: list[Interval]) -> tuple[Interval, ...]:
         """The ranks' busy intervals as the scheduler's workers': a shard group is busy from its first rank's
         start to its last rank's end."""
-        if not self.run.grouped and self.run.gen_groups is None:
-            return tuple(work)
         out: dict[str, Interval] = {}
         for w in work:
             g = self._group_of.get(w.worker, w.worker)

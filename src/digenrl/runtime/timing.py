@@ -171,18 +171,6 @@ class Calibration:
         self.fns, self.blocks = {}, []
 
 
-def measured(times: dict) -> dict:
-    """The measurement dicts ``calibrate.build_profile`` takes, from {key: mean seconds} of one worker:
-    {"generate": {size: {phase: s}}, "train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s}."""
-    gen: dict = {}
-    for key, v in times.items():
-        if key[0] == "generate":
-            gen.setdefault(key[1], {})[key[2]] = v
-    return {"generate": gen, "train": {k[1]: v for k, v in times.items() if k[0] == "train"},
-            "allreduce": times.get(("allreduce",), 0.0), "optimizer": times.get(("optimizer",), 0.0),
-            "publish": times.get(("publish",), 0.0)}
-
-
 def _commit_work(worker, params):
     """A callable doing a commit's local work on copies of ``params`` (the live weights, gradients and optimizer
     state are untouched): clip the gradient norm, step a fresh optimizer of the run's class and settings, and
