@@ -73,10 +73,9 @@ class LocalPools(WorkerPools):
         return [r for r in refs if r.done], [r for r in refs if not r.done]
 
     def get(self, ref: LocalRef):
-        while not ref.done:  # (a get without a wait: its call and those before it run now)
-            if not self._queue:
-                raise RuntimeError("in-process pools: a ref of a call that was never made")
-            self._run(self._queue.popleft())
+        self.wait([ref], 1, None)  # (a get without a wait: its call and those before it run now)
+        if not ref.done:
+            raise RuntimeError("in-process pools: a ref of a call that was never made")
         if ref.call.error is not None:
             raise ref.call.error
         return _resolved(ref)
