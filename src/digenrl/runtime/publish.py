@@ -24,14 +24,6 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 
-def state_copy(policy) -> dict:
-    """The trainable state as CPU tensors (the object-store payload of a publish). Under FSDP the tensors are
-    shards and this gathers them: a collective, so every trainer rank must call it."""
-    from digenrl.train.sharding import full_trainable_state
-
-    return full_trainable_state(policy)
-
-
 class WeightInbox:
     """Staged weight versions of one generator (broadcast path), handed over between fragments."""
 

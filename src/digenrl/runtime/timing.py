@@ -131,10 +131,10 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
     tail[("optimizer",)] = lambda: commit_side()()
 
     def publish():
-        from .publish import state_copy
+        from digenrl.train.sharding import full_trainable_state
 
         commit_side()
-        state = pickle.loads(pickle.dumps(state_copy(policy), protocol=5))
+        state = pickle.loads(pickle.dumps(full_trainable_state(policy), protocol=5))
         if not worker.sharded:  # the load stands for the generator's (a sharded rank holds DTensor shards)
             policy.load_trainable_state_dict(state)
 

@@ -43,10 +43,11 @@ import time
 from digenrl.control.run_plan import grad_sum_fp64, plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
 from digenrl.train.old_logprob import sync_step_start
+from digenrl.train.sharding import full_trainable_state
 
 from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
-from .publish import init_groups, local_state, state_copy, stream_send
+from .publish import init_groups, local_state, stream_send
 from .trainer_state import TrainerState
 from .worker_base import WorkerBase, fetch
 from digenrl.train.sequence_parallel import lane_role
@@ -235,7 +236,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         use like a generator's, refreshed with one all-gather of the trainable state per version."""
         if self._copy_version != version:
             from digenrl.models.registry import build_policy
-            from digenrl.train.sharding import full_trainable_state
 
             with sampling_weights(self.policy):
                 state = full_trainable_state(self.policy)  # every rank of the group calls it (a collective)
@@ -315,7 +315,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         """Rank 0: (the object-store payload of ``version``, TimedResult)."""
         t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
-            state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
+            state = full_trainable_state(self.policy)  # CPU copies; a collective under FSDP (every rank gathers)
         if self._gsize > 1 and self.rank != 0:  # (rank 0's group: a collective gather, or a lane's followers)
             state = None
         return state, TimedResult(self.name, "publish", t0, time.monotonic(), version)
@@ -324,7 +324,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     def publish_broadcast(self, version: int) -> TimedResult:
         t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # (unsharded: views of the parameters, sent inside the block)
-            state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
+            state = full_trainable_state(self.policy) if self.sharded else self.policy.trainable_state_dict()
             for w in stream_send(state, *self._stream) if self._stream is not None else ():
                 w.wait()
         return TimedResult(self.name, "publish", t0, time.monotonic(), version)
