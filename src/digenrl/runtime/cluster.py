@@ -110,6 +110,9 @@ def ray_session(run: RunPlan):
         ray.shutdown()
 
 
+WAIT_SLICE_S = 1.0  # the longest single ray.wait (a signal's handler takes effect only when the call returns)
+
+
 class ActorPools(WorkerPools):
     """``WorkerPools`` over Ray actors: a call is ``handle.method.options(num_returns=n).remote(*args)``, a ref
     an object ref."""
@@ -119,7 +122,20 @@ class ActorPools(WorkerPools):
         return (fn if returns == 1 else fn.options(num_returns=returns)).remote(*args)
 
     def wait(self, refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
-        return wait_sliced(refs, num_returns, timeout)  # (in slices: a stop signal is honoured within a second)
+        """``ray.wait(refs, num_returns, timeout)`` as a loop of waits of at most ``WAIT_SLICE_S``: a SIGINT /
+        SIGTERM handler that raises inside ``ray.wait`` surfaces (as ``SystemError`` from ``Interrupted``,
+        ``interrupt.as_interrupted``) only when that wait returns, so a long wait would hold a stop that long."""
+        import time
+
+        import ray
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            ready, rest = ray.wait(refs, num_returns=num_returns,
+                                   timeout=WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
+            if len(ready) >= num_returns or (left is not None and left <= WAIT_SLICE_S):
+                return ready, rest
 
     def get(self, ref):
         import ray
@@ -237,23 +253,3 @@ def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = Non
     refs = {w: pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
                                                      shard_size, streams, sequence)) for i, w in ranks}
     pools.get_named(refs, "process-group run", timeout_s)
-
-
-WAIT_SLICE_S = 1.0  # the longest single ray.wait (a signal's handler takes effect only when the call returns)
-
-
-def wait_sliced(refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
-    """``ray.wait(refs, num_returns, timeout)`` as a loop of waits of at most ``WAIT_SLICE_S``: a SIGINT /
-    SIGTERM handler that raises inside ``ray.wait`` surfaces (as ``SystemError`` from ``Interrupted``,
-    ``interrupt.as_interrupted``) only when that wait returns, so a long wait would hold a stop that long."""
-    import time
-
-    import ray
-
-    end = None if timeout is None else time.monotonic() + timeout
-    while True:
-        left = None if end is None else max(0.0, end - time.monotonic())
-        ready, rest = ray.wait(refs, num_returns=num_returns,
-                               timeout=WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
-        if len(ready) >= num_returns or (left is not None and left <= WAIT_SLICE_S):
-            return ready, rest
