@@ -40,10 +40,11 @@ from digenrl.train import checkpoint as ckpt
 from .between_steps import BetweenSteps, GuardStopped
 from .clocks import Clock
 from .calibrate import measures
+from .cluster import ray_session, start_pools, worker_log_dir
 from .deadlines import ObservedCosts, call_deadline, remote_reward_wait, watchdog
 from .errors import WorkerFailure
 from .executor import WorkerExecutor
-from .local import in_process
+from .local import in_process, start_local_pools
 from .pools import WorkerPools
 from .step_metrics import StepMetrics
 
@@ -69,8 +70,6 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
 
         raise ConfigError(f"DIGENRL_TEST_HOOKS: inject_failure ':{run.hooks.kind}' ends or stops the worker's process, which "
                           "in-process is the run itself; use it on Ray (digenrl train --ray, or a Ray mode)")
-    from .cluster import ray_session
-
     with ray_session(run) if ray else nullcontext():  # placement errors too
         out = RunOutputs(cfg, start)
         try:
@@ -100,15 +99,6 @@ class _Controller:
         self._controller_cpu_s = 0.0
         self._evaluated = False  # the initial eval (run_outputs.before) is done
 
-    def start_pools(self, state: bytes | None, hooks) -> WorkerPools:
-        if self.local:
-            from .local import start_local_pools
-
-            return start_local_pools(self.run, state, hooks)
-        from .cluster import start_pools
-
-        return start_pools(self.run, state, hooks)
-
     def _startup_text(self) -> str:
         n_g, n_t = len(self.run.generator_ids), len(self.run.trainer_ids)
         where = f", restored from step {self.first}" if self.state is not None else ""
@@ -116,8 +106,6 @@ class _Controller:
         if self.local:
             return f"{'reloading' if self.recoveries else 'loading'} {model}"
         pools = f"{n_g} generator(s) and {n_t} trainer rank(s)" if n_g else f"{n_t} worker(s)"
-        from .cluster import worker_log_dir
-
         again = "restarting" if self.recoveries else "starting"
         return f"{again} {pools} (each loads {model}; logs in {worker_log_dir(self.cfg)})"
 
@@ -129,7 +117,7 @@ class _Controller:
         try:
             while True:
                 with phase(self.cfg, self._startup_text()):
-                    self.pools = self.start_pools(self.state, hooks)
+                    self.pools = (start_local_pools if self.local else start_pools)(self.run, self.state, hooks)
                 self._restarted()
                 try:
                     return self._attempt()
@@ -340,8 +328,6 @@ def _log_failure(cfg: Config, e: WorkerFailure) -> None:
     """Append the error the driver saw from worker ``e.worker`` (with Ray's remote traceback) to that worker's log
     (``run_dir/logs/<worker>.log``): an actor's exception goes back to the caller, not into the worker's output."""
     from datetime import datetime
-
-    from .cluster import worker_log_dir
 
     path = worker_log_dir(cfg) / f"{e.worker}.log"
     if not path.parent.is_dir():
