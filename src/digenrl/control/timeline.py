@@ -81,10 +81,8 @@ class Timeline:
         self.log.extend((t, a) for a in actions)
         return actions
 
-    def span(self, worker: str, kind: str, start: float, end: float, label: str = "", size=None) -> Span:
-        s = Span(worker, kind, start, max(start, end), label, self.pool.get(worker, "workers"), size)
-        self.spans.append(s)
-        return s
+    def span(self, worker: str, kind: str, start: float, end: float, label: str = "", size=None) -> None:
+        self.spans.append(Span(worker, kind, start, max(start, end), label, self.pool.get(worker, "workers"), size))
 
     def record(self, c: Completion) -> None:
         if c.action is None:  # a side call (eval / checkpoint between steps)
