@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from digenrl.safe_files import atomic_write_bytes
+
 EXIT_GUARD = 3  # digenrl train: a run ended by eval.guard_action=stop
 DRIFT = "drift"
 PRE_DIVERGENCE = "guard_pre_divergence.safetensors"
@@ -177,8 +179,6 @@ class GuardMonitor:
         if hit and self.tripped_at is None:
             self.tripped_at = step
         if self.action == "checkpoint" and self.tripped_at is None and weights is not None:
-            from digenrl.safe_files import atomic_write_bytes
-
             atomic_write_bytes(self.run_dir / PRE_DIVERGENCE, weights())
         if self.action == "stop" and hit and not final and self.stop is None:
             self.stop = {"guard": hit[0], "guards": hit, **trips[0]}  # (the trip's keys after "guards")

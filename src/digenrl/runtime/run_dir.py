@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from digenrl.config import Config, ConfigError, dump_config
-from digenrl.safe_files import remove_orphans
+from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
 
 # every file or folder a run (either executor) writes into run_dir
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "reward_curve.png", "samples_before.png", "samples_after.png",
@@ -111,7 +111,6 @@ def run_start(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> 
 
 
 def _checkpoint_config(path: Path) -> tuple[dict, int]:
-    from digenrl.safe_files import safetensors_header
     from digenrl.train.checkpoint import META_KEY
 
     meta = json.loads(safetensors_header(path)["__metadata__"][META_KEY])
@@ -222,8 +221,6 @@ def _remove(p: Path) -> None:
 def write_marker(run_dir: str | Path) -> None:
     """Mark ``run_dir`` as a run of this program (kept when the directory already has a valid marker)."""
     from digenrl import __version__
-    from digenrl.safe_files import atomic_write_bytes
-
     d = Path(run_dir)
     if marked_outputs(d) is None:
         meta = {"program": "digenrl", "version": __version__, "outputs": list(RUN_OUTPUTS),
