@@ -33,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from digenrl.safe_files import atomic_write_bytes
 
+from .progress import line
+
 EXIT_GUARD = 3  # digenrl train: a run ended by eval.guard_action=stop
 DRIFT = "drift"
 PRE_DIVERGENCE = "guard_pre_divergence.safetensors"
@@ -185,8 +187,6 @@ class GuardMonitor:
         return hit
 
     def _warn(self, name: str, step: int, value: float, eval0: float, eval_reward: float) -> None:
-        from .progress import line
-
         first = self.first[name]
         fall = f"{100 * (first - value) / abs(first):.0f}%" if abs(first) >= ZERO else f"{first - value:.3g}"
         then = {"stop": "; eval.guard_action=stop: the run ends after this step",

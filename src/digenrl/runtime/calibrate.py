@@ -16,8 +16,12 @@ import statistics
 import time
 from pathlib import Path
 
-from digenrl.control.profile import profile_dict
+from digenrl.control.profile import ProfileCost, profile_dict, save_profile
+from digenrl.schedule import classic_chunks, group_fragments, tsp_chunks
 from digenrl.schedule.cost import GENERATOR, TRAINER
+
+from .deadlines import calibration_deadline, call_deadline, remote_reward_wait
+from .errors import WorkerFailure
 
 
 def build_profile(gen: dict, trn_gen: dict, meas: dict, T: int, overhead_s: float, source: str,
@@ -51,8 +55,6 @@ def sizes_upto(n: int) -> list[int]:
 
 def plan_sizes(plan) -> tuple[list[int], list[int]]:
     """Fragment sizes and chunk sizes (cells) a run of ``plan`` uses."""
-    from digenrl.schedule import classic_chunks, group_fragments, tsp_chunks
-
     frags = {f.size for f in group_fragments(plan, 0, 0)}
     chunks = {c.size for c in tsp_chunks(plan, 0, 0)} if plan.mode.tsp else {
         c.size for g in range(plan.prompts) for cs in classic_chunks(plan, 0, g).values() for c in cs}
@@ -64,8 +66,6 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
     """Measure the ops on the live workers (one generator and every trainer rank at once). Each call times one
     execution of one op (``timing.Calibration``) under ``deadlines.calibration_deadline``, so a stalled worker
     is a ``WorkerFailure`` naming it within that, whatever the number of sizes and repeats."""
-    from .deadlines import calibration_deadline, call_deadline, remote_reward_wait
-
     plan = run.plan
     fs, cs = plan_sizes(plan)
     gen_sizes, cell_sizes = gen_sizes or fs, cell_sizes or cs
@@ -128,8 +128,6 @@ class _Stream:
     def poll(self, now: float) -> bool:
         """Collect the call in flight if every worker answered (else raise past the deadline), send the next;
         True once the stream is done."""
-        from .errors import WorkerFailure
-
         refs = list(self.refs.values())
         ready, _ = self.pools.wait(refs, len(refs), 0)
         if len(ready) < len(refs):
@@ -216,8 +214,6 @@ def cost_model(run, pools, run_dir: Path | None = None):
     where none is given and the mode needs one (TAG); ``always`` measures in every run (``runtime.profile``, if
     given, still drives the run); ``never`` measures nothing (a TAG mode then needs ``runtime.profile``). A
     measured profile is written to ``run_dir/profile.json``."""
-    from digenrl.control.profile import ProfileCost, save_profile
-
     opts = run.cfg.runtime.calibration
     measured = None
     if measures(run):

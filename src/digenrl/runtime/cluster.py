@@ -15,9 +15,12 @@ from contextlib import contextmanager
 
 from digenrl.config import Config, ConfigError
 
+from digenrl.control.run_plan import RunPlan
+
+from .clocks import measure_offsets
+from .deadlines import startup_deadline
 from .pools import WorkerPools
 from .publish import GroupSpec
-from digenrl.control.run_plan import RunPlan
 
 
 def pool_demand(cfg: Config, pool: str) -> dict[str, float]:
@@ -200,9 +203,6 @@ def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None) ->
     """Wait until the workers are built (a failure names the worker), measure their clock offsets, form the
     groups and publish the first version to the generators: version 0 of rank 0's build, or the version of
     ``state`` (a resumable checkpoint every trainer rank loads). Both transports."""
-    from .clocks import measure_offsets
-    from .deadlines import startup_deadline
-
     up = startup_deadline(run.cfg)
     workers = run.generator_ids + run.trainer_ids
     pools.get_named({w: pools.call(w, "ping") for w in workers}, "startup", up)

@@ -28,6 +28,8 @@ from dataclasses import replace
 
 from digenrl.config import Config
 from digenrl.control.loop import run_loop
+from digenrl.control.observed import observed_profile, rescaled_profile
+from digenrl.control.profile import ProfileCost, save_profile
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
 from digenrl.faults import find_deterministic, find_halted
@@ -35,11 +37,12 @@ from digenrl.observe.progress import eval_text, phase
 from digenrl.runtime.run_dir import RunStart
 from digenrl.runtime.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
 from digenrl.schedule import Scheduler, StepStats
+from digenrl.schedule.audit import audit
 from digenrl.train import checkpoint as ckpt
 
 from .between_steps import BetweenSteps, GuardStopped
 from .clocks import Clock
-from .calibrate import measures
+from .calibrate import cost_model, measures
 from .cluster import ray_session, start_pools, worker_log_dir
 from .deadlines import ObservedCosts, call_deadline, remote_reward_wait, watchdog
 from .errors import WorkerFailure
@@ -156,8 +159,6 @@ class _Controller:
             self.metrics.close()
 
     def _attempt(self) -> dict:
-        from .calibrate import cost_model
-
         cfg, plan, pools = self.cfg, self.plan, self.pools
         if self.first == 0 and not self._evaluated:  # (again after a failure in the first eval itself)
             with phase(cfg, f"eval before RL ({eval_text(cfg)})"):
@@ -210,8 +211,6 @@ class _Controller:
         return self.rank0("checkpoint_bytes", {"steps": str(step), "guard": "pre-divergence"})
 
     def _finish(self, end: float, version: int) -> dict:
-        from digenrl.schedule.audit import audit
-
         cfg, plan = self.cfg, self.plan
         if cfg.runtime.checkpoint_every and version > self._last_checkpoint():
             self._save_state(version)  # a finished run can be extended with --resume steps=<more>
@@ -239,9 +238,6 @@ class _Controller:
         """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), laid over the
         run's calibration curves where it has one (``rescaled_profile``), for planning the next run on the same
         machines. A run too short to show every op kind writes none."""
-        from digenrl.control.observed import observed_profile, rescaled_profile
-        from digenrl.control.profile import ProfileCost, save_profile
-
         try:
             data = observed_profile(spans, self.plan.sampling_steps, source=f"spans of {self.cfg.run_dir}",
                                     pools=(len(self.pools.generators), len(self.pools.trainers)),

@@ -16,9 +16,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from digenrl.control.run_plan import RunPlan
+from digenrl.control.loop import run_loop
+from digenrl.control.run_plan import RunPlan, plan_run
+from digenrl.control.timeline import Timeline
+from digenrl.schedule import Scheduler
 
+from .clocks import Clock
+from .cluster import built_pools, ready_pools
 from .errors import WorkerFailure
+from .executor import WorkerExecutor
 from .pools import WorkerPools, error_cause
 
 
@@ -104,7 +110,6 @@ def in_process(run: RunPlan) -> bool:
 def start_local_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> LocalPools:
     """The run's workers built in this process (no log files: their output is this process's) and readied as
     Ray's are (``cluster.ready_pools``); ``state``, ``hooks``: as ``cluster.start_pools``."""
-    from .cluster import built_pools
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
@@ -141,14 +146,6 @@ def run_steps(cfg, worker, *, first: int = 0, steps: int | None = None, state: b
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from digenrl.control.loop import run_loop
-    from digenrl.control.run_plan import plan_run
-    from digenrl.control.timeline import Timeline
-    from digenrl.schedule import Scheduler
-
-    from .clocks import Clock
-    from .cluster import ready_pools
-    from .executor import WorkerExecutor
     from .step_metrics import StepMetrics
 
     run = plan_run(cfg)

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
+from digenrl.control.run_plan import shard_groups
+
 
 class WeightInbox:
     """Staged weight versions of one generator (broadcast path), handed over between fragments."""
@@ -81,8 +83,6 @@ def hybrid_layout(trainer_ranks: Sequence[int], shard_size: int) -> tuple[list[l
     """(shard groups, replica groups) of ``trainer_ranks``: the consecutive blocks of ``control.run_plan.
     shard_groups`` (the scheduler's shard groups, same order); replica j = the j-th rank of every group (they
     hold the same shards)."""
-    from digenrl.control.run_plan import shard_groups
-
     ranks = tuple(trainer_ranks)
     if shard_size < 1 or len(ranks) % shard_size:
         raise ValueError(f"{len(ranks)} trainer ranks do not split into shard groups of {shard_size}")

@@ -20,6 +20,8 @@ from __future__ import annotations
 import pickle
 import time
 
+from digenrl.control.run_plan import timestep_plan
+
 
 def _timed(fn) -> float:
     """Seconds of one call of ``fn``, the device synchronised around it."""
@@ -43,7 +45,6 @@ def generation_ops(worker, policy, sizes: list[int]) -> dict:
     lists the sample of each size before its other phases)."""
     import torch
 
-    from digenrl.control.run_plan import timestep_plan
     from digenrl.rollout.sampler import sample_trajectories
 
     prompt, plan = _probe_prompt(worker), timestep_plan(worker.cfg, 0)
@@ -77,7 +78,6 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
     import torch
     import torch.distributed as dist
 
-    from digenrl.control.run_plan import timestep_plan
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.step_math import assign_advantages, generate
 

@@ -51,6 +51,7 @@ from .publish import init_groups, local_state, stream_send
 from .trainer_state import TrainerState
 from .worker_base import WorkerBase, fetch
 from digenrl.train.sequence_parallel import lane_role
+from digenrl.schedule.layout import grid_cells
 from .workers import TrainerAPI
 
 
@@ -141,7 +142,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
 
     @collective_action
     def train(self, chunk, refs: list, rewards: dict, parts: dict) -> ChunkResult:
-        from digenrl.schedule.layout import grid_cells
         from digenrl.train.chunk_loss import train_cells
         from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
         from digenrl.train.sample_masks import masked_cells, round_masks

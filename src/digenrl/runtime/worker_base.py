@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 from digenrl.config import Config
+from digenrl.control.run_plan import TestHooks, timestep_plan
 
 from .messages import FragmentInfo
-from digenrl.control.run_plan import TestHooks
+from .timing import Calibration
 
 
 def capture_output(path: str, name: str) -> None:
@@ -127,8 +128,6 @@ class WorkerBase:
     def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
         """Prepare the timing of generation (per fragment size) and, on a trainer, of training (per chunk size),
         commit and publish (``timing.Calibration``); the op keys in blocks."""
-        from .timing import Calibration
-
         self.check_failure("calibrate")
         trainer = self.pool == "trainer"
         self._calibration = Calibration(self, self.policy, gen_sizes, cell_sizes if trainer else [], trainer=trainer)
@@ -151,7 +150,6 @@ class WorkerBase:
         its lead and reports nothing: no decode, no reward, Nones and infos without generations."""
         from dataclasses import replace
 
-        from digenrl.control.run_plan import timestep_plan
         from digenrl.train.step_math import generate
 
         t0 = time.monotonic()
