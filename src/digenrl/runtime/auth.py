@@ -10,6 +10,8 @@ naming ``runtime.address`` and these settings."""
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from contextlib import contextmanager
 
 from digenrl.config import ConfigError
@@ -106,9 +108,6 @@ def _first_line(e: BaseException, n: int = 200) -> str:
 def _held_stderr():
     """Redirect file descriptor 2 (C++ logs included) to a temp file; only if the block ends without an error,
     replay it, then the lines the block added to the yielded list (shown once the join succeeded)."""
-    import sys
-    import tempfile
-
     notes: list[str] = []
     sys.stderr.flush()
     with tempfile.TemporaryFile() as held:

@@ -11,7 +11,10 @@
 from __future__ import annotations
 
 import logging
+import signal
+import time
 from contextlib import contextmanager
+from pathlib import Path
 
 from digenrl.config import Config, ConfigError
 
@@ -87,8 +90,6 @@ def ray_session(run: RunPlan):
         check_resources(run, ray.cluster_resources())
         yield ray
         return
-    import signal
-
     rt = run.cfg.runtime
     quiet = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
     sigterm = signal.getsignal(signal.SIGTERM)
@@ -128,8 +129,6 @@ class ActorPools(WorkerPools):
         """``ray.wait(refs, num_returns, timeout)`` as a loop of waits of at most ``WAIT_SLICE_S``: a SIGINT /
         SIGTERM handler that raises inside ``ray.wait`` surfaces (as ``SystemError`` from ``Interrupted``,
         ``interrupt.as_interrupted``) only when that wait returns, so a long wait would hold a stop that long."""
-        import time
-
         import ray
 
         end = None if timeout is None else time.monotonic() + timeout
@@ -162,8 +161,6 @@ class ActorPools(WorkerPools):
 
 def worker_log_dir(cfg: Config):
     """Where each worker's stdout / stderr goes (absolute: a Ray worker's working directory is not the driver's)."""
-    from pathlib import Path
-
     return Path(cfg.run_dir).expanduser().resolve() / "logs"
 
 

@@ -22,9 +22,11 @@ of that step. Restarts are reported in ``summary.json`` (``recoveries``), in the
 from __future__ import annotations
 
 import logging
+import re
 import time
 from contextlib import nullcontext
 from dataclasses import replace
+from datetime import datetime
 
 from digenrl.config import Config
 from digenrl.control.loop import run_loop
@@ -323,13 +325,9 @@ def _newest(run_dir) -> tuple:
 def _log_failure(cfg: Config, e: WorkerFailure) -> None:
     """Append the error the driver saw from worker ``e.worker`` (with Ray's remote traceback) to that worker's log
     (``run_dir/logs/<worker>.log``): an actor's exception goes back to the caller, not into the worker's output."""
-    from datetime import datetime
-
     path = worker_log_dir(cfg) / f"{e.worker}.log"
     if not path.parent.is_dir():
         return
-    import re
-
     detail = str(e.__cause__).strip() if e.__cause__ is not None else str(e)
     detail = re.sub(r"\x1b\[[0-9;]*m", "", detail)  # (Ray colours the task's name)
     try:

@@ -14,7 +14,8 @@ boundary. ``driver.run_training`` picks this transport for one colocated worker 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 from digenrl.control.loop import run_loop
 from digenrl.control.run_plan import RunPlan, plan_run
@@ -143,9 +144,6 @@ def run_steps(cfg, worker, *, first: int = 0, steps: int | None = None, state: b
     executor and ``LocalPools``, as ``digenrl train`` runs them; no eval, no checkpoint. ``first``: the step the
     worker's weights are at; ``state``: a resumable checkpoint's bytes it restores first (``first`` becomes its
     step). Returns the steps' metric rows (``runtime.step_metrics``)."""
-    from dataclasses import replace
-    from types import SimpleNamespace
-
     from .step_metrics import StepMetrics
 
     run = plan_run(cfg)

@@ -20,6 +20,7 @@ it, so every trajectory is produced by the one version it records."""
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
@@ -96,8 +97,6 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     in the same order). ``timeout_s`` (``runtime.collective_timeout_s``) bounds the rendezvous and every
     collective of each group (``new_group`` would otherwise take torch's 30 min default, not the world's):
     under gloo a collective that waits longer raises; under NCCL its watchdog aborts the process."""
-    import datetime
-
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)

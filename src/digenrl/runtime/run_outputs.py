@@ -10,7 +10,8 @@ writer of a stopped run's record. The run directory itself (marker, lock, resume
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import tempfile
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from digenrl.config import Config
@@ -44,8 +45,6 @@ def save_checkpoint(policy, run_dir: Path, meta: dict[str, str], state: dict | N
 
 def checkpoint_bytes(policy, meta: dict[str, str], state: dict | None = None) -> bytes:
     """The bytes of ``save_checkpoint(policy, ...)`` (written where the run lives by ``RunOutputs``)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as d:
         return save_checkpoint(policy, Path(d), meta, state).read_bytes()
 
@@ -78,8 +77,6 @@ class FailureRecord:
 def write_failure(run_dir: Path, record: FailureRecord) -> None:
     """Write ``run_dir/failure.json`` atomically (nothing where the run dir is gone); a ``checkpoint`` path is
     written as text."""
-    from dataclasses import asdict, replace
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return

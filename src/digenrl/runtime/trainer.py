@@ -39,6 +39,7 @@ under NCCL the watchdog aborts the process instead)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from digenrl.control.run_plan import grad_sum_fp64, plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
@@ -200,8 +201,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     @collective_action
     def generate(self, fragment, version: int):
         """A fragment: ``generate_gang`` of the rank's lane's round-robin share of its generations."""
-        from dataclasses import replace
-
         mine = fragment.generations[self._lane.lane::self._lane.lanes]  # (one lane: all of them)
         batch, infos = self._generate((replace(fragment, generations=mine),), version)
         return batch, infos[0]
@@ -215,8 +214,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     def _generate(self, share, version: int) -> tuple:
         """``share`` generated in one batch. Without an inference copy a rank of a sharded pool without a share
         samples a throw-away copy of one generation so that its forwards still match the others'."""
-        from dataclasses import replace
-
         self.check_failure(share[0].step)
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate {share} with version {version} but its weights "
