@@ -28,7 +28,7 @@ warm-up, synchronised on the device. The ops of ``schedule.cost`` measured:
   (``train.activation_checkpointing``), into existing grads;
 * ``optimizer``: gradient clipping + AdamW step + zeroing the grads (``GradientTransaction.commit``'s work) +
   the EMA update (``train.ema_decay``; timed as a commit that updates it, as ``runtime.timing`` does);
-* ``publish``: ``runtime.publish.state_copy`` (trainable state to host) + pickle round trip + load into the
+* ``publish``: ``train.sharding.full_trainable_state`` (trainable state to host) + pickle round trip + load into the
   policy (the object-store publish that ``runtime.timing`` times), for the LoRA or the full trainable state.
 
 ``--finetune lora full`` measures both; the profile is written for the config's ``model.lora.enabled`` and
@@ -161,7 +161,7 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
     from digenrl.control.run_plan import timestep_plan
     from digenrl.rollout.records import Prompt
     from digenrl.rollout.sampler import sample_trajectories
-    from digenrl.runtime.publish import state_copy
+    from digenrl.train.sharding import full_trainable_state
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.context import loss_settings, make_optimizer, make_reference, sampler_settings
     from digenrl.train.ema import ParamEMA
@@ -225,7 +225,7 @@ def measure(cfg, args, device, units: int, lora: bool, unscaled: dict | None) ->
             ema.update()
 
     def publish():
-        policy.load_trainable_state_dict(pickle.loads(pickle.dumps(state_copy(policy), protocol=5)))
+        policy.load_trainable_state_dict(pickle.loads(pickle.dumps(full_trainable_state(policy), protocol=5)))
 
     out["optimizer"] = [[1, median_time(commit, device, args.repeats)]]
     out["publish"] = [[1, median_time(publish, device, args.repeats)]]

@@ -124,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
 def measure(repeats: int) -> dict:
     """The in-process measurement of the module docstring."""
     import os
-    import time
 
     import torch
 
@@ -132,30 +131,21 @@ def measure(repeats: int) -> dict:
     from pipeline_cpu import WORKLOAD
 
     from digenrl.config import load_config
-    from digenrl.runtime import timing
+    from digenrl.runtime.timing import Calibration
     from digenrl.runtime.trainer import TrainerWorker
 
     torch.set_num_threads(1)
     cfg = load_config(None, WORKLOAD + ["runtime.mode=gap_tsp_tag"])
     worker = TrainerWorker("t0", cfg.model_dump(mode="json"), 0)
+    # runtime.timing's ops (sample, decode, reward, transfer of 4; train 8, train 16; optimizer, publish), each
+    # timed ``repeats`` times back to back after one warm-up, every sample kept
+    cal = Calibration(worker, worker.policy, [4], [8, 16], trainer=True)
     samples: list[list[float]] = []
-
-    def keep_all(fn, n):  # runtime.timing's median timer, every sample kept (after the same warm-up)
-        fn()
-        ts = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        samples.append(ts)
-        return statistics.median(ts)
-
-    orig, timing._median_time = timing._median_time, keep_all
-    try:
-        timing.time_generation(worker, worker.policy, [4], repeats)      # sample, decode, reward, transfer
-        timing.time_training(worker, [8, 16], repeats)                   # train 8, train 16, optimizer, publish
-    finally:
-        timing._median_time = orig
+    for block in cal.keys():
+        for key in block:
+            cal.run(key)
+            samples.append([cal.run(key) for _ in range(repeats)])
+    cal.end()
     names = ["generate", None, None, None, "train", "train", "commit", "publish"]
     by: dict[str, list[dict]] = defaultdict(list)
     for name, ts in zip(names, samples):

@@ -91,25 +91,19 @@ def run_loop(sched: Scheduler, executor: Executor, timeline, observer: Observer 
     """
     executor.launch(timeline.launched(sched.start(t0), t0))
     end = t0
-    while not sched.done:
+    while not (sched.done and executor.idle):          # once done: drain the evals / checkpoints in flight
         if executor.idle:
             raise LoopError(f"deadlock: no work in flight at t={end} but the run is not done "
                             f"(train step {sched.train_step}, published {sched.published})")
+        draining = sched.done
         for c in executor.wait():                      # completions -> events -> actions
             timeline.record(c)
             if observer is not None:                   # (side calls it starts go before the next actions)
                 observer.on_completion(c)
             ev = c.event
-            if ev is not None:
+            if ev is not None and not draining:
                 end = ev.time
                 executor.launch(timeline.launched(sched.on_event(ev), ev.time))
         if observer is not None:
             observer.after_wait()
-    while not executor.idle:                           # evals / checkpoints still in flight
-        for c in executor.wait():
-            timeline.record(c)
-            if observer is not None:
-                observer.on_completion(c)
-    if observer is not None:
-        observer.after_wait()
     return end

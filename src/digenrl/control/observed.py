@@ -27,6 +27,9 @@ import statistics
 from typing import Sequence
 
 from digenrl.observe.trace import Span
+from digenrl.schedule.cost import fragment_seconds
+
+from .profile import ProfileCost, profile_dict
 
 
 def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | None = None,
@@ -71,8 +74,6 @@ def observed_profile(spans: Sequence[Span], sampling_steps: int, until: float | 
         ops.pop("generator/publish", None)
         ops["publish"] = [[1, ops["publish"][0][1] + gap]] if "publish" in ops else [[1, 0.0]]
     ops.update({"vae_decode": [[1, 0.0]], "transfer": [[1, 0.0]], "allreduce": [[1, 0.0]], "tag_switch": [[1, 0.0]]})
-    from .profile import profile_dict
-
     return profile_dict(ops, source, pools)  # pools: the sizes the costs hold for (``digenrl plan`` checks them)
 
 
@@ -89,10 +90,6 @@ def rescaled_profile(calibration, observed: dict, sampling_steps: int) -> dict:
     reward(n) + transfer(n); a chunk, train_chunk(c); a commit, allreduce + optimizer; a publish. An action
     kind the run did not show (a publish in a colocated run) keeps its calibrated curves (r = 1).
     ``calibration``: a ``control.profile.ProfileCost``."""
-    from digenrl.schedule.cost import fragment_seconds
-
-    from .profile import ProfileCost
-
     obs = ProfileCost.from_dict(observed, where="observed profile")
     ops = observed["ops"]
 

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from digenrl.safe_files import atomic_write_bytes
+
 from ..schedule.cost import OPS, POOLS, CostModel
 
 FORMAT = "digenrl-profile"
@@ -200,8 +202,6 @@ def save_profile(profile: ProfileCost | dict, path: str | Path) -> Path:
     """Write a profile (a ``ProfileCost`` or the schema's dict) to ``path``, atomically: every profile writer
     goes through here (``digenrl profile``, a run's calibration and its observed profile, tests). A dict is
     checked first (``ProfileError`` naming what is wrong): no writer can leave a file ``load_profile`` refuses."""
-    from digenrl.safe_files import atomic_write_bytes
-
     data = profile.to_dict() if isinstance(profile, ProfileCost) else profile
     ProfileCost.from_dict(data, where=f"profile for {str(path)!r}")
     return atomic_write_bytes(path, json.dumps(data, indent=1).encode())

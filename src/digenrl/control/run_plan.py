@@ -28,6 +28,8 @@ from digenrl.algo.timesteps import TimestepPlan, nft_plan, select_timesteps
 from digenrl.config import Config, ConfigError
 from digenrl.schedule import CostModel, Mode, StepPlan
 
+from .profile import ProfileError, load_profile
+
 
 HOOK_PHASES = ("startup", "calibrate", "eval", "checkpoint")  # inject_failure outside a step's work
 HOOKS_ENV = "DIGENRL_TEST_HOOKS"
@@ -234,8 +236,6 @@ def plan_run(cfg: Config) -> RunPlan:
     )
     profile = None
     if rt.profile is not None:
-        from .profile import ProfileError, load_profile
-
         try:
             profile = load_profile(rt.profile)
         except ProfileError as e:

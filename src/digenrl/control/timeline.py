@@ -20,13 +20,6 @@ from digenrl.schedule.layout import busy_share
 from .loop import Completion
 
 
-def pool_of(plan: StepPlan) -> dict[str, str]:
-    """worker id -> pool name: "generator" / "trainer", or "colocated" for every worker of a colocated run."""
-    pools = {w: "generator" for w in plan.generators}
-    pools.update({r: "trainer" if plan.mode.disaggregated else "colocated" for r in plan.trainers})
-    return pools
-
-
 def pools_of(plan: StepPlan) -> dict[str, tuple[str, ...]]:
     """pool name -> its workers (one pool, "colocated", in colocated mode)."""
     if not plan.mode.disaggregated:
@@ -79,7 +72,7 @@ class Timeline:
 
     def __init__(self, plan: StepPlan):
         self.plan = plan
-        self.pool = pool_of(plan)
+        self.pool = {w: pool for pool, workers in pools_of(plan).items() for w in workers}  # worker id -> pool
         self.spans: list[Span] = []
         self.log: list[tuple[float, Action]] = []   # (start time, action): what the scheduler emitted
         self.events: list = []                      # what was reported back
@@ -88,10 +81,8 @@ class Timeline:
         self.log.extend((t, a) for a in actions)
         return actions
 
-    def span(self, worker: str, kind: str, start: float, end: float, label: str = "", size=None) -> Span:
-        s = Span(worker, kind, start, max(start, end), label, self.pool.get(worker, "workers"), size)
-        self.spans.append(s)
-        return s
+    def span(self, worker: str, kind: str, start: float, end: float, label: str = "", size=None) -> None:
+        self.spans.append(Span(worker, kind, start, max(start, end), label, self.pool.get(worker, "workers"), size))
 
     def record(self, c: Completion) -> None:
         if c.action is None:  # a side call (eval / checkpoint between steps)

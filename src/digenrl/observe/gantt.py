@@ -19,14 +19,13 @@ COLORS = {
 OTHER = "#999999"
 
 
-def plot_gantt(spans: Sequence[Span], path: str | Path, title: str = "", workers: Sequence[str] | None = None,
-               time_unit: str = "s") -> Path:
+def plot_gantt(spans: Sequence[Span], path: str | Path, title: str = "", workers: Sequence[str] | None = None) -> Path:
     """Write a Gantt PNG of ``spans`` to ``path`` and return the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+
+    from .plots import pyplot
+
+    plt = pyplot()
 
     rows = worker_order(spans, workers)
     index = {w: i for i, w in enumerate(rows)}
@@ -44,7 +43,7 @@ def plot_gantt(spans: Sequence[Span], path: str | Path, title: str = "", workers
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(rows, fontsize=7 if len(rows) > 20 else 9)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel(f"time ({time_unit})")
+    ax.set_xlabel("time (s)")
     if spans:
         ax.set_xlim(min(s.start for s in spans), max(s.end for s in spans))
     ax.set_title(title)

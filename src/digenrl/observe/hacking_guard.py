@@ -31,6 +31,10 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from digenrl.safe_files import atomic_write_bytes
+
+from .progress import line
+
 EXIT_GUARD = 3  # digenrl train: a run ended by eval.guard_action=stop
 DRIFT = "drift"
 PRE_DIVERGENCE = "guard_pre_divergence.safetensors"
@@ -177,16 +181,12 @@ class GuardMonitor:
         if hit and self.tripped_at is None:
             self.tripped_at = step
         if self.action == "checkpoint" and self.tripped_at is None and weights is not None:
-            from digenrl.safe_files import atomic_write_bytes
-
             atomic_write_bytes(self.run_dir / PRE_DIVERGENCE, weights())
         if self.action == "stop" and hit and not final and self.stop is None:
             self.stop = {"guard": hit[0], "guards": hit, **trips[0]}  # (the trip's keys after "guards")
         return hit
 
     def _warn(self, name: str, step: int, value: float, eval0: float, eval_reward: float) -> None:
-        from .progress import line
-
         first = self.first[name]
         fall = f"{100 * (first - value) / abs(first):.0f}%" if abs(first) >= ZERO else f"{first - value:.3g}"
         then = {"stop": "; eval.guard_action=stop: the run ends after this step",

@@ -11,14 +11,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from digenrl.safe_files import atomic_write_bytes, naming
+
 
 class MetricsWriter:
     def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb: bool = False, wandb_project: str = "digenrl", config: dict | None = None, rows: list[dict[str, Any]] | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if rows is not None:  # atomically, so a kill now cannot lose the kept rows
-            from digenrl.safe_files import atomic_write_bytes
-
             atomic_write_bytes(self.path, "".join(json.dumps(r) + "\n" for r in rows).encode())
         self._fh = self.path.open("a" if rows is not None else "w")
         self._tb = None
@@ -34,8 +34,6 @@ class MetricsWriter:
         self.rows: list[dict[str, Any]] = list(rows or [])
 
     def log(self, row: dict[str, Any]) -> None:
-        from digenrl.safe_files import naming
-
         self.rows.append(row)
         with naming(self.path):  # a full disk: the error names metrics.jsonl
             self._fh.write(json.dumps(row) + "\n")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +32,7 @@ def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL de
     e.g. JPEG sizes or aesthetic deltas, stay visible). The reward-hacking guards (``guard/<name>``, eval.guard:
     scored on the eval samples, not optimised) are drawn against a second y-axis on the right, fitted to them.
     Returns ``{"ylim": (lo, hi), "labels": [...]}`` (``labels``: both axes' curves; ``guard_ylim`` with guards)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
     values: list[float] = []
     steps = [r["step"] for r in rows if "reward_mean" in r]
@@ -84,7 +85,7 @@ def reward_curve(rows: Sequence[dict], out: str | Path, title: str = "DigenRL de
 
 def sample_grid(images: torch.Tensor, captions: Sequence[str], out: str | Path, *, title: str = "", scores: Sequence[float] | None = None, cols: int = 4) -> None:
     """Grid of images ([N, C, H, W] in [0, 1]; video: first frame) with each caption (and score) underneath."""
-    plt = _plt()
+    plt = pyplot()
     imgs = images.detach().float().cpu()
     if imgs.ndim == 5:
         imgs = imgs[:, :, 0]

@@ -43,11 +43,6 @@ def phase(cfg, what: str) -> Iterator[None]:
     line(f"digenrl: {what}: {time.monotonic() - t0:.1f} s")
 
 
-@contextmanager
-def nothing() -> Iterator[None]:
-    yield
-
-
 def eval_text(cfg) -> str:
     steps = cfg.sampler.eval_num_steps or cfg.sampler.num_steps
     return f"up to {cfg.eval.num_prompts} eval prompts x {steps} ODE steps"

@@ -17,13 +17,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 if TYPE_CHECKING:
     from digenrl.schedule.actions import Size
 
-KINDS = ("generate", "tag", "train", "commit", "publish", "switch", "idle")
-
 
 @dataclass(frozen=True)
 class Span:
     worker: str
-    kind: str      # one of KINDS (others are allowed and drawn in grey)
+    kind: str      # generate, tag, train, commit, publish, switch, idle (others are allowed, drawn in grey)
     start: float   # seconds
     end: float     # seconds, >= start
     label: str = ""

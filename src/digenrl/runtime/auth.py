@@ -10,6 +10,9 @@ naming ``runtime.address`` and these settings."""
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+from contextlib import contextmanager
 
 from digenrl.config import ConfigError
 
@@ -28,7 +31,7 @@ def join_cluster(address: str, **init_kwargs) -> None:
     import ray
 
     token_mode = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
-    with _held_stderr() as held:
+    with _held_stderr() as notes:
         if not token_mode and "://" not in address and address != "auto" and _needs_token(address):
             where = local_token()
             if where is None:
@@ -36,15 +39,14 @@ def join_cluster(address: str, **init_kwargs) -> None:
                                            token_mode))
             os.environ["RAY_AUTH_MODE"] = token_mode = "token"  # the head asks for one and this machine has one
             _reload_auth_config()
-            held.note(f"digenrl: runtime.address: the cluster at {address} asks for a token; using {where} "
-                      "(RAY_AUTH_MODE=token)")
+            notes.append(f"digenrl: runtime.address: the cluster at {address} asks for a token; using {where} "
+                         "(RAY_AUTH_MODE=token)")
         try:
             ray.init(address=address, **init_kwargs)
         except Exception as e:  # ConnectionError, AuthenticationError, ValueError (bad address), ...
             ray.shutdown()
             what = "authentication failed" if _is_auth(e) else f"{type(e).__name__}: {_first_line(e)}"
             raise ConfigError(_message(address, what, token_mode)) from None
-        held.release()
 
 
 def _reload_auth_config() -> None:
@@ -102,40 +104,22 @@ def _first_line(e: BaseException, n: int = 200) -> str:
     return line if len(line) <= n else line[: n - 3] + "..."
 
 
-class _held_stderr:
-    """Redirect file descriptor 2 (C++ logs included) to a temp file; ``release()`` replays it."""
-
-    def __enter__(self):
-        import sys
-        import tempfile
-
-        sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
-        self._saved = os.dup(2)
-        os.dup2(self._file.fileno(), 2)
-        self._keep = False
-        self._notes: list[str] = []
-        return self
-
-    def release(self) -> None:
-        self._keep = True
-
-    def note(self, text: str) -> None:
-        """A line shown once the join succeeded (after the held output)."""
-        self._notes.append(text)
-
-    def __exit__(self, *exc):
-        import sys
-
-        sys.stderr.flush()
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        if self._keep:
-            self._file.seek(0)
-            data = self._file.read()
-            if data:
-                sys.stderr.write(data.decode(errors="replace"))
-            for line in self._notes:
-                print(line, file=sys.stderr, flush=True)
-        self._file.close()
-        return False
+@contextmanager
+def _held_stderr():
+    """Redirect file descriptor 2 (C++ logs included) to a temp file; only if the block ends without an error,
+    replay it, then the lines the block added to the yielded list (shown once the join succeeded)."""
+    notes: list[str] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as held:
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            yield notes
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        sys.stderr.write(held.read().decode(errors="replace"))
+        for line in notes:
+            print(line, file=sys.stderr, flush=True)

@@ -2,8 +2,8 @@
 
 Every op of ``schedule.cost`` is timed inside the actors of the configured pools (``timing``), so threads,
 placement and the Ray call overhead are those of a run; one generator and the trainer ranks measure at the
-same time, as they work in a pipelined step (``calibrate(concurrent=False)`` measures them one after the
-other). Each op gets one actor-call round trip added (``transfer``, ``train_chunk``, ``optimizer``,
+same time, as they work in a pipelined step (on a shared CPU node they slow each other down; on separate GPUs
+it changes nothing). Each op gets one actor-call round trip added (``transfer``, ``train_chunk``, ``optimizer``,
 ``publish``); ``tag_switch`` = 0 (no inference copy to build without FSDP).
 
 The dict is the ``digenrl-profile`` schema of ``digenrl.control.profile`` (``profile_dict``, written by
@@ -16,8 +16,12 @@ import statistics
 import time
 from pathlib import Path
 
-from digenrl.control.profile import profile_dict
+from digenrl.control.profile import ProfileCost, profile_dict, save_profile
+from digenrl.schedule import classic_chunks, group_fragments, tsp_chunks
 from digenrl.schedule.cost import GENERATOR, TRAINER
+
+from .deadlines import calibration_deadline, call_deadline, remote_reward_wait
+from .errors import WorkerFailure
 
 
 def build_profile(gen: dict, trn_gen: dict, meas: dict, T: int, overhead_s: float, source: str,
@@ -51,8 +55,6 @@ def sizes_upto(n: int) -> list[int]:
 
 def plan_sizes(plan) -> tuple[list[int], list[int]]:
     """Fragment sizes and chunk sizes (cells) a run of ``plan`` uses."""
-    from digenrl.schedule import classic_chunks, group_fragments, tsp_chunks
-
     frags = {f.size for f in group_fragments(plan, 0, 0)}
     chunks = {c.size for c in tsp_chunks(plan, 0, 0)} if plan.mode.tsp else {
         c.size for g in range(plan.prompts) for cs in classic_chunks(plan, 0, g).values() for c in cs}
@@ -60,18 +62,10 @@ def plan_sizes(plan) -> tuple[list[int], list[int]]:
 
 
 def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
-              cell_sizes: list[int] | None = None, trainer_generation: bool | None = None,
-              concurrent: bool = True) -> dict:
-    """Measure the ops on the live workers.
-
-    ``concurrent``: one generator and every trainer rank measure at the same time, as the pools work in a
-    pipelined step (on a shared CPU node they slow each other down; on separate GPUs it changes nothing);
-    else the generator first, then the trainer ranks (together: their all-reduce is a collective). Each call
-    times one execution of one op (``timing.Calibration``) under ``deadlines.calibration_deadline``, so a
-    stalled worker is a ``WorkerFailure`` naming it within that, whatever the number of sizes and repeats.
-    """
-    from .deadlines import calibration_deadline, call_deadline, remote_reward_wait
-
+              cell_sizes: list[int] | None = None, trainer_generation: bool | None = None) -> dict:
+    """Measure the ops on the live workers (one generator and every trainer rank at once). Each call times one
+    execution of one op (``timing.Calibration``) under ``deadlines.calibration_deadline``, so a stalled worker
+    is a ``WorkerFailure`` naming it within that, whatever the number of sizes and repeats."""
     plan = run.plan
     fs, cs = plan_sizes(plan)
     gen_sizes, cell_sizes = gen_sizes or fs, cell_sizes or cs
@@ -98,7 +92,7 @@ def calibrate(run, pools, repeats: int = 2, gen_sizes: list[int] | None = None,
         echo = ray.remote(num_cpus=0)(_EchoActor).remote()  # started (a worker process), ready before any timing
         pools.get_named({"echo": echo.ping.remote()}, "profiling", ping_s)
     try:
-        overhead = max(overhead, _run_streams(pools, streams, concurrent, echo))
+        overhead = max(overhead, _run_streams(pools, streams, echo))
     finally:
         if echo is not None:
             ray.kill(echo)
@@ -134,8 +128,6 @@ class _Stream:
     def poll(self, now: float) -> bool:
         """Collect the call in flight if every worker answered (else raise past the deadline), send the next;
         True once the stream is done."""
-        from .errors import WorkerFailure
-
         refs = list(self.refs.values())
         ready, _ = self.pools.wait(refs, len(refs), 0)
         if len(ready) < len(refs):
@@ -166,35 +158,34 @@ class _Stream:
         return False
 
     def result(self) -> dict:
-        from .timing import measured
+        """The measurement dicts ``build_profile`` takes, from the mean seconds of each op: {"generate": {size:
+        {phase: s}}, "train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s}."""
+        times = {k: statistics.fmean(v) for k, v in self.times.items()}
+        gen: dict = {}
+        for key, v in times.items():
+            if key[0] == "generate":
+                gen.setdefault(key[1], {})[key[2]] = v
+        return {"generate": gen, "train": {k[1]: v for k, v in times.items() if k[0] == "train"},
+                "allreduce": times.get(("allreduce",), 0.0), "optimizer": times.get(("optimizer",), 0.0),
+                "publish": times.get(("publish",), 0.0)}
 
-        return measured({k: statistics.fmean(v) for k, v in self.times.items()})
 
-
-def _run_streams(pools, streams: list, concurrent: bool, echo, limit: int = 200, interval_s: float = 0.1) -> float:
-    """Drive the pools' ``_Stream`` s to their ends, all at once (``concurrent``) or one after the other, and
-    meanwhile (Ray; ``echo`` None in-process, where the calls run one after the other in this thread) time round
+def _run_streams(pools, streams: list, echo, limit: int = 200, interval_s: float = 0.1) -> float:
+    """Drive the pools' ``_Stream`` s to their ends, all at once, and meanwhile (Ray; ``echo`` None in-process, where the calls run one after the other in this thread) time round
     trips of an empty call to ``echo`` (a ready zero-CPU actor standing in for the next worker to be called),
     every ``interval_s``, at most ``limit``; returns their median (0 without a sample).
     In a run the controller dispatches while the workers compute, and on a node whose cores they occupy that
     costs far more than an idle round trip (on the 2-core CPU benchmark machine: 4-6 ms between a worker's
     actions against a 0.6 ms idle ping); pinging every 10 ms loaded the two cores enough to make the timed
     denoise steps 20-40% slower than in a run, hence the interval."""
-    queue = list(streams)
-    active = [queue.pop(0) for _ in range(len(queue) if concurrent else 1)]
+    active = list(streams)
     for s in active:
         s.launch()
     samples, last = [], time.monotonic()
     while active:
         pools.wait([r for s in active for r in s.refs.values()], 1, interval_s)
         now = time.monotonic()
-        for s in list(active):
-            if s.poll(now):
-                active.remove(s)
-                if queue:
-                    nxt = queue.pop(0)
-                    nxt.launch()
-                    active.append(nxt)
+        active = [s for s in active if not s.poll(now)]
         if echo is not None and active and len(samples) < limit and now - last >= interval_s:
             import ray
 
@@ -223,8 +214,6 @@ def cost_model(run, pools, run_dir: Path | None = None):
     where none is given and the mode needs one (TAG); ``always`` measures in every run (``runtime.profile``, if
     given, still drives the run); ``never`` measures nothing (a TAG mode then needs ``runtime.profile``). A
     measured profile is written to ``run_dir/profile.json``."""
-    from digenrl.control.profile import ProfileCost, save_profile
-
     measured = None
     if measures(run):
         data = calibrate(run, pools, repeats=run.cfg.tuning.calibration_repeats)

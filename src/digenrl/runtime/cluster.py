@@ -11,14 +11,19 @@
 from __future__ import annotations
 
 import logging
+import signal
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from digenrl.config import Config, ConfigError
 
+from digenrl.control.run_plan import RunPlan
+
+from .clocks import measure_offsets
+from .deadlines import startup_deadline
 from .pools import WorkerPools
 from .publish import GroupSpec
-from digenrl.control.run_plan import RunPlan
 
 
 def pool_demand(cfg: Config, pool: str) -> dict[str, float]:
@@ -85,8 +90,6 @@ def ray_session(run: RunPlan):
         check_resources(run, ray.cluster_resources())
         yield ray
         return
-    import signal
-
     rt = run.cfg.runtime
     quiet = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
     sigterm = signal.getsignal(signal.SIGTERM)
@@ -111,6 +114,9 @@ def ray_session(run: RunPlan):
         ray.shutdown()
 
 
+WAIT_SLICE_S = 1.0  # the longest single ray.wait (a signal's handler takes effect only when the call returns)
+
+
 class ActorPools(WorkerPools):
     """``WorkerPools`` over Ray actors: a call is ``handle.method.options(num_returns=n).remote(*args)``, a ref
     an object ref."""
@@ -120,7 +126,18 @@ class ActorPools(WorkerPools):
         return (fn if returns == 1 else fn.options(num_returns=returns)).remote(*args)
 
     def wait(self, refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
-        return wait_sliced(refs, num_returns, timeout)  # (in slices: a stop signal is honoured within a second)
+        """``ray.wait(refs, num_returns, timeout)`` as a loop of waits of at most ``WAIT_SLICE_S``: a SIGINT /
+        SIGTERM handler that raises inside ``ray.wait`` surfaces (as ``SystemError`` from ``Interrupted``,
+        ``interrupt.as_interrupted``) only when that wait returns, so a long wait would hold a stop that long."""
+        import ray
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            ready, rest = ray.wait(refs, num_returns=num_returns,
+                                   timeout=WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
+            if len(ready) >= num_returns or (left is not None and left <= WAIT_SLICE_S):
+                return ready, rest
 
     def get(self, ref):
         import ray
@@ -184,9 +201,6 @@ def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None) ->
     """Wait until the workers are built (a failure names the worker), measure their clock offsets, form the
     groups and publish the first version to the generators: version 0 of rank 0's build, or the version of
     ``state`` (a resumable checkpoint every trainer rank loads). Both transports."""
-    from .clocks import measure_offsets
-    from .deadlines import startup_deadline
-
     up = startup_deadline(run.cfg)
     workers = run.generator_ids + run.trainer_ids
     pools.get_named({w: pools.call(w, "ping") for w in workers}, "startup", up)
@@ -211,8 +225,9 @@ def _publish_initial(pools: WorkerPools, version: int, timeout_s: float | None =
 
 def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = None) -> None:
     """One torch.distributed world: the trainer ranks 0..N_t-1, and where the publish is a collective with the
-    generators (broadcast, stream) or the generators are sequence-parallel the generator ranks N_t..N_t+N_g-1; the stream path's senders are the ranks of
-    ``rank0_group`` (rank 0, or rank 0's shard group), one group (sender, generators) each."""
+    generators (broadcast, stream) or the generators are sequence-parallel the generator ranks N_t..N_t+N_g-1; one
+    group (sender, generators) per sender of the publish: rank 0 (broadcast), or the ranks of ``rank0_group``
+    (stream: rank 0, or rank 0's shard group)."""
     n_t, n_g = len(run.trainer_ids), len(run.generator_ids)
     broadcast = pools.publish in ("broadcast", "stream")
     gen_sp = run.gen_groups is not None  # sequence-parallel generators: their ranks share groups
@@ -224,10 +239,9 @@ def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = Non
     world = n_t + (n_g if broadcast or gen_sp else 0)
     trainer_ranks = tuple(range(n_t))
     gens = tuple(range(n_t, n_t + n_g))
-    publish_ranks = (0,) + gens if pools.publish == "broadcast" and n_g else ()
     fsdp = run.cfg.train.sharding == "fsdp"  # (a sequence-parallel group's ranks hold the same whole weights)
-    senders = [run.trainer_ids.index(w) for w in pools.rank0_group] if fsdp else [0]
-    streams = tuple((s,) + gens for s in senders) if pools.publish == "stream" and n_g else ()
+    senders = [run.trainer_ids.index(w) for w in pools.rank0_group] if fsdp and pools.publish == "stream" else [0]
+    streams = tuple((s,) + gens for s in senders) if broadcast and n_g else ()
     shard_size = n_t // run.cfg.train.shard_groups if fsdp and run.cfg.train.shard_groups > 1 else 0
     d, dg = run.sequence_parallel, run.cfg.runtime.generator_sequence_parallel.degree
     sequence = tuple(tuple(range(i, i + d)) for i in range(0, n_t, d)) if d > 1 else ()  # the trainers' lanes
@@ -235,25 +249,5 @@ def _form_groups(run: RunPlan, pools: WorkerPools, timeout_s: float | None = Non
         sequence += tuple(tuple(range(n_t + i, n_t + i + dg)) for i in range(0, n_g, dg))
     ranks = enumerate(run.trainer_ids + (run.generator_ids if broadcast or gen_sp else ()))  # generators: N_t..
     refs = {w: pools.call(w, "setup_dist", GroupSpec(f"tcp://{ip}:{port}", backend, world, i, trainer_ranks,
-                                                     publish_ranks, shard_size, streams, sequence)) for i, w in ranks}
+                                                     shard_size, streams, sequence)) for i, w in ranks}
     pools.get_named(refs, "process-group run", timeout_s)
-
-
-WAIT_SLICE_S = 1.0  # the longest single ray.wait (a signal's handler takes effect only when the call returns)
-
-
-def wait_sliced(refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
-    """``ray.wait(refs, num_returns, timeout)`` as a loop of waits of at most ``WAIT_SLICE_S``: a SIGINT /
-    SIGTERM handler that raises inside ``ray.wait`` surfaces (as ``SystemError`` from ``Interrupted``,
-    ``interrupt.as_interrupted``) only when that wait returns, so a long wait would hold a stop that long."""
-    import time
-
-    import ray
-
-    end = None if timeout is None else time.monotonic() + timeout
-    while True:
-        left = None if end is None else max(0.0, end - time.monotonic())
-        ready, rest = ray.wait(refs, num_returns=num_returns,
-                               timeout=WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
-        if len(ready) >= num_returns or (left is not None and left <= WAIT_SLICE_S):
-            return ready, rest

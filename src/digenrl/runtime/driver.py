@@ -22,27 +22,34 @@ of that step. Restarts are reported in ``summary.json`` (``recoveries``), in the
 from __future__ import annotations
 
 import logging
+import re
 import time
+from contextlib import nullcontext
 from dataclasses import replace
+from datetime import datetime
 
 from digenrl.config import Config
 from digenrl.control.loop import run_loop
+from digenrl.control.observed import observed_profile, rescaled_profile
+from digenrl.control.profile import ProfileCost, save_profile
 from digenrl.control.run_plan import RunPlan, plan_run
 from digenrl.control.timeline import Timeline
 from digenrl.faults import find_deterministic, find_halted
-from digenrl.observe.progress import eval_text, nothing as _nothing, phase
+from digenrl.observe.progress import eval_text, phase
 from digenrl.runtime.run_dir import RunStart
 from digenrl.runtime.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
 from digenrl.schedule import Scheduler, StepStats
+from digenrl.schedule.audit import audit
 from digenrl.train import checkpoint as ckpt
 
 from .between_steps import BetweenSteps, GuardStopped
 from .clocks import Clock
-from .calibrate import measures
+from .calibrate import cost_model, measures
+from .cluster import ray_session, start_pools, worker_log_dir
 from .deadlines import ObservedCosts, call_deadline, remote_reward_wait, watchdog
 from .errors import WorkerFailure
 from .executor import WorkerExecutor
-from .local import in_process
+from .local import in_process, start_local_pools
 from .pools import WorkerPools
 from .step_metrics import StepMetrics
 
@@ -61,8 +68,6 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
     ``start``: fresh, overwrite or resume (``runtime.run_dir.run_start``); ``stop``: the CLI's
     ``StopRequest`` (Ray: its signal handler raises ``Interrupted`` in this thread; in-process: polled at each
     step boundary); ``ray``: ``uses_ray``."""
-    from contextlib import nullcontext
-
     run = plan_run(cfg)  # config errors before anything is written or started
     ray = uses_ray(run, ray)
     if not ray and run.hooks is not None and run.hooks.fails and run.hooks.kind != "raise":
@@ -70,13 +75,7 @@ def run_training(cfg: Config, start: RunStart | None = None, stop=None, *, ray: 
 
         raise ConfigError(f"DIGENRL_TEST_HOOKS: inject_failure ':{run.hooks.kind}' ends or stops the worker's process, which "
                           "in-process is the run itself; use it on Ray (digenrl train --ray, or a Ray mode)")
-    if ray:
-        from .cluster import ray_session
-
-        session = ray_session(run)  # placement errors too
-    else:
-        session = nullcontext()
-    with session:
+    with ray_session(run) if ray else nullcontext():  # placement errors too
         out = RunOutputs(cfg, start)
         try:
             return _Controller(run, out, start, stop, local=not ray).train()
@@ -106,13 +105,8 @@ class _Controller:
         self._evaluated = False  # the initial eval (run_outputs.before) is done
 
     def start_pools(self, state: bytes | None, hooks) -> WorkerPools:
-        if self.local:
-            from .local import start_local_pools
-
-            return start_local_pools(self.run, state, hooks)
-        from .cluster import start_pools
-
-        return start_pools(self.run, state, hooks)
+        """This run's workers, in-process or Ray actors: the one place they start (tests replace it)."""
+        return (start_local_pools if self.local else start_pools)(self.run, state, hooks)
 
     def _startup_text(self) -> str:
         n_g, n_t = len(self.run.generator_ids), len(self.run.trainer_ids)
@@ -121,8 +115,6 @@ class _Controller:
         if self.local:
             return f"{'reloading' if self.recoveries else 'loading'} {model}"
         pools = f"{n_g} generator(s) and {n_t} trainer rank(s)" if n_g else f"{n_t} worker(s)"
-        from .cluster import worker_log_dir
-
         again = "restarting" if self.recoveries else "starting"
         return f"{again} {pools} (each loads {model}; logs in {worker_log_dir(self.cfg)})"
 
@@ -173,8 +165,6 @@ class _Controller:
             self.metrics.close()
 
     def _attempt(self) -> dict:
-        from .calibrate import cost_model
-
         cfg, plan, pools = self.cfg, self.plan, self.pools
         if self.first == 0 and not self._evaluated:  # (again after a failure in the first eval itself)
             with phase(cfg, f"eval before RL ({eval_text(cfg)})"):
@@ -183,7 +173,7 @@ class _Controller:
             if not self.recoveries:
                 self.clock.reset()
         timing = f"calibration: timing each operation on the workers ({cfg.tuning.calibration_repeats} repeats)"
-        with phase(cfg, timing) if measures(self.run) else _nothing():
+        with phase(cfg, timing) if measures(self.run) else nullcontext():
             cost = self._cost = cost_model(self.run, pools, self.out.run_dir if not self.recoveries else None)
         self._attempt_start, self._log_start = self.clock.now(), len(self.timeline.log)
         self.sched = Scheduler(plan, cost=cost, bts_config=cfg.bts_config(), first_step=self.first)
@@ -227,8 +217,6 @@ class _Controller:
         return self.rank0("checkpoint_bytes", {"steps": str(step), "guard": "pre-divergence"})
 
     def _finish(self, end: float, version: int) -> dict:
-        from digenrl.schedule.audit import audit
-
         cfg, plan = self.cfg, self.plan
         if cfg.runtime.checkpoint_every and version > self._last_checkpoint():
             self._save_state(version)  # a finished run can be extended with --resume steps=<more>
@@ -256,9 +244,6 @@ class _Controller:
         """``profile_observed.json``: the op costs this run's spans showed (``control.observed``), laid over the
         run's calibration curves where it has one (``rescaled_profile``), for planning the next run on the same
         machines. A run too short to show every op kind writes none."""
-        from digenrl.control.observed import observed_profile, rescaled_profile
-        from digenrl.control.profile import ProfileCost, save_profile
-
         try:
             data = observed_profile(spans, self.plan.sampling_steps, source=f"spans of {self.cfg.run_dir}",
                                     pools=(len(self.pools.generators), len(self.pools.trainers)),
@@ -344,15 +329,9 @@ def _newest(run_dir) -> tuple:
 def _log_failure(cfg: Config, e: WorkerFailure) -> None:
     """Append the error the driver saw from worker ``e.worker`` (with Ray's remote traceback) to that worker's log
     (``run_dir/logs/<worker>.log``): an actor's exception goes back to the caller, not into the worker's output."""
-    from datetime import datetime
-
-    from .cluster import worker_log_dir
-
     path = worker_log_dir(cfg) / f"{e.worker}.log"
     if not path.parent.is_dir():
         return
-    import re
-
     detail = str(e.__cause__).strip() if e.__cause__ is not None else str(e)
     detail = re.sub(r"\x1b\[[0-9;]*m", "", detail)  # (Ray colours the task's name)
     try:

@@ -19,7 +19,7 @@ trainers compute advantages and loss scales; it computes nothing of the loss and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from digenrl.control.loop import Completion, Interval, SideCall, tie_order
@@ -138,8 +138,6 @@ class WorkerExecutor:
     def _by_group(self, work: list[Interval]) -> tuple[Interval, ...]:
         """The ranks' busy intervals as the scheduler's workers': a shard group is busy from its first rank's
         start to its last rank's end."""
-        if not self.run.grouped and self.run.gen_groups is None:
-            return tuple(work)
         out: dict[str, Interval] = {}
         for w in work:
             g = self._group_of.get(w.worker, w.worker)
@@ -257,8 +255,6 @@ class WorkerExecutor:
 def merge_fragment_infos(fragment, infos: list):
     """One ``FragmentInfo`` of ``fragment`` from the infos of the ranks that each generated a share of it
     (a sharded pool's collective generation): rewards and reward parts in ``fragment.generations`` order."""
-    from dataclasses import replace
-
     by_gen, parts = {}, {}
     for info in infos:
         for i, g in enumerate(info.fragment.generations):
@@ -276,8 +272,6 @@ def merge_fragment_infos(fragment, infos: list):
 def merge_chunk_results(results: list):
     """One ``ChunkResult`` from the ranks of a shard group that trained one chunk together (each recorded the
     whole chunk's cells; their loss statistics cover their own share and add up)."""
-    from dataclasses import replace
-
     cells = {r.cells for r in results}
     if len(cells) != 1:
         raise RuntimeError(f"the ranks of a shard group recorded different cells for {results[0].chunk}")

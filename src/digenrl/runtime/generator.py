@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 
 from .messages import TimedResult
-from .publish import WeightInbox, broadcast_receive, init_groups, stream_receive
+from .publish import WeightInbox, init_groups, stream_receive
 from .worker_base import WorkerBase, fetch
 from .workers import GeneratorAPI
 
@@ -48,14 +48,13 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         self.sampler = sampler_settings(self.cfg)
         self.version = -1  # nothing loaded yet: version 0 is published before the run starts
         self.inbox = WeightInbox()
-        self._publish_group = None
-        self._streams: tuple = ()
+        self._senders: tuple = ()  # (world rank, group) of each sender of a broadcast or stream publish
         self._lead = True  # a sequence-parallel generator's first rank (``setup_dist``)
         self.check_failure("startup")
 
     def setup_dist(self, spec) -> bool:
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
-        self._publish_group, self._streams = groups.publish, groups.streams
+        self._senders = groups.streams
         if groups.sequence is not None:
             from digenrl.models.sequence_parallel import enable_sequence_parallel
 
@@ -98,11 +97,9 @@ class GeneratorWorker(WorkerBase, GeneratorAPI):
         return batch, info
 
     def receive_broadcast(self, version: int) -> TimedResult:
+        """Stage ``version`` from the publish's senders (rank 0's broadcast, or every sender's stream)."""
         t0 = time.monotonic()
-        self.inbox.put(version, broadcast_receive(self.policy, self._publish_group, self.fast.layout))
+        self.inbox.put(version, stream_receive(self.policy, self._senders, self.fast.layout))
         return TimedResult(self.name, "receive", t0, time.monotonic(), version)
 
-    def receive_stream(self, version: int) -> TimedResult:
-        t0 = time.monotonic()
-        self.inbox.put(version, stream_receive(self.policy, self._streams, self.fast.layout))
-        return TimedResult(self.name, "receive", t0, time.monotonic(), version)
+    receive_stream = receive_broadcast

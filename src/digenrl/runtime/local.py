@@ -14,11 +14,18 @@ boundary. ``driver.run_training`` picks this transport for one colocated worker 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
-from digenrl.control.run_plan import RunPlan
+from digenrl.control.loop import run_loop
+from digenrl.control.run_plan import RunPlan, plan_run
+from digenrl.control.timeline import Timeline
+from digenrl.schedule import Scheduler
 
+from .clocks import Clock
+from .cluster import built_pools, ready_pools
 from .errors import WorkerFailure
+from .executor import WorkerExecutor
 from .pools import WorkerPools, error_cause
 
 
@@ -73,10 +80,9 @@ class LocalPools(WorkerPools):
         return [r for r in refs if r.done], [r for r in refs if not r.done]
 
     def get(self, ref: LocalRef):
-        while not ref.done:  # (a get without a wait: its call and those before it run now)
-            if not self._queue:
-                raise RuntimeError("in-process pools: a ref of a call that was never made")
-            self._run(self._queue.popleft())
+        self.wait([ref], 1, None)  # (a get without a wait: its call and those before it run now)
+        if not ref.done:
+            raise RuntimeError("in-process pools: a ref of a call that was never made")
         if ref.call.error is not None:
             raise ref.call.error
         return _resolved(ref)
@@ -105,7 +111,6 @@ def in_process(run: RunPlan) -> bool:
 def start_local_pools(run: RunPlan, state: bytes | None = None, hooks=None) -> LocalPools:
     """The run's workers built in this process (no log files: their output is this process's) and readied as
     Ray's are (``cluster.ready_pools``); ``state``, ``hooks``: as ``cluster.start_pools``."""
-    from .cluster import built_pools
     from .generator import GeneratorWorker
     from .trainer import TrainerWorker
 
@@ -139,16 +144,6 @@ def run_steps(cfg, worker, *, first: int = 0, steps: int | None = None, state: b
     executor and ``LocalPools``, as ``digenrl train`` runs them; no eval, no checkpoint. ``first``: the step the
     worker's weights are at; ``state``: a resumable checkpoint's bytes it restores first (``first`` becomes its
     step). Returns the steps' metric rows (``runtime.step_metrics``)."""
-    from dataclasses import replace
-
-    from digenrl.control.loop import run_loop
-    from digenrl.control.run_plan import plan_run
-    from digenrl.control.timeline import Timeline
-    from digenrl.schedule import Scheduler
-
-    from .clocks import Clock
-    from .cluster import ready_pools
-    from .executor import WorkerExecutor
     from .step_metrics import StepMetrics
 
     run = plan_run(cfg)
@@ -162,14 +157,6 @@ def run_steps(cfg, worker, *, first: int = 0, steps: int | None = None, state: b
     clock, timeline, metrics = Clock(), Timeline(plan), StepMetrics(plan)
     clock.use(pools.clock_offsets)
     metrics.replay_from(first, 0, 0.0)
-    rows: list[dict] = []
-
-    class _Rows:
-        def on_completion(self, c):
-            metrics.record(c)
-
-        def after_wait(self):
-            rows.extend(metrics.rows_ready(timeline.spans))
-
-    run_loop(Scheduler(plan, first_step=first), WorkerExecutor(run, pools, clock, first), timeline, _Rows())
-    return rows
+    observer = SimpleNamespace(on_completion=metrics.record, after_wait=lambda: None)
+    run_loop(Scheduler(plan, first_step=first), WorkerExecutor(run, pools, clock, first), timeline, observer)
+    return metrics.rows_ready(timeline.spans)  # (one worker: nothing runs across a publish, so no row changes)

@@ -20,16 +20,11 @@ it, so every trajectory is produced by the one version it records."""
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-
-def state_copy(policy) -> dict:
-    """The trainable state as CPU tensors (the object-store payload of a publish). Under FSDP the tensors are
-    shards and this gathers them: a collective, so every trainer rank must call it."""
-    from digenrl.train.sharding import full_trainable_state
-
-    return full_trainable_state(policy)
+from digenrl.control.run_plan import shard_groups
 
 
 class WeightInbox:
@@ -61,9 +56,9 @@ class GroupSpec:
     world: int
     rank: int
     trainer_ranks: tuple[int, ...]
-    publish_ranks: tuple[int, ...] = ()  # (0, generator ranks...) in broadcast mode, else ()
     shard_size: int = 0           # ranks per shard group under hybrid sharding (train.shard_groups > 1), else 0
-    stream_ranks: tuple[tuple[int, ...], ...] = ()  # stream mode: per sender, (sender, generator ranks...)
+    stream_ranks: tuple[tuple[int, ...], ...] = ()  # per sender of a broadcast / stream publish: (sender,
+    # generator ranks...)
     sequence_groups: tuple[tuple[int, ...], ...] = ()  # the sequence-parallel groups: the trainers' lanes
     # (train.sequence_parallel) and the generators' (runtime.generator_sequence_parallel), in this order
 
@@ -71,16 +66,14 @@ class GroupSpec:
 class ProcessGroups(NamedTuple):
     """The groups a worker takes part in (None: the default world, or not a member).
 
-    trainer: every trainer rank (the unsharded commit's all-reduce); publish: rank 0 and the generators
-    (broadcast publish); shard: the worker's shard group (FSDP's mesh; the trainer group without hybrid
-    sharding); replica: the ranks holding the same shard in every shard group (hybrid sharding's commit
-    all-reduce), None without hybrid sharding; streams: (sender rank, group) of each stream group the worker
-    is in (stream publish: a sender's own; a generator's, one per sender in sender order); sequence: the
-    worker's sequence-parallel group (a trainer lane or a generator's ranks, which split each sequence), None
-    without."""
+    trainer: every trainer rank (the unsharded commit's all-reduce); shard: the worker's shard group (FSDP's
+    mesh; the trainer group without hybrid sharding); replica: the ranks holding the same shard in every shard
+    group (hybrid sharding's commit all-reduce), None without hybrid sharding; streams: (sender rank, group) of
+    each publish group the worker is in (a sender's own; a generator's, one per sender in sender order);
+    sequence: the worker's sequence-parallel group (a trainer lane or a generator's ranks, which split each
+    sequence), None without."""
 
     trainer: object = None
-    publish: object = None
     shard: object = None
     replica: object = None
     streams: tuple = ()
@@ -91,8 +84,6 @@ def hybrid_layout(trainer_ranks: Sequence[int], shard_size: int) -> tuple[list[l
     """(shard groups, replica groups) of ``trainer_ranks``: the consecutive blocks of ``control.run_plan.
     shard_groups`` (the scheduler's shard groups, same order); replica j = the j-th rank of every group (they
     hold the same shards)."""
-    from digenrl.control.run_plan import shard_groups
-
     ranks = tuple(trainer_ranks)
     if shard_size < 1 or len(ranks) % shard_size:
         raise ValueError(f"{len(ranks)} trainer ranks do not split into shard groups of {shard_size}")
@@ -106,18 +97,13 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     in the same order). ``timeout_s`` (``runtime.collective_timeout_s``) bounds the rendezvous and every
     collective of each group (``new_group`` would otherwise take torch's 30 min default, not the world's):
     under gloo a collective that waits longer raises; under NCCL its watchdog aborts the process."""
-    import datetime
-
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(setup.backend, init_method=setup.init_method, world_size=setup.world,
                             rank=setup.rank, timeout=timeout)
-    trainer_group = publish_group = None
-    if setup.world > len(setup.trainer_ranks):  # the world holds the generators too
-        trainer_group = dist.new_group(list(setup.trainer_ranks), timeout=timeout)
-    if setup.publish_ranks:
-        publish_group = dist.new_group(list(setup.publish_ranks), timeout=timeout)
+    trainer_group = (dist.new_group(list(setup.trainer_ranks), timeout=timeout)  # the world holds the generators
+                     if setup.world > len(setup.trainer_ranks) else None)
 
     def mine(groups, default=None):
         """Create every one of ``groups`` (in order, on every process); the one holding this rank, else ``default``."""
@@ -130,16 +116,8 @@ def init_groups(setup: GroupSpec, timeout_s: float) -> ProcessGroups:
     streams = tuple((ranks[0], pg) for ranks in setup.stream_ranks if (pg := mine([ranks])) is not None)
     hybrid = setup.shard_size and setup.shard_size < len(setup.trainer_ranks)
     shards, replicas = hybrid_layout(setup.trainer_ranks, setup.shard_size) if hybrid else ([], [])
-    return ProcessGroups(trainer_group, publish_group, mine(shards, trainer_group), mine(replicas), streams,
+    return ProcessGroups(trainer_group, mine(shards, trainer_group), mine(replicas), streams,
                          mine(setup.sequence_groups))
-
-
-def broadcast_send(state: dict, group) -> None:
-    """Rank 0 side of a broadcast publish of the full trainable ``state``."""
-    import torch.distributed as dist
-
-    for name in sorted(state):
-        dist.broadcast(state[name].detach().contiguous(), src=0, group=group)
 
 
 def _receive_like(policy, layout: dict | None) -> dict:
@@ -152,21 +130,6 @@ def _receive_like(policy, layout: dict | None) -> dict:
     return {n: (tuple(shape), dtype, like[n].device) for n, (shape, dtype) in layout.items()}
 
 
-def broadcast_receive(policy, group, layout: dict | None = None) -> dict:
-    """Generator side: receive a full trainable state into fresh buffers (the live weights are untouched)."""
-    import torch
-    import torch.distributed as dist
-
-    like = _receive_like(policy, layout)
-    out = {}
-    for name in sorted(like):
-        shape, dtype, device = like[name]
-        buf = torch.empty(shape, dtype=dtype, device=device)
-        dist.broadcast(buf, src=0, group=group)
-        out[name] = buf
-    return out
-
-
 def local_state(state: dict) -> dict:
     """Copies of this rank's own part of ``state`` (a DTensor's local shard, a plain tensor whole): what a
     sender streams. Copies, so that the sends never read weights that a later commit or swap changes."""
@@ -174,11 +137,13 @@ def local_state(state: dict) -> dict:
 
 
 def stream_send(state: dict, src: int, group) -> list:
-    """A sender's side of a stream publish: one asynchronous broadcast per tensor (sorted by name) from world
-    rank ``src`` over its stream group; the works, to ``wait`` on before the next commit or publish."""
+    """A sender's side of a publish: one asynchronous broadcast per tensor (sorted by name) from world rank
+    ``src`` over its group (a broadcast publish waits for them at once); the works, to ``wait`` on before the
+    next commit or publish."""
     import torch.distributed as dist
 
-    return [dist.broadcast(state[name].contiguous(), src=src, group=group, async_op=True) for name in sorted(state)]
+    return [dist.broadcast(state[name].detach().contiguous(), src=src, group=group, async_op=True)
+            for name in sorted(state)]
 
 
 def shard_shape(shape, senders: int, index: int) -> tuple[int, ...]:
@@ -196,7 +161,8 @@ def shard_shape(shape, senders: int, index: int) -> tuple[int, ...]:
 
 def stream_receive(policy, streams: Sequence[tuple[int, object]], layout: dict | None = None) -> dict:
     """Generator side: receive every sender's shards into fresh buffers (all at once, asynchronously) and join
-    them along dim 0 into the full trainable state (the live weights are untouched)."""
+    them along dim 0 into the full trainable state (the live weights are untouched); a broadcast publish is
+    the case of one sender, rank 0, sending the whole state."""
     import torch
     import torch.distributed as dist
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from digenrl.config import Config, ConfigError, dump_config
-from digenrl.safe_files import remove_orphans
+from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
 
 # every file or folder a run (either executor) writes into run_dir
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "reward_curve.png", "samples_before.png", "samples_after.png",
@@ -46,12 +46,6 @@ class RunStart:
     step: int = 0  # committed steps of the checkpoint
 
 
-def previous_run(run_dir: str | Path) -> list[str]:
-    """The run outputs present in ``run_dir`` (empty: no previous run there)."""
-    d = Path(run_dir)
-    return [n for n in RUN_OUTPUTS if (d / n).exists()] if d.is_dir() else []
-
-
 def marked_outputs(run_dir: str | Path) -> list[str] | None:
     """The outputs the marker of ``run_dir`` says this program writes there (None: no valid marker)."""
     try:
@@ -63,17 +57,11 @@ def marked_outputs(run_dir: str | Path) -> list[str] | None:
     return [n for n in meta["outputs"] if n in RUN_OUTPUTS]  # names only: a hand-edited marker deletes no more
 
 
-def foreign_entries(run_dir: str | Path) -> list[str]:
-    """What ``run_dir`` holds besides the marker and the lock (empty for a missing or empty directory)."""
-    d = Path(run_dir)
-    return sorted(n for n in os.listdir(d) if n not in _OWN) if d.is_dir() else []
-
-
 def _check_ours(d: Path) -> None:
     """``ConfigError`` unless ``d`` is empty or marked as a run of this program (before deleting anything)."""
     if marked_outputs(d) is not None:
         return
-    held = foreign_entries(d)
+    held = sorted(n for n in os.listdir(d) if n not in _OWN) if d.is_dir() else []  # besides marker and lock
     if held:
         raise ConfigError(f"run_dir: {str(d)!r} holds files this program did not mark as its run ({', '.join(held[:4])}"
                           f"{', ...' if len(held) > 4 else ''}; no {MARKER} marker), so it deletes none of them: "
@@ -88,7 +76,7 @@ def run_start(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> 
     d = Path(cfg.run_dir)
     if resume and overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
-    prev = previous_run(d)
+    prev = [n for n in RUN_OUTPUTS if (d / n).exists()]  # the outputs of a previous run there
     if resume or (cfg.resume == "auto" and not overwrite):
         ckpt = latest_checkpoint(d)
         if ckpt is not None:
@@ -123,7 +111,6 @@ def run_start(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> 
 
 
 def _checkpoint_config(path: Path) -> tuple[dict, int]:
-    from digenrl.safe_files import safetensors_header
     from digenrl.train.checkpoint import META_KEY
 
     meta = json.loads(safetensors_header(path)["__metadata__"][META_KEY])
@@ -234,8 +221,6 @@ def _remove(p: Path) -> None:
 def write_marker(run_dir: str | Path) -> None:
     """Mark ``run_dir`` as a run of this program (kept when the directory already has a valid marker)."""
     from digenrl import __version__
-    from digenrl.safe_files import atomic_write_bytes
-
     d = Path(run_dir)
     if marked_outputs(d) is None:
         meta = {"program": "digenrl", "version": __version__, "outputs": list(RUN_OUTPUTS),

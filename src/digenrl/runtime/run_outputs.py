@@ -10,13 +10,15 @@ writer of a stopped run's record. The run directory itself (marker, lock, resume
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import tempfile
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from digenrl.config import Config
 from digenrl.observe.plots import reward_curve, sample_grid
 from digenrl.observe.progress import line as _print_line
 from digenrl.runtime.run_dir import RunStart, kept_metrics, lock_run_dir, prepare_run_dir, unlock_run_dir
+from digenrl.safe_files import atomic_write_bytes, atomic_write_with
 
 
 def write_grid(run_dir: Path, name: str, batch, n: int, title: str) -> None:
@@ -31,8 +33,6 @@ def save_checkpoint(policy, run_dir: Path, meta: dict[str, str], state: dict | N
     (a sharded pool gathers them first: the policy's ``state_dict`` with ``save``, else its trainable state)."""
     from safetensors.torch import save_file
 
-    from digenrl.safe_files import atomic_write_with
-
     def write(tmp: Path) -> None:
         if hasattr(policy, "save"):
             policy.save(tmp, meta, state=state)
@@ -45,8 +45,6 @@ def save_checkpoint(policy, run_dir: Path, meta: dict[str, str], state: dict | N
 
 def checkpoint_bytes(policy, meta: dict[str, str], state: dict | None = None) -> bytes:
     """The bytes of ``save_checkpoint(policy, ...)`` (written where the run lives by ``RunOutputs``)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as d:
         return save_checkpoint(policy, Path(d), meta, state).read_bytes()
 
@@ -79,10 +77,6 @@ class FailureRecord:
 def write_failure(run_dir: Path, record: FailureRecord) -> None:
     """Write ``run_dir/failure.json`` atomically (nothing where the run dir is gone); a ``checkpoint`` path is
     written as text."""
-    from dataclasses import asdict, replace
-
-    from digenrl.safe_files import atomic_write_bytes
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
@@ -246,8 +240,6 @@ class RunOutputs:
         self.writer.image("samples/after", self.run_dir / "samples_after.png", steps)
 
     def write_checkpoint(self, data: bytes) -> Path:
-        from digenrl.safe_files import atomic_write_bytes
-
         return atomic_write_bytes(self.run_dir / "checkpoint.safetensors", data)
 
     def finish(self, *, wall_s: float, version: int, **extra) -> dict:
@@ -263,8 +255,6 @@ class RunOutputs:
             summary.update(self.guard.summary())
             if self.guard_stop is not None:
                 summary["steps_done"] = done
-        from digenrl.safe_files import atomic_write_bytes
-
         reward_curve(self.writer.rows, self.run_dir / "reward_curve.png",
                      title=f"{cfg.task.name} ({cfg.runtime.mode}): eval {self.eval0:.3f} -> {self.eval1:.3f}")
         atomic_write_bytes(self.run_dir / "summary.json", json.dumps(summary, indent=2).encode())

@@ -67,14 +67,9 @@ class StepMetrics:
         self.plan = plan
         self.steps = defaultdict(StepRecord)
         self._traj = (run_dir / "trajectories.jsonl").open("w") if run_dir is not None else None
-        self._next_row = 0
+        self.logged = 0  # steps whose rows were handed out (a resumed run starts past the kept ones)
         self.attempt = 0
         self._t0 = 0.0  # when the current attempt started (the step before its first has no publish time here)
-
-    @property
-    def logged(self) -> int:
-        """Steps whose rows were handed out (a resumed run starts past the kept ones)."""
-        return self._next_row
 
     def replay_from(self, step: int, attempt: int, t0: float) -> None:
         """A (re)started attempt runs from ``step`` at time ``t0``: forget what a failed attempt recorded from
@@ -82,11 +77,11 @@ class StepMetrics:
         self.attempt, self._t0 = attempt, t0
         for k in [k for k in self.steps if k >= step]:
             del self.steps[k]
-        for k in range(self._next_row, step):  # committed (the checkpoint holds it) but its row not out yet (TCSS:
+        for k in range(self.logged, step):  # committed (the checkpoint holds it) but its row not out yet (TCSS:
             if k in self.steps and self.steps[k].published is None:  # a failure before its publish): its version
                 self.steps[k].published = t0  # reached the workers with the restarted pools; its row comes next
-        while self._next_row < step and self._next_row not in self.steps:  # a resumed run: rows up to it are kept
-            self._next_row += 1
+        while self.logged < step and self.logged not in self.steps:  # a resumed run: rows up to it are kept
+            self.logged += 1
 
     def record(self, c: Completion) -> None:
         a = c.action
@@ -127,9 +122,9 @@ class StepMetrics:
     def rows_ready(self, spans) -> list[dict]:
         """Rows of the steps published since the last call, in step order (``spans``: the run's so far)."""
         out = []
-        while self._next_row < self.plan.steps and self.steps[self._next_row].published is not None:
-            out.append(self.row(self._next_row, spans))
-            self._next_row += 1
+        while self.logged < self.plan.steps and self.steps[self.logged].published is not None:
+            out.append(self.row(self.logged, spans))
+            self.logged += 1
         return out
 
     def row(self, k: int, spans) -> dict:

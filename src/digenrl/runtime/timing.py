@@ -1,7 +1,7 @@
 """Worker-side timing of the operations of ``schedule.cost`` with the code the workers run: the mean of ``repeats``
 after one warm-up (a step's time is a sum of op times, so its expectation is the sum of the means; op times on a
 shared machine are right-skewed, and medians made the CPU benchmark's predictions 7-15% optimistic per op), the
-sizes of an op timed round-robin (``_mean_times``). ``calibrate`` drives ``Calibration`` one timed execution per
+sizes of an op timed round-robin (``calibrate._Stream``). ``calibrate`` drives ``Calibration`` one timed execution per
 actor call, so that no call does more than about one action's work and each gets the watchdog's deadline
 (``deadlines.calibration_deadline``). The ops:
 
@@ -18,8 +18,9 @@ gradients are reduce-scattered inside each chunk's backward, which ``train`` alr
 from __future__ import annotations
 
 import pickle
-import statistics
 import time
+
+from digenrl.control.run_plan import timestep_plan
 
 
 def _timed(fn) -> float:
@@ -34,20 +35,6 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _mean_times(fns: dict, repeats: int) -> dict:
-    """Mean seconds of each callable (keyed alike in the result), timed round-robin (one warm-up each, then
-    ``repeats`` rounds over all of them in a fixed order): a change of the machine's speed during the measurement
-    then shifts every size alike instead of bending the curve over sizes. Every rank of a sharded pool calls them
-    in the same order."""
-    for fn in fns.values():
-        fn()
-    ts: dict = {k: [] for k in fns}
-    for _ in range(max(1, repeats)):
-        for k, fn in fns.items():
-            ts[k].append(_timed(fn))
-    return {k: statistics.fmean(v) for k, v in ts.items()}
-
-
 def _probe_prompt(worker):
     return worker.task.train_prompts(0, 1, worker.cfg.seed)[0]
 
@@ -58,7 +45,6 @@ def generation_ops(worker, policy, sizes: list[int]) -> dict:
     lists the sample of each size before its other phases)."""
     import torch
 
-    from digenrl.control.run_plan import timestep_plan
     from digenrl.rollout.sampler import sample_trajectories
 
     prompt, plan = _probe_prompt(worker), timestep_plan(worker.cfg, 0)
@@ -92,7 +78,6 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
     import torch
     import torch.distributed as dist
 
-    from digenrl.control.run_plan import timestep_plan
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.step_math import assign_advantages, generate
 
@@ -146,10 +131,10 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
     tail[("optimizer",)] = lambda: commit_side()()
 
     def publish():
-        from .publish import state_copy
+        from digenrl.train.sharding import full_trainable_state
 
         commit_side()
-        state = pickle.loads(pickle.dumps(state_copy(policy), protocol=5))
+        state = pickle.loads(pickle.dumps(full_trainable_state(policy), protocol=5))
         if not worker.sharded:  # the load stands for the generator's (a sharded rank holds DTensor shards)
             policy.load_trainable_state_dict(state)
 
@@ -184,38 +169,6 @@ class Calibration:
         if ctx is not None:
             ctx.optimizer.zero_grad(set_to_none=True)
         self.fns, self.blocks = {}, []
-
-
-def time_generation(worker, policy, sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
-    """size -> {sample, decode, reward, transfer} seconds for one fragment of that many generations, in one
-    call (``benchmarks/op_jitter.py``; a run calibrates through ``Calibration``)."""
-    fns = generation_ops(worker, policy, sizes)
-    for size in sizes:  # the decoded sample the other phases start from
-        fns[("generate", size, "sample")]()
-    return measured(_mean_times(fns, repeats))["generate"]
-
-
-def time_training(worker, cell_sizes: list[int], repeats: int) -> dict:
-    """{"train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s} on a trainer rank, in one call
-    (``benchmarks/op_jitter.py``)."""
-    train, tail = training_ops(worker, cell_sizes)
-    means = {**_mean_times(train, repeats), **_mean_times(tail, repeats)}
-    worker.ctx.optimizer.zero_grad(set_to_none=True)
-    out = measured(means)
-    del out["generate"]
-    return out
-
-
-def measured(times: dict) -> dict:
-    """The measurement dicts ``calibrate.build_profile`` takes, from {key: mean seconds} of one worker:
-    {"generate": {size: {phase: s}}, "train": {cells: s}, "allreduce": s, "optimizer": s, "publish": s}."""
-    gen: dict = {}
-    for key, v in times.items():
-        if key[0] == "generate":
-            gen.setdefault(key[1], {})[key[2]] = v
-    return {"generate": gen, "train": {k[1]: v for k, v in times.items() if k[0] == "train"},
-            "allreduce": times.get(("allreduce",), 0.0), "optimizer": times.get(("optimizer",), 0.0),
-            "publish": times.get(("publish",), 0.0)}
 
 
 def _commit_work(worker, params):

@@ -39,17 +39,20 @@ under NCCL the watchdog aborts the process instead)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from digenrl.control.run_plan import grad_sum_fp64, plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
 from digenrl.train.old_logprob import sync_step_start
+from digenrl.train.sharding import full_trainable_state
 
 from .collectives import collective_action
 from .messages import ChunkResult, CommitResult, TimedResult
-from .publish import broadcast_send, init_groups, local_state, state_copy, stream_send
+from .publish import init_groups, local_state, stream_send
 from .trainer_state import TrainerState
 from .worker_base import WorkerBase, fetch
 from digenrl.train.sequence_parallel import lane_role
+from digenrl.schedule.layout import grid_cells
 from .workers import TrainerAPI
 
 
@@ -74,8 +77,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
         self._plan = plan_run(self.cfg).plan
-        self._publish_group = None
-        self._stream = None   # stream publish: (this rank, its stream group) where it is a sender
+        self._stream = None   # broadcast / stream publish: (this rank, its group) where it is a sender
         self._sends: list = []  # the async sends of its last stream publish (waited for before the next)
         self._world = 1
         self._gsize, self._local = 1, 0  # ranks behind this rank's scheduler trainer, its index (``setup_dist``)
@@ -95,7 +97,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         import torch.distributed as dist
 
         groups = init_groups(spec, self.cfg.runtime.collective_timeout_s)
-        self._publish_group = groups.publish
         self._stream = groups.streams[0] if groups.streams else None
         self.tx.process_group = groups.trainer
         self._world = len(spec.trainer_ranks)
@@ -142,7 +143,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
 
     @collective_action
     def train(self, chunk, refs: list, rewards: dict, parts: dict) -> ChunkResult:
-        from digenrl.schedule.layout import grid_cells
         from digenrl.train.chunk_loss import train_cells
         from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
         from digenrl.train.sample_masks import masked_cells, round_masks
@@ -201,8 +201,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     @collective_action
     def generate(self, fragment, version: int):
         """A fragment: ``generate_gang`` of the rank's lane's round-robin share of its generations."""
-        from dataclasses import replace
-
         mine = fragment.generations[self._lane.lane::self._lane.lanes]  # (one lane: all of them)
         batch, infos = self._generate((replace(fragment, generations=mine),), version)
         return batch, infos[0]
@@ -216,8 +214,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     def _generate(self, share, version: int) -> tuple:
         """``share`` generated in one batch. Without an inference copy a rank of a sharded pool without a share
         samples a throw-away copy of one generation so that its forwards still match the others'."""
-        from dataclasses import replace
-
         self.check_failure(share[0].step)
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate {share} with version {version} but its weights "
@@ -237,7 +233,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         use like a generator's, refreshed with one all-gather of the trainable state per version."""
         if self._copy_version != version:
             from digenrl.models.registry import build_policy
-            from digenrl.train.sharding import full_trainable_state
 
             with sampling_weights(self.policy):
                 state = full_trainable_state(self.policy)  # every rank of the group calls it (a collective)
@@ -306,36 +301,36 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         return step
 
     # ---- publishing, eval, checkpoints -----------------------------------------------------------------
+    def _publish_start(self, version: int) -> float:
+        """The start stamp of a publish of ``version``, which must be the weights' version."""
+        if version != self.tx.version:
+            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        return time.monotonic()
+
     @collective_action
     def publish(self, version: int):
         """Rank 0: (the object-store payload of ``version``, TimedResult)."""
-        t0 = time.monotonic()
-        if version != self.tx.version:
-            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)
-            state = state_copy(self.policy)  # a collective under FSDP (every rank gathers)
+            state = full_trainable_state(self.policy)  # CPU copies; a collective under FSDP (every rank gathers)
         if self._gsize > 1 and self.rank != 0:  # (rank 0's group: a collective gather, or a lane's followers)
             state = None
         return state, TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
     @collective_action
     def publish_broadcast(self, version: int) -> TimedResult:
-        t0 = time.monotonic()
-        if version != self.tx.version:
-            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        t0 = self._publish_start(version)
         with sampling_weights(self.policy):  # (unsharded: views of the parameters, sent inside the block)
-            state = state_copy(self.policy) if self.sharded else self.policy.trainable_state_dict()
-            if self.rank == 0:
-                broadcast_send(state, self._publish_group)
+            state = full_trainable_state(self.policy) if self.sharded else self.policy.trainable_state_dict()
+            for w in stream_send(state, *self._stream) if self._stream is not None else ():
+                w.wait()
         return TimedResult(self.name, "publish", t0, time.monotonic(), version)
 
     @collective_action
     def publish_stream(self, version: int) -> TimedResult:
         """A sender (``publish.stream_send``): start the asynchronous sends of its shards of ``version`` and
         return; the rank goes on with its next call while they drain."""
-        t0 = time.monotonic()
-        if version != self.tx.version:
-            raise RuntimeError(f"{self.name}: publish of version {version} but the weights are {self.tx.version}")
+        t0 = self._publish_start(version)
         self._finish_sends()
         if self._stream is not None:
             with sampling_weights(self.policy):  # the generators sample with DiffusionNFT's old copy (soft)

@@ -8,21 +8,24 @@ the worker and dropped before the trajectories go to the object store (trainers 
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import sys
 import time
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from digenrl.config import Config
+from digenrl.control.run_plan import TestHooks, timestep_plan
 
 from .messages import FragmentInfo
-from digenrl.control.run_plan import TestHooks
+from .timing import Calibration
 
 
 def capture_output(path: str, name: str) -> None:
     """Send this process's stdout and stderr (file descriptors 1 and 2: Python, C extensions and Ray's own worker
     logging alike) to ``path``, appended (a restarted worker continues its file), line-buffered."""
-    import sys
-    from datetime import datetime
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
@@ -92,8 +95,6 @@ class WorkerBase:
 
     def node_endpoint(self) -> tuple[str, int]:
         """(this node's IP, a free TCP port on it) for a torch.distributed rendezvous hosted here."""
-        import socket
-
         import ray
 
         ip = ray.util.get_node_ip_address()
@@ -118,8 +119,6 @@ class WorkerBase:
             if f.kind == "exit":
                 os._exit(1)  # simulate a crashed process (the actor dies)
             if f.kind == "stall":
-                import signal
-
                 os.kill(os.getpid(), signal.SIGSTOP)  # a hung process: alive, never answers
             at = f"step {step}" if isinstance(step, int) else step
             raise InjectedFailure(f"injected failure of {self.name} at {at} (DIGENRL_TEST_HOOKS inject_failure)")
@@ -127,8 +126,6 @@ class WorkerBase:
     def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:
         """Prepare the timing of generation (per fragment size) and, on a trainer, of training (per chunk size),
         commit and publish (``timing.Calibration``); the op keys in blocks."""
-        from .timing import Calibration
-
         self.check_failure("calibrate")
         trainer = self.pool == "trainer"
         self._calibration = Calibration(self, self.policy, gen_sizes, cell_sizes if trainer else [], trainer=trainer)
@@ -149,9 +146,6 @@ class WorkerBase:
         infos), one trajectory batch per part and a tuple of one ``FragmentInfo`` per part (same start/end).
         ``lead=False``: a follower of a sequence-parallel group, which runs the same forwards (collectives) as
         its lead and reports nothing: no decode, no reward, Nones and infos without generations."""
-        from dataclasses import replace
-
-        from digenrl.control.run_plan import timestep_plan
         from digenrl.train.step_math import generate
 
         t0 = time.monotonic()
