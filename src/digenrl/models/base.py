@@ -87,13 +87,8 @@ class Policy(torch.nn.Module):
         return {n: p.detach() for n, p in self.named_parameters() if p.requires_grad}
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        params = dict(self.named_parameters())
-        missing = [k for k in state if k not in params]
-        if missing:
-            raise KeyError(f"published weights contain unknown parameters: {missing[:5]}")
-        with torch.no_grad():
-            for k, v in state.items():
-                params[k].copy_(v)
+        """Copy published (or checkpointed) trainable tensors in (``copy_tensors``; ``KeyError`` before any copy)."""
+        copy_tensors(dict(self.named_parameters()), state, lambda problem: KeyError(f"published weights {problem}"))
 
 
 def copy_tensors(params: dict[str, torch.Tensor], state: dict[str, torch.Tensor], fail, required=()) -> None:
