@@ -13,14 +13,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="digenrl profile", description="Measure this machine's costs for "
                                  "digenrl simulate --profile and runtime.profile (one generator and the trainer ranks of the config).")
     ap.add_argument("--config", "-c", default=None, help="YAML config (default: the built-in CPU demo)")
-    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides (runtime.* sets the pools)")
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="a config override (repeatable), the same as a positional KEY=VALUE")
     ap.add_argument("--out", required=True, help="profile JSON to write (digenrl simulate --profile)")
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats per point, their mean is the cost (default 3)")
-    from digenrl.cli_args import merge_overrides
+    from digenrl.cli_args import add_overrides, parse_with_overrides
 
-    args = merge_overrides(ap, *ap.parse_known_args(argv))  # positionals + --set, anywhere among the flags
+    args = parse_with_overrides(add_overrides(ap), argv)  # KEY=VALUE positionals and --set (runtime.* sets the pools)
     from digenrl.config import ConfigError, load_config
     from digenrl.control.profile import save_profile
     from digenrl.control.run_plan import plan_run
