@@ -57,11 +57,12 @@ def _record(name: str, published: float, predicted: float, unit: str, source: st
 
 def _needed_train_efficiency(step_of, target_step: float) -> float | None:
     """The ``Assumptions.train_efficiency`` at which ``step_of(ratio)`` equals ``target_step`` (bisection on a
-    log scale over [0.05, 4]; the step falls as the ratio rises), None where no ratio in range reaches it."""
+    log scale over [0.05, 4], to 0.1 %: the docs quote it to two digits; the step falls as the ratio rises), None
+    where no ratio in range reaches it."""
     lo, hi = 0.05, 4.0
     if not step_of(hi) <= target_step <= step_of(lo):
         return None
-    for _ in range(24):  # (a log range of ln 80 halved 24 times: 3e-7 relative)
+    while hi / lo > 1.001:  # (12 halvings of the log range ln 80)
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if step_of(mid) > target_step else (lo, mid)
     return (lo * hi) ** 0.5
