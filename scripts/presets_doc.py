@@ -111,7 +111,10 @@ def presets_page() -> str:
              "differences are marked `DEVIATION` in the file and listed in [Recipes](recipes.md)).", "",
              "Every preset is planned for GPUs of `train.memory_gb`. The memory plan (`digenrl.train.memory`) adds, "
              "per trainer rank: weights, gradients, AdamW state, EMA, the KL reference (full fine-tuning with "
-             "`beta_kl > 0` only), autocast weight copies, the FSDP working set, the VAE, text encoders (none with a "
+             "`beta_kl > 0` only), the float64 gradient sums of `train.grad_sum` (where in effect), the copies of "
+             "the trainable weights DiffusionNFT's soft old policy and `train.old_logprob=recompute`'s step-start "
+             "snapshot keep, a whole unsharded policy with `tuning.tag_inference_copy`, autocast weight copies, "
+             "the FSDP working set, the VAE, text encoders (none with a "
              "full prompt cache), a 3 GiB reserve, and the activations of one training chunk; `train.chunk_cells: "
              "auto` picks the largest chunk that fits. A generator holds a 16-bit replica, the fp32 VAE, text "
              "encoders only without a full prompt cache, and the sampling activations of one fragment (VAE "

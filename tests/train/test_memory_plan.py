@@ -229,3 +229,63 @@ def test_native_size_video_needs_sequence_parallel_on_80_gb(tmp_path):
         check_config(load_config("configs/hunyuan_video.yaml", over))
     plan = check_config(load_config("configs/hunyuan_video.yaml", [*over, "train.sequence_parallel=8"]))
     assert plan is not None and plan.total(1) <= 80 * GiB
+
+
+def test_shadow_copies_and_the_inference_copy_follow_the_formulas():
+    """FLUX.1-dev full fine-tuning, bf16 mixed precision, FSDP over 8 ranks: c trainable-sized shadows are
+    c x 4 bytes x params / 8; the inference copy is a whole bf16 policy with its fp32 VAE, unsharded, and stays on
+    the GPU under cpu_offload while the shadows move to the host with the rest of the sharded state."""
+    from digenrl.models.specs import SPECS
+
+    P, vae = FAMILIES["flux"].params, SPECS["flux"].vae_params
+    base = PlanInputs("flux", mixed_precision="bf16", sharding="fsdp", ranks=8)
+    assert plan_memory(base).items["copies"] == 0 and "inference_copy" not in plan_memory(base).items
+    two = plan_memory(PlanInputs("flux", mixed_precision="bf16", sharding="fsdp", ranks=8, param_copies=2,
+                                 inference_copy=True))
+    assert two.items["copies"] == pytest.approx(2 * 4 * P / 8)
+    assert two.items["inference_copy"] == pytest.approx(2 * P + 4 * vae)
+    assert two.state - plan_memory(base).state == pytest.approx(2 * 4 * P / 8 + 2 * P + 4 * vae)
+    off = plan_memory(PlanInputs("flux", mixed_precision="bf16", sharding="fsdp", ranks=8, param_copies=2,
+                                 inference_copy=True, cpu_offload=True))
+    assert off.items["copies"] == 0 and off.items["inference_copy"] == two.items["inference_copy"]
+    lora = plan_memory(PlanInputs("flux", lora_rank=64, param_copies=1))  # LoRA: the fp32 adapters only
+    assert lora.items["copies"] == pytest.approx(lora.items["grads"])
+
+
+COPY_CASES = [  # train overrides, shadows the trainer keeps
+    ([], 0),
+    (["train.algorithm=nft"], 1),                                        # the soft old policy (the default)
+    (["train.algorithm=nft", "train.nft_old_policy=current"], 0),
+    (["train.old_logprob=recompute"], 0),                                # one round a step: no snapshot
+    (["train.old_logprob=recompute", "train.minibatches_per_step=2"], 1),
+    (["train.old_logprob=recompute", "train.inner_epochs=2"], 1),
+]
+
+
+@pytest.mark.parametrize("over,copies", COPY_CASES)
+def test_the_plan_counts_the_shadows_the_trainer_attaches(tiny_policy, over, copies):
+    """Oracle: the ``ParamCopy`` shadows ``nft_old.attach`` and ``old_logprob.attach`` give a policy, counted in
+    bytes against its trainable bytes (was: the plan priced none of them)."""
+    from digenrl.train import nft_old, old_logprob
+    from digenrl.train.memory_check import param_copies
+
+    t = load_config(None, over).train
+    shadows = [c for c in (nft_old.attach(tiny_policy, t), old_logprob.attach(tiny_policy, t)) if c is not None]
+    trainable = sum(p.numel() * p.element_size() for p in tiny_policy.parameters() if p.requires_grad)
+    held = sum(s.numel() * s.element_size() for c in shadows for s in c.shadow.values())
+    assert held == copies * trainable
+    assert param_copies(t) == copies
+
+
+def test_a_sharded_pool_that_generates_keeps_an_inference_copy(tmp_path):
+    from digenrl.train.memory_check import inputs_from_config
+
+    fsdp = ["model.lora.enabled=false", "train.sharding=fsdp", "runtime.trainers=4", "tuning.tag_inference_copy=true"]
+    assert inputs_from_config(_flux_cfg(tmp_path, *fsdp, "runtime.mode=gap_tsp_tag")).inference_copy
+    assert inputs_from_config(_flux_cfg(tmp_path, *fsdp, "runtime.mode=colocated")).inference_copy
+    assert not inputs_from_config(_flux_cfg(tmp_path, *fsdp, "runtime.mode=gap_tsp")).inference_copy  # never generates
+    assert not inputs_from_config(_flux_cfg(tmp_path, *fsdp, "runtime.mode=gap_tsp_tag",
+                                            "train.shard_groups=4")).inference_copy  # one rank a group: its own weights
+    big = _flux_cfg(tmp_path, *fsdp, "runtime.mode=gap_tsp_tag", "train.memory_gb=80")
+    with pytest.raises(MemoryPlanError, match="tuning.tag_inference_copy=false"):
+        check_config(big)

@@ -7,6 +7,11 @@ Per rank (``N`` = ranks the state is sharded over: 1 without sharding, ``runtime
     grad_sums = trainable * 8 / N   the float64 sums of train.grad_sum=fp64 (control.run_plan.grad_sum_fp64)
     optimizer = 2 * trainable * b_master / N                          (AdamW exp_avg, exp_avg_sq)
     ema       = trainable * b_master / N                              (train.ema_decay set)
+    copies    = c * trainable * b_master / N   c trainable-sized shadows (``train.ema.ParamCopy``): DiffusionNFT's
+                                            soft old policy (train.nft_old_policy=soft) and the step-start
+                                            snapshot of train.old_logprob=recompute with several rounds a step
+    inference_copy = params * b_model + vae + text   a whole policy as a generator holds it, kept by each rank of
+                                            a shard group that generates with tuning.tag_inference_copy
     reference = params * b_master / N   only for full fine-tuning with beta_kl > 0 (LoRA: adapters disabled)
     cast      = 2 * (fp32 weights used by matmuls)   mixed precision without FSDP: autocast keeps the 16-bit
                                                   copy of every weight for backward (none with recomputation,
@@ -175,6 +180,8 @@ class PlanInputs:
     layers: dict[str, int] = field(default_factory=dict)  # block count overrides (probes)
     sequence_parallel: int = 1  # ranks that split each sample's latent tokens (a lane of train.sequence_parallel)
     grad_sums: bool = False  # float64 gradient sums (train.grad_sum in effect fp64)
+    param_copies: int = 0  # trainable-sized shadows: nft soft old policy, recompute's step-start snapshot
+    inference_copy: bool = False  # an unsharded replica beside the shards (tuning.tag_inference_copy)
 
 
 @dataclass(frozen=True)
@@ -264,6 +271,7 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
         "grad_sums": trainable * 8 / n if p.grad_sums else 0.0,
         "optimizer": 2 * trainable * b_train / n,
         "ema": trainable * b_train / n if p.ema else 0.0,
+        "copies": p.param_copies * trainable * b_train / n,
         "reference": fam.params * b_train / n if (p.beta_kl > 0 and not lora) else 0.0,
     }
     if p.sharding == "fsdp" and p.cpu_offload:  # host memory, not the GPU's
@@ -275,6 +283,8 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
         cast = (lora_params + (fam.params if b_model == 4 else 0)) if lora else fam.params
         items["cast"] = 2 * cast
     items.update(_frozen_items(fam, p))
+    if p.inference_copy:  # a whole policy, as a generator's (on the GPU even with cpu_offload: it generates there)
+        items["inference_copy"] = fam.params * b_model + items["vae"] + items["text_encoders"]
 
     mode, elem = _act_mode(p)
     ti, tt = _tokens(fam, p)

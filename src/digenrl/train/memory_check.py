@@ -9,6 +9,7 @@ from dataclasses import replace
 from digenrl.control.run_plan import grad_sum_fp64
 from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
 from digenrl.schedule.layout import choose_chunk_shape, rank_share
+from digenrl.schedule.plan import Mode
 
 from .memory import FAMILIES, GiB, MemoryPlan, MemoryPlanError, PlanInputs, generator_bytes, plan_memory
 
@@ -31,8 +32,25 @@ def inputs_from_config(cfg) -> PlanInputs | None:
         mixed_precision=t.mixed_precision, activation_checkpointing=t.activation_checkpointing,
         sharding=t.sharding, cpu_offload=t.cpu_offload, ranks=shard_ranks(cfg), beta_kl=t.beta_kl, ema=t.ema_decay is not None,
         forwards_per_cell=cfg_forwards, text_encoders=text_loaded, sequence_parallel=t.sequence_parallel.degree,
-        grad_sums=grad_sum_fp64(cfg),
+        grad_sums=grad_sum_fp64(cfg), param_copies=param_copies(t), inference_copy=inference_copy(cfg),
     )  # fmt: skip
+
+
+def param_copies(t) -> int:
+    """Trainable-sized shadows a trainer rank keeps (``train.ema.ParamCopy``, the EMA apart): DiffusionNFT's soft
+    old policy (``train.nft_old.attach``) and the step-start snapshot of ``recompute`` with several rounds a step
+    (``train.old_logprob.attach``)."""
+    nft = t.algorithm == "nft" and t.nft_old_policy == "soft"
+    start = t.old_logprob == "recompute" and t.minibatches_per_step * t.inner_epochs > 1
+    return int(nft) + int(start)
+
+
+def inference_copy(cfg) -> bool:
+    """A rank of a shard group that generates (TAG, or colocated) builds an unsharded policy to do it
+    (``tuning.tag_inference_copy``; ``runtime.trainer.TrainerWorker._inference_copy``) and keeps it."""
+    mode = Mode(cfg.runtime.mode)
+    return (cfg.tuning.tag_inference_copy and shard_ranks(cfg) > 1
+            and (mode.tag or not mode.disaggregated))
 
 
 def chunk_cells(cfg) -> int:
@@ -86,7 +104,8 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
         (fsdp and not p.cpu_offload, "train.cpu_offload=true"),
         (p.lora_rank is None, "model.lora.enabled=true"),
         (p.mixed_precision == "none" and p.model_dtype == "float32", "train.mixed_precision=bf16"),
-        (p.text_encoders, "model.prompt_cache_dir (no text encoders on the trainer)")) if ok]
+        (p.text_encoders, "model.prompt_cache_dir (no text encoders on the trainer)"),
+        (p.inference_copy, "tuning.tag_inference_copy=false (no unsharded copy beside the shards)")) if ok]
     raise MemoryPlanError(
         f"memory plan: {FAMILIES[p.family].spec.name} training needs {plan.total(cells) / GiB:.1f} GiB per trainer "
         f"rank but train.memory_gb={cap:g} ({plan.table(cells)}); change: " + "; ".join(hints)
