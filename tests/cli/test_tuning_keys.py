@@ -157,3 +157,34 @@ def test_a_resume_may_change_the_planner_outputs_but_not_the_loss_scale():
                                                   if n != "tuning.loss_scale_init"]))
     with pytest.raises(ConfigError, match=r"tuning\.loss_scale_init \(checkpoint 65536.0, now 1024.0\)"):
         check_resume_config(saved, load_config(None, ["tuning.loss_scale_init=1024"]))
+
+
+def test_a_saved_config_setting_both_names_refuses_the_resume_naming_both():
+    """The config a checkpoint recorded, read as it was written: both names of a key refused, not compared."""
+    from digenrl.train.resume_config import check_resume_config
+
+    saved = load_config(None, []).model_dump(mode="json")
+    saved["train"]["loss_scale_init"] = saved["tuning"]["loss_scale_init"]  # the same value: no math change
+    with pytest.raises(ConfigError, match=r"^train\.loss_scale_init and tuning\.loss_scale_init: the checkpoint's "
+                                          r"config sets both"):
+        check_resume_config(saved, load_config(None, []))
+
+
+def test_resume_auto_into_an_unfinished_run_whose_config_sets_both_names_exits_2(tmp_path, capsys):
+    """resume=auto on a run stopped before its first checkpoint compares the run's config.yaml: one that sets both
+    names of a key is refused as ``--resume`` refuses it (exit 2, naming both, nothing written)."""
+    from digenrl.runtime.run_dir import MARKER, RUN_OUTPUTS
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).write_text(json.dumps({"program": "digenrl", "outputs": list(RUN_OUTPUTS)}))
+    saved = load_config(None, [f"run_dir={run}", *TINY, "tuning.loss_scale_init=1024"]).model_dump(mode="json")
+    saved["train"]["loss_scale_init"] = 1024.0
+    _write(run / "config.yaml", saved)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = sorted((p.name, p.read_bytes()) for p in run.iterdir())
+    capsys.readouterr()
+    assert main(["train", f"run_dir={run}", "resume=auto", *TINY, "tuning.loss_scale_init=1024"]) == 2
+    err = capsys.readouterr().err
+    assert f"train.loss_scale_init and tuning.loss_scale_init: config file {str(run / 'config.yaml')!r} sets both" in err
+    assert sorted((p.name, p.read_bytes()) for p in run.iterdir()) == before

@@ -28,7 +28,7 @@ def test_tag_never_touches_gradients_or_optimizer(workers):
     gen, trn = workers
     group, _ = gen.generate(Fragment(0, 0, (0, 1, 2, 3)), 0)
     group.rewards = torch.tensor(REWARDS[0])
-    assign_advantages(group, std_mode="group", adv_clip_max=5.0)
+    assign_advantages(group)
     trn._groups[(0, 0)] = group  # as if fetched from the object store
     trn.train(Chunk(0, 0, ((0, 0), (1, 0), (2, 1))), [], REWARDS, {})
     grads = {n: p.grad.clone() for n, p in trn.policy.named_parameters() if p.grad is not None}
@@ -62,7 +62,7 @@ def test_trainer_refuses_cells_twice_and_wrong_versions(workers):
     group.rewards = torch.tensor(REWARDS[0])
     from digenrl.train.step_math import assign_advantages
 
-    assign_advantages(group, std_mode="group", adv_clip_max=5.0)
+    assign_advantages(group)
     trn._groups[(0, 0)] = group
     trn.train(Chunk(0, 0, ((0, 0),)), [], REWARDS, {})
     with pytest.raises(TransactionError, match="twice"):  # I2

@@ -14,6 +14,7 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
     every rank samples a fragment of the same size at once), the groups are exchanged, and every chunk is
     trained by all ranks together (``rank_cells``). Unsharded (world = 1): one process does everything, in the
     same batches as ``emulate`` ranks would (so the float summation order is the sharded run's)."""
+    from digenrl.algo.deferred_std import AdvOptions
     from digenrl.schedule.layout import grid_cells, tile_grid
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.sharding import rank_cells
@@ -42,7 +43,7 @@ def _steps(ctx, steps: int, *, rank: int = 0, world: int = 1, gather=None, emula
         scale = 1.0 / (len(prompts) * t.generations * S)
         ctx.transaction.begin(step, grid_cells([p.uid for p in prompts], t.generations, S) if world == 1 else None)
         for g in groups:
-            assign_advantages(g, std_mode=t.std_mode, adv_clip_max=t.adv_clip_max)
+            assign_advantages(g, AdvOptions(t.std_mode, clip=t.adv_clip_max))
             for ch in tile_grid(list(range(t.generations)), S, *chunk):
                 for r in parts:
                     cells, w = rank_cells(ch, r, n)

@@ -22,7 +22,7 @@ def _ctx(tiny_policy, *overrides):
 
 
 def _batch(ctx, cfg, step=0):
-    from digenrl.train.step_math import advantage_options, assign_advantages, generate
+    from digenrl.train.step_math import adv_options, assign_advantages, generate
 
     prompts = ctx.task.train_prompts(step, cfg.train.prompts_per_step, cfg.seed)
     rep = [p for p in prompts for _ in range(cfg.train.generations)]
@@ -30,7 +30,7 @@ def _batch(ctx, cfg, step=0):
     batch = generate(ctx.policy, rep, gens, step=step, run_seed=cfg.seed, version=0, settings=ctx.sampler,
                      plan=ctx.plan(step), reward=ctx.reward)
     batch.rewards = torch.rand(len(batch), generator=torch.Generator().manual_seed(step + 1))
-    assign_advantages(batch, **advantage_options(cfg.train))
+    assign_advantages(batch, adv_options(cfg.train))
     return batch
 
 

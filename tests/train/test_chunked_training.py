@@ -23,7 +23,7 @@ def _step_batch(policy, P=2, G=4, T=6):
     plan = select_timesteps(T, fraction=0.5)
     batch = generate(policy, rep, gens, step=0, run_seed=1, version=0, settings=SamplerSettings(num_steps=T, noise_level=0.9), plan=plan)
     batch.rewards = torch.linspace(0, 1, len(batch)) ** 2
-    assign_advantages(batch, std_mode="group", adv_clip_max=5.0)
+    assign_advantages(batch)
     return batch
 
 

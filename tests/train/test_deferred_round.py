@@ -16,8 +16,8 @@ from digenrl.rollout.sampler import SamplerSettings
 from digenrl.schedule.layout import tile_grid
 from digenrl.tasks.digits import DigitsTask
 from digenrl.train.chunk_loss import LossSettings
-from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
-from digenrl.train.step_math import generate
+from digenrl.train.loss_scale import DeferredRound, loss_scale, step_advantages
+from digenrl.train.step_math import adv_options, generate
 
 from train_helpers import split_groups, train_group
 

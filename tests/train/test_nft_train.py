@@ -23,14 +23,14 @@ def _ctx(tiny_policy, *overrides):
 
 
 def _group(ctx, cfg, step=0):
-    from digenrl.train.step_math import advantage_options, assign_advantages, generate
+    from digenrl.train.step_math import adv_options, assign_advantages, generate
 
     prompts = ctx.task.train_prompts(step, 1, cfg.seed)
     G = cfg.train.generations
     batch = generate(ctx.policy, prompts * G, list(range(G)), step=step, run_seed=cfg.seed, version=0,
                      settings=ctx.sampler, plan=ctx.plan(step), reward=ctx.reward)
     batch.rewards = torch.tensor([0.1, 0.9, 0.4, 0.7])[:G]
-    assign_advantages(batch, **advantage_options(cfg.train))
+    assign_advantages(batch, adv_options(cfg.train))
     return batch
 
 
@@ -265,8 +265,8 @@ def test_nft_deferred_round_equals_training_with_the_final_advantages(tiny_polic
     from digenrl.schedule.layout import tile_grid
     from digenrl.tasks.digits import DigitsTask
     from digenrl.train.chunk_loss import LossSettings
-    from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
-    from digenrl.train.step_math import generate
+    from digenrl.train.loss_scale import DeferredRound, loss_scale, step_advantages
+    from digenrl.train.step_math import adv_options, generate
 
     from train_helpers import split_groups, train_group
 

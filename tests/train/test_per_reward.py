@@ -5,6 +5,7 @@ import copy
 
 import torch
 
+from digenrl.algo.deferred_std import AdvOptions
 from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.algo.timesteps import select_timesteps
 from digenrl.rollout.sampler import SamplerSettings
@@ -20,7 +21,7 @@ def test_per_reward_loss_gradient_matches_dance_formula(tiny_policy):
     g = torch.Generator().manual_seed(0)
     vq, mq = torch.rand(4, generator=g), torch.rand(4, generator=g)
     batch.rewards, batch.reward_parts = 0.7 * vq + 0.3 * mq, {"vq": vq, "mq": mq}
-    assign_advantages(batch, std_mode="group", adv_clip_max=5.0, unbiased=True, eps=1e-8, per_reward=True)
+    assign_advantages(batch, AdvOptions(unbiased=True, eps=1e-8, per_reward=True))
     assert batch.advantages.shape == (4, 2) and kept_count(batch.advantages, True) == 4
     S, clip, coef = 2, 1e-4, (0.7, 0.3)
     ref_model = copy.deepcopy(tiny_policy)

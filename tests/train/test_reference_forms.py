@@ -24,6 +24,7 @@ import copy
 import pytest
 import torch
 
+from digenrl.algo.deferred_std import AdvOptions
 from digenrl.algo.timesteps import select_timesteps
 from digenrl.rollout.sampler import SamplerSettings
 from digenrl.tasks.digits import DigitsTask
@@ -73,8 +74,8 @@ def test_mixgrpo_aggregates_advantages_before_the_clipped_loss(tiny_policy, aggr
     parts = {"hps": torch.rand(n, generator=g), "pick": torch.rand(n, generator=g)}
     w = (0.6, 0.4)
     batch.rewards, batch.reward_parts = w[0] * parts["hps"] + w[1] * parts["pick"], parts
-    assign_advantages(batch, std_mode="group", adv_clip_max=c, unbiased=True, eps=1e-8, per_reward=True,
-                      clip_parts=aggregation == "losses")
+    assign_advantages(batch, AdvOptions(clip=c, unbiased=True, eps=1e-8, per_reward=True,
+                                        clip_parts=aggregation == "losses"))
     ref = _moved(tiny_policy, 3e-3)
     adv_k = [(r - r.mean()) / (r.std() + 1e-8) for r in parts.values()]
     A = (w[0] * adv_k[0] + w[1] * adv_k[1]).clamp(-c, c)
@@ -128,7 +129,7 @@ def test_grpo_guard_bias_is_the_batch_mean_of_flow_grpo(tiny_policy, bias):
     n, S, clip = 4, 2, 0.2
     batch = _batch(tiny_policy, n, record_means=True)
     batch.rewards = torch.tensor([0.1, 0.9, 0.4, 0.7])
-    assign_advantages(batch, std_mode="group", adv_clip_max=5.0)
+    assign_advantages(batch)
     ref = _moved(tiny_policy, 2e-2, seed=4)
     cond = ref.encode_prompts(batch.prompts)
     for j in range(S):
@@ -200,7 +201,7 @@ def test_nft_integer_time_only_while_sampling(tiny_policy, setting):
     assert sampled and all(torch.equal(s, torch.floor(s * 1000) / 1000) for s in sampled)
     assert not torch.equal(batch.sigmas, torch.floor(batch.sigmas * 1000) / 1000)  # the schedule is off the grid
     batch.rewards = torch.tensor([0.2, 0.5, 0.9])
-    assign(batch, std_mode="group", adv_clip_max=5.0)
+    assign(batch)
     spy.seen.clear()
     settings = loss_settings(cfg)
     train_cells(spy, batch, [(k, j) for k in range(3) for j in range(2)], settings=settings, loss_scale=1.0)

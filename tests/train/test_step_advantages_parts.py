@@ -10,7 +10,7 @@ import torch
 
 from digenrl.config import load_config
 from digenrl.train.loss_scale import step_advantages
-from digenrl.train.step_math import advantage_options, assign_advantages
+from digenrl.train.step_math import adv_options, assign_advantages
 
 
 def test_per_reward_columns_keep_the_reward_order():
@@ -29,7 +29,7 @@ def test_per_reward_columns_keep_the_reward_order():
         uids=torch.tensor([grp for grp in groups for _ in range(4)]),
         reward_parts={k: torch.tensor([x for grp in groups for x in parts[grp][k]], dtype=torch.float64)
                       for k in ("pickscore", "clip_score")})
-    assign_advantages(batch, **advantage_options(cfg.train))
+    assign_advantages(batch, adv_options(cfg.train))
     want = batch.advantages
     assert want.shape == (12, 2)
     torch.testing.assert_close(torch.cat([got[grp] for grp in groups]), want)

@@ -11,7 +11,7 @@ def scored_groups(policy, overrides, ties=()):
 
     from digenrl.config import load_config
     from digenrl.train.context import build_context
-    from digenrl.train.step_math import advantage_options, assign_advantages, generate
+    from digenrl.train.step_math import adv_options, assign_advantages, generate
 
     cfg = load_config(None, list(overrides))
     ctx = build_context(cfg, policy=policy)
@@ -23,7 +23,7 @@ def scored_groups(policy, overrides, ties=()):
     batch.rewards = torch.rand(len(batch), generator=torch.Generator().manual_seed(1))
     for g in ties:
         batch.rewards[4 * g: 4 * g + 4] = 0.5
-    assign_advantages(batch, **advantage_options(cfg.train))
+    assign_advantages(batch, adv_options(cfg.train))
     return ctx, split_groups(batch)
 
 

@@ -70,7 +70,9 @@ import torch
 @dataclass(frozen=True)
 class AdvOptions:
     """The advantage options (``train.std_mode``, ``adv_baseline``, ``adv_eps``, ``adv_clip_max``,
-    ``adv_std_unbiased``, ``filter_zero_advantage``)."""
+    ``adv_std_unbiased``, ``filter_zero_advantage``, ``adv_per_reward``; ``clip_parts``: each per-reward column
+    clipped, not their weighted sum in the loss, ``train.reward_aggregation=losses``), read from a
+    ``TrainConfig`` by ``train.step_math.adv_options``."""
 
     std_mode: str = "group"
     baseline: str = "group"
@@ -78,6 +80,8 @@ class AdvOptions:
     clip: float = 5.0
     unbiased: bool = False
     filter_zero: bool = True
+    per_reward: bool = False
+    clip_parts: bool = True
 
     @property
     def step_wide(self) -> bool:

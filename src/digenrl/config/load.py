@@ -73,12 +73,20 @@ def _find(tree: Any, dotted: str) -> tuple[bool, Any]:
     return True, tree
 
 
+def _under(key: str, table: str) -> bool:
+    """Whether dotted ``key`` is ``table`` or a key under it."""
+    return key == table or key.startswith(table + ".")
+
+
 def _moved_to(key: str) -> str | None:
     """The new home of dotted ``key`` when it is (under) a moved key, else None."""
-    for old, new in MOVED.items():
-        if key == old or key.startswith(old + "."):
-            return new + key[len(old):]
-    return None
+    return next((new + key[len(old):] for old, new in MOVED.items() if _under(key, old)), None)
+
+
+def _both(old: str, new: str, who: str) -> ConfigError:
+    """The refusal of a config (``who``: "config file '...' sets") that sets the old key ``old`` and ``new``, its
+    new home or a key in or around it."""
+    return ConfigError(f"{old} and {new}: {who} both ({old} is the old name of {_moved_to(old)}); keep {new}")
 
 
 def move_old_keys(tree: dict[str, Any], where: str = "the config") -> list[str]:
@@ -92,7 +100,7 @@ def move_old_keys(tree: dict[str, Any], where: str = "the config") -> list[str]:
                 put(f"{old}.{k}", f"{new}.{k}", v)
             return
         if _find(tree, new)[0]:
-            raise ConfigError(f"{old} and {new}: {where} sets both ({old} is the old name of {new}); keep {new}")
+            raise _both(old, new, f"{where} sets")
         _set_dotted(tree, new, value)
         notes.append(f"{old} is now {new} (read as such)")
 
@@ -166,7 +174,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"config file {str(p)!r} must contain a mapping at top level")
         tree = loaded
         _notify(move_old_keys(tree, f"config file {str(p)!r}"))
-    moved: dict[str, str] = {}  # an override's target key -> the key it was given as
+    given: dict[str, str] = {}  # an override's target key -> the key it was given as (an old one: not the target)
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.lr=1e-4)")
@@ -182,16 +190,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         except yaml.YAMLError:
             value = raw
         key = key.strip()
-        target = _moved_to(key) or key
-        for t, given in moved.items():  # an old key and its new one given as overrides: refused, as in a file
-            if (t == target or t.startswith(target + ".") or target.startswith(t + ".")) and \
-                    (given != t) != (key != target):
-                old, new = (given, key) if given != t else (key, given)
-                raise ConfigError(f"{old} and {new}: the overrides set both ({old} is the old name of "
-                                  f"{_moved_to(old)}); keep {new}")
+        target = _moved_to(key) or key  # an old key and its new one (or a table around it) given: refused
+        for t, k in given.items():
+            if (k != t) != (key != target) and (_under(t, target) or _under(target, t)):
+                raise _both(k, key, "the overrides set") if k != t else _both(key, k, "the overrides set")
         if target != key:
             _notify([f"{key} is now {target} (read as such)"])
-        moved[target] = key
+        given[target] = key
         _set_dotted(tree, target, value)
     _notify(move_old_keys(tree, "the config with its overrides"))  # an override setting a table with an old key
     try:

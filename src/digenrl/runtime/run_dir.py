@@ -100,7 +100,7 @@ def run_start(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> 
             if saved.is_file():
                 from digenrl.config import safe_yaml_load
 
-                check_resume_config(safe_yaml_load(saved.read_text()) or {}, cfg)
+                check_resume_config(safe_yaml_load(saved.read_text()) or {}, cfg, f"config file {str(saved)!r}")
             return RunStart(d, "overwrite")
     if prev and not overwrite:
         raise ConfigError(f"run_dir: {str(d)!r} already holds a run ({', '.join(prev[:4])}...); continue it with "

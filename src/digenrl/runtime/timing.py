@@ -78,6 +78,7 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
     import torch
     import torch.distributed as dist
 
+    from digenrl.algo.deferred_std import AdvOptions
     from digenrl.train.chunk_loss import train_cells
     from digenrl.train.step_math import assign_advantages, generate
 
@@ -91,7 +92,7 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
             group = generate(policy, [_probe_prompt(worker)] * G, list(range(G)), step=0, run_seed=cfg.seed,
                              version=0, settings=worker.sampler, plan=timestep_plan(cfg, 0), reward=worker.reward)
             group.rewards = torch.linspace(0.0, 1.0, G)  # any spread: only the time matters
-            assign_advantages(group, std_mode="group", adv_clip_max=cfg.train.adv_clip_max)
+            assign_advantages(group, AdvOptions(clip=cfg.train.adv_clip_max))
             held["group"] = group
         return held["group"]
 

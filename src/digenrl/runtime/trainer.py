@@ -144,8 +144,9 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     @collective_action
     def train(self, chunk, refs: list, rewards: dict, parts: dict) -> ChunkResult:
         from digenrl.train.chunk_loss import train_cells
-        from digenrl.train.loss_scale import DeferredRound, adv_options, loss_scale, step_advantages
+        from digenrl.train.loss_scale import DeferredRound, loss_scale, step_advantages
         from digenrl.train.sample_masks import masked_cells, round_masks
+        from digenrl.train.step_math import adv_options
 
         self.check_failure(chunk.step)
         t0 = time.monotonic()
@@ -249,8 +250,9 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
 
     @collective_action
     def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
-        from digenrl.train.loss_scale import adv_options, loss_scale, step_advantages
+        from digenrl.train.loss_scale import loss_scale, step_advantages
         from digenrl.train.sample_masks import round_masks
+        from digenrl.train.step_math import adv_options
 
         self.check_failure(step)
         t0 = time.monotonic()

@@ -130,13 +130,13 @@ def train_cells(
     if group.advantages is None:
         raise ValueError("cannot train a group before its advantages are computed (invariant I3)")
     n_all, weight = len(cells), 1.0
-    if settings.filter_zero_advantage:  # group.keep (train.zero_adv_refill): the re-added A = 0 samples train too
-        rows, _ = cell_rows(group, cells)
-        keep = nonzero(group.advantages[rows]) if group.keep is None else group.keep[rows]
-        cells, weight = kept_cells(cells, keep.tolist(), collective)  # none left: [] or a throw-away cell
-        if not cells:
-            return CellStats(cells=n_all)
     rows, tpos = cell_rows(group, cells)
+    if settings.filter_zero_advantage:  # group.keep (train.zero_adv_refill): the re-added A = 0 samples train too
+        keep = nonzero(group.advantages[rows]) if group.keep is None else group.keep[rows]
+        kept, weight = kept_cells(range(n_all), keep.tolist(), collective)  # none left: [] or a throw-away cell
+        if not kept:
+            return CellStats(cells=n_all)
+        rows, tpos = rows[kept], tpos[kept]
     if settings.algorithm == "nft":
         return _train_nft(policy, group, rows, tpos, n_all, weight, settings, loss_scale, ref_policy)
     guard = settings.algorithm == "grpo_guard"

@@ -22,7 +22,7 @@ like the KL, so the same heads and corrections make it exact too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Iterable, Mapping, Sequence
 
@@ -32,7 +32,7 @@ from digenrl.algo.deferred_std import (AdvOptions, GroupTerms, corrections, head
                                        sign, step_scale)
 from digenrl.algo.loss import clipped_policy_loss
 from digenrl.train.chunk_loss import CellStats, LossSettings, cell_forward, cell_rows, nft_cell_terms
-from digenrl.train.step_math import advantage_options, assign_advantages, kept_cells, kept_count
+from digenrl.train.step_math import adv_options, assign_advantages, kept_cells, kept_count
 
 Rewards = Mapping[int, Sequence[float]]            # group index -> rewards, in generation order
 Parts = Mapping[int, Mapping[str, Sequence[float]]]  # group index -> reward part -> values
@@ -64,12 +64,6 @@ def loss_scale(num_trained: int, advantages: Iterable[torch.Tensor] = (), filter
     return LossScale(num_trained, sum(kept_count(a, filter_zero, k) for a, k in zip(advantages, keep, strict=True)))
 
 
-def adv_options(train_cfg) -> AdvOptions:
-    t = train_cfg
-    return AdvOptions(t.std_mode, t.adv_baseline, t.adv_eps, t.adv_clip_max, t.adv_std_unbiased,
-                      t.filter_zero_advantage)
-
-
 def step_advantages(rewards: Rewards, train_cfg, parts: Parts | None = None, *,
                     clip: float | None = None) -> dict[int, torch.Tensor]:
     """The advantages of the complete groups in ``rewards`` (group -> [G] or [G, K] per reward part), computed
@@ -84,10 +78,8 @@ def step_advantages(rewards: Rewards, train_cfg, parts: Parts | None = None, *,
     names = list(dict.fromkeys(k for g in groups for k in (parts or {}).get(g, {})))
     batch = SimpleNamespace(rewards=r, uids=ids, reward_parts={
         k: torch.tensor([float(x) for g in groups for x in parts[g][k]], dtype=torch.float64) for k in names})
-    opts = advantage_options(train_cfg)
-    if clip is not None:
-        opts["adv_clip_max"] = clip
-    assign_advantages(batch, **opts)
+    opts = adv_options(train_cfg)
+    assign_advantages(batch, opts if clip is None else replace(opts, clip=clip))
     return dict(zip(groups, batch.advantages.split([len(rewards[g]) for g in groups])))
 
 

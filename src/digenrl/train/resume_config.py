@@ -59,13 +59,11 @@ def _cut(v: Any, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def check_resume_config(saved: dict, cfg: Config) -> None:
-    """Refuse (``ConfigError`` naming the keys) a config whose step math differs from the checkpoint's."""
+def check_resume_config(saved: dict, cfg: Config, where: str = "the checkpoint's config") -> None:
+    """Refuse (``ConfigError`` naming the keys) a config whose step math differs from the checkpoint's, and a
+    ``saved`` config (``where``: its name in the error) that sets both names of a moved key."""
     saved = copy.deepcopy(saved)
-    try:  # a config written before keys moved (config.load.MOVED): its keys in their new homes
-        move_old_keys(saved, "the checkpoint's config")
-    except ConfigError:
-        pass  # (both names set: compare what is there)
+    move_old_keys(saved, where)  # written before keys moved (config.load.MOVED): its keys in their new homes
     try:  # keys added to the config since the checkpoint was written take their defaults (today's behaviour)
         saved = Config.model_validate(saved).model_dump(mode="json")
     except ValueError:

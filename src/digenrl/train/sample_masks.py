@@ -31,7 +31,7 @@ import torch
 from digenrl.algo.advantage import group_advantages
 from digenrl.algo.timesteps import stable_seed
 from digenrl.schedule.plan import minibatch_of
-from digenrl.train.step_math import kept_cells, nonzero
+from digenrl.train.step_math import adv_options, kept_cells, nonzero
 
 Rewards = Mapping[int, Sequence[float]]
 Parts = Mapping[int, Mapping[str, Sequence[float]]]
@@ -179,7 +179,7 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
     ``loss_scale.DeferredRound``) only the best-of-n selection is known; the filter then comes with the commit,
     which calls this again with every reward. ``zero_adv_refill`` and ``minibatch_split=samples`` need the
     whole step (the config allows them in the barrier modes only)."""
-    from digenrl.train.loss_scale import adv_options, step_advantages
+    from digenrl.train.loss_scale import step_advantages
 
     t = cfg.train
     samples, blocks = t.minibatch_split == "samples", t.minibatch_split == "generations"

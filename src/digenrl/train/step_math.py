@@ -9,6 +9,7 @@ from typing import Sequence
 import torch
 
 from digenrl.algo.advantage import AdvantageStats, group_advantages
+from digenrl.algo.deferred_std import AdvOptions
 from digenrl.algo.timesteps import TimestepPlan
 from digenrl.models.base import Policy
 from digenrl.rewards.base import RewardOutputError, WeightedSum
@@ -48,32 +49,29 @@ def generate(
     return TrajectoryBatch.cat(parts)
 
 
-def assign_advantages(batch: TrajectoryBatch, *, std_mode: str, adv_clip_max: float, baseline: str = "group",
-                      unbiased: bool = False, eps: float = 1e-4, per_reward: bool = False,
-                      clip_parts: bool = True) -> AdvantageStats:
-    """Advantages for the complete groups in ``batch`` (grouped by prompt uid); ``per_reward``: one column per
-    reward part (the loss weighs them with the reward weights), each clipped to +-``adv_clip_max``, or not
+def assign_advantages(batch: TrajectoryBatch, opts: AdvOptions = AdvOptions()) -> AdvantageStats:
+    """Advantages for the complete groups in ``batch`` (grouped by prompt uid); ``opts.per_reward``: one column per
+    reward part (the loss weighs them with the reward weights), each clipped to +-``opts.clip``, or not
     (``clip_parts=False``: ``train.reward_aggregation=advantages`` clamps their weighted sum in the loss)."""
     if batch.rewards is None:
         raise ValueError("advantages need rewards")
-    opts = dict(std_mode=std_mode, adv_clip_max=adv_clip_max, baseline=baseline, unbiased=unbiased, eps=eps)
-    adv, stats = group_advantages(batch.rewards, batch.uids, **opts)
-    if per_reward:  # DanceGRPO's vq / mq: one group-normalised advantage per reward part, [N, K]
+    kw = dict(std_mode=opts.std_mode, baseline=opts.baseline, unbiased=opts.unbiased, eps=opts.eps)
+    adv, stats = group_advantages(batch.rewards, batch.uids, adv_clip_max=opts.clip, **kw)
+    if opts.per_reward:  # DanceGRPO's vq / mq: one group-normalised advantage per reward part, [N, K]
         if not batch.reward_parts:
             raise ValueError("train.adv_per_reward needs the reward parts")
-        if not clip_parts:
-            opts["adv_clip_max"] = float("inf")
-        adv = torch.stack([group_advantages(v, batch.uids, **opts)[0] for v in batch.reward_parts.values()], dim=1)
+        clip = opts.clip if opts.clip_parts else float("inf")
+        adv = torch.stack([group_advantages(v, batch.uids, adv_clip_max=clip, **kw)[0]
+                           for v in batch.reward_parts.values()], dim=1)
     batch.advantages = adv
     return stats
 
 
-def advantage_options(train_cfg) -> dict:
-    """The ``assign_advantages`` keyword arguments of a ``TrainConfig``."""
+def adv_options(train_cfg) -> AdvOptions:
+    """The advantage options of a ``TrainConfig``: the one place that reads its keys."""
     t = train_cfg
-    return {"std_mode": t.std_mode, "adv_clip_max": t.adv_clip_max, "baseline": t.adv_baseline,
-            "unbiased": t.adv_std_unbiased, "eps": t.adv_eps, "per_reward": t.adv_per_reward,
-            "clip_parts": t.reward_mix == "losses"}
+    return AdvOptions(t.std_mode, t.adv_baseline, t.adv_eps, t.adv_clip_max, t.adv_std_unbiased,
+                      t.filter_zero_advantage, t.adv_per_reward, t.reward_mix == "losses")
 
 
 def nonzero(advantages: torch.Tensor) -> torch.Tensor:
