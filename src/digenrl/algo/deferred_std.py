@@ -83,10 +83,6 @@ class AdvOptions:
     per_reward: bool = False
     clip_parts: bool = True
 
-    @property
-    def step_wide(self) -> bool:
-        """Whether an advantage needs every reward of the step."""
-        return self.std_mode == "global" or self.baseline == "batch"
 
 
 def sign(x: torch.Tensor) -> torch.Tensor:

@@ -128,7 +128,7 @@ class Config(_Strict):
         if t.algorithm == "grpo_guard" and self.sampler.kind == "cps":
             raise ValueError("train.algorithm: grpo_guard normalises a Gaussian transition's ratio (sampler.kind "
                              "flow_grpo or dance); cps's log-prob is a constant-free surrogate")
-        if t.algorithm == "grpo_guard" and (t.std_mode == "global" or t.adv_baseline == "batch") \
+        if t.algorithm == "grpo_guard" and t.step_wide \
                 and Mode(self.runtime.mode).pipelined:
             raise ValueError("train.algorithm: grpo_guard with step-wide statistics (train.std_mode=global or "
                              "train.adv_baseline=batch) runs in runtime.mode colocated or naive only (the pipelined "
@@ -201,7 +201,7 @@ class Config(_Strict):
         the plan of a config that passed them)."""
         rt, t = self.runtime, self.train
         mode = Mode(rt.mode)
-        if t.adv_per_reward and (t.std_mode == "global" or t.adv_baseline == "batch") and mode.pipelined:
+        if t.adv_per_reward and t.step_wide and mode.pipelined:
             raise ValueError(f"train.adv_per_reward: per-reward advantages with step-wide statistics (std_mode=global "
                              f"or adv_baseline=batch) need every reward of the step before the first training cell: "
                              f"runtime.mode colocated or naive only (got {rt.mode})")

@@ -181,6 +181,12 @@ class TrainConfig(_Strict):
     """
 
     @property
+    def step_wide(self) -> bool:
+        """Whether an advantage needs every reward of the step (``std_mode=global`` or ``adv_baseline=batch``;
+        ``algo.deferred_std``), the pipelined modes then defer a round's heads to the commit."""
+        return self.std_mode == "global" or self.adv_baseline == "batch"
+
+    @property
     def reward_mix(self) -> str:
         """``reward_aggregation`` in effect: the key, else the algorithm's reference (MixGRPO's advantage_aggr for
         mixgrpo: "advantages"; DanceGRPO's per-reward losses otherwise: "losses")."""

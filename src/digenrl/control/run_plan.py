@@ -227,7 +227,7 @@ def plan_run(cfg: Config) -> RunPlan:
         sampling_steps=cfg.sampler.num_steps, chunk_generations=t.chunk_generations,
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,
-        shard_ranks=lanes, sequence_parallel=d, step_wide=t.std_mode == "global" or t.adv_baseline == "batch",
+        shard_ranks=lanes, sequence_parallel=d, step_wide=t.step_wide,
         publish_joins=mode.disaggregated and rt.publish in ("broadcast", "stream"),
         publish_streams=mode.disaggregated and rt.publish == "stream",
         sample_split=t.minibatch_split in ("samples", "generations"), stale_hold=cfg.tuning.stale_hold,

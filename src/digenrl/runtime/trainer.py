@@ -159,9 +159,9 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             prompts = self.prompts(chunk.step)
             uids = [prompts[g].uid for g in self._plan.round_groups(chunk.round)]
             self.tx.begin(chunk.step, grid_cells(uids, t.generations, S))
-            opts, self._deferred = adv_options(t), None
-            if opts.step_wide and len(rewards) < self._plan.prompts:  # the step's statistics are not known yet
-                self._deferred = DeferredRound(opts, self.ctx.loss, self.tx.params, rewards,
+            self._deferred = None
+            if t.step_wide and len(rewards) < self._plan.prompts:  # the step's statistics are not known yet
+                self._deferred = DeferredRound(adv_options(t), self.ctx.loss, self.tx.params, rewards,
                                                step_start=chunk.round == 0)
             if chunk.round == 0:  # train.old_logprob=recompute: the step's starting weights (held since the commit)
                 sync_step_start(self.policy, chunk.step)
@@ -252,7 +252,6 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     def commit(self, step: int, round: int, final: bool, rewards: dict, parts: dict) -> CommitResult:
         from digenrl.train.loss_scale import loss_scale, step_advantages
         from digenrl.train.sample_masks import round_masks
-        from digenrl.train.step_math import adv_options
 
         self.check_failure(step)
         t0 = time.monotonic()
@@ -264,7 +263,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             raise RuntimeError(f"{self.name}: commit of step {step} round {round} but the open transaction is step "
                                f"{self.tx.step} round {self._round}")
         t, groups = self.cfg.train, self._plan.round_groups(round)
-        whole = adv_options(t).step_wide or t.zero_adv_refill
+        whole = t.step_wide or t.zero_adv_refill
         missing = sorted(set(range(self._plan.prompts) if whole else groups) - set(rewards))
         if missing:
             raise RuntimeError(f"{self.name}: commit of step {step} round {round} without the rewards of groups "

@@ -31,7 +31,7 @@ import torch
 from digenrl.algo.advantage import group_advantages
 from digenrl.algo.timesteps import stable_seed
 from digenrl.schedule.plan import minibatch_of
-from digenrl.train.step_math import adv_options, kept_cells, nonzero
+from digenrl.train.step_math import kept_cells, nonzero
 
 Rewards = Mapping[int, Sequence[float]]
 Parts = Mapping[int, Mapping[str, Sequence[float]]]
@@ -189,7 +189,7 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
     if partial and (t.zero_adv_refill or samples):
         raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
                            f"all {plan.prompts} groups, got {sorted(rewards)}")
-    if partial and adv_options(t).step_wide:
+    if partial and t.step_wide:
         kept = _selected(cfg, rewards, parts, rewards)
     else:
         kept = kept_masks(cfg, step_advantages(rewards, t, parts), rewards, parts, step=step)
