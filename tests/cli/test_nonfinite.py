@@ -99,7 +99,8 @@ def test_a_nan_reward_in_a_ray_run_is_not_retried(tmp_path):
 
     run = tmp_path / "run"
     reward = "reward={judge: {factory: 'faulty_plugin:build_faulty', kind: nan, from_call: 3, index: 1}}"
-    env = {**os.environ, "PYTHONPATH": str(PLUGINS), "OMP_NUM_THREADS": "1"}  # the workers import the plug-in
+    path = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))  # (the checkout under test)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}  # the workers import the plug-in
     proc = subprocess.run([sys.executable, "-m", "digenrl.cli", "train", "runtime.mode=gap_tsp", f"run_dir={run}",
                            "steps=3", "runtime.checkpoint_every=1", *TINY, reward],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
