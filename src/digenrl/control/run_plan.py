@@ -78,8 +78,8 @@ def read_hooks(workers: tuple[str, ...], env: str | None = None) -> TestHooks | 
         if key == "inject_failure" and eq:
             head, _, kind = value.partition(":")
             worker, _, step = head.partition("@")
-            if worker not in workers or not ((step.isdigit() and int(step) >= 1) or step in HOOK_PHASES) or kind not in (
-                    "", "exit", "raise", "stall"):
+            named = (step.isdigit() and int(step) >= 1) or step in HOOK_PHASES  # steps from 1
+            if worker not in workers or not named or kind not in ("", "exit", "raise", "stall"):
                 raise ConfigError(f"{HOOKS_ENV}: inject_failure expects '<worker>@<step from 1 or "
                                   f"{'|'.join(HOOK_PHASES)}>[:exit|:stall]' with a worker among {', '.join(workers)} "
                                   f"(got {value!r})")

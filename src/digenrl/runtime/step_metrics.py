@@ -15,8 +15,8 @@ commits), ``zero_std_ratio``, and:
 * TAG modes with ``tuning.bts.online``: ``cost_scale/<kind>`` (``between_steps``).
 
 ``trajectories.jsonl`` holds one line per trajectory (step, uid, generation, version, worker, reward); its
-``step`` N (from 1: ``schedule.step_number``) is metrics.jsonl's (row 0 is the eval before RL), and ``version`` the policy version that
-generated it (0: the initial weights): N - 1 on-policy, N - 2 stale (TCSS)."""
+``step`` N (from 1: ``schedule.step_number``) is metrics.jsonl's (row 0 is the eval before RL), and ``version``
+the policy version that generated it (0: the initial weights): N - 1 on-policy, N - 2 stale (TCSS)."""
 
 from __future__ import annotations
 

@@ -157,7 +157,8 @@ class Generate(_Described):
     def label(self) -> str:
         fr = self.fragment
         groups = f"{fr.group}-{self.more[-1].group}" if self.more else f"{fr.group}"  # a gang over groups
-        return f"s{step_number(fr.step)} g{groups} x{self.size().generations} v{self.version}{' stale' if self.stale else ''}"
+        stale = " stale" if self.stale else ""
+        return f"s{step_number(fr.step)} g{groups} x{self.size().generations} v{self.version}{stale}"
 
     def event(self, t: float) -> FragmentGenerated:
         return FragmentGenerated(t, self.fragment, self.worker)

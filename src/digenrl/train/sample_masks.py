@@ -188,8 +188,8 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
         return None
     M, partial = plan.minibatches, len(rewards) < plan.prompts
     if partial and (t.zero_adv_refill or samples):
-        raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step_number(step)} need the rewards of "
-                           f"all {plan.prompts} groups, got {sorted(rewards)}")
+        raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step_number(step)} need the "
+                           f"rewards of all {plan.prompts} groups, got {sorted(rewards)}")
     if partial and adv_options(t).step_wide:
         kept = _selected(cfg, rewards, parts, rewards)
     else:

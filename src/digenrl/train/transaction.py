@@ -122,7 +122,8 @@ class GradientTransaction:
         if not self.open:
             raise TransactionError("commit() outside a transaction")
         if check_complete and self.missing():
-            raise TransactionError(f"step {step_number(self.step)}: refusing to commit, {len(self.missing())} cells untrained")
+            raise TransactionError(f"step {step_number(self.step)}: refusing to commit, {len(self.missing())} "
+                                   "cells untrained")
         if self.fp64:
             self.fold()  # what a caller left in .grad (a deferred round's combined heads)
             sums, self._sums = self._sums or [None] * len(self.params), None
@@ -151,8 +152,8 @@ class GradientTransaction:
             if bad:
                 step = self.step
                 self.abort()
-                raise NonFiniteCommit(f"step {step_number(step)}: {bad}; refusing to commit (the optimizer was not stepped, "
-                                      "the weights are those of the last commit)")
+                raise NonFiniteCommit(f"step {step_number(step)}: {bad}; refusing to commit (the optimizer was not "
+                                      "stepped, the weights are those of the last commit)")
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if final:
