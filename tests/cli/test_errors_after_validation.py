@@ -21,12 +21,12 @@ TINY = ["train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4"
 def test_a_reward_plugin_that_raises_stops_the_run_cleanly(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGINS))
     run = tmp_path / "run"
-    # call 1: the eval before RL, call 2: step 0, call 3: step 1 raises
+    # call 1: the eval before RL, call 2: step 1, call 3: step 2 raises
     reward = "reward={judge: {factory: 'raising_plugin:build_raising', from_call: 3}}"
     assert main(["train", f"run_dir={run}", "steps=3", *TINY, "runtime.checkpoint_every=1", reward]) == 2
     err = capsys.readouterr().err
     assert err.startswith("digenrl: error: ") and len(err.strip().splitlines()) == 1, err
-    assert "step 1" in err and "reward.judge" in err and "plug-in kaput" in err, err
+    assert "step 2: reward.judge" in err and "plug-in kaput" in err, err  # as the progress line numbers it
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000001.safetensors"]
     failure = json.loads((run / "failure.json").read_text())
     assert "reward.judge" in failure["error"] and failure["checkpoint"].endswith("step_00000001.safetensors")

@@ -52,13 +52,13 @@ def _checkpoints(run: Path) -> list[str]:
 def test_a_nan_reward_for_one_sample_stops_the_run(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGINS))
     run = tmp_path / "run"
-    # call 1: the eval before RL, call 2: step 0, call 3: step 1 -> NaN for one of its 8 samples
+    # call 1: the eval before RL, call 2: step 1, call 3: step 2 -> NaN for one of its 8 samples
     reward = "reward={judge: {factory: 'faulty_plugin:build_faulty', kind: nan, from_call: 3, index: 5}}"
     args = ["train", f"run_dir={run}", "steps=3", *TINY, "runtime.checkpoint_every=1", reward]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("digenrl: error: ") and len(err.strip().splitlines()) == 1, err
-    assert "step 1" in err and "reward.judge" in err and "not finite" in err, err
+    assert "step 2: reward.judge" in err and "not finite" in err, err  # the step after the checkpoint's one
     assert _checkpoints(run) == ["step_00000001.safetensors"]  # the good one; nothing after it
     _finite_checkpoint(run / "checkpoints" / "step_00000001.safetensors")
     assert not (run / "checkpoint.safetensors").exists() and not (run / "summary.json").exists()
@@ -73,7 +73,7 @@ def test_a_non_finite_gradient_stops_the_run_before_the_optimizer_step(tmp_path,
 
     def poisoned(self, chunk, *args):
         out = train(self, chunk, *args)
-        if chunk.step == 1:
+        if chunk.step == 1:  # the scheduler's step 1: the second, "step 2/3" on the progress line
             p = next(p for p in self.policy.parameters() if p.grad is not None)
             p.grad.view(-1)[0] = float("nan")
         return out
@@ -82,7 +82,7 @@ def test_a_non_finite_gradient_stops_the_run_before_the_optimizer_step(tmp_path,
     run = tmp_path / "run"
     assert main(["train", f"run_dir={run}", "steps=3", *TINY, "runtime.checkpoint_every=1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("digenrl: error: ") and "step 1" in err and "gradient norm" in err, err
+    assert err.startswith("digenrl: error: ") and "step 2: gradient norm" in err, err
     assert _checkpoints(run) == ["step_00000001.safetensors"]
     _finite_checkpoint(run / "checkpoints" / "step_00000001.safetensors")
     assert not (run / "checkpoint.safetensors").exists()
@@ -99,13 +99,14 @@ def test_a_nan_reward_in_a_ray_run_is_not_retried(tmp_path):
 
     run = tmp_path / "run"
     reward = "reward={judge: {factory: 'faulty_plugin:build_faulty', kind: nan, from_call: 3, index: 1}}"
-    env = {**os.environ, "PYTHONPATH": str(PLUGINS), "OMP_NUM_THREADS": "1"}  # the workers import the plug-in
+    path = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))  # (the checkout under test)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}  # the workers import the plug-in
     proc = subprocess.run([sys.executable, "-m", "digenrl.cli", "train", "runtime.mode=gap_tsp", f"run_dir={run}",
                            "steps=3", "runtime.checkpoint_every=1", *TINY, reward],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    # generator calls 1-2 score step 0's two fragments, call 3 the first of step 1
-    assert "step 1" in proc.stderr and "reward.judge" in proc.stderr and "gen0" in proc.stderr, proc.stderr[-3000:]
+    # generator calls 1-2 score step 1's two fragments, call 3 the first of step 2
+    assert "step 2: reward.judge" in proc.stderr and "gen0" in proc.stderr, proc.stderr[-3000:]
     assert _checkpoints(run) == ["step_00000001.safetensors"] and not (run / "checkpoint.safetensors").exists()
     failure = json.loads((run / "failure.json").read_text())
     assert "not finite" in failure["error"] and failure["kind"] == "halted" and failure["restarts"] == 0

@@ -136,7 +136,8 @@ def test_a_wrong_cell_set_stops_the_run_before_its_commit(what):
     calls: list = []
     with pytest.raises(WorkerFailure, match=r"during the commit check \(I2\)") as e:
         _replay(plan, corrupt=CORRUPT[what], calls=calls)
-    assert e.value.step == 1 and e.value.worker == "driver"
+    assert e.value.step == 2 and e.value.worker == "driver"  # the scheduler's step 1, as a person counts it
+    assert str(e.value).startswith("worker driver failed at step 2 during the commit check (I2)")
     assert f"for a grid of {want} in round 0" in e.value.cause
     # step 0 committed on every rank; step 1's commit never reached a trainer
     assert sorted(c[0] for c in _commits(calls)) == sorted(plan.trainers)

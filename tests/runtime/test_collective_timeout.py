@@ -40,10 +40,11 @@ def test_a_timed_out_collective_names_the_rank_and_the_call():
     with pytest.raises(CollectiveTimeout) as err:
         _Rank(2, RuntimeError(GLOO_TIMEOUT)).train(chunk, [object()], None)
     msg = str(err.value)
-    assert msg.startswith("trainer-1 (trainer rank 1 of 2): train(chunk=step 3 group 1 round 0, 2 cells) waited "
+    # the scheduler's step 3 is the fourth: numbered from 1, as the progress line and the failure line
+    assert msg.startswith("trainer-1 (trainer rank 1 of 2): train(chunk=step 4 group 1 round 0, 2 cells) waited "
                           "longer than runtime.collective_timeout_s = 3 s in a collective"), msg
     assert GLOO_TIMEOUT in msg and isinstance(err.value.__cause__, RuntimeError)
-    with pytest.raises(CollectiveTimeout, match=r"commit\(step=4, final=False\)"):
+    with pytest.raises(CollectiveTimeout, match=r"commit\(step=5, final=False\)"):
         _Rank(2, RuntimeError(GLOO_TIMEOUT)).commit(4, final=False)
 
 

@@ -175,7 +175,7 @@ def _wake_stopped_children() -> int:
 
 
 def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, tiny_model, tmp_path, monkeypatch):
-    """gap_tsp with no runtime.watchdog_s and no cost model: the generator SIGSTOPs itself at step 1; the
+    """gap_tsp with no runtime.watchdog_s and no cost model: the generator SIGSTOPs itself at step 2; the
     watchdog from the run's observed times (floor lowered to keep the test short) catches it and the run
     recovers. The old code had no deadline: the run waits until the test wakes the worker, and fails."""
     import threading
@@ -185,7 +185,7 @@ def test_a_stopped_generator_in_gap_tsp_with_defaults_is_recovered(ray_local, ti
 
     monkeypatch.setattr(dl, "OBSERVED_FLOOR_S", 3.0, raising=False)  # (absent in the old code)
     cfg = make_cfg(tiny_model, tmp_path / "run", "runtime.mode=gap_tsp", "steps=2")
-    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@1:stall")
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@2:stall")
     assert cfg.runtime.watchdog_s is None and cfg.runtime.profile is None
     out: dict = {}
 

@@ -95,7 +95,7 @@ def test_two_clean_runs_end_bitwise_equal(pool, ray_local, tiny_model, tmp_path,
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), \
         max(float((a[k] - b[k]).abs().max()) for k in a)
     if pool == "hybrid":
-        monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=trn3@3:exit")
+        monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=trn3@4:exit")
         c, summary = _run(tiny_model, tmp_path / "c", *over, "runtime.checkpoint_every=2")
         assert summary["restarts"] == 1
         err = max(float((c[k] - a[k]).norm() / a[k].norm().clamp_min(1e-12)) for k in a)

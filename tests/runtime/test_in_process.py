@@ -19,11 +19,12 @@ def test_a_raising_worker_is_recovered_in_process(tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
     assert main(["train", f"run_dir={tmp_path / 'a'}", *BASE]) == 0
-    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=col0@2")
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=col0@3")
     assert main(["train", f"run_dir={tmp_path / 'b'}", *BASE]) == 0
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["transport"] == "in-process" and summary["restarts"] == 1 and summary["audit_violations"] == []
-    assert summary["recoveries"][0]["replay_from_step"] == 2 and summary["recoveries"][0]["worker"] == "col0"
+    rec = summary["recoveries"][0]  # steps from 1: step 3 failed, replayed from the checkpoint of step 2
+    assert (rec["worker"], rec["step"], rec["replay_from_step"]) == ("col0", 3, 3)
     a, b = load_file(str(tmp_path / "a" / "checkpoint.safetensors")), load_file(str(tmp_path / "b" / "checkpoint.safetensors"))
     assert all(bool((a[k] == b[k]).all()) for k in a)  # bitwise: the replay computed the same step
 

@@ -88,12 +88,12 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(tiny_model, tmp_path):
 
 @pytest.mark.parametrize("fault,code", [("INT@stopped", 75), ("INT@stoppedx2", 130)])
 def test_sigint_while_waiting_on_a_held_worker(tiny_model, tmp_path, fault, code):
-    """A generator is held (SIGSTOPped at step 1) and the controller waits on it inside ``ray.wait`` when the
+    """A generator is held (SIGSTOPped at step 2) and the controller waits on it inside ``ray.wait`` when the
     first SIGINT comes: it stops cleanly (75; the old code: a ``SystemError`` traceback, exit 1). A second SIGINT,
     sent while the controller stops, exits at once (130) after killing its local Ray (the old code left the
     actors busy at the time running after it: seconds on the demo, minutes in a long call)."""
     raytmp = Path(tempfile.mkdtemp(prefix="dgr-i-", dir="/tmp"))
-    env = {**os.environ, "RAY_TMPDIR": str(raytmp), "DIGENRL_TEST_HOOKS": "inject_failure=gen0@1:stall"}
+    env = {**os.environ, "RAY_TMPDIR": str(raytmp), "DIGENRL_TEST_HOOKS": "inject_failure=gen0@2:stall"}
     proc = subprocess.run([sys.executable, FAULT, fault, "train", f"model.path={tiny_model}",
                            f"run_dir={tmp_path / 'run'}", *ARGS, "steps=2",
                            "runtime.watchdog_s=900"], env=env, capture_output=True, text=True,

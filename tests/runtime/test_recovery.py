@@ -29,7 +29,7 @@ def _max_rel(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).norm() / b[k].norm().clamp_min(1e-12)) for k in a)
 
 
-@pytest.mark.parametrize("hook", ["gen0@2:exit", "trn1@2:exit", "trn0@1", "gen0@2:stall"])
+@pytest.mark.parametrize("hook", ["gen0@3:exit", "trn1@3:exit", "trn0@2", "gen0@3:stall"])
 def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uninterrupted, monkeypatch):
     from safetensors.torch import load_file
 
@@ -42,13 +42,14 @@ def test_run_survives_a_failed_worker(hook, ray_local, tiny_model, tmp_path, uni
     worker, step = hook.split(":")[0].split("@")
     assert summary["restarts"] == 1 and summary["version"] == 4 and summary["audit_violations"] == []
     rec = summary["recoveries"][0]
+    # numbered from 1 (the progress line's): the failed step, replayed first from the checkpoint of the one before
     assert (rec["worker"], rec["step"], rec["replay_from_step"]) == (worker, int(step), int(step))
     # the record agrees with the trace: the lost work starts at the publish of the checkpointed version (the
     # first attempt's), the restart is the recovery span every worker shows, from the detection to the restart
     from digenrl.observe.trace import read_chrome_trace
 
     spans = read_chrome_trace(run / "trace.json")
-    v = rec["replay_from_step"]
+    v = rec["replay_from_step"] - 1  # the checkpoint's version: the steps before the replayed one
     pub_end = max(sp.end for sp in spans if sp.kind == "publish" and sp.label == f"publish v{v}"
                   and sp.end <= rec["detected_s"] + 1e-6)
     assert rec["lost_from_s"] == pytest.approx(pub_end, abs=1e-5)
@@ -75,11 +76,11 @@ def test_restarts_are_bounded(ray_local, tiny_model, tmp_path, monkeypatch):
     from digenrl.runtime.driver import run_training
 
     run = tmp_path / "run"
-    with pytest.raises(WorkerFailure, match="worker gen0 failed at step 2"):
-        monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@2:exit")
+    with pytest.raises(WorkerFailure, match="worker gen0 failed at step 3 "):
+        monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@3:exit")
         run_training(make_cfg(tiny_model, run, *BASE, "runtime.max_restarts=0"), ray=True)
     rec = json.loads((run / "failure.json").read_text())
-    assert rec["worker"] == "gen0" and rec["resume"].startswith("digenrl train --resume")
+    assert (rec["worker"], rec["step"]) == ("gen0", 3) and rec["resume"].startswith("digenrl train --resume")
     assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "step_00000002.safetensors"
 
 

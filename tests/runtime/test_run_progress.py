@@ -15,7 +15,7 @@ def test_ray_run_progress_logs_and_failure_tail(tiny_model, tmp_path):
     run = tmp_path / "run"
     args = [f"model.path={tiny_model}", f"run_dir={run}", *[a for a in SMALL if not a.startswith("log.")],
             "steps=2", "runtime.mode=gap_tsp_tag", "runtime.max_restarts=0"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DIGENRL_TEST_HOOKS": "inject_failure=gen0@1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DIGENRL_TEST_HOOKS": "inject_failure=gen0@2"}
     proc = subprocess.run([sys.executable, "-m", "digenrl.cli", "train", *args],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     out = proc.stdout

@@ -45,7 +45,7 @@ def test_plan_from_config(tiny_model, tmp_path):
         plan_run(make_cfg(tiny_model, tmp_path, "runtime.mode=colocated", "runtime.generators=2"))
 
 
-@pytest.mark.parametrize("spec", ["gen9@1", "gen0@x", "gen0@1:boom", "gen0"])
+@pytest.mark.parametrize("spec", ["gen9@1", "gen0@x", "gen0@1:boom", "gen0", "gen0@0"])  # steps from 1
 def test_bad_failure_hook(tiny_model, tmp_path, spec, monkeypatch):
     from digenrl.control.run_plan import plan_run
 

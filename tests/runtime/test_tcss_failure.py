@@ -42,7 +42,7 @@ def test_full_mode_staleness_bounds(ray_local, tiny_model, tmp_path, publish):
             assert r["approx_kl"] > 1e-9
 
 
-@pytest.mark.parametrize("hook,worker,step", [("gen0@2:exit", "gen0", 2), ("trn0@1", "trn0", 1)])
+@pytest.mark.parametrize("hook,worker,step", [("gen0@3:exit", "gen0", 3), ("trn0@2", "trn0", 2)])
 def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, hook, worker, step, monkeypatch):
     from digenrl.runtime import WorkerFailure
     from reference import reference_run
@@ -56,17 +56,19 @@ def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, h
     with pytest.raises(WorkerFailure) as err:
         run_training(cfg, ray=True)
     e = err.value
-    assert (e.worker, e.step) == (worker, step)
-    assert f"worker {worker}" in str(e) and f"step {step}" in str(e)
-    assert json.loads((run / "failure.json").read_text())["worker"] == worker
+    assert (e.worker, e.step) == (worker, step)  # numbered from 1, as the progress line
+    assert str(e).startswith(f"worker {worker} failed at step {step} during ")
+    assert ":exit" in hook or f"injected failure of {worker} at step {step} (" in str(e)  # (exit: the actor died)
+    rec = json.loads((run / "failure.json").read_text())
+    assert (rec["worker"], rec["step"]) == (worker, step)
     from digenrl.train.checkpoint import latest_checkpoint, read_train_state
 
     path = latest_checkpoint(run)
-    if step == 1:
+    if step == 2:
         assert path is None or read_train_state(path).step <= 1
         return
     state = read_train_state(path)
-    assert 1 <= state.step == state.version <= step  # a committed step; the failed step never committed
+    assert 1 <= state.step == state.version < step  # a committed step; the failed step never committed
     monkeypatch.delenv("DIGENRL_TEST_HOOKS")
     ref, _, _ = reference_run(cfg.model_copy(update={"steps": state.step}))  # the checkpoint: the reference's
     for k, v in ref.items():
@@ -76,14 +78,14 @@ def test_worker_failure_names_worker_and_step(ray_local, tiny_model, tmp_path, h
 def test_cli_worker_failure_exits_1_with_message(ray_local, tiny_model, tmp_path, capsys, monkeypatch):
     from digenrl.cli import main
 
-    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@1")
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@2")
     run = tmp_path / "run"
     rc = main(["train", f"model.path={tiny_model}", f"run_dir={run}", "runtime.mode=gap", "steps=3",
                "train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4", "eval.every=0",
                "eval.num_prompts=2", "log.progress=false", "runtime.max_restarts=0"])
     assert rc == 1
     err = capsys.readouterr().err
-    assert "run failed" in err and "gen0" in err and "step 1" in err
+    assert "run failed: worker gen0 failed at step 2 during generate s2 " in err, err
 
 
 def test_full_mode_recovers_a_killed_generator_within_the_tcss_bounds(ray_local, tiny_model, tmp_path, monkeypatch):
@@ -97,11 +99,11 @@ def test_full_mode_recovers_a_killed_generator_within_the_tcss_bounds(ray_local,
     run = tmp_path / "run"
     cfg = make_cfg(tiny_model, run, "runtime.mode=full", "steps=4", "runtime.max_stale_fraction=0.5",
                    "runtime.checkpoint_every=1")
-    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@2:exit")
+    monkeypatch.setenv("DIGENRL_TEST_HOOKS", "inject_failure=gen0@3:exit")
     summary = run_training(cfg, ray=True)
     assert summary["restarts"] == 1 and summary["version"] == 4 and summary["audit_violations"] == []
     rec = summary["recoveries"][0]
-    assert (rec["worker"], rec["step"]) == ("gen0", 2) and rec["replay_from_step"] <= 2
+    assert (rec["worker"], rec["step"]) == ("gen0", 3) and rec["replay_from_step"] <= 3
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "reward_mean" in x]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # each step logged once
     assert all(r["stale_fraction"] <= 0.5 for r in rows)

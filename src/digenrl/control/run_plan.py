@@ -42,7 +42,8 @@ class TestHooks:
     ``key=value`` pairs (``read_hooks``), and the controller hands them to the workers (both transports):
 
     * ``inject_failure=<worker>@<step>[:exit|:stall]``: ``worker`` fails when it is first handed work of ``step``
-      (0-based), or (``step`` one of ``HOOK_PHASES``) at the end of its construction, when the calibration
+      (numbered from 1, as the progress line and the failure message: ``schedule.step_number``; kept so in
+      ``step``), or (``step`` one of ``HOOK_PHASES``) at the end of its construction, when the calibration
       starts, at its first eval or its first resumable checkpoint; on the run's first attempt only: ``raise`` an
       error (default), ``exit`` the process (the actor dies) or ``stall`` (the process stops itself with SIGSTOP
       and never answers);
@@ -77,10 +78,11 @@ def read_hooks(workers: tuple[str, ...], env: str | None = None) -> TestHooks | 
         if key == "inject_failure" and eq:
             head, _, kind = value.partition(":")
             worker, _, step = head.partition("@")
-            if worker not in workers or not (step.isdigit() or step in HOOK_PHASES) or kind not in (
-                    "", "exit", "raise", "stall"):
-                raise ConfigError(f"{HOOKS_ENV}: inject_failure expects '<worker>@<step or {'|'.join(HOOK_PHASES)}>"
-                                  f"[:exit|:stall]' with a worker among {', '.join(workers)} (got {value!r})")
+            named = (step.isdigit() and int(step) >= 1) or step in HOOK_PHASES  # steps from 1
+            if worker not in workers or not named or kind not in ("", "exit", "raise", "stall"):
+                raise ConfigError(f"{HOOKS_ENV}: inject_failure expects '<worker>@<step from 1 or "
+                                  f"{'|'.join(HOOK_PHASES)}>[:exit|:stall]' with a worker among {', '.join(workers)} "
+                                  f"(got {value!r})")
             hooks = replace(hooks, worker=worker, step=int(step) if step.isdigit() else step, kind=kind or "raise")
         elif key == "logprob_offset" and eq:
             try:

@@ -85,7 +85,8 @@ class Timeline:
         self.spans.append(Span(worker, kind, start, max(start, end), label, self.pool.get(worker, "workers"), size))
 
     def record(self, c: Completion) -> None:
-        if c.action is None:  # a side call (eval / checkpoint between steps)
+        if c.action is None:  # a side call (eval / checkpoint between steps; c.step: the steps done, so the
+            # number of the step it follows, as the actions' labels number steps: schedule.step_number)
             for w in c.work:
                 self.span(w.worker, c.side or "side", w.start, w.end, f"{c.side} after s{c.step}")
             return

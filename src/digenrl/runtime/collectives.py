@@ -12,18 +12,24 @@ import functools
 import inspect
 import re
 
+from digenrl.schedule import step_number
+
 
 class CollectiveTimeout(RuntimeError):
     """A collective of the trainer pool waited longer than ``runtime.collective_timeout_s``."""
 
 
 def _describe(fn, args: tuple, kwargs: dict) -> str:
-    """``train(chunk=step 3 group 1 round 0, 8 cells)``: the call with its small arguments."""
+    """``train(chunk=step 3 group 1 round 0, 8 cells)``: the call with its small arguments (steps numbered as a
+    person reads them: ``schedule.step_number``)."""
     parts = []
     for k, v in list(inspect.signature(fn).bind(None, *args, **kwargs).arguments.items())[1:]:
         if hasattr(v, "step") and hasattr(v, "group"):  # a chunk or a fragment
             size = f", {len(v.cells)} cells" if hasattr(v, "cells") else f", {len(v.generations)} generations"
-            parts.append(f"{k}=step {v.step} group {v.group}" + (f" round {v.round}" if hasattr(v, "round") else "") + size)
+            parts.append(f"{k}=step {step_number(v.step)} group {v.group}"
+                         + (f" round {v.round}" if hasattr(v, "round") else "") + size)
+        elif k == "step" and isinstance(v, int) and not isinstance(v, bool):
+            parts.append(f"step={step_number(v)}")
         elif isinstance(v, (bool, int, float, str)):
             parts.append(f"{k}={v!r}")
     return f"{fn.__name__}({', '.join(parts)})"

@@ -16,8 +16,9 @@ restarted, since the replay would meet it again: it is raised as is (the CLI: ``
 
 Stopping (``train.interrupt.StopRequest``): on Ray a first SIGINT/SIGTERM abandons the step, checkpoints the last
 committed state and raises ``Interrupted``; in-process the run stops at the next step boundary with a checkpoint
-of that step. Restarts are reported in ``summary.json`` (``recoveries``), in the metrics (``restarts``) and as
-``recovery`` spans in the trace. The run outputs: docs/runtime.md and ``run_outputs``."""
+of that step. Restarts are reported in ``summary.json`` (``recoveries``: the worker, the failed ``step`` and
+``replay_from_step``, the first step replayed, both numbered from 1 as the progress line), in the metrics
+(``restarts``) and as ``recovery`` spans in the trace. The run outputs: docs/runtime.md and ``run_outputs``."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from digenrl.faults import find_deterministic, find_halted
 from digenrl.observe.progress import eval_text, phase
 from digenrl.runtime.run_dir import RunStart
 from digenrl.runtime.run_outputs import FailureRecord, RunOutputs, resume_command, write_failure
-from digenrl.schedule import Scheduler, StepStats
+from digenrl.schedule import Scheduler, StepStats, step_number
 from digenrl.schedule.audit import audit
 from digenrl.train import checkpoint as ckpt
 
@@ -110,7 +111,7 @@ class _Controller:
 
     def _startup_text(self) -> str:
         n_g, n_t = len(self.run.generator_ids), len(self.run.trainer_ids)
-        where = f", restored from step {self.first}" if self.state is not None else ""
+        where = f", restored after step {self.first}" if self.state is not None else ""
         model = f"{self.cfg.model.kind} from {self.cfg.model.path or 'the built-in weights'}{where}"
         if self.local:
             return f"{'reloading' if self.recoveries else 'loading'} {model}"
@@ -268,7 +269,7 @@ class _Controller:
         self.first, self.state = (0, None) if path is None else (step, path.read_bytes())
         published = self.stats[self.first - 1].published if self.first else None
         self.recoveries.append({"worker": e.worker, "step": e.step, "action": e.action, "cause": e.cause,
-                                "detected_s": detected, "replay_from_step": self.first,
+                                "detected_s": detected, "replay_from_step": step_number(self.first),
                                 "lost_from_s": published if published is not None else self._attempt_start})
 
     def _restarted(self) -> None:

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 from digenrl.control.loop import Completion, Interval, SideCall, tie_order
 from digenrl.control.run_plan import RunPlan
-from digenrl.schedule import Action, Commit, Generate, Publish, Train
+from digenrl.schedule import Action, Commit, Generate, Publish, Train, step_number
 from digenrl.schedule.layout import gang_shares, grid_cells
 
 from .clocks import Clock
@@ -43,6 +43,12 @@ class _Call:
     workers: dict = field(default_factory=dict)   # ref -> worker id, in launch order
     results: dict = field(default_factory=dict)   # ref -> result
     deadline: float | None = None             # driver time by which it must have answered (watchdog)
+
+    @property
+    def shown_step(self) -> int | None:
+        """The step a person reads (``WorkerFailure.step``): an action's ``schedule.step_number``; a side call's
+        ``step`` is the steps done already (the eval or checkpoint after that step), that step's number."""
+        return step_number(self.step) if self.action is not None else self.step
 
     @property
     def what(self) -> str:
@@ -178,7 +184,7 @@ class WorkerExecutor:
                 try:
                     call.results[ref] = self.pools.get(ref)
                 except Exception as e:  # the worker raised, or its process died
-                    raise WorkerFailure(call.workers[ref], call.step, call.what, error_cause(e)) from e
+                    raise WorkerFailure(call.workers[ref], call.shown_step, call.what, error_cause(e)) from e
                 if not any(c is call for c in self._calls.values()):
                     self._ready.append(call)
         now = self.clock.now()
@@ -190,7 +196,7 @@ class WorkerExecutor:
         now = self.clock.now()
         for ref, call in self._calls.items():
             if call.deadline is not None and now >= call.deadline:
-                raise WorkerFailure(call.workers[ref], call.step, call.what,
+                raise WorkerFailure(call.workers[ref], call.shown_step, call.what,
                                     f"no answer within {call.deadline - call.start:.0f} s (runtime.watchdog_s): "
                                     f"the worker is stalled")
 
@@ -247,7 +253,7 @@ class WorkerExecutor:
         p = self.plan
         want = grid_cells([st.uids.get(g) for g in p.round_groups(round)], p.generations, p.trained_timesteps)
         if len(st.cells) != len(set(st.cells)) or set(st.cells) != want:
-            raise WorkerFailure("driver", step, "the commit check (I2)",
+            raise WorkerFailure("driver", step_number(step), "the commit check (I2)",
                                 f"{len(st.cells)} recorded cells ({len(set(st.cells))} distinct) for a grid of "
                                 f"{len(want)} in round {round}")
 

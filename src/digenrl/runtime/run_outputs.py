@@ -55,8 +55,11 @@ class FailureRecord:
 
     ``kind``: ``worker`` (a worker failed, restarts exhausted or not worth it), ``halted`` (a non-finite value or
     a reward that raised: ``faults.RunHalted``), ``interrupted`` (a stop signal), ``io`` (the run could not write
-    its outputs). ``error``: one line. ``step``: the step (0-based) the run was at: the one whose work failed, or
-    the next one to run after a stop (= the steps in ``checkpoint``); None where not known. ``worker`` /
+    its outputs). ``error``: one line. ``step``: the step ``error`` names, numbered from 1 as the progress line
+    (``step 3/200``) and ``metrics.jsonl`` (``schedule.step_number``): the one whose work failed (``worker``), or
+    the last one done before a stop (``interrupted``: ``checkpoint`` holds that many steps, ``--resume`` runs the
+    next); None where not known. (A ``worker`` record's ``step`` counted from 0 before the numbers were unified:
+    it is one more now.) ``worker`` /
     ``action``: who failed doing what; ``signal``, ``errno``: of a stop or an I/O error; ``restarts``: worker
     failures recovered before; ``deterministic``: a restart would meet the error again; ``checkpoint``: the newest
     resumable checkpoint (None: none); ``resume``: the command that continues the run from it."""

@@ -9,14 +9,14 @@ commits), ``zero_std_ratio``, and:
 * ``timing_s/gen`` / ``timing_s/train``: wall spans of the step's generation / training (first start to last
   end; they overlap in pipelined modes), ``busy_s/*`` the summed busy seconds, ``timing_s/commit`` /
   ``timing_s/publish``, ``step_s`` the time between this step's publish and the previous one (run start for
-  step 0); ``idle/<pool>``: idle share of each pool in the step's window;
+  step 1); ``idle/<pool>``: idle share of each pool in the step's window;
 * ``tag_fragments``, ``stale_fraction``, ``staleness/0`` / ``staleness/1`` (trajectories of the step's own
   version / the previous one), ``version_min`` / ``version_max``;
 * TAG modes with ``tuning.bts.online``: ``cost_scale/<kind>`` (``between_steps``).
 
 ``trajectories.jsonl`` holds one line per trajectory (step, uid, generation, version, worker, reward); its
-``step`` N (from 1) is metrics.jsonl's (row 0 is the eval before RL), and ``version`` the policy version that
-generated it (0: the initial weights): N - 1 on-policy, N - 2 stale (TCSS)."""
+``step`` N (from 1: ``schedule.step_number``) is metrics.jsonl's (row 0 is the eval before RL), and ``version``
+the policy version that generated it (0: the initial weights): N - 1 on-policy, N - 2 stale (TCSS)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from digenrl.control.loop import Completion
 from digenrl.control.timeline import idle_share, pools_of, rank_busy
 from digenrl.safe_files import naming
-from digenrl.schedule import Commit, Generate, Publish, StepPlan, Train
+from digenrl.schedule import Commit, Generate, Publish, StepPlan, Train, step_number
 from digenrl.train.chunk_loss import CellStats
 
 
@@ -98,7 +98,7 @@ class StepMetrics:
                     st.versions.append(info.version)
                     if self._traj is not None:
                         with naming(self._traj.name):  # a full disk: the error names trajectories.jsonl
-                            self._traj.write(json.dumps({"step": f.step + 1, "uid": info.uid, "generation": i,
+                            self._traj.write(json.dumps({"step": step_number(f.step), "uid": info.uid, "generation": i,
                                                          "version": info.version, "worker": a.worker, "tag": a.tag,
                                                          "fragment": list(f.generations), "reward": r,
                                                          "attempt": self.attempt}) + "\n")
@@ -140,7 +140,7 @@ class StepMetrics:
         prev = self._t0 if prev is None else prev
         step_s = st.published - prev
         stale = sum(1 for v in st.versions if v == k - 1)
-        row = {"step": k + 1, "reward_mean": float(r.mean()), "reward_std": float(r.std(unbiased=False))}
+        row = {"step": step_number(k), "reward_mean": float(r.mean()), "reward_std": float(r.std(unbiased=False))}
         row.update({f"reward/{n}": float(torch.tensor(v).mean()) for n, v in st.parts.items()})
         row.update(st.stats.means())
         row.update({

@@ -53,6 +53,7 @@ from .trainer_state import TrainerState
 from .worker_base import WorkerBase, fetch
 from digenrl.train.sequence_parallel import lane_role
 from digenrl.schedule.layout import grid_cells
+from digenrl.schedule import step_number
 from .workers import TrainerAPI
 
 
@@ -131,13 +132,13 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             g = TrajectoryBatch.cat([b for b in fetch(refs) if b is not None])  # None: a rank's empty share
             bad = sorted({int(v) for v in g.version.tolist()} - {step, step - 1})
             if bad or sorted(g.gen_index.tolist()) != list(range(self.cfg.train.generations)):
-                raise RuntimeError(f"{self.name}: group {group} of step {step} has generations "
+                raise RuntimeError(f"{self.name}: group {group} of step {step_number(step)} has generations "
                                    f"{g.gen_index.tolist()} and versions {g.version.tolist()} (I4: staleness <= 1)")
             mine = rewards.get(group, ())
             got = [float(mine[i]) if i < len(mine) else None for i in g.gen_index.tolist()]
             if got != [float(r) for r in g.rewards.tolist()]:
-                raise RuntimeError(f"{self.name}: group {group} of step {step}: the executor's rewards {got} are not "
-                                   f"those of the trajectories {g.rewards.tolist()}")
+                raise RuntimeError(f"{self.name}: group {group} of step {step_number(step)}: the executor's rewards "
+                                   f"{got} are not those of the trajectories {g.rewards.tolist()}")
             self._groups[key] = g
         return g
 
@@ -151,8 +152,8 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         self.check_failure(chunk.step)
         t0 = time.monotonic()
         if self.tx.version != chunk.step or self._round != chunk.round:
-            raise RuntimeError(f"{self.name}: chunk of step {chunk.step} round {chunk.round} but the weights are "
-                               f"version {self.tx.version} after {self._round} rounds")
+            raise RuntimeError(f"{self.name}: chunk of step {step_number(chunk.step)} round {chunk.round} but the "
+                               f"weights are version {self.tx.version} after {self._round} rounds")
         t = self.cfg.train
         S = len(self.ctx.plan(chunk.step).trained)
         if not self.tx.open:
@@ -260,14 +261,14 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
             self.tx.begin(step, None)
             self._deferred = None
         if self.tx.step != step or self._round != round:
-            raise RuntimeError(f"{self.name}: commit of step {step} round {round} but the open transaction is step "
-                               f"{self.tx.step} round {self._round}")
+            raise RuntimeError(f"{self.name}: commit of step {step_number(step)} round {round} but the open "
+                               f"transaction is step {step_number(self.tx.step)} round {self._round}")
         t, groups = self.cfg.train, self._plan.round_groups(round)
         whole = t.step_wide or t.zero_adv_refill
         missing = sorted(set(range(self._plan.prompts) if whole else groups) - set(rewards))
         if missing:
-            raise RuntimeError(f"{self.name}: commit of step {step} round {round} without the rewards of groups "
-                               f"{missing}")
+            raise RuntimeError(f"{self.name}: commit of step {step_number(step)} round {round} without the rewards "
+                               f"of groups {missing}")
         S = len(self.ctx.plan(step).trained)
         stats = None
         if self._deferred is not None:  # every reward is in: the heads with the step's scale, then the correction

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from digenrl.config import Config
 from digenrl.control.run_plan import TestHooks, timestep_plan
+from digenrl.schedule import step_number
 
 from .messages import FragmentInfo
 from .timing import Calibration
@@ -112,15 +113,16 @@ class WorkerBase:
 
     def check_failure(self, step: int | str) -> None:
         """The ``inject_failure`` test hook (``control.run_plan.TestHooks``): fail here if it names this worker and
-        ``step`` (a step index, or a phase of ``run_plan.HOOK_PHASES``)."""
-        f = self.hooks
-        if f.fails and f.worker == self.name and f.step == step:
+        ``step`` (the scheduler's step, which the hook names by its ``schedule.step_number``, or a phase of
+        ``run_plan.HOOK_PHASES``)."""
+        f, named = self.hooks, step_number(step) if isinstance(step, int) else step
+        if f.fails and f.worker == self.name and f.step == named:
             self.hooks = f.without_failure()  # once per process
             if f.kind == "exit":
                 os._exit(1)  # simulate a crashed process (the actor dies)
             if f.kind == "stall":
                 os.kill(os.getpid(), signal.SIGSTOP)  # a hung process: alive, never answers
-            at = f"step {step}" if isinstance(step, int) else step
+            at = f"step {named}" if isinstance(named, int) else named
             raise InjectedFailure(f"injected failure of {self.name} at {at} (DIGENRL_TEST_HOOKS inject_failure)")
 
     def calibration_start(self, gen_sizes: list[int], cell_sizes: list[int]) -> list[list[tuple]]:

@@ -40,7 +40,7 @@ Cost models (``CostModel`` protocol: ``time(op, batch, pool) -> seconds``) price
 """
 
 from .actions import (Action, ChunkTrained, Commit, Committed, Event, FragmentGenerated, Generate, Publish,
-                      Published, Train)
+                      Published, Train, step_number)
 from .bts import BTS, TAG_POLICIES, BTSConfig, BTSStats, Decision
 from .bts_model import Snapshot
 from .cost import GENERATOR, OPS, TRAINER, CostModel, Durations, Op
@@ -56,4 +56,5 @@ __all__ = [
     "Decision", "Durations", "Event", "FixedRule", "Fragment", "FragmentGenerated", "GENERATOR", "Generate", "MODES", "Mode",
     "OPS", "OnlineCosts", "Op", "PlanError", "Publish", "Published", "ScaledCost", "Scheduler", "SchedulerError", "Snapshot", "StepPlan",
     "StepStats", "TAG_POLICIES", "TRAINER", "Train", "classic_chunks", "group_fragments", "step_fragments", "tsp_chunks", "make_tag_policy",
+    "step_number",
 ]

@@ -6,6 +6,10 @@ seconds in ``runtime``). The scheduler never reads a clock; an action returned b
 
 Versions: the initial weights are version 0; committing step k produces version k + 1.
 
+Steps are 0-based here (the scheduler, the workers, the trajectories' noise), 1-based wherever a person reads
+them: ``step_number`` is the one conversion (labels, the progress line, ``metrics.jsonl``, messages,
+``failure.json``).
+
 Every action describes itself: ``kind`` (one constant per class, the names of ``KINDS``: the ``Durations``
 method that prices it, the simulator's jitter kinds, the online cost model's kinds), ``step``, ``workers``
 (the scheduler's workers it occupies, decided here once: the scheduler reserves them, the executors record
@@ -19,6 +23,14 @@ from dataclasses import dataclass
 from typing import ClassVar, Union
 
 from .layout import Chunk, Fragment
+
+
+def step_number(step: int) -> int:
+    """The number a person reads for the scheduler's ``step`` (0-based): ``step + 1``, counted from 1 as the
+    progress line (``step 3/200``) and ``metrics.jsonl`` count. Step n is the one that produces version n, so
+    "after step n" means n committed steps: what a checkpoint of n steps holds, and ``--resume`` from it goes on
+    with step n + 1."""
+    return step + 1
 
 # ---- events ---------------------------------------------------------------------------------------------
 
@@ -145,7 +157,8 @@ class Generate(_Described):
     def label(self) -> str:
         fr = self.fragment
         groups = f"{fr.group}-{self.more[-1].group}" if self.more else f"{fr.group}"  # a gang over groups
-        return f"s{fr.step} g{groups} x{self.size().generations} v{self.version}{' stale' if self.stale else ''}"
+        stale = " stale" if self.stale else ""
+        return f"s{step_number(fr.step)} g{groups} x{self.size().generations} v{self.version}{stale}"
 
     def event(self, t: float) -> FragmentGenerated:
         return FragmentGenerated(t, self.fragment, self.worker)
@@ -171,7 +184,7 @@ class Train(_Described):
         return Size(cells=self.chunk.size)
 
     def label(self) -> str:
-        return f"s{self.chunk.step} g{self.chunk.group} {self.chunk.size} cells"
+        return f"s{step_number(self.chunk.step)} g{self.chunk.group} {self.chunk.size} cells"
 
     def event(self, t: float) -> ChunkTrained:
         return ChunkTrained(t, self.chunk, self.rank)
@@ -199,7 +212,7 @@ class Commit(_Described):
         return self.ranks
 
     def label(self) -> str:
-        return f"commit s{self.step}"
+        return f"commit s{step_number(self.step)}"
 
     def event(self, t: float) -> Committed:
         return Committed(t, self.step, self.round)

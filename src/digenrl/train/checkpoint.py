@@ -57,6 +57,7 @@ from safetensors import safe_open
 from safetensors.torch import load, load_file, save
 
 from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_header
+from digenrl.schedule import step_number
 from digenrl.train.nft_old import old_of
 
 from .resume_config import check_resume_config, config_hash  # noqa: F401 (check_resume_config: re-exported)
@@ -95,7 +96,7 @@ logger = logging.getLogger(__name__)
 def capture(ctx, *, step: int, counters: dict[str, Any] | None = None) -> TrainState:
     """The ``TrainState`` of a ``RunContext`` (between steps: no open transaction)."""
     if ctx.transaction.open:
-        raise RuntimeError(f"checkpoint inside the open transaction of step {ctx.transaction.step}")
+        raise RuntimeError(f"checkpoint inside the open transaction of step {step_number(ctx.transaction.step)}")
     rng = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):

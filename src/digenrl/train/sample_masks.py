@@ -31,6 +31,7 @@ import torch
 from digenrl.algo.advantage import group_advantages
 from digenrl.algo.timesteps import stable_seed
 from digenrl.schedule.plan import minibatch_of
+from digenrl.schedule import step_number
 from digenrl.train.step_math import kept_cells, nonzero
 
 Rewards = Mapping[int, Sequence[float]]
@@ -187,8 +188,8 @@ def round_masks(cfg, plan, rewards: Rewards, parts: Parts | None, *, step: int,
         return None
     M, partial = plan.minibatches, len(rewards) < plan.prompts
     if partial and (t.zero_adv_refill or samples):
-        raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step} need the rewards of "
-                           f"all {plan.prompts} groups, got {sorted(rewards)}")
+        raise RuntimeError(f"train.zero_adv_refill / minibatch_split=samples at step {step_number(step)} need the "
+                           f"rewards of all {plan.prompts} groups, got {sorted(rewards)}")
     if partial and t.step_wide:
         kept = _selected(cfg, rewards, parts, rewards)
     else:

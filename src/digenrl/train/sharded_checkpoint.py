@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from digenrl.schedule import step_number
+
 from .checkpoint import (TrainState, check_shards, checkpoint_dir, loss_scale_of, pack, restore_loss_scale,
                          shard_manifest, sharded_dir_name)
 
@@ -35,7 +37,7 @@ def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[st
     from .sharding import save_sharded  # (looked up at the call: tests/train/test_checkpoint_content.py patches it)
 
     if ctx.transaction.open:
-        raise RuntimeError(f"checkpoint inside the open transaction of step {ctx.transaction.step}")
+        raise RuntimeError(f"checkpoint inside the open transaction of step {step_number(ctx.transaction.step)}")
     group = ctx.transaction.process_group
     d = checkpoint_dir(run_dir)
     final = d / sharded_dir_name(step)

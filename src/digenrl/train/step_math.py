@@ -15,6 +15,7 @@ from digenrl.models.base import Policy
 from digenrl.rewards.base import RewardOutputError, WeightedSum
 from digenrl.rollout.records import Prompt, TrajectoryBatch
 from digenrl.rollout.sampler import SamplerSettings, sample_trajectories
+from digenrl.schedule import step_number
 
 
 def generate(
@@ -44,7 +45,7 @@ def generate(
             try:
                 tb.rewards, tb.reward_parts = reward.score(tb.images, tb.prompts)
             except RewardOutputError as e:  # say where: the step (an eval runs as step -1)
-                raise RewardOutputError(f"{f'step {step}' if step >= 0 else 'eval'}: {e}") from None
+                raise RewardOutputError(f"{f'step {step_number(step)}' if step >= 0 else 'eval'}: {e}") from None
         parts.append(tb)
     return TrajectoryBatch.cat(parts)
 

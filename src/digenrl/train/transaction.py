@@ -37,6 +37,7 @@ from typing import Hashable, Iterable
 import torch
 
 from digenrl.faults import RunHalted
+from digenrl.schedule import step_number
 
 
 class TransactionError(RuntimeError):
@@ -78,7 +79,7 @@ class GradientTransaction:
 
     def begin(self, step: int, expected_cells: Iterable[Hashable] | None = None) -> None:
         if self.open:
-            raise TransactionError(f"transaction for step {self.step} is still open")
+            raise TransactionError(f"transaction for step {step_number(self.step)} is still open")
         self.step = step
         self._expected = None if expected_cells is None else set(expected_cells)
         self._done = set()
@@ -103,9 +104,9 @@ class GradientTransaction:
             raise TransactionError("record() outside a transaction")
         for c in cells:
             if c in self._done:
-                raise TransactionError(f"step {self.step}: cell {c} trained twice")
+                raise TransactionError(f"step {step_number(self.step)}: cell {c} trained twice")
             if self._expected is not None and c not in self._expected:
-                raise TransactionError(f"step {self.step}: cell {c} is not part of this step")
+                raise TransactionError(f"step {step_number(self.step)}: cell {c} is not part of this step")
             self._done.add(c)
 
     def missing(self) -> set[Hashable]:
@@ -121,7 +122,8 @@ class GradientTransaction:
         if not self.open:
             raise TransactionError("commit() outside a transaction")
         if check_complete and self.missing():
-            raise TransactionError(f"step {self.step}: refusing to commit, {len(self.missing())} cells untrained")
+            raise TransactionError(f"step {step_number(self.step)}: refusing to commit, {len(self.missing())} "
+                                   "cells untrained")
         if self.fp64:
             self.fold()  # what a caller left in .grad (a deferred round's combined heads)
             sums, self._sums = self._sums or [None] * len(self.params), None
@@ -150,8 +152,8 @@ class GradientTransaction:
             if bad:
                 step = self.step
                 self.abort()
-                raise NonFiniteCommit(f"step {step}: {bad}; refusing to commit (the optimizer was not stepped, "
-                                      "the weights are those of the last commit)")
+                raise NonFiniteCommit(f"step {step_number(step)}: {bad}; refusing to commit (the optimizer was not "
+                                      "stepped, the weights are those of the last commit)")
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if final:
