@@ -26,8 +26,9 @@ no-grad forward with the copy swapped in (its FLOPs, and under FSDP its all-gath
 exchanges of the copy (3 tensor copies each: 2 x 3 x (read + write) x 4 bytes = 48 bytes per trainable parameter
 of the rank, at HBM bandwidth), and per commit the soft update ``old <- d old + (1 - d) theta`` (read and write
 old, read theta, write old again: 5 x 4 = 20 bytes per parameter; priced on every commit, exact with one
-optimizer step per step). The copy's memory (4 bytes per trainable parameter) is not in the memory plan; the
-publishes and TAG generations that swap it in are not priced either (two exchanges each).
+optimizer step per step). The copy's memory (4 bytes per trainable parameter, the step-start snapshot's too) is
+in the memory plan (``train.memory``: ``copies``); the publishes and TAG generations that swap it in are not priced
+(two exchanges each).
 
 Recomputed old log-probs (``train.old_logprob=recompute``, ``train.old_logprob``; ``recompute_share`` = q): a
 cell of the step's first round gets logp_old from its own training forward (free); a cell of a later round gets

@@ -22,10 +22,14 @@ from .colocation import RankMemory
 
 
 def preset_inputs(model, workload, training, reserve_gb: float) -> PlanInputs:
-    """The plan's inputs for a preset (module docstring); ranks and degrees are set per pool (``PoolMemory``)."""
+    """The plan's inputs for a preset (module docstring); ranks and degrees are set per pool (``PoolMemory``).
+    The algorithm's shadows of the trainable weights: DiffusionNFT's soft old policy, recompute's step-start
+    snapshot (``sim.algorithms``)."""
+    alg = workload.algorithm
     return PlanInputs(model.spec.kind, workload.height, workload.width, workload.frames, text_tokens=model.text_tokens,
                       lora_rank=training.lora_rank or None, model_dtype="bfloat16", mixed_precision="bf16",
-                      activation_checkpointing=training.recompute, reserve_gb=reserve_gb)
+                      activation_checkpointing=training.recompute, reserve_gb=reserve_gb,
+                      param_copies=int(alg.soft_old) + int(alg.recompute_share > 0))
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,13 @@ class PoolMemory:
 
     @classmethod
     def of(cls, base: PlanInputs, *, ranks: int, sharded: bool, sequence: int, train_forwards: int,
-           sample_forwards: int, generator_sequence: int, train_gb: float, gen_gb: float) -> "PoolMemory":
+           sample_forwards: int, generator_sequence: int, train_gb: float, gen_gb: float,
+           inference_copy: bool = False) -> "PoolMemory":
         """``ranks``: the ranks the state is sharded over (a shard group's; 1 unsharded); ``sequence``: ranks of a
-        trainer lane; ``train_forwards`` / ``sample_forwards``: forwards per training cell / per sampling step."""
+        trainer lane; ``train_forwards`` / ``sample_forwards``: forwards per training cell / per sampling step;
+        ``inference_copy``: a trainer rank keeps TAG's unsharded copy (``training.tag_copy``) beside its shards."""
         trainer = replace(base, sharding="fsdp" if sharded else "none", ranks=ranks if sharded else 1,
-                          sequence_parallel=sequence, forwards_per_cell=train_forwards)
+                          sequence_parallel=sequence, forwards_per_cell=train_forwards, inference_copy=inference_copy)
         gen = replace(base, sequence_parallel=generator_sequence, forwards_per_cell=sample_forwards)
         return cls(plan_memory(trainer), gen, train_gb * GiB, gen_gb * GiB)
 

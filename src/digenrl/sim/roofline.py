@@ -44,7 +44,8 @@ ranks, the slowest group's); the commit adds the ring all-reduce of the fp32 gra
 * TAG switch on a trainer rank: replicated trainer: 0 (the training copy generates); shard group: 0 (every
   generation forward gathers the shards, overlapped with compute), or with ``training.tag_copy`` one all-gather
   of the bf16 weights into an inference copy (2P (N-1)/N bytes), after which the ranks' generation forwards
-  need no gather (refused where the copy does not fit beside the training state);
+  need no gather; the copy stays for the rest of the run, as the runtime keeps it, so the memory plan holds it
+  beside the training state (``inference_copy``: smaller chunks; refused where one generation does not fit);
 * colocated (no generator pool): the per-step switch of ``sim.colocation`` (gather + bucketed hand-off,
   optimizer offload over PCIe when memory requires it) is charged on each rank's first generation of a step.
 
@@ -136,14 +137,15 @@ class RooflineCost:
         self.gather_s = self._group_ring(2.0 * self.params) if self.sharded else 0.0
         self.scatter_s = self._group_ring(4.0 * self.trainable) if self.grouped else 0.0
         self.train_fps = workload.algorithm.train_forwards(m.forwards_per_step)  # DiffusionNFT trains CFG-free
+        self.tag_copy = self.grouped and self.training.tag_copy
         self.memory = PoolMemory.of(preset_inputs(m, workload, self.training, self.eff.reserve_gb), ranks=n,
                                     sharded=self.sharded, sequence=self.sp[TRAINER], train_forwards=self.train_fps,
                                     sample_forwards=m.forwards_per_step, generator_sequence=self.sp[GENERATOR],
-                                    train_gb=train_gpu.memory_gb, gen_gb=self.gpu[GENERATOR].memory_gb)
+                                    train_gb=train_gpu.memory_gb, gen_gb=self.gpu[GENERATOR].memory_gb,
+                                    inference_copy=self.tag_copy and n > 1)  # (built once, kept: the runtime's)
         self.act_cell = self.memory.plan.act_cell   # bytes of one cell's activations on a trainer rank
         self.act_infer = self.memory.generation_bytes(1)  # of one trajectory's sampling
         self.switch = None
-        self.tag_copy = self.grouped and self.training.tag_copy
         if colocated:
             g = self.gpu[TRAINER]
             self.switch = colocated_switch(self.memory.colocated(), self.params, n, self.sharded,
@@ -204,9 +206,11 @@ class RooflineCost:
 
     @property
     def inference_copy_fits(self) -> bool:
-        """Sharded trainer: room for a bf16 inference copy + one generation next to the training state."""
+        """Sharded trainer: room for a bf16 inference copy + one generation next to the training state (the
+        copy is in the state where the rank keeps one: ``training.tag_copy``)."""
         free = self.memory.train_capacity - self.memory.plan.state
-        return not self.sharded or free >= 2.0 * self.params + self.act_infer
+        kept = "inference_copy" in self.memory.plan.items
+        return not self.sharded or free >= (0.0 if kept else 2.0 * self.params) + self.act_infer
 
     @property
     def max_fragment(self) -> int:
@@ -221,8 +225,11 @@ class RooflineCost:
         if self.max_cells < 1:
             need = self.memory.plan.total(1) / GiB
             groups = f" in {self.groups} shard groups of {self.group_ranks}" if self.groups > 1 else ""
+            copy = self.memory.plan.items.get("inference_copy", 0.0) / GiB
+            kept = f", {copy:.0f} GiB of it the TAG inference copy (training.tag_copy)" if copy else ""
             raise InfeasibleError(f"{self.model.name} training needs {need:.0f} GiB per rank with "
-                                  f"{self.n_train} {t.name} trainer ranks{groups} (capacity {t.memory_gb:.0f} GiB)")
+                                  f"{self.n_train} {t.name} trainer ranks{groups} (capacity {t.memory_gb:.0f} GiB"
+                                  f"{kept})")
         if self.colocated and self.switch is None:
             raise InfeasibleError(f"{self.model.name} cannot generate next to its training state on "
                                   f"{t.name} even with the optimizer offloaded")
