@@ -62,7 +62,7 @@ def _workers(cfg, gpus: int | None) -> int:
 
 def plan_from_args(args):
     from ..config import ConfigError, load_config
-    from .config_source import ConfigSource
+    from .config_source import ConfigSource, colocated_source
     from .planner import PlanSearchError, robustness, search
 
     kw, source = cost_source(args)
@@ -85,12 +85,8 @@ def plan_from_args(args):
         res.robustness = robustness(res, args.probe_steps, src.bts)
         res.colocated, res.colocated_refused = None, None
         if cfg.runtime.mode != "colocated":  # the baseline on the same workers, planned the same way
-            coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(  # (FSDP: the peers' one group)
-                update={"mode": "colocated", "generators": 1, "trainers": workers,
-                        "generator_sequence_parallel": type(cfg.runtime.generator_sequence_parallel)()}),
-                "train": cfg.train.model_copy(update={"shard_groups": 1})})
             try:
-                res.colocated = search(ConfigSource(coloc, workers, **kw), progress=tick("colocated"), **opts).best
+                res.colocated = search(colocated_source(cfg, workers, **kw), progress=tick("colocated"), **opts).best
             except (PlanSearchError, ConfigError, ValueError) as e:
                 res.colocated_refused = str(e)
     return cfg, res, source
