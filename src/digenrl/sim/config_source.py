@@ -248,8 +248,11 @@ def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, t
             if profile is None or (m in modes and profile_trainers is not None):
                 raise refused from None
             src.profile_trainers = cfg.runtime.trainers  # a baseline: as profiled
-            c = src.start(src.own_split())
-            cost, plan = src.build(c)
+            try:
+                c = src.start(src.own_split())
+                cost, plan = src.build(c)
+            except ValueError:  # not a pricing matter (the memory plan, a group size)
+                raise refused from None
             note = (f"all-reduce at {cfg.runtime.trainers} ranks priced as profiled at {measured}" if profile_trainers
                     else f"profile without pool sizes: all-reduce at {cfg.runtime.trainers} ranks as profiled")
         if m == "colocated" and cfg.train.sharding == "fsdp":
