@@ -279,9 +279,8 @@ def colocated_on(cfg, workers: int):
 
 
 def colocated_source(cfg, workers: int, **kw) -> ConfigSource:
-    """The planner's source of ``cfg``'s colocated baseline on ``workers`` GPUs (``colocated_on``): what
-    ``digenrl plan`` searches, ``digenrl simulate --config`` runs as its ``colocated`` row and ``digenrl train``
-    predicts (``sim.prediction``); ``kw`` as ``ConfigSource``'s."""
+    """``ConfigSource`` (``kw``) of ``colocated_on(cfg, workers)``: what ``digenrl plan`` searches, ``digenrl simulate
+    --config`` runs as its ``colocated`` row and ``digenrl train`` predicts (``sim.prediction``)."""
     return ConfigSource(colocated_on(cfg, workers), workers, **kw)
 
 

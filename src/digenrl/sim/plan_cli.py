@@ -51,10 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _workers(cfg, gpus: int | None) -> int:
-    rt = cfg.runtime  # GPUs: a sequence-parallel generator counts its degree's GPUs (as from_config.pools_for)
-    n = rt.trainers if rt.mode == "colocated" else rt.generators * rt.generator_sequence_parallel.degree + rt.trainers
-    if gpus is not None:
-        n = gpus
+    from .from_config import pools_for
+
+    n = sum(pools_for(cfg, None)) if gpus is None else gpus  # (a sequence-parallel generator counts its GPUs)
     if n < (1 if cfg.runtime.mode == "colocated" else 2):
         raise CliError(f"--gpus: {n} workers cannot hold a generator and a trainer pool")
     return n
