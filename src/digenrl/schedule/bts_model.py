@@ -127,21 +127,18 @@ class StepModel:
 
 def no_tag_commit(gens: list, pending, done: dict, ranks: list, ready, chunk, commit, *, now=0, trained=None,
                   wait=(), uniform: int | None = None):
-    """End of the step's commit if no TAG is inserted from ``now`` on: the two list schedules of the module
-    docstring, in seconds (``StepModel.predict_commit``) or integer ticks (``TickModel.leaf``), the same operations.
+    """End of the step's commit if no TAG is inserted from ``now`` on (the module docstring's two list schedules),
+    in seconds (``StepModel.predict_commit``) or integer ticks (``TickModel.leaf``), the same operations::
 
-    gens: the generators' free times; pending: (group, generate times of its pending fragments) in dispatch order;
-    done: group -> end of its work in flight (completed here: the end of its rollout); ranks: the trainer ranks'
-    free times; ready: remaining chunk counts of the ready groups in queue order (released at ``now``); chunk: the
-    train time of each chunk of a group's tiling; trained: the groups trained (None: every group of ``done``); wait:
-    groups whose rewards the commit waits for (step-wide statistics); uniform: every chunk's ticks when they are
-    equal (integer times only: the closed form ``_equal_jobs``). ``gens`` and ``ranks`` are reordered, ``done``
-    updated::
-
-        rollout   end = min(gens) + Generate(f) per pending f, in order;  done[g] = max over g's ends
-        training  ready chunks, then each trained group's chunks in (done, group) order, each on the
-                  earliest-free rank: end = max(free, release) + Train(c)
+        rollout   e = min(gens) + Generate(f) per pending f, in order;  done[g] = max(done[g], its fragments' e)
+        training  ready chunks (released at now), then each trained group's chunks in (done, group) order, each
+                  on the earliest-free rank: end = max(free, release) + Train(c)
         commit    max(max(ranks), max(done[g] for g in wait)) + Commit
+
+    pending: (group, generate times of its pending fragments) in dispatch order; done: group -> end of its work in
+    flight; ready: remaining chunk counts per ready group, in queue order; chunk: train times of a group's chunks;
+    trained: None for every group of ``done``; wait: step-wide statistics; uniform: every chunk's ticks when they
+    are equal (integers only: the closed form ``_equal_jobs``). Reorders ``gens`` and ``ranks``, completes ``done``.
     """
     heapq.heapify(gens)
     replace = heapq.heapreplace
