@@ -187,6 +187,18 @@ def test_profile_pool_sizes_are_checked(tmp_path, capsys):
     assert "measured at 1 trainer rank" in capsys.readouterr().err
 
 
+def test_a_memory_refusal_under_a_profile_without_pool_sizes_exits_2(tmp_path, capsys):
+    """A profile without ``trainers`` prices a mode as profiled; when the mode is refused for another reason (here
+    its memory plan: FLUX.1-dev in shard groups of 2 ranks) the refusal exits 2 naming it (it was a traceback)."""
+    sets = ["train.prompts_per_step=3", "train.generations=4", "train.minibatches_per_step=1", "train.micro_batch=4",
+            "sampler.num_steps=10", "runtime.mode=gap_tsp", "runtime.generators=2", "runtime.trainers=4",
+            "train.shard_groups=2"]
+    argv = ["--config", "configs/flux1_dev_mixgrpo.yaml", "--profile", str(_profile(tmp_path)), "--modes", "gap_tsp",
+            *[a for kv in sets for a in ("--set", kv)]]
+    assert main(argv) == 2
+    assert "gap_tsp does not fit the profile: memory plan" in capsys.readouterr().err
+
+
 def test_a_colocated_sequence_parallel_config_is_planned_in_lanes():
     """The config path plans a colocated FSDP config with one worker per rank (the idealised bound), and with
     sequence parallelism one per lane of d ranks: the cost model prices a lane's ops at degree d, so a plan of 16

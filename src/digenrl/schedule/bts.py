@@ -77,8 +77,7 @@ class BTSConfig:
 @dataclass(frozen=True)
 class Decision:
     k: int                    # fragments to insert (0 = SkipBubble)
-    predicted_commit: float   # absolute predicted end of the step's commit (search value; nan: none)
-    search_s: float           # time spent deciding (statistics only)
+    search_s: float           # time spent deciding (statistics only; the predicted commit: ``BTSStats``)
     nodes: int = 0            # search nodes evaluated
     depth: int = -1           # deepest complete search level (-1: none, SkipBubble by budget)
 
@@ -209,7 +208,7 @@ class BTS:
         s.record(snap, k, predicted, elapsed)
         if len(self._memo) > self.config.memo_limit:
             self._memo.clear()
-        return Decision(k, predicted, elapsed, self._nodes, reached)
+        return Decision(k, elapsed, self._nodes, reached)
 
     def set_cost(self, cost: CostModel) -> None:
         """Predict with ``cost`` from now on (online refinement, between steps). The tick keeps its length; the

@@ -10,9 +10,10 @@ Within step k (TSP modes, the only ones with TAG) the scheduler's policy is two 
 2. training: chunks enter the FIFO ready queue when their group completes (groups in completion order) and
    the earliest-free trainer rank takes the head: ``start = max(free, release)``, ``end = start + Train(c)``.
 
-The commit of the step ends at ``max(chunk ends) + Commit``. ``predict_commit`` evaluates this exactly (same
-float operations as the simulator), assuming no further TAG decision ("SkipBubble from now on"); it is the
-safety check that makes BTS never worse than no TAG with exact costs.
+The commit of the step ends at ``max(chunk ends) + Commit``. ``no_tag_commit`` evaluates this, assuming no
+further TAG decision ("SkipBubble from now on"), once for both of its users: ``StepModel.predict_commit`` in
+seconds (exact: the same float operations as the simulator; the safety check that makes BTS never worse than no
+TAG with exact costs) and ``TickModel.leaf`` in integer ticks (the search's V_0).
 
 The search works on ``State``: the same situation relative to *now* in integer ticks of ``quantum`` seconds,
 with groups renumbered from the first incomplete one, and only counts where identities do not matter:
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -114,24 +117,62 @@ class StepModel:
             gens.append(end)
             if grp >= 0:
                 done[grp] = max(done.get(grp, end), end)
-        heapq.heapify(gens)
-        for grp, size in pend[i:]:
-            end = gens[0] + dur.generate(size, False, False)
-            heapq.heapreplace(gens, end)
-            done[grp] = max(done.get(grp, end), end)
-        sizes, C = self.chunk_sizes, self.C
-        jobs = [(now, c) for rem in snap.ready for c in sizes[C - rem:]]
-        for grp in sorted(snap.incomplete, key=lambda g: (done[g], g)):
-            if self.round0 is None or grp in self.round0:
-                jobs.extend((done[grp], c) for c in self.chunk_sizes)
-        heapq.heapify(rank_free)
-        for release, cells in jobs:
-            start = max(rank_free[0], release)
-            heapq.heapreplace(rank_free, start + dur.train(cells))
-        start = max(rank_free)
-        if self.plan.step_wide and snap.incomplete:  # the commit waits for the step's last reward
-            start = max([start] + [done[g] for g in snap.incomplete])
-        return start + dur.commit(final=self.plan.rounds == 1)  # BTS runs in round 0 only
+        pending = [(grp, [dur.generate(size, False, False) for _, size in run])
+                   for grp, run in itertools.groupby(pend[i:], key=lambda f: f[0])]
+        trained = [g for g in snap.incomplete if self.round0 is None or g in self.round0]
+        wait = snap.incomplete if self.plan.step_wide else ()  # the commit waits for the step's last reward
+        return no_tag_commit(gens, pending, done, rank_free, snap.ready, [dur.train(c) for c in self.chunk_sizes],
+                             dur.commit(final=self.plan.rounds == 1), now=now, trained=trained, wait=wait)
+
+
+def no_tag_commit(gens: list, pending, done: dict, ranks: list, ready, chunk, commit, *, now=0, trained=None,
+                  wait=(), uniform: int | None = None):
+    """End of the step's commit if no TAG is inserted from ``now`` on (the module docstring's two list schedules),
+    in seconds (``StepModel.predict_commit``) or integer ticks (``TickModel.leaf``), the same operations::
+
+        rollout   e = min(gens) + Generate(f) per pending f, in order;  done[g] = max(done[g], its fragments' e)
+        training  ready chunks (released at now), then each trained group's chunks in (done, group) order, each
+                  on the earliest-free rank: end = max(free, release) + Train(c)
+        commit    max(max(ranks), max(done[g] for g in wait)) + Commit
+
+    pending: (group, generate times of its pending fragments) in dispatch order; done: group -> end of its work in
+    flight; ready: remaining chunk counts per ready group, in queue order; chunk: train times of a group's chunks;
+    trained: None for every group of ``done``; wait: step-wide statistics; uniform: every chunk's ticks when they
+    are equal (integers only: the closed form ``_equal_jobs``). Reorders ``gens`` and ``ranks``, completes ``done``.
+    """
+    heapq.heapify(gens)
+    replace = heapq.heapreplace
+    for g, times in pending:
+        last = done.get(g, -math.inf)
+        for d in times:
+            e = gens[0] + d
+            replace(gens, e)
+            if e > last:
+                last = e
+        done[g] = last
+    order = sorted((done[g], g) for g in (done if trained is None else trained))
+    C = len(chunk)
+    if uniform is not None:
+        ranks.sort()
+        _equal_jobs(ranks, sum(ready), uniform, now)
+        for rel, _ in order:
+            _equal_jobs(ranks, C, uniform, rel)
+        end = ranks[-1]
+    else:
+        heapq.heapify(ranks)
+        for rem in ready:
+            for c in chunk[C - rem:]:
+                s = ranks[0]
+                replace(ranks, (s if s > now else now) + c)
+        for rel, _ in order:
+            for c in chunk:
+                s = ranks[0]
+                replace(ranks, (s if s > rel else rel) + c)
+        end = max(ranks)
+    for g in wait:
+        if done[g] > end:
+            end = done[g]
+    return end + commit
 
 
 def _equal_jobs(free: list[int], n: int, c: int, release: int) -> None:
@@ -208,9 +249,9 @@ class TickModel:
 
     # ---- abstract dynamics -------------------------------------------------------------------------
     def leaf(self, st: State) -> int:
-        """Ticks until the commit ends if no TAG is inserted from this state on (two list schedules)."""
+        """Ticks until the commit ends if no TAG is inserted from this state on (``no_tag_commit``)."""
         nxt, left, gens, ranks, ready = st
-        F, C = self.F, self.C
+        F, gen = self.F, self.gen
         done: dict[int, int] = {}
         for e, g in gens:
             if g >= 0:
@@ -218,41 +259,9 @@ class TickModel:
         for e, grps, _ in ranks:
             for g in grps:
                 done[g] = max(done.get(g, 0), e)
-        free = [e for e, _ in gens] + [0] * (self.n_gen - len(gens))
-        heapq.heapify(free)
-        gen, replace = self.gen, heapq.heapreplace
-        i, end = nxt, left * F
-        while i < end:  # group by group: its fragments in dispatch order, each on the earliest-free generator
-            g = i // F
-            stop = min(end, (g + 1) * F)
-            last = done.get(g, 0)
-            for pos in range(i - g * F, stop - g * F):
-                e = free[0] + gen[pos]
-                replace(free, e)
-                if e > last:
-                    last = e
-            done[g] = last
-            i = stop
-        # the training list schedule: ready chunks (released now, tick 0; every rank is free at >= 0), then each
-        # group's chunks in completion order, each on the earliest-free rank
-        chunk = self.chunk
-        order = sorted((e, g) for g, e in done.items())
-        if self._uniform is not None:
-            rf = sorted(e for e, _, _ in ranks)
-            _equal_jobs(rf, sum(ready), self._uniform, 0)
-            for rel, _ in order:
-                _equal_jobs(rf, C, self._uniform, rel)
-            return rf[-1] + self.commit
-        rf = [e for e, _, _ in ranks]
-        heapq.heapify(rf)
-        for rem in ready:
-            for c in chunk[C - rem:]:
-                replace(rf, rf[0] + c)
-        for rel, _ in order:
-            for c in chunk:
-                s = rf[0]
-                replace(rf, (s if s > rel else rel) + c)
-        return max(rf) + self.commit
+        pending = [(g, gen[max(nxt - g * F, 0):]) for g in range(nxt // F, left)]  # group by group, dispatch order
+        return no_tag_commit([e for e, _ in gens] + [0] * (self.n_gen - len(gens)), pending, done,
+                             [e for e, _, _ in ranks], ready, self.chunk, self.commit, uniform=self._uniform)
 
     def idle_count(self, st: State) -> int:
         return sum(1 for e, g, _ in st[3] if e == 0 and not g)

@@ -37,7 +37,7 @@ class FixedRule:
         k = min(len(snap.idle), len(snap.pending)) if self.greedy else 0
         elapsed = self.clock() - t0
         self.stats.record(snap, k, float("nan"), elapsed)
-        return Decision(k, float("nan"), elapsed)
+        return Decision(k, elapsed)
 
     def set_cost(self, cost: CostModel) -> None:
         """A rule does not predict: a refined cost model changes nothing."""

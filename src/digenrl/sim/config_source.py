@@ -225,28 +225,34 @@ def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, t
             raise ConfigSimError(f"runtime.trainers: {n_train} colocated worker cannot be split into two pools")
         n_gen, n_train = n_train // 2, n_train - n_train // 2
     measured = profile_trainers or base.runtime.trainers
-    gsp = base.runtime.generator_sequence_parallel.degree
+    gsp, workers = base.runtime.generator_sequence_parallel.degree, n_gen + n_train
+    kw = {"testbed": testbed, "profile": profile, "profile_trainers": measured, "pinned": not search_plan}
+    opt, where = ("--testbed", f"testbed {testbed.name}") if testbed is not None else ("--profile", "the profile")
     runs = {}
     for m in dict.fromkeys(list(modes) + ["naive", "colocated"]):
-        pools = (["runtime.mode=colocated", f"runtime.trainers={n_gen + n_train}", "runtime.generators=1",
-                  "runtime.generator_sequence_parallel.ulysses=1"] if m == "colocated" else
-                 [f"runtime.mode={m}", f"runtime.generators={max(1, n_gen // gsp)}", f"runtime.trainers={n_train}"])
-        cfg = load_config(config, sets + pools)
-        src = ConfigSource(cfg, n_gen + n_train, testbed=testbed, profile=profile, profile_trainers=measured,
-                           pinned=not search_plan)
-        note, res = "", None
+        if m != "colocated":
+            pools = [f"runtime.mode={m}", f"runtime.generators={max(1, n_gen // gsp)}", f"runtime.trainers={n_train}"]
+            src = ConfigSource(load_config(config, sets + pools), workers, **kw)
+        else:
+            try:
+                src = colocated_source(base, workers, **kw)
+            except ValueError as e:  # (e.g. its sequence-parallel degree does not divide the workers)
+                raise ConfigSimError(f"{opt}: colocated does not fit {where}: {e}") from None
+        cfg, note, res = src.cfg, "", None
         try:
             res = search(src, probe_steps=probe_steps) if search_plan else None
             c = res.best.candidate if res is not None else src.start(src.own_split())
             cost, plan = src.build(c)
         except (Infeasible, ValueError) as e:
+            refused = ConfigSimError(f"{opt}: {m} does not fit {where}: {e}")
             if profile is None or (m in modes and profile_trainers is not None):
-                where = f"testbed {testbed.name}" if testbed is not None else "the profile"
-                raise ConfigSimError(f"--{'testbed' if testbed is not None else 'profile'}: {m} does not fit "
-                                     f"{where}: {e}") from None
+                raise refused from None
             src.profile_trainers = cfg.runtime.trainers  # a baseline: as profiled
-            c = src.start(src.own_split())
-            cost, plan = src.build(c)
+            try:
+                c = src.start(src.own_split())
+                cost, plan = src.build(c)
+            except ValueError:  # not a pricing matter (the memory plan, a group size)
+                raise refused from None
             note = (f"all-reduce at {cfg.runtime.trainers} ranks priced as profiled at {measured}" if profile_trainers
                     else f"profile without pool sizes: all-reduce at {cfg.runtime.trainers} ranks as profiled")
         if m == "colocated" and cfg.train.sharding == "fsdp":
@@ -255,6 +261,27 @@ def run_config_modes(config: str | None, sets: list[str], modes: list[str], *, t
         runs[m] = ModeRun(Mode(m), c, plan, simulate(plan, cost, jitter=jitter, seed=seed, bts=src.bts,
                                                      record=(m == record_mode)), note, res)
     return runs
+
+
+def colocated_on(cfg, workers: int):
+    """The colocated baseline of ``cfg`` on the same ``workers`` GPUs: ``runtime.mode=colocated``,
+    ``runtime.generators=1``, ``runtime.trainers=workers``; colocated has no generator pool, so no generator
+    sequence parallelism and the ``generator`` section's defaults; FSDP: one shard group over all workers (the
+    peers' colocated FSDP, priced as its idealised bound: ``_unsharded_colocated``). A colocated config on its own
+    workers is its own baseline. Validated where it is priced (``ConfigSource``)."""
+    rt = cfg.runtime
+    if rt.mode == "colocated" and rt.trainers == workers:
+        return cfg
+    return cfg.model_copy(update={
+        "runtime": rt.model_copy(update={"mode": "colocated", "generators": 1, "trainers": workers,
+                                         "generator_sequence_parallel": type(rt.generator_sequence_parallel)()}),
+        "train": cfg.train.model_copy(update={"shard_groups": 1}), "generator": type(cfg.generator)()})
+
+
+def colocated_source(cfg, workers: int, **kw) -> ConfigSource:
+    """``ConfigSource`` (``kw``) of ``colocated_on(cfg, workers)``: what ``digenrl plan`` searches, ``digenrl simulate
+    --config`` runs as its ``colocated`` row and ``digenrl train`` predicts (``sim.prediction``)."""
+    return ConfigSource(colocated_on(cfg, workers), workers, **kw)
 
 
 def _unsharded_colocated(cc):
@@ -266,4 +293,4 @@ def _unsharded_colocated(cc):
     return cc.model_copy(update={"train": cc.train.model_copy(update={"sharding": "none", "shard_groups": 1})})
 
 
-__all__ = ["ConfigSource", "run_config_modes"]
+__all__ = ["ConfigSource", "colocated_on", "colocated_source", "run_config_modes"]

@@ -51,10 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _workers(cfg, gpus: int | None) -> int:
-    rt = cfg.runtime  # GPUs: a sequence-parallel generator counts its degree's GPUs (as from_config.pools_for)
-    n = rt.trainers if rt.mode == "colocated" else rt.generators * rt.generator_sequence_parallel.degree + rt.trainers
-    if gpus is not None:
-        n = gpus
+    from .from_config import pools_for
+
+    n = sum(pools_for(cfg, None)) if gpus is None else gpus  # (a sequence-parallel generator counts its GPUs)
     if n < (1 if cfg.runtime.mode == "colocated" else 2):
         raise CliError(f"--gpus: {n} workers cannot hold a generator and a trainer pool")
     return n
@@ -62,7 +61,7 @@ def _workers(cfg, gpus: int | None) -> int:
 
 def plan_from_args(args):
     from ..config import ConfigError, load_config
-    from .config_source import ConfigSource
+    from .config_source import ConfigSource, colocated_source
     from .planner import PlanSearchError, robustness, search
 
     kw, source = cost_source(args)
@@ -85,12 +84,8 @@ def plan_from_args(args):
         res.robustness = robustness(res, args.probe_steps, src.bts)
         res.colocated, res.colocated_refused = None, None
         if cfg.runtime.mode != "colocated":  # the baseline on the same workers, planned the same way
-            coloc = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(  # (FSDP: the peers' one group)
-                update={"mode": "colocated", "generators": 1, "trainers": workers,
-                        "generator_sequence_parallel": type(cfg.runtime.generator_sequence_parallel)()}),
-                "train": cfg.train.model_copy(update={"shard_groups": 1})})
             try:
-                res.colocated = search(ConfigSource(coloc, workers, **kw), progress=tick("colocated"), **opts).best
+                res.colocated = search(colocated_source(cfg, workers, **kw), progress=tick("colocated"), **opts).best
             except (PlanSearchError, ConfigError, ValueError) as e:
                 res.colocated_refused = str(e)
     return cfg, res, source

@@ -1,5 +1,6 @@
 """What ``digenrl train`` says before a disaggregated run with a measured cost profile (``runtime.profile``) starts:
-the predicted steady step time of its plan and of colocated on the same workers, both simulated in virtual time
+the predicted steady step time of its plan and of colocated on the same workers (``sim.config_source.colocated_on``,
+the config's own values: the ``colocated`` row of ``digenrl simulate --config``), both simulated in virtual time
 with the profile's costs (``sim.executor.steady_step_time``, 4 steps, as ``digenrl plan`` probes), and a warning when
 colocated is predicted faster.
 
@@ -23,31 +24,33 @@ def _steady(plan, cost) -> float:
 
 def predict(cfg) -> dict | None:
     """``{"workers", "plan_s", "colocated_s" | "colocated_refused", "faster"}`` for a disaggregated ``cfg`` with
-    ``runtime.profile``; None otherwise (colocated, or no profile)."""
-    from ..config import ConfigError
+    ``runtime.profile``; None otherwise (colocated, or no profile). Colocated is the ``colocated`` row of
+    ``digenrl simulate --config --profile`` (``config_source.colocated_source``, the config's own values)."""
     from ..control.profile import load_profile, profile_at, profile_pools
     from ..control.run_plan import plan_run
+    from .config_source import colocated_source
+    from .from_config import pools_for
 
     rt = cfg.runtime
     if rt.profile is None or rt.mode == "colocated":
         return None
     prof, measured = load_profile(rt.profile), profile_pools(rt.profile)[1] or rt.trainers
-    workers = rt.generators + rt.trainers
+    workers = sum(pools_for(cfg, None))  # (a sequence-parallel generator counts its GPUs)
     own = profile_at(prof, measured, rt.trainers)
     if isinstance(own, str):
         return {"workers": workers, "refused": own}
     out = {"workers": workers, "plan_s": _steady(plan_run(cfg).plan, own)}
-    coloc = cfg.model_copy(update={"runtime": rt.model_copy(update={"mode": "colocated", "generators": 1,
-                                                                     "trainers": workers})})
-    cost = profile_at(prof, measured, workers)
-    if isinstance(cost, str):
-        out["colocated_refused"] = cost
+    at_all = profile_at(prof, measured, workers)  # (checked first: its refusal in the profile's own words)
+    if isinstance(at_all, str):
+        out["colocated_refused"] = at_all
         return out
     try:
-        out["colocated_s"] = _steady(plan_run(coloc).plan, cost)
-    except ConfigError as e:
+        src = colocated_source(cfg, workers, profile=prof, profile_trainers=measured, pinned=True)
+        cost, plan = src.build(src.start(src.own_split()))
+    except ValueError as e:  # (the memory plan, the config's keys: ConfigError, planner.Infeasible)
         out["colocated_refused"] = str(e)
         return out
+    out["colocated_s"] = _steady(plan, cost)
     out["faster"] = out["colocated_s"] < out["plan_s"]
     return out
 
