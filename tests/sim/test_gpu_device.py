@@ -55,7 +55,8 @@ def test_the_profile_scales_measured_blocks_to_the_model_by_the_affine_rule():
     nbytes = 2 * SPECS["flux"].arch.params
     assert ops["publish"] == [[1, pytest.approx(nbytes / 10e9 + nbytes / 20e9)]]
     assert ops["vae_decode"] == [[1, 0.2], [4, 0.7]] and ops["optimizer"] == [[1, 0.0]]
-    assert affine_at({1: 1.0, 2: 0.5}, 19) == 0.0  # clamped at 0
+    assert affine_at({1: 1.0, 2: 0.5}, 19) == 1.0  # a falling fit (noise) is held at the slowest measured point
+    assert affine_at({2: 1.0, 4: 0.5}, 1) == 1.25  # inside or below the measured counts: the fit itself
     bad = dict(raw, stages=dict(raw["stages"], train={"ok": False, "error": "x"}))
     with pytest.raises(KeyError, match="train"):
         profile_from_device(bad)

@@ -28,11 +28,14 @@ TARGET_UNITS = {"flux": 19, "qwen_image": 60, "wan": 40}
 
 
 def affine_at(points: dict[int, float], target: int) -> float:
-    """t(target) from the points {units: seconds} by least squares of t = a + b L (exact for two), >= 0."""
+    """t(target) from the points {units: seconds} by least squares of t = a + b L (exact for two). More blocks
+    never take less time, so beyond the measured counts t(target) >= the slowest point (a slope below 0 is timing
+    noise, as with tiny widths on a busy CPU; the profile then never prices a measured op at 0 s)."""
     if len(points) < 2:
         raise ValueError(f"device results: need two block counts to scale (got {sorted(points)})")
     a, b = line_fit(list(points), list(points.values()))
-    return max(0.0, a + b * target)
+    floor = max(points.values()) if target >= max(points) else 0.0
+    return max(floor, a + b * target)
 
 
 def _scaled(per_units: dict[str, list], target: int) -> list[list[float]]:
