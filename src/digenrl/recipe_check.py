@@ -15,12 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .presets import preset_path
 from .recipe_base import PeerValue
-from .recipes import CONFIGS, RECIPES
-
-
-def preset_path(preset: str) -> Path:
-    return CONFIGS / f"{preset}.yaml"
+from .recipes import RECIPES
 
 
 def our_value(cfg, key: str) -> Any:

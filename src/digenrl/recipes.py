@@ -13,13 +13,7 @@ micro-batch habit that is arguably a bug off (``train.micro_batch``, ``ema_updat
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .recipe_base import (  # noqa: F401 (_FAMILY_LORA_TARGETS: read by a test through this module)
-    _FAMILY_LORA_TARGETS, SOURCES, PeerValue, Recipe, _adamw, _ema, _fastvideo_grpo, _lora, _merge, _v,
-)
-
-CONFIGS = Path(__file__).resolve().parent / "configs"  # the presets (the repository's configs/ links here)
+from .recipe_base import SOURCES, PeerValue, Recipe, _adamw, _ema, _fastvideo_grpo, _lora, _merge, _v
 
 BASE = "config/base.py"
 GRPO = "config/grpo.py"

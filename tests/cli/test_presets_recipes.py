@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from digenrl import recipe_check, recipes
+from digenrl import recipe_base, recipe_check, recipes
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
@@ -101,7 +101,7 @@ def test_table_keys_are_config_keys():
 def test_lora_targets_are_the_family_defaults():
     from digenrl.models.lora import FAMILY_TARGETS
 
-    for family, targets in recipes._FAMILY_LORA_TARGETS.items():
+    for family, targets in recipe_base._FAMILY_LORA_TARGETS.items():
         assert list(FAMILY_TARGETS[family]) == targets, family
 
 

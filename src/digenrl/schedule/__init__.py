@@ -24,7 +24,7 @@ optimizer step of all ranks (``Committed``); ``Publish(version, ranks, generator
 weights to the generators (``Published`` when every generator holds them). ``actions.py`` says the rest.
 
 State and results: ``sched.done`` (every step committed and published), ``sched.stats`` (``StepStats`` per
-step: dispatch / rewards-in / commit / publish times, TAG and stale counts, BTS bubbles),
+step: dispatch / commit / publish times, TAG and stale counts, online cost factors),
 ``sched.bts_stats`` (decisions, memo hit rate, search times, predicted vs realized commit times),
 ``sched.version_of(fragment)``, ``sched.train_step``, ``sched.published``, ``sched.cost_scales`` (the online
 factors of ``BTSConfig.online``: see ``online_cost``).

@@ -162,7 +162,7 @@ class Scheduler:
             return []
         self._collective = "commit"
         final = self.round == self.plan.rounds - 1
-        commit = Commit(s, self.plan.trainers, tuple(self._work(s).stale), self.round, final)
+        commit = Commit(s, self.plan.trainers, self.round, final)
         self._held = commit.workers
         self._collective_launch = (commit, self._now)
         return [commit]
@@ -171,7 +171,6 @@ class Scheduler:
         if self._collective != "commit" or e.step != self.train_step or e.round != self.round:
             raise SchedulerError(f"unexpected Committed(step={e.step}, round={e.round}); training step is "
                                  f"{self.train_step}, round {self.round}")
-        self.stats[e.step].commits += 1
         self._finish_collective(t)
         if self.round < self.plan.rounds - 1:  # a minibatch's commit: the next round trains with its weights
             self._collective, self._held = None, ()
@@ -242,8 +241,6 @@ class Scheduler:
         work = self._work(s)
         work.groups_left -= 1
         work.done.add(g)
-        if work.groups_left == 0:
-            self.stats[s].rewards_in = t
         if s != self.train_step:  # TCSS: a group of the next step, released when that step's rounds begin
             return
         current = self.plan.round_groups(self.round)
@@ -305,19 +302,15 @@ class Scheduler:
         st.fragments += parts
         if tag:
             st.tag_fragments += parts
-            st.tag_generations += act.size().generations
         if act.stale:
-            st.stale_fragments += 1
             st.stale_generations += frag.size
             work = self._work(frag.step)
             work.stale_generations += frag.size
-            work.stale.append(frag)
         return act
 
     def _train(self, t: float, chunk: Chunk, rank: str) -> Train:
         act = Train(chunk, rank)
         self._busy[rank] = (act, t)
-        self.stats[chunk.step].chunks += 1
         return act
 
     # ---- the policy --------------------------------------------------------------------------------
@@ -375,7 +368,6 @@ class Scheduler:
             return []  # the round waits for its commit
         snap = self._snapshot(t)
         decision = self.bts.decide(snap)
-        self.stats[s].bubbles += 1
         acts = []
         current = set(self.plan.round_groups(self.round))
         n = self.plan.shard_ranks

@@ -9,20 +9,10 @@ from dataclasses import dataclass, field
 class StepStats:
     step: int
     first_dispatch: float | None = None   # first Generate of the step
-    rewards_in: float | None = None       # last FragmentGenerated of the step
     committed: float | None = None        # Committed event of the step's last round
-    commits: int = 0                      # optimizer steps taken (rounds committed)
     published: float | None = None        # Published event (version step + 1)
     fragments: int = 0
     tag_fragments: int = 0
-    tag_generations: int = 0
-    stale_fragments: int = 0
     stale_generations: int = 0
-    chunks: int = 0
-    bubbles: int = 0                      # BTS decisions taken during the step
     generations: int = 0                  # B
     cost_scales: dict[str, float] = field(default_factory=dict)  # online factors BTS used in the step (kind -> x)
-
-    @property
-    def stale_fraction(self) -> float:
-        return self.stale_generations / self.generations if self.generations else 0.0
