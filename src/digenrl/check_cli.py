@@ -1,12 +1,9 @@
-"""``digenrl check``: is this config ready to train? Without starting Ray or touching a GPU.
+"""``digenrl check``: is this config ready to train? Nothing is written; Ray is never imported, no GPU touched.
 
-It validates the config (a preset by name too: ``--config preset:flux1_dev``), resolves ``train.chunk_cells:
-auto``, and prints the resolved config, the memory plan per trainer rank and per generator, and the planned
-split (pools, P x G, fragments, chunks, trained timesteps; with ``runtime.profile`` the predicted step time).
-Then it checks the run's inputs on this machine (model files, prompt files, prompt cache, reward weights, the
-device, ``run_dir``), each on its own line. Exit code 0 when ``digenrl train`` would start, 2 otherwise (a
-config error, a plan that does not fit, or an input that is missing). ``--config-only`` skips the inputs (a
-preset checked on a machine without its model). Nothing is written; ray is never imported.
+It validates the config, resolves ``train.chunk_cells: auto``, prints the resolved config, the memory plan per
+trainer rank and per generator and the planned split (with ``runtime.profile``, the predicted step time), then
+checks the run's inputs on this machine (``validate.problems``), one line each. Exit 0 when ``digenrl train``
+would start, 2 otherwise. ``--config-only`` skips the inputs (a preset checked on a machine without its model).
 """
 
 from __future__ import annotations

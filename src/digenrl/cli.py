@@ -1,11 +1,8 @@
-"""``digenrl`` command line: train | pretrain | eval | sample | simulate | reward-serve | profile | export.
+"""``digenrl`` command line: train | pretrain | eval | sample, and the subcommands of ``FORWARDED``.
 
-Configuration errors (unknown key, bad value, missing file) print one clear message naming the key or file and
-exit with code 2 before anything is written. A run that meets a non-finite value on its way into the weights
-(a reward's NaN score, a non-finite loss or gradient norm: ``digenrl.faults.RunHalted``) also exits with code 2,
-after writing ``failure.json``; the last good checkpoints stay. A run_dir another run is writing: exit 2 at once.
-A run ended by its reward-hacking guard (``eval.guard_action=stop``, ``observe.hacking_guard``) writes its final
-outputs and exits with code 3.
+Configuration errors (unknown key, bad value, missing file, a run_dir another run is writing) print one message
+naming the key or file and exit with code 2 before anything is written; how a started run ends (exit 1, 2, 74, a
+signal's code) is ``_stopped``'s; a run ended by its reward-hacking guard (``eval.guard_action=stop``) exits 3.
 """
 
 from __future__ import annotations

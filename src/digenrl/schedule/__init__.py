@@ -14,14 +14,9 @@ Usage::
         event = wait_for_next_completion()           # one of the four events, with its end time
         actions += sched.on_event(event)             # each new action starts at event.time
 
-Actions (what the executor must do; a worker runs one action at a time, the scheduler only hands work to
-idle workers; each action's ``workers``): ``Generate(fragment, worker, version, tag, switch)`` samples, decodes
-and scores a fragment with one policy version (``tag``: on a trainer rank, TAG; ``version < fragment.step``:
-stale, TCSS) and is reported by ``FragmentGenerated`` once its rewards are in; ``Train(chunk, rank)`` is one
-forward+backward of a chunk's (generation, trained timestep) cells into the step's gradient transaction
-(``ChunkTrained``), only after every fragment of its group is in; ``Commit(step, ranks, ...)`` the all-reduce and
-optimizer step of all ranks (``Committed``); ``Publish(version, ranks, generators, ...)`` the push of the new
-weights to the generators (``Published`` when every generator holds them). ``actions.py`` says the rest.
+Actions (``Generate``, ``Train``, ``Commit``, ``Publish``; each reported by its event, ``action.event(t)``): a
+worker runs one action at a time and the scheduler only hands work to idle workers; ``actions.py`` says what
+each one asks of the executor.
 
 State and results: ``sched.done`` (every step committed and published), ``sched.stats`` (``StepStats`` per
 step: dispatch / commit / publish times, TAG and stale counts, online cost factors),

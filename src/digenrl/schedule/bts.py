@@ -12,9 +12,8 @@ and a budget. Candidates are k in {0..m} (m = min(idle ranks, pending)), thinned
 m exceeds ``max_branch``; k = 0 is always one. Ties (equal predicted commit, in ticks) go to the larger k: it
 finishes the step's rollout earlier, which frees the generators for the next step's work (TCSS stale
 fragments, or simply an earlier start after the publish), a gain the step-k objective does not see (with
-several minibatches per step, whose intermediate commits the prediction ignores, ties go to k = 0).
-``ties_to_larger_k=False`` restores the former rule (ties to the smaller k); ``benchmarks/bts_quality.py``
-compares both against the greedy rule (``bts_d2``, ``bts_d2_small_ties``).
+several minibatches per step, whose intermediate commits the prediction ignores, ties go to k = 0);
+``ties_to_larger_k=False``: ties to the smaller k (``benchmarks/bts_quality.py`` compares both).
 
 Budget (deterministic): a decision may evaluate at most ``budget_nodes`` search nodes, one node being one call
 of the abstract dynamics (``TickModel.advance`` or ``TickModel.leaf``; memo hits are free). The search deepens
@@ -57,7 +56,7 @@ class BTSConfig:
     budget_nodes: int = 2_000  # per-decision search nodes (advance/leaf evaluations); over it -> shallower result
     budget_s: float | None = None  # optional wall-clock cap per decision (None: none; decisions then load-free)
     policy: str = "bts"       # TAG decision policy: "bts" | "greedy" (k = min(idle, pending)) | "none" (k = 0)
-    ties_to_larger_k: bool = True  # equal predicted commits: the larger k (False: the smaller, the former rule)
+    ties_to_larger_k: bool = True  # equal predicted commits: the larger k (False: the smaller)
     max_branch: int = 4       # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
     quantum_s: float | None = None  # tick of the compressed state; None: 1/4 of the shortest fragment/chunk
     memo_limit: int = 200_000  # the memo is cleared when it grows past this many entries

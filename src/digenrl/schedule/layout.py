@@ -215,8 +215,3 @@ def grid_cells(groups: Sequence[Hashable], generations: int, trained: int) -> se
     """A step's training grid, the one definition: (group key, generation, trained-timestep position) for
     every cell of every group (group key: the group's index or its prompt uid)."""
     return {(k, i, j) for k in groups for i in range(generations) for j in range(trained)}
-
-
-def group_cells(plan: StepPlan) -> set[Cell]:
-    """All cells of one group's grid (for checks)."""
-    return {(i, j) for _, i, j in grid_cells((0,), plan.generations, plan.trained_timesteps)}

@@ -140,7 +140,7 @@ class Scheduler:
             work = self._work(s)
             work.outstanding[g] -= f.size
             if work.outstanding[g] == 0:
-                self._group_done(t, s, g)
+                self._group_done(s, g)
         return self._maybe_commit() + self._launch_publish(t) + self._fill(t, freed)
 
     def _on_chunk(self, t: float, e: ChunkTrained) -> list[Action]:
@@ -171,6 +171,7 @@ class Scheduler:
         if self._collective != "commit" or e.step != self.train_step or e.round != self.round:
             raise SchedulerError(f"unexpected Committed(step={e.step}, round={e.round}); training step is "
                                  f"{self.train_step}, round {self.round}")
+        self.stats[e.step].commits += 1
         self._finish_collective(t)
         if self.round < self.plan.rounds - 1:  # a minibatch's commit: the next round trains with its weights
             self._collective, self._held = None, ()
@@ -237,7 +238,7 @@ class Scheduler:
             if g in work.done if p.mode.pipelined else work.groups_left == 0:
                 self._release(s, g)
 
-    def _group_done(self, t: float, s: int, g: int) -> None:
+    def _group_done(self, s: int, g: int) -> None:
         work = self._work(s)
         work.groups_left -= 1
         work.done.add(g)
@@ -315,9 +316,8 @@ class Scheduler:
 
     # ---- the policy --------------------------------------------------------------------------------
     def _idle(self, w: str) -> bool:
-        """Free for work: no action of its own and not held by a collective (a joined publish holds the
-        generators: they wait in it; a streamed publish does not hold the ranks: its sends run beside their work;
-        the next commit waits for it)."""
+        """Free for work: no action of its own and not held by a collective (``Publish.workers``: who a publish
+        holds)."""
         return self._busy[w] is None and w not in self._held
 
     def _fill(self, t: float, freed: set[str]) -> list[Action]:

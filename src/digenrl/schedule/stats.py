@@ -10,6 +10,7 @@ class StepStats:
     step: int
     first_dispatch: float | None = None   # first Generate of the step
     committed: float | None = None        # Committed event of the step's last round
+    commits: int = 0                      # optimizer steps taken (rounds committed)
     published: float | None = None        # Published event (version step + 1)
     fragments: int = 0
     tag_fragments: int = 0

@@ -8,11 +8,8 @@ file and the 1-based line.
 
 A directory stands for a Flow-GRPO dataset (``dataset=dataset/ocr``): its ``train.txt`` / ``test.txt``
 (``TextPromptDataset``) or ``train_metadata.jsonl`` / ``test_metadata.jsonl`` (``GenevalPromptDataset``); the
-test split is the eval set unless an eval file is given (``dataset_files``).
-
-``train_prompts(step, n, seed)`` draws ``n`` distinct prompts with a generator seeded by (seed, step) only, so
-every executor and mode sees the same prompts at step k. ``eval_prompts(n)`` is the first ``n`` prompts of
-the eval file (the train file if none is given).
+test split is the eval set unless an eval file is given (``dataset_files``). ``eval_prompts(n)``: the eval
+file's first ``n`` prompts (the train file's if none is given).
 """
 
 from __future__ import annotations
