@@ -50,9 +50,9 @@ def _context(cfg):
     from digenrl.config import ConfigError
     from digenrl.observe.progress import phase
     from digenrl.train.context import build_context
-    from digenrl.validate import validate_inputs
+    from digenrl.validate import validate_run
 
-    validate_inputs(cfg)
+    validate_run(cfg, run=False)
     try:
         with phase(cfg, f"loading {cfg.model.kind} from {cfg.model.path or 'the built-in weights'}"):
             return build_context(cfg)
@@ -266,13 +266,6 @@ def cmd_sample(args) -> int:
     return 0
 
 
-def _forward(target: str, argv: list[str]) -> int:
-    import importlib
-
-    module, fn = target.split(":")
-    return int(getattr(importlib.import_module(module), fn)(argv) or 0)
-
-
 FORWARDED = {
     "check": ("digenrl.check_cli:main", "validate a config and print its resolved form, memory plan and split (no Ray, no GPU)"),
     "simulate": ("digenrl.sim.cli:main", "simulate the schedule of a model on a GPU testbed (virtual time)"),
@@ -337,8 +330,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in FORWARDED:
-        return _forward(FORWARDED[argv[0]][0], argv[1:])
+    if argv and argv[0] in FORWARDED:  # the subcommand's own main parses the rest
+        import importlib
+
+        module, fn = FORWARDED[argv[0]][0].split(":")
+        return int(getattr(importlib.import_module(module), fn)(argv[1:]) or 0)
     args = parse_args(argv)
     from digenrl.config import ConfigError
     from digenrl.faults import RunHalted

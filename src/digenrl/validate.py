@@ -66,15 +66,10 @@ def checks(cfg: Config, *, run: bool = True) -> list[Callable[[], object]]:
             partial(check_guard, cfg)]
 
 
-def validate_run(cfg: Config) -> None:
-    """Everything ``digenrl train`` needs; the first problem raises."""
-    for check in checks(cfg):
-        check()
-
-
-def validate_inputs(cfg: Config) -> None:
-    """What ``eval`` and ``sample`` need; the first problem raises."""
-    for check in checks(cfg, run=False):
+def validate_run(cfg: Config, run: bool = True) -> None:
+    """Everything ``digenrl train`` needs (``run``; else what ``eval`` and ``sample`` need); the first problem
+    raises."""
+    for check in checks(cfg, run=run):
         check()
 
 

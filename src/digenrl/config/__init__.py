@@ -7,17 +7,12 @@ the cross-key rules), the reader in ``load`` (an old config's moved keys are rea
 docstring is its documentation (``scripts/config_doc.py``).
 """
 
-from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
-
 from .base import ConfigError
-from .load import MAX_CONFIG_BYTES, MOVED, dump_config, load_config, move_old_keys, safe_yaml_load
-from .model import LoraConfig, ModelConfig, SamplerConfig, SequenceParallelConfig, TaskConfig
-from .run import Config, EvalConfig, LogConfig
-from .runtime import CalibrationOptions, GeneratorConfig, RuntimeConfig
-from .train import TrainConfig
-from .tuning import BTSOptions, TuningConfig
+from .load import MOVED, dump_config, load_config, move_old_keys, safe_yaml_load
+from .model import LoraConfig, ModelConfig, TaskConfig
+from .run import Config
+from .runtime import GeneratorConfig
+from .tuning import BTSOptions
 
-__all__ = ["BTSOptions", "CalibrationOptions", "Config", "ConfigError", "EvalConfig", "GeneratorConfig", "LogConfig",
-           "LoraConfig", "MAX_CONFIG_BYTES", "MOVED", "ModelConfig", "RuntimeConfig", "SEQUENCE_PARALLEL_FAMILIES",
-           "SamplerConfig", "SequenceParallelConfig", "TaskConfig", "TrainConfig", "TuningConfig", "dump_config",
-           "load_config", "move_old_keys", "safe_yaml_load"]
+__all__ = ["BTSOptions", "Config", "ConfigError", "GeneratorConfig", "LoraConfig", "MOVED", "ModelConfig", "TaskConfig",
+           "dump_config", "load_config", "move_old_keys", "safe_yaml_load"]

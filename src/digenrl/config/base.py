@@ -1,8 +1,5 @@
-"""The strict base model every config section shares and ``ConfigError``.
-
-Every table forbids unknown keys, so a typo is refused with the offending dotted key and the expected type
-(``ConfigError``; the CLI turns it into exit code 2 before anything is written).
-"""
+"""The strict base model every config section shares (unknown keys refused: the package docstring) and
+``ConfigError``."""
 
 from __future__ import annotations
 

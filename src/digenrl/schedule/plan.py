@@ -98,15 +98,9 @@ class StepPlan:
         mode waits: outside TCSS they are idle at every final commit). False (the object store): each generator
         fetches the state with its next fragment.
       publish_streams: the trainers stream their shards to the generators in the background
-        (``runtime.publish=stream``; implies ``publish_joins``): a trainer rank pays only its send, charged to
-        the step's final commit (``Durations.commit``); the publish holds the generators alone, and the next
-        commit waits for it to end (``Publish.workers``).
-      stale_hold: with ``publish_joins`` in ``full`` (one commit per step), a free generator waits instead of
-        starting a stale fragment that would end ``overrun`` seconds after the step's predicted commit when
-        ``overrun x stale_hold`` exceeds its wait for that commit (``schedule.stale_hold``); 0 never waits.
-      gang_groups: a shard group's TAG gang takes the next ``shard_ranks`` pending fragments across prompt
-        groups (True, ``Generate.more``) or only those of the head group (False: a smaller gang, which ends
-        sooner); ``tuning.gang_groups``, the planner picks it.
+        (``runtime.publish=stream``; implies ``publish_joins``; what it holds and costs: ``Publish``, ``cost``).
+      stale_hold: h of the TCSS stale-hold rule (``schedule.stale_hold``); 0 never waits.
+      gang_groups: a shard group's TAG gang may span prompt groups (``layout.gang_size``'s ``across``).
       packed: colocated only: a worker takes its share of the step's fragments (``colocated_share``) in one
         generation action (``layout.gang_parts``) and trains its shard of each group in chunks of
         ``chunk_generations x chunk_timesteps`` (``layout.classic_chunks``): what ``digenrl train`` runs

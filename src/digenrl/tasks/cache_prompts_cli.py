@@ -26,16 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     from digenrl.models.diffusers_common import TextEncoderOnly
     from digenrl.models.diffusers_files import ModelFilesError
     from digenrl.models.registry import family_policy_class
-    from digenrl.tasks.text_prompts import dataset_files, read_prompt_file
+    from digenrl.tasks.text_prompts import TextPromptTask
 
-    texts: list[str] = []
     try:
-        files = dataset_files(cfg.task.prompts_file, cfg.task.eval_prompts_file) if cfg.task.prompts_file else ()
-        for f in files:  # a prompt file or a Flow-GRPO dataset directory (its train / test files)
-            if f:
-                texts += [p.text for p in read_prompt_file(f)]
-        if not texts:
+        if not cfg.task.prompts_file:
             raise ValueError("task.prompts_file: no prompt file to cache")
+        texts = TextPromptTask(cfg.task.prompts_file, cfg.task.eval_prompts_file).all_texts()  # a dataset dir too
         family = family_policy_class(cfg.model.kind)
         if family is None:
             raise ValueError(f"model.kind: {cfg.model.kind!r} has no text encoders to cache (diffusers families only)")
