@@ -26,10 +26,8 @@ from .layout import Chunk, Fragment
 
 
 def step_number(step: int) -> int:
-    """The number a person reads for the scheduler's ``step`` (0-based): ``step + 1``, counted from 1 as the
-    progress line (``step 3/200``) and ``metrics.jsonl`` count. Step n is the one that produces version n, so
-    "after step n" means n committed steps: what a checkpoint of n steps holds, and ``--resume`` from it goes on
-    with step n + 1."""
+    """The number a person reads for the scheduler's ``step``: ``step + 1``. Step n produces version n, so "after
+    step n" is n committed steps (a checkpoint of n steps; ``--resume`` from it goes on with step n + 1)."""
     return step + 1
 
 # ---- events ---------------------------------------------------------------------------------------------

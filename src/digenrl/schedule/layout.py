@@ -14,9 +14,7 @@ cell scaled by 1 / (B * S) by the trainer, is the same whatever the tiling):
   rank's chunks are as large as its local batch allows; in ``gap`` groups arrive one by one, so each group is
   sharded over all ranks (b -> rank b mod N_t). A rank without a generation in the group has no chunk for it
   (it idles while that group trains: this is what TSP removes).
-* TSP layout: the grid is tiled timestep-major by blocks of ``chunk_generations x chunk_timesteps`` (edge
-  tiles are smaller): for each block of timesteps, for each block of generations, one chunk. Chunks go to any
-  free trainer rank.
+* TSP layout: ``tile_grid`` by ``chunk_generations x chunk_timesteps``; the chunks go to any free trainer rank.
 """
 
 from __future__ import annotations
