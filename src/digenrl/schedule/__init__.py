@@ -43,7 +43,7 @@ from .layout import Chunk, Fragment, classic_chunks, group_fragments, step_fragm
 from .online_cost import OnlineCosts, ScaledCost
 from .plan import MODES, Mode, PlanError, StepPlan
 from .scheduler import Scheduler, SchedulerError
-from .stats import StepStats
+from .step_work import StepStats
 from .tag_policy import FixedRule, make_tag_policy
 
 __all__ = [

@@ -17,8 +17,7 @@ from .layout import Chunk, Fragment, classic_chunks, gang_parts, gang_size, tsp_
 from .online_cost import OnlineCosts
 from .plan import StepPlan
 from .snapshot import take_snapshot
-from .stats import StepStats
-from .step_work import StepWork
+from .step_work import StepStats, StepWork
 from .tag_policy import FixedRule, make_tag_policy
 
 
@@ -103,7 +102,8 @@ class Scheduler:
         return handler(self._now, event)
 
     # ---- event handlers ----------------------------------------------------------------------------
-    def _finish(self, t: float, worker: str, e: Event) -> None:
+    def _finish(self, t: float, worker: str, e: Event) -> Action:
+        """The action ``e`` reports, checked and taken off ``worker``."""
         cur = self._busy.get(worker, "unknown")
         if cur == "unknown":
             raise SchedulerError(f"unknown worker {worker!r}")
@@ -112,6 +112,7 @@ class Scheduler:
         self._busy[worker] = None
         if self._online:
             self._online.observe(cur[0], t - cur[1])
+        return cur[0]
 
     def _finish_collective(self, t: float) -> None:
         if self._online and self._collective_launch is not None:
@@ -129,13 +130,12 @@ class Scheduler:
                 self._hold_model = StepModel(self.plan, self._dur)
 
     def _on_fragment(self, t: float, e: FragmentGenerated) -> list[Action]:
-        cur = self._busy.get(e.worker)
-        self._finish(t, e.worker, e)
+        act = self._finish(t, e.worker, e)
         freed: set[str] = set()
         if self.plan.is_trainer(e.worker):
             self._last_gen[e.worker] = True
             freed.add(e.worker)
-        for f in cur[0].fragments:  # a gang over several groups: every part is in
+        for f in act.fragments:  # a gang over several groups: every part is in
             s, g = f.step, f.group
             work = self._work(s)
             work.outstanding[g] -= f.size
