@@ -15,11 +15,8 @@ from .step_work import StepWork
 
 def take_snapshot(plan: StepPlan, dur: Durations, t: float, step: int, busy: dict[str, tuple[Action, float] | None],
                   last_gen: dict[str, bool], ready: deque[Chunk], work: StepWork) -> Snapshot:
-    """At ``t``, training step ``step``: each generator's predicted free time and the group it generates (-1: none
-    or another step's), each trainer rank's predicted free time, the groups of its TAG fragment and whether it last
-    generated, the idle ranks, the ready chunks as runs of one group, the step's incomplete groups and its pending
-    fragments. ``busy``: worker -> (action, launch time) or None; a predicted end is never before ``t`` (real work
-    can overrun its estimate)."""
+    """The ``Snapshot`` of training step ``step`` at ``t``. ``busy``: worker -> (action, launch time) or None; a
+    predicted end is never before ``t`` (real work can overrun its estimate)."""
     gens = []
     for w in plan.generators:
         cur = busy[w]
