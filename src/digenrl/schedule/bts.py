@@ -48,6 +48,7 @@ from .plan import StepPlan
 
 
 TAG_POLICIES = ("bts", "greedy", "none")
+MEMO_LIMIT = 200_000  # the memo is cleared when it grows past this many entries
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,6 @@ class BTSConfig:
     policy: str = "bts"       # TAG decision policy: "bts" | "greedy" (k = min(idle, pending)) | "none" (k = 0)
     ties_to_larger_k: bool = True  # equal predicted commits: the larger k (False: the smaller)
     max_branch: int = 4       # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
-    quantum_s: float | None = None  # tick of the compressed state; None: 1/4 of the shortest fragment/chunk
-    memo_limit: int = 200_000  # the memo is cleared when it grows past this many entries
     online: bool = True       # refine the cost model from the run's own action times (``online_cost``)
     online_decay: float = 0.5  # weight of a step's observations one step later (0: the last step only)
 
@@ -154,13 +153,10 @@ class BTS:
         self.config = config or BTSConfig()
         self.clock = clock
         self.model = StepModel(plan, Durations(plan, cost))
-        q = self.config.quantum_s
-        if q is None:
-            d = self.model.dur
-            shortest = min([d.generate(s, False, False) for s in self.model.frag_sizes]
-                           + [d.train(c) for c in self.model.chunk_sizes])
-            q = max(shortest / 4.0, 1e-9)
-        self.ticks = TickModel(self.model, q)
+        d = self.model.dur  # the tick of the compressed state: 1/4 of the shortest fragment or chunk
+        shortest = min([d.generate(s, False, False) for s in self.model.frag_sizes]
+                       + [d.train(c) for c in self.model.chunk_sizes])
+        self.ticks = TickModel(self.model, max(shortest / 4.0, 1e-9))
         # several minibatch commits per step: the prediction ignores the intermediate commits (a TAG fragment in
         # flight delays one), so an equal prediction is no evidence that inserting is free: ties to k = 0
         self._larger_ties = self.config.ties_to_larger_k and plan.rounds == 1
@@ -205,7 +201,7 @@ class BTS:
         elapsed = self.clock() - t0
         predicted = snap.now + (value * tm.q if value is not None else float("nan"))
         s.record(snap, k, predicted, elapsed)
-        if len(self._memo) > self.config.memo_limit:
+        if len(self._memo) > MEMO_LIMIT:
             self._memo.clear()
         return Decision(k, elapsed, self._nodes, reached)
 
