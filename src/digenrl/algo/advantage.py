@@ -25,7 +25,6 @@ import torch
 @dataclass
 class AdvantageStats:
     zero_std_ratio: float
-    group_std_mean: float
 
 
 def group_advantages(
@@ -48,21 +47,15 @@ def group_advantages(
     adv = torch.empty_like(rewards)
     groups = torch.unique(group_ids)
     zero = 0
-    stds = []
     gstd, gmean = float(rewards.std(unbiased=unbiased)), float(rewards.mean())
     for g in groups:
         m = group_ids == g
         r = rewards[m]
         s = float(r.std(unbiased=unbiased)) if len(r) > 1 else 0.0
-        stds.append(s)
         if s < zero_std_tol:
             zero += 1
         denom = s if std_mode == "group" else gstd
         base = r.mean() if baseline == "group" else gmean
         adv[m] = (r - base) / (denom + eps)
     adv = adv.clamp(-adv_clip_max, adv_clip_max)
-    stats = AdvantageStats(
-        zero_std_ratio=zero / max(len(groups), 1),
-        group_std_mean=sum(stds) / max(len(stds), 1),
-    )
-    return adv.to(torch.float32), stats
+    return adv.to(torch.float32), AdvantageStats(zero_std_ratio=zero / max(len(groups), 1))

@@ -53,8 +53,6 @@ import torch
 
 from digenrl.algo.loss import PolicyLossStats, clipped_policy_loss
 
-GUARD_SDE_KINDS = ("flow_grpo", "dance")  # Gaussian transitions (cps's log-prob is a constant-free surrogate)
-
 
 def _per_sample(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(t.shape[0], -1)[:, 0] if t.ndim > 1 else t

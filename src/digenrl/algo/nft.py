@@ -88,8 +88,6 @@ def _weighted_error(x0_hat: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class NFTLossStats:
-    positive: torch.Tensor  # mean L+
-    negative: torch.Tensor  # mean L-
     old_deviate: torch.Tensor  # mean((v - v_old)^2): 0 on policy (the reference's "old_deviate")
 
 
@@ -121,7 +119,7 @@ def nft_loss(v: torch.Tensor, v_old: torch.Tensor, x_t: torch.Tensor, x0: torch.
     r = r.to(pos.dtype)
     loss = adv_clip_max * (r * pos + (1.0 - r) * neg) / beta
     with torch.no_grad():
-        stats = NFTLossStats(pos.mean(), neg.mean(), ((v - v_old) ** 2).mean())
+        stats = NFTLossStats(((v - v_old) ** 2).mean())
     return loss, stats
 
 

@@ -60,7 +60,7 @@ from digenrl.safe_files import atomic_write_bytes, remove_orphans, safetensors_h
 from digenrl.schedule import step_number
 from digenrl.train.nft_old import old_of
 
-from .resume_config import check_resume_config, config_hash  # noqa: F401 (check_resume_config: re-exported)
+from .resume_config import config_hash
 
 CHECKPOINT_DIR = "checkpoints"
 META_KEY = "digenrl_train_state"
@@ -93,33 +93,43 @@ logger = logging.getLogger(__name__)
 
 
 # ---- packing ---------------------------------------------------------------------------------------------
-def capture(ctx, *, step: int, counters: dict[str, Any] | None = None) -> TrainState:
-    """The ``TrainState`` of a ``RunContext`` (between steps: no open transaction)."""
+def check_closed(ctx) -> None:
+    """A checkpoint is taken between steps: ``RuntimeError`` inside an open transaction."""
     if ctx.transaction.open:
         raise RuntimeError(f"checkpoint inside the open transaction of step {step_number(ctx.transaction.step)}")
+
+
+def run_state(ctx, *, step: int, counters: dict[str, Any] | None, **tensors) -> TrainState:
+    """A ``TrainState`` of ``ctx``'s counters (version, EMA updates, fp16's loss scale S and its counters, so that
+    a resumed run goes on with the S it had), config and run ``counters``, with the ``tensors`` fields given."""
+    p = ctx.transaction.precision
+    return TrainState(step=step, version=ctx.transaction.version, config=ctx.cfg.model_dump(mode="json"),
+                      counters=dict(counters or {}), ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0,
+                      loss_scale=None if p is None else p.state_dict(), **tensors)
+
+
+def capture(ctx, *, step: int, counters: dict[str, Any] | None = None) -> TrainState:
+    """The ``TrainState`` of a ``RunContext`` (between steps: no open transaction)."""
+    check_closed(ctx)
     rng = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             rng[f"torch_cuda_{i}"] = s
     old = old_of(ctx.policy)  # DiffusionNFT's old copy (train.nft_old_policy=soft)
-    return TrainState(
-        step=step, version=ctx.transaction.version, model=dict(ctx.policy.trainable_state_dict()),
-        optimizer=ctx.optimizer.state_dict(), ema=dict(ctx.ema.shadow) if ctx.ema is not None else None,
-        rng=rng, config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
-        ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0, loss_scale=loss_scale_of(ctx),
-        **({} if old is None else dict(zip(("nft_old", "nft_old_commits"), old.state()))))
+    return run_state(ctx, step=step, counters=counters, model=dict(ctx.policy.trainable_state_dict()),
+                     optimizer=ctx.optimizer.state_dict(), ema=dict(ctx.ema.shadow) if ctx.ema is not None else None,
+                     rng=rng, **({} if old is None else dict(zip(("nft_old", "nft_old_commits"), old.state()))))
 
 
-def loss_scale_of(ctx) -> dict[str, Any] | None:
-    """fp16's loss scale, S and its counters (None without fp16): a resumed run goes on with the S it had."""
-    p = ctx.transaction.precision
-    return None if p is None else p.state_dict()
-
-
-def restore_loss_scale(ctx, state: TrainState) -> None:
-    """Give a resumed fp16 run its checkpoint's loss scale (a checkpoint without one: ``tuning.loss_scale_init``)."""
+def restore_counters(ctx, state: TrainState) -> None:
+    """``state``'s version, EMA update count, fp16 loss scale (a checkpoint without one: ``tuning.loss_scale_init``)
+    and CPU RNG into ``ctx``."""
+    if ctx.ema is not None:
+        ctx.ema.num_updates = state.ema_updates
     if ctx.transaction.precision is not None and state.loss_scale is not None:
         ctx.transaction.precision.load_state_dict(state.loss_scale)
+    ctx.transaction.version = state.version
+    torch.set_rng_state(state.rng["torch_cpu"])
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -260,15 +270,12 @@ def restore_train_state(ctx, state: TrainState) -> None:
         with torch.no_grad():
             for k, v in state.ema.items():
                 ctx.ema.shadow[k].copy_(v)
-        ctx.ema.num_updates = state.ema_updates
     old = old_of(ctx.policy)  # DiffusionNFT's old copy (train.nft_old_policy=soft)
     if old is not None:
         if state.nft_old is None:
             raise ValueError("checkpoint has no DiffusionNFT old policy but train.nft_old_policy is soft")
         old.load(state.nft_old, state.nft_old_commits)
-    restore_loss_scale(ctx, state)
-    ctx.transaction.version = state.version
-    torch.set_rng_state(state.rng["torch_cpu"])
+    restore_counters(ctx, state)
     cuda = [state.rng[k] for k in sorted(state.rng) if k.startswith("torch_cuda_")]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])

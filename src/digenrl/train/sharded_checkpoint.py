@@ -24,9 +24,7 @@ from typing import Any
 
 import torch
 
-from digenrl.schedule import step_number
-
-from .checkpoint import (TrainState, check_shards, checkpoint_dir, loss_scale_of, pack, restore_loss_scale,
+from .checkpoint import (TrainState, check_closed, check_shards, checkpoint_dir, pack, restore_counters, run_state,
                          shard_manifest, sharded_dir_name)
 
 
@@ -36,8 +34,7 @@ def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[st
 
     from .sharding import save_sharded  # (looked up at the call: tests/train/test_checkpoint_content.py patches it)
 
-    if ctx.transaction.open:
-        raise RuntimeError(f"checkpoint inside the open transaction of step {step_number(ctx.transaction.step)}")
+    check_closed(ctx)
     group = ctx.transaction.process_group
     d = checkpoint_dir(run_dir)
     final = d / sharded_dir_name(step)
@@ -53,12 +50,8 @@ def pack_sharded_state(ctx, run_dir: str | Path, *, step: int, counters: dict[st
     shards = shard_manifest(tmp)  # the file names inside stay those of the final directory
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    state = TrainState(step=step, version=ctx.transaction.version, model={},
-                       optimizer={"state": {}, "param_groups": []}, ema=None, rng={"torch_cpu": torch.get_rng_state()},
-                       config=ctx.cfg.model_dump(mode="json"), counters=dict(counters or {}),
-                       ema_updates=ctx.ema.num_updates if ctx.ema is not None else 0, sharded=final.name,
-                       shards=shards, loss_scale=loss_scale_of(ctx))
-    return pack(state)
+    return pack(run_state(ctx, step=step, counters=counters, model={}, optimizer={"state": {}, "param_groups": []},
+                          ema=None, rng={"torch_cpu": torch.get_rng_state()}, sharded=final.name, shards=shards))
 
 
 def restore_sharded_state(ctx, run_dir: str | Path, state: TrainState) -> None:
@@ -69,8 +62,4 @@ def restore_sharded_state(ctx, run_dir: str | Path, state: TrainState) -> None:
     # (the sha256: latest_checkpoint, before the restore)
     check_shards(path, state.shards or {}, f"checkpoint of step {state.step}", digests=False)
     load_sharded(ctx, path)
-    if ctx.ema is not None:
-        ctx.ema.num_updates = state.ema_updates
-    restore_loss_scale(ctx, state)
-    ctx.transaction.version = state.version
-    torch.set_rng_state(state.rng["torch_cpu"])
+    restore_counters(ctx, state)
