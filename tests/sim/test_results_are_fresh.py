@@ -73,3 +73,21 @@ def test_where_wins_is_this_simulators():
     base = Scenario(model_preset("flux"), testbed_preset("B"), w, 8, res["steps"], 0.5)
     now = where_wins._baseline(base, idealised(w.training))["step_s"]
     _fresh(row["idealised"]["step_s"], now, "benchmarks/where_wins.py")
+
+
+def test_bts_agreement_is_this_simulators():
+    """The step time under BTS depth 2 at the recorded split of one preset of ``bts_agreement.json`` (whose
+    decision shares docs/simulation.md quotes beside the BTS depth default; it was written on a simulator whose
+    planner split the GPUs otherwise)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from digenrl.schedule import BTSConfig
+    from digenrl.sim.presets import TESTBEDS, model_preset, workload_preset
+    from digenrl.sim.scenario import Scenario, run_mode
+
+    res = json.loads((RESULTS / "bts_agreement.json").read_text())
+    row = next(r for r in res["rows"] if (r["testbed"], r["mode"]) == ("B", "gap_tsp_tag") and r["model"].startswith("FLUX"))
+    s = Scenario(model_preset("flux"), TESTBEDS["B"], workload_preset("flux"), TESTBEDS["B"].total, steps=res["steps"])
+    run = run_mode(s, "gap_tsp_tag", gen_gpus=row["gen_gpus"], bts=BTSConfig())  # (the split pinned: seconds)
+    _fresh(row["step_time_s"], run.result.step_time, "benchmarks/bts_agreement.py")
