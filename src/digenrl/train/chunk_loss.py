@@ -144,7 +144,7 @@ def train_cells(
         raise ValueError("train.algorithm=grpo_guard needs the behaviour means of the trained transitions "
                          "(the sampler records them when the run's algorithm is grpo_guard)")
     f = cell_forward(policy, group, rows, tpos, settings=settings, ref_policy=ref_policy, step_start=step_start)
-    out, adv = f.out, group.advantages[rows].to(f.log_prob.device)
+    out, adv = f.out, group.advantages[rows].to(f.out.log_prob.device)
     if guard:  # GRPO-Guard (algo.guard): the ratio normalised with the behaviour mean the sampler recorded, the
         # bias averaged over the forward's cells of each trained timestep (train.guard_bias=batch, flow_grpo's
         # per-device batch) or per cell, the policy term divided by -dt, the KL term unchanged, no TIS weight
@@ -155,7 +155,7 @@ def train_cells(
             clip_low=settings.clip_low, clip_high=settings.clip_high, units=units))
     else:
         loss, stats = _reward_terms(adv, settings, lambda a: clipped_policy_loss(
-            f.log_prob, f.old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
+            out.log_prob, f.old_logp, a, settings.clip_range, clip_low=settings.clip_low, clip_high=settings.clip_high))
         if f.tis is not None:
             loss = loss * f.tis
     ratio_stats = {k: float(getattr(stats, k)) for k in ("approx_kl", "clipfrac", "clipfrac_gt_one", "clipfrac_lt_one")}
@@ -215,10 +215,6 @@ class CellForward:
     dt: torch.Tensor
     tis: torch.Tensor | None
     mismatch: Mismatch
-
-    @property
-    def log_prob(self) -> torch.Tensor:
-        return self.out.log_prob
 
 
 def cell_forward(policy: Policy, group: TrajectoryBatch, rows: torch.Tensor, tpos: torch.Tensor, *,

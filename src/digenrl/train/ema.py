@@ -112,9 +112,6 @@ class ParamEMA(ParamCopy):
         self.num_updates = 0  # optimizer steps seen (Flow-GRPO's global_step)
         super().__init__(module)
 
-    def current_decay(self, n: int) -> float:
-        return min((1 + n) / (10 + n), self.decay) if self.warmup else self.decay
-
     @torch.no_grad()
     def update(self) -> None:
         """Call after every optimizer step (commit): ``updates`` times the rule with this step's n."""
@@ -122,7 +119,7 @@ class ParamEMA(ParamCopy):
         n = self.num_updates
         if (n + 1) % self.every != 0:
             return
-        d = self.current_decay(n)
+        d = min((1 + n) / (10 + n), self.decay) if self.warmup else self.decay
         for _ in range(self.updates):
             for name, p in self.params.items():
                 self.shadow[name].add_((1.0 - d) * (p.detach() - self.shadow[name]))

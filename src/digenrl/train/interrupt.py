@@ -88,19 +88,14 @@ class StopRequest:
                 signal.signal(s, h)
 
 
-def _descendants() -> list[int]:
-    """Pids of every live descendant of this process (psutil, a dependency in pyproject.toml)."""
-    import psutil
-
-    return [p.pid for p in psutil.Process().children(recursive=True)]
-
-
 def kill_descendants() -> None:
     """SIGKILL every process this one started, and theirs (a local Ray: GCS, raylet, the actors), twice over
     (a process started meanwhile). A joined Ray cluster's processes are not descendants: its GCS ends the
     actors of a driver that is gone."""
+    import psutil
+
     for _ in range(2):
-        for pid in _descendants():
+        for pid in [p.pid for p in psutil.Process().children(recursive=True)]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

@@ -166,7 +166,7 @@ class DeferredRound:
             return ((lambda v: v[gen].to(const.device, const.dtype)), (lambda s: ell), const,
                     (lambda group, cells: self._record_nft(group, cells, ell.detach(), const.detach(), kl.detach())))
         f = cell_forward(policy, batch, rows, tpos, settings=st, ref_policy=ref_policy, step_start=self.step_start)
-        log_prob, old_logp, kl, w = f.log_prob, f.old_logp, f.kl, f.tis  # (w: train.tis_cap, fixed per cell)
+        log_prob, old_logp, kl, w = f.out.log_prob, f.old_logp, f.kl, f.tis  # (w: train.tis_cap, fixed per cell)
         const = st.beta_kl * kl
         return ((lambda v: v[gen].to(const.device, const.dtype)),
                 (lambda s: _branch(log_prob, old_logp, s, st) * (1.0 if w is None else w)), const,
