@@ -48,7 +48,7 @@ def run(args) -> dict:
     from digenrl.rollout.records import Prompt
     from digenrl.rollout.sampler import SamplerSettings, sample_trajectories
     from digenrl.schedule.layout import tile_grid
-    from digenrl.train import LossSettings, train_cells
+    from digenrl.train.chunk_loss import LossSettings, train_cells
 
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = "float32" if device.type == "cpu" else args.dtype

@@ -67,7 +67,7 @@ def test_values_no_run_can_use_are_refused_up_front(tmp_path, capsys, override, 
 def test_eval_num_steps_may_change_on_resume():
     """It sets only the eval's sampler: a resume may change it (item 9); the training sampler's steps may not."""
     from digenrl.config import ConfigError, load_config
-    from digenrl.train.checkpoint import check_resume_config
+    from digenrl.train.resume_config import check_resume_config
 
     saved = load_config(None, []).model_dump(mode="json")
     check_resume_config(saved, load_config(None, ["sampler.eval_num_steps=7"]))

@@ -105,7 +105,7 @@ def trainer_logp(policy, batch) -> torch.Tensor:
     cfg = 3.5 if policy.uses_guidance_embedding else 1.0
     with torch.no_grad():
         f = cell_forward(policy, batch, rows, tpos, settings=LossSettings(cfg_scale=cfg, guidance=cfg, noise_level=0.7))
-    return (batch.log_probs[rows, tpos] - f.log_prob).abs()
+    return (batch.log_probs[rows, tpos] - f.out.log_prob).abs()
 
 
 # ---- merge_lora -------------------------------------------------------------------------------------------------
