@@ -95,6 +95,8 @@ class TextPromptTask:
         self.prompts_file = str(train)
 
     def train_prompts(self, step: int, n: int, seed: int = 0) -> list[Prompt]:
+        """``n`` distinct prompts drawn by a generator seeded by (seed, step) only: every executor and mode sees the
+        same prompts at step k."""
         if n > len(self.train):
             raise ValueError(
                 f"train.prompts_per_step={n} exceeds the {len(self.train)} prompts of {self.prompts_file!r}"
