@@ -56,9 +56,9 @@ class Recorder:
 
 
 def config_agreement(s: Scenario, mode: str) -> dict:
-    run = run_mode(s, mode, bts=BTSConfig())
+    run = run_mode(s, mode, bts=BTSConfig(policy="bts"))
     cost = make_cost(s, run.candidate, False)
-    sched = Scheduler(run.plan, cost, BTSConfig())
+    sched = Scheduler(run.plan, cost, BTSConfig(policy="bts"))
     rec = sched.bts = Recorder(sched.bts)
     run_loop(sched, VirtualExecutor(run.plan, cost), Timeline(run.plan))
     ks: dict[str, list[int]] = {f"d{d}": [] for d in DEPTHS}

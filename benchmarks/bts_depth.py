@@ -59,9 +59,10 @@ def _splits(s: Scenario) -> list:
 def one_config(model: str, tb: str, mode: str, which: int, steps: int, sigma: dict, seeds: int) -> dict:
     s = Scenario(model_preset(model), TESTBEDS[tb], workload_preset(model), TESTBEDS[tb].total, steps=steps)
     split = _splits(s)[which]
-    run = run_mode(s, mode, split=split, bts=BTSConfig()) if split else run_mode(s, mode, bts=BTSConfig())
+    bts = BTSConfig(policy="bts")
+    run = run_mode(s, mode, split=split, bts=bts) if split else run_mode(s, mode, bts=bts)
     cost = make_cost(s, run.candidate, False)
-    sched = Scheduler(run.plan, cost, BTSConfig())
+    sched = Scheduler(run.plan, cost, bts)
     rec = sched.bts = Recorder(sched.bts)
     run_loop(sched, VirtualExecutor(run.plan, cost), Timeline(run.plan))
     ks: dict[int, list[int]] = {d: [] for d in DEPTHS}
@@ -73,7 +74,7 @@ def one_config(model: str, tb: str, mode: str, which: int, steps: int, sigma: di
     n = len(ks[0])
     times = {}
     for d in DEPTHS:
-        cfg = BTSConfig(depth=d)
+        cfg = BTSConfig(policy="bts", depth=d)
         exact = simulate(run.plan, cost, bts=cfg).step_time
         jit = [simulate(run.plan, cost, jitter=sigma, seed=k, bts=cfg).step_time for k in range(1, seeds + 1)]
         times[d] = {"exact": exact, "jitter": jit}

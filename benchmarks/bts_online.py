@@ -55,7 +55,7 @@ POLICIES = ("none", "greedy", "static", "online", "knowing")
 def _bts(policy: str) -> BTSConfig:
     if policy in ("none", "greedy"):
         return BTSConfig(policy=policy)
-    return BTSConfig(online=policy == "online")
+    return BTSConfig(policy="bts", online=policy == "online")
 
 
 def config_rows(task) -> list[dict]:
@@ -66,7 +66,7 @@ def config_rows(task) -> list[dict]:
 
     model, tb, mode, steps, levels = task
     s = Scenario(model_preset(model), TESTBEDS[tb], replace(workload_preset(model)), TESTBEDS[tb].total, steps=steps)
-    chosen = run_mode(s, mode, bts=BTSConfig()).candidate
+    chosen = run_mode(s, mode, bts=BTSConfig(policy="bts")).candidate
     profile, plan = PresetSource(s, Mode(mode)).build(chosen)
     plan = replace(plan, steps=steps)
     rows = []

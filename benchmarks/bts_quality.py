@@ -58,9 +58,10 @@ PRESETS = [("hunyuan", "A"), ("hunyuan", "B"), ("hunyuan", "C"), ("wan", "B"), (
            ("flux", "B"), ("flux", "C")]
 MODES = ("gap_tsp_tag", "full")
 POLICIES = {"none": BTSConfig(policy="none"), "greedy": BTSConfig(policy="greedy"),
-            "bts_d0": BTSConfig(depth=0), "bts_d2": BTSConfig(depth=2), "bts_d4": BTSConfig(depth=4),
-            "bts_d2_small_ties": BTSConfig(depth=2, ties_to_larger_k=False),
-            "bts_d2_static": BTSConfig(depth=2, online=False)}
+            "bts_d0": BTSConfig(policy="bts", depth=0), "bts_d2": BTSConfig(policy="bts", depth=2),
+            "bts_d4": BTSConfig(policy="bts", depth=4),
+            "bts_d2_small_ties": BTSConfig(policy="bts", depth=2, ties_to_larger_k=False),
+            "bts_d2_static": BTSConfig(policy="bts", depth=2, online=False)}
 SEEDS = tuple(range(1, 17))  # jittered levels; each run takes well under a second of simulation
 TIE = 1e-3
 RESULTS = Path(__file__).parent / "results"
@@ -93,7 +94,7 @@ def config_rows(task) -> list[dict]:
     """Every jitter level, seed and policy of one preset and mode (one process)."""
     model, tb, mode, steps, levels = task
     s = Scenario(model_preset(model), TESTBEDS[tb], replace(workload_preset(model)), TESTBEDS[tb].total, steps=steps)
-    split = run_mode(s, mode, bts=BTSConfig()).n_gen
+    split = run_mode(s, mode, bts=BTSConfig(policy="bts")).n_gen
     rows = []
     for lvl, sigma in levels.items():
         for seed in ((0,) if not sigma else SEEDS):

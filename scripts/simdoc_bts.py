@@ -109,6 +109,35 @@ def per_config_part(q: dict) -> list[str]:
     return ["Per configuration, relative to greedy (jittered: mean over the seeds):\n", table(rows, head) + "\n"]
 
 
+def per_mode_part(q: dict) -> list[str]:
+    """BTS depth 2 against greedy per mode (mean over the configurations of each mode, at each cost level), and
+    which policy ``runtime.tag_policy: auto`` takes in each mode (``schedule.tag_policy.resolved_policy``), with
+    whether the figures agree with it."""
+    from digenrl.schedule import Mode
+    from digenrl.schedule.tag_policy import auto_policy
+
+    lv = [k for k in ("exact", "in_process", "runtime") if q["per_config"] and k in q["per_config"][0]]
+    modes = sorted({c["mode"] for c in q["per_config"]})
+    rows, agree = [], []
+    for mode in modes:
+        cs = [c for c in q["per_config"] if c["mode"] == mode]
+        means = [_mean(c[k]["bts_d2"] for c in cs) for k in lv]
+        faster = "bts" if _mean(means) < 0 else "greedy"
+        auto = auto_policy(Mode(mode))
+        agree.append((mode, auto, faster, _mean(means)))
+        rows.append([mode, len(cs)] + [_p(m) for m in means] + [faster, auto])
+    head = ["mode", "configurations"] + [f"BTS d2 vs greedy, {LEVEL_NAMES[k]}" for k in lv] + [
+        "faster on average (mean of the levels)", "`auto` takes"]
+    said = "; ".join(
+        f"in `{m}` it takes {a}" + (f", the faster policy there ({_p(v)} for BTS d2 vs greedy, mean of the levels)"
+                                    if a == f else f", although {f} was faster there ({_p(v)}): the figures no "
+                                    "longer support this default")
+        for m, a, f, v in agree)
+    return ["**Per mode, and the default.** The same runs by mode (BTS depth 2 against greedy, mean over the "
+            "mode's configurations and seeds). The default `runtime.tag_policy: auto` resolves per mode: "
+            f"{said}.\n", table(rows, head) + "\n"]
+
+
 def agreement_part(a: dict) -> list[str]:
     rows = [[f"{NAMES.get(r['model'], r['model']).split('-')[0]} {r['testbed']}", r["mode"], r["bubbles"],
              r["choices"], _p(r["d0_eq_d2"], False), _p(r["d2_eq_d4"], False), _p(r["d2_eq_greedy"], False),
@@ -345,7 +374,7 @@ def section(data: dict, default_depth: int | None = None) -> list[str]:
     L = ["## BTS decision quality\n"]
     if data.get("jitter"):
         L += jitter_part(data["jitter"], q.get("jitter_levels", {}))
-    L += summary_part(q) + per_config_part(q)
+    L += summary_part(q) + per_config_part(q) + per_mode_part(q)
     if data.get("agreement"):
         L += agreement_part(data["agreement"])
     L += findings(q, data.get("agreement"))

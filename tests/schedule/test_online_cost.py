@@ -72,7 +72,7 @@ def _slower_machine():
 def _span_errors(plan, machine, profile, online):
     """BTS's signed error per step, (realized - predicted commit) / predicted span, of a run on ``machine``
     planned with ``profile``."""
-    sched = Scheduler(plan, cost=profile, bts_config=BTSConfig(online=online))
+    sched = Scheduler(plan, cost=profile, bts_config=BTSConfig(policy="bts", online=online))
     run_loop(sched, VirtualExecutor(plan, machine), Timeline(plan))
     return sched, sched.bts.stats.span_errors()
 

@@ -72,9 +72,11 @@ class RuntimeConfig(_Strict):
     """
     calibration: CalibrationOptions = CalibrationOptions()
     """When the run measures its own costs (`runtime.calibration.*`; each op timed `tuning.calibration_repeats` times)."""
-    tag_policy: Literal["bts", "greedy", "none"] = "bts"
+    tag_policy: Literal["auto", "bts", "greedy", "none"] = "auto"
     """TAG modes: who gives fragments to idle trainer ranks at a bubble: `bts` (the search, `tuning.bts.*`), `greedy` (one fragment
-    per idle trainer rank while fragments are pending) or `none` (k = 0)."""
+    per idle trainer rank while fragments are pending), `none` (k = 0), or `auto`: `greedy` in `full` (TCSS), `bts`
+    otherwise, the policy that was faster on average in each mode ([simulation](simulation.md), "BTS decision
+    quality")."""
     generator_sequence_parallel: SequenceParallelConfig = SequenceParallelConfig()
     """The same for generators: each generator is d Ray actors in one torch.distributed group that denoise each
     fragment together; disaggregated modes only ([sequence parallelism](sequence_parallel.md)).

@@ -47,7 +47,7 @@ from .cost import CostModel, Durations
 from .plan import StepPlan
 
 
-TAG_POLICIES = ("bts", "greedy", "none")
+TAG_POLICIES = ("auto", "bts", "greedy", "none")
 MEMO_LIMIT = 200_000  # the memo is cleared when it grows past this many entries
 
 
@@ -56,7 +56,7 @@ class BTSConfig:
     depth: int = 2            # recursion depth over future bubbles (0: compare the branches by V_0 only)
     budget_nodes: int = 2_000  # per-decision search nodes (advance/leaf evaluations); over it -> shallower result
     budget_s: float | None = None  # optional wall-clock cap per decision (None: none; decisions then load-free)
-    policy: str = "bts"       # TAG decision policy: "bts" | "greedy" (k = min(idle, pending)) | "none" (k = 0)
+    policy: str = "auto"      # TAG decision policy: "auto" | "bts" | "greedy" (k = min(idle, pending)) | "none" (k = 0)
     ties_to_larger_k: bool = True  # equal predicted commits: the larger k (False: the smaller)
     max_branch: int = 4       # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
     online: bool = True       # refine the cost model from the run's own action times (``online_cost``)

@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-stale-fraction", type=float, default=0.5, help="TCSS cap for 'full' (default 0.5)")
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma of op-time noise (default 0)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the --jitter noise (default 0)")
-    ap.add_argument("--tag-policy", default="bts", help="TAG decisions: bts | greedy | none (default bts)")
+    ap.add_argument("--tag-policy", default="auto",
+                    help="TAG decisions: auto | bts | greedy | none (default auto: greedy with TCSS, else bts)")
     ap.add_argument("--bts-depth", type=int, default=None, help="BTS search depth (default 2)")
     ap.add_argument("--bts-budget-nodes", type=int, default=None,
                     help="BTS search nodes per decision (default 2000; deterministic)")
@@ -308,7 +309,7 @@ def _main_config(args, record_mode: str | None) -> int:
                 "flow_grpo", 4, 1.0, None, "soft"):
             raise CliError("--algorithm: with --config the algorithm is the config's (--set train.algorithm=...)")
         # the TAG flags override the config's runtime.tag_policy / tuning.bts (the runtime's own keys)
-        args.sets = list(args.sets) + ([f"runtime.tag_policy={args.tag_policy}"] if args.tag_policy != "bts" else [])
+        args.sets = list(args.sets) + ([f"runtime.tag_policy={args.tag_policy}"] if args.tag_policy != "auto" else [])
         args.sets += [f"tuning.bts.depth={args.bts_depth}"] if args.bts_depth is not None else []
         args.sets += [f"tuning.bts.budget_nodes={args.bts_budget_nodes}"] if args.bts_budget_nodes is not None else []
         kw, source = cost_source(args)
