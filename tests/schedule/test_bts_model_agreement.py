@@ -49,11 +49,11 @@ def _run_with_first_k(plan, cost, k_want):
 
     def decide(self, snap):
         if snap.step in seen:
-            return Decision(0, 0.0)
+            return Decision(0)
         seen.add(snap.step)
         k = min(k_want, len(snap.idle), len(snap.pending))
         first[snap.step] = (snap, k, self)
-        return Decision(k, 0.0)
+        return Decision(k)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BTS, "decide", decide)

@@ -56,7 +56,7 @@ def test_no_tag_prediction_is_exact(p, g, f, n_gen, n_train, gen, cell, fixed):
 
     def skip(self, snap):
         predictions.append((snap.step, self.model.predict_commit(snap, 0)))
-        return Decision(0, 0.0)
+        return Decision(0)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BTS, "decide", skip)

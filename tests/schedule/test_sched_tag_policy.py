@@ -234,7 +234,7 @@ def test_prediction_with_minibatches_is_the_first_rounds_commit(p, g, f, n_gen, 
 
     def skip(self, snap):
         predictions.append((snap.step, self.model.predict_commit(snap, 0)))
-        return Decision(0, 0.0)
+        return Decision(0)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BTS, "decide", skip)

@@ -74,8 +74,7 @@ class BTSConfig:
 
 @dataclass(frozen=True)
 class Decision:
-    k: int                    # fragments to insert (0 = SkipBubble)
-    search_s: float           # time spent deciding (statistics only; the predicted commit: ``BTSStats``)
+    k: int                    # fragments to insert (0 = SkipBubble); its search time and prediction: ``BTSStats``
     nodes: int = 0            # search nodes evaluated
     depth: int = -1           # deepest complete search level (-1: none, SkipBubble by budget)
 
@@ -203,7 +202,7 @@ class BTS:
         s.record(snap, k, predicted, elapsed)
         if len(self._memo) > MEMO_LIMIT:
             self._memo.clear()
-        return Decision(k, elapsed, self._nodes, reached)
+        return Decision(k, self._nodes, reached)
 
     def set_cost(self, cost: CostModel) -> None:
         """Predict with ``cost`` from now on (online refinement, between steps). The tick keeps its length; the

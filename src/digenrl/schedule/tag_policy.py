@@ -44,7 +44,7 @@ class FixedRule:
         k = min(len(snap.idle), len(snap.pending)) if self.greedy else 0
         elapsed = self.clock() - t0
         self.stats.record(snap, k, float("nan"), elapsed)
-        return Decision(k, elapsed)
+        return Decision(k)
 
     def set_cost(self, cost: CostModel) -> None:
         """A rule does not predict: a refined cost model changes nothing."""
