@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import pytest
 
-from digenrl.schedule import BTS, Mode
+from digenrl.schedule import BTS, BTSConfig, Mode
 from digenrl.schedule.audit import audit
 from digenrl.schedule.bts import Decision
 from digenrl.schedule.bts_model import TickModel
@@ -57,7 +57,7 @@ def _run_with_first_k(plan, cost, k_want):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BTS, "decide", decide)
-        res = simulate(plan, cost)
+        res = simulate(plan, cost, bts=BTSConfig(policy="bts"))  # (full's default, auto, is greedy)
     return res, first
 
 

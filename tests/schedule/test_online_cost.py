@@ -104,7 +104,7 @@ def test_online_factors_find_the_machine_and_bts_predicts_it(mode):
 def test_exact_costs_online_changes_nothing():
     """With the profile equal to the machine the factors are exactly 1: every action at the same time."""
     plan = make_plan("full", prompts=4, generations=4, fragment_size=1, n_gen=2, n_train=2, steps=4, T=4)
-    on = simulate(plan, COST, bts=BTSConfig(online=True))
-    off = simulate(plan, COST, bts=BTSConfig(online=False))
+    on = simulate(plan, COST, bts=BTSConfig(policy="bts", online=True))  # (full's default, auto, is greedy)
+    off = simulate(plan, COST, bts=BTSConfig(policy="bts", online=False))
     assert on.actions == off.actions and [s.committed for s in on.stats] == [s.committed for s in off.stats]
     assert all(set(s.cost_scales.values()) <= {1.0} for s in on.stats)

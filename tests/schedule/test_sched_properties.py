@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from digenrl.schedule import MODES, Mode
+from digenrl.schedule import MODES, BTSConfig, Mode
 from digenrl.schedule.audit import audit
 from digenrl.sim.executor import simulate
 from sched_helpers import LinCost, make_plan
@@ -51,9 +51,10 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 
 @SETTINGS
-@given(plan=plans(), cost=costs(), jitter=st.sampled_from([0.0, 0.0, 0.3]), seed=st.integers(0, 10))
-def test_invariants_hold_in_every_mode(plan, cost, jitter, seed):
-    res = simulate(plan, cost, jitter=jitter, seed=seed)
+@given(plan=plans(), cost=costs(), jitter=st.sampled_from([0.0, 0.0, 0.3]), seed=st.integers(0, 10),
+       policy=st.sampled_from(["auto", "bts", "greedy"]))
+def test_invariants_hold_in_every_mode(plan, cost, jitter, seed, policy):
+    res = simulate(plan, cost, jitter=jitter, seed=seed, bts=BTSConfig(policy=policy))
     problems = audit(plan, res.actions, res.events)
     assert problems == [], problems[:5]
     # every step terminates, and the run's accounting matches the plan

@@ -166,7 +166,7 @@ def test_bts_never_predicts_worse_than_skip_bubble(p, g, f, n_gen, n_train, coef
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BTS, "decide", spy)
-        res = simulate(plan, cost, bts=BTSConfig(depth=depth, budget_nodes=budget), record=False)
+        res = simulate(plan, cost, bts=BTSConfig(policy="bts", depth=depth, budget_nodes=budget), record=False)
     assert all(checks)
     if mode == "gap_tsp_tag":
         assert res.makespan <= simulate(replace(plan, mode=Mode.GAP_TSP), cost, record=False).makespan
@@ -242,3 +242,18 @@ def test_prediction_with_minibatches_is_the_first_rounds_commit(p, g, f, n_gen, 
     first = {e.step: e.time for e in res.events if isinstance(e, Committed) and e.round == 0}
     for step, pred in predictions:
         assert pred == first[step]
+
+
+def test_auto_is_greedy_with_tcss_and_bts_otherwise():
+    """The default policy, ``auto``: the same actions as ``greedy`` in ``full`` and as ``bts`` in ``gap_tsp_tag``
+    (``benchmarks/bts_quality.py``: the faster policy on average in each mode), from the config too."""
+    from digenrl.config import Config
+
+    assert BTSConfig().policy == "auto" and Config().bts_config().policy == "auto"
+    for mode, same, other in (("full", "greedy", "bts"), ("gap_tsp_tag", "bts", "greedy")):
+        plan = make_plan(mode, prompts=4, generations=4, fragment_size=1, S=2, T=4, n_gen=2, n_train=2, steps=3)
+        auto, _ = _run(plan, _gen_heavy(), BTSConfig(), jitter=0.2, seed=1)
+        want, _ = _run(plan, _gen_heavy(), BTSConfig(policy=same), jitter=0.2, seed=1)
+        not_, _ = _run(plan, _gen_heavy(), BTSConfig(policy=other), jitter=0.2, seed=1)
+        assert auto.actions == want.actions
+        assert auto.actions != not_.actions  # the two policies differ on this plan, so the check has teeth
