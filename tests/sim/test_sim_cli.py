@@ -7,7 +7,8 @@ import json
 import pytest
 
 from digenrl.sim.cli import main
-from digenrl.control.profile import save_profile, tabulate
+from digenrl.control.profile import save_profile
+from tabulated_profile import tabulate
 
 ROW_KEYS = ("mode", "step_time_s", "speedup_vs_naive", "speedup_vs_colocated", "gen_idle", "trainer_idle",
             "stale_fraction")  # what every --json row carries

@@ -11,7 +11,8 @@ from digenrl.schedule import Durations, Mode
 from digenrl.sim.planner import Candidate, Split
 from digenrl.sim.scenario import Scenario, make_plan
 from digenrl.sim.presets import MODELS, TESTBEDS, WORKLOADS, tokens_per_sample
-from digenrl.control.profile import ProfileCost, ProfileError, load_profile, save_profile, tabulate
+from digenrl.control.profile import ProfileCost, ProfileError, load_profile, save_profile
+from tabulated_profile import tabulate
 from digenrl.sim.roofline import InfeasibleError, RooflineCost
 
 

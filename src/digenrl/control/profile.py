@@ -40,7 +40,6 @@ import bisect
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from digenrl.safe_files import atomic_write_bytes
 
@@ -174,18 +173,6 @@ def profile_pools(path: str | Path) -> tuple[int | None, int | None]:
         v = data.get(k)
         out.append(int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None)
     return out[0], out[1]
-
-
-def tabulate(cost: CostModel, batches: Iterable[int] = (1, 2, 4, 8, 16), source: str = "") -> ProfileCost:
-    """Sample any cost model into a profile (per pool), e.g. to save a roofline as a starting profile."""
-    bs = sorted(set(batches))
-    curves = {}
-    for pool in POOLS:
-        for op in OPS:
-            pts = [1] if op in ("allreduce", "optimizer", "publish", "tag_switch") else bs
-            curves[f"{pool}/{op}"] = Curve(tuple(float(b) for b in pts),
-                                           tuple(cost.time(op, b, pool) for b in pts))
-    return ProfileCost(curves, source)
 
 
 def profile_dict(ops: dict, source: str = "", pools: tuple[int, int] | None = None) -> dict:

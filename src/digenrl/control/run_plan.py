@@ -242,6 +242,5 @@ def plan_run(cfg: Config) -> RunPlan:
             profile = load_profile(rt.profile)
         except ProfileError as e:
             raise ConfigError(f"runtime.profile: {e}") from None
-    gen_groups = generator_groups(gens, rt.generator_sequence_parallel.degree)
-    actors = tuple(r for g in gens for r in gen_groups[g]) if gen_groups else gens
-    return RunPlan(cfg, plan, S, read_hooks(actors + ranks), profile, shards, gen_groups)
+    run = RunPlan(cfg, plan, S, None, profile, shards, generator_groups(gens, rt.generator_sequence_parallel.degree))
+    return replace(run, hooks=read_hooks(run.generator_ids + run.trainer_ids))

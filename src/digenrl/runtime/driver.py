@@ -6,19 +6,12 @@ The controller runs ``control.loop.run_loop`` (the simulator's control loop) wit
 writes each step's metrics row, evals (``eval.every``, ``eval.guard``) and resumable checkpoints
 (``runtime.checkpoint_every``), written atomically.
 
-Recovery (invariant I6): when a worker raises, dies or stalls (no answer within the watchdog budget), the
-attempt is abandoned: open transactions are dropped, every worker is ended, fresh pools start from the newest
-resumable checkpoint (or the initial weights) and the scheduler replays from that step. By I5 the replay
-generates the same trajectories, so the run ends with the parameters of an uninterrupted run.
-``runtime.max_restarts`` bounds the restarts; past it ``WorkerFailure`` names the worker and the step. A
-non-finite value (``faults.RunHalted``) or a deterministic error (``faults.find_deterministic``) is not
-restarted, since the replay would meet it again: it is raised as is (the CLI: ``failure.json``, exit 2).
-
-Stopping (``train.interrupt.StopRequest``): on Ray a first SIGINT/SIGTERM abandons the step, checkpoints the last
-committed state and raises ``Interrupted``; in-process the run stops at the next step boundary with a checkpoint
-of that step. Restarts are reported in ``summary.json`` (``recoveries``: the worker, the failed ``step`` and
-``replay_from_step``, the first step replayed, both numbered from 1 as the progress line), in the metrics
-(``restarts``) and as ``recovery`` spans in the trace. The run outputs: docs/runtime.md and ``run_outputs``."""
+Recovery (invariant I6) and stopping (``train.interrupt.StopRequest``): docs/reliability.md, "Dead and stalled
+workers" and "Signals". A worker that raises, dies or stalls ends the attempt (``_recover``): every worker is
+ended, fresh pools start from the newest resumable checkpoint (or the initial weights) and the scheduler replays
+from that step (by I5 the same trajectories), at most ``runtime.max_restarts`` times (then ``WorkerFailure``); a
+non-finite value (``faults.RunHalted``) or a deterministic error (``faults.find_deterministic``) is raised as is.
+The run outputs: docs/runtime.md and ``run_outputs``."""
 
 from __future__ import annotations
 

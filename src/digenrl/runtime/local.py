@@ -1,15 +1,11 @@
-"""The in-process transport: the generator and trainer workers as plain objects of this process, no Ray.
+"""The in-process transport: the generator and trainer workers as plain objects of this process, no Ray
+(docs/architecture.md, "Executors").
 
-``LocalPools`` implements ``pools.WorkerPools``. A call is queued when it is made and runs when a wait or a get
-needs its result: one at a time, in the order they were made (as an actor runs its calls), so the controller,
-the executor and the scheduler are exactly a Ray run's, with every clock offset 0 up to the measurement. A ref
-is a ``LocalRef``; a call's arguments may hold refs and get their values (``worker_base.fetch``).
-
-Nothing here imports Ray (``tests/arch/test_layering.py`` runs ``digenrl train`` with Ray blocked). A worker
-that raises fails its call, as a failed actor call does (``WorkerFailure``, recovery). No watchdog: a call runs
-in the controller's own thread, so no worker can stall unseen; a stop signal is honoured at the next step
-boundary. ``driver.run_training`` picks this transport for one colocated worker (``in_process``) unless
-``digenrl train --ray`` asks for Ray."""
+``LocalPools`` implements ``pools.WorkerPools``: a call is queued when it is made and runs when a wait or a get
+needs its result, one at a time in the order they were made (as an actor runs its calls), so the controller, the
+executor and the scheduler are exactly a Ray run's; a call's arguments may hold refs (``worker_base.fetch``). A
+worker that raises fails its call (``WorkerFailure``, recovery). No watchdog: a call runs in the controller's own
+thread; a stop signal is honoured at the next step boundary."""
 
 from __future__ import annotations
 

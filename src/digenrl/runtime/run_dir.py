@@ -1,14 +1,8 @@
-"""The run directory: one run per directory, marked and locked, and what a resumed run keeps of it.
-
-``run_start`` (no writes) refuses a ``run_dir`` that holds a previous run unless the run resumes it (``--resume`` /
-``resume=auto``: the metrics rows up to the checkpoint's step are kept, everything written after it dropped) or
-replaces it (``--overwrite``: the previous run's outputs are deleted first). ``prepare_run_dir`` runs only after
-the config validated, so a refused config writes nothing. Nothing the program did not write is deleted: a run
-directory gets a marker, ``.digenrl-run`` (JSON: the program and the outputs it writes there), and only the
-outputs it names are deleted, only in a marked directory (``validate.check_run_dir`` already refuses an empty
-run_dir, the current, home and root directories). A run holds an exclusive lock (``fcntl.flock`` on
-``.digenrl-lock``, ``lock_run_dir``) for its whole life, so a second writer is refused at once (``ConfigError``:
-exit 2); the OS drops the lock when the process dies, however it dies."""
+"""The run directory: one run per directory, marked (``.digenrl-run``: only the outputs it names are ever deleted)
+and locked (``lock_run_dir``: ``fcntl.flock`` on ``.digenrl-lock`` for the run's whole life), and what a resumed or
+replaced run keeps of it: the rules are docs/reliability.md's "What run_dir may be" and "Checkpoints and resume".
+``run_start`` decides without writing and ``prepare_run_dir`` runs only after the config validated, so a refused
+config writes nothing."""
 
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ def _probe_prompt(worker):
 
 def generation_ops(worker, policy, sizes: list[int]) -> dict:
     """{("generate", size, phase): callable} for one fragment of each size. The first ``sample`` of a size also
-    decodes its result once (the input of ``decode`` and ``reward``), so it runs first (``Calibration.start``
-    lists the sample of each size before its other phases)."""
+    decodes its result once (the input of ``decode`` and ``reward``), so it runs first: each size's keys come in
+    the order sample, decode, reward, transfer, the order ``Calibration`` times them in."""
     import torch
 
     from digenrl.rollout.sampler import sample_trajectories
@@ -150,9 +150,7 @@ class Calibration:
     every gradient the training ops left. Every rank of a sharded pool gets the same calls in the same order."""
 
     def __init__(self, worker, policy, gen_sizes: list[int], cell_sizes: list[int], trainer: bool):
-        gen = generation_ops(worker, policy, gen_sizes) if gen_sizes else {}
-        gen_order = [k for size in gen_sizes for k in gen if k[1] == size]  # sample first within a size
-        blocks = [{k: gen[k] for k in gen_order}] if gen else []
+        blocks = [generation_ops(worker, policy, gen_sizes) if gen_sizes else {}]  # (each size's sample first)
         if trainer:
             blocks += training_ops(worker, cell_sizes)
         self.worker = worker
