@@ -351,7 +351,7 @@ class RooflineCost:
             return gather + b / link + b / (g.hbm_gbs * GB) + 0.01
         # the object leaves rank 0's node once per other generator node (one on the same node reads shared memory)
         nodes = len(self.fabric.nodes(self.gen_slots) - self.fabric.nodes(senders[:1]))
-        return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.fabric.nic_bytes_s
+        return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.testbed.net_bytes_s
                 + b / (g.pcie_gbs * GB) + 0.01)
 
     def _tag_switch(self, _: int, pool: str) -> float:
