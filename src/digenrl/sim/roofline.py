@@ -62,10 +62,7 @@ node, the NIC across nodes)::
 
 a training cell pays it in its forward, its backward (the gradients' all-to-alls) and its recomputed forward.
 
-Memory: the memory plan of ``train.memory`` (``sim.memory``: the one activation model, calibrated against
-allocation-counted peaks), per trainer rank with its chunk's cells and per generator rank with its fragment; a
-GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``); the plan's inputs are the preset's training
-(``sim.memory.preset_inputs``).
+Memory: the memory plan of ``train.memory`` per trainer and generator rank (``sim.memory``).
 """
 
 from __future__ import annotations
