@@ -87,17 +87,13 @@ class Fabric:
             return tb.gpu2
         return tb.gpu
 
-    @property
-    def nic_bytes_s(self) -> float:
-        return self.testbed.net_bytes_s
-
     def bus_bytes_s(self, slots: list[int]) -> float:
         """Ring bus bandwidth of a collective over ``slots`` (module docstring)."""
         per_node = Counter(self.node_of(s) for s in slots)
         intra = {v: self.gpu_of_node(v).intra_node_gbs * GB for v in per_node}
         if len(per_node) == 1:
             return next(iter(intra.values()))
-        nic = self.nic_bytes_s
+        nic = self.testbed.net_bytes_s
         return min(r * nic if r == 1 else min(intra[v], r * nic) for v, r in per_node.items())
 
     def ring_s(self, nbytes: float, slots: list[int]) -> float:
@@ -116,14 +112,14 @@ class Fabric:
             return 0.0
         per_node = Counter(self.node_of(s) for s in slots)
         return max(max(nbytes * (r - 1) / d / (self.gpu_of_node(v).intra_node_gbs * GB),
-                       nbytes * (d - r) / d / self.nic_bytes_s) for v, r in per_node.items())
+                       nbytes * (d - r) / d / self.testbed.net_bytes_s) for v, r in per_node.items())
 
     def p2p_bytes_s(self, a: list[int], b: list[int]) -> float:
         """Between two groups: the intra-node rate when all of both sit on one node, else one NIC's."""
         nodes = {self.node_of(s) for s in list(a) + list(b)}
         if len(nodes) == 1:
             return self.gpu_of_node(next(iter(nodes))).intra_node_gbs * GB
-        return self.nic_bytes_s
+        return self.testbed.net_bytes_s
 
     def nodes(self, slots: list[int]) -> set[int]:
         return {self.node_of(s) for s in slots}

@@ -68,8 +68,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
 
 
 def _tokens(m: Measurement) -> int:
-    lf = 1 + (m.frames - 1) // 4 if m.frames > 1 else 1
-    return lf * (m.height // 16) * (m.width // 16)
+    return MODELS[m.model].spec.latent_tokens(m.height, m.width, m.frames)
 
 
 def sat(tokens: float) -> float:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -143,21 +141,18 @@ def write_plan(cfg, res, out: Path, header: str) -> None:
 
     from ..config import load_config
     from ..control.run_plan import plan_run
+    from ..safe_files import atomic_write_with
     from .config_source import _unsharded_colocated
 
     text = header + yaml.safe_dump(res.config.model_dump(mode="json"), sort_keys=False)
-    fd, tmp = tempfile.mkstemp(suffix=".yaml", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text)
         back = load_config(tmp)
         priced = replace(res.best.plan, steps=back.steps, sampling_steps=back.sampler.num_steps)  # (probe length;
         if plan_run(_unsharded_colocated(back)).plan != priced:  # MixGRPO-Flash) pragma: no cover - a bug
             raise RuntimeError("digenrl plan: the written config does not plan to the priced plan")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write_with(out, write)
 
 
 def _print(rep: dict) -> None:

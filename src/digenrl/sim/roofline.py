@@ -62,10 +62,7 @@ node, the NIC across nodes)::
 
 a training cell pays it in its forward, its backward (the gradients' all-to-alls) and its recomputed forward.
 
-Memory: the memory plan of ``train.memory`` (``sim.memory``: the one activation model, calibrated against
-allocation-counted peaks), per trainer rank with its chunk's cells and per generator rank with its fragment; a
-GPU holds ``memory_gb`` GiB (the unit of ``train.memory_gb``); the plan's inputs are the preset's training
-(``sim.memory.preset_inputs``).
+Memory: the memory plan of ``train.memory`` per trainer and generator rank (``sim.memory``).
 """
 
 from __future__ import annotations
@@ -351,7 +348,7 @@ class RooflineCost:
             return gather + b / link + b / (g.hbm_gbs * GB) + 0.01
         # the object leaves rank 0's node once per other generator node (one on the same node reads shared memory)
         nodes = len(self.fabric.nodes(self.gen_slots) - self.fabric.nodes(senders[:1]))
-        return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.fabric.nic_bytes_s
+        return (gather + b / (t.pcie_gbs * GB) + b / (HOST_COPY_GBS * GB) + nodes * b / self.testbed.net_bytes_s
                 + b / (g.pcie_gbs * GB) + 0.01)
 
     def _tag_switch(self, _: int, pool: str) -> float:
