@@ -125,9 +125,13 @@ def per_mode_part(q: dict) -> list[str]:
         faster = "bts" if _mean(means) < 0 else "greedy"
         auto = auto_policy(Mode(mode))
         agree.append((mode, auto, faster, _mean(means)))
-        rows.append([mode, len(cs)] + [_p(m) for m in means] + [faster, auto])
+        rel = [c[k]["bts_d2"] for c in cs for k in lv]
+        split = (f"{sum(v < -q['tie_band'] for v in rel)} / {sum(v > q['tie_band'] for v in rel)} "
+                 f"({_p(min(rel))} to {_p(max(rel))})")
+        rows.append([mode, len(cs)] + [_p(m) for m in means] + [split, faster, auto])
     head = ["mode", "configurations"] + [f"BTS d2 vs greedy, {LEVEL_NAMES[k]}" for k in lv] + [
-        "faster on average (mean of the levels)", "`auto` takes"]
+        "configuration x level: BTS d2 faster / slower (range)", "faster on average (mean of the levels)",
+        "`auto` takes"]
     said = "; ".join(
         f"in `{m}` it takes {a}" + (f", the faster policy there ({_p(v)} for BTS d2 vs greedy, mean of the levels)"
                                     if a == f else f", although {f} was faster there ({_p(v)}): the figures no "
@@ -135,7 +139,9 @@ def per_mode_part(q: dict) -> list[str]:
         for m, a, f, v in agree)
     return ["**Per mode, and the default.** The same runs by mode (BTS depth 2 against greedy, mean over the "
             "mode's configurations and seeds). The default `runtime.tag_policy: auto` resolves per mode: "
-            f"{said}.\n", table(rows, head) + "\n"]
+            f"{said}. It is a choice per mode on average, not per configuration: where the range column crosses "
+            "zero, the other policy is faster in some configurations (`runtime.tag_policy` sets one for a run, and "
+            "`digenrl simulate --tag-policy` compares them on a config).\n", table(rows, head) + "\n"]
 
 
 def agreement_part(a: dict) -> list[str]:
