@@ -81,9 +81,8 @@ def tis_weight(logp_start: torch.Tensor, logp_gen: torch.Tensor, cap: float) -> 
 
 class StepStart(ParamCopy):
     """The trainable parameters of the step's starting weights theta_k, kept while the step's later rounds train
-    (``recompute`` with ``train.minibatches_per_step`` x ``train.inner_epochs`` > 1): ``swapped`` puts them in
-    the module in place (and the live weights back after), ``sync(k)`` copies the live weights in at the start
-    of step k. ``version`` is the step it holds; a later round checks it (``check``)."""
+    (``recompute`` with ``train.minibatches_per_step`` x ``train.inner_epochs`` > 1); ``sync(k)`` copies the live
+    weights in at the start of step k. ``version`` is the step it holds; a later round checks it (``check``)."""
 
     def __init__(self, module: torch.nn.Module, version: int):
         super().__init__(module)
