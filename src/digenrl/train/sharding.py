@@ -88,9 +88,8 @@ def shard_policy(policy, mesh, precision=None, cpu_offload: bool = False) -> Non
 
 
 def shard_context(ctx, group=None, replica_group=None) -> None:
-    """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version).
-    ``replica_group`` (hybrid sharding): the ranks holding the same shards in the other shard groups, over
-    which the commit sums the gradient shards (``GradientTransaction._all_reduce``)."""
+    """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version);
+    ``replica_group``: hybrid sharding's (``GradientTransaction._all_reduce``)."""
     cfg = ctx.cfg
     device_type = next(ctx.policy.parameters()).device.type
     prec = getattr(ctx.policy, "precision", None)
