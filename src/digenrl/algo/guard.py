@@ -23,7 +23,8 @@ as in flow_grpo. Statistics: ``clipfrac*`` and ``ratio_mean`` of ``r_norm``; ``a
 Source: flow_grpo's ``scripts/train_sd3_GRPO_Guard.py`` (its ``config.rationorm`` branch; recipes in
 ``config/grpo_guard.py``), read in the fork zhtmike/flow_grpo at 9745241 (GRPO-Guard as its author merged it).
 
-**Which samples share the bias** (``train.guard_bias``). flow_grpo computes ``bias`` as
+**Which samples share the bias** (``train.guard_bias``; per mode and layout, and why the modes still agree:
+docs/algorithms.md, "GRPO-Guard's RatioNorm bias"). flow_grpo computes ``bias`` as
 ``(...).pow(2).mean(dim=tuple(range(1, log_prob.ndim)))`` with a 1-D ``log_prob``: an empty tuple of dims, which
 torch reads as "every dim", so one bias for the whole per-device batch of that timestep (its micro-batch of
 ``sample.train_batch_size`` samples, all at timestep j, so they share sigma)::
@@ -32,17 +33,8 @@ torch reads as "every dim", so one bias for the whole per-device batch of that t
 
 ``batch`` (the default) does the same with ``units``: every sample of one forward that shares a unit label (the
 trained timestep of the cell: ``train.chunk_loss`` passes the cells' trained positions, one group per forward,
-so one sigma per label) gets the mean of the per-sample biases of its label, which is bias_j above. The batch is
-thus "what one device forwards together at one timestep", as in flow_grpo, with DigenRL's forwards: a chunk of
-the ``chunk_generations x chunk_timesteps`` tiling in the TSP modes and of a packed colocated worker's share of a
-group (at most ``chunk_generations`` generations of one group), one trained timestep x the rank's share of a
-group's generations in the classic layout (``naive``, ``gap``), the rank's share of a chunk on a
-sharded pool (``train.sharding.rank_cells``), in each case without the cells a filter or mask drops. flow_grpo's
-micro-batch instead mixes the step's shuffled samples of several prompts. On-policy (the first round of a step)
-mu_theta = mu_old, so the bias and its gradient are 0 whatever the unit, and every mode trains the same; in an
-off-policy round (a second minibatch or inner epoch, TCSS) the bias is the mean over differently composed sets,
-the same in expectation; the I1 reference (``tests/reference``), one colocated worker and the TSP modes on
-replicated ranks hold the same chunks and stay equal (I1).
+so one sigma per label) gets the mean of the per-sample biases of its label, which is bias_j above: the batch is
+"what one device forwards together at one timestep", as in flow_grpo, with DigenRL's forwards.
 ``cell`` gives each cell its own bias (the formula above, as the paper derives it per sample), the same in every
 mode and layout.
 """

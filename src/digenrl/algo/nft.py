@@ -37,11 +37,8 @@ trajectory's seed (itself ``stable_seed(run seed, step, prompt uid, generation)`
 
 The same draw in every inner epoch (the reference redraws per inner epoch; its recipes run one).
 
-The old policy (``train.nft_old_policy``): ``soft`` (the default), the reference's softly updated "old" copy
-that the generators sample with and that gives v_old by a second, no-grad forward (its decay schedule and
-sources: ``train.nft_old``); ``current``: old is the live weights, v_old is v detached from the same forward (no
-second forward; the reference's decay type 0 when a step has one optimizer step). With TCSS staleness a stale sample
-is data from an older sampler while old and theta are still the trainer's: NFT needs nothing of the sampling
+The old policy (``train.nft_old_policy``, ``soft`` or ``current``): ``train.nft_old``. With TCSS staleness a
+stale sample is data from an older sampler while old and theta are still the trainer's: NFT needs nothing of the sampling
 policy (no log-prob, no behaviour mean), only the clean sample, so stale samples are simply off-policy data.
 
 Source: NVlabs/DiffusionNFT, ``scripts/train_nft_sd3.py`` (``main``: the advantages of ``PerPromptStatTracker``,

@@ -1,25 +1,21 @@
-"""Reward-hacking guard (``eval.guard``, docs/rewards.md): scores of the held-out eval samples that the run does
-not optimise, tracked per eval, and what to do when one falls while the trained eval reward rises.
+"""Reward-hacking guard (``eval.guard``; what it logs and what each ``eval.guard_action`` does: docs/rewards.md,
+"Reward-hacking guard"): scores of the held-out eval samples that the run does not optimise, tracked per eval,
+and what to do when one falls while the trained eval reward rises.
 
-``eval.guard`` is a table like ``reward``: each name is a registered reward (``rewards.registry``) scored on every
-eval's samples and never trained on, or ``drift``: the image-statistics drift of the eval samples against the
-base model's (the eval before the first step; ``rewards.drift``; options ``bins`` 16, ``patch`` 8, ``flat_std``
-0.02). An entry may set ``tolerance`` (default ``eval.guard_tolerance``); ``weight`` is refused. Each eval logs
-``guard/<name>`` (``drift``: ``1 - D``, plus ``guard/drift/{hist,saturation,uniformity}``); summary.json gets
-``guard`` (initial, final, min per guard) and ``guard_tripped``.
+``eval.guard`` is a table like ``reward``: each name is a registered reward (``rewards.registry``) or ``drift``
+(``rewards.drift``; options ``bins`` 16, ``patch`` 8, ``flat_std`` 0.02). An entry may set ``tolerance`` (default
+``eval.guard_tolerance``); ``weight`` is refused.
 
 **When a guard trips.** At an eval at step k > 0 with eval reward ``e_k > e_0``, guard ``g`` with first value
 ``g_0`` (the eval before training) trips when it fell by more than its tolerance ``tol``:
 
     (g_0 - g_k) / |g_0| > tol          (relative; where |g_0| < 1e-6: g_0 - g_k > tol, absolute)
 
-For ``drift`` ``g_0 = 1`` exactly, so it trips when ``D > tol``. Then ``eval.guard_action``: ``none`` (metrics
-only); ``warn`` (default: one stderr line per guard each time it starts to be tripped); ``checkpoint`` (the
-warning, and at every eval where no guard is tripped the (EMA) eval weights go to ``PRE_DIVERGENCE``, so it
-holds the last eval before the divergence); ``stop`` (the warning, then the run ends after that step: a resumable
-checkpoint, the final outputs from that eval, ``guard_stop`` in summary.json, exit ``EXIT_GUARD`` = 3). The final
-eval is checked the same way, but there ``stop`` only warns. The guard runs in every mode: the controller waits
-for each eval at its step boundary and scores it before the run goes on (``runtime.between_steps``)."""
+For ``drift`` ``g_0 = 1`` exactly, so it trips when ``D > tol``. ``warn`` prints one line per guard each time it
+starts to be tripped; ``checkpoint`` writes the (EMA) eval weights to ``PRE_DIVERGENCE`` at every eval until the
+first trip; ``stop`` ends the run after that step (exit ``EXIT_GUARD`` = 3), but at the final eval only warns.
+The controller scores each eval at its step boundary (``runtime.between_steps``).
+"""
 
 from __future__ import annotations
 

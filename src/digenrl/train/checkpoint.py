@@ -17,9 +17,8 @@ Restoring it and running steps k+1.. reproduces the uninterrupted run bitwise on
 carried across steps: prompts, timestep plans and noise are functions of (seed, step); advantages are
 normalised inside a step's groups (``std_mode=global`` inside the step's batch).
 
-A sharded run (``train.sharding: fsdp``) keeps its tensors in ``step_<k:08d>.dcp/`` (every rank writes its
-shards with ``torch.distributed.checkpoint``, ``train.sharded_checkpoint``) and the file holds only the rest
-(``sharded`` names the directory); the file is written after the directory is complete.
+A sharded run (``train.sharding: fsdp``) keeps its tensors in ``step_<k:08d>.dcp/`` and the file holds only the
+rest (``sharded`` names the directory): see ``train.sharded_checkpoint``.
 
 Layout: ``run_dir/checkpoints/step_<k:08d>.safetensors`` (one file per checkpoint, written atomically by
 ``digenrl.safe_files``; the newest ``runtime.keep_checkpoints`` are kept). Tensors are named ``model/<param>``,
@@ -27,13 +26,10 @@ Layout: ``run_dir/checkpoints/step_<k:08d>.safetensors`` (one file per checkpoin
 JSON in the ``digenrl_train_state`` metadata entry. ``run_dir/checkpoint.safetensors`` stays the final trained
 (EMA) weights that ``eval`` / ``sample`` load.
 
-Content check: the ``digenrl_sha256`` metadata entry holds the sha256 of the file's data section (every tensor
-byte; it does not depend on the metadata, so the hash is taken before it is added). Every load
-(``read_train_state``, ``unpack``, ``latest_checkpoint``) verifies it and that every weight, EMA and optimizer
-tensor is finite, and refuses the file naming it (``ValueError``); ``latest_checkpoint`` then falls back to the
-older checkpoint. A checkpoint written before the hash existed loads with a warning. A sharded run's metadata
-file records the size and sha256 of every file of its shard directory (``shard_manifest``, taken by rank 0 once
-every rank wrote); ``verify_checkpoint`` (hence every resume and recovery) checks them (``check_shards``).
+Content check (docs/reliability.md): the ``digenrl_sha256`` metadata entry holds the sha256 of the file's data
+section (every tensor byte; it does not depend on the metadata, so the hash is taken before it is added). Every
+load (``read_train_state``, ``unpack``, ``verify_checkpoint``) verifies it and that every weight, EMA and
+optimizer tensor is finite (``ValueError`` naming the file); a sharded run's shard files too (``check_shards``).
 
 For the Ray runtime: trainer rank 0 calls ``pack_train_state`` (bytes), the controller writes them with
 ``write_checkpoint`` where the run lives; on resume the controller finds ``latest_checkpoint`` and every

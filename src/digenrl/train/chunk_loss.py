@@ -12,10 +12,9 @@ With ``loss_scale = 1 / (B_m * S)`` for a minibatch of B_m trajectories and S tr
 gradient is the gradient of the mean cell loss, whatever the chunking: the per-timestep reference of Flow-GRPO.
 KL_t is in Flow-GRPO's units by default (``algo.loss.reference_kl``). ``algorithm`` swaps the cell loss:
 GRPO-Guard's normalised ratio (``algo.guard``) or DiffusionNFT's forward-process loss on the clean sample
-(``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), its t and noise drawn from the
-trajectory's seed, no log-prob), each with the same 1 / (B_m S) scale and filtering. logp_old is the
-generator's recorded log-prob or the trainer's own under the step's starting weights, optionally with a TIS
-weight, and each first-round forward measures the generator-trainer mismatch (``train.old_logprob``).
+(``_train_nft``, ``algo.nft``: the cell is (generation, training slot j), no log-prob), each with the same
+1 / (B_m S) scale and filtering. logp_old, its TIS weight and the generator-trainer mismatch metrics:
+``train.old_logprob``.
 
 Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training): with
 ``filter_zero_advantage`` the cells of such samples are dropped before the forward (they still count as done in

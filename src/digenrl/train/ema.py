@@ -26,11 +26,8 @@ Flow-GRPO's SD3 / FLUX scripts use decay 0.9 and ``update_step_interval=8``.
   or checkpoint taken in between (Flow-GRPO's per-epoch eval sees 1 of the k). It is arguably a bug (the
   decay per optimizer step then depends on the accumulation count), hence off by default.
 
-Only trainable tensors are shadowed (LoRA adapters under
-LoRA), so a 12B model with LoRA does not get a second copy. ``swapped()`` (``ParamCopy``) exchanges the EMA values
-with the policy's (e.g. for eval) and back after; under FSDP2 it reshards the modules at each exchange
-(``reshard``): the root keeps its all-gathered weights after a forward (FSDP2 turns ``reshard_after_forward``
-off for it), and a forward after the swap back would otherwise run on the eval weights' gathered copy.
+Only trainable tensors are shadowed (LoRA adapters under LoRA), so a 12B model with LoRA does not get a second
+copy; ``ParamCopy.swapped`` exchanges them with the policy's (e.g. for eval).
 """
 
 from __future__ import annotations
@@ -42,7 +39,8 @@ import torch
 
 def reshard(module: torch.nn.Module) -> None:
     """Drop every FSDP2 module's unsharded parameter copy, so that the next forward gathers the weights the
-    shards hold now (a swap of the shards in place is not seen by an already gathered root; no-op unsharded)."""
+    shards hold now (no-op unsharded). The root keeps its all-gathered weights after a forward (FSDP2 turns
+    ``reshard_after_forward`` off for it), so a swap of the shards in place is otherwise not seen by it."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # pragma: no cover (a torch without FSDP2)
@@ -71,9 +69,8 @@ def make_ema(module: torch.nn.Module, train_cfg) -> "ParamEMA | None":
 
 class ParamCopy:
     """A copy (``shadow``) of ``module``'s trainable parameters; ``swapped`` exchanges the two in place, tensor by
-    tensor (peak extra memory: one tensor), and back on exit, resharding FSDP2 modules at each exchange
-    (``reshard``), so that no all-gathered copy of the other weights outlives it (the root keeps one after a
-    forward). The EMA, DiffusionNFT's old policy and the step-start snapshot of ``train.old_logprob``."""
+    tensor (peak extra memory: one tensor), and back on exit, with a ``reshard`` at each exchange. The EMA,
+    DiffusionNFT's old policy and the step-start snapshot of ``train.old_logprob``."""
 
     def __init__(self, module: torch.nn.Module):
         self.module = module
@@ -91,7 +88,7 @@ class ParamCopy:
 
     @torch.no_grad()
     def _exchange(self) -> None:
-        reshard(self.module)  # no gathered copy of the other weights outlives the exchange
+        reshard(self.module)
         for name, p in self.params.items():
             s = self.shadow[name]
             tmp = p.detach().clone()

@@ -4,11 +4,9 @@ The first signal asks the run to stop: the controller (``runtime.driver``) polls
 each step boundary (an in-process run: its thread is the workers', so the step in progress is finished), writes
 a resumable checkpoint and raises ``Interrupted``; with ``abandon=True`` (a controller blocked in Ray calls) the
 handler raises ``Interrupted`` at once, the open transaction is dropped and the run resumes from its last
-checkpoint. The CLI then writes ``failure.json``, prints one line saying how to resume
-and exits with ``EXIT_INTERRUPTED`` (75, EX_TEMPFAIL: "try again later"). A second signal exits at once with
-128 + signal number (no cleanup; the last complete checkpoint stays valid: writes are atomic), after killing
-every process this one started (``kill_descendants``: a local Ray's GCS, raylet and actors), so none is left
-running on its own.
+checkpoint. The CLI then writes ``failure.json`` and exits with ``EXIT_INTERRUPTED`` (75, EX_TEMPFAIL: "try
+again later"); a second signal exits at once with 128 + signal number after ``kill_descendants``, no cleanup
+(docs/reliability.md, "Signals").
 """
 
 from __future__ import annotations

@@ -157,8 +157,7 @@ class DeferredRound:
     def _cell_terms(self, policy, batch, cells, ref_policy):
         """(``at``: a per-sample float64 tensor at the cells, on the loss's device and dtype; ℓ^s as a function of
         the branch s; the A-free term per cell; a recorder of the cells' statistics) of one packed forward of
-        ``cells``: Flow-GRPO's clipped ratio with beta KL, or DiffusionNFT's L = A ℓ + m
-        (``algo.nft.linear_parts``: one branch, no clip, so no cell ever leaves "the clip interval")."""
+        ``cells``: Flow-GRPO's clipped ratio with beta KL, or DiffusionNFT's L = A ℓ + m (module docstring)."""
         st, (rows, tpos) = self.settings, cell_rows(batch, cells)
         gen = torch.tensor([g for g, _ in cells], dtype=torch.long)
         if st.algorithm == "nft":

@@ -19,9 +19,8 @@ version k is old_k), and each DiffusionNFT cell gets v_old from a no-grad forwar
 ``current``: no copy; old is the live weights (v_old = v detached from the same forward, ``algo.nft``), so the
 paper's beta cancels from the gradient. It equals ``soft`` with (0, 0, 0) when a step has one optimizer step.
 
-The copy shadows only trainable tensors (the LoRA adapters under LoRA, the local shards under FSDP: built
-after ``train.sharding.shard_context`` shards the policy, like the EMA); ``swapped`` exchanges the two in place
-(``train.ema.ParamCopy``: one tensor at a time, FSDP2 modules resharded at each exchange).
+The copy (``train.ema.ParamCopy``) shadows only trainable tensors (the LoRA adapters under LoRA, the local shards
+under FSDP: built after ``train.sharding.shard_context`` shards the policy, like the EMA).
 
 Source: NVlabs/DiffusionNFT@24af555 ``scripts/train_nft_sd3.py`` (``return_decay``; the copy of the trainable
 into the old parameters before the epoch loop; ``set_adapter("old")`` around sampling and the

@@ -1,5 +1,6 @@
 """Which log-prob a cell's ratio is taken against (``train.old_logprob``), the truncated importance weight of the
-generator's distribution (``train.tis_cap``) and the generator-trainer mismatch metrics (docs/fast_generator.md).
+generator's distribution (``train.tis_cap``) and the generator-trainer mismatch metrics (why, and what each costs:
+docs/fast_generator.md).
 
 For a trained cell (generation i, trained step t) of step k, three log-probs of the same transition x -> x'::
 
@@ -8,38 +9,27 @@ For a trained cell (generation i, trained step t) of step k, three log-probs of 
     logp_start  the trainer's, under the step's starting weights theta_k
     logp        the trainer's, under its current weights (with gradient)
 
-``train.old_logprob``:
-
-* ``generator`` (the default, Flow-GRPO's convention): logp_old = logp_gen.
-* ``recompute`` (verl's recomputed old log-prob): logp_old = logp_start. In the step's first round the trainer
-  holds theta_k, so logp_start is the training forward's own log-prob, detached: free. In a later round
-  (minibatch m > 0, inner epoch > 0) the weights have moved, so the cell gets one extra no-grad forward with the
-  step-start snapshot of the trainable parameters swapped in (``StepStart``: a ``train.ema.ParamCopy`` taken at
-  the step's first round, as DiffusionNFT's old copy), run before the training forward.
-  A stale TCSS sample (v_i = k - 1) gets logp_start under theta_k as well, not its behaviour version's: its
-  ratio is clipped around theta_k (decoupled PPO's proximal policy), and the k - 1 -> k shift is corrected only
-  by the TIS weight below, which then covers the staleness and the generator's numerics together.
+``train.old_logprob``: ``generator`` (the default, Flow-GRPO's convention): logp_old = logp_gen; ``recompute``
+(verl's recomputed old log-prob): logp_old = logp_start, in the step's first round the training forward's own
+log-prob, detached, in a later round one extra no-grad forward with ``StepStart`` swapped in, before the
+training forward. A stale TCSS sample (v_i = k - 1) gets logp_start under theta_k as well, not its behaviour
+version's (decoupled PPO's proximal policy; the TIS weight covers the staleness too).
 
 ``train.tis_cap`` = C (recompute only; verl's truncated importance sampling), per cell::
 
     w      = min(exp(logp_start - logp_gen), C)                  (detached)
     L_cell = w * max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)) + beta KL,    r = exp(logp - logp_start)
 
-(the policy term only, as verl weights its policy-gradient loss; the KL to the reference is not a sampling term).
-
 Mismatch metrics (every step, every mode; ``CellStats``), over the first round's trained cells of on-policy
-samples (v_i = k: there the trainer's weights are the behaviour version and logp_start is the training forward's
-own, so the metric costs no forward), with d = logp_gen - logp_start::
+samples (v_i = k: logp_start is the training forward's own, so the metric costs no forward), with
+d = logp_gen - logp_start::
 
     mismatch/approx_kl     = 0.5 mean(d^2)      (Flow-GRPO's approx-KL form, as its approx_kl metric)
     mismatch/max_abs_logp  = max |d|
     mismatch/clipfrac      = mean(r0 < 1 - eps_low or r0 > 1 + eps_high),   r0 = exp(-d)
     mismatch/cells         = the number of cells measured
 
-mismatch/clipfrac is the share of the first minibatch's cells whose ratio against logp_gen lies outside the clip
-band before any update (with the generator's log-probs as logp_old, the loss clips them at once; verl-omni PR
-279's +5e-3 bias against a 1e-5 clip: all of them). Stale samples are left out (their difference is the
-policy's own step, reported by ``staleness/1``), as are cells not forwarded (zero-advantage filter, masks).
+Stale samples and cells not forwarded (zero-advantage filter, masks) are left out.
 """
 
 from __future__ import annotations
@@ -81,9 +71,8 @@ def tis_weight(logp_start: torch.Tensor, logp_gen: torch.Tensor, cap: float) -> 
 
 class StepStart(ParamCopy):
     """The trainable parameters of the step's starting weights theta_k, kept while the step's later rounds train
-    (``recompute`` with ``train.minibatches_per_step`` x ``train.inner_epochs`` > 1): ``swapped`` puts them in
-    the module in place (and the live weights back after), ``sync(k)`` copies the live weights in at the start
-    of step k. ``version`` is the step it holds; a later round checks it (``check``)."""
+    (``recompute`` with ``train.minibatches_per_step`` x ``train.inner_epochs`` > 1); ``sync(k)`` copies the live
+    weights in at the start of step k. ``version`` is the step it holds; a later round checks it (``check``)."""
 
     def __init__(self, module: torch.nn.Module, version: int):
         super().__init__(module)

@@ -4,9 +4,8 @@
 The trainer ranks keep every group whole (a chunk's cells are (generation, trained position) of the full G x S
 grid, the scheduler plans those) and get, per round, a mask [G] per group in generation order: the samples the
 round trains and counts. A rank drops the chunk cells outside it before
-the forward (``masked_cells``: nothing to compute for them; on a sharded pool a rank left without a cell still
-joins the collectives with a weight-0 cell while another rank of its group trains part of the chunk), and the commit divides by the masks' sum (``step_math.kept_count``),
-so the round's gradient is the loop's::
+the forward (``masked_cells``), and the commit divides by the masks' sum (``step_math.kept_count``), so the
+round's gradient is the loop's::
 
     grad_m = (1 / |K_m|) sum_{i in K_m} sum_{t} grad (1 / S) L(i, t),    K_m = the round's mask
 

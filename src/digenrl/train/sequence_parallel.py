@@ -1,19 +1,11 @@
-"""The sequence-parallel trainer (``train.sequence_parallel`` = d > 1, docs/sequence_parallel.md).
+"""The sequence-parallel trainer (``train.sequence_parallel`` = d > 1; why a lane computes what one unsplit rank
+does, and how the runtime lays lanes out over shard groups: docs/sequence_parallel.md).
 
-d consecutive trainer ranks form a *lane*: they train the same cells at once, each holding 1 / d of every
-sample's latent tokens (``models.sequence_parallel``). What a lane computes equals one unsplit rank's:
-
-* the loss of every cell is computed on every rank from the gathered velocity (the same number), and each rank's
-  backward carries only its own tokens' part, so the d ranks' parameter gradients **sum** to the unsplit one:
-  the commit's all-reduce (SUM over all trainer ranks) or FSDP's per-chunk reduce-scatter (over a shard group
-  that contains the lane) adds them; the loss scale of ``train.loss_scale`` is unchanged;
-* the lane's statistics and sampled trajectories are reported once, by its first rank (its *lead*); the others
-  (*followers*) run the same forwards and report nothing (``lane_role``).
-
-Layout (the trainer ranks in order): shard groups of g ranks (``train.shard_groups``; g = all ranks without
-hybrid sharding, or every rank alone without FSDP), each cut into g / d lanes of d consecutive ranks; a lane
-never straddles two shard groups. The scheduler sees one trainer per shard group (FSDP) or per lane (``sp<i>``)
-and splits a chunk's cells or a gang's fragments over the lanes (``StepPlan.shard_ranks`` lanes).
+d consecutive trainer ranks form a *lane* (never straddling two shard groups): they train the same cells at once,
+each holding 1 / d of every sample's latent tokens (``models.sequence_parallel``), and their parameter gradients
+sum to the unsplit one (the loss scale is unchanged). The lane's first rank (its *lead*) reports the lane's
+statistics and sampled trajectories; the others (*followers*) run the same forwards and report nothing
+(``lane_role``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ renames it to ``step_<k>.dcp`` and returns the bytes of the metadata file (``tra
 ``TrainState`` without tensors, ``sharded`` naming the directory), which the controller writes atomically as
 ``step_<k>.safetensors``. The file therefore exists only once the directory is complete, and
 ``latest_checkpoint`` / ``keep_checkpoints`` work as for replicated runs. No rank ever holds the full state.
-The metadata file records the size and sha256 of every file of the directory (``checkpoint.shard_manifest``,
-verified by ``latest_checkpoint``); ``restore_sharded_state`` checks that every recorded file is there with its size.
+The metadata file records the size and sha256 of every file of the directory (``checkpoint.shard_manifest``, taken
+by rank 0 once every rank wrote; ``verify_checkpoint``, hence every resume and recovery, checks them);
+``restore_sharded_state`` checks that every recorded file is there with its size.
 The run directory must be reachable under the same path from every trainer rank (a shared file system on a
 multi-node cluster, as for any ``torch.distributed.checkpoint`` user).
 

@@ -16,9 +16,8 @@ is a collective anyway (it all-gathers the blocks). Sum over ranks and chunks = 
 all-reduced sum, so the committed update is the same (I1).
 
 Collectives: a forward or backward all-gathers every block, so all ranks of the pool run each training chunk
-together (``rank_cells`` splits a chunk's cells over the ranks; a rank with no cell runs one cell with loss
-weight 0, and so does one whose cells are all zero-advantage ones under ``filter_zero_advantage``:
-``train_cells(collective=True)``) and generate together (TAG as a collective action: each rank samples its
+together (``rank_cells`` splits a chunk's cells over the ranks; a rank left without one runs a weight-0 cell:
+``step_math.kept_cells``) and generate together (TAG as a collective action: each rank samples its
 own fragment of the same size, the forwards are matched one to one). Publishing gathers the full trainable state on every rank
 (``full_trainable_state``, collective). Checkpoints: ``torch.distributed.checkpoint`` (each rank writes its
 shards; resumable) and ``export_consolidated`` (one full safetensors file written by rank 0).
@@ -89,9 +88,8 @@ def shard_policy(policy, mesh, precision=None, cpu_offload: bool = False) -> Non
 
 
 def shard_context(ctx, group=None, replica_group=None) -> None:
-    """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version).
-    ``replica_group`` (hybrid sharding): the ranks holding the same shards in the other shard groups, over
-    which the commit sums the gradient shards (``GradientTransaction._all_reduce``)."""
+    """Shard ``ctx.policy`` over ``group`` and rebuild its optimizer, transaction and EMA (same version);
+    ``replica_group``: hybrid sharding's (``GradientTransaction._all_reduce``)."""
     cfg = ctx.cfg
     device_type = next(ctx.policy.parameters()).device.type
     prec = getattr(ctx.policy, "precision", None)

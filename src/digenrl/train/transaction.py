@@ -16,17 +16,14 @@ commit is refused: the gradients are dropped, the optimizer is not stepped (weig
 the transaction is closed and ``NonFiniteCommit`` names the step. One NaN gradient would otherwise make every
 weight NaN. An fp16 overflow is not a fault: dynamic loss scaling skips that step and backs off (``precision``).
 
-**Order-free sums** (``train.grad_sum``, ``fp64``): float addition is not associative, so a gradient summed in
-the order the chunks arrive, over the chunks each trainer happened to train (TSP gives a chunk to whichever
-trainer is free), differs in its last bits from run to run, and training amplifies that (two clean runs of
-hybrid sharding, 10 steps: 1e-6 .. 3e-5 apart). With ``fp64`` the caller ``fold`` s each chunk's gradient into
-float64 sums right after its backward; the commit all-reduces those in float64 and casts them back. A sum of
-float32 values in float64 is exact while their exponents span less than 29 - log2(n) bits; past that its
-rounding (2^-53 relative) changes the float32 result only where the exact sum lies that close to a float32
-rounding boundary, so the committed gradient, and the run, are the same bitwise whatever the order and the
-partition (``tests/runtime/test_grad_sum.py``: hybrid sharding and replicated ranks, twice each; which runs sum in
-float64: ``control.run_plan.grad_sum_fp64``). The sums cost
-8 bytes per trainable parameter (sharded: per shard) beside the float32 gradient (``train.memory``).
+**Order-free sums** (``train.grad_sum``, ``fp64``; why: docs/algorithms.md, "Reproducible sums": two clean runs
+of hybrid sharding ended 1e-6 .. 3e-5 apart in 10 steps; which runs: ``control.run_plan.grad_sum_fp64``): the
+caller ``fold`` s each chunk's gradient into float64 sums right after its backward; the commit all-reduces those
+in float64 and casts them back. A sum of float32 values in float64 is exact while their exponents span less than
+29 - log2(n) bits; past that its rounding (2^-53 relative) changes the float32 result only where the exact sum
+lies that close to a float32 rounding boundary, so the committed gradient, and the run, are the same bitwise
+whatever the order and the partition (``tests/runtime/test_grad_sum.py``). The sums cost 8 bytes per trainable
+parameter (sharded: per shard) beside the float32 gradient (``train.memory``).
 """
 
 from __future__ import annotations
