@@ -11,7 +11,8 @@ from .base import _Strict
 
 
 class BTSOptions(_Strict):
-    """Options of the BTS search (``schedule.bts.BTSConfig``), used where BTS decides (``runtime.tag_policy``: ``bts``, or ``auto`` outside ``full``)."""
+    """Options of the BTS search (``schedule.bts.BTSConfig``), used where BTS decides (``runtime.tag_policy``:
+    ``bts``, or ``auto`` outside ``full``)."""
 
     depth: int = Field(2, ge=0)  # recursion depth over future bubbles
     """Recursion depth over future bubbles (2: with exact costs depth 0 was slower where it decided otherwise,
