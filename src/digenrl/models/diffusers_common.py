@@ -221,9 +221,10 @@ class DiffusersPolicy(Policy):
         return ReferenceView(self)
 
     def export_lora(self, out_dir) -> Path:
-        from digenrl.models.lora import export_lora
+        """Write the trained LoRA as ``pytorch_lora_weights.safetensors`` (``models.lora.save_lora_dir``)."""
+        from digenrl.models.lora import save_lora_dir
 
-        return export_lora(self, out_dir)
+        return save_lora_dir(self.transformer, self.pipeline_class(), out_dir)
 
     # -- family hooks -------------------------------------------------------------------------------------
     def _latent_layout(self) -> tuple[int, ...]:  # pragma: no cover - interface
