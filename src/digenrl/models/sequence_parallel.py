@@ -132,6 +132,7 @@ def _enable_diffusers_plan(transformer, sg: SequenceGroup) -> None:
     """diffusers' ``enable_parallelism`` with the model's ``_cp_plan`` on ``sg``'s ranks (see the module doc for the
     resolver we give it)."""
     from diffusers.models._modeling_parallel import ParallelConfig
+    from diffusers.utils import logging
 
     cp = context_parallel_config(transformer, sg)
 
@@ -142,16 +143,9 @@ def _enable_diffusers_plan(transformer, sg: SequenceGroup) -> None:
         return out
 
     transformer._resolve_parallel_config = resolve  # the instance's, ahead of the class method
-    _quiet_diffusers(transformer.enable_parallelism, config=cp)
-
-
-def _quiet_diffusers(fn, **kwargs):
-    """``fn(**kwargs)`` without diffusers' "experimental feature" warning (logged on every call)."""
-    from diffusers.utils import logging
-
     level = logging.get_verbosity()
-    logging.set_verbosity_error()
+    logging.set_verbosity_error()  # without diffusers' "experimental feature" warning (logged on every call)
     try:
-        return fn(**kwargs)
+        transformer.enable_parallelism(config=cp)
     finally:
         logging.set_verbosity(level)
