@@ -174,7 +174,7 @@ def test_sharded_cache_lru_and_other_writers(tmp_path):
     assert len(shards) == 2  # 20 rows (>= 16) flushed as one shard, the other 30 at the end of bulk()
 
     reader = PromptCache(tmp_path, "fam-1", max_rows=8)  # a new process: only the headers are read
-    assert len(reader) == 50 and len(reader._mem) == 0
+    assert len(reader._index) == 50 and len(reader._mem) == 0
     out = reader.get(texts[::-1])
     torch.testing.assert_close(out["e"], cond["e"].flip(0))
     torch.testing.assert_close(out["m"], cond["m"].flip(0))

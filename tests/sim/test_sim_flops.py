@@ -101,7 +101,7 @@ def test_forward_flops_match_the_flop_counter(key):
 
     torch.set_num_threads(1)
     m = _meta_model(key).to(torch.bfloat16)
-    shape, n_txt = ((3, 8, 12), 32) if ARCHS[key].name.endswith(("14B", "13B")) else ((1, 16, 24), 40)
+    shape, n_txt = ((3, 8, 12), 32) if SPECS[key].video else ((1, 16, 24), 40)
     n_img = shape[0] * shape[1] * shape[2]
     with FlopCounterMode(display=False) as fc:
         m(**_forward_inputs(key, shape, n_txt))

@@ -22,11 +22,6 @@ import torch
 Cond = dict[str, torch.Tensor]
 
 
-def index_cond(cond: Cond, idx: torch.Tensor | Sequence[int]) -> Cond:
-    idx_t = torch.as_tensor(idx, dtype=torch.long)
-    return {k: v[idx_t.to(v.device)] for k, v in cond.items()}
-
-
 def repeat_cond(cond: Cond, n: int) -> Cond:
     """Repeat every row ``n`` times consecutively (row i -> rows i*n .. i*n+n-1)."""
     return {k: v.repeat_interleave(n, dim=0) for k, v in cond.items()}

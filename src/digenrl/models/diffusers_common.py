@@ -113,6 +113,51 @@ class DiffusersPolicy(Policy):
 
         return getattr(diffusers, cls.spec.pipeline_class)
 
+    @classmethod
+    def build(cls, model_cfg) -> "DiffusersPolicy":
+        """Load ``model_cfg.path`` offline and wrap it in this family policy (with the prompt cache): the registry's
+        builder of the family (``models.registry``)."""
+        from digenrl.models.diffusers_files import ModelFilesError, check_model_dir, load_pipeline, present_components
+
+        spec = cls.spec
+        check_model_dir(model_cfg.path, spec.name, ("transformer", "vae", "scheduler"))
+        text = list(spec.text_components)
+        present = present_components(model_cfg.path, text)
+        want_text = model_cfg.options.get("load_text_encoders", "auto")
+        cache_dir = model_cfg.prompt_cache_dir
+        encoder_id = None
+        if want_text is True and len(present) < len(text):
+            check_model_dir(model_cfg.path, spec.name, text)  # names the missing text components
+        if want_text is False or len(present) < len(text):
+            ids = PromptCache.read_encoder_ids(cache_dir) if cache_dir else []
+            if not ids:
+                where = (
+                    f"model.prompt_cache_dir {cache_dir!r} holds no prompt cache manifest"
+                    if cache_dir
+                    else "model.prompt_cache_dir is not set"
+                )
+                missing = [f"{c}/ (subfolder)" for c in text if c not in present]
+                if missing:
+                    raise ModelFilesError(
+                        f"model directory {model_cfg.path!r} (model.kind={spec.name!r}) has no text encoders "
+                        f"(missing: {', '.join(missing)}) and {where}; build one with `digenrl cache-prompts`"
+                    )
+                raise ValueError(f"model.options.load_text_encoders is false and {where}")
+            if len(ids) > 1:
+                raise ValueError(f"model.prompt_cache_dir: {cache_dir!r} holds several encoder ids {ids}; use one "
+                                 "per dir")
+            encoder_id, skip = ids[0], text
+        else:
+            skip = []
+        pipe = load_pipeline(cls.pipeline_class(), model_cfg.path, model_cfg.dtype, skip + list(spec.extra_components))
+        for comp in ("transformer", "vae", *spec.text_components):
+            module = getattr(pipe, comp, None)
+            if isinstance(module, torch.nn.Module):
+                module.to(model_cfg.device)
+                if comp != "transformer":
+                    module.requires_grad_(False)
+        return cls(pipe, model_cfg, cache_dir=cache_dir, encoder_id=encoder_id)
+
     def _encoder_id_from_pipe(self) -> str:
         if not self.has_text_encoders:
             raise ValueError(f"{self.spec.name}: no text encoders loaded and no prompt cache encoder id given")
@@ -221,9 +266,10 @@ class DiffusersPolicy(Policy):
         return ReferenceView(self)
 
     def export_lora(self, out_dir) -> Path:
-        from digenrl.models.lora import export_lora
+        """Write the trained LoRA as ``pytorch_lora_weights.safetensors`` (``models.lora.save_lora_dir``)."""
+        from digenrl.models.lora import save_lora_dir
 
-        return export_lora(self, out_dir)
+        return save_lora_dir(self.transformer, self.pipeline_class(), out_dir)
 
     # -- family hooks -------------------------------------------------------------------------------------
     def _latent_layout(self) -> tuple[int, ...]:  # pragma: no cover - interface
@@ -321,49 +367,6 @@ class ReferenceView:
     def __call__(self, x, sigma, cond, guidance=None):
         with self._swap():
             return self.policy(x, sigma, cond, guidance=guidance)
-
-
-def build_family_policy(policy_cls: type[DiffusersPolicy], model_cfg) -> DiffusersPolicy:
-    """Load ``model_cfg.path`` offline and wrap it in ``policy_cls`` (with the prompt cache)."""
-    from digenrl.models.diffusers_files import ModelFilesError, check_model_dir, load_pipeline, present_components
-
-    spec = policy_cls.spec
-    check_model_dir(model_cfg.path, spec.name, ("transformer", "vae", "scheduler"))
-    text = list(spec.text_components)
-    present = present_components(model_cfg.path, text)
-    want_text = model_cfg.options.get("load_text_encoders", "auto")
-    cache_dir = model_cfg.prompt_cache_dir
-    encoder_id = None
-    if want_text is True and len(present) < len(text):
-        check_model_dir(model_cfg.path, spec.name, text)  # names the missing text components
-    if want_text is False or len(present) < len(text):
-        ids = PromptCache.read_encoder_ids(cache_dir) if cache_dir else []
-        if not ids:
-            where = (
-                f"model.prompt_cache_dir {cache_dir!r} holds no prompt cache manifest"
-                if cache_dir
-                else "model.prompt_cache_dir is not set"
-            )
-            missing = [f"{c}/ (subfolder)" for c in text if c not in present]
-            if missing:
-                raise ModelFilesError(
-                    f"model directory {model_cfg.path!r} (model.kind={spec.name!r}) has no text encoders "
-                    f"(missing: {', '.join(missing)}) and {where}; build one with `digenrl cache-prompts`"
-                )
-            raise ValueError(f"model.options.load_text_encoders is false and {where}")
-        if len(ids) > 1:
-            raise ValueError(f"model.prompt_cache_dir: {cache_dir!r} holds several encoder ids {ids}; use one per dir")
-        encoder_id, skip = ids[0], text
-    else:
-        skip = []
-    pipe = load_pipeline(policy_cls.pipeline_class(), model_cfg.path, model_cfg.dtype, skip + list(spec.extra_components))
-    for comp in ("transformer", "vae", *spec.text_components):
-        module = getattr(pipe, comp, None)
-        if isinstance(module, torch.nn.Module):
-            module.to(model_cfg.device)
-            if comp != "transformer":
-                module.requires_grad_(False)
-    return policy_cls(pipe, model_cfg, cache_dir=cache_dir, encoder_id=encoder_id)
 
 
 class TextEncoderOnly:

@@ -167,12 +167,6 @@ def load_pipeline(pipeline_cls, path: str, dtype: str, skip: Sequence[str]):
     return pipe
 
 
-def _stretch_to_terminal(sigmas: torch.Tensor, terminal: float) -> torch.Tensor:
-    one_minus = 1 - sigmas
-    scale = one_minus[-1] / (1 - terminal)
-    return 1 - one_minus / scale
-
-
 _UNSUPPORTED = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas")
 
 
@@ -222,5 +216,6 @@ def family_sigmas(
     )
     terminal = cfg.get("shift_terminal")
     if terminal and float(sig[-2]) < 1.0:  # (a 1-step schedule has nothing to stretch; diffusers gives NaN)
-        sig = torch.cat([_stretch_to_terminal(sig[:-1], float(terminal)), sig[-1:]])
+        one_minus = 1 - sig[:-1]  # the module docstring's stretch, the final 0 kept
+        sig = torch.cat([1 - one_minus / (one_minus[-1] / (1 - float(terminal))), sig[-1:]])
     return sig

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import FamilySpec, PackedPolicy, build_family_policy
+from digenrl.models.diffusers_common import FamilySpec, PackedPolicy
 
 
 class FluxPolicy(PackedPolicy):
@@ -59,7 +59,3 @@ class FluxPolicy(PackedPolicy):
         cfg = self.vae.config
         z = self._unpack(latents.to(self.vae.device, torch.float32))
         return self._vae_decode(z / cfg.scaling_factor + (cfg.shift_factor or 0.0))
-
-
-def build_policy(model_cfg) -> FluxPolicy:
-    return build_family_policy(FluxPolicy, model_cfg)

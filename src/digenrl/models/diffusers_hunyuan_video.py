@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
+from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec
 from digenrl.models.diffusers_files import family_sigmas
 
 
@@ -55,7 +55,3 @@ class HunyuanVideoPolicy(DiffusersPolicy):
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         return self._vae_decode(latents.to(self.vae.device, torch.float32) / self.vae.config.scaling_factor)
-
-
-def build_policy(model_cfg) -> HunyuanVideoPolicy:
-    return build_family_policy(HunyuanVideoPolicy, model_cfg)

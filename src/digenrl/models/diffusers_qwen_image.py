@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import FamilySpec, PackedPolicy, build_family_policy
+from digenrl.models.diffusers_common import FamilySpec, PackedPolicy
 
 
 class QwenImagePolicy(PackedPolicy):
@@ -63,7 +63,3 @@ class QwenImagePolicy(PackedPolicy):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         z = self._unpack(latents.to(self.vae.device, torch.float32)).unsqueeze(2)  # one frame
         return self._decode_normalised(z)[:, :, 0]
-
-
-def build_policy(model_cfg) -> QwenImagePolicy:
-    return build_family_policy(QwenImagePolicy, model_cfg)

@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
+from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec
 from digenrl.models.diffusers_files import family_sigmas
 
 
@@ -57,7 +57,3 @@ class SD3Policy(DiffusersPolicy):
         cfg = self.vae.config
         return self._vae_decode(latents.to(self.vae.device, torch.float32) / cfg.scaling_factor
                                 + (cfg.shift_factor or 0.0))
-
-
-def build_policy(model_cfg) -> SD3Policy:
-    return build_family_policy(SD3Policy, model_cfg)

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from digenrl.models.base import Cond
-from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec, build_family_policy
+from digenrl.models.diffusers_common import DiffusersPolicy, FamilySpec
 from digenrl.models.diffusers_files import family_sigmas
 
 
@@ -51,6 +51,20 @@ class WanPolicy(DiffusersPolicy):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         return self._decode_normalised(latents.to(self.vae.device, torch.float32))
 
+    @classmethod
+    def build(cls, model_cfg) -> "WanPolicy":
+        check_not_moe(model_cfg.path)
+        policy = super().build(model_cfg)
+        if policy.scheduler_config.get("_class_name") == "UniPCMultistepScheduler":
+            import warnings
+
+            warnings.warn(
+                f"wan: the checkpoint's scheduler is UniPCMultistepScheduler (flow_shift="
+                f"{policy.scheduler_config.get('flow_shift')}); DigenRL samples with the (SDE-)Euler flow-matching step "
+                "on the shifted sigma grid (Flow-GRPO's Wan recipe), so samples differ from WanPipeline's UniPC output",
+                UserWarning, stacklevel=2)
+        return policy
+
 
 def check_not_moe(path: str | None) -> None:
     """Refuse a Wan2.2 mixture-of-experts checkpoint (``transformer_2`` + ``boundary_ratio``): DigenRL trains
@@ -70,17 +84,3 @@ def check_not_moe(path: str | None) -> None:
             f"boundary_ratio={meta.get('boundary_ratio')}); two-expert sampling and training are not supported: "
             "use a single-transformer Wan2.1 / Wan2.2-TI2V-5B checkpoint"
         )
-
-
-def build_policy(model_cfg) -> WanPolicy:
-    check_not_moe(model_cfg.path)
-    policy = build_family_policy(WanPolicy, model_cfg)
-    if policy.scheduler_config.get("_class_name") == "UniPCMultistepScheduler":
-        import warnings
-
-        warnings.warn(
-            f"wan: the checkpoint's scheduler is UniPCMultistepScheduler (flow_shift="
-            f"{policy.scheduler_config.get('flow_shift')}); DigenRL samples with the (SDE-)Euler flow-matching step "
-            "on the shifted sigma grid (Flow-GRPO's Wan recipe), so samples differ from WanPipeline's UniPC output",
-            UserWarning, stacklevel=2)
-    return policy

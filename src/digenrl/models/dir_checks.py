@@ -48,18 +48,14 @@ def check_family(path: str, kind: str) -> None:
                      f"{what}; {fix}")
 
 
-def vae_spatial_factor(vae_config: dict) -> int | None:
-    blocks = vae_config.get("block_out_channels")
-    return 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else None
-
-
 def check_resolution(path: str, kind: str, options: dict, default_size: int = 512) -> None:
     """``ValueError`` naming ``model.options.height`` / ``width`` when the transformer cannot take that size."""
     if kind != "sd3":
         return
     root = Path(path).expanduser()
     tr = _json(root / "transformer" / "config.json")
-    f = vae_spatial_factor(_json(root / "vae" / "config.json"))
+    blocks = _json(root / "vae" / "config.json").get("block_out_channels")
+    f = 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else None
     p, limit = tr.get("patch_size"), tr.get("pos_embed_max_size")
     if not isinstance(f, int) or not isinstance(p, int):
         return

@@ -1,28 +1,15 @@
-"""The generator pool's inference copy of the policy (the ``generator`` config section; docs/fast_generator.md).
+"""The generator pool's inference copy of the policy (the ``generator`` config section; docs/fast_generator.md
+describes the three options, what they cost and why the copy differs from a trainer's weights).
 
-A generator worker holds its own policy, which nothing trains: it only samples with the published versions. So
-it may hold them in a form built for speed, which a trainer (whose weights must stay differentiable, in their
-master dtype, with the adapters apart) cannot. Three options, each independent of the others:
-
-* ``merge_lora`` (LoRA only): for every peft LoRA layer of the transformer, once per published version::
-
-      W = W0 + (alpha / r) B A
-
-  computed by peft itself (``LoraLayer.merge``, i.e. ``get_delta_weight`` added in place), after which peft's
-  merged forward runs the base layer alone: no adapter matmuls per forward. W0 (the base weight as built, in the
-  copy's dtype) is kept, and every version first copies W0 back (after peft's ``unmerge``, which keeps peft's
-  bookkeeping but is not exact in floating point: W0 + d - d != W0), so merge error never accumulates over
-  versions: version k's weights are W0 + delta_k, rounded once.
-* ``dtype``: the transformer's weights (adapters included) in an inference dtype (bfloat16 on a GPU),
-  independent of the trainers' masters. Inputs are cast to it inside the policy's forward and the velocity comes
-  back as float32, so the SDE step and the recorded log-probs stay float32 (``rollout.sampler``, ``algo.sde``).
-* ``compile``: ``torch.compile`` of the transformer's forward in place (``nn.Module.compile``, so the parameter
-  names do not change), with ``dynamic=False``: compiled at the run's fixed shapes (fragment size, latent,
-  text length), once. Every later version is swapped into the same parameter tensors in place (``copy_`` of the
-  published tensors, the merge's in-place add), so the compiled graph and its guards stay valid: no recompile
-  across versions (``tests/models/test_fast_generator.py`` counts the compilations over version swaps; the copy
-  stays in eval mode, which the graph's guards check, as the sampler runs it). With
-  ``reduce-overhead`` on a GPU the graph is replayed as a CUDA graph, which the in-place swap keeps valid too.
+* ``merge_lora`` (LoRA only): every peft LoRA layer merged once per published version, W = W0 + (alpha / r) B A
+  (peft's ``LoraLayer.merge``), from the kept W0 every time (peft's ``unmerge`` is not exact in floating point:
+  W0 + d - d != W0), so version k's weights are W0 + delta_k, rounded once.
+* ``dtype``: the transformer's weights (adapters included) in an inference dtype; inputs are cast to it inside
+  the policy's forward and the velocity comes back as float32 (the SDE step and the log-probs stay float32).
+* ``compile``: ``nn.Module.compile`` of the transformer in place (parameter names unchanged), ``dynamic=False``,
+  compiled once; every later version is swapped into the same parameter tensors in place, so the compiled graph,
+  its guards (the copy stays in eval mode) and a ``reduce-overhead`` CUDA graph stay valid: no recompile
+  (``tests/models/test_fast_generator.py`` counts the compilations).
 
 The publish paths receive the trainers' tensors as they are (``layout``: each published tensor's shape and dtype,
 recorded before the cast), and ``load`` casts them while copying them in.

@@ -80,7 +80,6 @@ class Arch:
     ``attn``: tuples (layers, kind) with kind ``joint`` (over n_img + n_txt), ``img`` (over n_img), ``cross``
     (n_img queries on n_txt keys) or ``txt`` (over n_txt)."""
 
-    name: str
     streams: Streams
     d_attn: int
     attn: tuple[tuple[int, str], ...]
@@ -143,7 +142,7 @@ def _flux(c: dict) -> Arch:
                   sample=mlp2(256, h, h) * (2 if c["guidance_embeds"] else 1) + mlp2(c["pooled_projection_dim"], h, h)
                   + lin(h, 2 * h), elementwise=0)
     s = emb + _double_block(h, hd, 4 * h) * c["num_layers"] + _single_block(h, hd, 4 * h) * c["num_single_layers"]
-    return Arch("FLUX.1-dev", s, h, ((c["num_layers"] + c["num_single_layers"], "joint"),),
+    return Arch(s, h, ((c["num_layers"] + c["num_single_layers"], "joint"),),
                 _dual_single_adapter_dims(h, 4 * h, c["num_layers"], c["num_single_layers"]))
 
 
@@ -161,7 +160,7 @@ def _hunyuan(c: dict) -> Arch:
                   + lin(h, 2 * h), elementwise=0)
     s = (emb + refiner + _double_block(h, hd, mlp) * c["num_layers"]
          + _single_block(h, hd, mlp) * c["num_single_layers"])
-    return Arch("HunyuanVideo-13B", s, h,
+    return Arch(s, h,
                 ((c["num_layers"] + c["num_single_layers"], "joint"), (c["num_refiner_layers"], "txt")),
                 _dual_single_adapter_dims(h, mlp, c["num_layers"], c["num_single_layers"]))
 
@@ -171,7 +170,7 @@ def _qwen(c: dict) -> Arch:
     block = _double_block(h, hd, 4 * h)
     emb = Streams(img=lin(c["in_channels"], h) + lin(h, c["patch_size"] ** 2 * c["out_channels"]), txt=lin(jd, h),
                   joint=0, sample=mlp2(256, h, h) + lin(h, 2 * h), elementwise=jd)  # txt_norm: RMSNorm scale
-    return Arch("Qwen-Image-20B", emb + block * c["num_layers"], h, ((c["num_layers"], "joint"),),
+    return Arch(emb + block * c["num_layers"], h, ((c["num_layers"], "joint"),),
                 _dual_single_adapter_dims(h, 4 * h, c["num_layers"], 0))
 
 
@@ -187,7 +186,7 @@ def _wan(c: dict) -> Arch:
     emb = Streams(img=c["in_channels"] * patch * h + h + lin(h, patch * c["out_channels"]),
                   txt=mlp2(c["text_dim"], h, h), joint=0,
                   sample=mlp2(c["freq_dim"], h, h) + lin(h, 6 * h), elementwise=2 * h)
-    return Arch("Wan2.1-T2V-14B", emb + block * c["num_layers"], h,
+    return Arch(emb + block * c["num_layers"], h,
                 ((c["num_layers"], "img"), (c["num_layers"], "cross")),
                 c["num_layers"] * (8 * 2 * h + 2 * (h + c["ffn_dim"])))
 
@@ -206,7 +205,7 @@ def _sd35m(c: dict) -> Arch:
         sample = lin(h, (9 if i in dual else 6) * h) + lin(h, (2 if last else 6) * h)
         s = s + Streams(img, txt, 0, sample, 4 * hd + (2 * hd if i in dual else 0))
         dims += 4 * 2 * h + 10 * h + (8 * h if i in dual else 0) + 3 * 2 * h + (0 if last else 2 * h + 10 * h)
-    return Arch("SD3.5-Medium", s, h, ((L, "joint"), (len(dual), "img")), dims)
+    return Arch(s, h, ((L, "joint"), (len(dual), "img")), dims)
 
 
 _BUILDERS = {"flux": _flux, "hunyuan_video": _hunyuan, "qwen_image": _qwen, "wan": _wan, "sd3": _sd35m}

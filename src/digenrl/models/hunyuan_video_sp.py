@@ -18,7 +18,7 @@ and every joint attention (``transformer_blocks``, ``single_transformer_blocks``
 The model builds its attention mask from the split sequence ([B, 1, 1, S/d + L], text padding masked at the
 end); the processor rebuilds it for the whole sequence (every image token attended, the text part as given).
 The adjoint of each collective is in ``models.ulysses``; why the ranks' gradients then sum to the unsplit
-gradient is in ``models.sequence_parallel``. HunyuanVideo's image-to-video variant (``image_condition_type =
+gradient is in docs/sequence_parallel.md. HunyuanVideo's image-to-video variant (``image_condition_type =
 "token_replace"``) numbers tokens of the first frame and is refused.
 """
 

@@ -106,27 +106,18 @@ def reference_context(transformer: torch.nn.Module, snapshot: dict[str, torch.Te
         yield
 
 
-def lora_state_dict(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The adapter tensors in diffusers' transformer LoRA naming (``...to_q.lora_A.weight``)."""
-    from peft.utils import get_peft_model_state_dict
-
-    if not has_lora(transformer):
-        raise ValueError("export_lora: the policy has no LoRA adapter (model.lora.enabled is false)")
-    return {k: v.detach().cpu() for k, v in get_peft_model_state_dict(transformer, adapter_name=ADAPTER).items()}
-
-
-def export_lora(policy, out_dir: str | Path) -> Path:
-    """Write the trained LoRA of ``policy`` as ``pytorch_lora_weights.safetensors`` (see ``save_lora_dir``)."""
-    return save_lora_dir(policy.transformer, policy.pipeline_class(), out_dir)
-
-
 def save_lora_dir(transformer: torch.nn.Module, pipeline_cls, out_dir: str | Path) -> Path:
     """Write the adapter of ``transformer`` loadable by ``pipeline_cls.load_lora_weights``
-    (``pipeline_cls.save_lora_weights`` with the adapter config as metadata, so the alpha / rank scale
-    survives the round trip)."""
+    (``pytorch_lora_weights.safetensors``: ``pipeline_cls.save_lora_weights`` of the adapter tensors in diffusers'
+    transformer LoRA naming, ``...to_q.lora_A.weight``, with the adapter config as metadata, so the alpha / rank
+    scale survives the round trip)."""
+    from peft.utils import get_peft_model_state_dict
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = lora_state_dict(transformer)
+    if not has_lora(transformer):
+        raise ValueError("export_lora: the policy has no LoRA adapter (model.lora.enabled is false)")
+    state = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(transformer, adapter_name=ADAPTER).items()}
     metadata = transformer.peft_config[ADAPTER].to_dict()
     pipeline_cls.save_lora_weights(
         str(out),

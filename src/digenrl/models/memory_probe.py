@@ -208,13 +208,6 @@ def transformer_inputs(family: str, model: torch.nn.Module, batch: int, img_toke
     raise ValueError(f"unknown family {family!r}; expected one of sd3, flux, wan, qwen_image, hunyuan_video")
 
 
-def block_kinds(family: str) -> dict[str, str]:
-    """Block-list path -> kind name used by the memory plan (the last path component)."""
-    from digenrl.models.specs import SPECS
-
-    return {path: path.split(".")[-1] for path in SPECS[family].layer_keys.values()}
-
-
 def add_lora(model: torch.nn.Module, family: str, rank: int) -> None:
     """Freeze ``model`` and add the family's default LoRA adapter (``models.lora``) of ``rank``."""
     from types import SimpleNamespace
@@ -226,10 +219,14 @@ def add_lora(model: torch.nn.Module, family: str, rank: int) -> None:
 
 def saved_bytes(family: str, model: torch.nn.Module, img_tokens: int, txt_tokens: int, *, batch: int = 1,
                 autocast_dtype=None) -> dict[str, int]:
-    """Saved-for-backward bytes of one forward, per block kind (see ``saved_bytes_by_block``)."""
+    """Saved-for-backward bytes of one forward, per block kind (see ``saved_bytes_by_block``; a kind is named by
+    the last component of its block-list path, as the memory plan names it)."""
+    from digenrl.models.specs import SPECS
+
+    kinds = {path: path.split(".")[-1] for path in SPECS[family].layer_keys.values()}
     x = transformer_inputs(family, model, batch, img_tokens, txt_tokens)
     with torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None else nullcontext():
-        return saved_bytes_by_block(model, lambda: model(**x)[0], block_kinds(family))
+        return saved_bytes_by_block(model, lambda: model(**x)[0], kinds)
 
 
 def fit_per_token(family: str, model: torch.nn.Module, *, autocast_dtype=None, img=(64, 144), txt=(16, 48)):

@@ -224,8 +224,4 @@ class PromptCache:
             rows.append(row)
         return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
 
-    def __len__(self) -> int:
-        """Prompts known to this cache (on disk and in memory)."""
-        return len(set(self._index) | {self._key(t) for t in self._mem} | {self._key(t) for t in self._pending})
-
 

@@ -9,7 +9,8 @@ from digenrl.models.specs import SPECS
 
 _BUILDERS: dict[str, str] = {  # kind: "module:function" (imported lazily: optional dependencies load only when used)
     "tiny_dit": "digenrl.models.tiny_dit:build_tiny_dit_policy",
-    **{kind: f"digenrl.models.diffusers_{kind}:build_policy" for kind in SPECS},  # the registry's diffusers families
+    # the registry's diffusers families: the builder is their policy class's ``build`` (``family_policy_class``)
+    **{kind: f"digenrl.models.diffusers_{kind}:" for kind in SPECS},
 }
 
 
@@ -33,7 +34,7 @@ def build_policy(model_cfg) -> Policy:
     from digenrl.models.lora_files import load_adapter, resolve_lora
 
     module, fn = _module(model_cfg.kind)
-    builder: Callable = getattr(module, fn)
+    builder: Callable = getattr(module, fn) if fn else family_policy_class(model_cfg.kind).build
     model_cfg = resolve_lora(model_cfg)  # a LoRA adapter to train on (model.lora_path): its rank / alpha / targets
     policy = builder(model_cfg)
     if getattr(model_cfg, "lora_path", None):

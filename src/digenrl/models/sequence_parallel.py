@@ -10,18 +10,9 @@ Per forward of a group of d ranks (one sequence of S latent tokens, H heads)::
     output   : all-gather of the S / d output tokens before the unpatchify (every rank gets the velocity)
 
 Everything outside attention acts per token, so a rank computes exactly its tokens' part of the unsplit
-forward. Backward: the all-to-alls are each other's adjoints; the output gather's adjoint is "keep my slice"
-(every rank computes the same loss from the gathered velocity and counts it once); computations every rank
-repeats (timestep and text embeddings, the text stream) get on each rank the gradient of that rank's uses of
-them only, so **the parameter gradients of the d ranks sum to the unsplit gradient**: the trainer sums them
-(the commit's all-reduce, or FSDP's reduce-scatter over a shard group that contains the sequence group).
-
-Two plans, applied by ``enable_sequence_parallel``:
-
-* ``wan``: diffusers' own (``WanTransformer3DModel._cp_plan`` with ``ContextParallelConfig(ulysses_degree=d)``:
-  split hooks on ``rope`` and ``blocks.0``, gather on ``proj_out``, ``TemplatedUlyssesAttention`` in the self
-  attention; the text cross-attention keys and values stay whole on every rank).
-* ``hunyuan_video``: DigenRL's (``models.hunyuan_video_sp``): diffusers 0.42 declares no ``_cp_plan`` for it.
+forward. Why the d ranks' parameter gradients sum to the unsplit gradient (which the trainer sums), and which plan
+``enable_sequence_parallel`` applies to each family (``wan``: diffusers' ``_cp_plan``; ``hunyuan_video``:
+``models.hunyuan_video_sp``): docs/sequence_parallel.md.
 
 Workarounds for diffusers 0.42.1 with torch 2.13 (``context_parallel_config``, ``_enable_diffusers_plan``):
 
@@ -132,6 +123,7 @@ def _enable_diffusers_plan(transformer, sg: SequenceGroup) -> None:
     """diffusers' ``enable_parallelism`` with the model's ``_cp_plan`` on ``sg``'s ranks (see the module doc for the
     resolver we give it)."""
     from diffusers.models._modeling_parallel import ParallelConfig
+    from diffusers.utils import logging
 
     cp = context_parallel_config(transformer, sg)
 
@@ -142,16 +134,9 @@ def _enable_diffusers_plan(transformer, sg: SequenceGroup) -> None:
         return out
 
     transformer._resolve_parallel_config = resolve  # the instance's, ahead of the class method
-    _quiet_diffusers(transformer.enable_parallelism, config=cp)
-
-
-def _quiet_diffusers(fn, **kwargs):
-    """``fn(**kwargs)`` without diffusers' "experimental feature" warning (logged on every call)."""
-    from diffusers.utils import logging
-
     level = logging.get_verbosity()
-    logging.set_verbosity_error()
+    logging.set_verbosity_error()  # without diffusers' "experimental feature" warning (logged on every call)
     try:
-        return fn(**kwargs)
+        transformer.enable_parallelism(config=cp)
     finally:
         logging.set_verbosity(level)

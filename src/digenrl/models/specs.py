@@ -6,15 +6,10 @@ One spelling per family, the config's ``model.kind``: ``sd3``, ``flux``, ``wan``
 spellings are accepted as documented aliases where a user could have typed them (``digenrl simulate --model``):
 ``hunyuan``, ``qwen-image``, ``sd35-medium`` (``canonical``).
 
-Per family (``ModelSpec``): the diffusers pipeline (with its text components) and transformer class and the latter's
-constructor arguments (the model repository's
-``transformer/config.json``, cited per entry; the memory probe builds the class from them, ``models.memory_probe``,
-and ``tests/sim/test_sim_flops.py`` checks the closed forms of ``models.flops`` against it), the block lists the
-probe sizes, the text the adapter feeds by default (``max_sequence_length``; SD3 prepends 77 CLIP tokens), whether
-text joins the self-attention sequence (MM-DiT) and whether one forward per step suffices (guidance-distilled), the
-latent geometry (VAE factors, the spatial token size in latent pixels: FLUX.1 and Qwen-Image pack 2 x 2 latent
-pixels, the others patchify 2 x 2), the adapter's default sample size, the positional limit, and the frozen parts'
-sizes (text encoders, VAE) and the VAE decoder's FLOPs per output pixel.
+Per family (``ModelSpec``, each field commented): the published ``transformer/config.json`` (cited per entry; the
+memory probe builds the class from it, ``models.memory_probe``, and ``tests/sim/test_sim_flops.py`` checks the
+closed forms of ``models.flops`` against it) and the facts the adapters, the memory plan and the simulator read:
+text, guidance, latent geometry, default sample size, positional limit, frozen parts' sizes and VAE FLOPs.
 
 Latent tokens of one sample (``latent_tokens``)::
 

@@ -133,18 +133,6 @@ def _head_path(path: str | None) -> Path:
     return Path(path).expanduser()
 
 
-def load_head_state(path: str | None) -> dict[str, torch.Tensor]:
-    p = _head_path(path)
-    state = read_checkpoint(path, "aesthetic", option="head_path")
-    out = {}
-    for k, v in state.items():
-        idx = k.find("layers.")
-        if idx < 0:
-            raise ValueError(f"reward aesthetic: unexpected key {k!r} in {str(p)!r} (expected layers.N.weight)")
-        out[k[idx + len("layers.") :]] = v
-    return out
-
-
 class AestheticScore:
     name = "aesthetic"
 
@@ -155,7 +143,12 @@ class AestheticScore:
 
     def __init__(self, model_path: str | None = None, head_path: str | None = None, device: str | None = None):
         self.clip = ClipEmbedder(model_path, self.name, device)
-        state = load_head_state(head_path)
+        p, state = _head_path(head_path), {}
+        for k, v in read_checkpoint(head_path, "aesthetic", option="head_path").items():
+            idx = k.find("layers.")
+            if idx < 0:
+                raise ValueError(f"reward aesthetic: unexpected key {k!r} in {str(p)!r} (expected layers.N.weight)")
+            state[k[idx + len("layers.") :]] = v
         self.head = aesthetic_head(state["0.weight"].shape[1])
         self.head.load_state_dict(state)
         self.head.eval().to(self.clip.device)

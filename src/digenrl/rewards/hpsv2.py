@@ -152,15 +152,11 @@ class HpsV2(LocalWeightsReward):
         return ids.to(self.device)
 
     @torch.no_grad()
-    def embed(self, pixels: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Unit image and text embeddings [N, D] (float32)."""
-        m = self.model
+    def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
+        """The cosine of the unit image and text embeddings (float32)."""
+        m, pixels, ids = self.model, self.pixels(frames), self.tokens(texts)
         img = m.visual_projection(m.vision_model(pixel_values=pixels).pooler_output)
         hidden = m.text_model(input_ids=ids).last_hidden_state  # causal attention only, as open_clip
         txt = m.text_projection(hidden[torch.arange(ids.shape[0], device=ids.device), ids.argmax(dim=-1)])
         norm = torch.nn.functional.normalize
-        return norm(img.float(), dim=-1), norm(txt.float(), dim=-1)
-
-    def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
-        img, txt = self.embed(self.pixels(frames), self.tokens(texts))
-        return (img * txt).sum(-1)
+        return (norm(img.float(), dim=-1) * norm(txt.float(), dim=-1)).sum(-1)

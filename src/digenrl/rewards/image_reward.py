@@ -175,9 +175,5 @@ class ImageReward(LocalWeightsReward):
         return tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)
 
     @torch.no_grad()
-    def raw(self, pixels: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """MLP(h), before ImageReward's normalisation."""
-        return self.net(pixels, ids, mask)
-
     def frame_scores(self, frames: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
-        return (self.raw(self.pixels(frames), *self.tokens(texts)) - REWARD_MEAN) / REWARD_STD
+        return (self.net(self.pixels(frames), *self.tokens(texts)) - REWARD_MEAN) / REWARD_STD

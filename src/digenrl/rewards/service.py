@@ -6,21 +6,11 @@ process (or on one GPU) shared by every generator worker, which call it through 
 requests are batched (``rewards.batching.RequestBatcher``; ``/health`` reports the last ``batch_sizes``); the
 response carries the total and the per-reward breakdown (``parts``) of a weighted sum.
 
-Errors (one bad request fails only itself: the batcher scores a failed batch again request by request): what
-the reward raises on a request alone answers 422 (scoring it again would fail the same way; clients do not
-retry 4xx); only what a retry can fix answers 503, which clients retry: ``OSError`` (an unreachable
-dependency) and running out of memory (``MemoryError``, ``torch.OutOfMemoryError``).
-
-Hardening: the body is capped (``max_body_bytes``; larger -> drained without keeping it, then 413); a whole
-request (request line, headers and body) must arrive within ``read_timeout`` seconds of its first byte (or of
-the connection's previous answer), else 408 and the connection is closed, however slowly the bytes keep coming
-(a per-read timeout alone would let a client trickling one byte a second hold its thread forever); at most
-``max_connections`` connections are served at once and one beyond them is answered 503 and closed at once.
-Every malformed request (bad or missing Content-Length, invalid JSON, a field off the wire format) is answered
-400 with a short message, never dropped. With ``token`` set, ``POST /score`` requires ``Authorization: Bearer
-<token>`` (401 otherwise); ``digenrl reward-serve`` takes it from ``--token-file`` or ``$DIGENRL_REWARD_TOKEN``
-(``--token`` works but shows in ``ps``) and refuses to bind beyond loopback without a token unless
-``--allow-unauthenticated`` is given.
+Errors (422 for what the reward raises on a request alone, 503 only for what a retry can fix: ``TRANSIENT``),
+the hardening (body cap 413, whole-request deadline 408, bounded connections 503, 400 for a malformed request)
+and the token (401): docs/rewards.md, "The reward service". The deadline covers the whole request from its first
+byte (or the connection's previous answer), not each read: a per-read timeout alone would let a client trickling
+one byte a second hold its thread forever.
 """
 
 from __future__ import annotations
