@@ -57,6 +57,7 @@ class GenEvalResult:
     correct: bool
     strict: bool
     score: float
+    reasons: tuple[str, ...]
 
 
 def iou(a: Sequence[float], b: Sequence[float]) -> float:
@@ -131,24 +132,32 @@ def check_metadata(meta: Any) -> None:
 def evaluate(objects: dict[str, list[Detection]], meta: dict, position_threshold: float = 0.1) -> GenEvalResult:
     """``correct``, ``strict`` and ``score`` of one image (see the module docstring)."""
     check_metadata(meta)
-    correct = True
+    correct, reasons = True, []
     groups: list[list[Detection] | None] = []
     for req in meta.get("include", []):
         cls, n = req["class"], req["count"]
         found = objects.get(cls, [])[:n]
         ok = len(found) >= n
+        if not ok:
+            reasons.append(f"expected {cls}>={n}, found {len(found)}")
         if ok and "color" in req:
-            ok = _colour_hits(found, req["color"]) >= n
+            hits = _colour_hits(found, req["color"])
+            if hits < n:
+                ok = False
+                reasons.append(f"expected {req['color']} {cls}>={n}, found {hits}")
         if ok and "position" in req:
             rel, target = req["position"]
-            ok = groups[target] is not None and _position_ok(found, groups[target], rel, position_threshold)
+            if groups[target] is None or not _position_ok(found, groups[target], rel, position_threshold):
+                ok = False
+                reasons.append(f"expected {cls} {rel} {meta['include'][target]['class']}")
         correct &= ok
         groups.append(found if ok else None)
     for req in meta.get("exclude", []):
         if len(objects.get(req["class"], [])) >= req["count"]:
             correct = False
+            reasons.append(f"expected {req['class']}<{req['count']}, found {len(objects[req['class']])}")
     strict, score = _strict_score(objects, meta, position_threshold)
-    return GenEvalResult(bool(correct), strict, score)
+    return GenEvalResult(bool(correct), strict, score, tuple(reasons))
 
 
 def _strict_score(objects: dict[str, list[Detection]], meta: dict, position_threshold: float) -> tuple[bool, float]:
