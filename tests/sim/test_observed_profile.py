@@ -120,3 +120,17 @@ def test_rescaled_profile_keeps_the_calibrations_shape_at_the_runs_level():
     st = ProfileCost.from_dict(rescaled_profile(cal, streamed, T))
     assert st.time("publish", 1, "generator") == pytest.approx(0.05 * (0.5 + gap) / 0.05)
     assert st.time("publish", 1, "trainer") == 0.0
+
+
+def test_a_trace_file_profiles_like_the_spans_it_was_written_from(tmp_path):
+    """A run's ``trace.json`` read back (``read_chrome_trace``, as the CPU benchmarks profile their runs) keeps each
+    action's size, so its profile is the one of the run's own spans; the sizes are the hand-written ones."""
+    from digenrl.observe.trace import read_chrome_trace, write_chrome_trace
+
+    back = read_chrome_trace(write_chrome_trace(_spans(), tmp_path / "trace.json"))
+    assert [s.size for s in back] == [s.size for s in _spans()]
+    got, want = (observed_profile(x, T, until=4.0, pools=(1, 1))["ops"] for x in (back, _spans()))
+    assert got.keys() == want.keys()  # (times go through microseconds: equal to rounding)
+    for op, rows in want.items():
+        assert [n for n, _ in got[op]] == [n for n, _ in rows]
+        assert [t for _, t in got[op]] == pytest.approx([t for _, t in rows], rel=1e-9)

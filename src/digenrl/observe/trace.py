@@ -71,7 +71,8 @@ def chrome_trace(spans: Sequence[Span], workers: Sequence[str] | None = None) ->
             continue
         events.append({"ph": "X", "name": s.kind, "cat": s.kind, "pid": pools[pool_of[s.worker]],
                        "tid": tid[s.worker], "ts": s.start * 1e6, "dur": s.duration * 1e6,
-                       "args": {"label": s.label}})
+                       "args": {"label": s.label} | ({"generations": s.size.generations, "cells": s.size.cells}
+                                                    if s.size is not None else {})})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -82,9 +83,15 @@ def write_chrome_trace(spans: Sequence[Span], path: str | Path, workers: Sequenc
 
 
 def read_chrome_trace(path: str | Path) -> list[Span]:
-    """The spans of a trace ``write_chrome_trace`` wrote (its complete events; rows and pools by name)."""
+    """The spans of a trace ``write_chrome_trace`` wrote (its complete events; rows and pools by name; an action's
+    size from its ``generations`` / ``cells`` args, so that ``control.observed`` profiles a trace file as it
+    profiles a run's own spans)."""
+    from digenrl.schedule.actions import Size
+
     events = json.loads(Path(path).read_text())["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     pools = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     return [Span(names[e["tid"]], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6, e["args"].get("label", ""),
-                 pools.get(e["pid"], "")) for e in events if e.get("ph") == "X"]
+                 pools.get(e["pid"], ""),
+                 Size(e["args"]["generations"], e["args"]["cells"]) if "generations" in e["args"] else None)
+            for e in events if e.get("ph") == "X"]
