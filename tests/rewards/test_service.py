@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -83,6 +84,31 @@ def test_service_down_gives_clear_error_after_retries():
     client = RemoteReward(url, retries=2, backoff=0.01, timeout=1.0)
     with pytest.raises(RewardServiceError, match=rf"{url}.*3 attempts"):
         client(*batch(1, 0))
+
+
+def test_every_server_a_reward_calls_is_reported_down_in_one_message():
+    """The reward service, a GenEval detector and a VLM judge that nobody answers: one message (``post_retrying``)
+    naming the config key of the address, the URL, the attempts and the last error, each in its reward's error."""
+    import numpy as np
+
+    from digenrl.rewards.geneval import RemoteDetector
+    from digenrl.rewards.vlm_judge import VlmJudge, VlmJudgeError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens there
+    img = np.zeros((8, 8, 3), np.uint8)
+    calls = [(RewardServiceError, "reward remote: url", f"{url}/score", r"retry_window 600s; ",
+              lambda: RemoteReward(url, retries=1, backoff=0.0, timeout=1.0)(*batch(1, 0))),
+             (RuntimeError, "reward geneval: detector_url", f"{url}/detect", "",
+              lambda: RemoteDetector(f"{url}/detect", timeout=1.0, retries=1, backoff=0.0)([img])),
+             (VlmJudgeError, "reward vlm_judge: base_url", f"{url}/v1/chat/completions", r"retries 1; ",
+              lambda: VlmJudge(f"{url}/v1", "m", retries=1, backoff=0.0, timeout=1.0).ask(img, "p"))]
+    for error, setting, where, limit, call in calls:
+        with pytest.raises(error) as got:
+            call()
+        assert re.fullmatch(rf"{setting}: {re.escape(where)} unavailable after 2 attempts over \d+\.\ds "
+                            rf"\({limit}last error: .*Connection refused.*\)", str(got.value)), str(got.value)
 
 
 def test_failing_reward_and_bad_requests():

@@ -66,6 +66,15 @@ def rejects(plan, log, events, expected, first_step=0):
     return bad
 
 
+def named(x):
+    """A fragment, a chunk or a gang's parts as the audit's messages write them: the step numbered from 1, as every
+    step a person reads (``schedule.step_number``)."""
+    if isinstance(x, tuple):
+        return "[" + ", ".join(named(p) for p in x) + "]"
+    what = f"round {x.round}, cells {list(x.cells)}" if hasattr(x, "cells") else f"generations {list(x.generations)}"
+    return f"(step {x.step + 1}, group {x.group}, {what})"
+
+
 def test_the_good_logs_pass_in_every_mode():
     for mode in ("colocated", "naive", "gap", "gap_tsp", "gap_tsp_tag", "full"):
         good(mode, steps=3)
@@ -81,7 +90,7 @@ def test_cell_trained_twice():
     j = train_at(log, lambda a: a.chunk.step == 0 and a.chunk.group == 0, nth=1)
     extra = log[j][1].chunk.cells[0]
     replace_chunk(log, events, i, cells=log[i][1].chunk.cells + (extra,))
-    bad = rejects(plan, log, events, f"I2: cell ({extra[0]},{extra[1]}) of step 0 group 0 trained 2 times in round 0")
+    bad = rejects(plan, log, events, f"I2: cell ({extra[0]},{extra[1]}) of step 1 group 0 trained 2 times in round 0")
     assert len(bad) == 1  # nothing else is wrong with it
 
 
@@ -90,7 +99,7 @@ def test_cell_never_trained():
     i = train_at(log, lambda a: a.chunk.step == 1 and a.chunk.group == 1)
     cells = log[i][1].chunk.cells
     replace_chunk(log, events, i, cells=cells[1:])
-    bad = rejects(plan, log, events, f"I2: cell ({cells[0][0]},{cells[0][1]}) of step 1 group 1 trained 0 times in round 0")
+    bad = rejects(plan, log, events, f"I2: cell ({cells[0][0]},{cells[0][1]}) of step 2 group 1 trained 0 times in round 0")
     assert len(bad) == 1
 
 
@@ -99,17 +108,17 @@ def test_cell_trained_in_the_wrong_round():
     plan, log, events = good("gap", prompts=2, minibatches=2)
     i = train_at(log, lambda a: a.chunk.step == 0 and a.chunk.round == 0)
     c = replace_chunk(log, events, i, group=1)
-    bad = rejects(plan, log, events, f"chunk {c}: group 1 is not in the minibatch of round 0")
+    bad = rejects(plan, log, events, f"chunk {named(c)}: group 1 is not in the minibatch of round 0")
     i0, j0 = c.cells[0]
-    assert f"I2: cell ({i0},{j0}) of step 0 group 1 trained 1 times in round 0" in bad
-    assert f"I2: cell ({i0},{j0}) of step 0 group 0 trained 0 times in round 0" in bad
+    assert f"I2: cell ({i0},{j0}) of step 1 group 1 trained 1 times in round 0" in bad
+    assert f"I2: cell ({i0},{j0}) of step 1 group 0 trained 0 times in round 0" in bad
 
 
 def test_chunk_trained_in_a_later_round_than_the_commits_done():
     plan, log, events = good("gap", prompts=2, minibatches=2)
     i = train_at(log, lambda a: a.chunk.step == 0 and a.chunk.round == 0)
     c = replace_chunk(log, events, i, round=1)
-    rejects(plan, log, events, f"chunk {c} trained after 0 commits (round 1 of step 0)")
+    rejects(plan, log, events, f"chunk {named(c)} trained after 0 commits (round 1 of step 1)")
 
 
 def test_chunk_ending_after_its_commit_started():
@@ -119,14 +128,14 @@ def test_chunk_ending_after_its_commit_started():
     j = max((k for k, e in enumerate(events) if isinstance(e, ChunkTrained) and e.chunk.step == 0),
             key=lambda k: events[k].time)  # step 0's last chunk
     events[j] = replace(events[j], time=t_commit + 0.05)
-    rejects(plan, log, events, f"I2: chunk {events[j].chunk} ended after its commit started")
+    rejects(plan, log, events, f"I2: chunk {named(events[j].chunk)} ended after its commit started")
 
 
 def test_chunk_never_reported_trained():
     plan, log, events = good("gap_tsp")
     j = index(events, lambda e: isinstance(e, ChunkTrained))
     e = events.pop(j)
-    rejects(plan, log, events, f"chunk {e.chunk} on {e.rank} never reported trained")
+    rejects(plan, log, events, f"chunk {named(e.chunk)} on {e.rank} never reported trained")
 
 
 # ---- I3: rewards before training, weights of the right version ------------------------------------------------
@@ -141,7 +150,7 @@ def test_chunk_trained_before_its_groups_rewards():
     j = frag_event(events, Fragment(0, 0, (0, 1)))
     assert events[j].time <= t_train
     events[j] = replace(events[j], time=t_train + 0.1)  # g0 is idle until its step-1 fragment: no overlap
-    bad = rejects(plan, log, events, f"I3: chunk {a.chunk} trained at {t_train} before its group's rewards were in")
+    bad = rejects(plan, log, events, f"I3: chunk {named(a.chunk)} trained at {t_train} before its group's rewards were in")
     assert all(m.startswith("I3: chunk") for m in bad), bad
 
 
@@ -152,7 +161,7 @@ def test_chunk_trained_before_its_group_is_generated():
     g = gen_at(log, 0, 1, (2, 3))
     moved = log.pop(g)
     log.append(moved)  # the log lists the Generate after the Train (its times are unchanged)
-    rejects(plan, log, events, f"I3: chunk {a.chunk} trained at {t_train} before its group's rewards were in")
+    rejects(plan, log, events, f"I3: chunk {named(a.chunk)} trained at {t_train} before its group's rewards were in")
 
 
 def test_tag_after_a_minibatch_commit():
@@ -167,7 +176,7 @@ def test_tag_after_a_minibatch_commit():
     log[g] = (t, replace(a, worker="t1", tag=True, switch=True))
     j = frag_event(events, f)
     events[j] = replace(events[j], worker="t1")
-    bad = rejects(plan, log, events, f"I3: TAG fragment {f} uses version 0, trainers hold 0 after 1 commits")
+    bad = rejects(plan, log, events, f"I3: TAG fragment {named(f)} uses version 0, trainers hold 0 after 1 commits")
     assert len(bad) == 1, bad
 
 
@@ -176,7 +185,7 @@ def test_tag_fragment_of_the_wrong_version():
     g = index(log, lambda ta: isinstance(ta[1], Generate) and ta[1].tag and ta[1].fragment.step == 1)
     t, a = log[g]
     log[g] = (t, replace(a, version=0))
-    rejects(plan, log, events, f"I3: TAG fragment {a.fragment} uses version 0, trainers hold 1 after 1 commits")
+    rejects(plan, log, events, f"I3: TAG fragment {named(a.fragment)} uses version 0, trainers hold 1 after 1 commits")
 
 
 def test_generator_ahead_of_the_published_version():
@@ -185,7 +194,7 @@ def test_generator_ahead_of_the_published_version():
     g = index(log, lambda ta: isinstance(ta[1], Generate) and ta[1].fragment.step == 2 and ta[1].version == 1)
     t, a = log[g]
     log[g] = (t, replace(a, version=2))
-    bad = rejects(plan, log, events, f"fragment {a.fragment} uses version 2, generators hold 1")
+    bad = rejects(plan, log, events, f"fragment {named(a.fragment)} uses version 2, generators hold 1")
     assert len(bad) == 1, bad
 
 
@@ -194,8 +203,8 @@ def test_colocated_fragment_of_old_weights():
     g = gen_at(log, 1, 0, (0, 1))
     t, a = log[g]
     log[g] = (t, replace(a, version=0))
-    bad = rejects(plan, log, events, f"colocated fragment {a.fragment} uses version 0, weights are 1")
-    assert f"I4: stale fragment {a.fragment} in non-TCSS mode colocated" in bad
+    bad = rejects(plan, log, events, f"colocated fragment {named(a.fragment)} uses version 0, weights are 1")
+    assert f"I4: stale fragment {named(a.fragment)} in non-TCSS mode colocated" in bad
 
 
 def test_tag_on_a_generator():
@@ -203,7 +212,7 @@ def test_tag_on_a_generator():
     g = index(log, lambda ta: isinstance(ta[1], Generate) and not ta[1].tag)
     t, a = log[g]
     log[g] = (t, replace(a, tag=True))
-    bad = rejects(plan, log, events, f"TAG fragment {a.fragment} on non-trainer {a.worker}")
+    bad = rejects(plan, log, events, f"TAG fragment {named(a.fragment)} on non-trainer {a.worker}")
     assert len(bad) == 1, bad
 
 
@@ -212,7 +221,7 @@ def test_non_tag_fragment_on_a_trainer():
     g = index(log, lambda ta: isinstance(ta[1], Generate) and ta[1].tag)
     t, a = log[g]
     log[g] = (t, replace(a, tag=False))
-    bad = rejects(plan, log, events, f"non-TAG fragment {a.fragment} on trainer {a.worker}")
+    bad = rejects(plan, log, events, f"non-TAG fragment {named(a.fragment)} on trainer {a.worker}")
     assert len(bad) == 1, bad
 
 
@@ -224,8 +233,8 @@ def test_stale_fragment_in_a_non_tcss_mode():
     g = gen_at(log, 1, 0, (0, 1))
     t, a = log[g]
     log[g] = (t, replace(a, version=0))
-    bad = rejects(plan, log, events, f"I4: stale fragment {a.fragment} in non-TCSS mode gap_tsp")
-    assert f"fragment {a.fragment} uses version 0, generators hold 1" in bad
+    bad = rejects(plan, log, events, f"I4: stale fragment {named(a.fragment)} in non-TCSS mode gap_tsp")
+    assert f"fragment {named(a.fragment)} uses version 0, generators hold 1" in bad
 
 
 def test_staleness_above_one():
@@ -233,8 +242,8 @@ def test_staleness_above_one():
     g = index(log, lambda ta: isinstance(ta[1], Generate) and ta[1].fragment.step == 2 and ta[1].version == 1)
     t, a = log[g]
     log[g] = (t, replace(a, version=0))
-    bad = rejects(plan, log, events, f"I4: fragment {a.fragment} generated with version 0 (staleness > 1)")
-    assert any(m.startswith(f"I4: cell (") and m.endswith(f"of 2/{a.fragment.group} from version 0") for m in bad), bad
+    bad = rejects(plan, log, events, f"I4: fragment {named(a.fragment)} generated with version 0 (staleness > 1)")
+    assert any(m.startswith(f"I4: cell (") and m.endswith(f"of step 3 group {a.fragment.group} from version 0") for m in bad), bad
 
 
 def test_fragment_from_a_future_version():
@@ -242,7 +251,7 @@ def test_fragment_from_a_future_version():
     g = gen_at(log, 0, 0, (0, 1))
     t, a = log[g]
     log[g] = (t, replace(a, version=1))
-    rejects(plan, log, events, f"I4: fragment {a.fragment} generated with version 1 (staleness > 1)")
+    rejects(plan, log, events, f"I4: fragment {named(a.fragment)} generated with version 1 (staleness > 1)")
 
 
 def test_stale_cap_exceeded():
@@ -252,8 +261,8 @@ def test_stale_cap_exceeded():
     g = index(log, lambda ta: isinstance(ta[1], Generate) and ta[1].fragment.step == 1 and ta[1].version == 1)
     t, a = log[g]
     log[g] = (t, replace(a, version=0))
-    bad = rejects(plan, log, events, "I4: step 1 has 6 stale trajectories > cap 4")
-    assert f"fragment {a.fragment} uses version 0, generators hold 1" in bad
+    bad = rejects(plan, log, events, "I4: step 2 has 6 stale trajectories > cap 4")
+    assert f"fragment {named(a.fragment)} uses version 0, generators hold 1" in bad
 
 
 # ---- fragments -----------------------------------------------------------------------------------------------
@@ -263,14 +272,14 @@ def test_fragment_generated_twice():
     plan, log, events = good("gap_tsp")
     g = gen_at(log, 0, 0, (0, 1))
     log.append(log[g])
-    rejects(plan, log, events, f"fragment {log[g][1].fragment} generated twice")
+    rejects(plan, log, events, f"fragment {named(log[g][1].fragment)} generated twice")
 
 
 def test_fragment_never_reported_generated():
     plan, log, events = good("gap_tsp")
     f = Fragment(1, 0, (2, 3))
     events.pop(frag_event(events, f))
-    rejects(plan, log, events, f"fragment {f} never reported generated")
+    rejects(plan, log, events, f"fragment {named(f)} never reported generated")
 
 
 def test_generation_never_generated():
@@ -278,8 +287,8 @@ def test_generation_never_generated():
     f = Fragment(1, 1, (2, 3))
     log.pop(gen_at(log, 1, 1, (2, 3)))
     events.pop(frag_event(events, f))
-    bad = rejects(plan, log, events, "step 1 group 1: generations [0, 1] not generated once each")
-    assert any(m.startswith("I3: chunk Chunk(step=1, group=1") for m in bad), bad
+    bad = rejects(plan, log, events, "step 2 group 1: generations [0, 1] not generated once each")
+    assert any(m.startswith("I3: chunk (step 2, group 1,") for m in bad), bad
 
 
 def test_fragment_that_is_not_a_union_of_plan_fragments():
@@ -290,7 +299,7 @@ def test_fragment_that_is_not_a_union_of_plan_fragments():
     log[g] = (t, replace(a, fragment=f))
     j = frag_event(events, a.fragment)
     events[j] = replace(events[j], fragment=f)
-    rejects(plan, log, events, f"fragment {f} is not a union of whole consecutive fragments of its group")
+    rejects(plan, log, events, f"fragment {named(f)} is not a union of whole consecutive fragments of its group")
 
 
 def _merge(log, events, keep, drop, **changes):
@@ -311,7 +320,7 @@ def test_gang_from_a_replicated_trainer():
     plan, log, events = good("gap_tsp_tag")  # shard_ranks 1: t0 and t1 TAG step 0 group 1 one fragment each
     assert plan.shard_ranks == 1
     f = _merge(log, events, gen_at(log, 0, 1, (0, 1), "t0"), gen_at(log, 0, 1, (2, 3), "t1"))
-    bad = rejects(plan, log, events, f"gang {f} of 2 fragments: only a TAG action of a shard group merges fragments, "
+    bad = rejects(plan, log, events, f"gang {named(f)} of 2 fragments: only a TAG action of a shard group merges fragments, "
                                      f"at most one per rank (1)")
     assert len(bad) == 1, bad
 
@@ -331,7 +340,7 @@ def _shard_plan():
 def test_gang_from_a_generator():
     plan, log, events = _shard_plan()
     f = _merge(log, events, gen_at(log, 0, 0, (0, 1), "g0"), gen_at(log, 0, 0, (2, 3), "g1"))
-    bad = rejects(plan, log, events, f"gang {f} of 2 fragments: only a TAG action of a shard group merges fragments, "
+    bad = rejects(plan, log, events, f"gang {named(f)} of 2 fragments: only a TAG action of a shard group merges fragments, "
                                      f"at most one per rank (2)")
     assert len(bad) == 1, bad
 
@@ -346,7 +355,7 @@ def test_gang_larger_than_the_shard_group():
     log[k] = (t, replace(a, fragment=f))
     j = frag_event(events, a.fragment)
     events[j] = replace(events[j], fragment=f)
-    rejects(plan, log, events, f"gang {(f,) + a.more} of 3 fragments: only a TAG action of a shard group merges "
+    rejects(plan, log, events, f"gang {named((f,) + a.more)} of 3 fragments: only a TAG action of a shard group merges "
                                f"fragments, at most one per rank (2)")
 
 
@@ -376,7 +385,7 @@ def test_gang_whose_parts_are_not_consecutive():
     log[m] = (tm, replace(am, fragment=Fragment(0, 1, (0, 1))))
     j = frag_event(events, am.fragment)
     events[j] = replace(events[j], fragment=Fragment(0, 1, (0, 1)))
-    bad = rejects(plan, log, events, f"gang {(a.fragment, Fragment(0, 1, (2, 3)))}: its parts are not consecutive "
+    bad = rejects(plan, log, events, f"gang {named((a.fragment, Fragment(0, 1, (2, 3))))}: its parts are not consecutive "
                                      f"in dispatch order")
     assert len(bad) == 1, bad
 
@@ -404,7 +413,7 @@ def test_round_committed_twice():
     plan, log, events = good("gap_tsp")
     c = index(log, lambda ta: isinstance(ta[1], Commit) and ta[1].step == 1)
     log.append(log[c])
-    rejects(plan, log, events, "round 0 of step 1 committed twice")
+    rejects(plan, log, events, "round 0 of step 2 committed twice")
 
 
 def test_commit_with_the_wrong_final_flag():
@@ -412,7 +421,7 @@ def test_commit_with_the_wrong_final_flag():
     c = index(log, lambda ta: isinstance(ta[1], Commit) and ta[1].step == 0 and ta[1].round == 0)
     t, a = log[c]
     log[c] = (t, replace(a, final=True))
-    rejects(plan, log, events, "commit of round 0 of step 0 has final=True")
+    rejects(plan, log, events, "commit of round 0 of step 1 has final=True")
 
 
 def test_round_never_committed():
@@ -420,7 +429,7 @@ def test_round_never_committed():
     c = index(log, lambda ta: isinstance(ta[1], Commit) and ta[1].step == 1)
     log.pop(c)
     events.pop(index(events, lambda e: isinstance(e, Committed) and e.step == 1))
-    rejects(plan, log, events, "round 0 of step 1 never committed")
+    rejects(plan, log, events, "round 0 of step 2 never committed")
 
 
 def test_commit_out_of_order():
@@ -429,7 +438,7 @@ def test_commit_out_of_order():
     c1 = index(log, lambda ta: isinstance(ta[1], Commit) and ta[1].step == 0 and ta[1].round == 1)
     e0 = index(events, lambda e: isinstance(e, Committed) and e.step == 0 and e.round == 0)
     events[e0] = replace(events[e0], time=log[c1][0] + 0.01)
-    rejects(plan, log, events, "round 1 of step 0 committed before round 0 of step 0")
+    rejects(plan, log, events, "round 1 of step 1 committed before round 0 of step 1")
 
 
 def test_commit_of_a_later_step_first():
@@ -439,7 +448,7 @@ def test_commit_of_a_later_step_first():
     e1 = index(events, lambda e: isinstance(e, Committed) and e.step == 1)
     events[e1] = replace(events[e1], time=log[c2][0] + 0.01)
     assert c1 < c2
-    rejects(plan, log, events, "round 0 of step 2 committed before round 0 of step 1")
+    rejects(plan, log, events, "round 0 of step 3 committed before round 0 of step 2")
 
 
 def test_missing_publish():

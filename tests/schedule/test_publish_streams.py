@@ -94,4 +94,5 @@ def test_the_next_commit_waits_for_the_stream_and_the_audit_checks_it():
     late = [replace(e, time=commits[(k, 0)] + 1.0) if isinstance(e, Published) and e.version == k else e
             for e in res.events]
     problems = audit(plan, res.actions, late)
-    assert any(f"step {k} committed" in p and f"before version {k} was published" in p for p in problems), problems
+    # (the message numbers steps from 1: the scheduler's step k is step k + 1, which needs version k)
+    assert any(f"step {k + 1} committed" in p and f"before version {k} was published" in p for p in problems), problems

@@ -199,6 +199,21 @@ def test_a_memory_refusal_under_a_profile_without_pool_sizes_exits_2(tmp_path, c
     assert "gap_tsp does not fit the profile: memory plan" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("generations,fragment", [(6, 4), (4, 8)])
+def test_rows_price_the_runtime_fragment_size(tmp_path, capsys, generations, fragment):
+    """A ``runtime.fragment_size`` that does not divide G runs as the runtime cuts it (``plan_run``: min(f, G),
+    the last fragment of a group smaller), not as fragments of 1 (what ``simulate --config`` priced before)."""
+    from digenrl.config import load_config
+    from digenrl.control.run_plan import plan_run
+
+    sets = [f"train.generations={generations}", f"runtime.fragment_size={fragment}"]
+    rows = _rows(capsys, ["--config", "default", "--profile", str(_profile(tmp_path)), "--json", *SETS,
+                          *[a for kv in sets for a in ("--set", kv)]])
+    for mode, r in rows.items():
+        plan = plan_run(load_config(None, ["steps=4", "runtime.trainers=2", f"runtime.mode={mode}", *sets])).plan
+        assert r["fragment_size"] == plan.fragment_size == min(fragment, generations), mode
+
+
 def test_a_colocated_sequence_parallel_config_is_planned_in_lanes():
     """The config path plans a colocated FSDP config with one worker per rank (the idealised bound), and with
     sequence parallelism one per lane of d ranks: the cost model prices a lane's ops at degree d, so a plan of 16

@@ -7,28 +7,31 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from digenrl.schedule.bts import BTSConfig
+
 from .base import _Strict
 
 
 class BTSOptions(_Strict):
     """Options of the BTS search (``schedule.bts.BTSConfig``), used where BTS decides (``runtime.tag_policy``:
     ``bts``, or ``auto`` outside ``full``)."""
+    # the defaults are BTSConfig's, written there once; Config.bts_config passes these fields to it by name
 
-    depth: int = Field(2, ge=0)  # recursion depth over future bubbles
+    depth: int = Field(BTSConfig.depth, ge=0)  # recursion depth over future bubbles
     """Recursion depth over future bubbles (2: with exact costs depth 0 was slower where it decided otherwise,
     under CPU jitter slightly faster; depth 4 never differed; `benchmarks/bts_depth.py`, [simulation](simulation.md)
     "Where depth matters")."""
-    budget_nodes: int = Field(2000, ge=1)  # search nodes per decision (deterministic; over it: shallower result)
+    budget_nodes: int = Field(BTSConfig.budget_nodes, ge=1)  # search nodes per decision (deterministic; over it: shallower result)
     """Search nodes per decision (deterministic; over it: a shallower result)."""
-    budget_s: float | None = Field(None, gt=0.0)  # optional wall-clock cap per decision (makes decisions load-dependent)
+    budget_s: float | None = Field(BTSConfig.budget_s, gt=0.0)  # optional wall-clock cap per decision (makes decisions load-dependent)
     """Optional wall-clock cap per decision (makes decisions load-dependent)."""
-    max_branch: int = Field(4, ge=1)  # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
+    max_branch: int = Field(BTSConfig.max_branch, ge=1)  # candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}
     """Candidates k = 0..m when m <= max_branch, else {0, 1, 2, 4, ..., m}."""
-    online: bool = True  # refine the profile from the run's own action times at every step (schedule.online_cost)
+    online: bool = BTSConfig.online  # refine the profile from the run's own action times at every step (schedule.online_cost)
     """BTS's profile follows the run's own action times, one factor per action kind refined every step
     (`cost_scale/<kind>` in metrics.jsonl).
     """
-    online_decay: float = Field(0.5, ge=0.0, lt=1.0)  # weight of a step's action times one step later
+    online_decay: float = Field(BTSConfig.online_decay, ge=0.0, lt=1.0)  # weight of a step's action times one step later
     """The weight of a step's action times one step later."""
 
 

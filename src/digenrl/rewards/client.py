@@ -7,7 +7,7 @@ Transient failures (connection refused or reset, timeouts, HTTP 5xx and 429) are
 backoff, ``delay_k = min(backoff * 2**k, backoff_max)`` before attempt k + 2, for as long as the elapsed time
 stays within ``retry_window`` seconds (default 600 s: long enough for a reward model to be restarted; the
 generator waits meanwhile, so the run pauses and loses nothing) and, if set, for at most ``retries`` retries.
-Past them a ``RewardServiceError`` names the URL, the attempts, the time and the last error. HTTP 4xx (a
+Past them a ``RewardServiceError`` names the key and the URL, the attempts, the time and the last error. HTTP 4xx (a
 request the service refuses, e.g. a malformed payload or a wrong token) is deterministic and raised at once.
 ``post_retrying`` is this loop, shared with the other rewards that call a server (``geneval``, ``vlm_judge``).
 
@@ -38,23 +38,18 @@ class RewardServiceError(RuntimeError):
     """The reward service could not score a batch (down past the retry window, or refusing the request)."""
 
 
-class Unavailable(Exception):
-    """``post_retrying`` gave up: ``attempts`` tries, ``last`` error."""
-
-    def __init__(self, attempts: int, last: str | None):
-        super().__init__(f"{attempts} attempts, last error: {last}")
-        self.attempts, self.last = attempts, last
-
-
 def post_retrying(url: str, body: bytes, token: str | None, timeout: float, delays: Iterable[float],
                   refused: Callable[[int, str], Exception], parse: Callable[[bytes], Any] = json.loads,
-                  retry_on: tuple[type[Exception], ...] = ()) -> Any:  # fmt: skip
+                  retry_on: tuple[type[Exception], ...] = (), *, setting: str,
+                  unavailable: type[Exception] = RuntimeError, limit: str | None = None) -> Any:  # fmt: skip
     """``parse`` of the answer to ``POST body`` (JSON; with ``Authorization: Bearer <token>`` if a token is given),
     retrying what a retry can fix -- connection errors, timeouts, HTTP 429 and 5xx, and ``retry_on`` raised by
     ``parse`` -- after sleeping each of ``delays`` in turn. Any other HTTP 4xx is deterministic: ``refused(code,
-    detail)`` is raised at once. Past the delays: ``Unavailable``."""
+    detail)`` is raised at once. Past the delays: ``unavailable`` with the one message of every server a reward
+    calls, naming the config key of the address (``setting``, e.g. ``reward remote: url``), the URL, the attempts,
+    the time, what bounded the retries (``limit``, e.g. ``retry_window 600s``) and the last error."""
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-    delays, attempts = iter(delays), 0
+    delays, attempts, start = iter(delays), 0, time.monotonic()
     while True:
         attempts += 1
         try:
@@ -69,7 +64,8 @@ def post_retrying(url: str, body: bytes, token: str | None, timeout: float, dela
             last = repr(getattr(e, "reason", e))
         delay = next(delays, None)
         if delay is None:
-            raise Unavailable(attempts, last)
+            raise unavailable(f"{setting}: {url} unavailable after {attempts} attempts over "
+                              f"{time.monotonic() - start:.1f}s ({limit + '; ' if limit else ''}last error: {last})")
         time.sleep(delay)
 
 
@@ -117,16 +113,12 @@ class RemoteReward(Scored):
         body = json.dumps(
             {"images": wire.encode_images(images, self.wire_dtype), "prompts": wire.encode_prompts(prompts)}
         ).encode()
-        start = time.monotonic()
-        try:
-            return post_retrying(self.url + "/score", body, self.token, self.timeout, self._delays(start),
-                                 lambda code, detail: RewardServiceError(f"reward service at {self.url} refused the "
-                                                                         f"request ({code}): {detail}"),
-                                 lambda raw: self._scores(raw, len(prompts)), (ValueError, KeyError))  # fmt: skip
-        except Unavailable as e:
-            raise RewardServiceError(f"reward service at {self.url} unavailable after {e.attempts} attempts over "
-                                     f"{time.monotonic() - start:.1f}s (retry_window {self.retry_window:g}s; last "
-                                     f"error: {e.last})") from None  # fmt: skip
+        return post_retrying(self.url + "/score", body, self.token, self.timeout, self._delays(time.monotonic()),
+                             lambda code, detail: RewardServiceError(f"reward service at {self.url} refused the "
+                                                                     f"request ({code}): {detail}"),
+                             lambda raw: self._scores(raw, len(prompts)), (ValueError, KeyError),
+                             setting="reward remote: url", unavailable=RewardServiceError,
+                             limit=f"retry_window {self.retry_window:g}s")  # fmt: skip
 
 
 build_remote_reward = RemoteReward  # the registry's factory of "remote" (runtime.deadlines reads its defaults)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from digenrl.rewards.base import Scored, check_url, model_dir, png_base64, rgb_frames
-from digenrl.rewards.client import Unavailable, post_retrying
+from digenrl.rewards.client import post_retrying
 from digenrl.rewards.geneval_rules import Detection, check_metadata, evaluate, filter_detections
 
 
@@ -53,12 +53,9 @@ class RemoteDetector:
     def __call__(self, images: list[np.ndarray]) -> list[list[dict]]:
         body = json.dumps({"images": [png_base64(img) for img in images]}).encode()
         where = f"geneval: detector {self.url}"
-        try:
-            out = post_retrying(self.url, body, None, self.timeout, [self.backoff * 2**k for k in range(self.retries)],
-                                lambda code, _: RuntimeError(f"{where} refused the request ({code})"),
-                                lambda raw: json.loads(raw)["detections"])  # fmt: skip
-        except Unavailable as e:
-            raise RuntimeError(f"{where} unavailable after {e.attempts} attempts ({e.last})") from None
+        out = post_retrying(self.url, body, None, self.timeout, [self.backoff * 2**k for k in range(self.retries)],
+                            lambda code, _: RuntimeError(f"{where} refused the request ({code})"),
+                            lambda raw: json.loads(raw)["detections"], setting="reward geneval: detector_url")
         if not isinstance(out, list) or len(out) != len(images):
             raise ValueError(f"{where} returned {len(out)} lists for {len(images)} images")
         return out

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from digenrl.rewards.base import Scored, check_url, png_base64, rgb_frames
-from digenrl.rewards.client import Unavailable, post_retrying
+from digenrl.rewards.client import post_retrying
 
 DEFAULT_TEMPLATE = (
     "Here is an image generated for the caption below. Judge (1) how faithfully the image depicts the caption "
@@ -105,12 +105,10 @@ class VlmJudge(Scored):
         def refused(code: int, detail: str) -> VlmJudgeError:
             return VlmJudgeError(f"vlm_judge: {self.url} refused the request ({code}): {detail[:300]}")
 
-        try:
-            return post_retrying(self.url, self._request(rgb, prompt), self.api_key, self.timeout,
-                                 [self.backoff * 2**k for k in range(self.retries)], refused, self._content)
-        except Unavailable as e:
-            raise VlmJudgeError(f"vlm_judge: {self.url} unavailable after {e.attempts} attempts (last error: "
-                                f"{e.last})") from None
+        return post_retrying(self.url, self._request(rgb, prompt), self.api_key, self.timeout,
+                             [self.backoff * 2**k for k in range(self.retries)], refused, self._content,
+                             setting="reward vlm_judge: base_url", unavailable=VlmJudgeError,
+                             limit=f"retries {self.retries}")
 
     def parse(self, reply: str) -> float | None:
         m = self.pattern.search(reply)

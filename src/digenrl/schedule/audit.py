@@ -22,14 +22,14 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Iterable, Sequence
 
-from .actions import Action, ChunkTrained, Commit, Committed, Generate, Published, Train
-from .layout import plan_fragment_count
+from .actions import Action, ChunkTrained, Commit, Committed, Generate, Published, Train, step_number
+from .layout import Chunk, plan_fragment_count
 from .plan import StepPlan
 
 
 def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable, first_step: int = 0) -> list[str]:
-    """Violations found (empty list: the run is consistent). ``first_step``: the run started with that many
-    steps committed and published (a resumed or recovered run)."""
+    """Violations found (empty list: the run is consistent), steps numbered as a person reads them (``_named``).
+    ``first_step``: the run started with that many steps committed and published (a resumed or recovered run)."""
     bad: list[str] = []
     eps = 1e-9
     events = list(events)
@@ -71,99 +71,103 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
             busy[w].append((t, ends.get(a.event(0.0), t)))
         if isinstance(a, Generate):
             if a.event(0.0) not in ends:
-                bad.append(f"fragment {a.fragment} never reported generated")
+                bad.append(f"fragment {_named(a.fragment)} never reported generated")
                 continue
             counts = [plan_fragment_count(plan, f) for f in a.fragments]
             if 0 in counts:
                 f = a.fragments[counts.index(0)]
-                bad.append(f"fragment {f} is not a union of whole consecutive fragments of its group")
+                bad.append(f"fragment {_named(f)} is not a union of whole consecutive fragments of its group")
             elif sum(counts) > 1 and not (a.tag and plan.shard_ranks > 1 and sum(counts) <= plan.shard_ranks) \
                     and not (plan.packed and not a.tag and sum(counts) <= plan.colocated_share):
-                bad.append(f"gang {a.fragments[0] if not a.more else a.fragments} of {sum(counts)} fragments: "
+                bad.append(f"gang {_named(a.fragments[0] if not a.more else a.fragments)} of {sum(counts)} fragments: "
                            f"only a TAG action of a shard group merges fragments, at most one per rank "
                            f"({plan.shard_ranks})" + (f", or a packed colocated worker its share "
                                                       f"({plan.colocated_share})" if plan.packed else ""))
             elif a.more and not _consecutive(plan, a.fragments):
-                bad.append(f"gang {a.fragments}: its parts are not consecutive in dispatch order")
+                bad.append(f"gang {_named(a.fragments)}: its parts are not consecutive in dispatch order")
             for f in a.fragments:
                 if f in seen_frag:
-                    bad.append(f"fragment {f} generated twice")
+                    bad.append(f"fragment {_named(f)} generated twice")
                 seen_frag.add(f)
                 gens_of[(f.step, f.group)].extend(f.generations)
                 versions.update({(f.step, f.group, i): a.version for i in f.generations})
             f = a.fragment
             if a.version not in (f.step, f.step - 1) or a.version < 0:
-                bad.append(f"I4: fragment {f} generated with version {a.version} (staleness > 1)")
+                bad.append(f"I4: fragment {_named(f)} generated with version {a.version} (staleness > 1)")
             if a.version == f.step - 1:
                 stale[f.step] += f.size
                 if not plan.mode.tcss:
-                    bad.append(f"I4: stale fragment {f} in non-TCSS mode {plan.mode.value}")
+                    bad.append(f"I4: stale fragment {_named(f)} in non-TCSS mode {plan.mode.value}")
             if a.tag:
                 if not plan.is_trainer(a.worker):
-                    bad.append(f"TAG fragment {f} on non-trainer {a.worker}")
+                    bad.append(f"TAG fragment {_named(f)} on non-trainer {a.worker}")
                 if a.version != f.step or commits_at(t) != f.step * R:
-                    bad.append(f"I3: TAG fragment {f} uses version {a.version}, trainers hold {committed_at(t)} "
-                               f"after {commits_at(t)} commits")
+                    bad.append(f"I3: TAG fragment {_named(f)} uses version {a.version}, trainers hold "
+                               f"{committed_at(t)} after {commits_at(t)} commits")
             elif plan.mode.disaggregated:
                 if plan.is_trainer(a.worker):
-                    bad.append(f"non-TAG fragment {f} on trainer {a.worker}")
+                    bad.append(f"non-TAG fragment {_named(f)} on trainer {a.worker}")
                 if a.version != published_at(t):
-                    bad.append(f"fragment {f} uses version {a.version}, generators hold {published_at(t)}")
+                    bad.append(f"fragment {_named(f)} uses version {a.version}, generators hold {published_at(t)}")
             elif a.version != committed_at(t):
-                bad.append(f"colocated fragment {f} uses version {a.version}, weights are {committed_at(t)}")
+                bad.append(f"colocated fragment {_named(f)} uses version {a.version}, weights are {committed_at(t)}")
         elif isinstance(a, Train):
             c = a.chunk
             end = chunk_end.get((c, a.rank))
             if end is None:
-                bad.append(f"chunk {c} on {a.rank} never reported trained")
+                bad.append(f"chunk {_named(c)} on {a.rank} never reported trained")
                 continue
             if commits_at(t) != c.step * R + c.round:
-                bad.append(f"chunk {c} trained after {commits_at(t)} commits (round {c.round} of step {c.step})")
+                bad.append(f"chunk {_named(c)} trained after {commits_at(t)} commits (round {c.round} of step "
+                           f"{step_number(c.step)})")
             if c.group not in plan.round_groups(c.round):
-                bad.append(f"chunk {c}: group {c.group} is not in the minibatch of round {c.round}")
+                bad.append(f"chunk {_named(c)}: group {c.group} is not in the minibatch of round {c.round}")
             group_gens = sorted(gens_of[(c.step, c.group)])
             if group_gens != list(range(plan.generations)) or group_done[(c.step, c.group)] > t + eps:
-                bad.append(f"I3: chunk {c} trained at {t} before its group's rewards were in")
+                bad.append(f"I3: chunk {_named(c)} trained at {t} before its group's rewards were in")
             for i, j in c.cells:
                 cells[(c.step, c.round, c.group, i, j)] += 1
                 if versions.get((c.step, c.group, i), -9) not in (c.step, c.step - 1):
-                    bad.append(f"I4: cell {(i, j)} of {c.step}/{c.group} from version "
+                    bad.append(f"I4: cell {(i, j)} of step {step_number(c.step)} group {c.group} from version "
                                f"{versions.get((c.step, c.group, i))}")
         elif isinstance(a, Commit):
             key = (a.step, a.round)
             if key in commit_start:
-                bad.append(f"round {a.round} of step {a.step} committed twice")
+                bad.append(f"round {a.round} of step {step_number(a.step)} committed twice")
             if a.final != (a.round == R - 1):
-                bad.append(f"commit of round {a.round} of step {a.step} has final={a.final}")
+                bad.append(f"commit of round {a.round} of step {step_number(a.step)} has final={a.final}")
             commit_start[key] = t
     order = [(k, r) for k in range(first_step, plan.steps) for r in range(R)]
     for prev, key in zip([None] + order, order):
         if key not in commit_start or key not in commit_end:
-            bad.append(f"round {key[1]} of step {key[0]} never committed")
+            bad.append(f"round {key[1]} of step {step_number(key[0])} never committed")
         elif prev in commit_end and commit_start[key] < commit_end[prev] - eps:
-            bad.append(f"round {key[1]} of step {key[0]} committed before round {prev[1]} of step {prev[0]}")
+            bad.append(f"round {key[1]} of step {step_number(key[0])} committed before round {prev[1]} of step "
+                       f"{step_number(prev[0])}")
     for (k, r), t in commit_start.items():  # the weights change only once the previous version is out
         if k > first_step and publish_end.get(k, float("inf")) > t + eps:
-            bad.append(f"round {r} of step {k} committed at {t} before version {k} was published")
+            bad.append(f"round {r} of step {step_number(k)} committed at {t} before version {k} was published")
     for k in range(first_step, plan.steps):
         if k + 1 not in publish_end:
             bad.append(f"version {k + 1} never published")
         for g in range(plan.prompts):
             if sorted(gens_of[(k, g)]) != list(range(plan.generations)):
-                bad.append(f"step {k} group {g}: generations {sorted(gens_of[(k, g)])} not generated once each")
+                bad.append(f"step {step_number(k)} group {g}: generations {sorted(gens_of[(k, g)])} not generated "
+                           "once each")
             for r in range(R):
                 want = 1 if g in plan.round_groups(r) else 0
                 for i in range(plan.generations):
                     for j in range(plan.trained_timesteps):
                         n = cells.get((k, r, g, i, j), 0)
                         if n != want:
-                            bad.append(f"I2: cell ({i},{j}) of step {k} group {g} trained {n} times in round {r}")
+                            bad.append(f"I2: cell ({i},{j}) of step {step_number(k)} group {g} trained {n} times in "
+                                       f"round {r}")
         if stale[k] > plan.stale_cap:
-            bad.append(f"I4: step {k} has {stale[k]} stale trajectories > cap {plan.stale_cap}")
+            bad.append(f"I4: step {step_number(k)} has {stale[k]} stale trajectories > cap {plan.stale_cap}")
     for (c, r), te in chunk_end.items():
         key = (c.step, c.round)
         if key in commit_start and te > commit_start[key] + eps:
-            bad.append(f"I2: chunk {c} ended after its commit started")
+            bad.append(f"I2: chunk {_named(c)} ended after its commit started")
     for w, iv in busy.items():
         iv.sort()
         for (s0, e0), (s1, e1) in zip(iv, iv[1:]):
@@ -171,6 +175,15 @@ def audit(plan: StepPlan, log: Sequence[tuple[float, Action]], events: Iterable,
                 bad.append(f"worker {w} runs two actions at once ({s0}-{e0} and {s1}-{e1})")
                 break
     return bad
+
+
+def _named(x) -> str:
+    """A fragment, a chunk or a gang's parts in a message: ``(step 3, group 1, generations [0, 1])``, a chunk with its
+    round and cells, the step as a person reads it (``step_number``)."""
+    if isinstance(x, tuple):
+        return f"[{', '.join(_named(p) for p in x)}]"
+    what = f"round {x.round}, cells {list(x.cells)}" if isinstance(x, Chunk) else f"generations {list(x.generations)}"
+    return f"(step {step_number(x.step)}, group {x.group}, {what})"
 
 
 def _consecutive(plan: StepPlan, parts: Sequence) -> bool:

@@ -68,9 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="seed of the --jitter noise (default 0)")
     ap.add_argument("--tag-policy", default="auto",
                     help="TAG decisions: auto | bts | greedy | none (default auto: greedy with TCSS, else bts)")
-    ap.add_argument("--bts-depth", type=int, default=None, help="BTS search depth (default 2)")
+    ap.add_argument("--bts-depth", type=int, default=None, help=f"BTS search depth (default {BTSConfig.depth})")
     ap.add_argument("--bts-budget-nodes", type=int, default=None,
-                    help="BTS search nodes per decision (default 2000; deterministic)")
+                    help=f"BTS search nodes per decision (default {BTSConfig.budget_nodes}; deterministic)")
     ap.add_argument("--profile", default=None, help="measured cost profile JSON (replaces the roofline)")
     ap.add_argument("--search", action="store_true",
                     help="--config: give each mode the planner's choice on the config's GPUs (what digenrl plan writes "

@@ -43,7 +43,8 @@ class ConfigSource:
         self.cfg, self.workers, self.mode = cfg, workers, Mode(cfg.runtime.mode)
         self.bts, self.testbed, self.profile, self.pinned = cfg.bts_config(), testbed, profile, pinned
         self.profile_trainers = profile_trainers or (cfg.runtime.trainers if profile is not None else None)
-        self.trained = plan_run(cfg).trained_timesteps  # refuses what the runtime refuses, before any search
+        run = plan_run(cfg)  # refuses what the runtime refuses, before any search
+        self.trained, self.fragment = run.trained_timesteps, run.plan.fragment_size  # the runtime's own values
         self.preset, self._configs, self._starts = None, {}, {}
         if testbed is not None:
             if workers > testbed.total:
@@ -94,9 +95,8 @@ class ConfigSource:
         return self._starts[split]
 
     def _own(self, split: Split) -> Candidate:
-        rt, t, G, tu = self.cfg.runtime, self.cfg.train, self.cfg.train.generations, self.cfg.tuning
-        return Candidate(split, rt.fragment_size if G % rt.fragment_size == 0 else 1,
-                         rt.max_stale_fraction,
+        rt, t, tu = self.cfg.runtime, self.cfg.train, self.cfg.tuning
+        return Candidate(split, self.fragment, rt.max_stale_fraction,
                          t.shard_groups if t.sharding == "fsdp" else 1, tu.tag_inference_copy, rt.publish,
                          tu.gang_groups, t.sequence_parallel.degree, rt.generator_sequence_parallel.degree,
                          tu.stale_hold)

@@ -60,11 +60,10 @@ def _workers(cfg, gpus: int | None) -> int:
 def plan_from_args(args):
     from ..config import ConfigError, load_config
     from .config_source import ConfigSource, colocated_source
-    from .planner import PlanSearchError, robustness, search
+    from .planner import PlanSearchError, check_probe_steps, robustness, search
 
     kw, source = cost_source(args)
-    if args.probe_steps < 4:
-        raise CliError(f"--probe-steps: must be >= 4 for a stable steady step time (got {args.probe_steps})")
+    check_probe_steps(args.probe_steps)
     for opt in ("exhaustive", "descend_splits"):
         at_least(args, opt, 1)
     out = Path(args.out)

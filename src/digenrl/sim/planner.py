@@ -246,12 +246,17 @@ def _product(src: Source, split: Split) -> list[Candidate]:
     return [replace(start, **dict(zip(AXES, vals))) for vals in itertools.product(*(axes[a] for a in AXES))]
 
 
+def check_probe_steps(probe_steps: int) -> None:
+    """Refuse probes too short for a stable steady step time (``digenrl plan`` checks it before loading anything)."""
+    if probe_steps < 4:
+        raise PlanSearchError(f"--probe-steps: must be >= 4 for a stable steady step time (got {probe_steps})")
+
+
 def search(source: Source, *, probe_steps: int = 4, exhaustive: int = 64, descend_splits: int = 3,
            prune: bool = True, progress: Callable | None = None) -> SearchResult:
     """The fastest candidate of ``source`` (module docstring). ``progress(probes, split, best, skipped)`` is called
     after every probe and every skipped candidate."""
-    if probe_steps < 4:
-        raise PlanSearchError(f"--probe-steps: must be >= 4 for a stable steady step time (got {probe_steps})")
+    check_probe_steps(probe_steps)
     if source.mode is Mode.FULL:
         probe_steps = max(probe_steps, FULL_PROBE_STEPS)
     s = _Search(source, probe_steps, prune, progress)
@@ -350,4 +355,4 @@ def divisors(n: int) -> list[int]:
 
 
 __all__ = ["AXES", "Candidate", "FULL_PROBE_STEPS", "Infeasible", "MAX_SHARD_GROUPS", "PlanSearchError", "Probe", "STALE_CAPS",
-           "STALE_HOLDS", "SearchResult", "Source", "Split", "divisors", "robustness", "scaled", "search"]
+           "STALE_HOLDS", "SearchResult", "Source", "Split", "check_probe_steps", "divisors", "robustness", "scaled", "search"]
