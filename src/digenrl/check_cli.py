@@ -13,8 +13,8 @@ import sys
 
 
 def _memory_lines(cfg) -> list[str]:
-    from digenrl.train.memory import GiB, generator_bytes, plan_memory
-    from digenrl.train.memory_check import chunk_cells, inputs_from_config
+    from digenrl.train.memory import GiB, plan_memory
+    from digenrl.train.memory_check import chunk_cells, generator_items, inputs_from_config
     p = inputs_from_config(cfg)
     if p is None:
         return [f"  (no memory plan for model.kind={cfg.model.kind}: only the diffusers families have one)"]
@@ -25,10 +25,10 @@ def _memory_lines(cfg) -> list[str]:
     room = f" of train.memory_gb={cap:g}" if cap is not None else " (train.memory_gb unset: not checked)"
     out = [f"  trainer rank: {total:.1f} GiB{room}, chunk of {cells} cells ({plan.table(cells)})"]
     if cfg.runtime.mode != "colocated":
-        gen = generator_bytes(p, cfg.runtime.fragment_size)
+        gen = generator_items(cfg, p)
         rows = ", ".join(f"{k} {v / GiB:.1f}" for k, v in gen.items() if v > 0)
         out.append(f"  generator: {sum(gen.values()) / GiB:.1f} GiB{room if cap is not None else ''}, fragments of "
-                   f"{cfg.runtime.fragment_size} ({rows})")
+                   f"{cfg.fragment_generations()} ({rows})")
     return out
 
 
@@ -47,7 +47,7 @@ def _split_lines(run) -> list[str]:
             f"  step: {t.prompts_per_step} prompts x {t.generations} generations = {plan.batch} trajectories of "
             f"{cfg.sampler.num_steps} denoising steps, {run.trained_timesteps} trained timesteps each; "
             f"{t.minibatches_per_step * t.inner_epochs} optimizer step(s) per step; {cfg.steps} steps",
-            f"  fragments of {min(rt.fragment_size, t.generations)} generations, chunks of {t.chunk_generations} x "
+            f"  fragments of {cfg.fragment_generations()} generations, chunks of {t.chunk_generations} x "
             f"{t.chunk_timesteps} cells, publish {rt.publish}"
             + (f", stale cap {rt.max_stale_fraction:g}" if rt.mode == "full" else "")]
 

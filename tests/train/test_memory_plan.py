@@ -148,10 +148,26 @@ def test_generator_that_does_not_fit_is_refused(tmp_path):
     ok = check_generators(load_config("configs/wan21_14b.yaml"))
     assert ok is not None and sum(ok.values()) < 80 * GiB
     assert ok["weights"] == pytest.approx(FAMILIES["wan"].params * 2) and ok["text_encoders"] == 0
-    big = load_config("configs/wan21_14b.yaml", ["runtime.fragment_size=64"])
+    big = load_config("configs/wan21_14b.yaml", ["train.generations=64", "runtime.fragment_size=64"])
     with pytest.raises(MemoryPlanError, match="runtime.fragment_size"):
         check_generators(big)
     assert inputs_from_config(big).text_encoders is False
+    # a fragment size over G (4 here) runs fragments of G: priced as that, not refused
+    over = check_generators(load_config("configs/wan21_14b.yaml", ["runtime.fragment_size=64"]))
+    assert over == check_generators(load_config("configs/wan21_14b.yaml", ["runtime.fragment_size=4"]))
+
+
+def test_check_shows_the_generator_memory_the_refusal_prices(tmp_path, capsys):
+    """``digenrl check`` prints the generator's bytes ``check_generators`` refuses on: with CFG (two forwards per
+    cell) and the fragments the run cuts (min(f, G))."""
+    from digenrl.cli import main
+    from digenrl.train.memory_check import check_generators
+
+    over = ["runtime.fragment_size=64", "train.memory_gb=80"]
+    items = check_generators(load_config("configs/wan21_14b.yaml", over))
+    assert main(["check", "-c", "configs/wan21_14b.yaml", "--config-only", "-q", *over]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("generator:"))
+    assert f"{sum(items.values()) / GiB:.1f} GiB" in line and "fragments of 4 " in line, line
 
 
 def test_cpu_offload_moves_the_sharded_state_off_the_gpu():

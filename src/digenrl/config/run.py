@@ -89,6 +89,11 @@ class Config(_Strict):
     tuning: TuningConfig = TuningConfig()
     """The planner's outputs and tuning knobs a user rarely sets (`tuning.*`)."""
 
+    def fragment_generations(self) -> int:
+        """Generations per fragment a run cuts: ``min(runtime.fragment_size, train.generations)`` (a group's last
+        fragment is smaller where f does not divide G). The plan, the memory checks and ``digenrl check`` read it."""
+        return min(self.runtime.fragment_size, self.train.generations)
+
     def bts_config(self):
         """The scheduler's ``BTSConfig`` for ``runtime.tag_policy`` and ``tuning.bts`` (pass it as
         ``Scheduler(bts_config=...)``)."""

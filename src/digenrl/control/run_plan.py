@@ -225,7 +225,7 @@ def plan_run(cfg: Config) -> RunPlan:
     lanes = len(ranks) // t.shard_groups // d if t.sharding == "fsdp" else 1
     plan = StepPlan(
         prompts=t.prompts_per_step, generations=t.generations,
-        fragment_size=min(rt.fragment_size, t.generations), trained_timesteps=S,
+        fragment_size=cfg.fragment_generations(), trained_timesteps=S,
         sampling_steps=cfg.sampler.num_steps, chunk_generations=t.chunk_generations,
         chunk_timesteps=t.chunk_timesteps, generators=gens, trainers=trainers, mode=mode, steps=cfg.steps,
         max_stale_fraction=rt.max_stale_fraction, minibatches=t.minibatches_per_step, epochs=t.inner_epochs,

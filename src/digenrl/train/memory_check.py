@@ -112,6 +112,15 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
     )
 
 
+def generator_items(cfg, p) -> dict[str, int]:
+    """A generator's bytes by item (``memory.generator_bytes``) for ``cfg`` (memory inputs ``p``: ``inputs_from_config``):
+    fragments of ``cfg.fragment_generations()``, two forwards per cell under CFG (not for guidance-distilled
+    families), the sequence split over ``runtime.generator_sequence_parallel`` ranks."""
+    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and not FAMILIES[p.family].spec.guidance_distilled) else 1
+    p = replace(p, forwards_per_cell=fwd, sequence_parallel=cfg.runtime.generator_sequence_parallel.degree)
+    return generator_bytes(p, cfg.fragment_generations())
+
+
 def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] | None:
     """Refuse (``MemoryPlanError``) a disaggregated config whose generators do not fit ``capacity_gb``
     (default ``train.memory_gb``) with fragments of ``runtime.fragment_size`` trajectories."""
@@ -119,9 +128,8 @@ def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] 
     cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
     if p is None or cap is None or cfg.runtime.mode == "colocated":
         return None
-    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and not FAMILIES[p.family].spec.guidance_distilled) else 1
     d = cfg.runtime.generator_sequence_parallel.degree
-    items = generator_bytes(replace(p, forwards_per_cell=fwd, sequence_parallel=d), cfg.runtime.fragment_size)
+    items = generator_items(cfg, p)
     total = sum(items.values())
     if total > cap * GiB:
         rows = ", ".join(f"{k}={v / GiB:.1f}" for k, v in items.items() if v > 0)
