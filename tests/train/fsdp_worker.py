@@ -81,6 +81,7 @@ def run(rank: int, world: int, port: int, cfg_overrides: list[str], out: str, st
 
     from digenrl.config import load_config
     from digenrl.train.context import build_context
+    from digenrl.train.checkpoint import restore_counters, run_state
     from digenrl.train.sharding import export_consolidated, load_sharded, save_sharded, shard_context
 
     torch.set_num_threads(1)
@@ -103,11 +104,15 @@ def run(rank: int, world: int, port: int, cfg_overrides: list[str], out: str, st
         # sharded checkpoint round trip: save, train one more step, load, compare
         ck = outdir / "dcp"
         save_sharded(ctx, ck)
+        # the metadata pack_sharded_state writes beside the shards (version, EMA count, RNG)
+        meta = run_state(ctx, step=steps, counters=None, model={}, optimizer={"state": {}, "param_groups": []},
+                         ema=None, rng={"torch_cpu": torch.get_rng_state()})
         saved_opt = {k: (v.to_local().clone() if hasattr(v, "to_local") else v)
                      for k, v in ctx.optimizer.state[next(iter(ctx.optimizer.state))].items()}
         _steps(ctx, 1, rank=rank, world=world, gather=gather)
         moved = _params(ctx.policy)
         load_sharded(ctx, ck)
+        restore_counters(ctx, meta)  # as restore_sharded_state: the shards, then the version and counters
         back = _params(ctx.policy)
         back_opt = ctx.optimizer.state[next(iter(ctx.optimizer.state))]
         opt_exact = all(torch.equal(saved_opt[k], (v.to_local() if hasattr(v, "to_local") else v))

@@ -9,7 +9,7 @@ spellings are accepted as documented aliases where a user could have typed them 
 Per family (``ModelSpec``, each field commented): the published ``transformer/config.json`` (cited per entry; the
 memory probe builds the class from it, ``models.memory_probe``, and ``tests/sim/test_sim_flops.py`` checks the
 closed forms of ``models.flops`` against it) and the facts the adapters, the memory plan and the simulator read:
-text, guidance, latent geometry, default sample size, positional limit, frozen parts' sizes and VAE FLOPs.
+text, guidance, latent geometry, default sample size, frozen parts' sizes and VAE FLOPs.
 
 Latent tokens of one sample (``latent_tokens``)::
 
@@ -47,7 +47,6 @@ class ModelSpec:
     spatial_down: int = 8
     temporal_down: int = 1
     patch: int = 2                # spatial token size in latent pixels
-    positional_limit: str = ""    # what bounds the sequence, in the config's words
     sequence_parallel: str = ""   # whose plan splits its sequence (docs/sequence_parallel.md); "" none
     pipeline_class: str = ""      # the diffusers pipeline of its model directories (model_index.json)
     text_components: tuple[str, ...] = ()  # its text encoders and tokenizers (model_index.json)
@@ -113,7 +112,7 @@ FLUX = ModelSpec(
     {"num_layers": "transformer_blocks", "num_single_layers": "single_transformer_blocks"},
     max_sequence_length=512, joint_text=True, guidance_distilled=True, text_dim=4096, text_encoder_params=4.88e9,
     vae_params=83.7e6, vae_flop_per_px=9.59e6, default_size=(512, 512, 1),
-    positional_limit="RoPE over (text, h, w) ids: no fixed maximum", pipeline_class="FluxPipeline",
+    pipeline_class="FluxPipeline",
     text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"),
     extra_components=("image_encoder", "feature_extractor"))
 
@@ -129,7 +128,7 @@ SD3 = ModelSpec(
     {"num_layers": "transformer_blocks"},
     max_sequence_length=256, text_prefix=77, joint_text=True, guidance_distilled=False, text_dim=4096,
     text_encoder_params=5.58e9, vae_params=83.7e6, vae_flop_per_px=9.59e6, default_size=(512, 512, 1),
-    positional_limit="pos_embed_max_size 384 patches a side (6144 px)", pipeline_class="StableDiffusion3Pipeline",
+    pipeline_class="StableDiffusion3Pipeline",
     text_components=("text_encoder", "text_encoder_2", "text_encoder_3", "tokenizer", "tokenizer_2", "tokenizer_3"),
     extra_components=("image_encoder", "feature_extractor"))
 
@@ -145,7 +144,7 @@ WAN = ModelSpec(
     {"num_layers": "blocks"},
     max_sequence_length=512, joint_text=False, guidance_distilled=False, text_dim=4096, text_encoder_params=5.7e9,
     vae_params=127e6, vae_flop_per_px=8.56e6, default_size=(240, 416, 33), video=True, temporal_down=4,
-    positional_limit="rope_max_seq_len 1024 positions per axis", sequence_parallel="diffusers' _cp_plan",
+    sequence_parallel="diffusers' _cp_plan",
     pipeline_class="WanPipeline", text_components=("text_encoder", "tokenizer"), extra_components=("transformer_2",))
 
 # Qwen/Qwen-Image transformer/config.json; Qwen2.5-VL-7B text features (8.3B) in the joint attention, zero-padded
@@ -159,7 +158,7 @@ QWEN_IMAGE = ModelSpec(
     {"num_layers": "transformer_blocks"},
     max_sequence_length=512, joint_text=True, guidance_distilled=False, text_dim=3584, text_encoder_params=8.3e9,
     vae_params=127e6, vae_flop_per_px=10.85e6, default_size=(512, 512, 1),
-    positional_limit="RoPE over (frame, h, w): no fixed maximum", pipeline_class="QwenImagePipeline",
+    pipeline_class="QwenImagePipeline",
     text_components=("text_encoder", "tokenizer"))
 
 # hunyuanvideo-community/HunyuanVideo transformer/config.json (tencent/HunyuanVideo); LLM text features (256
@@ -177,7 +176,6 @@ HUNYUAN_VIDEO = ModelSpec(
      "num_refiner_layers": "context_embedder.token_refiner.refiner_blocks"},
     max_sequence_length=256, joint_text=True, guidance_distilled=True, text_dim=4096, text_encoder_params=8.1e9,
     vae_params=246e6, vae_flop_per_px=17.67e6, default_size=(480, 480, 53), video=True, temporal_down=4,
-    positional_limit="3D RoPE (rope_theta 256): no fixed maximum",
     sequence_parallel="digenrl's plan (models.hunyuan_video_sp)", pipeline_class="HunyuanVideoPipeline",
     text_components=("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"))
 

@@ -12,9 +12,9 @@ from typing import Iterable, Literal, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from digenrl.models.diffusers_files import DTYPES
 from digenrl.rewards.base import rgb_frames
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's image mean / std (open_clip OPENAI_DATASET_*),
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)  # used by HPSv2 and by ImageReward's transform
 

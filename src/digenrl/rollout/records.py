@@ -43,7 +43,6 @@ class TrajectoryBatch:
     reward_parts: dict[str, torch.Tensor] | None = None
     advantages: torch.Tensor | None = None  # [N]
     means: torch.Tensor | None = None  # [N, S, *latent_shape]: behaviour means of those transitions (grpo_guard)
-    keep: torch.Tensor | None = None  # [N] bool: the samples that train and count (train.zero_adv_refill); None: A != 0
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -189,9 +189,10 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         else:
             if group.advantages is None:
                 group.advantages = step_advantages(rewards, t, parts)[chunk.group][group.gen_index]
-            # the round's samples count, not A != 0 (train.zero_adv_refill: the re-added ones train with A = 0)
-            group.keep = None if masks is None else masks[chunk.group][group.gen_index]
-            stats = train_cells(self.policy, group, mine, settings=self.ctx.loss, loss_scale=scale,
+            # the round's mask already dropped the cells that do not train (the filter included, and
+            # train.zero_adv_refill's re-added A = 0 samples kept): train_cells filters nothing more
+            settings = self.ctx.loss if masks is None else replace(self.ctx.loss, filter_zero_advantage=False)
+            stats = train_cells(self.policy, group, mine, settings=settings, loss_scale=scale,
                                 ref_policy=self.ctx.ref_policy, collective=self.sharded, step_start=chunk.round == 0)
             self.tx.fold()  # train.grad_sum=fp64: into the order-free float64 sums (train.transaction)
         if weight == 0.0 or not mine or not self._lane.lead:  # a throw-away cell that only joined the collectives,

@@ -18,8 +18,9 @@ GRPO-Guard's normalised ratio (``algo.guard``) or DiffusionNFT's forward-process
 
 Zero-advantage filtering (Flow-GRPO drops every sample whose advantage is 0 before training): with
 ``filter_zero_advantage`` the cells of such samples are dropped before the forward (they still count as done in
-the transaction) and the caller divides by the kept trajectories, B_m = kept ones (``step_math.kept_count``); a
-group's ``keep`` mask, where set (``sample_masks.zero_adv_refill``), replaces A != 0 as the kept test. When no
+the transaction) and the caller divides by the kept trajectories, B_m = kept ones (``step_math.kept_count``). A
+caller that masks the cells itself (the trainer with a round's ``sample_masks`` masks, which hold the filter and
+``train.zero_adv_refill``'s re-added samples) passes the cells it keeps with the filter off. When no
 cell is left, a call alone (``collective=False``) returns without a forward; a rank of a sharded pool
 (``collective=True``) trains its first cell with weight 0, ``backward(0 * loss_scale * L_cell(first))``, stats
 ``CellStats(cells=n, trained=0)`` (``step_math.kept_cells``).
@@ -130,8 +131,8 @@ def train_cells(
         raise ValueError("cannot train a group before its advantages are computed (invariant I3)")
     n_all, weight = len(cells), 1.0
     rows, tpos = cell_rows(group, cells)
-    if settings.filter_zero_advantage:  # group.keep (train.zero_adv_refill): the re-added A = 0 samples train too
-        keep = nonzero(group.advantages[rows]) if group.keep is None else group.keep[rows]
+    if settings.filter_zero_advantage:
+        keep = nonzero(group.advantages[rows])
         kept, weight = kept_cells(range(n_all), keep.tolist(), collective)  # none left: [] or a throw-away cell
         if not kept:
             return CellStats(cells=n_all)

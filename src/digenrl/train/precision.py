@@ -17,6 +17,9 @@ the all-reduce::
     else:    the step's update is skipped (no optimizer step), S <- S / 2
 
 so no chunk ever sees a different S than another chunk of the same step (S changes only at commits).
+``update`` is ``torch._amp_update_scale_``'s rule; ``GradScaler`` itself does not fit: its ``scale`` multiplies a
+value (not a gradient inside the model), its finite flag is private and not agreed over the transaction's group
+(an FSDP rank holds a shard of the gradient), and the commit clips between unscale and step.
 """
 
 from __future__ import annotations

@@ -176,10 +176,9 @@ def _dcp_state(ctx) -> dict:
     state = {"model": get_model_state_dict(root), "optim": get_optimizer_state_dict(root, ctx.optimizer)}
     if ctx.ema is not None:
         state["ema"] = dict(ctx.ema.shadow)
-    state["meta"] = {"version": torch.tensor(ctx.transaction.version)}
     if getattr(ctx.policy, "nft_old", None) is not None:  # DiffusionNFT's old copy (train.nft_old)
         state["nft_old"] = dict(ctx.policy.nft_old.shadow)
-        state["meta"]["nft_old_commits"] = torch.tensor(ctx.policy.nft_old.commits)
+        state["meta"] = {"nft_old_commits": torch.tensor(ctx.policy.nft_old.commits)}
     return state
 
 
@@ -191,7 +190,8 @@ def save_sharded(ctx, path: str | Path) -> None:
 
 
 def load_sharded(ctx, path: str | Path) -> None:
-    """Load a ``save_sharded`` checkpoint into the (already sharded) context, in place."""
+    """Load a ``save_sharded`` checkpoint into the (already sharded) context, in place. The version, EMA update
+    count, loss scale and RNG come from the checkpoint's ``TrainState`` (``checkpoint.restore_counters``)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
@@ -202,7 +202,6 @@ def load_sharded(ctx, path: str | Path) -> None:
     set_optimizer_state_dict(root, ctx.optimizer, state["optim"])
     if "nft_old" in state:  # (the EMA's and the old copy's shards are loaded in place)
         ctx.policy.nft_old.commits = int(state["meta"]["nft_old_commits"])
-    ctx.transaction.version = int(state["meta"]["version"])
 
 
 def export_consolidated(ctx, path: str | Path, rank: int) -> Path | None:
