@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     from digenrl.control.profile import save_profile
     from digenrl.control.run_plan import plan_run
 
-    from .calibrate import calibrate, sizes_upto
+    from .calibrate import calibrate, plan_sizes, sizes_upto
     from .cluster import ray_session, start_pools
 
     out = Path(args.out)
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     with ray_session(run):
         pools = start_pools(run, log_dir=logs)
         try:
-            data = calibrate(run, pools, args.repeats, sizes_upto(G), sizes_upto(G * S),
-                             trainer_generation=True)
+            gen = sorted(set(sizes_upto(G)) | set(plan_sizes(run.plan)[0]))  # (a packed colocated worker's share)
+            data = calibrate(run, pools, args.repeats, gen, sizes_upto(G * S), trainer_generation=True)
         finally:
             pools.kill()
     save_profile(data, out)
