@@ -58,12 +58,17 @@ def plan_sizes(plan) -> tuple[list[int], list[int]]:
     ``packed`` colocated plan, a worker's share of the step's fragments in one action (``colocated_share``
     consecutive fragments of the dispatch order, as the scheduler takes them). Without the share the profile held
     the fragment size only and the simulator priced a batch of the share as that many fragments one after the
-    other: +15-21% on colocated in ``benchmarks/pipeline_cpu.py`` (a batch of 32 runs faster than 8 of 4)."""
+    other: +15-21% on colocated in ``benchmarks/pipeline_cpu.py`` (a batch of 32 runs faster than 8 of 4). A TAG
+    gang on a shard group of R lanes takes up to R fragments (``layout.gang_size``): sizes m f for m = 1, 2, 4, ...,
+    R, so that every gang lies between two timed sizes (a profile curve of one point is proportional through 0:
+    a gang of R fragments was priced R times a fragment, though each lane samples only its share)."""
     order = step_fragments(plan, 0)
     frags = {f.size for f in order}
     if plan.packed:
         n = plan.colocated_share
         frags |= {sum(f.size for f in order[i:i + n]) for i in range(0, len(order), n)}
+    if plan.mode.tag and plan.shard_ranks > 1:
+        frags |= {m * plan.fragment_size for m in sizes_upto(plan.shard_ranks)}
     chunks = {c.size for c in tsp_chunks(plan, 0, 0)} if plan.mode.tsp else {
         c.size for g in range(plan.prompts) for cs in classic_chunks(plan, 0, g).values() for c in cs}
     return sorted(frags), sorted(chunks)
