@@ -123,7 +123,7 @@ def generator_items(cfg, p) -> dict[str, int]:
 
 def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] | None:
     """Refuse (``MemoryPlanError``) a disaggregated config whose generators do not fit ``capacity_gb``
-    (default ``train.memory_gb``) with fragments of ``runtime.fragment_size`` trajectories."""
+    (default ``train.memory_gb``) with the fragments the run cuts (``generator_items``)."""
     p = inputs_from_config(cfg)
     cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
     if p is None or cap is None or cfg.runtime.mode == "colocated":
