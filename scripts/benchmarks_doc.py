@@ -1,6 +1,6 @@
 """Fill the generated tables of the docs and the README from the results files, with each benchmark's own table
 function: docs/benchmarks.md (CPU pipeline, publish paths, plan validation), docs/getting_started.md and
-README.md (the demo's seeds).
+README.md (the demo's seeds), docs/sequence_parallel.md (``benchmarks/sp_native.py``'s tables).
 
     python scripts/benchmarks_doc.py            # rewrite the marked blocks
     python scripts/benchmarks_doc.py --check    # exit 1 if a block is not what this script writes
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = [ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "getting_started.md", ROOT / "docs" / "fast_generator.md",
-         ROOT / "README.md"]
+         ROOT / "docs" / "sequence_parallel.md", ROOT / "README.md"]
 BLOCK = re.compile(r"(<!-- BEGIN bench:(\w+) \(scripts/benchmarks_doc.py\) -->\n)(.*?)(<!-- END bench:\2 -->)", re.S)
 
 
@@ -53,6 +53,8 @@ def block(name: str) -> str:
         return _load("benchmarks/fast_generator.py").headline(_json("fast_generator.json"))
     if name == "where_wins":
         return _load("benchmarks/where_wins.py").summary(_json("where_wins.json"))
+    if name == "sp_native":
+        return _load("benchmarks/sp_native.py").table(_json("sp_native.json")["rows"])
     if name == "demo_wall":
         return _load("benchmarks/demo_wall.py").markdown(_json("demo_wall.json"))
     raise ValueError(f"unknown block bench:{name}")

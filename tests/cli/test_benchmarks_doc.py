@@ -1,5 +1,6 @@
-"""The generated benchmark tables (docs/benchmarks.md, the demo table of docs/getting_started.md and README.md) are
-what ``scripts/benchmarks_doc.py`` prints from the results files now."""
+"""The generated benchmark tables (docs/benchmarks.md, the demo table of docs/getting_started.md and README.md, the
+sequence-parallel tables of docs/sequence_parallel.md) are what ``scripts/benchmarks_doc.py`` prints from the results
+files now."""
 
 from __future__ import annotations
 
