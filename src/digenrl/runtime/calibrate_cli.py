@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     with ray_session(run):
         pools = start_pools(run, log_dir=logs)
         try:
-            gen = sorted(set(sizes_upto(G)) | set(plan_sizes(run.plan)[0]))  # (a packed colocated worker's share)
+            gen = sorted(set(sizes_upto(G)) | set(plan_sizes(run.plan)[0]))  # (with a packed share, TAG gangs)
             data = calibrate(run, pools, args.repeats, gen, sizes_upto(G * S), trainer_generation=True)
         finally:
             pools.kill()
