@@ -14,7 +14,7 @@ import sys
 
 def _memory_lines(cfg) -> list[str]:
     from digenrl.train.memory import GiB, plan_memory
-    from digenrl.train.memory_check import chunk_cells, generator_items, inputs_from_config
+    from digenrl.train.memory_check import chunk_cells, generator_items, inputs_from_config, trainer_generation_batch
     p = inputs_from_config(cfg)
     if p is None:
         return [f"  (no memory plan for model.kind={cfg.model.kind}: only the diffusers families have one)"]
@@ -24,6 +24,10 @@ def _memory_lines(cfg) -> list[str]:
     total = plan.total(cells) / GiB
     room = f" of train.memory_gb={cap:g}" if cap is not None else " (train.memory_gb unset: not checked)"
     out = [f"  trainer rank: {total:.1f} GiB{room}, chunk of {cells} cells ({plan.table(cells)})"]
+    bound = trainer_generation_batch(cfg)
+    if bound is not None:
+        out.append(f"  trainer rank generating ({cfg.runtime.mode}): at most {bound} generations per sampling batch "
+                   "beside its state")
     if cfg.runtime.mode != "colocated":
         gen = generator_items(cfg, p)
         rows = ", ".join(f"{k} {v / GiB:.1f}" for k, v in gen.items() if v > 0)

@@ -65,7 +65,8 @@ def _plan_memory(cfg):
     ``train.chunk_cells: auto``; returns the (possibly re-shaped) config."""
     from digenrl.control.run_plan import timestep_plan  # (pure: `digenrl check` loads no torch)
     from digenrl.train.memory import MemoryPlanError
-    from digenrl.train.memory_check import check_config, check_generators, resolve_chunk_cells
+    from digenrl.train.memory_check import (check_config, check_generators, resolve_chunk_cells,
+                                            trainer_generation_batch)
     from digenrl.validate import refused
 
     with refused(MemoryPlanError):
@@ -73,6 +74,7 @@ def _plan_memory(cfg):
             cfg = resolve_chunk_cells(cfg, len(timestep_plan(cfg, 0).trained))
         check_config(cfg)
         check_generators(cfg)
+        trainer_generation_batch(cfg)
     return cfg
 
 

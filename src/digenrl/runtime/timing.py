@@ -40,32 +40,42 @@ def _probe_prompt(worker):
 
 
 def generation_ops(worker, policy, sizes: list[int]) -> dict:
-    """{("generate", size, phase): callable} for one fragment of each size. The first ``sample`` of a size also
-    decodes its result once (the input of ``decode`` and ``reward``), so it runs first: each size's keys come in
-    the order sample, decode, reward, transfer, the order ``Calibration`` times them in."""
+    """{("generate", size, phase): callable} for one fragment of each size, each phase run in the batches the
+    worker samples in (at most its ``_gen_batch``, else ``memory_check.SAMPLE_BATCH``, as ``step_math.generate``).
+    The first ``sample`` of a size also decodes its result once (the input of ``decode`` and ``reward``), so it
+    runs first: each size's keys come in the order sample, decode, reward, transfer, the order ``Calibration``
+    times them in."""
     import torch
 
     from digenrl.rollout.sampler import sample_trajectories
+    from digenrl.train.memory_check import SAMPLE_BATCH
 
     prompt, plan = _probe_prompt(worker), timestep_plan(worker.cfg, 0)
+    bound = getattr(worker, "_gen_batch", None) or SAMPLE_BATCH
     fns, held = {}, {}
+
+    def decode(tbs):
+        return [policy.decode(tb.final.to(next(policy.parameters()).device)) for tb in tbs]
+
     for size in sizes:
         gens = list(range(size))
         if getattr(worker, "sharded", False):  # this rank's lane's share of the group's fragment
             gens = gens[worker._lane.lane::worker._lane.lanes] or gens[:1]
+        batches = [gens[i:i + bound] for i in range(0, len(gens), bound)]
 
-        def sample(size=size, gens=gens):
-            tb = sample_trajectories(policy, [prompt] * len(gens), gens, step=0, run_seed=worker.cfg.seed,
-                                     version=0, settings=worker.sampler, plan=plan, decode=False)
+        def sample(size=size, batches=batches):
+            tbs = [sample_trajectories(policy, [prompt] * len(b), b, step=0, run_seed=worker.cfg.seed, version=0,
+                                       settings=worker.sampler, plan=plan, decode=False) for b in batches]
             if size not in held:
                 with torch.no_grad():
-                    held[size] = (tb, policy.decode(tb.final.to(next(policy.parameters()).device)).float().cpu())
-            return tb
+                    held[size] = (tbs, [im.float().cpu() for im in decode(tbs)])
+            return tbs
 
         fns.update({
             ("generate", size, "sample"): sample,
-            ("generate", size, "decode"): lambda size=size: policy.decode(held[size][0].final.to(held[size][1].device)),
-            ("generate", size, "reward"): lambda size=size: worker.reward.score(held[size][1], held[size][0].prompts),
+            ("generate", size, "decode"): lambda size=size: decode(held[size][0]),
+            ("generate", size, "reward"): lambda size=size: [worker.reward.score(im, tb.prompts)
+                                                             for tb, im in zip(*held[size])],
             ("generate", size, "transfer"): lambda size=size: pickle.loads(pickle.dumps(held[size][0], protocol=5)),
         })
     return fns

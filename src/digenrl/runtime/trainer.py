@@ -44,6 +44,7 @@ from dataclasses import replace
 from digenrl.control.run_plan import grad_sum_fp64, plan_run
 from digenrl.train.nft_old import after_commit, sampling_weights
 from digenrl.train.old_logprob import sync_step_start
+from digenrl.train.memory_check import trainer_generation_batch
 from digenrl.train.sharding import full_trainable_state
 
 from .collectives import collective_action
@@ -78,6 +79,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
         self._plan = plan_run(self.cfg).plan
+        self._gen_batch = trainer_generation_batch(self.cfg)  # TAG / colocated sampling batch bound (memory), or None
         self._stream = None   # broadcast / stream publish: (this rank, its group) where it is a sender
         self._sends: list = []  # the async sends of its last stream publish (waited for before the next)
         self._world = 1
@@ -211,22 +213,24 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
     @collective_action
     def generate_gang(self, share, version: int):
         """A gang over several prompt groups (``Generate.more``) on a shard group, or a packed colocated worker's
-        share of the step (``StepPlan.packed``), in one batch (``generate_parts``)."""
+        share of the step (``StepPlan.packed``), in one action (``_generate``)."""
         return self._generate(share, version)
 
     def _generate(self, share, version: int) -> tuple:
-        """``share`` generated in one batch. Without an inference copy a rank of a sharded pool without a share
-        samples a throw-away copy of one generation so that its forwards still match the others'."""
+        """``share`` generated together, in batches of at most ``train.memory_check.trainer_generation_batch``
+        (what fits beside the rank's training state; no bound without ``train.memory_gb``). Without an inference
+        copy a rank of a sharded pool without a share samples a throw-away copy of one generation so that its
+        forwards still match the others'."""
         self.check_failure(share[0].step)
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate {share} with version {version} but its weights "
                                f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        lead = self._lane.lead  # (``share`` is its lane's: the executor gives a lane's ranks the same one)
+        lead, bound = self._lane.lead, self._gen_batch  # (``share`` is its lane's: a lane's ranks get the same one)
         if self.sharded and self._gsize > 1 and self.cfg.tuning.tag_inference_copy:
-            return self.generate_parts(self._inference_copy(version), share, version, lead)
+            return self.generate_parts(self._inference_copy(version), share, version, lead, bound)
         with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
             if not self.sharded or self._gsize == 1 or any(p.generations for p in share):
-                return self.generate_parts(self.policy, share, version, lead)
+                return self.generate_parts(self.policy, share, version, lead, bound)
             *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version, lead)
         empty = tuple(replace(infos[0], fragment=p, uid=-1, rewards=(), reward_parts={}) for p in share)
         return (*([None] * len(share)), empty)

@@ -142,10 +142,11 @@ class WorkerBase:
         self._calibration = None
         return True
 
-    def generate_parts(self, policy, parts, version: int, lead: bool = True) -> tuple:
+    def generate_parts(self, policy, parts, version: int, lead: bool = True, max_batch: int | None = None) -> tuple:
         """A gang's share on this rank (``layout.gang_shares``: one fragment per part of the gang, of different
-        prompt groups, some maybe empty), sampled in ONE batch, then cut per part: (trajectories or None, ...,
-        infos), one trajectory batch per part and a tuple of one ``FragmentInfo`` per part (same start/end).
+        prompt groups, some maybe empty), sampled together (in batches of at most ``max_batch``; None:
+        ``memory_check.SAMPLE_BATCH``), then cut per part: (trajectories or None, ..., infos), one trajectory batch
+        per part and a tuple of one ``FragmentInfo`` per part (same start/end).
         ``lead=False``: a follower of a sequence-parallel group, which runs the same forwards (collectives) as
         its lead and reports nothing: no decode, no reward, Nones and infos without generations."""
         from digenrl.train.step_math import generate
@@ -157,6 +158,8 @@ class WorkerBase:
         args = ([prompts[parts[i].group] for i, _ in pairs], [g for _, g in pairs])
         kw = dict(step=step, run_seed=self.cfg.seed, version=version, settings=self.sampler,
                   plan=timestep_plan(self.cfg, step))
+        if max_batch is not None:
+            kw["max_batch"] = max_batch
         if not lead:  # the lead's sampling (its collectives), without decode or reward
             if pairs:
                 generate(policy, *args, **kw, decode=False)

@@ -1,6 +1,7 @@
 """A config's memory plan (``train.memory``'s formulas applied to a ``Config``): its ``PlanInputs``, the
 refusals before anything starts (``check_config`` for the trainer ranks, ``check_generators`` for the generator
-pool, each naming the keys that would make it fit) and ``train.chunk_cells: auto`` resolved to a chunk shape."""
+pool, each naming the keys that would make it fit), the batch a trainer rank that generates samples at once
+(``trainer_generation_batch``) and ``train.chunk_cells: auto`` resolved to a chunk shape."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from digenrl.schedule.layout import choose_chunk_shape, rank_share
 from digenrl.schedule.plan import Mode
 
 from .memory import FAMILIES, GiB, MemoryPlan, MemoryPlanError, PlanInputs, generator_bytes, plan_memory
+
+SAMPLE_BATCH = 64  # the most samples one sampling batch holds (``step_math.generate``); VAE decoding is unpriced
 
 
 def inputs_from_config(cfg) -> PlanInputs | None:
@@ -112,13 +115,49 @@ def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
     )
 
 
+def _sampling(cfg, p, sequence_parallel: int):
+    """``p`` as a sampling forward sees it: two forwards per sample under CFG (not for guidance-distilled
+    families), each sample's sequence split over ``sequence_parallel`` ranks."""
+    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and not FAMILIES[p.family].spec.guidance_distilled) else 1
+    return replace(p, forwards_per_cell=fwd, sequence_parallel=sequence_parallel)
+
+
 def generator_items(cfg, p) -> dict[str, int]:
     """A generator's bytes by item (``memory.generator_bytes``) for ``cfg`` (memory inputs ``p``: ``inputs_from_config``):
-    fragments of ``cfg.fragment_generations()``, two forwards per cell under CFG (not for guidance-distilled
-    families), the sequence split over ``runtime.generator_sequence_parallel`` ranks."""
-    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and not FAMILIES[p.family].spec.guidance_distilled) else 1
-    p = replace(p, forwards_per_cell=fwd, sequence_parallel=cfg.runtime.generator_sequence_parallel.degree)
+    fragments of ``cfg.fragment_generations()`` (``_sampling``: CFG, the sequence split over
+    ``runtime.generator_sequence_parallel`` ranks)."""
+    p = _sampling(cfg, p, cfg.runtime.generator_sequence_parallel.degree)
     return generator_bytes(p, cfg.fragment_generations())
+
+
+def trainer_generation_batch(cfg) -> int | None:
+    """The most generations a trainer rank samples in one batch, where its trainers generate (a ``colocated``
+    worker's share of the step, ``StepPlan.packed``; TAG gangs): ``SAMPLE_BATCH`` or, if fewer, the largest n with
+
+        state + n x a_gen <= train.memory_gb,
+
+    state = the rank's whole plan (``plan_memory(p).state``: a TAG gang runs mid-step, beside the step's gradients)
+    and a_gen = the sampling activations of one generation (``generator_bytes``' per-sample term: ``_sampling``
+    with the lane's ``train.sequence_parallel`` split). None where trainers do not generate, or without a plan or
+    ``train.memory_gb`` (no bound); ``MemoryPlanError`` (naming the keys) when not even one generation fits."""
+    p = inputs_from_config(cfg)
+    mode, cap = Mode(cfg.runtime.mode), cfg.train.memory_gb
+    if p is None or cap is None or not (mode.tag or not mode.disaggregated):
+        return None
+    state = plan_memory(p).state
+    per = generator_bytes(_sampling(cfg, p, p.sequence_parallel), 1)["activations"]
+    n = int((cap * GiB - state) // per) if per > 0 else 1 << 20
+    if n < 1:
+        raise MemoryPlanError(
+            f"memory plan: a {FAMILIES[p.family].spec.name} trainer rank that generates ({cfg.runtime.mode} mode) "
+            f"holds {state / GiB:.1f} GiB and needs {per / GiB:.2f} GiB per generation, more than "
+            f"train.memory_gb={cap:g}; change: " + "; ".join(
+                h for ok, h in ((mode.tag, "runtime.mode without TAG (gap or gap_tsp: trainers do not generate)"),
+                                (not p.cpu_offload and p.sharding == "fsdp", "train.cpu_offload=true"),
+                                (p.inference_copy, "tuning.tag_inference_copy=false"),
+                                (p.family in SEQUENCE_PARALLEL_FAMILIES, "train.sequence_parallel"),
+                                (p.lora_rank is None, "model.lora.enabled=true")) if ok))
+    return min(n, SAMPLE_BATCH)
 
 
 def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] | None:

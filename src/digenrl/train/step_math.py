@@ -14,6 +14,7 @@ from digenrl.algo.timesteps import TimestepPlan
 from digenrl.models.base import Policy
 from digenrl.rewards.base import RewardOutputError, WeightedSum
 from digenrl.rollout.records import Prompt, TrajectoryBatch
+from digenrl.train.memory_check import SAMPLE_BATCH
 from digenrl.rollout.sampler import SamplerSettings, sample_trajectories
 from digenrl.schedule import step_number
 
@@ -29,12 +30,14 @@ def generate(
     settings: SamplerSettings,
     plan: TimestepPlan,
     reward: WeightedSum | None = None,
-    max_batch: int = 64,
+    max_batch: int = SAMPLE_BATCH,
     decode: bool = True,
 ) -> TrajectoryBatch:
     """Generate (and, if ``reward`` is given, score) one trajectory per (prompt, generation) pair; a reward
-    output that is not one finite score per sample raises ``RewardOutputError`` naming the step. ``decode=False``
-    (no reward): the latents only (a sequence-parallel follower runs its lead's forwards, batch for batch)."""
+    output that is not one finite score per sample raises ``RewardOutputError`` naming the step. The pairs are
+    sampled in batches of at most ``max_batch`` (a trainer rank's memory bound:
+    ``train.memory_check.trainer_generation_batch``). ``decode=False`` (no reward): the latents only (a
+    sequence-parallel follower runs its lead's forwards, batch for batch)."""
     parts = []
     for i in range(0, len(prompts), max_batch):
         tb = sample_trajectories(

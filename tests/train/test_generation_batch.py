@@ -1,0 +1,108 @@
+"""A trainer rank that generates (a packed colocated worker's share of the step, TAG gangs) samples in batches
+that fit beside its training state (``train.memory_check.trainer_generation_batch``): the bound's rule, its
+refusal, the worker sampling in those batches with the same results, and the calibration timing the batches the
+run samples."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from digenrl.config import load_config
+from digenrl.train.memory import GiB, MemoryPlanError, generator_bytes, plan_memory
+from digenrl.train.memory_check import SAMPLE_BATCH, inputs_from_config, trainer_generation_batch
+
+WAN = "configs/wan21_14b.yaml"
+
+
+def _terms(cfg, forwards: int):
+    """(the rank's state, one generation's sampling activations) in bytes, from the plan's own items."""
+    p = inputs_from_config(cfg)
+    return plan_memory(p).state, generator_bytes(p.__class__(**{**p.__dict__, "forwards_per_cell": forwards}),
+                                                 1)["activations"]
+
+
+@pytest.mark.parametrize("over,forwards", [(["runtime.mode=colocated", "runtime.generators=1"], 2),  # wan: CFG, two forwards a sample
+                                           (["runtime.mode=gap_tsp_tag", "sampler.cfg_scale=1.0"], 1)])
+def test_the_bound_is_the_most_generations_that_fit_beside_the_state(over, forwards):
+    cfg = load_config(WAN, [*over, "train.memory_gb=44"])
+    state, per = _terms(cfg, forwards)
+    n = trainer_generation_batch(cfg)
+    assert 1 <= n < SAMPLE_BATCH  # the case binds: below the default batch
+    assert state + n * per <= 44 * GiB < state + (n + 1) * per
+    colocated = load_config(WAN, ["runtime.mode=colocated", "runtime.generators=1", "train.memory_gb=44"])
+    share = -(-cfg.train.prompts_per_step * cfg.train.generations // cfg.runtime.trainers)
+    assert trainer_generation_batch(colocated) < share  # the packed share (one action) is sampled in several batches
+
+
+def test_no_bound_where_trainers_do_not_generate_or_nothing_is_planned():
+    assert trainer_generation_batch(load_config(WAN, ["runtime.mode=gap_tsp", "train.memory_gb=44"])) is None
+    assert trainer_generation_batch(load_config(WAN, ["runtime.mode=colocated", "train.memory_gb=null"])) is None
+    assert trainer_generation_batch(load_config(None, ["train.memory_gb=80"])) is None  # the tiny DiT: no plan
+    assert trainer_generation_batch(load_config(WAN, ["runtime.mode=colocated", "train.memory_gb=1000"])) == SAMPLE_BATCH
+
+
+def test_a_rank_with_no_room_for_one_generation_is_refused_by_name(capsys):
+    cfg = load_config(WAN, ["runtime.mode=gap_tsp_tag"])
+    state, per = _terms(cfg, 2)
+    cap = (state + per / 2) / GiB
+    with pytest.raises(MemoryPlanError, match="train.memory_gb") as e:
+        trainer_generation_batch(load_config(WAN, ["runtime.mode=gap_tsp_tag", f"train.memory_gb={cap}"]))
+    assert "runtime.mode without TAG" in str(e.value) and "per generation" in str(e.value)
+
+
+def _spy_batches(monkeypatch):
+    import digenrl.rollout.sampler as sampler
+    import digenrl.train.step_math as step_math
+
+    sizes, real = [], sampler.sample_trajectories
+
+    def spy(policy, prompts, *a, **kw):
+        sizes.append(len(prompts))
+        return real(policy, prompts, *a, **kw)
+
+    monkeypatch.setattr(step_math, "sample_trajectories", spy)
+    monkeypatch.setattr(sampler, "sample_trajectories", spy)
+    return sizes
+
+
+def test_a_colocated_worker_samples_its_share_in_bounded_batches_with_the_same_results(monkeypatch):
+    """One worker's share is the step's 2 x 4 generations (one action); bounded to 3 it samples 3 + 3 + 2, and
+    the step ends with the weights of the unbounded run (each sample's noise is its own)."""
+    from product import product_steps
+
+    import digenrl.runtime.trainer as trainer
+
+    cfg = load_config(None, ["train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4",
+                             "log.progress=false", "train.ema_decay=null"])
+    free, _ = product_steps(cfg, steps=1)
+    sizes = _spy_batches(monkeypatch)
+    monkeypatch.setattr(trainer, "trainer_generation_batch", lambda cfg: 3)
+    bounded, _ = product_steps(cfg, steps=1)
+    assert sizes == [3, 3, 2], sizes
+    for (name, a), b in zip(free.policy.named_parameters(), bounded.policy.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_the_calibration_times_the_batches_the_worker_samples(monkeypatch):
+    from product import product_worker
+
+    from digenrl.runtime.timing import generation_ops
+
+    cfg = load_config(None, ["sampler.num_steps=2", "log.progress=false"])
+    worker = product_worker(cfg)
+    worker._gen_batch = 2
+    sizes = _spy_batches(monkeypatch)
+    ops = generation_ops(worker, worker.policy, [5])
+    for phase in ("sample", "decode", "reward", "transfer"):
+        ops[("generate", 5, phase)]()
+    assert sizes == [2, 2, 1], sizes
+
+
+def test_check_prints_the_bound(capsys):
+    from digenrl.cli import main
+
+    over = ["runtime.mode=colocated", "runtime.generators=1", "train.memory_gb=44"]
+    n = trainer_generation_batch(load_config(WAN, over))
+    assert main(["check", "-c", WAN, "--config-only", "-q", *over]) == 0
+    assert f"at most {n} generations per sampling batch" in capsys.readouterr().out
