@@ -16,10 +16,13 @@ WAN = "configs/wan21_14b.yaml"
 
 
 def _terms(cfg, forwards: int):
-    """(the rank's state, one generation's sampling activations) in bytes, from the plan's own items."""
+    """(what the rank holds while it samples, one generation's sampling activations) in bytes, from the plan's
+    items: all but autocast's copies, and in colocated (after the commit) but the gradients and their sums."""
     p = inputs_from_config(cfg)
-    return plan_memory(p).state, generator_bytes(p.__class__(**{**p.__dict__, "forwards_per_cell": forwards}),
-                                                 1)["activations"]
+    items = plan_memory(p).items
+    free = {"cast"} | ({"grads", "grad_sums"} if cfg.runtime.mode == "colocated" else set())
+    held = sum(v for k, v in items.items() if k not in free)
+    return held, generator_bytes(p.__class__(**{**p.__dict__, "forwards_per_cell": forwards}), 1)["activations"]
 
 
 @pytest.mark.parametrize("over,forwards", [(["runtime.mode=colocated", "runtime.generators=1"], 2),  # wan: CFG, two forwards a sample

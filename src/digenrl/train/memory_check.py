@@ -136,15 +136,19 @@ def trainer_generation_batch(cfg) -> int | None:
 
         state + n x a_gen <= train.memory_gb,
 
-    state = the rank's whole plan (``plan_memory(p).state``: a TAG gang runs mid-step, beside the step's gradients)
-    and a_gen = the sampling activations of one generation (``generator_bytes``' per-sample term: ``_sampling``
-    with the lane's ``train.sequence_parallel`` split). None where trainers do not generate, or without a plan or
-    ``train.memory_gb`` (no bound); ``MemoryPlanError`` (naming the keys) when not even one generation fits."""
+    state = the rank's plan (``plan_memory(p).state``) less what it does not hold while it samples: autocast's
+    weight copies (a backward's only) and, in ``colocated`` (it samples at the step's start, after the commit
+    freed them), the gradients and their float64 sums; a TAG gang runs mid-step, beside the step's gradients (as
+    ``sim.memory`` prices a colocated rank). a_gen = the sampling activations of one generation
+    (``generator_bytes``' per-sample term: ``_sampling`` with the lane's ``train.sequence_parallel`` split).
+    None where trainers do not generate, or without a plan or ``train.memory_gb`` (no bound); ``MemoryPlanError``
+    (naming the keys) when not even one generation fits."""
     p = inputs_from_config(cfg)
     mode, cap = Mode(cfg.runtime.mode), cfg.train.memory_gb
     if p is None or cap is None or not (mode.tag or not mode.disaggregated):
         return None
-    state = plan_memory(p).state
+    items = plan_memory(p).items
+    state = sum(v for k, v in items.items() if k not in (("cast",) if mode.tag else ("cast", "grads", "grad_sums")))
     per = generator_bytes(_sampling(cfg, p, p.sequence_parallel), 1)["activations"]
     n = int((cap * GiB - state) // per) if per > 0 else 1 << 20
     if n < 1:
