@@ -111,6 +111,50 @@ def test_every_server_a_reward_calls_is_reported_down_in_one_message():
                             rf"\({limit}last error: .*Connection refused.*\)", str(got.value)), str(got.value)
 
 
+def test_every_server_a_reward_calls_is_reported_refusing_in_one_message():
+    """The same three servers answering HTTP 422: one message naming the config key, the URL, the code and the
+    server's answer, raised at once (no retry), each in its reward's error."""
+    import http.server
+
+    import numpy as np
+
+    from digenrl.rewards.geneval import RemoteDetector
+    from digenrl.rewards.vlm_judge import VlmJudge, VlmJudgeError
+
+    posts = []
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            posts.append(self.path)
+            self.send_response(422)
+            self.end_headers()
+            self.wfile.write(b"images must be 3 x H x W")
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    img = np.zeros((8, 8, 3), np.uint8)
+    calls = [(RewardServiceError, "reward remote: url", f"{url}/score",
+              lambda: RemoteReward(url, retries=3, backoff=0.0, timeout=5.0)(*batch(1, 0))),
+             (RuntimeError, "reward geneval: detector_url", f"{url}/detect",
+              lambda: RemoteDetector(f"{url}/detect", timeout=5.0, retries=3, backoff=0.0)([img])),
+             (VlmJudgeError, "reward vlm_judge: base_url", f"{url}/v1/chat/completions",
+              lambda: VlmJudge(f"{url}/v1", "m", retries=3, backoff=0.0, timeout=5.0).ask(img, "p"))]
+    try:
+        for error, setting, where, call in calls:
+            posts.clear()
+            with pytest.raises(error) as got:
+                call()
+            assert str(got.value) == f"{setting}: {where} refused the request (422): images must be 3 x H x W"
+            assert len(posts) == 1  # a 4xx is not retried
+    finally:
+        server.shutdown()
+
+
 def test_failing_reward_and_bad_requests():
     class Boom:
         name = "boom"

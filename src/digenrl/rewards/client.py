@@ -39,15 +39,14 @@ class RewardServiceError(RuntimeError):
 
 
 def post_retrying(url: str, body: bytes, token: str | None, timeout: float, delays: Iterable[float],
-                  refused: Callable[[int, str], Exception], parse: Callable[[bytes], Any] = json.loads,
-                  retry_on: tuple[type[Exception], ...] = (), *, setting: str,
-                  unavailable: type[Exception] = RuntimeError, limit: str | None = None) -> Any:  # fmt: skip
+                  parse: Callable[[bytes], Any] = json.loads, retry_on: tuple[type[Exception], ...] = (), *,
+                  setting: str, error: type[Exception] = RuntimeError, limit: str | None = None) -> Any:  # fmt: skip
     """``parse`` of the answer to ``POST body`` (JSON; with ``Authorization: Bearer <token>`` if a token is given),
     retrying what a retry can fix -- connection errors, timeouts, HTTP 429 and 5xx, and ``retry_on`` raised by
-    ``parse`` -- after sleeping each of ``delays`` in turn. Any other HTTP 4xx is deterministic: ``refused(code,
-    detail)`` is raised at once. Past the delays: ``unavailable`` with the one message of every server a reward
-    calls, naming the config key of the address (``setting``, e.g. ``reward remote: url``), the URL, the attempts,
-    the time, what bounded the retries (``limit``, e.g. ``retry_window 600s``) and the last error."""
+    ``parse`` -- after sleeping each of ``delays`` in turn. The two messages of every server a reward calls, as
+    ``error``, each naming the config key of the address (``setting``, e.g. ``reward remote: url``) and the URL:
+    any other HTTP 4xx is deterministic and raised at once, with the code and the server's answer; past the delays,
+    the attempts, the time, what bounded the retries (``limit``, e.g. ``retry_window 600s``) and the last error."""
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     delays, attempts, start = iter(delays), 0, time.monotonic()
     while True:
@@ -58,13 +57,13 @@ def post_retrying(url: str, body: bytes, token: str | None, timeout: float, dela
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:500]
             if 400 <= e.code < 500 and e.code != 429:
-                raise refused(e.code, detail) from None
+                raise error(f"{setting}: {url} refused the request ({e.code}): {detail[:300]}") from None
             last = f"HTTP {e.code}: {detail}"
         except (urllib.error.URLError, OSError, TimeoutError, *retry_on) as e:
             last = repr(getattr(e, "reason", e))
         delay = next(delays, None)
         if delay is None:
-            raise unavailable(f"{setting}: {url} unavailable after {attempts} attempts over "
+            raise error(f"{setting}: {url} unavailable after {attempts} attempts over "
                               f"{time.monotonic() - start:.1f}s ({limit + '; ' if limit else ''}last error: {last})")
         time.sleep(delay)
 
@@ -114,10 +113,8 @@ class RemoteReward(Scored):
             {"images": wire.encode_images(images, self.wire_dtype), "prompts": wire.encode_prompts(prompts)}
         ).encode()
         return post_retrying(self.url + "/score", body, self.token, self.timeout, self._delays(time.monotonic()),
-                             lambda code, detail: RewardServiceError(f"reward service at {self.url} refused the "
-                                                                     f"request ({code}): {detail}"),
                              lambda raw: self._scores(raw, len(prompts)), (ValueError, KeyError),
-                             setting="reward remote: url", unavailable=RewardServiceError,
+                             setting="reward remote: url", error=RewardServiceError,
                              limit=f"retry_window {self.retry_window:g}s")  # fmt: skip
 
 

@@ -102,12 +102,9 @@ class VlmJudge(Scored):
 
     def ask(self, rgb: np.ndarray, prompt: str) -> str:
         """The judge's reply text for one HxWx3 uint8 image (with retries, see the module docstring)."""
-        def refused(code: int, detail: str) -> VlmJudgeError:
-            return VlmJudgeError(f"vlm_judge: {self.url} refused the request ({code}): {detail[:300]}")
-
         return post_retrying(self.url, self._request(rgb, prompt), self.api_key, self.timeout,
-                             [self.backoff * 2**k for k in range(self.retries)], refused, self._content,
-                             setting="reward vlm_judge: base_url", unavailable=VlmJudgeError,
+                             [self.backoff * 2**k for k in range(self.retries)], self._content,
+                             setting="reward vlm_judge: base_url", error=VlmJudgeError,
                              limit=f"retries {self.retries}")
 
     def parse(self, reply: str) -> float | None:
