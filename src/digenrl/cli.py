@@ -188,6 +188,9 @@ def _print_worker_log(cfg, worker: str | None, lines: int = 20) -> None:
         print(f"--- last {len(tail)} lines of {worker}'s log ({path}) ---", file=sys.stderr)
         print("\n".join(tail), file=sys.stderr)
         print("---", file=sys.stderr)
+    elif path.parent.is_dir() and not path.exists():  # a Ray run (its driver made logs/), the file elsewhere
+        print(f"({worker}'s log is not on this machine: on a cluster whose nodes do not share run_dir it stays on "
+              f"the worker's node, at {path})", file=sys.stderr)
 
 
 def _print_prediction(cfg) -> None:

@@ -4,13 +4,15 @@
   (tests, notebooks) is reused and left running. Pools the cluster cannot place (``pool_demand``: CPUs, a GPU
   under CUDA, ``runtime.*_resources`` labels) are refused up front (``ConfigError`` naming the key).
 * ``ActorPools``: ``pools.WorkerPools`` over Ray actors; ``start_pools`` creates them.
-* ``ready_pools`` (both transports) waits until the workers are built (a failure names the worker), measures
-  their clock offsets (``clocks``), forms the torch.distributed group(s) (rendezvous on a free TCP port of
-  trainer rank 0's node) and publishes version 0."""
+* ``ready_pools`` (both transports) waits until the workers are built (a failure names the worker), checks that
+  the Ray workers share the driver's run directory (``check_shared``), measures their clock offsets
+  (``clocks``), forms the torch.distributed group(s) (rendezvous on a free TCP port of trainer rank 0's node)
+  and publishes version 0."""
 
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 import time
 from contextlib import contextmanager
@@ -24,6 +26,8 @@ from .clocks import measure_offsets
 from .deadlines import startup_deadline
 from .pools import WorkerPools
 from .publish import GroupSpec
+
+SHARED_CHECK = ".shared-check"  # in the workers' log folder: a token per start that every Ray worker reads back
 
 
 def pool_demand(cfg: Config, pool: str) -> dict[str, float]:
@@ -179,31 +183,34 @@ def start_pools(run: RunPlan, state: bytes | None = None, hooks=None, log_dir=No
     trn_cls = ray.remote(**actor_options(pool_demand(cfg, "trainer")))(TrainerWorker)
     logs = Path(log_dir).resolve() if log_dir is not None else worker_log_dir(cfg)  # one file per worker: <w>.log
     return built_pools(ActorPools, run, state, lambda w: gen_cls.remote(w, conf, hooks, str(logs / f"{w}.log")),
-                       lambda w, i: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log")))
+                       lambda w, i: trn_cls.remote(w, conf, i, hooks, str(logs / f"{w}.log")), logs)
 
 
-def built_pools(cls, run: RunPlan, state: bytes | None, generator, trainer) -> WorkerPools:
+def built_pools(cls, run: RunPlan, state: bytes | None, generator, trainer, logs: Path | None = None) -> WorkerPools:
     """``cls`` (a ``WorkerPools`` transport) over the workers ``generator(id)`` / ``trainer(id, rank)`` build,
-    readied (``ready_pools``; on a failure every worker is ended)."""
+    readied (``ready_pools``; on a failure every worker is ended). ``logs``: the Ray workers' log folder (None:
+    workers in this process)."""
     pools = cls({w: generator(w) for w in run.generator_ids},
                 {w: trainer(w, i) for i, w in enumerate(run.trainer_ids)},
                 run.cfg.runtime.publish if run.generator_ids else "object_store", run.grouped,
                 run.ranks_of(run.plan.trainers[0]) if run.grouped else ())
     try:
-        ready_pools(run, pools, state)
+        ready_pools(run, pools, state, logs)
     except BaseException:
         pools.kill()
         raise
     return pools
 
 
-def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None) -> None:
-    """Wait until the workers are built (a failure names the worker), measure their clock offsets, form the
-    groups and publish the first version to the generators: version 0 of rank 0's build, or the version of
-    ``state`` (a resumable checkpoint every trainer rank loads). Both transports."""
+def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None, logs: Path | None = None) -> None:
+    """Wait until the workers are built (a failure names the worker), check that they share ``logs`` (Ray), measure
+    their clock offsets, form the groups and publish the first version to the generators: version 0 of rank 0's
+    build, or the version of ``state`` (a resumable checkpoint every trainer rank loads). Both transports."""
     up = startup_deadline(run.cfg)
     workers = run.generator_ids + run.trainer_ids
     pools.get_named({w: pools.call(w, "ping") for w in workers}, "startup", up)
+    if logs is not None:
+        check_shared(run, pools, logs, up)
     pools.clock_offsets, pools.clock_error_s = measure_offsets(
         {w: lambda w=w: pools.get_named({w: pools.call(w, "clock")}, "clock offsets", up)[0] for w in workers})
     _form_groups(run, pools, up)
@@ -212,6 +219,39 @@ def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None) ->
         ref = pools.put(state)
         version = pools.get_named({w: pools.call(w, "restore_state", ref) for w in pools.trainers}, "restore", up)[0]
     _publish_initial(pools, version, up)
+
+
+def check_shared(run: RunPlan, pools: WorkerPools, logs: Path, timeout_s: float | None = None) -> None:
+    """Every Ray worker should see the driver's log folder ``logs`` (``run_dir/logs``; ``digenrl profile``'s
+    beside the profile) as the same directory: the driver writes a fresh token into it, each worker reads it back
+    (``sees``). Where a node's workers do not (a run_dir on node-local disk), their logs stay on that node, said
+    once; and under ``train.sharding=fsdp`` with shard groups of several ranks the run is refused (``ConfigError``
+    naming run_dir, the nodes and the workers): each such rank writes its own shards of a checkpoint into run_dir,
+    so a checkpoint would miss the shards of the ranks on other nodes."""
+    from digenrl.observe.progress import line
+    from digenrl.safe_files import atomic_write_bytes
+
+    token = secrets.token_hex(16)
+    logs.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(logs / SHARED_CHECK, token.encode())
+    workers = run.generator_ids + run.trainer_ids
+    seen = pools.get_named({w: pools.call(w, "sees", str(logs / SHARED_CHECK), token) for w in workers}, "startup",
+                           timeout_s)
+    apart: dict[str, list[str]] = {}  # node -> its workers that do not see it
+    for w, (node, ok) in zip(workers, seen):
+        if not ok:
+            apart.setdefault(node, []).append(w)
+    if not apart:
+        return
+    where = "; ".join(f"node {node} ({', '.join(ws)})" for node, ws in apart.items())
+    cfg = run.cfg
+    checkpoints = logs == worker_log_dir(cfg)  # a training run's (not ``digenrl profile``'s, which writes none)
+    if checkpoints and cfg.train.sharding == "fsdp" and len(run.trainer_ids) > cfg.train.shard_groups and any(
+            w in run.trainer_ids for ws in apart.values() for w in ws):
+        raise ConfigError(f"run_dir: {str(logs.parent)!r} is not the same directory on {where}: under "
+                          "train.sharding=fsdp every trainer rank writes its own shards of a checkpoint there, so a "
+                          "checkpoint would miss theirs; put run_dir on storage every node mounts at the same path")
+    line(f"digenrl: warning: {logs} is not shared with {where}: their logs stay on their nodes, under that path")
 
 
 def _publish_initial(pools: WorkerPools, version: int, timeout_s: float | None = None) -> None:

@@ -94,6 +94,17 @@ class WorkerBase:
         """This process's ``time.monotonic()``: the clock of its results' start / end stamps (``clocks``)."""
         return time.monotonic()
 
+    def sees(self, path: str, token: str) -> tuple[str, bool]:
+        """(this node's IP, whether ``path`` holds ``token`` here): does this worker see the driver's log folder
+        (``cluster.check_shared``)."""
+        import ray
+
+        try:
+            seen = Path(path).read_text() == token
+        except OSError:
+            seen = False
+        return ray.util.get_node_ip_address(), seen
+
     def node_endpoint(self) -> tuple[str, int]:
         """(this node's IP, a free TCP port on it) for a torch.distributed rendezvous hosted here."""
         import ray
