@@ -3,7 +3,7 @@
 The names below load ``models.base`` (torch) on first use, so the torch-free modules of this package (the model
 registry ``models.specs`` and its closed forms ``models.flops``) import without torch."""
 
-_BASE = ("Cond", "Policy", "cat_cond", "guided_velocity", "repeat_cond")
+_BASE = ("Cond", "Policy", "cat_cond", "guided_velocity")
 
 
 def __getattr__(name: str):
