@@ -95,9 +95,8 @@ def test_grpo_guard_loss_matches_the_reference_formula(scale):
     logp, old = _gauss_logp(c["x_next"], c["mean"], std), _gauss_logp(c["x_next"], c["old_mean"], std)
     clip = 2e-6 if scale < 1e-3 else 0.2  # flow_grpo's recipe clip, and one that the larger moves exceed
     got, stats = guard_policy_loss(logp, old, c["mean"], c["old_mean"], std, c["dt"], c["adv"], clip)
-    want, ratio = _guard_reference(c["x_next"], c["mean"], c["old_mean"], c["s_t"], c["sqrt_dt"], c["adv"], clip)
+    want, _ = _guard_reference(c["x_next"], c["mean"], c["old_mean"], c["s_t"], c["sqrt_dt"], c["adv"], clip)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    assert float(stats.ratio_mean) == pytest.approx(float(ratio.mean()), rel=1e-12)
     assert float(stats.approx_kl) == pytest.approx(float(0.5 * ((logp - old) ** 2).mean()), rel=1e-9, abs=1e-15)
     if scale == 0.0:  # on-policy: the normalised ratio is exactly 1 and the loss -A / (-dt)
         torch.testing.assert_close(got, -c["adv"] / (-c["dt"]), rtol=1e-12, atol=1e-12)

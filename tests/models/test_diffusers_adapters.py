@@ -17,7 +17,7 @@ import tiny_diffusers as td
 from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.algo.timesteps import select_timesteps
 from digenrl.config import LoraConfig, ModelConfig
-from digenrl.models.base import guided_velocity, repeat_cond
+from digenrl.models.base import guided_velocity
 from digenrl.models.registry import build_policy
 from digenrl.rollout.noise import trajectory_noise, trajectory_seed
 from digenrl.rollout.records import Prompt
@@ -155,7 +155,7 @@ def test_sde_logprob_recomputes_and_backward_reaches_trainable_params(model_dirs
     assert batch.images.min() >= 0 and batch.images.max() <= 1
     assert torch.isfinite(batch.log_probs).all() and (batch.log_probs != 0).all()
 
-    cond = repeat_cond(policy.encode_prompts(prompts), 2)
+    cond = {k: v.repeat_interleave(2, dim=0) for k, v in policy.encode_prompts(prompts).items()}
     adv = torch.tensor([1.0, -1.0])
     total = 0.0
     for j, i in enumerate(batch.trained_steps.tolist()):

@@ -7,7 +7,7 @@ import torch
 
 import tiny_diffusers as td
 from digenrl.config import LoraConfig, ModelConfig
-from digenrl.models.lora import FAMILY_TARGETS
+from digenrl.models.lora import FAMILY_TARGETS, save_lora_dir
 from digenrl.models.registry import build_policy
 from digenrl.rollout.records import Prompt
 
@@ -48,7 +48,7 @@ def test_export_reloads_with_load_lora_weights(flux_dir, tmp_path):
 
     policy = flux_policy(flux_dir, lora=True)
     perturb_lora(policy)
-    policy.export_lora(tmp_path / "lora")
+    save_lora_dir(policy.transformer, policy.pipeline_class(), tmp_path / "lora")
     assert (tmp_path / "lora" / "pytorch_lora_weights.safetensors").is_file()
 
     cond = policy.encode_prompts(PROMPTS)

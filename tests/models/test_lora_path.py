@@ -18,7 +18,7 @@ import tiny_diffusers as td
 from test_diffusers_adapters import FAMILIES, TEXTS, model_dirs  # noqa: F401  (fixture)
 from digenrl.cli import main
 from digenrl.config import ModelConfig
-from digenrl.models.lora import FAMILY_TARGETS
+from digenrl.models.lora import FAMILY_TARGETS, save_lora_dir
 from digenrl.models.registry import build_policy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -89,7 +89,7 @@ def test_policy_computes_the_peft_model(model_dirs, tmp_path):  # noqa: F811
 def test_diffusers_format_round_trip(model_dirs, tmp_path):  # noqa: F811
     flow_grpo_adapter(model_dirs["sd3"][0], tmp_path / "peft", "sd3")
     policy = build_policy(_cfg(model_dirs, "sd3", lora_path=str(tmp_path / "peft")))
-    policy.export_lora(tmp_path / "diffusers")  # pytorch_lora_weights.safetensors, transformer.* keys
+    save_lora_dir(policy.transformer, policy.pipeline_class(), tmp_path / "diffusers")  # pytorch_lora_weights.safetensors, transformer.* keys
     again = build_policy(_cfg(model_dirs, "sd3", lora_path=str(tmp_path / "diffusers")))
     a, b = _adapter_params(policy), _adapter_params(again)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

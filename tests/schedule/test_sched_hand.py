@@ -64,7 +64,6 @@ def test_scheduler_api_round_trip_by_hand():
     s = Scheduler(plan)
     (gen,) = s.start(0.0)
     assert isinstance(gen, Generate) and gen.worker == "g0" and gen.version == 0 and not gen.tag
-    assert s.version_of(gen.fragment) == 0
     (train,) = s.on_event(FragmentGenerated(2.0, gen.fragment, "g0"))
     assert isinstance(train, Train) and train.chunk.cells == ((0, 0),)
     (commit,) = s.on_event(ChunkTrained(2.5, train.chunk, "t0"))

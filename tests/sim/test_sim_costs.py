@@ -167,7 +167,7 @@ def test_colocated_offload_when_the_copy_does_not_fit():
     from digenrl.sim.colocation import RankMemory, colocated_switch
 
     P, gb = 10e9, 1e9
-    mem = RankMemory(params=2 * P / 4, optimizer=12 * P / 4, grads=2 * P, reserve=3 * gb)   # 5 + 30 + 20 + 3
+    mem = RankMemory(params=2 * P / 4, optimizer=12 * P / 4, reserve=3 * gb)   # 5 + 30 + 3
     # resident while generating: 5 + 30 + 3 + copy 20 = 58 GB > 48 GB -> offload the 30 GB optimizer state
     sw = colocated_switch(mem, P, 4, True, 48 * gb, 2 * gb, 25 * gb, 864 * gb, 32 * gb)
     assert sw.offload and sw.offload_s == pytest.approx(2 * 30 / 32)

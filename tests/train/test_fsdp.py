@@ -6,8 +6,7 @@ relative (per tensor; the attention key bias, whose exact gradient is 0, is comp
 norm, see ``fsdp_worker._comparable``), for full fine-tuning (built-in tiny DiT) and LoRA (tiny FLUX). The
 reference trains in the same batches as the ranks (so the summation order matches); measured: 1.7e-7 after
 one step, 1.9e-7 per tensor and 2.7e-6 global after three; a sharded checkpoint saved, trained
-past and loaded back restores the parameters and the AdamW state exactly; the consolidated export equals the
-gathered parameters.
+past and loaded back restores the parameters and the AdamW state exactly.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ def _check(results):
     assert r0["max_rel"] < 1e-5 and r0["global_rel"] < 1e-5, r0
     for r in results:
         assert r["roundtrip_exact"] and r["opt_exact"] and r["moved_after_save"] and r["version"] == 3
-    assert r0["export_matches"]
 
 
 @pytest.mark.slow

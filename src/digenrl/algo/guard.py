@@ -18,7 +18,7 @@ noise is -bias < 0 (the ratio is biased below 1, most at low-noise steps) and it
 gives ``mean(eps (mu_theta - mu_old))``, on one scale at every step, so one clip range acts alike at every
 timestep (flow_grpo's recipes take ``clip_range = 2e-6`` in these units); dividing the step's loss by ``-dt``
 rebalances the gradient of the steps. The KL to the reference (``beta_kl``) is left as it is (not reweighted),
-as in flow_grpo. Statistics: ``clipfrac*`` and ``ratio_mean`` of ``r_norm``; ``approx_kl`` of the raw log r.
+as in flow_grpo. Statistics: ``clipfrac*`` of ``r_norm``; ``approx_kl`` of the raw log r.
 
 Source: flow_grpo's ``scripts/train_sd3_GRPO_Guard.py`` (its ``config.rationorm`` branch; recipes in
 ``config/grpo_guard.py``), read in the fork zhtmike/flow_grpo at 9745241 (GRPO-Guard as its author merged it).

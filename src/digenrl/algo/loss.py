@@ -33,7 +33,6 @@ KL_FORMS = ("flow_grpo", "exact")
 class PolicyLossStats:
     approx_kl: torch.Tensor
     clipfrac: torch.Tensor
-    ratio_mean: torch.Tensor
     clipfrac_gt_one: torch.Tensor
     clipfrac_lt_one: torch.Tensor
 
@@ -59,7 +58,6 @@ def clipped_policy_loss(
         stats = PolicyLossStats(
             approx_kl=0.5 * (log_ratio**2).mean(),
             clipfrac=((ratio - 1.0).abs() > clip_range).float().mean(),
-            ratio_mean=ratio.mean(),
             clipfrac_gt_one=(ratio - 1.0 > high).float().mean(),
             clipfrac_lt_one=(1.0 - ratio > low).float().mean(),
         )

@@ -67,9 +67,9 @@ class TestHooks:
         return replace(self, worker=None, step=-1, kind="raise")
 
 
-def read_hooks(workers: tuple[str, ...], env: str | None = None) -> TestHooks | None:
-    """``DIGENRL_TEST_HOOKS`` (or ``env``) parsed (``TestHooks``); None when unset or empty."""
-    text = os.environ.get(HOOKS_ENV, "") if env is None else env
+def read_hooks(workers: tuple[str, ...]) -> TestHooks | None:
+    """``DIGENRL_TEST_HOOKS`` parsed (``TestHooks``); None when unset or empty."""
+    text = os.environ.get(HOOKS_ENV, "")
     if not text.strip():
         return None
     hooks = TestHooks()

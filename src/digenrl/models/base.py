@@ -22,11 +22,6 @@ import torch
 Cond = dict[str, torch.Tensor]
 
 
-def repeat_cond(cond: Cond, n: int) -> Cond:
-    """Repeat every row ``n`` times consecutively (row i -> rows i*n .. i*n+n-1)."""
-    return {k: v.repeat_interleave(n, dim=0) for k, v in cond.items()}
-
-
 def cat_cond(conds: Sequence[Cond]) -> Cond:
     keys = conds[0].keys()
     return {k: torch.cat([c[k] for c in conds], dim=0) for k in keys}

@@ -265,12 +265,6 @@ class DiffusersPolicy(Policy):
         under LoRA). ``train.context.make_reference`` picks it up."""
         return ReferenceView(self)
 
-    def export_lora(self, out_dir) -> Path:
-        """Write the trained LoRA as ``pytorch_lora_weights.safetensors`` (``models.lora.save_lora_dir``)."""
-        from digenrl.models.lora import save_lora_dir
-
-        return save_lora_dir(self.transformer, self.pipeline_class(), out_dir)
-
     # -- family hooks -------------------------------------------------------------------------------------
     def _latent_layout(self) -> tuple[int, ...]:  # pragma: no cover - interface
         raise NotImplementedError

@@ -70,9 +70,6 @@ def mlp2(i: int, h: int, o: int | None = None) -> int:
     return lin(i, h) + lin(h, i if o is None else o)
 
 
-Z = Streams(0, 0, 0, 0, 0)
-
-
 @dataclass(frozen=True)
 class Arch:
     """A transformer family: its per-stream parameters and its attention layers.

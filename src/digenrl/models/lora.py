@@ -116,7 +116,7 @@ def save_lora_dir(transformer: torch.nn.Module, pipeline_cls, out_dir: str | Pat
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not has_lora(transformer):
-        raise ValueError("export_lora: the policy has no LoRA adapter (model.lora.enabled is false)")
+        raise ValueError("save_lora_dir: the policy has no LoRA adapter (model.lora.enabled is false)")
     state = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(transformer, adapter_name=ADAPTER).items()}
     metadata = transformer.peft_config[ADAPTER].to_dict()
     pipeline_cls.save_lora_weights(

@@ -123,10 +123,10 @@ def saved_bytes_by_block(model: torch.nn.Module, call, kinds: dict[str, str]) ->
     return out
 
 
-def build_transformer(family: str, layers: dict[str, int] | None = None, *, dtype=torch.float32, device="cpu",
-                      empty: bool = True) -> torch.nn.Module:
+def build_transformer(family: str, layers: dict[str, int] | None = None, *, dtype=torch.float32,
+                      device="cpu") -> torch.nn.Module:
     """The real-width transformer of ``family`` with ``layers`` (config key -> count; default 1 of each kind).
-    ``empty``: parameters are allocated without initialisation (memory probes do not need values)."""
+    Parameters are allocated without initialisation (memory probes do not need values)."""
     import diffusers
 
     from digenrl.models.specs import SPECS
@@ -136,8 +136,6 @@ def build_transformer(family: str, layers: dict[str, int] | None = None, *, dtyp
     for key in spec.layer_keys:
         cfg[key] = (layers or {}).get(key, 1)
     cls = getattr(diffusers, cls_name)
-    if not empty:
-        return cls(**cfg).to(device=device, dtype=dtype)
     with _skipped_init(), torch.device(device):
         model = cls(**cfg)
     model = model.to(dtype)

@@ -21,7 +21,7 @@ each one asks of the executor.
 State and results: ``sched.done`` (every step committed and published), ``sched.stats`` (``StepStats`` per
 step: dispatch / commit / publish times, TAG and stale counts, online cost factors),
 ``sched.bts_stats`` (decisions, memo hit rate, search times, predicted vs realized commit times),
-``sched.version_of(fragment)``, ``sched.train_step``, ``sched.published``, ``sched.cost_scales`` (the online
+``sched.train_step``, ``sched.published``, ``sched.cost_scales`` (the online
 factors of ``BTSConfig.online``: see ``online_cost``).
 
 Modes (``Mode``): ``colocated`` (trainer ranks generate the whole step, then train the classic layout, then

@@ -57,7 +57,6 @@ class Scheduler:
         self._steps: dict[int, StepWork] = {}   # per step, until it is published
         self._ready: deque[Chunk] = deque()     # TSP: chunks any rank may train
         self._rank_ready = {r: deque() for r in plan.trainers}  # classic layout: each rank's own chunks
-        self._version: dict[Fragment, int] = {}
         self._busy: dict[str, tuple[Action, float] | None] = {w: None for w in plan.generators + plan.trainers}
         self._last_gen = {r: False for r in plan.trainers}
         self._collective: str | None = None  # "commit" / "publish" while the trainer ranks are in one
@@ -77,10 +76,6 @@ class Scheduler:
     def cost_scales(self) -> dict[str, float]:
         """The online factors in effect (action kind -> observed / profiled seconds; empty: none yet or off)."""
         return dict(self._online.scales) if self._online else {}
-
-    def version_of(self, fragment: Fragment) -> int:
-        """The policy version the fragment was (or is being) generated with."""
-        return self._version[fragment]
 
     def start(self, t: float) -> list[Action]:
         if self._started:
@@ -295,8 +290,6 @@ class Scheduler:
         parts of later groups)."""
         act = Generate(frag, worker, version, tag, switch, more)
         self._busy[worker] = (act, t)
-        for f in act.fragments:
-            self._version[f] = version
         st = self.stats[frag.step]
         if st.first_dispatch is None:
             st.first_dispatch = t

@@ -31,7 +31,6 @@ class RankMemory:
 
     params: float        # resident: weights (shard or replica, fp32 master included), VAE, FSDP working set, ...
     optimizer: float     # what can move to host: the AdamW moments (and the EMA)
-    grads: float         # gradient accumulation buffer (free while generating)
     reserve: float
 
 

@@ -74,7 +74,7 @@ class PoolMemory:
         items = self.plan.items
         movable = items.get("optimizer", 0.0) + items.get("ema", 0.0)
         resident = self.plan.state - items.get("grads", 0.0) - items.get("cast", 0.0) - items["reserve"] - movable
-        return RankMemory(resident, movable, items.get("grads", 0.0), items["reserve"])
+        return RankMemory(resident, movable, items["reserve"])
 
 
 __all__ = ["PoolMemory", "preset_inputs"]

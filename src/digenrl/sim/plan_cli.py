@@ -134,7 +134,7 @@ def _colocated_report(res) -> dict:
                           "faster": co.step_time < res.best.step_time}}
 
 
-def write_plan(cfg, res, out: Path, header: str) -> None:
+def write_plan(res, out: Path, header: str) -> None:
     """Write ``res.config`` to ``out`` after checking that it loads and plans to the priced plan."""
     import yaml
 
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if "step_time_s" in co:
         header += (f"# colocated on the same workers ({co['label']}): predicted {co['step_time_s']:.4g} s"
                    + (" -- FASTER than this plan\n" if co["faster"] else "\n"))
-    write_plan(cfg, res, Path(args.out), header)
+    write_plan(res, Path(args.out), header)
     if args.json:
         print(json.dumps(rep, indent=1))
     else:

@@ -192,7 +192,6 @@ class MemoryPlan:
     act_cell: float  # saved-for-backward bytes per cell
     act_block: float  # backward transient per cell (gradients of the block being differentiated)
     act_fixed: float  # backward transient independent of the chunk (a weight's gradient before accumulation)
-    inputs: PlanInputs
 
     @property
     def state(self) -> float:
@@ -300,7 +299,7 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
     else:
         act_cell = p.forwards_per_cell * (sum(fam.blocks[k].count * v for k, v in per_block.items()) + other)
     grad_transient = 0.0 if lora else fam.largest_tensor * b_train
-    return MemoryPlan(items, act_cell, 0.6 * largest_block * p.forwards_per_cell, grad_transient, p)
+    return MemoryPlan(items, act_cell, 0.6 * largest_block * p.forwards_per_cell, grad_transient)
 
 
 def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:

@@ -84,11 +84,11 @@ def auto_chunk_shape(max_cells: int, generations: int, trained: int) -> tuple[in
     return max_cells, 1
 
 
-def check_config(cfg, capacity_gb: float | None = None) -> MemoryPlan | None:
-    """Refuse (``MemoryPlanError``) a config whose trainer plan exceeds ``capacity_gb`` per rank (default:
-    ``train.memory_gb``; no check when neither is set). Returns the plan (None: no plan for this model)."""
+def check_config(cfg) -> MemoryPlan | None:
+    """Refuse (``MemoryPlanError``) a config whose trainer plan exceeds ``train.memory_gb`` per rank (no check
+    when it is not set). Returns the plan (None: no plan for this model)."""
     p = inputs_from_config(cfg)
-    cap = capacity_gb if capacity_gb is not None else cfg.train.memory_gb
+    cap = cfg.train.memory_gb
     if p is None or cap is None:
         return None
     plan = plan_memory(p)

@@ -20,7 +20,7 @@ together (``rank_cells`` splits a chunk's cells over the ranks; a rank left with
 ``step_math.kept_cells``) and generate together (TAG as a collective action: each rank samples its
 own fragment of the same size, the forwards are matched one to one). Publishing gathers the full trainable state on every rank
 (``full_trainable_state``, collective). Checkpoints: ``torch.distributed.checkpoint`` (each rank writes its
-shards; resumable) and ``export_consolidated`` (one full safetensors file written by rank 0).
+shards; resumable).
 """
 
 from __future__ import annotations
@@ -203,15 +203,3 @@ def load_sharded(ctx, path: str | Path) -> None:
     if "nft_old" in state:  # (the EMA's and the old copy's shards are loaded in place)
         ctx.policy.nft_old.commits = int(state["meta"]["nft_old_commits"])
 
-
-def export_consolidated(ctx, path: str | Path, rank: int) -> Path | None:
-    """The full (unsharded) model state in one safetensors file, written by rank 0 (collective)."""
-    from safetensors.torch import save_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    full = get_model_state_dict(sharded_root(ctx.policy), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if rank != 0:
-        return None
-    out = Path(path)
-    save_file({k: v.contiguous() for k, v in full.items()}, str(out))
-    return out
