@@ -26,8 +26,9 @@ def _memory_lines(cfg) -> list[str]:
     out = [f"  trainer rank: {total:.1f} GiB{room}, chunk of {cells} cells ({plan.table(cells)})"]
     bound = trainer_generation_batch(cfg)
     if bound is not None:
-        out.append(f"  trainer rank generating ({cfg.runtime.mode}): at most {bound} generations per sampling batch "
-                   "beside its state")
+        out.append(f"  trainer rank sampling (evals{', TAG' if 'tag' in cfg.runtime.mode else ''}"
+                   f"{', its share of each step' if cfg.runtime.mode == 'colocated' else ''}): at most {bound} "
+                   "samples per batch beside its state")
     if cfg.runtime.mode != "colocated":
         gen = generator_items(cfg, p)
         rows = ", ".join(f"{k} {v / GiB:.1f}" for k, v in gen.items() if v > 0)

@@ -1,7 +1,7 @@
-"""A trainer rank that generates (a packed colocated worker's share of the step, TAG gangs) samples in batches
-that fit beside its training state (``train.memory_check.trainer_generation_batch``): the bound's rule, its
-refusal, the worker sampling in those batches with the same results, and the calibration timing the batches the
-run samples."""
+"""A trainer rank samples (its evals, a packed colocated worker's share of the step, TAG gangs) in batches that
+fit beside its training state (``train.memory_check.trainer_generation_batch``): the bound's rule, its refusal,
+the worker sampling and evaluating in those batches with the same results, and the calibration timing the
+batches the run samples."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def _terms(cfg, forwards: int):
 
 
 @pytest.mark.parametrize("over,forwards", [(["runtime.mode=colocated", "runtime.generators=1"], 2),  # wan: CFG, two forwards a sample
-                                           (["runtime.mode=gap_tsp_tag", "sampler.cfg_scale=1.0"], 1)])
+                                           (["runtime.mode=gap_tsp_tag", "sampler.cfg_scale=1.0",
+                                            "sampler.eval_cfg_scale=1.0"], 1)])
 def test_the_bound_is_the_most_generations_that_fit_beside_the_state(over, forwards):
     cfg = load_config(WAN, [*over, "train.memory_gb=44"])
     state, per = _terms(cfg, forwards)
@@ -38,8 +39,19 @@ def test_the_bound_is_the_most_generations_that_fit_beside_the_state(over, forwa
     assert trainer_generation_batch(colocated) < share  # the packed share (one action) is sampled in several batches
 
 
-def test_no_bound_where_trainers_do_not_generate_or_nothing_is_planned():
-    assert trainer_generation_batch(load_config(WAN, ["runtime.mode=gap_tsp", "train.memory_gb=44"])) is None
+def test_trainers_that_only_evaluate_are_bounded_between_steps():
+    """gap_tsp: the trainers sample only their evals, between steps (no gradients held), as colocated's share."""
+    gap_tsp = trainer_generation_batch(load_config(WAN, ["runtime.mode=gap_tsp", "train.memory_gb=44"]))
+    colocated = trainer_generation_batch(load_config(WAN, ["runtime.mode=colocated", "train.memory_gb=44"]))
+    tag = trainer_generation_batch(load_config(WAN, ["runtime.mode=gap_tsp_tag", "train.memory_gb=44"]))
+    assert gap_tsp == colocated and tag < gap_tsp  # a TAG gang runs beside the step's gradients
+    # the eval's own guidance counts: wan sampled without CFG but evaluated with it: two forwards a sample
+    off = ["runtime.mode=gap_tsp", "train.memory_gb=44", "sampler.cfg_scale=1.0", "sampler.eval_cfg_scale=1.0"]
+    assert trainer_generation_batch(load_config(WAN, [*off, "sampler.eval_cfg_scale=5.0"])) < \
+        trainer_generation_batch(load_config(WAN, off))
+
+
+def test_no_bound_where_nothing_is_planned():
     assert trainer_generation_batch(load_config(WAN, ["runtime.mode=colocated", "train.memory_gb=null"])) is None
     assert trainer_generation_batch(load_config(None, ["train.memory_gb=80"])) is None  # the tiny DiT: no plan
     assert trainer_generation_batch(load_config(WAN, ["runtime.mode=colocated", "train.memory_gb=1000"])) == SAMPLE_BATCH
@@ -51,7 +63,7 @@ def test_a_rank_with_no_room_for_one_generation_is_refused_by_name(capsys):
     cap = (state + per / 2) / GiB
     with pytest.raises(MemoryPlanError, match="train.memory_gb") as e:
         trainer_generation_batch(load_config(WAN, ["runtime.mode=gap_tsp_tag", f"train.memory_gb={cap}"]))
-    assert "runtime.mode without TAG" in str(e.value) and "per generation" in str(e.value)
+    assert "runtime.mode without TAG" in str(e.value) and "per sample" in str(e.value)
 
 
 def _spy_batches(monkeypatch):
@@ -87,6 +99,19 @@ def test_a_colocated_worker_samples_its_share_in_bounded_batches_with_the_same_r
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_a_trainer_evaluates_in_bounded_batches_with_the_same_reward(monkeypatch):
+    from product import product_worker
+
+    cfg = load_config(None, ["sampler.num_steps=2", "eval.num_prompts=5", "log.progress=false"])
+    worker = product_worker(cfg)
+    free = worker.evaluate(2).value
+    sizes = _spy_batches(monkeypatch)
+    worker._gen_batch = 2
+    bounded = worker.evaluate(2).value
+    assert sizes == [2, 2, 1], sizes
+    assert bounded[0] == pytest.approx(free[0], rel=1e-5)
+
+
 def test_the_calibration_times_the_batches_the_worker_samples(monkeypatch):
     from product import product_worker
 
@@ -108,4 +133,4 @@ def test_check_prints_the_bound(capsys):
     over = ["runtime.mode=colocated", "runtime.generators=1", "train.memory_gb=44"]
     n = trainer_generation_batch(load_config(WAN, over))
     assert main(["check", "-c", WAN, "--config-only", "-q", *over]) == 0
-    assert f"at most {n} generations per sampling batch" in capsys.readouterr().out
+    assert f"(evals, its share of each step): at most {n} samples per batch" in capsys.readouterr().out

@@ -1,7 +1,7 @@
 """A config's memory plan (``train.memory``'s formulas applied to a ``Config``): its ``PlanInputs``, the
 refusals before anything starts (``check_config`` for the trainer ranks, ``check_generators`` for the generator
-pool, each naming the keys that would make it fit), the batch a trainer rank that generates samples at once
-(``trainer_generation_batch``) and ``train.chunk_cells: auto`` resolved to a chunk shape."""
+pool, each naming the keys that would make it fit), the batch a trainer rank samples at once (evals, TAG,
+colocated: ``trainer_generation_batch``) and ``train.chunk_cells: auto`` resolved to a chunk shape."""
 
 from __future__ import annotations
 
@@ -115,10 +115,13 @@ def check_config(cfg) -> MemoryPlan | None:
     )
 
 
-def _sampling(cfg, p, sequence_parallel: int):
-    """``p`` as a sampling forward sees it: two forwards per sample under CFG (not for guidance-distilled
-    families), each sample's sequence split over ``sequence_parallel`` ranks."""
-    fwd = 2 if (cfg.sampler.cfg_scale != 1.0 and not FAMILIES[p.family].spec.guidance_distilled) else 1
+def _sampling(cfg, p, sequence_parallel: int, evals: bool = False):
+    """``p`` as a sampling forward sees it: two forwards per sample under CFG (``sampler.cfg_scale``, and with
+    ``evals`` ``sampler.eval_cfg_scale``; not for guidance-distilled families), each sample's sequence split over
+    ``sequence_parallel`` ranks."""
+    s = cfg.sampler
+    scales = {s.cfg_scale} | ({s.eval_cfg_scale} if evals and s.eval_cfg_scale is not None else set())
+    fwd = 2 if (scales != {1.0} and not FAMILIES[p.family].spec.guidance_distilled) else 1
     return replace(p, forwards_per_cell=fwd, sequence_parallel=sequence_parallel)
 
 
@@ -131,31 +134,33 @@ def generator_items(cfg, p) -> dict[str, int]:
 
 
 def trainer_generation_batch(cfg) -> int | None:
-    """The most generations a trainer rank samples in one batch, where its trainers generate (a ``colocated``
-    worker's share of the step, ``StepPlan.packed``; TAG gangs): ``SAMPLE_BATCH`` or, if fewer, the largest n with
+    """The most samples a trainer rank draws in one batch: its evals (every mode, between steps), a ``colocated``
+    worker's share of the step (``StepPlan.packed``, at the step's start) and TAG gangs (mid-step):
+    ``SAMPLE_BATCH`` or, if fewer, the largest n with
 
         state + n x a_gen <= train.memory_gb,
 
     state = the rank's plan (``plan_memory(p).state``) less what it does not hold while it samples: autocast's
-    weight copies (a backward's only) and, in ``colocated`` (it samples at the step's start, after the commit
-    freed them), the gradients and their float64 sums; a TAG gang runs mid-step, beside the step's gradients (as
-    ``sim.memory`` prices a colocated rank). a_gen = the sampling activations of one generation
-    (``generator_bytes``' per-sample term: ``_sampling`` with the lane's ``train.sequence_parallel`` split).
-    None where trainers do not generate, or without a plan or ``train.memory_gb`` (no bound); ``MemoryPlanError``
-    (naming the keys) when not even one generation fits."""
+    weight copies (a backward's only) and, outside the TAG modes (whose gangs run mid-step, beside the step's
+    gradients), the gradients and their float64 sums, which the commit freed (as ``sim.memory`` prices a
+    colocated rank); a_gen = one sample's sampling activations (``generator_bytes``' per-sample term:
+    ``_sampling`` with the eval's guidance too and the lane's ``train.sequence_parallel`` split). None without a
+    plan or ``train.memory_gb`` (no bound); ``MemoryPlanError`` (naming the keys) when not even one fits."""
     p = inputs_from_config(cfg)
     mode, cap = Mode(cfg.runtime.mode), cfg.train.memory_gb
-    if p is None or cap is None or not (mode.tag or not mode.disaggregated):
+    if p is None or cap is None:
         return None
     items = plan_memory(p).items
     state = sum(v for k, v in items.items() if k not in (("cast",) if mode.tag else ("cast", "grads", "grad_sums")))
-    per = generator_bytes(_sampling(cfg, p, p.sequence_parallel), 1)["activations"]
+    per = generator_bytes(_sampling(cfg, p, p.sequence_parallel, evals=True), 1)["activations"]
     n = int((cap * GiB - state) // per) if per > 0 else 1 << 20
     if n < 1:
+        what = "its evals" + (", TAG gangs" if mode.tag else "") + (", its share of each step" if
+                                                                     not mode.disaggregated else "")
         raise MemoryPlanError(
-            f"memory plan: a {FAMILIES[p.family].spec.name} trainer rank that generates ({cfg.runtime.mode} mode) "
-            f"holds {state / GiB:.1f} GiB and needs {per / GiB:.2f} GiB per generation, more than "
-            f"train.memory_gb={cap:g}; change: " + "; ".join(
+            f"memory plan: a {FAMILIES[p.family].spec.name} trainer rank samples ({what}) beside {state / GiB:.1f} "
+            f"GiB of its state and needs {per / GiB:.2f} GiB per sample, more than train.memory_gb={cap:g}; "
+            "change: " + "; ".join(
                 h for ok, h in ((mode.tag, "runtime.mode without TAG (gap or gap_tsp: trainers do not generate)"),
                                 (not p.cpu_offload and p.sharding == "fsdp", "train.cpu_offload=true"),
                                 (p.inference_copy, "tuning.tag_inference_copy=false"),
