@@ -100,7 +100,8 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
     def probe():
         if "group" not in held:
             group = generate(policy, [_probe_prompt(worker)] * G, list(range(G)), step=0, run_seed=cfg.seed,
-                             version=0, settings=worker.sampler, plan=timestep_plan(cfg, 0), reward=worker.reward)
+                             version=0, settings=worker.sampler, plan=timestep_plan(cfg, 0), reward=worker.reward,
+                             **({"max_batch": worker._gen_batch} if worker._gen_batch else {}))  # (its bound)
             group.rewards = torch.linspace(0.0, 1.0, G)  # any spread: only the time matters
             assign_advantages(group, AdvOptions(clip=cfg.train.adv_clip_max))
             held["group"] = group
