@@ -39,7 +39,7 @@ def test_workers_that_share_the_run_dir_pass(tmp_path, capsys):
     run = _run(tmp_path, "train.sharding=fsdp")
     logs = worker_log_dir(run.cfg)
     check_shared(run, _Nodes({w: ("10.0.0.1", logs) for w in run.generator_ids + run.trainer_ids}), logs)
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == "" and list(logs.iterdir()) == []  # the token is gone once read
 
 
 def test_a_node_without_the_run_dir_is_named_and_fsdp_is_refused(tmp_path, capsys):

@@ -224,7 +224,7 @@ def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None, lo
 def check_shared(run: RunPlan, pools: WorkerPools, logs: Path, timeout_s: float | None = None) -> None:
     """Every Ray worker should see the driver's log folder ``logs`` (``run_dir/logs``; ``digenrl profile``'s
     beside the profile) as the same directory: the driver writes a fresh token into it, each worker reads it back
-    (``sees``). Where a node's workers do not (a run_dir on node-local disk), their logs stay on that node, said
+    (``sees``), and the driver removes it. Where a node's workers do not (a run_dir on node-local disk), their logs stay on that node, said
     once; and under ``train.sharding=fsdp`` with shard groups of several ranks the run is refused (``ConfigError``
     naming run_dir, the nodes and the workers): each such rank writes its own shards of a checkpoint into run_dir,
     so a checkpoint would miss the shards of the ranks on other nodes."""
@@ -235,8 +235,11 @@ def check_shared(run: RunPlan, pools: WorkerPools, logs: Path, timeout_s: float 
     logs.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(logs / SHARED_CHECK, token.encode())
     workers = run.generator_ids + run.trainer_ids
-    seen = pools.get_named({w: pools.call(w, "sees", str(logs / SHARED_CHECK), token) for w in workers}, "startup",
-                           timeout_s)
+    try:
+        seen = pools.get_named({w: pools.call(w, "sees", str(logs / SHARED_CHECK), token) for w in workers},
+                               "startup", timeout_s)
+    finally:
+        (logs / SHARED_CHECK).unlink(missing_ok=True)  # read by all: the folder keeps only the logs
     apart: dict[str, list[str]] = {}  # node -> its workers that do not see it
     for w, (node, ok) in zip(workers, seen):
         if not ok:
