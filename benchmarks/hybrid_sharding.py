@@ -12,7 +12,7 @@ collectives of its g ranks, priced by the roofline of a g-rank shard group (para
 moments sharded over g; gathers at the testbed's inter-node rate, as for one group, so intra-node NVLink is not
 credited); the commit adds the cross-replica all-reduce of the fp32 gradient shards, 2 (k - 1) / k x 4 x
 trainable / g bytes at the link rate (``sim.roofline``). The planner's own pick (k searched by its 8-step probes)
-is listed beside the best k at 20 steps.
+(the fastest over the 20 steps of the candidates it probed) is listed beside the best k.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ CONFIGS = [("flux", "B"), ("qwen-image", "B"), ("hunyuan", "A"), ("wan", "B")]
 GROUPS = (1, 2, 3, 4, 6)
 
 
-def _row(r) -> dict:
+def _row(r, k: int | None = None) -> dict:
+    """``k``: the pinned shard-group count (a pinned k whose groups are one rank or one sequence-parallel lane
+    each runs as k replicas, ``ModeRun.shard_groups`` 1, but is the row of k); None: the planner's own."""
     res = r.result
-    return {"k": r.shard_groups, "group_ranks": r.n_train // r.shard_groups, "split": [r.n_gen, r.n_train],
+    k = r.shard_groups if k is None else k
+    return {"k": k, "group_ranks": r.n_train // k, "split": [r.n_gen, r.n_train],
             "fragment": r.plan.fragment_size, "tag_copy": r.tag_copy, "publish": r.publish,
             "chunk": [r.plan.chunk_generations, r.plan.chunk_timesteps], "step_s": res.step_time,
             "gen_idle": res.gen_idle, "trainer_idle": res.trainer_idle,
@@ -53,7 +56,7 @@ def measure() -> list[dict]:
         row = {"model": model, "testbed": tb, "colocated_s": co, "per_k": [], "planner": _row(run_mode(s, "full"))}
         for k in GROUPS:
             try:
-                row["per_k"].append(_row(run_mode(s, "full", shard_groups=k)))
+                row["per_k"].append(_row(run_mode(s, "full", shard_groups=k), k))
             except ScenarioError:  # no split of the GPUs has trainer ranks that k divides and that fit
                 continue
         rows.append(row)

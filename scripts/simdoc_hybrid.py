@@ -27,7 +27,8 @@ def section(results_dir: Path) -> list[str]:
             "(an axis of `sim.planner`, k <= 6). `benchmarks/hybrid_sharding.py` runs the planner with each k "
             "pinned, `full` mode, exact costs, 20 steps (results in `benchmarks/results/hybrid_sharding.json`); "
             "the last columns are the planner's own pick (k searched with the other axes by its probes, 8 steps "
-            "each in `full`) against one group.\n",
+            "each in `full`, the pick the fastest over the run's 20 steps of the candidates it probed) against "
+            "one group.\n",
             table(rows) + "\n",
             f"Some k > 1 is faster than one group on {len(better)} of {len(rows)} configurations, and the planner "
             f"picks k > 1 on {len(picked)}. " + (

@@ -123,7 +123,8 @@ def static_inputs() -> dict:
                         "data-parallel; its forwards either gather the shards or, where the planner finds it faster "
                         "and memory allows, run on a bf16 inference copy gathered once per switch "
                         "(`tuning.tag_inference_copy`). The planner (`sim.planner`) probes the splits and settings "
-                        "(4 steps each, 8 in `full`) and keeps the fastest.")}
+                        "(4 steps each, 8 in `full`) and, of the candidates it probed, keeps the fastest over the "
+                        "run's own steps (makespan / steps: a short probe's steady step can rank them otherwise).")}
 
 
 def run_all(steps: int, log=print) -> dict:

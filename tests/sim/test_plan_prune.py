@@ -1,9 +1,11 @@
 """The plan search's pruning: the step-time floor is never above the simulated figure, the pruned search returns
-what the exhaustive one does, and an optimistic floor would be caught."""
+what the exhaustive one does, and an optimistic floor would be caught; the same for the pick at a run's length
+(``run_steps``: the run floor, the lean run, the final pick)."""
 
 import itertools
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -12,8 +14,8 @@ from digenrl.control.profile import load_profile
 from digenrl.schedule import Mode, StepPlan
 from digenrl.sim import planner
 from digenrl.sim.config_source import ConfigSource
-from digenrl.sim.executor import simulate, steady_step_time
-from digenrl.sim.plan_bound import step_time_floor
+from digenrl.sim.executor import run_step_time, simulate, steady_step_time
+from digenrl.sim.plan_bound import first_publish_floor, run_step_floor, step_time_floor
 from digenrl.sim.planner import robustness, scaled, search
 
 OPS = {"denoise": [[1, 0.004], [4, 0.010]], "vae_decode": [[1, 0.001]], "reward": [[1, 0.0005]],
@@ -75,6 +77,33 @@ def test_the_floor_is_never_above_the_simulated_step_time(tmp_path):
     assert max(ratios) > 0.95  # tight where a pool's work alone decides (so the pruning has teeth)
 
 
+def test_run_step_time_is_the_simulated_figure(tmp_path):
+    """The final pick's lean run gives the full simulation's makespan / K; capped, None only when it is above."""
+    cost = _profile(tmp_path, 2)
+    for plan in list(_plans())[:40]:
+        want = simulate(plan, cost, record=False).step_time
+        assert run_step_time(plan, cost) == want
+        assert run_step_time(plan, cost, above=want) == want
+        assert run_step_time(plan, cost, above=want * 0.999) is None
+
+
+def test_the_run_floor_is_never_above_the_run_figure(tmp_path):
+    """Every plan of the grid and cost skew: the first-publish floor is at most the simulated first publish, and
+    the run floor at most makespan / K, at the plan's steps and at more."""
+    base = _profile(tmp_path, 2)
+    split = _profile(tmp_path, 2, SPLIT_PUBLISH)
+    ratios = []
+    for plan in _plans():
+        for cost in (base, scaled(base, 5.0, 0.2), scaled(base, 0.2, 5.0), split):
+            for p in (plan, replace(plan, steps=7)):
+                run = simulate(p, cost, record=False)
+                assert 0.0 < first_publish_floor(p, cost) <= run.stats[0].published, (p, cost)
+                floor = run_step_floor(p, cost)
+                assert 0.0 < floor <= run.step_time, (p, floor, run.step_time)
+                ratios.append(floor / run.step_time)
+    assert max(ratios) > 0.95
+
+
 def test_scaled_skews_rollout_against_training(tmp_path):
     """``planner.scaled`` (the robustness report's skew): denoise, VAE, reward, transfer and the TAG switch x gen on
     either pool; train, commit (all-reduce, optimizer) and publish x train."""
@@ -126,6 +155,37 @@ def test_an_optimistic_floor_would_be_caught(tmp_path, monkeypatch):
     changes the result of at least one case."""
     monkeypatch.setattr(planner, "step_time_floor", lambda plan, cost: 1.3 * step_time_floor(plan, cost))
     assert any(_summary(pruned) != _summary(full) for _, (full, pruned) in _case_runs(tmp_path))
+
+
+def _run_summary(res):
+    return res.best.candidate, res.best.step_time, res.runs_s[res.best.candidate], res.holds_s
+
+
+def test_pruned_search_at_the_run_length_returns_the_exhaustive_pick(tmp_path):
+    """With ``run_steps``: the pick, its probe, its run figure and the stale holds are those of prune=False, whose
+    final pick simulates every candidate looked at; the pick's run is the least of them (ties: the earlier)."""
+    skipped = 0
+    for (mode, trainers, kw), (gf, tf) in itertools.product(CASES, SKEWS):
+        pools = ["runtime.generators=1", "runtime.trainers=3"] if mode == "colocated" else []
+        cfg = load_config(None, TINY + [f"runtime.mode={mode}"] + pools)
+        full, pruned = _both(cfg, 3, scaled(_profile(tmp_path, trainers), gf, tf), trainers, run_steps=9, **kw)
+        assert _run_summary(pruned) == _run_summary(full), (mode, kw, gf, tf)
+        assert full.runs_s[full.best.candidate] == min(full.runs_s.values())
+        assert len(full.runs_s) >= len(full.probes) and full.runs_skipped == 0
+        skipped += pruned.runs_skipped
+    assert skipped > 20
+
+
+def test_an_optimistic_run_floor_would_be_caught(tmp_path, monkeypatch):
+    """The comparison above has teeth: a run floor 30 % above the true one changes the pick of at least one case."""
+    monkeypatch.setattr(planner, "run_step_floor", lambda plan, cost: 1.3 * run_step_floor(plan, cost))
+    differs = False
+    for (mode, trainers, kw), (gf, tf) in itertools.product(CASES, SKEWS):
+        pools = ["runtime.generators=1", "runtime.trainers=3"] if mode == "colocated" else []
+        cfg = load_config(None, TINY + [f"runtime.mode={mode}"] + pools)
+        full, pruned = _both(cfg, 3, scaled(_profile(tmp_path, trainers), gf, tf), trainers, run_steps=9, **kw)
+        differs = differs or _run_summary(pruned)[:3] != _run_summary(full)[:3]
+    assert differs
 
 
 def test_progress_reports_probes_and_skipped_candidates(tmp_path, capsys, monkeypatch):

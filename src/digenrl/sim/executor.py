@@ -146,4 +146,37 @@ def steady_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None =
     return (pubs[-1] - pubs[0]) / (plan.steps - 1)
 
 
-__all__ = ["JITTER_KINDS", "SimulationError", "VirtualExecutor", "simulate", "steady_step_time"]
+class _EndCapped(VirtualExecutor):
+    """``VirtualExecutor`` that stops the run once its time proves makespan / K above ``cap`` seconds: events come in
+    time order, and while the scheduler is not done an event at t or a later one is still handled, so the makespan
+    (the last handled event) is at least t."""
+
+    def __init__(self, plan, cost, sched, cap):
+        super().__init__(plan, cost)
+        self.sched, self.limit = sched, cap * plan.steps * (1.0 + 1e-9)  # margin: float rounding
+
+    def wait(self):
+        draining = self.sched.done
+        done = super().wait()
+        if not draining and self.now > self.limit:
+            raise _Above
+        return done
+
+
+def run_step_time(plan: StepPlan, cost: CostModel, *, bts: BTSConfig | None = None,
+                  above: float = float("inf")) -> float | None:
+    """``simulate(plan, cost, bts=bts, record=False).step_time``, the same run and the same float: makespan / K
+    (K = ``plan.steps``, the first step's pipeline fill and the last step included), without building spans (the
+    planner's pick at a run's length). ``above``: None as soon as the run shows its figure is strictly above it."""
+    sched = Scheduler(plan, cost=cost, bts_config=bts)
+    ex = VirtualExecutor(plan, cost) if above == float("inf") else _EndCapped(plan, cost, sched, above)
+    try:
+        end = run_loop(sched, ex, _UNTIMED)
+    except LoopError as e:
+        raise SimulationError(str(e)) from None
+    except _Above:
+        return None
+    return end / plan.steps if plan.steps else 0.0
+
+
+__all__ = ["JITTER_KINDS", "SimulationError", "VirtualExecutor", "run_step_time", "simulate", "steady_step_time"]

@@ -39,6 +39,19 @@ earlier than W / (N_g / a_g + N_t / a_t) after t_pub(k) (trainer ranks count onl
 after it the last group's chunks (all its rounds: at least min_g T_g / N_t), the final commit and the publish
 follow. The mean of the K - 1 intervals is at least that.
 
+First publish (every mode): nothing precedes step 1, so all of its work lies in [0, t_pub(1)]. With
+r = N_g / a_g + N_t / a_t (trainer ranks count only where they generate), its last generation ends no earlier
+than W / r, and after it the last group's chunks (at least min_g T_g / N_t) and the final commit follow; and no
+chunk starts before a first group of G generations exists (G / r), after which every trainer worker's share of
+the step's chunks and its R - 1 round commits come before the final commit:
+
+    t_pub(1) >= max(W / r + min_g T_g / N_t,  G / r + T / N_t + (R - 1) C) + d.commit(final)
+
+(``first_publish_floor``). With the steady bound it bounds a K-step run's makespan / K, the figure of the
+planner's pick at a run's length: makespan >= t_pub(K) = t_pub(1) + L, so
+
+    makespan / K >= (first_publish_floor + (K - 1) step_time_floor) / K        (``run_step_floor``).
+
 Floating point: the simulator sums the same durations in another order; the bound is scaled by
 (1 - 1e-9) so rounding never puts it above the simulated figure.
 """
@@ -116,4 +129,35 @@ def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
     return bound * SAFETY
 
 
-__all__ = ["step_time_floor"]
+def first_publish_floor(plan: StepPlan, cost: CostModel) -> float:
+    """A lower bound on the first publish time t_pub(1) of ``simulate(plan, cost)`` (module docstring); 0 where
+    nothing is priced."""
+    d = Durations(plan, cost)
+    mode = plan.mode
+    n_t, n_g = len(plan.trainers), len(plan.generators)
+    a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
+    on_trainer = (not mode.disaggregated) or mode.tag
+    top = max(plan.generations, plan.shard_ranks * plan.fragment_size)
+    a_t = _per_generation(d, range(1, top + 1), True, (False, True)) if on_trainer else float("inf")
+    if (n_g and a_g == float("inf")) or (not mode.disaggregated and a_t == float("inf")):
+        return 0.0
+    on_trainer = on_trainer and a_t < float("inf")
+    rates = ([n_g / a_g if a_g > 0 else float("inf")] if n_g else []) + (
+        [n_t / a_t if a_t > 0 else float("inf")] if on_trainer else [])
+    rate = sum(rates)
+    per_group = _chunk_times(plan, d)
+    last = plan.batch / rate + min(per_group.values()) / n_t
+    first = plan.generations / rate + sum(per_group.values()) / n_t + (plan.rounds - 1) * d.commit()
+    return (max(last, first) + d.commit(final=True)) * SAFETY
+
+
+def run_step_floor(plan: StepPlan, cost: CostModel) -> float:
+    """A lower bound on ``simulate(plan, cost).step_time`` (makespan / K, K = ``plan.steps``; module docstring)."""
+    K = plan.steps
+    if K < 1:
+        return 0.0
+    steady = step_time_floor(plan, cost) if K >= 3 else 0.0
+    return (first_publish_floor(plan, cost) + (K - 1) * steady) / K
+
+
+__all__ = ["first_publish_floor", "run_step_floor", "step_time_floor"]

@@ -33,6 +33,28 @@ Ties go to the earlier probe. Pruning (exact): a candidate whose step-time floor
 its simulated figure) is above the best of its split (exhaustive) or of its sweep so far is strictly slower than
 a probe already run and is not simulated; a probe is stopped as soon as its run passes that best. The plan,
 its time and every split's best are those of the unpruned search (``prune=False``); only the probe count drops.
+
+The pick at the run's length (``run_steps`` = K, given where the plan is then simulated for K steps:
+``sim.scenario.run_mode``, i.e. ``digenrl simulate`` on a preset and the benchmarks). A probe's steady figure is not the run's: the run
+reports makespan / K (``RunResult.step_time``), the first step's pipeline fill and the last step included, and
+under TCSS a short probe's steps are not yet the steady ones (the fill banks next-step fragments that the next
+steps spend, the period of the stale pattern can be 2 or 3 steps, and the last step has no next step to feed).
+Wan2.1-T2V-14B on testbed B, ``full``, split 8+24: fragment 3 with 3 shard groups probes 645.7 s at 8 steps and
+fragment 1 with one group 657.2 s, but over 20 steps they run 678.5 s and 656.2 s (first publish at 921 s vs
+684 s; from step 2 the intervals repeat 737, 553, 742 s vs 684, 622 s). So the probes steer the search (which
+candidates it looks at, and its descent), and the pick is made on the run's own figure: over C, every candidate
+the search looked at (the probes of the unpruned search; a pruned search's probes and the candidates it pruned),
+the plan with the least makespan / K simulated for K steps (``sim.executor.run_step_time``; ties: the earlier
+candidate). Exact with pruning: the stage-1 pick is simulated first; a candidate whose run floor
+
+    (first_publish_floor + (K - 1) step_time_floor) / K     (its plan at K steps; ``sim.plan_bound.run_step_floor``)
+
+is above the best run so far is not simulated (makespan >= t_pub(K) = t_pub(1) + (t_pub(K) - t_pub(1))), and a
+run is stopped once its time passes the best's makespan. The pick, its probe and its run figure are those of the
+unpruned search (a pick the pruned search had skipped is probed, uncapped); the stale hold (below) is then chosen
+by the same run figure. Without ``run_steps`` (``digenrl plan``, which plans for a run of any length, and
+``digenrl simulate --config --search``, which runs what ``digenrl plan`` writes) the pick is the fastest
+probe.
 """
 
 from __future__ import annotations
@@ -43,8 +65,8 @@ from typing import Callable, Protocol
 
 from ..schedule import Mode, ScaledCost, StepPlan
 from ..schedule import stale_hold as stale_rule
-from .executor import steady_step_time
-from .plan_bound import step_time_floor
+from .executor import run_step_time, steady_step_time
+from .plan_bound import run_step_floor, step_time_floor
 from .presets import GPU
 
 MAX_SHARD_GROUPS = 6  # hybrid sharding: k <= 6 shard groups (benchmarks/hybrid_sharding.py: k = 2-6)
@@ -158,6 +180,9 @@ class SearchResult:
     pruned: int = 0
     holds_s: dict = field(default_factory=dict)            # stale hold -> the chosen plan's time with it
     costs: dict = field(default_factory=dict)              # candidate -> its cost model (probed ones)
+    run_steps: int | None = None                           # the run's length the pick was made at (None: probes)
+    runs_s: dict = field(default_factory=dict)             # candidate -> makespan / K at run_steps (simulated ones)
+    runs_skipped: int = 0                                  # candidates of the final pick skipped by floor or cap
 
     def best_per_split(self) -> dict[str, Probe]:
         """split -> its fastest probe (ties: the earlier)."""
@@ -184,6 +209,37 @@ class _Search:
         self.order: dict[Candidate, int] = {}
         self.probes: list[Probe] = []
         self.pruned = 0
+        self.runs: dict[Candidate, float] = {}          # candidate -> makespan / K at the run's length
+        self.runs_skipped = 0
+        self.floors: dict[Candidate, float] = {}        # candidate -> its run floor (one run length per search)
+
+    def run_floor(self, c: Candidate, steps: int) -> float:
+        """``sim.plan_bound.run_step_floor`` of ``c``'s plan at ``steps`` steps (cached)."""
+        if c not in self.floors:
+            cost, plan, _ = self.get(c)
+            self.floors[c] = run_step_floor(replace(plan, steps=steps), cost)
+        return self.floors[c]
+
+    def run(self, c: Candidate, steps: int, above: float = float("inf")) -> float | None:
+        """makespan / K of ``c`` simulated for K = ``steps`` (module docstring); None when it cannot run, or (not
+        cached) when it is strictly slower than ``above`` (its run floor, or its run, passed it)."""
+        if c in self.runs:
+            return self.runs[c]
+        b = self.get(c)
+        if isinstance(b, str):
+            return None
+        cost, plan, _ = b
+        plan = replace(plan, steps=steps)
+        if self.prune and above < float("inf"):
+            if self.run_floor(c, steps) > above:
+                self.runs_skipped += 1
+                return None
+        t = run_step_time(plan, cost, bts=self.src.bts, above=above if self.prune else float("inf"))
+        if t is None:
+            self.runs_skipped += 1
+            return None
+        self.runs[c] = t
+        return t
 
     def get(self, c: Candidate):
         if c not in self.built:
@@ -253,10 +309,13 @@ def check_probe_steps(probe_steps: int) -> None:
 
 
 def search(source: Source, *, probe_steps: int = 4, exhaustive: int = 64, descend_splits: int = 3,
-           prune: bool = True, progress: Callable | None = None) -> SearchResult:
+           prune: bool = True, progress: Callable | None = None, run_steps: int | None = None) -> SearchResult:
     """The fastest candidate of ``source`` (module docstring). ``progress(probes, split, best, skipped)`` is called
-    after every probe and every skipped candidate."""
+    after every probe and every skipped candidate. ``run_steps``: the length of the run the plan is for; the pick
+    is then the least makespan / K over that many steps among the candidates looked at (module docstring)."""
     check_probe_steps(probe_steps)
+    if run_steps is not None and run_steps < 1:
+        raise PlanSearchError(f"run_steps: must be >= 1 (got {run_steps})")
     if source.mode is Mode.FULL:
         probe_steps = max(probe_steps, FULL_PROBE_STEPS)
     s = _Search(source, probe_steps, prune, progress)
@@ -299,21 +358,45 @@ def search(source: Source, *, probe_steps: int = 4, exhaustive: int = 64, descen
         raise PlanSearchError(f"no plan of {source.mode.value} on {source.workers} GPUs can be priced ({why})",
                               refused)
     best = min(s.probes, key=_rank)
+    if run_steps is not None:
+        best = _at_run_length(s, best, run_steps)
     res = SearchResult(source.mode, source.workers, best, sorted(s.probes, key=lambda p: p.order), refused,
-                       s.pruned, costs={p.candidate: s.built[p.candidate][0] for p in s.probes})
+                       s.pruned, costs={p.candidate: s.built[p.candidate][0] for p in s.probes}, run_steps=run_steps)
     _stale_hold(s, res)
+    res.runs_s, res.runs_skipped = dict(s.runs), s.runs_skipped
     return res
 
 
+def _at_run_length(s: _Search, first: Probe, steps: int) -> Probe:
+    """The candidate of least makespan / K at the run's length among those the search looked at (module
+    docstring), starting from the fastest probe ``first``; its probe."""
+    looked = [c for c in sorted(s.order, key=s.order.get) if not isinstance(s.get(c), str)]
+    best_c, best_t = first.candidate, s.run(first.candidate, steps)
+    if s.prune:  # lowest run floor first (the order only saves runs: the pick is the least (figure, order))
+        looked = sorted(looked, key=lambda c: (s.run_floor(c, steps), s.order[c]))
+    for c in looked:
+        if c == best_c:
+            continue
+        t = s.run(c, steps, best_t)
+        if t is not None and (t, s.order[c]) < (best_t, s.order[best_c]):
+            best_c, best_t = c, t
+    return s.seen.get(best_c) or s.probe(best_c)
+
+
 def _stale_hold(s: _Search, res: SearchResult) -> None:
-    """The fastest h of (0,) + ``STALE_HOLDS`` on the chosen plan (``full`` with a joined publish), ties to the
-    smaller; the plan's own h stays where the rule does not apply. Each h is a candidate of the source, built
-    and probed as any other (so the chosen one has the source's config)."""
+    """The fastest h of (0,) + ``STALE_HOLDS`` on the chosen plan (``full`` with a joined publish; by the run's
+    figure where the pick was made at the run's length), ties to the smaller; the plan's own h stays where the
+    rule does not apply. Each h is a candidate of the source, built and probed as any other (so the chosen one has
+    the source's config)."""
     best = res.best
     if not stale_rule.applies(replace(best.plan, stale_hold=1.0)):
         return
     probes = {h: s.probe(replace(best.candidate, stale_hold=h)) for h in (0.0,) + STALE_HOLDS}
-    res.holds_s = {h: p.step_time for h, p in probes.items() if p is not None}
+    if res.run_steps is None:
+        res.holds_s = {h: p.step_time for h, p in probes.items() if p is not None}
+    else:  # at the run's length, as the pick (module docstring)
+        res.holds_s = {h: t for h, p in probes.items()
+                       if p is not None and (t := s.run(p.candidate, res.run_steps)) is not None}
     h = min(res.holds_s, key=lambda x: (res.holds_s[x], x))
     res.best = probes[h]
     res.costs[res.best.candidate] = s.built[res.best.candidate][0]

@@ -295,10 +295,12 @@ def run_mode(setup: Scenario, mode: Mode | str, gen_gpus: int | None = None, jit
              bts: BTSConfig | None = None, record: bool = False, shard_groups: int | None = None,
              split: Split | None = None, probe_steps: int = 4) -> ModeRun:
     """The planner's choice for one mode (``gen_gpus``, ``shard_groups``, ``split``: pinned), simulated for the
-    scenario's steps."""
+    scenario's steps; the pick is the least makespan / K over those steps among the candidates the search looked
+    at (``sim.planner``, ``run_steps``)."""
     src = PresetSource(setup, mode, bts, gen_gpus=gen_gpus, split=split, shard_groups=shard_groups)
     try:
-        res = search(src, probe_steps=probe_steps)  # (search's default: every combination up to 64 per split)
+        # (search's default: every combination up to 64 per split); the pick at the run's own length
+        res = search(src, probe_steps=probe_steps, run_steps=setup.steps)
     except ValueError as e:
         opt = "--testbed" if src.mode is Mode.COLOCATED else "--gen-gpus"
         raise ScenarioError(f"{opt}: {e}") from None
