@@ -26,7 +26,9 @@ def _memory_lines(cfg) -> list[str]:
     out = [f"  trainer rank: {total:.1f} GiB{room}, chunk of {cells} cells ({plan.table(cells)})"]
     bound = trainer_generation_batch(cfg)
     if bound is not None:
-        out.append(f"  trainer rank sampling (evals{', TAG' if 'tag' in cfg.runtime.mode else ''}"
+        from digenrl.schedule.plan import Mode
+
+        out.append(f"  trainer rank sampling (evals{', TAG' if Mode(cfg.runtime.mode).tag else ''}"
                    f"{', its share of each step' if cfg.runtime.mode == 'colocated' else ''}): at most {bound} "
                    "samples per batch beside its state")
     if cfg.runtime.mode != "colocated":

@@ -224,10 +224,10 @@ def ready_pools(run: RunPlan, pools: WorkerPools, state: bytes | None = None, lo
 def check_shared(run: RunPlan, pools: WorkerPools, logs: Path, timeout_s: float | None = None) -> None:
     """Every Ray worker should see the driver's log folder ``logs`` (``run_dir/logs``; ``digenrl profile``'s
     beside the profile) as the same directory: the driver writes a fresh token into it, each worker reads it back
-    (``sees``), and the driver removes it. Where a node's workers do not (a run_dir on node-local disk), their logs stay on that node, said
-    once; and under ``train.sharding=fsdp`` with shard groups of several ranks the run is refused (``ConfigError``
-    naming run_dir, the nodes and the workers): each such rank writes its own shards of a checkpoint into run_dir,
-    so a checkpoint would miss the shards of the ranks on other nodes."""
+    (``sees``), and the driver removes it. Where a node's workers do not (a run_dir on node-local disk), their
+    logs stay on that node, said once; and under ``train.sharding=fsdp`` with shard groups of several ranks the
+    run is refused (``ConfigError`` naming run_dir, the nodes and the workers): each such rank writes its own
+    shards of a checkpoint into run_dir, so a checkpoint would miss the shards of the ranks on other nodes."""
     from digenrl.observe.progress import line
     from digenrl.safe_files import atomic_write_bytes
 
