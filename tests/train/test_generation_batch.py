@@ -106,7 +106,7 @@ def test_a_trainer_evaluates_in_bounded_batches_with_the_same_reward(monkeypatch
     worker = product_worker(cfg)
     free = worker.evaluate(2).value
     sizes = _spy_batches(monkeypatch)
-    worker._gen_batch = 2
+    worker.gen_batch = 2
     bounded = worker.evaluate(2).value
     assert sizes == [2, 2, 1], sizes
     assert bounded[0] == pytest.approx(free[0], rel=1e-5)
@@ -119,7 +119,7 @@ def test_the_calibration_times_the_batches_the_worker_samples(monkeypatch):
 
     cfg = load_config(None, ["sampler.num_steps=2", "log.progress=false"])
     worker = product_worker(cfg)
-    worker._gen_batch = 2
+    worker.gen_batch = 2
     sizes = _spy_batches(monkeypatch)
     ops = generation_ops(worker, worker.policy, [5])
     for phase in ("sample", "decode", "reward", "transfer"):

@@ -41,17 +41,16 @@ def _probe_prompt(worker):
 
 def generation_ops(worker, policy, sizes: list[int]) -> dict:
     """{("generate", size, phase): callable} for one fragment of each size, each phase run in the batches the
-    worker samples in (at most its ``_gen_batch``, else ``memory_check.SAMPLE_BATCH``, as ``step_math.generate``).
+    worker samples in (at most its ``gen_batch``, as ``WorkerBase.generate_parts``).
     The first ``sample`` of a size also decodes its result once (the input of ``decode`` and ``reward``), so it
     runs first: each size's keys come in the order sample, decode, reward, transfer, the order ``Calibration``
     times them in."""
     import torch
 
     from digenrl.rollout.sampler import sample_trajectories
-    from digenrl.train.memory_check import SAMPLE_BATCH
 
     prompt, plan = _probe_prompt(worker), timestep_plan(worker.cfg, 0)
-    bound = getattr(worker, "_gen_batch", None) or SAMPLE_BATCH
+    bound = worker.gen_batch
     fns, held = {}, {}
 
     def decode(tbs):
@@ -101,7 +100,7 @@ def training_ops(worker, cell_sizes: list[int]) -> list[dict]:
         if "group" not in held:
             group = generate(policy, [_probe_prompt(worker)] * G, list(range(G)), step=0, run_seed=cfg.seed,
                              version=0, settings=worker.sampler, plan=timestep_plan(cfg, 0), reward=worker.reward,
-                             **({"max_batch": worker._gen_batch} if worker._gen_batch else {}))  # (its bound)
+                             max_batch=worker.gen_batch)
             group.rewards = torch.linspace(0.0, 1.0, G)  # any spread: only the time matters
             assign_advantages(group, AdvOptions(clip=cfg.train.adv_clip_max))
             held["group"] = group

@@ -79,7 +79,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
         self._plan = plan_run(self.cfg).plan
-        self._gen_batch = trainer_generation_batch(self.cfg)  # its sampling batch bound (memory), or None
+        self.gen_batch = trainer_generation_batch(self.cfg) or self.gen_batch  # (None: no memory plan, no bound)
         self._stream = None   # broadcast / stream publish: (this rank, its group) where it is a sender
         self._sends: list = []  # the async sends of its last stream publish (waited for before the next)
         self._world = 1
@@ -225,12 +225,12 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         if version != self.tx.version or self._round:
             raise RuntimeError(f"{self.name}: asked to generate {share} with version {version} but its weights "
                                f"are version {self.tx.version} after {self._round} rounds (TAG is on-policy only)")
-        lead, bound = self._lane.lead, self._gen_batch  # (``share`` is its lane's: a lane's ranks get the same one)
+        lead = self._lane.lead  # (``share`` is its lane's: a lane's ranks get the same one)
         if self.sharded and self._gsize > 1 and self.cfg.tuning.tag_inference_copy:
-            return self.generate_parts(self._inference_copy(version), share, version, lead, bound)
+            return self.generate_parts(self._inference_copy(version), share, version, lead)
         with sampling_weights(self.policy):  # DiffusionNFT's old copy (train.nft_old_policy=soft), else as is
             if not self.sharded or self._gsize == 1 or any(p.generations for p in share):
-                return self.generate_parts(self.policy, share, version, lead, bound)
+                return self.generate_parts(self.policy, share, version, lead)
             *_, infos = self.generate_parts(self.policy, (replace(share[0], generations=(0,)),), version, lead)
         empty = tuple(replace(infos[0], fragment=p, uid=-1, rewards=(), reward_parts={}) for p in share)
         return (*([None] * len(share)), empty)

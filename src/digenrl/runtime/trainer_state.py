@@ -29,7 +29,7 @@ class TrainerState:
         with self.ctx.eval_weights():
             r, batch = evaluate(self.policy, self.task.eval_prompts(cfg.eval.num_prompts), self.reward,
                                 self.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps,
-                                **({"max_batch": self._gen_batch} if self._gen_batch else {}))
+                                max_batch=self.gen_batch)
         sample = batch.select(list(range(min(grid, len(batch)))))
         value = (r, sample) if self.rank == 0 else None  # sharded: every rank ran the collective forwards
         return TimedResult(self.name, "eval", t0, time.monotonic(), value)

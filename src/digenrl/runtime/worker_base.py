@@ -19,6 +19,7 @@ from pathlib import Path
 from digenrl.config import Config
 from digenrl.control.run_plan import TestHooks, timestep_plan
 from digenrl.schedule import step_number
+from digenrl.train.memory_check import SAMPLE_BATCH
 
 from .messages import FragmentInfo
 from .timing import Calibration
@@ -69,6 +70,7 @@ class InjectedFailure(RuntimeError):
 
 class WorkerBase:
     pool = "worker"
+    gen_batch = SAMPLE_BATCH  # the most samples it draws at once (a trainer rank: ``trainer_generation_batch``)
 
     def __init__(self, name: str, config: dict, hooks: TestHooks | None = None, log_file: str | None = None):
         if log_file:  # a Ray actor: its stdout / stderr (model loading, warnings, tracebacks) into run_dir/logs/
@@ -153,10 +155,9 @@ class WorkerBase:
         self._calibration = None
         return True
 
-    def generate_parts(self, policy, parts, version: int, lead: bool = True, max_batch: int | None = None) -> tuple:
+    def generate_parts(self, policy, parts, version: int, lead: bool = True) -> tuple:
         """A gang's share on this rank (``layout.gang_shares``: one fragment per part of the gang, of different
-        prompt groups, some maybe empty), sampled together (in batches of at most ``max_batch``; None:
-        ``memory_check.SAMPLE_BATCH``), then cut per part: (trajectories or None, ..., infos), one trajectory batch
+        prompt groups, some maybe empty), sampled together (in batches of at most ``gen_batch``), then cut per part: (trajectories or None, ..., infos), one trajectory batch
         per part and a tuple of one ``FragmentInfo`` per part (same start/end).
         ``lead=False``: a follower of a sequence-parallel group, which runs the same forwards (collectives) as
         its lead and reports nothing: no decode, no reward, Nones and infos without generations."""
@@ -168,9 +169,7 @@ class WorkerBase:
         pairs = [(i, g) for i, p in enumerate(parts) for g in p.generations]
         args = ([prompts[parts[i].group] for i, _ in pairs], [g for _, g in pairs])
         kw = dict(step=step, run_seed=self.cfg.seed, version=version, settings=self.sampler,
-                  plan=timestep_plan(self.cfg, step))
-        if max_batch is not None:
-            kw["max_batch"] = max_batch
+                  plan=timestep_plan(self.cfg, step), max_batch=self.gen_batch)
         if not lead:  # the lead's sampling (its collectives), without decode or reward
             if pairs:
                 generate(policy, *args, **kw, decode=False)

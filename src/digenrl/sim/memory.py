@@ -8,9 +8,9 @@ fp32 master weights and moments (bf16 mixed precision), LoRA of the workload's r
 ``Training.recompute``, a prompt cache (no text encoders), the efficiency fit's reserve. (A config's own memory plan
 refuses its candidates first: ``sim.config_source``.)
 
-While a colocated rank generates, its gradients are free (the commit consumed them) and so are autocast's copies
-(they exist in a backward only); its optimizer moments (and EMA) are what it can offload to host
-(``sim.colocation``).
+While a colocated rank generates it holds its plan's ``MemoryPlan.sampling_state`` (its gradients are free, the
+commit consumed them, and so are autocast's copies, which exist in a backward only); its optimizer moments (and
+EMA) are what it can offload to host (``sim.colocation``).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class PoolMemory:
         """What a colocated rank holds while it generates (module docstring), for ``sim.colocation``."""
         items = self.plan.items
         movable = items.get("optimizer", 0.0) + items.get("ema", 0.0)
-        resident = self.plan.state - items.get("grads", 0.0) - items.get("cast", 0.0) - items["reserve"] - movable
+        resident = self.plan.sampling_state() - items["reserve"] - movable
         return RankMemory(resident, movable, items["reserve"])
 
 

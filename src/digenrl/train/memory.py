@@ -197,6 +197,13 @@ class MemoryPlan:
     def state(self) -> float:
         return sum(self.items.values())
 
+    def sampling_state(self, mid_step: bool = False) -> float:
+        """Bytes held while the rank samples: ``state`` less autocast's weight copies (a backward's only) and,
+        unless it samples ``mid_step`` (a TAG gang, beside the step's gradients), the gradients and their float64
+        sums, which the commit freed."""
+        freed = ("cast",) if mid_step else ("cast", "grads", "grad_sums")
+        return self.state - sum(self.items.get(k, 0.0) for k in freed)
+
     def activations(self, cells: int) -> float:
         return cells * self.act_cell + max(self.act_fixed, cells * self.act_block)
 

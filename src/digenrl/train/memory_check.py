@@ -140,18 +140,15 @@ def trainer_generation_batch(cfg) -> int | None:
 
         state + n x a_gen <= train.memory_gb,
 
-    state = the rank's plan (``plan_memory(p).state``) less what it does not hold while it samples: autocast's
-    weight copies (a backward's only) and, outside the TAG modes (whose gangs run mid-step, beside the step's
-    gradients), the gradients and their float64 sums, which the commit freed (as ``sim.memory`` prices a
-    colocated rank); a_gen = one sample's sampling activations (``generator_bytes``' per-sample term:
+    state = ``MemoryPlan.sampling_state`` of the rank's plan (mid-step in the TAG modes, whose gangs sample beside
+    the step's gradients; ``sim.memory`` prices a colocated rank with it too); a_gen = one sample's sampling activations (``generator_bytes``' per-sample term:
     ``_sampling`` with the eval's guidance too and the lane's ``train.sequence_parallel`` split). None without a
     plan or ``train.memory_gb`` (no bound); ``MemoryPlanError`` (naming the keys) when not even one fits."""
     p = inputs_from_config(cfg)
     mode, cap = Mode(cfg.runtime.mode), cfg.train.memory_gb
     if p is None or cap is None:
         return None
-    items = plan_memory(p).items
-    state = sum(v for k, v in items.items() if k not in (("cast",) if mode.tag else ("cast", "grads", "grad_sums")))
+    state = plan_memory(p).sampling_state(mid_step=mode.tag)
     per = generator_bytes(_sampling(cfg, p, p.sequence_parallel, evals=True), 1)["activations"]
     n = int((cap * GiB - state) // per) if per > 0 else 1 << 20
     if n < 1:
