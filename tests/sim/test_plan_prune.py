@@ -16,7 +16,8 @@ from digenrl.sim import planner
 from digenrl.sim.config_source import ConfigSource
 from digenrl.sim.executor import run_step_time, simulate, steady_step_time
 from digenrl.sim.plan_bound import first_publish_floor, run_step_floor, step_time_floor
-from digenrl.sim.planner import robustness, scaled, search
+from digenrl.sim.planner import search
+from digenrl.sim.robustness import robustness, scaled
 
 OPS = {"denoise": [[1, 0.004], [4, 0.010]], "vae_decode": [[1, 0.001]], "reward": [[1, 0.0005]],
        "transfer": [[1, 0.0001]], "train_chunk": [[1, 0.006], [8, 0.03]], "allreduce": [[1, 0.004]],
@@ -105,7 +106,7 @@ def test_the_run_floor_is_never_above_the_run_figure(tmp_path):
 
 
 def test_scaled_skews_rollout_against_training(tmp_path):
-    """``planner.scaled`` (the robustness report's skew): denoise, VAE, reward, transfer and the TAG switch x gen on
+    """``robustness.scaled`` (the robustness report's skew): denoise, VAE, reward, transfer and the TAG switch x gen on
     either pool; train, commit (all-reduce, optimizer) and publish x train."""
     base = _profile(tmp_path, 2)
     skewed = scaled(base, 3.0, 0.5)

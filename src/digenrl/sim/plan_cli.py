@@ -60,7 +60,8 @@ def _workers(cfg, gpus: int | None) -> int:
 def plan_from_args(args):
     from ..config import ConfigError, load_config
     from .config_source import ConfigSource, colocated_source
-    from .planner import PlanSearchError, check_probe_steps, robustness, search
+    from .planner import PlanSearchError, check_probe_steps, search
+    from .robustness import robustness
 
     kw, source = cost_source(args)
     check_probe_steps(args.probe_steps)

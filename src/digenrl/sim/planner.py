@@ -63,7 +63,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
-from ..schedule import Mode, ScaledCost, StepPlan
+from ..schedule import Mode, StepPlan
 from ..schedule import stale_hold as stale_rule
 from .executor import run_step_time, steady_step_time
 from .plan_bound import run_step_floor, step_time_floor
@@ -404,38 +404,9 @@ def _stale_hold(s: _Search, res: SearchResult) -> None:
         res.probes.append(res.best)
 
 
-def scaled(cost, gen: float, train: float) -> ScaledCost:
-    """``cost`` with rollout ops (denoise, VAE, reward, transfer, TAG switch) x ``gen`` and training ops (train,
-    commit, publish) x ``train`` (the robustness report)."""
-    return ScaledCost(cost, {"generate/generator": gen, "generate/trainer": gen, "train": train, "commit": train,
-                             "publish": train})
-
-
-def robustness(res: SearchResult, probe_steps: int, bts=None) -> dict:
-    """Step time of the chosen plan with every op x 0.8 and x 1.2, with rollout and training skewed against each
-    other (x 0.8 / x 1.2 and the reverse; and the split that is then fastest among each split's best probe), and
-    of the neighbouring splits (g +- 1) probed with the same values."""
-    b = res.best
-    cost = res.costs[b.candidate]
-
-    def at(p, c) -> float:
-        return steady_step_time(replace(p, steps=probe_steps), c, bts=bts)
-
-    out = {"uniform": {f"x{f:g}": at(b.plan, scaled(cost, f, f)) for f in (0.8, 1.2)}, "skewed": {}}
-    for gf, tf in ((0.8, 1.2), (1.2, 0.8)):
-        times = {k: at(p.plan, scaled(res.costs[p.candidate], gf, tf)) for k, p in res.best_per_split().items()}
-        fastest = min(times, key=times.get)
-        out["skewed"][f"rollout x{gf:g}, training x{tf:g}"] = {
-            "chosen_s": times[b.candidate.split.key()], "best_split": fastest, "best_split_s": times[fastest]}
-    out["neighbours"] = {p.candidate.split.key(): p.step_time for p in res.probes
-                         if abs(p.candidate.split.n_gen - b.candidate.split.n_gen) == 1
-                         and replace(p.candidate, split=b.candidate.split) == b.candidate}
-    return out
-
-
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
 __all__ = ["AXES", "Candidate", "FULL_PROBE_STEPS", "Infeasible", "MAX_SHARD_GROUPS", "PlanSearchError", "Probe", "STALE_CAPS",
-           "STALE_HOLDS", "SearchResult", "Source", "Split", "check_probe_steps", "divisors", "robustness", "scaled", "search"]
+           "STALE_HOLDS", "SearchResult", "Source", "Split", "check_probe_steps", "divisors", "search"]
