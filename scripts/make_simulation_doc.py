@@ -1,6 +1,6 @@
 """Generate docs/simulation.md, its figures and its results file from the simulator (``digenrl.sim``).
 
-    python scripts/make_simulation_doc.py                 # all runs (~10 min on 2 cores), then the page
+    python scripts/make_simulation_doc.py                 # all runs (~35 min on 2 cores), then the page
     python scripts/make_simulation_doc.py --reuse         # re-render from the saved results file
     python scripts/make_simulation_doc.py --out /tmp/x/simulation.md   # page, figures/ and results under /tmp/x
 

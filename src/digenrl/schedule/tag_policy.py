@@ -12,7 +12,8 @@ step are pending; ``Scheduler._bubble``) and hands the next k pending fragments 
 
 Why ``auto`` (``benchmarks/bts_quality.py``, docs/simulation.md "BTS decision quality"): over the simulator's
 preset configurations, BTS depth 2 was on average faster than greedy in ``gap_tsp_tag`` under every cost
-jitter, and slower in ``full``. BTS's objective ends at the current step's commit. With TCSS, the sooner the
+jitter, and in ``full`` slower on the mean of the jitter levels (not at every level, and by a fraction of a
+percent: the page's per-mode table). BTS's objective ends at the current step's commit. With TCSS, the sooner the
 rollout of the current step ends, the sooner the generators start the next step's fragments, and greedy's
 larger k gains that time where BTS does not see it.
 
