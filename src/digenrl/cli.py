@@ -241,15 +241,28 @@ def _trained_context(args, cfg):
     return ctx, loaded
 
 
+def _sampling_batch(cfg) -> int:
+    """``digenrl eval`` / ``sample``'s batch: ``memory_check.sampling_batch`` (refused before the model loads when
+    not one sample fits ``train.memory_gb``), else ``SAMPLE_BATCH``."""
+    from digenrl.train.memory import MemoryPlanError
+    from digenrl.train.memory_check import SAMPLE_BATCH, sampling_batch
+    from digenrl.validate import refused
+
+    with refused(MemoryPlanError):
+        return sampling_batch(cfg) or SAMPLE_BATCH
+
+
 def cmd_eval(args) -> int:
     import json
 
     from digenrl.train.evaluate import evaluate
 
     cfg = _load(args)
+    batch = _sampling_batch(cfg)
     ctx, loaded = _trained_context(args, cfg)
     prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
-    r, _ = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps)
+    r, _ = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps,
+                    max_batch=batch)
     print(json.dumps({"eval_reward": r, "prompts": len(prompts), "model": cfg.model.kind, "path": cfg.model.path,
                       "checkpoint": loaded}))  # fmt: skip
     return 0
@@ -263,9 +276,11 @@ def cmd_sample(args) -> int:
     out = Path(args.out)
     if not out.parent.is_dir():
         return _fail(f"--out: directory {str(out.parent)!r} does not exist")
+    size = _sampling_batch(cfg)
     ctx, _ = _trained_context(args, cfg)
     prompts = ctx.task.eval_prompts(args.num)
-    _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed, num_steps=cfg.sampler.eval_num_steps)
+    _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed, num_steps=cfg.sampler.eval_num_steps,
+                        max_batch=size)
     sample_grid(batch.images, [p.text for p in batch.prompts], out, scores=batch.rewards.tolist())
     print(f"wrote {out} (mean reward {float(batch.rewards.mean()):.3f})")
     return 0

@@ -134,3 +134,42 @@ def test_check_prints_the_bound(capsys):
     n = trainer_generation_batch(load_config(WAN, over))
     assert main(["check", "-c", WAN, "--config-only", "-q", *over]) == 0
     assert f"(evals, its share of each step): at most {n} samples per batch" in capsys.readouterr().out
+
+
+def test_eval_and_sample_are_bounded_by_a_generators_items():
+    """``digenrl eval`` / ``sample`` hold the policy and no training state: the largest n with the generator's
+    items (weights, VAE, text encoders, reserve) + n samples' activations within train.memory_gb, more than a
+    trainer rank fits beside its state."""
+    from digenrl.train.memory_check import sampling_batch
+
+    cfg = load_config(WAN, ["train.memory_gb=40"])
+    p = inputs_from_config(cfg)
+    q = p.__class__(**{**p.__dict__, "forwards_per_cell": 2, "sequence_parallel": 1})  # wan evaluates with CFG
+    fixed = sum(v for k, v in generator_bytes(q, 0).items() if k != "activations")
+    per = generator_bytes(q, 1)["activations"]
+    n = sampling_batch(cfg)
+    assert 1 <= n < SAMPLE_BATCH
+    assert fixed + n * per <= 40 * GiB < fixed + (n + 1) * per
+    assert n > trainer_generation_batch(load_config(WAN, ["runtime.mode=gap_tsp", "train.memory_gb=40"]))
+    assert sampling_batch(load_config(None, ["train.memory_gb=40"])) is None  # the tiny DiT: no plan
+
+
+def test_eval_refuses_a_memory_that_holds_no_sample_before_loading(capsys):
+    from digenrl.cli import main
+
+    assert main(["eval", "-c", WAN, "train.memory_gb=20", "model.path=/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "one sample" in err and "train.memory_gb=20" in err and "/nonexistent" not in err, err
+
+
+def test_eval_cli_samples_in_its_bound(monkeypatch, capsys):
+    import json
+
+    import digenrl.train.memory_check as memory_check
+    from digenrl.cli import main
+
+    monkeypatch.setattr(memory_check, "sampling_batch", lambda cfg: 2)
+    sizes = _spy_batches(monkeypatch)
+    assert main(["eval", "sampler.num_steps=2", "eval.num_prompts=5", "log.progress=false"]) == 0
+    assert sizes == [2, 2, 1], sizes
+    assert 0.0 <= json.loads(capsys.readouterr().out.strip().splitlines()[-1])["eval_reward"] <= 1.0

@@ -166,6 +166,28 @@ def trainer_generation_batch(cfg) -> int | None:
     return min(n, SAMPLE_BATCH)
 
 
+def sampling_batch(cfg) -> int | None:
+    """The most samples ``digenrl eval`` / ``digenrl sample`` draw in one batch: ``SAMPLE_BATCH`` or, if fewer, the
+    largest n with sum(``generator_bytes``(p, n)) <= ``train.memory_gb``: the process holds the policy to sample
+    and no training state, a generator's items (``_sampling`` with the eval's guidance too, each sample whole).
+    None without a plan or ``train.memory_gb`` (no bound); ``MemoryPlanError`` (naming the keys) when not even
+    one fits."""
+    p = inputs_from_config(cfg)
+    cap = cfg.train.memory_gb
+    if p is None or cap is None:
+        return None
+    q = _sampling(cfg, p, 1, evals=True)
+    fixed, per = sum(generator_bytes(q, 0).values()), generator_bytes(q, 1)["activations"]
+    n = int((cap * GiB - fixed) // per) if per > 0 else 1 << 20
+    if n < 1:
+        raise MemoryPlanError(
+            f"memory plan: sampling {FAMILIES[p.family].spec.name} needs {(fixed + per) / GiB:.1f} GiB for one "
+            f"sample but train.memory_gb={cap:g}; change: a smaller model.options height / width"
+            + (" / frames" if FAMILIES[p.family].spec.video else "")
+            + ("; model.prompt_cache_dir (no text encoders)" if p.text_encoders else ""))
+    return min(n, SAMPLE_BATCH)
+
+
 def check_generators(cfg, capacity_gb: float | None = None) -> dict[str, float] | None:
     """Refuse (``MemoryPlanError``) a disaggregated config whose generators do not fit ``capacity_gb``
     (default ``train.memory_gb``) with the fragments the run cuts (``generator_items``)."""
