@@ -418,12 +418,20 @@ def render(res: dict) -> str:
                   "(`benchmarks/results/preset_ceiling.json`); the last columns are of the last entry. Entries: "
                   + "; ".join(f"*{e['label']}* = commit {e['commit']}" for e in entries) + ". (The trainer idle "
                   "share counts ranks waiting inside a collective chunk from the second entry on"
-                  + ("; the last entry prices the cost model of issue 36 (NVLink, exposed communication, attention "
-                     "backward), so its colocated steps differ from the earlier entries'" if "issue 36" in
-                     entries[-1]["label"] else "; every entry predates the cost model of issue 36, which the tables "
-                     "above use") + ".)\n",
+                  + _cost_model_note(entries) + ".)\n",
                   table(entries), ""]
     return "\n".join(lines)
+
+
+def _cost_model_note(entries: list[dict]) -> str:
+    """Which entries price the cost model of issue 36 (the tables above use it): from the first entry whose label
+    names it on."""
+    first = next((e for e in entries if "issue 36" in e["label"]), None)
+    if first is None:
+        return "; every entry predates the cost model of issue 36, which the tables above use"
+    return (f"; the entries from *{first['label']}* on price the cost model of issue 36 (NVLink, exposed "
+            "communication, attention backward), the one of the tables above, so their ratios are not comparable "
+            "with the earlier entries'")
 
 
 def main() -> int:
