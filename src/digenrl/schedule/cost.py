@@ -94,11 +94,17 @@ class Durations:
     def generate(self, size: int, on_trainer: bool, switch: bool) -> float:
         key = ("g", size, on_trainer, switch)
         d = self._cache.get(key)  # (``_memo`` inlined: the simulator's hot path)
-        if d is None:
-            t = self.cost.time
-            self._cache[key] = d = _check(fragment_seconds(self.cost, self.plan.sampling_steps, size,
-                                                           TRAINER if on_trainer else GENERATOR)
-                                          + (t(Op.TAG_SWITCH.value, 1, TRAINER) if switch else 0.0), "Generate")
+        if d is None:  # the fragment's seconds and the switch's are each priced once (with and without a switch)
+            fkey = ("f", size, on_trainer)
+            f = self._cache.get(fkey)
+            if f is None:
+                self._cache[fkey] = f = fragment_seconds(self.cost, self.plan.sampling_steps, size,
+                                                         TRAINER if on_trainer else GENERATOR)
+            if switch:
+                sw = self._cache.get(("s",))
+                if sw is None:
+                    self._cache[("s",)] = sw = self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER)
+            self._cache[key] = d = _check(f + (sw if switch else 0.0), "Generate")
         return d
 
     def train(self, cells: int) -> float:

@@ -179,11 +179,17 @@ def choose_chunk_shape(generations: int, trained: int, trainers: int, train_time
         for cs in range(1, trained + 1):
             if cg * cs > max(1, max_cells):
                 continue
-            sizes = [len(t) for t in tile_grid(range(generations), trained, cg, cs)]
-            key = (round(tiles_makespan(sizes, cost, trainers), 9), -cg * cs, -cg)
+            key = (round(tiles_makespan(_tile_sizes(generations, trained, cg, cs), cost, trainers), 9), -cg * cs, -cg)
             if best is None or key < best:
                 best, shape = key, (cg, cs)
     return shape
+
+
+@lru_cache(maxsize=4096)
+def _tile_sizes(generations: int, trained: int, chunk_generations: int, chunk_timesteps: int) -> tuple[int, ...]:
+    """The cells of each tile of ``tile_grid`` over ``generations`` x ``trained``, cached (every candidate of a
+    search weighs the same shapes)."""
+    return tuple(len(t) for t in tile_grid(range(generations), trained, chunk_generations, chunk_timesteps))
 
 
 def tsp_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> list[Chunk]:
