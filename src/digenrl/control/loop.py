@@ -89,21 +89,22 @@ def run_loop(sched: Scheduler, executor: Executor, timeline, observer: Observer 
     """Run ``sched`` to the end on ``executor``, starting at executor time ``t0``; returns the time of the last
     event (the makespan). Side calls the observer started (evals, checkpoints) are drained after the last event.
     """
-    executor.launch(timeline.launched(sched.start(t0), t0))
+    launch, wait, launched, record = executor.launch, executor.wait, timeline.launched, timeline.record
+    launch(launched(sched.start(t0), t0))
     end = t0
     while not (sched.done and executor.idle):          # once done: drain the evals / checkpoints in flight
         if executor.idle:
             raise LoopError(f"deadlock: no work in flight at t={end} but the run is not done "
                             f"(train step {sched.train_step}, published {sched.published})")
         draining = sched.done
-        for c in executor.wait():                      # completions -> events -> actions
-            timeline.record(c)
+        for c in wait():                               # completions -> events -> actions
+            record(c)
             if observer is not None:                   # (side calls it starts go before the next actions)
                 observer.on_completion(c)
             ev = c.event
             if ev is not None and not draining:
                 end = ev.time
-                executor.launch(timeline.launched(sched.on_event(ev), ev.time))
+                launch(launched(sched.on_event(ev), end))
         if observer is not None:
             observer.after_wait()
     return end

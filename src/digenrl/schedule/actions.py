@@ -150,7 +150,10 @@ class Generate(_Described):
         return (self.fragment,) + self.more
 
     def size(self) -> Size:
-        return Size(generations=sum(f.size for f in self.fragments))  # over its parts
+        n = len(self.fragment.generations)  # over its parts (``fragments``)
+        for f in self.more:
+            n += len(f.generations)
+        return Size(generations=n)
 
     def label(self) -> str:
         fr = self.fragment

@@ -83,6 +83,7 @@ class Durations:
         self.plan = plan
         self.cost = cost
         self._cache: dict[tuple, float] = {}
+        self._trainers = frozenset(plan.trainers)  # ``plan.is_trainer``
 
     def _memo(self, key: tuple, what: str, seconds) -> float:
         d = self._cache.get(key)
@@ -91,13 +92,27 @@ class Durations:
         return d
 
     def generate(self, size: int, on_trainer: bool, switch: bool) -> float:
-        t = self.cost.time
-        return self._memo(("g", size, on_trainer, switch), "Generate", lambda: fragment_seconds(
-            self.cost, self.plan.sampling_steps, size, TRAINER if on_trainer else GENERATOR)
-            + (t(Op.TAG_SWITCH.value, 1, TRAINER) if switch else 0.0))
+        key = ("g", size, on_trainer, switch)
+        d = self._cache.get(key)  # (``_memo`` inlined: the simulator's hot path)
+        if d is None:  # the fragment's seconds and the switch's are each priced once (with and without a switch)
+            fkey = ("f", size, on_trainer)
+            f = self._cache.get(fkey)
+            if f is None:
+                self._cache[fkey] = f = fragment_seconds(self.cost, self.plan.sampling_steps, size,
+                                                         TRAINER if on_trainer else GENERATOR)
+            if switch:
+                sw = self._cache.get(("s",))
+                if sw is None:
+                    self._cache[("s",)] = sw = self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER)
+            self._cache[key] = d = _check(f + (sw if switch else 0.0), "Generate")
+        return d
 
     def train(self, cells: int) -> float:
-        return self._memo(("t", cells), "Train", lambda: self.cost.time(Op.TRAIN_CHUNK.value, cells, TRAINER))
+        key = ("t", cells)
+        d = self._cache.get(key)  # (``_memo`` inlined: the simulator's hot path)
+        if d is None:
+            self._cache[key] = d = _check(self.cost.time(Op.TRAIN_CHUNK.value, cells, TRAINER), "Train")
+        return d
 
     def commit(self, final: bool = False) -> float:
         """A commit; ``final`` (the step's last) adds the trainers' send of a streamed publish."""
@@ -112,10 +127,10 @@ class Durations:
                           if self.plan.mode.disaggregated else 0.0)
 
     def of(self, action: Action) -> float:
-        if isinstance(action, Generate):
-            return self.generate(action.size().generations, self.plan.is_trainer(action.worker), action.switch)
         if isinstance(action, Train):
-            return self.train(action.chunk.size)
+            return self.train(len(action.chunk.cells))
+        if isinstance(action, Generate):
+            return self.generate(action.size().generations, action.worker in self._trainers, action.switch)
         if isinstance(action, Commit):
             return self.commit(action.final)
         if isinstance(action, Publish):

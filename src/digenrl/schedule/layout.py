@@ -20,7 +20,7 @@ cell scaled by 1 / (B * S) by the trainer, is the same whatever the tiling):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from itertools import groupby
 from typing import Callable, Container, Hashable, Sequence
 
@@ -78,6 +78,13 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
         for g0 in range(0, len(gens), chunk_generations):
             out.append(tuple((g, t) for t in ts for g in gens[g0:g0 + chunk_generations]))
     return out
+
+
+@lru_cache(maxsize=256)
+def _grid(gens: tuple[int, ...], num_trained: int, chunk_generations: int,
+          chunk_timesteps: int) -> tuple[tuple[Cell, ...], ...]:
+    """``tile_grid`` as a tuple, cached: the scheduler cuts the same grid at every group's release."""
+    return tuple(tile_grid(gens, num_trained, chunk_generations, chunk_timesteps))
 
 
 def gang_size(pending: Sequence[tuple[int, int]], ranks: int, groups: Container[int] | None = None,
@@ -172,18 +179,24 @@ def choose_chunk_shape(generations: int, trained: int, trainers: int, train_time
         for cs in range(1, trained + 1):
             if cg * cs > max(1, max_cells):
                 continue
-            sizes = [len(t) for t in tile_grid(range(generations), trained, cg, cs)]
-            key = (round(tiles_makespan(sizes, cost, trainers), 9), -cg * cs, -cg)
+            key = (round(tiles_makespan(_tile_sizes(generations, trained, cg, cs), cost, trainers), 9), -cg * cs, -cg)
             if best is None or key < best:
                 best, shape = key, (cg, cs)
     return shape
+
+
+@lru_cache(maxsize=4096)
+def _tile_sizes(generations: int, trained: int, chunk_generations: int, chunk_timesteps: int) -> tuple[int, ...]:
+    """The cells of each tile of ``tile_grid`` over ``generations`` x ``trained``, cached (every candidate of a
+    search weighs the same shapes)."""
+    return tuple(len(t) for t in tile_grid(range(generations), trained, chunk_generations, chunk_timesteps))
 
 
 def tsp_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> list[Chunk]:
     """The TSP chunks of one group: ``tile_grid`` of its G x S grid by ``chunk_generations x chunk_timesteps``."""
     g, s = plan.generations, plan.trained_timesteps
     return [Chunk(step, group, cells, round)
-            for cells in tile_grid(range(g), s, min(plan.chunk_generations, g), min(plan.chunk_timesteps, s))]
+            for cells in _grid(tuple(range(g)), s, min(plan.chunk_generations, g), min(plan.chunk_timesteps, s))]
 
 
 def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...]:
@@ -203,7 +216,7 @@ def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dic
         shard = classic_shard(plan, group, r)
         if shard and plan.packed:
             out[r] = [Chunk(step, group, cells, round) for cells in
-                      tile_grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))]
+                      _grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))]
         elif shard:
             out[r] = [Chunk(step, group, tuple((i, j) for i in shard), round) for j in range(s)]
     return out

@@ -68,6 +68,7 @@ class OnlineCosts:
             raise ValueError(f"clip: must be >= 1 (got {clip})")
         self.plan, self.base, self.decay, self.clip = plan, base, decay, clip
         self._profile = Durations(plan, base)  # the profile's prices, never rescaled
+        self._trainers = frozenset(plan.trainers)  # ``plan.is_trainer``
         self._obs = dict.fromkeys(KINDS, 0.0)
         self._pred = dict.fromkeys(KINDS, 0.0)
         self._step_obs = dict.fromkeys(KINDS, 0.0)
@@ -78,7 +79,7 @@ class OnlineCosts:
         """``action.kind``; a generation's per pool (``KINDS``)."""
         if action.kind != "generate":
             return action.kind
-        return f"generate/{TRAINER if self.plan.is_trainer(action.worker) else GENERATOR}"
+        return f"generate/{TRAINER if action.worker in self._trainers else GENERATOR}"
 
     def observe(self, action: Action, seconds: float) -> None:
         """``action`` took ``seconds`` from its launch to its completion event."""

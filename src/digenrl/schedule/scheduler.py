@@ -38,6 +38,7 @@ class Scheduler:
         if plan.mode.tag and cost is None:
             raise ValueError(f"cost: mode {plan.mode.value!r} needs a cost model (BTS predicts with it)")
         self.plan = plan
+        self._tsp, self._trainer_set = plan.mode.tsp, frozenset(plan.trainers)  # (hot-path constants of the plan)
         self._dur = Durations(plan, cost) if cost is not None else None
         # TCSS with a joined publish: a stale fragment that would hold up the publish waits (``stale_hold``)
         self._hold_model = StepModel(plan, self._dur) if self._dur is not None and stale_hold.applies(plan) else None
@@ -90,11 +91,16 @@ class Scheduler:
         if event.time < self._now - 1e-9 * max(1.0, abs(self._now)):
             raise SchedulerError(f"event time {event.time} is before the previous event ({self._now})")
         self._now = max(self._now, event.time)
-        handler = {FragmentGenerated: self._on_fragment, ChunkTrained: self._on_chunk,
-                   Committed: self._on_committed, Published: self._on_published}.get(type(event))
-        if handler is None:
-            raise SchedulerError(f"unknown event {event!r}")
-        return handler(self._now, event)
+        kind = type(event)
+        if kind is ChunkTrained:
+            return self._on_chunk(self._now, event)
+        if kind is FragmentGenerated:
+            return self._on_fragment(self._now, event)
+        if kind is Committed:
+            return self._on_committed(self._now, event)
+        if kind is Published:
+            return self._on_published(self._now, event)
+        raise SchedulerError(f"unknown event {event!r}")
 
     # ---- event handlers ----------------------------------------------------------------------------
     def _finish(self, t: float, worker: str, e: Event) -> Action:
@@ -127,7 +133,7 @@ class Scheduler:
     def _on_fragment(self, t: float, e: FragmentGenerated) -> list[Action]:
         act = self._finish(t, e.worker, e)
         freed: set[str] = set()
-        if self.plan.is_trainer(e.worker):
+        if e.worker in self._trainer_set:  # ``plan.is_trainer``
             self._last_gen[e.worker] = True
             freed.add(e.worker)
         for f in act.fragments:  # a gang over several groups: every part is in
@@ -255,7 +261,7 @@ class Scheduler:
                 self._rank_ready[self.plan.trainers[ri]].extend(chunks)
 
     def _next_chunk(self, rank: str) -> Chunk | None:
-        q = self._ready if self.plan.mode.tsp else self._rank_ready[rank]
+        q = self._ready if self._tsp else self._rank_ready[rank]
         return q.popleft() if q else None
 
     def _next_generator_work(self, t: float) -> tuple[Fragment, int] | None:
@@ -317,15 +323,16 @@ class Scheduler:
         """Hand work to idle workers: generators take the next fragment; a trainer rank takes a ready chunk
         first, else (colocated) the next fragment of the step; then BTS may hand fragments to idle ranks."""
         p, acts = self.plan, []
+        busy, held = self._busy, self._held  # (``_idle`` inlined; nothing below changes ``_held``)
         for w in p.generators:
-            if self._idle(w):
+            if busy[w] is None and w not in held:
                 work = self._next_generator_work(t)
                 if work is None:
                     break
                 acts.append(self._dispatch(t, work[0], w, work[1]))
         for r in p.trainers:
-            idle = self._idle(r)
-            chunk = self._next_chunk(r) if idle else self._join_wait_chunk(t) if self._busy[r] is None else None
+            idle = busy[r] is None and r not in held
+            chunk = self._next_chunk(r) if idle else self._join_wait_chunk(t) if busy[r] is None else None
             if chunk is not None:
                 acts.append(self._train(t, chunk, r))
             elif (idle and not p.mode.disaggregated and self.published == self.train_step

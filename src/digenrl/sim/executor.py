@@ -60,25 +60,30 @@ class VirtualExecutor:
         return math.exp(self.rng.gauss(0.0, self.jitter)) if self.jitter > 0 else 1.0
 
     def launch(self, actions: Sequence[Action]) -> None:
-        t = self.now
+        t, of, heap = self.now, self.dur.of, self._heap
+        exact_only = self.per_kind is None and not self.jitter > 0  # factor 1, no draw: d = exact x 1.0 = exact
         for a in actions:
-            exact = self.dur.of(a)
-            d = exact * self._factor(a.kind)
+            exact = of(a)
+            d = exact if exact_only else exact * self._factor(a.kind)
             switch = 0.0
             if isinstance(a, Generate) and a.switch:  # the switch's share of the (jittered) duration
                 switch = min(d, self.cost.time(Op.TAG_SWITCH.value, 1, TRAINER) * (d / max(exact, 1e-300)))
-            c = Completion(a, t, t + d, tuple(Interval(w, t, t + d) for w in a.workers), switch)
-            heapq.heappush(self._heap, (t + d, self._seq, c))
+            end = t + d
+            c = Completion(a, t, end, tuple([Interval(w, t, end) for w in a.workers]), switch)
+            heapq.heappush(heap, (end, self._seq, c))
             self._seq += 1
             if self._seq > self.max_actions:
                 raise SimulationError(f"more than {self.max_actions} actions: the schedule does not terminate")
 
     def wait(self) -> list[Completion]:
-        end, _, c = heapq.heappop(self._heap)
+        heap = self._heap
+        end, _, c = heapq.heappop(heap)
         self.now = end
+        if not heap or heap[0][0] != end:
+            return [c]  # (``tie_order`` of one completion)
         done = [c]
-        while self._heap and self._heap[0][0] == end:
-            done.append(heapq.heappop(self._heap)[2])
+        while heap and heap[0][0] == end:
+            done.append(heapq.heappop(heap)[2])
         return tie_order(done)
 
 

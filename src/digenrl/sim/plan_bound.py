@@ -90,10 +90,14 @@ def _per_generation(d: Durations, sizes, on_trainer: bool, switches) -> float:
 
 def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
     """A lower bound on ``simulate(plan, cost)``'s steady step time (module docstring); 0 below 3 steps."""
+    return _step_time_floor(plan, Durations(plan, cost))
+
+
+def _step_time_floor(plan: StepPlan, d: Durations) -> float:
+    """``step_time_floor`` priced by ``d`` (``Durations`` of ``plan`` and the cost model)."""
     K = plan.steps
     if K < 3:
         return 0.0
-    d = Durations(plan, cost)
     mode = plan.mode
     n_t, n_g = len(plan.trainers), len(plan.generators)
     W = plan.batch
@@ -132,7 +136,11 @@ def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
 def first_publish_floor(plan: StepPlan, cost: CostModel) -> float:
     """A lower bound on the first publish time t_pub(1) of ``simulate(plan, cost)`` (module docstring); 0 where
     nothing is priced."""
-    d = Durations(plan, cost)
+    return _first_publish_floor(plan, Durations(plan, cost))
+
+
+def _first_publish_floor(plan: StepPlan, d: Durations) -> float:
+    """``first_publish_floor`` priced by ``d`` (``Durations`` of ``plan`` and the cost model)."""
     mode = plan.mode
     n_t, n_g = len(plan.trainers), len(plan.generators)
     a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
@@ -156,8 +164,9 @@ def run_step_floor(plan: StepPlan, cost: CostModel) -> float:
     K = plan.steps
     if K < 1:
         return 0.0
-    steady = step_time_floor(plan, cost) if K >= 3 else 0.0
-    return (first_publish_floor(plan, cost) + (K - 1) * steady) / K
+    d = Durations(plan, cost)  # one memo for both floors
+    steady = _step_time_floor(plan, d) if K >= 3 else 0.0
+    return (_first_publish_floor(plan, d) + (K - 1) * steady) / K
 
 
 __all__ = ["first_publish_floor", "run_step_floor", "step_time_floor"]
