@@ -261,8 +261,8 @@ def cmd_eval(args) -> int:
     batch = _sampling_batch(cfg)
     ctx, loaded = _trained_context(args, cfg)
     prompts = ctx.task.eval_prompts(cfg.eval.num_prompts)
-    r, _ = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed, num_steps=cfg.sampler.eval_num_steps,
-                    max_batch=batch)
+    r, _ = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=cfg.seed,
+                    num_steps=cfg.sampler.eval_num_steps, max_batch=batch)
     print(json.dumps({"eval_reward": r, "prompts": len(prompts), "model": cfg.model.kind, "path": cfg.model.path,
                       "checkpoint": loaded}))  # fmt: skip
     return 0
@@ -279,8 +279,8 @@ def cmd_sample(args) -> int:
     size = _sampling_batch(cfg)
     ctx, _ = _trained_context(args, cfg)
     prompts = ctx.task.eval_prompts(args.num)
-    _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed, num_steps=cfg.sampler.eval_num_steps,
-                        max_batch=size)
+    _, batch = evaluate(ctx.policy, prompts, ctx.reward, ctx.sampler, run_seed=args.seed,
+                        num_steps=cfg.sampler.eval_num_steps, max_batch=size)
     sample_grid(batch.images, [p.text for p in batch.prompts], out, scores=batch.rewards.tolist())
     print(f"wrote {out} (mean reward {float(batch.rewards.mean()):.3f})")
     return 0

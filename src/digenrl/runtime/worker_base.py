@@ -157,8 +157,9 @@ class WorkerBase:
 
     def generate_parts(self, policy, parts, version: int, lead: bool = True) -> tuple:
         """A gang's share on this rank (``layout.gang_shares``: one fragment per part of the gang, of different
-        prompt groups, some maybe empty), sampled together (in batches of at most ``gen_batch``), then cut per part: (trajectories or None, ..., infos), one trajectory batch
-        per part and a tuple of one ``FragmentInfo`` per part (same start/end).
+        prompt groups, some maybe empty), sampled together (in batches of at most ``gen_batch``), then cut per
+        part: (trajectories or None, ..., infos), one trajectory batch per part and a tuple of one ``FragmentInfo``
+        per part (same start/end).
         ``lead=False``: a follower of a sequence-parallel group, which runs the same forwards (collectives) as
         its lead and reports nothing: no decode, no reward, Nones and infos without generations."""
         from digenrl.train.step_math import generate

@@ -141,8 +141,9 @@ def trainer_generation_batch(cfg) -> int | None:
         state + n x a_gen <= train.memory_gb,
 
     state = ``MemoryPlan.sampling_state`` of the rank's plan (mid-step in the TAG modes, whose gangs sample beside
-    the step's gradients; ``sim.memory`` prices a colocated rank with it too); a_gen = one sample's sampling activations (``generator_bytes``' per-sample term:
-    ``_sampling`` with the eval's guidance too and the lane's ``train.sequence_parallel`` split). None without a
+    the step's gradients; ``sim.memory`` prices a colocated rank with it too); a_gen = one sample's sampling
+    activations (``generator_bytes``' per-sample term: ``_sampling`` with the eval's guidance too and the lane's
+    ``train.sequence_parallel`` split). None without a
     plan or ``train.memory_gb`` (no bound); ``MemoryPlanError`` (naming the keys) when not even one fits."""
     p = inputs_from_config(cfg)
     mode, cap = Mode(cfg.runtime.mode), cfg.train.memory_gb
@@ -180,11 +181,14 @@ def sampling_batch(cfg) -> int | None:
     fixed, per = sum(generator_bytes(q, 0).values()), generator_bytes(q, 1)["activations"]
     n = int((cap * GiB - fixed) // per) if per > 0 else 1 << 20
     if n < 1:
+        sizes = "height / width" + (" / frames" if FAMILIES[p.family].spec.video else "")
+        hints = [h for ok, h in ((fixed < cap * GiB, f"smaller model.options {sizes}"),
+                                 (p.model_dtype == "float32", "model.dtype=bfloat16"),
+                                 (p.text_encoders, "model.prompt_cache_dir (no text encoders)")) if ok]
         raise MemoryPlanError(
             f"memory plan: sampling {FAMILIES[p.family].spec.name} needs {(fixed + per) / GiB:.1f} GiB for one "
-            f"sample but train.memory_gb={cap:g}; change: a smaller model.options height / width"
-            + (" / frames" if FAMILIES[p.family].spec.video else "")
-            + ("; model.prompt_cache_dir (no text encoders)" if p.text_encoders else ""))
+            f"sample ({fixed / GiB:.1f} of it weights, VAE and text encoders) but train.memory_gb={cap:g}"
+            + ("; change: " + "; ".join(hints) if hints else "; no setting of this model fits: a GPU with more memory"))
     return min(n, SAMPLE_BATCH)
 
 
