@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..train.memory import GiB, MemoryPlan, PlanInputs, generator_bytes, plan_memory
+from ..train.memory import GiB, MemoryPlan, PlanInputs, generator_bytes, plan_memory, samples_that_fit
 from .colocation import RankMemory
 
 
@@ -67,7 +67,7 @@ class PoolMemory:
         """Largest batch of trajectories a generator rank fits next to its replica (0: none)."""
         fixed = sum(generator_bytes(self.generator, 0).values())
         per = self.generation_bytes(1)
-        return max(0, int((self.gen_capacity - fixed) // per)) if per > 0 else 1 << 20
+        return samples_that_fit(self.gen_capacity, fixed, per)
 
     def colocated(self) -> RankMemory:
         """What a colocated rank holds while it generates (module docstring), for ``sim.colocation``."""

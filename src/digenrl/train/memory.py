@@ -309,6 +309,12 @@ def plan_memory(p: PlanInputs) -> MemoryPlan:
     return MemoryPlan(items, act_cell, 0.6 * largest_block * p.forwards_per_cell, grad_transient)
 
 
+def samples_that_fit(capacity: float, fixed: float, per: float) -> int:
+    """The most samples n with fixed + n x per <= capacity (bytes): 0 when not one fits, ``1 << 20`` when a sample
+    costs nothing."""
+    return max(0, int((capacity - fixed) // per)) if per > 0 else 1 << 20
+
+
 def generator_bytes(p: PlanInputs, samples: int) -> dict[str, float]:
     """Per generator: the 16-bit replica, VAE, text encoders (without a full prompt cache), reserve, and the
     sampling activations of ``samples`` trajectories (no-grad forwards keep nothing for backward; bounded by

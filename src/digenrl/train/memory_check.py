@@ -12,7 +12,8 @@ from digenrl.models.specs import SEQUENCE_PARALLEL_FAMILIES
 from digenrl.schedule.layout import choose_chunk_shape, rank_share
 from digenrl.schedule.plan import Mode
 
-from .memory import FAMILIES, GiB, MemoryPlan, MemoryPlanError, PlanInputs, generator_bytes, plan_memory
+from .memory import (FAMILIES, GiB, MemoryPlan, MemoryPlanError, PlanInputs, generator_bytes, plan_memory,
+                     samples_that_fit)
 
 SAMPLE_BATCH = 64  # the most samples one sampling batch holds (``step_math.generate``); VAE decoding is unpriced
 
@@ -151,7 +152,7 @@ def trainer_generation_batch(cfg) -> int | None:
         return None
     state = plan_memory(p).sampling_state(mid_step=mode.tag)
     per = generator_bytes(_sampling(cfg, p, p.sequence_parallel, evals=True), 1)["activations"]
-    n = int((cap * GiB - state) // per) if per > 0 else 1 << 20
+    n = samples_that_fit(cap * GiB, state, per)
     if n < 1:
         what = "its evals" + (", TAG gangs" if mode.tag else "") + (", its share of each step" if
                                                                      not mode.disaggregated else "")
@@ -179,7 +180,7 @@ def sampling_batch(cfg) -> int | None:
         return None
     q = _sampling(cfg, p, 1, evals=True)
     fixed, per = sum(generator_bytes(q, 0).values()), generator_bytes(q, 1)["activations"]
-    n = int((cap * GiB - fixed) // per) if per > 0 else 1 << 20
+    n = samples_that_fit(cap * GiB, fixed, per)
     if n < 1:
         sizes = "height / width" + (" / frames" if FAMILIES[p.family].spec.video else "")
         hints = [h for ok, h in ((fixed < cap * GiB, f"smaller model.options {sizes}"),
