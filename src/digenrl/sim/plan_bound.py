@@ -34,10 +34,19 @@ generators,
 x = 0, else the crossing A + b (D - A) / (b + e) with A, D the two sides at x = 0 and b = a_t / N_t,
 e = a_g / N_g.
 
-Step bound (outside TCSS): all of step k's work lies in [t_pub(k), t_pub(k+1)]; its last generation ends no
-earlier than W / (N_g / a_g + N_t / a_t) after t_pub(k) (trainer ranks count only where they generate), and
-after it the last group's chunks (all its rounds: at least min_g T_g / N_t), the final commit and the publish
-follow. The mean of the K - 1 intervals is at least that.
+Step bound (outside TCSS): all of step k's work lies in [t_pub(k), t_pub(k+1)] (the first publish's argument
+below, from t_pub(k) on, plus the publish): with r = N_g / a_g + N_t / a_t (trainer ranks count only where they
+generate; no worker completes more than x / a generations in x seconds), its last generation ends no earlier
+than W / r after t_pub(k), and after it the last group's chunks (all its rounds: at least
+min_g T_g / N_t), the final commit and the publish follow; and no chunk of the step starts before a first group
+of G generations exists (G / r after t_pub(k)), after which the trainer worker with the most of the step's chunk
+seconds (at least their mean T / N_t; one action at a time) trains them, and every trainer worker runs the R - 1
+round commits (each after its round's chunks), all before the final commit, which the publish follows:
+
+    t_pub(k+1) - t_pub(k) >= max(W / r + min_g T_g / N_t,  G / r + T / N_t + (R - 1) C) + d.commit(final) + Pb
+
+(whatever the schedule: only the rate bound, the order chunk -> commit -> publish and one action per worker are
+used). The mean of the K - 1 intervals is at least that.
 
 First publish (every mode): nothing precedes step 1, so all of its work lies in [0, t_pub(1)]. With
 r = N_g / a_g + N_t / a_t (trainer ranks count only where they generate), its last generation ends no earlier
@@ -169,9 +178,12 @@ def _step_time_floor(plan: StepPlan, p: Priced) -> float:
             b, e = a_t / n_t, a_g / n_g
             L = A + b * (D - A) / (b + e)
     bound = L / (K - 1)
-    if not mode.tcss:  # step bound: one interval holds all of its step's work
-        gen = W / p.rate()
-        bound = max(bound, gen + min(per_group.values()) / n_t + p.commit_final + p.publish)
+    if not mode.tcss:  # step bound: one interval holds all of its step's work (module docstring)
+        # t_pub(k+1) - t_pub(k) >= max(W / r + min_g T_g / N_t, G / r + T / N_t + (R - 1) C) + C_final + Pb
+        rate = p.rate()
+        last = W / rate + min(per_group.values()) / n_t
+        first = plan.generations / rate + T / n_t + (plan.rounds - 1) * p.commit
+        bound = max(bound, max(last, first) + p.commit_final + p.publish)
     return bound * SAFETY
 
 
