@@ -154,7 +154,7 @@ def test_pruned_search_returns_the_exhaustive_result(tmp_path):
 def test_an_optimistic_floor_would_be_caught(tmp_path, monkeypatch):
     """The comparison above has teeth: a floor 30 % above the true one (so it prunes candidates that win)
     changes the result of at least one case."""
-    monkeypatch.setattr(planner, "step_time_floor", lambda plan, cost: 1.3 * step_time_floor(plan, cost))
+    monkeypatch.setattr(planner, "step_time_floor", lambda plan, cost, **kw: 1.3 * step_time_floor(plan, cost, **kw))
     assert any(_summary(pruned) != _summary(full) for _, (full, pruned) in _case_runs(tmp_path))
 
 
@@ -179,7 +179,7 @@ def test_pruned_search_at_the_run_length_returns_the_exhaustive_pick(tmp_path):
 
 def test_an_optimistic_run_floor_would_be_caught(tmp_path, monkeypatch):
     """The comparison above has teeth: a run floor 30 % above the true one changes the pick of at least one case."""
-    monkeypatch.setattr(planner, "run_step_floor", lambda plan, cost: 1.3 * run_step_floor(plan, cost))
+    monkeypatch.setattr(planner, "run_step_floor", lambda plan, cost, **kw: 1.3 * run_step_floor(plan, cost, **kw))
     differs = False
     for (mode, trainers, kw), (gf, tf) in itertools.product(CASES, SKEWS):
         pools = ["runtime.generators=1", "runtime.trainers=3"] if mode == "colocated" else []

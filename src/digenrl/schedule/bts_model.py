@@ -43,6 +43,7 @@ from .layout import gang_size, tsp_chunks
 from .plan import StepPlan
 
 State = tuple  # (nxt, left, gens, ranks, ready), see module docstring
+MEMO_LIMIT = 200_000  # ``TickModel``'s results of ``advance`` and ``leaf`` are dropped past this many of each
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,11 @@ class TickModel:
         self.commit = self.ticks(d.commit(final=model.plan.rounds == 1))
         self.F, self.C, self.P = model.F, model.C, model.P
         self.n_gen, self.n_rank = model.n_gen, model.n_rank
+        # ``advance`` and ``leaf`` are pure functions of their arguments and this model's ticks, and the search
+        # asks again for the same ones (iterative deepening re-expands every state of the shallower rankings,
+        # and later bubbles reach states seen before): their results are kept (cleared past MEMO_LIMIT entries)
+        self._advanced: dict[tuple[State, int], tuple[int, State | None]] = {}
+        self._leaves: dict[State, int] = {}
 
     def gang_ticks(self, pos: int, m: int, in_generation: bool) -> int:
         """Ticks of a TAG action of the m fragments from position ``pos`` of a group on, into the following
@@ -249,7 +255,15 @@ class TickModel:
 
     # ---- abstract dynamics -------------------------------------------------------------------------
     def leaf(self, st: State) -> int:
-        """Ticks until the commit ends if no TAG is inserted from this state on (``no_tag_commit``)."""
+        """Ticks until the commit ends if no TAG is inserted from this state on (``no_tag_commit``; memoized)."""
+        v = self._leaves.get(st)
+        if v is None:
+            if len(self._leaves) > MEMO_LIMIT:
+                self._leaves.clear()
+            v = self._leaves[st] = self._leaf(st)
+        return v
+
+    def _leaf(self, st: State) -> int:
         nxt, left, gens, ranks, ready = st
         F, gen = self.F, self.gen
         done: dict[int, int] = {}
@@ -271,7 +285,16 @@ class TickModel:
 
     def advance(self, st: State, k: int) -> tuple[int, State | None]:
         """Insert k TAG fragments now, run to the next bubble. Returns (ticks elapsed, bubble state) or
-        (ticks to the commit end, None) when the step ends without another bubble."""
+        (ticks to the commit end, None) when the step ends without another bubble (memoized)."""
+        key = (st, k)
+        v = self._advanced.get(key)
+        if v is None:
+            if len(self._advanced) > MEMO_LIMIT:
+                self._advanced.clear()
+            v = self._advanced[key] = self._advance(st, k)
+        return v
+
+    def _advance(self, st: State, k: int) -> tuple[int, State | None]:
         nxt, left, gens0, ranks0, ready0 = st
         F, C, total, gen, chunk = self.F, self.C, left * self.F, self.gen, self.chunk
         out = Counter(i // F for i in range(nxt, total))  # group -> its fragments not generated yet

@@ -34,10 +34,19 @@ generators,
 x = 0, else the crossing A + b (D - A) / (b + e) with A, D the two sides at x = 0 and b = a_t / N_t,
 e = a_g / N_g.
 
-Step bound (outside TCSS): all of step k's work lies in [t_pub(k), t_pub(k+1)]; its last generation ends no
-earlier than W / (N_g / a_g + N_t / a_t) after t_pub(k) (trainer ranks count only where they generate), and
-after it the last group's chunks (all its rounds: at least min_g T_g / N_t), the final commit and the publish
-follow. The mean of the K - 1 intervals is at least that.
+Step bound (outside TCSS): all of step k's work lies in [t_pub(k), t_pub(k+1)] (the first publish's argument
+below, from t_pub(k) on, plus the publish): with r = N_g / a_g + N_t / a_t (trainer ranks count only where they
+generate; no worker completes more than x / a generations in x seconds), its last generation ends no earlier
+than W / r after t_pub(k), and after it the last group's chunks (all its rounds: at least
+min_g T_g / N_t), the final commit and the publish follow; and no chunk of the step starts before a first group
+of G generations exists (G / r after t_pub(k)), after which the trainer worker with the most of the step's chunk
+seconds (at least their mean T / N_t; one action at a time) trains them, and every trainer worker runs the R - 1
+round commits (each after its round's chunks), all before the final commit, which the publish follows:
+
+    t_pub(k+1) - t_pub(k) >= max(W / r + min_g T_g / N_t,  G / r + T / N_t + (R - 1) C) + d.commit(final) + Pb
+
+(whatever the schedule: only the rate bound, the order chunk -> commit -> publish and one action per worker are
+used). The mean of the K - 1 intervals is at least that.
 
 First publish (every mode): nothing precedes step 1, so all of its work lies in [0, t_pub(1)]. With
 r = N_g / a_g + N_t / a_t (trainer ranks count only where they generate), its last generation ends no earlier
@@ -57,6 +66,8 @@ Floating point: the simulator sums the same durations in another order; the boun
 """
 
 from __future__ import annotations
+
+from functools import cached_property
 
 from ..schedule import CostModel, Durations, StepPlan
 from ..schedule.layout import classic_chunks, step_fragments, tsp_chunks
@@ -88,29 +99,71 @@ def _per_generation(d: Durations, sizes, on_trainer: bool, switches) -> float:
     return best
 
 
-def step_time_floor(plan: StepPlan, cost: CostModel) -> float:
-    """A lower bound on ``simulate(plan, cost)``'s steady step time (module docstring); 0 below 3 steps."""
-    return _step_time_floor(plan, Durations(plan, cost))
+class Priced:
+    """What the floors read of a plan and its ``Durations``, at any run length (``plan.steps`` is read by none of
+    it): the per-generation floors a_g and a_t, every group's chunk seconds, a commit and a publish (each priced
+    on first use, in the order the floors read them). The planner prices a candidate once for its probe's floor
+    and its run's (``priced=``)."""
+
+    def __init__(self, plan: StepPlan, d: Durations):
+        mode = plan.mode
+        self.plan, self.d = plan, d
+        self.n_t, self.n_g = len(plan.trainers), len(plan.generators)
+        n_g = self.n_g
+        a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
+        on_trainer = (not mode.disaggregated) or mode.tag
+        top = max(plan.generations, plan.shard_ranks * plan.fragment_size)  # a gang: up to one fragment per rank
+        a_t = _per_generation(d, range(1, top + 1), True, (False, True)) if on_trainer else float("inf")
+        # nothing priced: no bound
+        self.none = bool((n_g and a_g == float("inf")) or (not mode.disaggregated and a_t == float("inf")))
+        self.a_g, self.a_t, self.on_trainer = a_g, a_t, on_trainer and a_t < float("inf")
+
+    @cached_property
+    def per_group(self) -> dict[int, float]:
+        return _chunk_times(self.plan, self.d)
+
+    @cached_property
+    def commit(self) -> float:
+        return self.d.commit()
+
+    @cached_property
+    def commit_final(self) -> float:
+        return self.d.commit(final=True)
+
+    @cached_property
+    def publish(self) -> float:
+        return self.d.publish()
+
+    def rate(self) -> float:
+        """r = N_g / a_g + N_t / a_t, trainer ranks counted only where they generate (module docstring)."""
+        n_t, n_g, a_g, a_t = self.n_t, self.n_g, self.a_g, self.a_t
+        rates = ([n_g / a_g if a_g > 0 else float("inf")] if n_g else []) + (
+            [n_t / a_t if a_t > 0 else float("inf")] if self.on_trainer else [])
+        return sum(rates)
 
 
-def _step_time_floor(plan: StepPlan, d: Durations) -> float:
-    """``step_time_floor`` priced by ``d`` (``Durations`` of ``plan`` and the cost model)."""
+def step_time_floor(plan: StepPlan, cost: CostModel, priced: Priced | None = None) -> float:
+    """A lower bound on ``simulate(plan, cost)``'s steady step time (module docstring); 0 below 3 steps.
+    ``priced``: ``Priced`` of ``plan`` at any length and ``cost`` (else priced here)."""
+    if plan.steps < 3:
+        return 0.0
+    return _step_time_floor(plan, priced or Priced(plan, Durations(plan, cost)))
+
+
+def _step_time_floor(plan: StepPlan, p: Priced) -> float:
+    """``step_time_floor`` from ``p`` (``Priced`` of ``plan`` and the cost model)."""
     K = plan.steps
     if K < 3:
         return 0.0
     mode = plan.mode
-    n_t, n_g = len(plan.trainers), len(plan.generators)
+    n_t, n_g = p.n_t, p.n_g
     W = plan.batch
-    per_group = _chunk_times(plan, d)
+    per_group = p.per_group
     T = sum(per_group.values())
-    coll = (plan.rounds - 1) * d.commit() + d.commit(final=True) + (0.0 if plan.publish_streams else d.publish())
-    a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
-    on_trainer = (not mode.disaggregated) or mode.tag
-    top = max(plan.generations, plan.shard_ranks * plan.fragment_size)  # a gang: up to one fragment per rank
-    a_t = _per_generation(d, range(1, top + 1), True, (False, True)) if on_trainer else float("inf")
-    if (n_g and a_g == float("inf")) or (not mode.disaggregated and a_t == float("inf")):
+    coll = (plan.rounds - 1) * p.commit + p.commit_final + (0.0 if plan.publish_streams else p.publish)
+    if p.none:
         return 0.0  # nothing priced: no bound
-    on_trainer = on_trainer and a_t < float("inf")
+    a_g, a_t, on_trainer = p.a_g, p.a_t, p.on_trainer
     k_lo = 2 if plan.publish_joins else 1
     n_w = (K - 2 if mode.tcss else K - 1) * W
     # work bound over the window (K - 1 intervals)
@@ -118,55 +171,48 @@ def _step_time_floor(plan: StepPlan, d: Durations) -> float:
     if not mode.disaggregated:
         L = A + n_w * a_t / n_t
     else:
-        D = n_w * a_g / n_g + ((K - 1) * d.publish() if plan.publish_joins else 0.0)
+        D = n_w * a_g / n_g + ((K - 1) * p.publish if plan.publish_joins else 0.0)
         if A >= D or not on_trainer:
             L = max(A, D)
         else:
             b, e = a_t / n_t, a_g / n_g
             L = A + b * (D - A) / (b + e)
     bound = L / (K - 1)
-    if not mode.tcss:  # step bound: one interval holds all of its step's work
-        rates = ([n_g / a_g if a_g > 0 else float("inf")] if n_g else []) + (
-            [n_t / a_t if a_t > 0 else float("inf")] if on_trainer else [])
-        gen = W / sum(rates)
-        bound = max(bound, gen + min(per_group.values()) / n_t + d.commit(final=True) + d.publish())
+    if not mode.tcss:  # step bound: one interval holds all of its step's work (module docstring)
+        # t_pub(k+1) - t_pub(k) >= max(W / r + min_g T_g / N_t, G / r + T / N_t + (R - 1) C) + C_final + Pb
+        rate = p.rate()
+        last = W / rate + min(per_group.values()) / n_t
+        first = plan.generations / rate + T / n_t + (plan.rounds - 1) * p.commit
+        bound = max(bound, max(last, first) + p.commit_final + p.publish)
     return bound * SAFETY
 
 
-def first_publish_floor(plan: StepPlan, cost: CostModel) -> float:
+def first_publish_floor(plan: StepPlan, cost: CostModel, priced: Priced | None = None) -> float:
     """A lower bound on the first publish time t_pub(1) of ``simulate(plan, cost)`` (module docstring); 0 where
-    nothing is priced."""
-    return _first_publish_floor(plan, Durations(plan, cost))
+    nothing is priced. ``priced``: as ``step_time_floor``'s."""
+    return _first_publish_floor(plan, priced or Priced(plan, Durations(plan, cost)))
 
 
-def _first_publish_floor(plan: StepPlan, d: Durations) -> float:
-    """``first_publish_floor`` priced by ``d`` (``Durations`` of ``plan`` and the cost model)."""
-    mode = plan.mode
-    n_t, n_g = len(plan.trainers), len(plan.generators)
-    a_g = _per_generation(d, {f.size for f in step_fragments(plan, 0)}, False, (False,)) if n_g else float("inf")
-    on_trainer = (not mode.disaggregated) or mode.tag
-    top = max(plan.generations, plan.shard_ranks * plan.fragment_size)
-    a_t = _per_generation(d, range(1, top + 1), True, (False, True)) if on_trainer else float("inf")
-    if (n_g and a_g == float("inf")) or (not mode.disaggregated and a_t == float("inf")):
+def _first_publish_floor(plan: StepPlan, p: Priced) -> float:
+    """``first_publish_floor`` from ``p`` (``Priced`` of ``plan`` and the cost model)."""
+    if p.none:
         return 0.0
-    on_trainer = on_trainer and a_t < float("inf")
-    rates = ([n_g / a_g if a_g > 0 else float("inf")] if n_g else []) + (
-        [n_t / a_t if a_t > 0 else float("inf")] if on_trainer else [])
-    rate = sum(rates)
-    per_group = _chunk_times(plan, d)
+    rate = p.rate()
+    per_group, n_t = p.per_group, p.n_t
     last = plan.batch / rate + min(per_group.values()) / n_t
-    first = plan.generations / rate + sum(per_group.values()) / n_t + (plan.rounds - 1) * d.commit()
-    return (max(last, first) + d.commit(final=True)) * SAFETY
+    first = plan.generations / rate + sum(per_group.values()) / n_t + (plan.rounds - 1) * p.commit
+    return (max(last, first) + p.commit_final) * SAFETY
 
 
-def run_step_floor(plan: StepPlan, cost: CostModel) -> float:
-    """A lower bound on ``simulate(plan, cost).step_time`` (makespan / K, K = ``plan.steps``; module docstring)."""
+def run_step_floor(plan: StepPlan, cost: CostModel, priced: Priced | None = None) -> float:
+    """A lower bound on ``simulate(plan, cost).step_time`` (makespan / K, K = ``plan.steps``; module docstring).
+    ``priced``: as ``step_time_floor``'s."""
     K = plan.steps
     if K < 1:
         return 0.0
-    d = Durations(plan, cost)  # one memo for both floors
-    steady = _step_time_floor(plan, d) if K >= 3 else 0.0
-    return (_first_publish_floor(plan, d) + (K - 1) * steady) / K
+    p = priced or Priced(plan, Durations(plan, cost))  # one pricing for both floors
+    steady = _step_time_floor(plan, p) if K >= 3 else 0.0
+    return (_first_publish_floor(plan, p) + (K - 1) * steady) / K
 
 
-__all__ = ["first_publish_floor", "run_step_floor", "step_time_floor"]
+__all__ = ["Priced", "first_publish_floor", "run_step_floor", "step_time_floor"]

@@ -63,10 +63,10 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
-from ..schedule import Mode, StepPlan
+from ..schedule import Durations, Mode, StepPlan
 from ..schedule import stale_hold as stale_rule
 from .executor import run_step_time, steady_step_time
-from .plan_bound import run_step_floor, step_time_floor
+from .plan_bound import Priced, run_step_floor, step_time_floor
 from .presets import GPU
 
 MAX_SHARD_GROUPS = 6  # hybrid sharding: k <= 6 shard groups (benchmarks/hybrid_sharding.py: k = 2-6)
@@ -212,12 +212,18 @@ class _Search:
         self.runs: dict[Candidate, float] = {}          # candidate -> makespan / K at the run's length
         self.runs_skipped = 0
         self.floors: dict[Candidate, float] = {}        # candidate -> its run floor (one run length per search)
+        self.priced: dict[Candidate, Priced] = {}        # candidate -> what both its floors read (any length)
+
+    def _priced(self, c: Candidate, plan: StepPlan, cost) -> Priced:
+        if c not in self.priced:
+            self.priced[c] = Priced(plan, Durations(plan, cost))
+        return self.priced[c]
 
     def run_floor(self, c: Candidate, steps: int) -> float:
         """``sim.plan_bound.run_step_floor`` of ``c``'s plan at ``steps`` steps (cached)."""
         if c not in self.floors:
             cost, plan, _ = self.get(c)
-            self.floors[c] = run_step_floor(replace(plan, steps=steps), cost)
+            self.floors[c] = run_step_floor(replace(plan, steps=steps), cost, priced=self._priced(c, plan, cost))
         return self.floors[c]
 
     def run(self, c: Candidate, steps: int, above: float = float("inf")) -> float | None:
@@ -246,7 +252,7 @@ class _Search:
             try:
                 cost, plan = self.src.build(c)
                 plan = replace(plan, steps=self.steps)
-                floor = step_time_floor(plan, cost) if self.prune else 0.0
+                floor = step_time_floor(plan, cost, priced=self._priced(c, plan, cost)) if self.prune else 0.0
                 self.built[c] = (cost, plan, floor)
             except Infeasible as e:
                 self.built[c] = str(e)
