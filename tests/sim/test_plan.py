@@ -123,6 +123,26 @@ def test_plan_on_a_testbed_writes_a_runnable_preset(tmp_path, capsys):
     assert check_config(cfg) is not None  # `digenrl train` accepts its memory plan
 
 
+def test_the_colocated_baseline_trains_in_its_own_chunk_not_the_configs(tmp_path, capsys):
+    """On a testbed the colocated baseline trains in the chunk ``train.chunk_cells: auto`` gives a colocated rank
+    on that GPU (as ``scripts/plan_presets.py`` plans it), whatever chunk the config carries. A planned preset
+    carries its disaggregated plan's chunk: flux1_dev's 4 x 1 priced colocated at 280 s instead of 256 s on 8 GPUs
+    of testbed B, and the report said the plan was 1.33x colocated instead of 1.22x."""
+    from digenrl.train.memory_check import resolve_chunk_cells
+
+    small = ["train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=4"]
+    base = ["--config", "configs/sd35_medium.yaml", "--testbed", "B", "--gpus", "3"] + [
+        a for kv in small for a in ("--set", kv)]
+    reps = [_run(capsys, base + ["--out", str(tmp_path / f"{g}x{t}.yaml"), "--set", f"train.chunk_generations={g}",
+                                 "--set", f"train.chunk_timesteps={t}"]) for g, t in ((1, 1), (4, 2))]
+    assert reps[0]["colocated"] == reps[1]["colocated"]
+    co = load_config("configs/sd35_medium.yaml", small + ["runtime.mode=colocated", "runtime.generators=1",
+                                                          "runtime.trainers=3", "train.chunk_cells=auto",
+                                                          "train.memory_gb=80"])
+    co = resolve_chunk_cells(co, plan_run(co).trained_timesteps).train
+    assert f"chunk {co.chunk_generations}x{co.chunk_timesteps}," in reps[0]["colocated"]["label"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--probe-steps", "3"], "--probe-steps"),
     (["--testbed", "B"], "--profile"),           # both --profile and --testbed

@@ -8,7 +8,9 @@ A candidate (``planner.Candidate``) becomes a config (``config_of``): the split 
 (``train.memory_check.check_config`` / ``check_generators``) and ``control.run_plan.plan_run``; a refusal is the
 candidate's ``Infeasible`` reason. Its plan is ``plan_run``'s (a colocated FSDP config: one worker per rank, priced
 as the peers' idealised colocated FSDP bound, ``sim.colocation``), with the planner's one chunk-shape rule
-(``sim.scenario.rule_chunk``) at most the chunk the memory plan holds; the config written carries that chunk shape.
+(``sim.scenario.rule_chunk``) at most the chunk the memory plan holds; a colocated candidate with a memory plan
+(searched, or the colocated baseline of another config) trains in the chunk ``train.chunk_cells: auto`` gives (the
+most cells a rank holds), not the config's shape. The config written carries that chunk shape.
 
 Costs: on a testbed, the roofline of the candidate config's model and workload (``sim.from_config``) on the split's
 GPUs; with a profile, the profile at the candidate's trainer count (``control.profile.profile_at``; a profile that
@@ -46,6 +48,7 @@ class ConfigSource:
         run = plan_run(cfg)  # refuses what the runtime refuses, before any search
         self.trained, self.fragment = run.trained_timesteps, run.plan.fragment_size  # the runtime's own values
         self.preset, self._configs, self._starts = None, {}, {}
+        self.baseline = False  # the colocated baseline of another config (``colocated_source``)
         if testbed is not None:
             if workers > testbed.total:
                 raise ConfigSimError(f"--gpus: {workers} exceeds testbed {testbed.name} ({testbed.total} GPUs)")
@@ -127,11 +130,25 @@ class ConfigSource:
             cc = cc.model_copy(update={"train": cc.train.model_copy(
                 update={"chunk_generations": cg, "chunk_timesteps": cs, "chunk_cells": None})})
             plan = self._plan(cc)[0].plan
+        elif c.split.n_gen == 0 and (self.baseline or not self.pinned) and cap is not None:
+            cc = self._colocated_chunk(cc, run.trained_timesteps)
+            plan = self._plan(cc)[0].plan
         if w is not None:
             plan = replace(plan, sampling_steps=cost.workload.denoise_steps if hasattr(cost, "workload")
                            else plan.sampling_steps)  # MixGRPO-Flash samples fewer steps
         self._configs[c] = cc
         return cost, plan
+
+    @staticmethod
+    def _colocated_chunk(cc, trained: int):
+        """A colocated candidate's chunk shape: the one ``train.chunk_cells: auto`` gives (the most cells a rank
+        holds, ``train.memory_check.resolve_chunk_cells``), as a colocated peer sizes its micro-batch, not the
+        config's shape (a planned preset's is its disaggregated plan's); ``scripts/plan_presets.py`` starts alike."""
+        from ..train.memory_check import resolve_chunk_cells
+
+        auto = cc.model_copy(update={"train": cc.train.model_copy(update={"chunk_cells": "auto"})})
+        t = resolve_chunk_cells(auto, trained).train
+        return cc.model_copy(update={"train": t.model_copy(update={"chunk_cells": None})})
 
     # ---- candidate -> config ---------------------------------------------------------------------------------
 
@@ -280,8 +297,12 @@ def colocated_on(cfg, workers: int):
 
 def colocated_source(cfg, workers: int, **kw) -> ConfigSource:
     """``ConfigSource`` (``kw``) of ``colocated_on(cfg, workers)``: what ``digenrl plan`` searches, ``digenrl simulate
-    --config`` runs as its ``colocated`` row and ``digenrl train`` predicts (``sim.prediction``)."""
-    return ConfigSource(colocated_on(cfg, workers), workers, **kw)
+    --config`` runs as its ``colocated`` row and ``digenrl train`` predicts (``sim.prediction``). The baseline of
+    another config trains in its own chunk (``ConfigSource._colocated_chunk``), pinned or not."""
+    co = colocated_on(cfg, workers)
+    src = ConfigSource(co, workers, **kw)
+    src.baseline = co is not cfg
+    return src
 
 
 def _unsharded_colocated(cc):
