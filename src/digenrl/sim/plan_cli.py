@@ -132,7 +132,9 @@ def _colocated_report(res) -> dict:
     if co is None:
         return {"colocated": {"refused": res.colocated_refused}} if res.colocated_refused else {}
     return {"colocated": {"step_time_s": co.step_time, "label": co.candidate.label(co.plan),
-                          "faster": co.step_time < res.best.step_time}}
+                          "faster": co.step_time < res.best.step_time,
+                          "trajectories": co.plan.prompts * co.plan.generations,
+                          "fsdp": res.config.train.sharding == "fsdp"}}
 
 
 def write_plan(res, out: Path, header: str) -> None:
@@ -175,8 +177,11 @@ def _print(rep: dict) -> None:
         print("neighbouring splits: " + ", ".join(f"{k} {v:.4g} s" for k, v in r["neighbours"].items()))
     co = rep.get("colocated")
     if co and "step_time_s" in co:
-        print(f"colocated on the same {rep['workers']} workers: {co['label']}: {co['step_time_s']:.4g} s/step "
-              f"(steady); the plan is {co['step_time_s'] / b['step_time_s']:.2f}x colocated")
+        fsdp = ", FSDP over all of them priced as the idealised bound" if co["fsdp"] else ""
+        print(f"colocated on the same {rep['workers']} workers (each samples its share of the step's "
+              f"{co['trajectories']} trajectories in one action, then trains its share{fsdp}): {co['label']}: "
+              f"{co['step_time_s']:.4g} s/step (steady); the plan is {co['step_time_s'] / b['step_time_s']:.2f}x "
+              f"colocated")
         if co["faster"]:
             print(f"WARNING: colocated is predicted faster than this {rep['mode']} plan; consider "
                   f"--set runtime.mode=colocated", file=sys.stderr)
