@@ -210,11 +210,11 @@ def test_plan_reports_colocated_on_the_same_workers(tmp_path, capsys):
     head = out.read_text().splitlines()[1]
     assert head.startswith("# colocated on the same workers") and f"{co['step_time_s']:.4g} s" in head
     assert main(argv) == 0  # the text report: a warning on stderr exactly when colocated is faster
-    out, err = capsys.readouterr()
+    text, err = capsys.readouterr()
     assert ("WARNING: colocated is predicted faster" in err) == co["faster"]
     # ... and it names what the baseline models: every worker samples its share of the P x G = 3 x 4 trajectories
     assert (co["trajectories"], co["fsdp"]) == (12, False)
-    assert "colocated on the same 3 workers (each samples its share of the step's 12 trajectories" in out
+    assert "colocated on the same 3 workers (each samples its share of the step's 12 trajectories" in text
 
 
 def test_a_large_space_descends_only_on_the_best_splits(tmp_path, capsys):
