@@ -200,11 +200,19 @@ def tsp_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> list[Ch
 
 
 def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...]:
-    """Generations of ``group`` in the data-parallel shard of trainer rank ``rank_index``."""
-    n, g, b = len(plan.trainers), plan.generations, plan.batch
-    if plan.mode.pipelined:
-        return tuple(i for i in range(g) if (group * g + i) % n == rank_index)
-    return tuple(i for i in range(g) if (group * g + i) * n // b == rank_index)
+    """Generations of ``group`` in the data-parallel shard of trainer rank ``rank_index``: generation i of the
+    group (flat index k = group x G + i) goes to rank k mod N in a pipelined mode, else to rank floor(k N / B)."""
+    return _shards(len(plan.trainers), plan.generations, plan.batch, plan.mode.pipelined, group)[rank_index]
+
+
+@lru_cache(maxsize=65536)
+def _shards(n: int, g: int, b: int, pipelined: bool, group: int) -> tuple[tuple[int, ...], ...]:
+    """Every rank's ``classic_shard`` of ``group``, cached: the scheduler asks at every group's release and round."""
+    out: list[list[int]] = [[] for _ in range(n)]
+    for i in range(g):
+        k = group * g + i
+        out[k % n if pipelined else k * n // b].append(i)
+    return tuple(tuple(s) for s in out)
 
 
 def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dict[int, list[Chunk]]:
@@ -212,8 +220,7 @@ def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dic
     plan) ``tile_grid`` of its shard's grid by the chunk shape."""
     out: dict[int, list[Chunk]] = {}
     s = plan.trained_timesteps
-    for r in range(len(plan.trainers)):
-        shard = classic_shard(plan, group, r)
+    for r, shard in enumerate(_shards(len(plan.trainers), plan.generations, plan.batch, plan.mode.pipelined, group)):
         if shard and plan.packed:
             out[r] = [Chunk(step, group, cells, round) for cells in
                       _grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))]
