@@ -125,8 +125,9 @@ def _start(t: Target, path: Path) -> list[str]:
     """``--set`` overrides that make the search independent of the values a previous run wrote (so ``--check``
     after a rewrite plans the same): the target mode, an even split, fragments of 4, and as chunk shape the most
     cells a colocated rank fits on the testbed's GPU (``train.chunk_cells=auto`` there; 8 x 2 if none fits). The
-    colocated baseline keeps that shape (a colocated mode has no chunk search); the disaggregated search starts
-    from it, with the object-store publish, no stale hold and one shard group."""
+    disaggregated search starts from it, with the object-store publish, no stale hold and one shard group; the
+    colocated baseline takes its own chunk whatever the config's (``sim.config_source``: ``train.chunk_cells=auto``
+    on each candidate, its sequence-parallel degree included)."""
     from digenrl.config import load_config
     from digenrl.control.run_plan import plan_run
     from digenrl.sim.presets import testbed_preset
