@@ -34,10 +34,11 @@ from .scenario import (PresetSource, Scenario, colocated_options, limits, make_c
 
 class ConfigSource:
     """``sim.planner.Source`` of a config on ``workers`` GPUs, with ``testbed`` (roofline) or ``profile``
-    (measured, at ``profile_trainers`` trainer ranks). ``pinned``: only the config's own candidate (its pools)."""
+    (measured, at ``profile_trainers`` trainer ranks). ``pinned``: only the config's own candidate (its pools).
+    ``baseline``: the colocated baseline of another config (``colocated_source``), which trains in its own chunk."""
 
     def __init__(self, cfg, workers: int, *, testbed=None, profile=None, profile_trainers: int | None = None,
-                 pinned: bool = False):
+                 pinned: bool = False, baseline: bool = False):
         from ..control.run_plan import plan_run
 
         if (testbed is None) == (profile is None):
@@ -47,8 +48,7 @@ class ConfigSource:
         self.profile_trainers = profile_trainers or (cfg.runtime.trainers if profile is not None else None)
         run = plan_run(cfg)  # refuses what the runtime refuses, before any search
         self.trained, self.fragment = run.trained_timesteps, run.plan.fragment_size  # the runtime's own values
-        self.preset, self._configs, self._starts = None, {}, {}
-        self.baseline = False  # the colocated baseline of another config (``colocated_source``)
+        self.preset, self._configs, self._starts, self.baseline = None, {}, {}, baseline
         if testbed is not None:
             if workers > testbed.total:
                 raise ConfigSimError(f"--gpus: {workers} exceeds testbed {testbed.name} ({testbed.total} GPUs)")
@@ -300,9 +300,7 @@ def colocated_source(cfg, workers: int, **kw) -> ConfigSource:
     --config`` runs as its ``colocated`` row and ``digenrl train`` predicts (``sim.prediction``). The baseline of
     another config trains in its own chunk (``ConfigSource._colocated_chunk``), pinned or not."""
     co = colocated_on(cfg, workers)
-    src = ConfigSource(co, workers, **kw)
-    src.baseline = co is not cfg
-    return src
+    return ConfigSource(co, workers, baseline=co is not cfg, **kw)
 
 
 def _unsharded_colocated(cc):
