@@ -202,7 +202,12 @@ def tsp_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> list[Ch
 def classic_shard(plan: StepPlan, group: int, rank_index: int) -> tuple[int, ...]:
     """Generations of ``group`` in the data-parallel shard of trainer rank ``rank_index``: generation i of the
     group (flat index k = group x G + i) goes to rank k mod N in a pipelined mode, else to rank floor(k N / B)."""
-    return _shards(len(plan.trainers), plan.generations, plan.batch, plan.mode.pipelined, group)[rank_index]
+    return classic_shards(plan, group)[rank_index]
+
+
+def classic_shards(plan: StepPlan, group: int) -> tuple[tuple[int, ...], ...]:
+    """Every trainer rank's ``classic_shard`` of ``group``, in rank order (cached)."""
+    return _shards(len(plan.trainers), plan.generations, plan.batch, plan.mode.pipelined, group)
 
 
 @lru_cache(maxsize=65536)
@@ -220,7 +225,7 @@ def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dic
     plan) ``tile_grid`` of its shard's grid by the chunk shape."""
     out: dict[int, list[Chunk]] = {}
     s = plan.trained_timesteps
-    for r, shard in enumerate(_shards(len(plan.trainers), plan.generations, plan.batch, plan.mode.pipelined, group)):
+    for r, shard in enumerate(classic_shards(plan, group)):
         if shard and plan.packed:
             out[r] = [Chunk(step, group, cells, round) for cells in
                       _grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))]
