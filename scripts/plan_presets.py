@@ -9,8 +9,8 @@ Each preset carries a plan block (comments, so the strict config loader never se
 
     # --- plan: written by scripts/plan_presets.py; do not edit by hand ---
     # plan: testbed B, 8 GPUs, mode gap_tsp_tag
-    # gap_tsp_tag: 3+5, fragment 4, chunk 24x2, stale cap 0.25: predicted 198.8 s/step
-    # colocated on the same 8 GPUs: 8 coloc, fragment 4, chunk 24x3, ...: predicted 252.5 s/step
+    # gap_tsp_tag: 3+5, fragment 4, chunk 24x2, publish object_store: predicted 198.8 s/step
+    # colocated on the same 8 GPUs: 8 coloc, packed 144 per worker, chunk 24x3: predicted 252.5 s/step
     # default: gap_tsp_tag, 1.27x colocated
     # --- end plan ---
 

@@ -17,8 +17,9 @@ from script_loader import ROOT, load_script
 from digenrl.config import load_config
 
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
-LABEL = re.compile(r"(?:(?P<g>\d+)\+(?P<t>\d+)|(?P<c>\d+) coloc), fragment (?P<f>\d+), chunk (?P<cg>\d+)x(?P<ct>\d+), "
-                   r"stale cap (?P<s>[\d.]+)(?:, (?P<k>\d+) shard groups?)?(?:, publish (?P<pub>\w+))?"
+LABEL = re.compile(r"(?:(?P<g>\d+)\+(?P<t>\d+)|(?P<c>\d+) coloc), (?:fragment (?P<f>\d+)|packed (?P<n>\d+) per worker), "
+                   r"chunk (?P<cg>\d+)x(?P<ct>\d+)(?:, stale cap (?P<s>[\d.]+))?(?:, (?P<k>\d+) shard groups?)?"
+                   r"(?:, publish (?P<pub>\w+))?"
                    r"(?:, stale hold (?P<h>[\d.]+))?(?P<copy>, TAG inference copy)?"
                    r": predicted (?P<time>[\d.e+]+) s/step$")
 
@@ -57,7 +58,15 @@ def test_preset_runs_the_plan_its_block_records(path):
     else:
         assert (cfg.runtime.generators, cfg.runtime.trainers) == (int(plan["g"]), int(plan["t"]))
         assert cfg.runtime.generators + cfg.runtime.trainers == b["gpus"]
-    assert cfg.runtime.fragment_size == int(pick["f"])
+    if pick["n"] is None:
+        assert cfg.runtime.fragment_size == int(pick["f"])
+    else:  # a packed colocated plan names what a worker samples in one action (FSDP: priced per rank, the bound)
+        from digenrl.control.run_plan import plan_run
+        from digenrl.sim.config_source import _unsharded_colocated
+
+        p = plan_run(_unsharded_colocated(cfg)).plan
+        assert coloc_faster and p.packed and p.colocated_share * cfg.runtime.fragment_size == int(pick["n"])
+    assert (pick["s"] is not None) == (b["mode"] == "full" and pick is plan)  # the stale cap where TCSS uses it
     assert (cfg.train.chunk_generations, cfg.train.chunk_timesteps) == (int(pick["cg"]), int(pick["ct"]))
     assert cfg.train.chunk_cells is None
     if not coloc_faster:  # the searched publish path and stale hold (sim.plan_publish), where the block names them

@@ -140,7 +140,7 @@ def test_the_colocated_baseline_trains_in_its_own_chunk_not_the_configs(tmp_path
                                                           "runtime.trainers=3", "train.chunk_cells=auto",
                                                           "train.memory_gb=80"])
     co = resolve_chunk_cells(co, plan_run(co).trained_timesteps).train
-    assert f"chunk {co.chunk_generations}x{co.chunk_timesteps}," in reps[0]["colocated"]["label"]
+    assert reps[0]["colocated"]["label"].endswith(f"chunk {co.chunk_generations}x{co.chunk_timesteps}")
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -215,6 +215,9 @@ def test_plan_reports_colocated_on_the_same_workers(tmp_path, capsys):
     # ... and it names what the baseline models: every worker samples its share of the P x G = 3 x 4 trajectories
     assert (co["trajectories"], co["fsdp"]) == (12, False)
     assert "colocated on the same 3 workers (each samples its share of the step's 12 trajectories" in text
+    # its label says so too (12 / 3 = 4 a worker in one action), not a fragment size; no stale cap outside TCSS
+    assert ", packed 4 per worker, " in co["label"] and "fragment" not in co["label"]
+    assert rep["mode"] != "full" and "stale cap" not in co["label"] + rep["best"]["label"]
 
 
 def test_a_large_space_descends_only_on_the_best_splits(tmp_path, capsys):

@@ -132,10 +132,17 @@ class Candidate:
         return self.split.n_gen // self.generator_sequence_parallel
 
     def label(self, plan: StepPlan | None = None) -> str:
-        """``3+5, fragment 4, chunk 24x2, stale cap 0.25, 2 shard groups, publish stream, ...``."""
-        words = [f"{self.split.key()}, fragment {self.fragment_size}",
+        """``3+5, fragment 4, chunk 24x2, stale cap 0.25, 2 shard groups, publish stream, ...``. A packed colocated
+        plan names what a worker (a rank, or a lane of ranks) samples in one action, not its fragment size
+        (``8 coloc, packed 144 per worker, chunk 24x2``); the stale cap is named only where TCSS uses it (without a
+        plan: where it is above 0)."""
+        packed = plan is not None and plan.packed
+        tcss = plan.mode.tcss if plan is not None else self.max_stale_fraction > 0
+        words = [self.split.key(),
+                 f"packed {plan.colocated_share * self.fragment_size} per worker" if packed
+                 else f"fragment {self.fragment_size}",
                  plan is not None and f"chunk {plan.chunk_generations}x{plan.chunk_timesteps}",
-                 f"stale cap {self.max_stale_fraction:g}",
+                 tcss and f"stale cap {self.max_stale_fraction:g}",
                  self.shard_groups > 1 and f"{self.shard_groups} shard groups",
                  self.split.n_gen and f"publish {self.publish}",
                  self.stale_hold and f"stale hold {self.stale_hold:g}",
