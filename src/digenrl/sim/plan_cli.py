@@ -174,7 +174,8 @@ def _print(rep: dict) -> None:
         print(f"{k}: chosen plan {v['chosen_s']:.4g} s; fastest split then {v['best_split']} "
               f"({v['best_split_s']:.4g} s)")
     if r["neighbours"]:
-        print("neighbouring splits: " + ", ".join(f"{k} {v:.4g} s" for k, v in r["neighbours"].items()))
+        print("neighbouring splits with the plan's other values: "
+              + ", ".join(f"{k} {v:.4g} s" for k, v in r["neighbours"].items()))
     co = rep.get("colocated")
     if co and "step_time_s" in co:
         fsdp = ", FSDP over all of them priced as the idealised bound" if co["fsdp"] else ""
