@@ -1,6 +1,7 @@
 """Fill the generated tables of the docs and the README from the results files, with each benchmark's own table
 function: docs/benchmarks.md (CPU pipeline, publish paths, plan validation), docs/getting_started.md and
-README.md (the demo's seeds), docs/sequence_parallel.md (``benchmarks/sp_native.py``'s tables).
+README.md (the demo's seeds), docs/sequence_parallel.md (``benchmarks/sp_native.py``'s tables), docs/fast_generator.md
+and README.md (``benchmarks/fast_pool_cpu.py``: the generator pool against colocation, end to end).
 
     python scripts/benchmarks_doc.py            # rewrite the marked blocks
     python scripts/benchmarks_doc.py --check    # exit 1 if a block is not what this script writes
@@ -51,6 +52,10 @@ def block(name: str) -> str:
         return _load("benchmarks/plan_validation.py").markdown_table(_json("plan_validation.json"))
     if name == "fast_generator":
         return _load("benchmarks/fast_generator.py").headline(_json("fast_generator.json"))
+    if name == "fast_pool_cpu_headline":  # the README's: the default workload's sentence
+        return _load("benchmarks/fast_pool_cpu.py").headline(_json("fast_pool_cpu.json"))
+    if name.startswith("fast_pool_cpu"):  # fast_pool_cpu[_p<N>][_f<F>]: --prompts N --fragment F
+        return _load("benchmarks/fast_pool_cpu.py").table(_json(f"{name}.json"))
     if name == "where_wins":
         return _load("benchmarks/where_wins.py").summary(_json("where_wins.json"))
     if name == "sp_native":

@@ -27,3 +27,39 @@ def test_a_stale_block_is_rewritten(tmp_path):
              "<!-- END bench:demo_seeds -->\ny\n")
     new = doc.render(stale)
     assert "| old |" not in new and "| seed | base generator |" in new and new.endswith("<!-- END bench:demo_seeds -->\ny\n")
+
+
+def _pool_report(steps: dict[str, list[float]]) -> dict:
+    """A ``fast_pool_cpu.json`` of the given per-round step times (simulated = measured + 1%)."""
+    names = ("colocated", "gap_tsp_tag", "gap_tsp_tag_fast", "full_fast")
+    rows = []
+    for name in names:
+        mean = sum(steps[name]) / len(steps[name])
+        rows.append({"variant": name, "step_time_s": mean, "round_step_times_s": steps[name], "efficiency": 0.9,
+                     "tag_fragments_per_step": 1.0, "stale_fraction": 0.0, "sim_step_time_s": mean * 1.01,
+                     "sim_error": 0.01,
+                     "round_load_avg_1m_before": [0.5, 1.5],
+                     "speedup_vs_colocated": sum(steps["colocated"]) / len(steps["colocated"]) / mean,
+                     "round_speedups_vs_colocated": [c / s for c, s in zip(steps["colocated"], steps[name])]})
+    return {"rounds": 2, "steps": 8, "workload": ["train.generations=4", "train.prompts_per_step=2",
+                                                     "runtime.fragment_size=2"], "rows": rows}
+
+
+def test_the_generator_pool_headline_says_what_the_results_say():
+    """The README's sentence on the generator pool against colocation is written from the results file: which side
+    is faster, by how much, and whether the rounds tell them apart, so a run where colocation wins reads so."""
+    pool = load_script("benchmarks/fast_pool_cpu.py")
+    wins = pool.headline(_pool_report({"colocated": [10.0, 10.2], "gap_tsp_tag": [10.5, 10.7],
+                                       "gap_tsp_tag_fast": [8.0, 8.2], "full_fast": [7.6, 7.8]}))
+    assert "`gap_tsp_tag` (the same math) **1.25x** with a merged, compiled generator (1.24-1.25x per round; the " \
+           "difference is more than twice its standard error) and 0.95x with an eager, unmerged one" in wins
+    assert "`full` (TCSS: some samples one version stale) **1.31x**" in wins
+    assert "load 0.5-1.5" in wins and "2 prompts x 4 generations" in wins and "fragments of 2 + 1 trainer" in wins
+    assert "each sampling its whole share, 4 trajectories, in one batch" in wins
+    assert "measured: full_fast < gap_tsp_tag_fast < colocated < gap_tsp_tag" in wins
+    loses = pool.headline(_pool_report({"colocated": [10.0, 10.4], "gap_tsp_tag": [11.0, 11.2],
+                                        "gap_tsp_tag_fast": [10.6, 10.0], "full_fast": [10.0, 10.2]}))
+    assert "**0.99x** with a merged, compiled generator (0.94-1.04x per round; the difference is not more than " \
+           "twice" in loses and "**1.01x** with the fast generator" in loses
+    assert "measured: full_fast < colocated < gap_tsp_tag_fast < gap_tsp_tag" in loses
+    assert "| `colocated` | 2 workers" in pool.table(_pool_report({n: [1.0, 1.1] for n in pool.VARIANTS}))
