@@ -29,7 +29,7 @@ publishes of the first and last step over K - 1), the pipeline efficiency, and t
 the run's own calibration (``runtime.calibration.when=always``: the generator's ops timed on its inference copy).
 Every number of a row is the mean over its rounds, and the load average before each run is recorded.
 
-    python benchmarks/fast_pool_cpu.py [--prompts 2] [--steps 8] [--rounds 3] [--repeats 2] [--out ...]
+    python benchmarks/fast_pool_cpu.py [--prompts 2] [--fragment 2] [--steps 8] [--rounds 3] [--repeats 2] [--out ...]
     python benchmarks/fast_pool_cpu.py --table [--out ...]     # the Markdown table of an existing results file
 
 ``--prompts`` sets the prompts per step and ``--fragment`` the generator's batch (defaults 2 and 2, written to
@@ -65,11 +65,12 @@ WORKLOAD = ["model.kind=flux", "model.lora.enabled=true", "model.lora.rank=32", 
             "train.timestep_fraction=0.2", "train.generations=4",
             "runtime.threads_per_worker=1", "train.ema_decay=null", "eval.num_prompts=2",
             "eval.grid_prompts=2", "eval.every=0", "log.progress=false"]
+FAST = ["generator.merge_lora=true", "generator.compile=default"]  # the generator's inference copy
 VARIANTS = {  # name -> (runtime.mode, extra overrides)
     "colocated": ("colocated", []),
     "gap_tsp_tag": ("gap_tsp_tag", []),
-    "gap_tsp_tag_fast": ("gap_tsp_tag", ["generator.merge_lora=true", "generator.compile=default"]),
-    "full_fast": ("full", ["generator.merge_lora=true", "generator.compile=default", "runtime.max_stale_fraction=0.25"]),
+    "gap_tsp_tag_fast": ("gap_tsp_tag", FAST),
+    "full_fast": ("full", [*FAST, "runtime.max_stale_fraction=0.25"]),
 }
 WHAT = {
     "colocated": "2 workers, each samples its share in one batch with its training model (LoRA unmerged, eager), "
@@ -120,9 +121,9 @@ def save_model(root: Path) -> list[str]:
             f"task.prompts_file={root / 'prompts.txt'}"]
 
 
-def setting(report: dict, key: str) -> int:
-    """An integer setting of a results file's workload (its overrides), e.g. ``train.prompts_per_step``."""
-    return int(next(o for o in report["workload"] if o.startswith(f"{key}=")).split("=")[1])
+def setting(report: dict, key: str, kind=int):
+    """A setting of a results file's workload (its overrides), e.g. ``train.prompts_per_step``."""
+    return kind(next(o for o in report["workload"] if o.startswith(f"{key}=")).split("=")[1])
 
 
 def measure(base: list[str], steps: int, rounds: int, repeats: int, work: Path, log) -> list[dict]:
@@ -160,7 +161,7 @@ def table(report: dict) -> str:
 
 
 def headline(report: dict) -> str:
-    """The sentence the README and docs/where_disaggregation_wins.md carry, written from the results."""
+    """The sentence under each table (docs/fast_generator.md) and in the README, written from the results."""
     import pipeline_cpu
 
     by = {r["variant"]: r for r in report["rows"]}
@@ -174,12 +175,15 @@ def headline(report: dict) -> str:
     meas = " < ".join(r["variant"] for r in sorted(report["rows"], key=lambda r: r["step_time_s"]))
     loads = [x for r in report["rows"] for x in r["round_load_avg_1m_before"]]
     p, f = setting(report, "train.prompts_per_step"), setting(report, "runtime.fragment_size")
+    g, t = setting(report, "train.generations"), setting(report, "sampler.num_steps")
+    trained = int(t * setting(report, "train.timestep_fraction", float))  # Flow-GRPO's int(T x fraction)
     flag = ("" if p == 2 else f" --prompts {p}") + ("" if f == 2 else f" --fragment {f}")
     return (f"Measured on this CPU (`python benchmarks/fast_pool_cpu.py{flag}`, {report['rounds']} interleaved "
             f"rounds of {report['steps']} steps, 1-min load {min(loads):.1f}-{max(loads):.1f} before the runs), a "
-            f"generation-heavy LoRA step (FLUX architecture with random weights, {p} prompts x 4 generations, T = 10 "
-            f"of which 2 trained, float32 on both sides) on 1 generator sampling fragments of {f} + 1 trainer rank "
-            f"against colocated on the same 2 workers (each sampling its whole share, {p * 2} trajectories, in one "
+            f"generation-heavy LoRA step (FLUX architecture with random weights, {p} prompts x {g} generations, T = "
+            f"{t} of which {trained} trained, float32 on both sides) on 1 generator sampling fragments of {f} + 1 "
+            f"trainer rank against colocated on the same 2 workers (each sampling its whole share, {p * g // 2} "
+            f"trajectories, in one "
             f"batch with its training model, LoRA unmerged, then training it): "
             f"`gap_tsp_tag` (the same math) **{fast['speedup_vs_colocated']:.2f}x** with a merged, compiled "
             f"generator ({lo:.2f}-{hi:.2f}x per round; the difference is {apart} than twice its standard error) and "
@@ -205,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(table(json.loads(Path(args.out).read_text())))
         return 0
-    if args.steps < 3 or args.rounds < 1 or args.prompts < 1:
-        ap.error("--steps must be >= 3 (a steady window), --rounds and --prompts >= 1")
+    if args.steps < 3 or args.rounds < 1 or args.prompts < 1 or args.fragment < 1:
+        ap.error("--steps must be >= 3 (a steady window), --rounds, --prompts and --fragment >= 1")
     workload = [*WORKLOAD, f"train.prompts_per_step={args.prompts}", f"runtime.fragment_size={args.fragment}"]
     t0 = time.time()
     load = os.getloadavg()[0]

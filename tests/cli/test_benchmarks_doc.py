@@ -41,7 +41,8 @@ def _pool_report(steps: dict[str, list[float]]) -> dict:
                      "round_load_avg_1m_before": [0.5, 1.5],
                      "speedup_vs_colocated": sum(steps["colocated"]) / len(steps["colocated"]) / mean,
                      "round_speedups_vs_colocated": [c / s for c, s in zip(steps["colocated"], steps[name])]})
-    return {"rounds": 2, "steps": 8, "workload": ["train.generations=4", "train.prompts_per_step=2",
+    return {"rounds": 2, "steps": 8, "workload": ["train.generations=4", "sampler.num_steps=10",
+                                                     "train.timestep_fraction=0.2", "train.prompts_per_step=2",
                                                      "runtime.fragment_size=2"], "rows": rows}
 
 
@@ -54,7 +55,7 @@ def test_the_generator_pool_headline_says_what_the_results_say():
     assert "`gap_tsp_tag` (the same math) **1.25x** with a merged, compiled generator (1.24-1.25x per round; the " \
            "difference is more than twice its standard error) and 0.95x with an eager, unmerged one" in wins
     assert "`full` (TCSS: some samples one version stale) **1.31x**" in wins
-    assert "load 0.5-1.5" in wins and "2 prompts x 4 generations" in wins and "fragments of 2 + 1 trainer" in wins
+    assert "load 0.5-1.5" in wins and "2 prompts x 4 generations, T = 10 of which 2 trained" in wins and "fragments of 2 + 1 trainer" in wins
     assert "each sampling its whole share, 4 trajectories, in one batch" in wins
     assert "measured: full_fast < gap_tsp_tag_fast < colocated < gap_tsp_tag" in wins
     loses = pool.headline(_pool_report({"colocated": [10.0, 10.4], "gap_tsp_tag": [11.0, 11.2],
