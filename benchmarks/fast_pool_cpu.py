@@ -138,7 +138,8 @@ def measure(base: list[str], steps: int, rounds: int, repeats: int, work: Path, 
     rows = []
     for name, (mode, extra) in VARIANTS.items():
         row = pipeline_cpu.summarize(name, runs[name])
-        rows.append({"variant": name, "mode": mode, "overrides": extra, **{k: v for k, v in row.items() if k != "mode"}})
+        rows.append({"variant": name, "mode": mode, "overrides": extra,
+                     **{k: v for k, v in row.items() if k != "mode"}})
     co = rows[0]["step_time_s"]
     for row in rows:
         row["speedup_vs_colocated"] = co / row["step_time_s"]
