@@ -42,7 +42,6 @@ the commit and the publish, while the generator waits) is a large share of the s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -82,43 +81,17 @@ WHAT = {
 }
 
 
-@contextlib.contextmanager
-def _quiet_diffusers():
-    from diffusers.utils import logging as dlog
-
-    level = dlog.get_verbosity()
-    dlog.set_verbosity_error()
-    try:
-        yield
-    finally:
-        dlog.set_verbosity(level)
-
-
 def save_model(root: Path) -> list[str]:
     """The random-weight FLUX pipeline (no text encoders), its prompt cache and prompt file under ``root``; returns
     the config overrides that point at them."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline
-    from flux_random import FLUX_VAE_FACTORS, flux_transformer
-
-    from digenrl.models.prompt_cache import PromptCache
+    from diffusers import AutoencoderKL
+    from flux_random import FLUX_VAE_FACTORS, flux_transformer, save_pipeline
 
     torch.manual_seed(0)
     tr = flux_transformer(2, 4, num_attention_heads=4)
     vae = AutoencoderKL(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
                         block_out_channels=(8,) * 4, latent_channels=16, norm_num_groups=4, **FLUX_VAE_FACTORS)
-    sched = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
-    pipe = FluxPipeline(transformer=tr, scheduler=sched, vae=vae, text_encoder=None, tokenizer=None,
-                        text_encoder_2=None, tokenizer_2=None)
-    with _quiet_diffusers():  # (it names every absent text encoder and tokenizer: the prompt cache stands in)
-        pipe.save_pretrained(str(root / "flux"))
-    texts = PROMPTS + [""]  # and the negative prompt
-    g = torch.Generator().manual_seed(1)
-    PromptCache(root / "cache", "flux-random").put(texts, {
-        "prompt_embeds": torch.randn(len(texts), TEXT_TOKENS, tr.config.joint_attention_dim, generator=g),
-        "pooled_prompt_embeds": torch.randn(len(texts), tr.config.pooled_projection_dim, generator=g)})
-    (root / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
-    return [f"model.path={root / 'flux'}", f"model.prompt_cache_dir={root / 'cache'}",
-            f"task.prompts_file={root / 'prompts.txt'}"]
+    return save_pipeline(root, tr, vae, PROMPTS, TEXT_TOKENS)
 
 
 def setting(report: dict, key: str, kind=int):

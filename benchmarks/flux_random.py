@@ -10,13 +10,18 @@ Shared by ``gpu_throughput.py``, ``gpu_memory.py`` and ``gpu_calibrate.py``:
   scaling/shift factors of FLUX.1-dev), or a 2-level 8-channel one with ``tiny=True``.
 * ``flux_policy``: a ``FluxPolicy`` over both, with random text embeddings in its prompt cache (no text
   encoders), built from a ``ModelConfig`` (dtype, device, LoRA, height/width, max_sequence_length).
+* ``save_pipeline``: such modules saved as a diffusers FLUX pipeline folder (no text encoders) with a prompt cache
+  of random rows and a prompt file, for runs that load the model from ``model.path`` (``fast_pool_cpu.py``,
+  ``gpu_step.py``).
 * ``sync`` / ``timed`` / ``median_time``: wall-clock timing around device synchronisation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -85,6 +90,43 @@ def flux_policy(model_cfg, *, double: int, single: int, tiny: bool, prompts: Seq
         "pooled_prompt_embeds": torch.randn(len(texts), pooled, generator=g).to(dtype),
     })  # fmt: skip
     return policy
+
+
+@contextlib.contextmanager
+def quiet_diffusers():
+    """diffusers' warnings off (saving a pipeline without text encoders names every absent one)."""
+    from diffusers.utils import logging as dlog
+
+    level = dlog.get_verbosity()
+    dlog.set_verbosity_error()
+    try:
+        yield
+    finally:
+        dlog.set_verbosity(level)
+
+
+def save_pipeline(root: Path, transformer, vae, prompts: Sequence[str], tokens: int) -> list[str]:
+    """``transformer`` and ``vae`` as a FLUX pipeline (FLUX.1-dev's scheduler, no text encoders) under
+    ``root/flux``, a prompt cache of random T5 rows (``tokens`` each) and pooled rows for ``prompts`` and the
+    negative prompt under ``root/cache``, and ``prompts`` in ``root/prompts.txt``; returns the config overrides
+    that point at them. The caller seeds the modules; the cache rows come from a generator seeded with 1."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+
+    from digenrl.models.prompt_cache import PromptCache
+
+    sched = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
+    pipe = FluxPipeline(transformer=transformer, scheduler=sched, vae=vae, text_encoder=None, tokenizer=None,
+                        text_encoder_2=None, tokenizer_2=None)
+    with quiet_diffusers():
+        pipe.save_pretrained(str(root / "flux"))
+    texts = list(prompts) + [""]  # and the negative prompt
+    g = torch.Generator().manual_seed(1)
+    PromptCache(root / "cache", "flux-random").put(texts, {
+        "prompt_embeds": torch.randn(len(texts), tokens, transformer.config.joint_attention_dim, generator=g),
+        "pooled_prompt_embeds": torch.randn(len(texts), transformer.config.pooled_projection_dim, generator=g)})
+    (root / "prompts.txt").write_text("\n".join(prompts) + "\n")
+    return [f"model.path={root / 'flux'}", f"model.prompt_cache_dir={root / 'cache'}",
+            f"task.prompts_file={root / 'prompts.txt'}"]
 
 
 def sync(device: torch.device) -> None:

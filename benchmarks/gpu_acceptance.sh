@@ -16,16 +16,23 @@
 # `--device` is the bare lent machine (issue 36): python3 with torch, transformers, peft, safetensors and pytest,
 # but no diffusers, pydantic or Ray, no network. It installs the wheel bundle of `scripts/device_bundle.sh`
 # (carried as .whl/) into /tmp/site, runs no Ray, and runs instead:
-#   1. the GPU-marked CUDA parity tests (tests/models/test_cuda_parity.py);
-#   2. benchmarks/gpu_device.py: forward against batch, forward+backward against cells per chunk (1, 3, 8) with
-#      recomputation, eager against compiled, merged against unmerged LoRA, the VAE decode and pinned host copies
-#      at FLUX / Qwen-Image / Wan widths with few blocks, and two single-process training steps of a FLUX-
-#      architecture policy with random weights; it writes device.json and profile_device*.json (the simulator
-#      reads them: sim.device_profile);
-#   3. the simulator on that profile (digenrl simulate --config configs/flux1_dev.yaml --profile ...).
-# Budget: under 8 minutes on one H200 (each stage has a timeout). `--device --tiny` is its CPU dry run.
+#   1. gpu_tests: the GPU-marked CUDA parity tests (tests/models/test_cuda_parity.py);
+#   2. step: benchmarks/gpu_step.py, the simulator checked against the device: DigenRL's colocated step run in
+#      one process at FLUX widths (1 block unit, random weights), measured against the simulator's prediction
+#      from its own calibration, and the generator pool (merged, compiled inference copy) priced on two such
+#      GPUs from op costs calibrated on this one; it writes step.json;
+#   3. device: benchmarks/gpu_device.py: forward against batch, forward+backward against cells per chunk
+#      (1, 3, 8) with recomputation, eager against compiled, merged against unmerged LoRA, the VAE decode and
+#      pinned host copies at FLUX / Qwen-Image / Wan widths with few blocks; it writes device.json and
+#      profile_device*.json (the simulator reads them: sim.device_profile);
+#   4. simulate_device: the simulator on that profile (digenrl simulate --config configs/flux1_dev.yaml --profile).
+# Budget: each stage has a timeout (90 + 240 + 360 s). One call of the device tool runs 10 minutes at most, so a
+# lent 15-minute machine takes two calls, the second at once on the still-warm machine:
+#   STAGES_DEVICE=gpu_tests,step bash benchmarks/gpu_acceptance.sh --device
+#   STAGES_DEVICE=device,simulate_device bash benchmarks/gpu_acceptance.sh --device
+# `--device --tiny` is its CPU dry run (all four stages).
 #
-#   bash scripts/device_bundle.sh 3.12 && bash benchmarks/gpu_acceptance.sh --device     # on the device
+#   bash scripts/device_bundle.sh 3.12     # here, before the calls: the wheels to carry as .whl/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TINY=0
@@ -74,16 +81,17 @@ finish() { echo "]" >> "$SUMMARY.tmp"; mv "$SUMMARY.tmp" "$SUMMARY"; cat "$SUMMA
 trap finish EXIT
 
 if [[ $DEVICE_MODE == 1 ]]; then
-  STAGES=${STAGES_DEVICE:-gpu_tests,device,simulate_device}
+  STAGES=${STAGES_DEVICE:-gpu_tests,step,device,simulate_device}
   if [[ $TINY == 1 ]]; then
     TESTS=(env DIGENRL_PARITY_DEVICE=cpu "$PY" -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
-    DEV=(--tiny --repeats 1); LIMIT=600
+    DEV=(--tiny --repeats 1); LIMIT=600; STEP=(--tiny --steps 3 --repeats 1); STEP_LIMIT=600
   else
     TESTS=("$PY" -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/models/test_cuda_parity.py)
-    DEV=(--repeats 3); LIMIT=360
+    DEV=(--repeats 3); LIMIT=360; STEP=(); STEP_LIMIT=240
   fi
   FAIL=0
   stage gpu_tests timeout 90 "${TESTS[@]}" || FAIL=1
+  stage step timeout "$STEP_LIMIT" "$PY" benchmarks/gpu_step.py "${STEP[@]}" --out "$OUT" || FAIL=1
   stage device timeout "$LIMIT" "$PY" benchmarks/gpu_device.py "${DEV[@]}" --out "$OUT" || FAIL=1
   simulate_device() {  # the shipped FLUX preset's step priced with the device's measured profile (one device:
     # one generator and one trainer, the pools the profile was measured with)

@@ -1,6 +1,6 @@
 """The bare-device GPU check (issue 36, item 6): the operations the cost model prices, measured on one GPU at real
-model widths with few blocks, plus two single-process training steps; writes a raw results file and a profile
-the simulator reads (``sim.device_profile``).
+model widths with few blocks; writes a raw results file and a profile the simulator reads (``sim.device_profile``).
+DigenRL's own step on the device, measured against the simulator, is ``gpu_step.py``'s.
 
     python benchmarks/gpu_device.py --out DIR            # on a GPU (about 5 minutes on one H200)
     python benchmarks/gpu_device.py --tiny --out DIR     # anywhere (CPU): tiny widths, seconds
@@ -18,10 +18,6 @@ Stages, each timed and recorded on its own (a failing stage records its error an
 * ``lora``: a batch-1 forward with rank-64 LoRA adapters (peft) unmerged against merged into the weights;
 * ``vae``: the FLUX VAE decode against batch (1, 4) at 512 px;
 * ``host_copy``: host <-> device copies, pinned against pageable memory (GB/s);
-* ``train_steps``: two steps of DigenRL's product path in one process (``runtime.local.run_steps``: sampling with
-  log-probs, a reward, advantages, the chunked loss, the commit) of a FLUX-architecture policy with random
-  weights (``flux_random.flux_policy``, 1 block unit), reward ``jpeg_compressibility`` (no download).
-
 Each time is the median of ``--repeats`` synchronised calls after one warm-up. ``--tiny`` shrinks every width,
 resolution and step count so the whole script runs on a CPU in the test suite; its numbers say nothing about
 a GPU.
@@ -246,39 +242,6 @@ def stage_host_copy(a, device, dtype) -> dict:
     return out
 
 
-def stage_train_steps(a, device, dtype, out_dir: Path) -> dict:
-    """Two steps of the product path in one process on a FLUX-architecture policy with random weights."""
-    from flux_random import flux_policy
-
-    from digenrl.config import load_config
-    from digenrl.runtime.local import colocated_worker, run_steps
-
-    prompts = out_dir / "prompts.txt"
-    prompts.write_text("a red cube on a table\na cat in the snow\n")
-    sets = [f"task.prompts_file={prompts}", f"task.eval_prompts_file={prompts}", "reward={jpeg_compressibility: 1.0}",
-            f"model.device={device.type}", "train.prompts_per_step=2", "train.generations=2",
-            "train.minibatches_per_step=1", "train.ema_decay=null", "sampler.num_steps=3",
-            "model.options.height=64", "model.options.width=64", "model.options.max_sequence_length=8",
-            "runtime.mode=colocated", "runtime.generators=1", "runtime.trainers=1", "train.sharding=none",
-            "train.shard_groups=1"]
-    if a.tiny:
-        sets += ["model.dtype=float32", "train.mixed_precision=none", "model.lora.rank=4", "model.lora.alpha=8"]
-    else:
-        sets += ["model.options.height=512", "model.options.width=512", "model.options.max_sequence_length=128",
-                 "sampler.num_steps=6"]
-    cfg = load_config(str(ROOT / "configs" / "flux1_dev.yaml"), sets)
-    policy = flux_policy(cfg.model, double=1, single=2, tiny=a.tiny, prompts=prompts.read_text().splitlines())
-    worker = colocated_worker(cfg, policy=policy)
-    steps = []
-    for k in range(2):
-        t0 = time.perf_counter()
-        m, = run_steps(cfg, worker, first=k, steps=1)
-        steps.append({"step": k, "seconds": time.perf_counter() - t0, "loss": m.get("loss"),
-                      "grad_norm": m.get("grad_norm"), "reward_mean": m.get("reward_mean"), "cells": m.get("cells")})
-    finite = all(s["grad_norm"] is not None and s["grad_norm"] == s["grad_norm"] for s in steps)
-    return {"steps": steps, "finite": finite, "config": "configs/flux1_dev.yaml + " + " ".join(sets)}
-
-
 STAGES = {"forward": stage_forward, "train": stage_train, "compile": stage_compile, "lora": stage_lora,
           "vae": stage_vae, "host_copy": stage_host_copy}
 
@@ -288,12 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder for device.json and profile_device.json")
     ap.add_argument("--tiny", action="store_true", help="tiny widths on the CPU (a dry run)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--stages", default=",".join(list(STAGES) + ["train_steps"]))
+    ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--families", default=",".join(FAMILIES), help="model widths of forward / train")
     a = ap.parse_args(argv)
     a.families = [f for f in a.families.split(",") if f]
-    bad = [f for f in a.families if f not in FAMILIES] + [s for s in a.stages.split(",") if s not in STAGES
-                                                            and s != "train_steps"]
+    bad = [f for f in a.families if f not in FAMILIES] + [s for s in a.stages.split(",") if s not in STAGES]
     if bad:
         print(f"gpu_device: error: unknown --families / --stages value(s): {', '.join(bad)}", file=sys.stderr)
         return 2
@@ -314,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in a.stages.split(","):
         t0 = time.perf_counter()
         try:
-            res = stage_train_steps(a, device, dtype, out_dir) if name == "train_steps" else STAGES[name](a, device,
-                                                                                                       dtype)
+            res = STAGES[name](a, device, dtype)
             raw["stages"][name] = {"ok": True, "seconds": time.perf_counter() - t0, "result": res}
         except Exception as e:  # noqa: BLE001 - recorded, the other stages still run
             raw["stages"][name] = {"ok": False, "seconds": time.perf_counter() - t0,

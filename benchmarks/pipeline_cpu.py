@@ -92,18 +92,22 @@ PER_RUN = ("step_time_s", "efficiency", "sim_step_time_s", "sim_own_costs_s", "s
            "stale_fraction", "controller_cpu_s_per_step")
 
 
-def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log) -> dict:
+def one_run(base: list[str], mode: str, run_dir: Path, repeats: int, log, pools: list[str] | None = None,
+            ray: bool = True) -> dict:
     """One run of ``mode``; it measures its cost profile on its own workers before its first step
-    (``runtime.calibration.when=always``), and the simulator predicts it from that profile."""
+    (``runtime.calibration.when=always``), and the simulator predicts it from that profile. ``pools``: the
+    overrides that size its pools (default ``mode_overrides``); ``ray=False``: one colocated worker in this
+    process (``digenrl train``'s in-process executor)."""
     from digenrl.config import load_config
     from digenrl.control.profile import ProfileCost, load_profile
     from digenrl.control.run_plan import plan_run
     from digenrl.runtime.driver import run_training
 
     load = os.getloadavg()[0]  # before the run: what else was running (the run itself adds ~1.5 on 2 cores)
-    cfg = load_config(None, base + mode_overrides(mode) + [f"run_dir={run_dir}", "runtime.calibration.when=always",
-                                                            f"tuning.calibration_repeats={repeats}"])
-    s = run_training(cfg, ray=True)
+    sizes = mode_overrides(mode) if pools is None else pools
+    cfg = load_config(None, base + sizes + [f"run_dir={run_dir}", "runtime.calibration.when=always",
+                                            f"tuning.calibration_repeats={repeats}"])
+    s = run_training(cfg, ray=ray)
     plan = plan_run(cfg).plan
     sim = sim_steady_step(plan, load_profile(run_dir / "profile.json"))
     own = sim_steady_step(plan, ProfileCost.from_dict(trace_profile(run_dir, plan.sampling_steps)))

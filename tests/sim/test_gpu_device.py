@@ -22,14 +22,12 @@ def test_tiny_dry_run_writes_results_and_a_profile(tmp_path):
     pytest.importorskip("diffusers")
     mod = load_script("benchmarks/gpu_device.py")
     rc = mod.main(["--tiny", "--repeats", "1", "--families", "flux", "--out", str(tmp_path),
-                   "--stages", "forward,train,lora,vae,host_copy,train_steps"])
+                   "--stages", "forward,train,lora,vae,host_copy"])
     raw = json.loads((tmp_path / "device.json").read_text())
     assert rc == 0, {k: v.get("error") for k, v in raw["stages"].items()}
     assert all(s["ok"] for s in raw["stages"].values())
     fwd = raw["stages"]["forward"]["result"]["flux"]
     assert [p[0] for p in fwd["1"]] == [1, 2, 4] and [p[0] for p in raw["stages"]["train"]["result"]["flux"]["2"]] == [1, 3, 8]
-    steps = raw["stages"]["train_steps"]["result"]
-    assert len(steps["steps"]) == 2 and steps["finite"]
     prof = load_profile(tmp_path / "profile_device.json")
     assert prof.time("denoise", 2, "generator") > 0 and prof.time("train_chunk", 3, "trainer") > 0
     assert "gpu_device.py" in prof.source
