@@ -24,8 +24,9 @@ colocated mode in one process (``digenrl train``'s in-process executor, no Ray: 
 The model is the FLUX.1 architecture with random weights (``flux_random``) at the real widths with ``--units``
 block units (1 double + 2 single blocks each), the real FLUX VAE, 512 px, 512 text tokens of a prompt cache, the
 JPEG-incompressibility reward (no download). ``--tiny`` runs the same on the CPU at tiny widths, the generator's
-copy merged but not compiled (the test suite's dry run; tests/runtime/test_fast_generator_runtime.py compiles it);
-its numbers say nothing about a GPU.
+copy merged but not compiled unless ``--compile`` (the test suite's dry run; tests/runtime/
+test_fast_generator_runtime.py compiles it); its numbers say nothing about a GPU. If the compiled copy fails on a
+device, the error is recorded (``compile_error``) and the pool is priced with the merged copy.
 
     python benchmarks/gpu_step.py --out DIR            # on a GPU (about 2 minutes on one H100)
     python benchmarks/gpu_step.py --tiny --out DIR     # anywhere (CPU): tiny widths
@@ -104,18 +105,30 @@ def stage_pool(a, shared: list[str], work: Path, colocated: dict, log) -> dict:
     from digenrl.runtime.calibrate import calibrate
     from digenrl.runtime.local import start_local_pools
 
-    fast = FAST[:1] if a.tiny else FAST  # (a dry run: merged, not compiled; the compile takes longer than the rest)
-    out = {"generator": fast}
-    for name, shape in WORKLOADS.items():
-        wl = [*shared, *shape, f"steps={a.steps}", f"tuning.calibration_repeats={a.repeats}"]
+    fast = FAST if a.compile else FAST[:1]
+    out: dict = {"generator": fast}
+
+    def calibrated(wl: list[str]):
         run = plan_run(load_config(None, wl + fast + ["runtime.mode=gap_tsp_tag", "runtime.trainers=1",
                                                       "runtime.generators=1"]))
-        t0 = time.perf_counter()
         pools = start_local_pools(run)
         try:
-            prof = calibrate(run, pools, repeats=a.repeats)
+            return run, calibrate(run, pools, repeats=a.repeats)
         finally:
             pools.kill()
+
+    for name, shape in WORKLOADS.items():
+        wl = [*shared, *shape, f"steps={a.steps}", f"tuning.calibration_repeats={a.repeats}"]
+        t0 = time.perf_counter()
+        try:
+            run, prof = calibrated(wl)
+        except Exception as e:  # noqa: BLE001 - a compile that fails on this device: priced merged, not compiled
+            if len(fast) == 1:
+                raise
+            out["compile_error"], fast = f"{type(e).__name__}: {e}"[:500], fast[:1]
+            out["generator"] = fast
+            log(f"pool {name}: the compiled copy failed ({out['compile_error'][:200]}); merged only")
+            run, prof = calibrated(wl)
         log(f"pool {name}: calibrated in {time.perf_counter() - t0:.1f} s")
         cost = ProfileCost.from_dict(prof)
         co_cost = ProfileCost.from_dict(colocated[name]["profile"])
@@ -140,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="steps per run (>= 3: a steady window)")
     ap.add_argument("--repeats", type=int, default=2, help="calibration repeats per op")
     ap.add_argument("--stages", default="colocated,pool")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                    help="compile the generator's copy in the pool stage (default: on a GPU; a dry run merges only, "
+                         "the compile taking longer than the rest). A compile that fails is recorded and the pool "
+                         "priced merged only")
     a = ap.parse_args(argv)
+    a.compile = not a.tiny if a.compile is None else a.compile
     stages = [s for s in a.stages.split(",") if s]
     bad = [s for s in stages if s not in ("colocated", "pool")]
     if bad or a.steps < 3 or a.units < 1 or a.repeats < 1:

@@ -14,11 +14,14 @@ from script_loader import load_script
 def test_tiny_dry_run_records_the_measured_step_against_the_simulator(tmp_path):
     pytest.importorskip("diffusers")
     mod = load_script("benchmarks/gpu_step.py")
-    rc = mod.main(["--tiny", "--steps", "3", "--repeats", "1", "--out", str(tmp_path)])
+    # a compiled copy that fails (here: a value the config refuses) is recorded, and the pool priced merged only
+    mod.FAST = ["generator.merge_lora=true", "generator.compile=bogus"]
+    rc = mod.main(["--tiny", "--compile", "--steps", "3", "--repeats", "1", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "step.json").read_text())
     assert rc == 0, {k: v.get("error") for k, v in report["stages"].items()}
     co, pool = report["stages"]["colocated"]["result"], report["stages"]["pool"]["result"]
     assert set(co) == set(mod.WORKLOADS) and pool["generator"] == ["generator.merge_lora=true"]
+    assert "bogus" in pool["compile_error"]
     for name, row in co.items():
         assert row["step_time_s"] > 0 and row["audit_violations"] == 0
         assert row["error_calibration"] == pytest.approx(row["sim_step_time_s"] / row["step_time_s"] - 1)
