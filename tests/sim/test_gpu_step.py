@@ -35,7 +35,7 @@ def test_tiny_dry_run_records_the_measured_step_against_the_simulator(tmp_path):
         assert (prof["generators"], prof["trainers"]) == (1, 1)
     assert report["workloads"]["base"][0] == "model.kind=flux"  # the temporary model paths are not recorded
     line = mod.summary(report).splitlines()[1]
-    assert f"measured {co['flow_grpo']['step_time_s']:.3f} s" in line and "predicted on 2 GPUs" in line
+    assert f"measured {co['flow_grpo']['step_time_s']:.3f} s" in line and "predicted on two such devices" in line
 
 
 def test_bad_arguments_exit_2_before_anything_runs(tmp_path, capsys):
