@@ -28,7 +28,7 @@ copy merged but not compiled unless ``--compile`` (the test suite's dry run; tes
 test_fast_generator_runtime.py compiles it); its numbers say nothing about a GPU. If the compiled copy fails on a
 device, the error is recorded (``compile_error``) and the pool is priced with the merged copy.
 
-    python benchmarks/gpu_step.py --out DIR            # on a GPU (about 2 minutes on one H100)
+    python benchmarks/gpu_step.py --out DIR            # on a GPU (not run on one yet; gpu_acceptance.sh allows 240 s)
     python benchmarks/gpu_step.py --tiny --out DIR     # anywhere (CPU): tiny widths
 """
 
