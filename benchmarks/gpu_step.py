@@ -218,8 +218,8 @@ def summary(report: dict) -> str:
         pool = (st.get("pool", {}).get("result") or {}).get(name)
         if pool:
             sp = pool["speedup_vs_colocated"]
-            line += (f"; predicted on two such devices, against colocated on two: gap_tsp_tag fast {sp['gap_tsp_tag_fast_1_1']:.2f}x, "
-                     f"full fast {sp['full_fast_1_1']:.2f}x")
+            line += (f"; predicted on two such devices, against colocated on two: gap_tsp_tag fast "
+                     f"{sp['gap_tsp_tag_fast_1_1']:.2f}x, full fast {sp['full_fast_1_1']:.2f}x")
         lines.append(line)
     return "\n".join(lines)
 
