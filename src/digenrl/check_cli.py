@@ -30,7 +30,8 @@ def _memory_lines(cfg) -> list[str]:
 
         out.append(f"  trainer rank sampling (evals{', TAG' if Mode(cfg.runtime.mode).tag else ''}"
                    f"{', its share of each step' if cfg.runtime.mode == 'colocated' else ''}): at most {bound} "
-                   "samples per batch beside its state")
+                   "samples per batch beside its state" + (f" (sampler.batch_size: {b})" if (b := cfg.sampler.batch_size)
+                                                           and b < bound else ""))
     if cfg.runtime.mode != "colocated":
         gen = generator_items(cfg, p)
         rows = ", ".join(f"{k} {v / GiB:.1f}" for k, v in gen.items() if v > 0)

@@ -99,6 +99,27 @@ def test_a_colocated_worker_samples_its_share_in_bounded_batches_with_the_same_r
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_sampler_batch_size_caps_the_batches_and_the_memory_bound_still_binds(monkeypatch):
+    """``sampler.batch_size`` (Flow-GRPO's per-GPU ``sample.train_batch_size``): a colocated worker's share of
+    2 x 4 is sampled 3 + 3 + 2; under a memory bound of 2 the bound wins; a generator is capped too."""
+    from product import product_steps
+
+    import digenrl.runtime.trainer as trainer
+    from digenrl.runtime.generator import GeneratorWorker
+
+    cfg = load_config(None, ["train.prompts_per_step=2", "train.generations=4", "sampler.num_steps=2",
+                             "log.progress=false", "train.ema_decay=null", "sampler.batch_size=3"])
+    sizes = _spy_batches(monkeypatch)
+    product_steps(cfg, steps=1)
+    assert sizes == [3, 3, 2], sizes
+    sizes.clear()
+    monkeypatch.setattr(trainer, "trainer_generation_batch", lambda cfg: 2)
+    product_steps(cfg, steps=1)
+    assert sizes == [2, 2, 2, 2], sizes
+    gen = load_config(None, ["runtime.mode=gap_tsp", "sampler.batch_size=3", "log.progress=false"])
+    assert GeneratorWorker("gen0", gen.model_dump(mode="json")).gen_batch == 3
+
+
 def test_a_trainer_evaluates_in_bounded_batches_with_the_same_reward(monkeypatch):
     from product import product_worker
 

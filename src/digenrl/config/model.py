@@ -80,6 +80,11 @@ class SamplerConfig(_Strict):
     """T: denoising steps of a training trajectory."""
     eval_num_steps: int | None = Field(None, ge=1)  # default: num_steps
     """Denoising steps of the eval's ODE sampling; null: `sampler.num_steps`."""
+    batch_size: int | None = Field(None, ge=1)
+    """The most samples a worker draws in one sampling batch: Flow-GRPO's per-GPU `sample.train_batch_size` (its
+    FLUX recipe: 3; DanceGRPO samples 1 at a time). null: as many as memory holds (the memory plan's bound under
+    `train.memory_gb`, at most 64). Speed only: each sample's noise is seeded by its own ids. The simulator
+    prices an action of n samples as ceil(n / batch_size) batches."""
     noise_level: float = Field(0.7, ge=0.0)
     """The SDE's noise: a (`flow_grpo`, `cps`) or eta (`dance`)."""
     kind: Literal["flow_grpo", "dance", "cps"] = "flow_grpo"

@@ -234,7 +234,7 @@ def plan_run(cfg: Config) -> RunPlan:
         publish_streams=mode.disaggregated and rt.publish == "stream",
         sample_split=t.minibatch_split in ("samples", "generations"), stale_hold=cfg.tuning.stale_hold,
         gang_groups=cfg.tuning.gang_groups, generator_sequence_parallel=rt.generator_sequence_parallel.degree,
-        packed=mode is Mode.COLOCATED,
+        packed=mode is Mode.COLOCATED, sample_batch=cfg.sampler.batch_size,
     )
     profile = None
     if rt.profile is not None:

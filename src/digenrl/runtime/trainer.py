@@ -79,7 +79,7 @@ class TrainerWorker(TrainerState, WorkerBase, TrainerAPI):
         self._deferred = None  # the open round's train.loss_scale.DeferredRound (step-wide statistics not all in)
         self._round = 0  # rounds committed in the current step (the weights changed since its version)
         self._plan = plan_run(self.cfg).plan
-        self.gen_batch = trainer_generation_batch(self.cfg) or self.gen_batch  # (None: no memory plan, no bound)
+        self.gen_batch = min(self.gen_batch, trainer_generation_batch(self.cfg) or self.gen_batch)  # (None: no bound)
         self._stream = None   # broadcast / stream publish: (this rank, its group) where it is a sender
         self._sends: list = []  # the async sends of its last stream publish (waited for before the next)
         self._world = 1

@@ -78,6 +78,7 @@ class WorkerBase:
         import torch
 
         self.cfg = Config.model_validate(config)
+        self.gen_batch = min(self.gen_batch, self.cfg.sampler.batch_size or self.gen_batch)
         threads = self.cfg.runtime.threads_per_worker
         torch.set_num_threads(threads)
         try:

@@ -23,6 +23,7 @@ and colocated generation run the generation ops on the trainer pool).
 Action durations (seconds)::
 
     Generate(n gens) = T * denoise(n) + vae_decode(n) + reward(n) + transfer(n)
+                       (in batches of at most ``plan.sample_batch``: ``fragment_seconds``)
                        (transfer in every mode: the runtime's colocated workers also hand trajectories over
                        through the object store; a cost model of an in-process colocated system prices it 0)
                        + tag_switch(1) [if action.switch]
@@ -70,10 +71,22 @@ class CostModel(Protocol):
     def time(self, op: str, batch: int, pool: str) -> float: ...
 
 
-def fragment_seconds(cost: CostModel, sampling_steps: int, size: int, pool: str) -> float:
-    """A fragment of ``size`` generations on ``pool`` without a switch: T denoise + vae_decode + reward + transfer."""
-    return (sampling_steps * cost.time(Op.DENOISE.value, size, pool) + cost.time(Op.VAE_DECODE.value, size, pool)
-            + cost.time(Op.REWARD.value, size, pool) + cost.time(Op.TRANSFER.value, size, pool))
+def fragment_seconds(cost: CostModel, sampling_steps: int, size: int, pool: str, batch: int | None = None) -> float:
+    """A fragment of ``size`` generations on ``pool`` without a switch, sampled and scored in batches of at most
+    ``batch`` (None: one batch), as ``train.step_math.generate`` does::
+
+        q, r = divmod(size, b)      seconds = q x s(b) + s(r) + transfer(size),   s(n) = T denoise(n) + vae_decode(n)
+                                                                                        + reward(n),   s(0) = 0
+    """
+    t = cost.time
+
+    def sampled(n: int) -> float:
+        return (sampling_steps * t(Op.DENOISE.value, n, pool) + t(Op.VAE_DECODE.value, n, pool)
+                + t(Op.REWARD.value, n, pool)) if n else 0.0
+
+    b = min(batch or size, size) or 1
+    q, r = divmod(size, b)
+    return q * sampled(b) + sampled(r) + t(Op.TRANSFER.value, size, pool)
 
 
 class Durations:
@@ -99,7 +112,7 @@ class Durations:
             f = self._cache.get(fkey)
             if f is None:
                 self._cache[fkey] = f = fragment_seconds(self.cost, self.plan.sampling_steps, size,
-                                                         TRAINER if on_trainer else GENERATOR)
+                                                         TRAINER if on_trainer else GENERATOR, self.plan.sample_batch)
             if switch:
                 sw = self._cache.get(("s",))
                 if sw is None:

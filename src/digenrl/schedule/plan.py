@@ -106,6 +106,8 @@ class StepPlan:
         ``chunk_generations x chunk_timesteps`` (``layout.classic_chunks``): what ``digenrl train`` runs
         (``control.run_plan``); False: one fragment per action and one trained timestep per chunk, the
         flow_grpo / veRL-Omni baseline the planner's presets price.
+      sample_batch: the most samples a worker draws in one batch (``sampler.batch_size``); an action of n samples
+        is priced as ceil(n / sample_batch) batches (``cost.fragment_seconds``). None: one batch.
     """
 
     prompts: int
@@ -132,6 +134,7 @@ class StepPlan:
     sequence_parallel: int = 1
     generator_sequence_parallel: int = 1
     packed: bool = False
+    sample_batch: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -146,6 +149,8 @@ class StepPlan:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise PlanError(f"{name}: must be a positive integer (got {value!r})")
+        if self.sample_batch is not None and (not isinstance(self.sample_batch, int) or self.sample_batch < 1):
+            raise PlanError(f"sample_batch: must be a positive integer or None (got {self.sample_batch!r})")
         if not isinstance(self.steps, int) or self.steps < 0:
             raise PlanError(f"steps: must be a non-negative integer (got {self.steps!r})")
         if self.trained_timesteps > self.sampling_steps:

@@ -63,7 +63,7 @@ def config_workload(cfg, trained: int) -> Workload:
     return Workload(t.prompts_per_step, t.generations, int(o.get("width", w)), int(o.get("height", h)),
                     int(o.get("frames", f)) if m.video else 1, sampling_steps=T, timestep_fraction=trained / T,
                     training=config_training(cfg), algorithm=config_algorithm(cfg, trained),
-                    trained_share=trained_share(cfg))
+                    trained_share=trained_share(cfg), sample_batch=cfg.sampler.batch_size)
 
 
 def trained_share(cfg) -> float:

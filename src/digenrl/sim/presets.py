@@ -224,6 +224,7 @@ class Workload:
     # generations' cells before the forward) times 1 / M with train.minibatch_split=samples or generations (every
     # round plans every group and trains its part of the samples); a chunk of c cells runs ceil(c x share) cells
     trained_share: float = 1.0
+    sample_batch: int | None = None  # sampler.batch_size: a worker samples in batches of at most this
 
     def __post_init__(self) -> None:
         if not 0.0 < self.trained_share <= 1.0:

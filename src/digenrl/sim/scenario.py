@@ -140,7 +140,7 @@ def make_plan(setup: Scenario, mode: Mode, c: Candidate, cost) -> StepPlan:
                     shard_ranks=len(ranks) // len(trainers) // c.sequence_parallel if grouped else 1,
                     sequence_parallel=c.sequence_parallel, generator_sequence_parallel=c.generator_sequence_parallel,
                     publish_joins=joins, publish_streams=joins and c.publish == "stream",
-                    stale_hold=c.stale_hold, gang_groups=c.gang_groups)
+                    stale_hold=c.stale_hold, gang_groups=c.gang_groups, sample_batch=w.sample_batch)
     cg, cs = rule_chunk(plan, cost, max_cells)
     return replace(plan, chunk_generations=cg, chunk_timesteps=cs)
 
