@@ -16,7 +16,11 @@ one thread per worker, two workers. Variants:
 
 * ``colocated``: ``runtime.mode=colocated``, 2 workers; each samples its share of the step in one batch with its
   training model (LoRA unmerged, eager) and trains its share, gradients all-reduced: the shape of flow_grpo's and
-  DanceGRPO's loop (they sample in smaller batches: flow_grpo's FLUX recipe 3 a GPU);
+  DanceGRPO's loop, with larger batches than theirs;
+* ``colocated_flow_grpo``: the same, batched as flow_grpo's FLUX recipe (``pickscore_flux``): sampling 3 at a time
+  (its per-GPU ``sample.train_batch_size``: ``sampler.batch_size=3``) and training one timestep per
+  forward/backward (chunks of 3 generations x 1 timestep; a chunk stays inside one prompt group, where flow_grpo's
+  micro-batch of 3 may span two). Still DigenRL's runtime and math, not flow_grpo's code;
 * ``gap_tsp_tag``: 1 generator + 1 trainer rank; the generator holds the same eager, unmerged form;
 * ``gap_tsp_tag_fast``: the same, with the generator's inference copy merged and compiled
   (``generator.merge_lora``, ``generator.compile=default``). Still float32: a bfloat16 copy is left out, because
@@ -65,8 +69,10 @@ WORKLOAD = ["model.kind=flux", "model.lora.enabled=true", "model.lora.rank=32", 
             "runtime.threads_per_worker=1", "train.ema_decay=null", "eval.num_prompts=2",
             "eval.grid_prompts=2", "eval.every=0", "log.progress=false"]
 FAST = ["generator.merge_lora=true", "generator.compile=default"]  # the generator's inference copy
+FLOW_GRPO = ["sampler.batch_size=3", "train.chunk_generations=3", "train.chunk_timesteps=1"]  # pickscore_flux batches
 VARIANTS = {  # name -> (runtime.mode, extra overrides)
     "colocated": ("colocated", []),
+    "colocated_flow_grpo": ("colocated", FLOW_GRPO),
     "gap_tsp_tag": ("gap_tsp_tag", []),
     "gap_tsp_tag_fast": ("gap_tsp_tag", FAST),
     "full_fast": ("full", [*FAST, "runtime.max_stale_fraction=0.25"]),
@@ -74,6 +80,8 @@ VARIANTS = {  # name -> (runtime.mode, extra overrides)
 WHAT = {
     "colocated": "2 workers, each samples its share in one batch with its training model (LoRA unmerged, eager), "
                  "then trains it",
+    "colocated_flow_grpo": "the same 2 workers batched as flow_grpo's FLUX recipe: sampling 3 at a time, training "
+                           "one timestep per forward/backward",
     "gap_tsp_tag": "1 generator + 1 trainer rank, the generator eager and unmerged",
     "gap_tsp_tag_fast": "1 generator + 1 trainer rank, the generator merged and compiled",
     "full_fast": "the same in `full`: TCSS lets up to 25% of a step's samples be one version stale (not the same "
@@ -152,6 +160,13 @@ def headline(report: dict) -> str:
     g, t = setting(report, "train.generations"), setting(report, "sampler.num_steps")
     trained = int(t * setting(report, "train.timestep_fraction", float))  # Flow-GRPO's int(T x fraction)
     flag = ("" if p == 2 else f" --prompts {p}") + ("" if f == 2 else f" --fragment {f}")
+    peer = by.get("colocated_flow_grpo")
+    if peer:  # (results files before this variant have no such row)
+        fg = peer["step_time_s"]
+        peer = (f" Against colocated batched as flow_grpo's FLUX recipe (sampling 3 at a time, one timestep per "
+                f"forward/backward; {peer['speedup_vs_colocated']:.2f}x of the colocated row's speed): `gap_tsp_tag` "
+                f"with the fast generator **{fg / fast['step_time_s']:.2f}x**, `full` "
+                f"**{fg / by['full_fast']['step_time_s']:.2f}x**.")
     return (f"Measured on this CPU (`python benchmarks/fast_pool_cpu.py{flag}`, {report['rounds']} interleaved "
             f"rounds of {report['steps']} steps, 1-min load {min(loads):.1f}-{max(loads):.1f} before the runs), a "
             f"generation-heavy LoRA step (FLUX architecture with random weights, {p} prompts x {g} generations, T = "
@@ -163,7 +178,7 @@ def headline(report: dict) -> str:
             f"generator ({lo:.2f}-{hi:.2f}x per round; the difference is {apart} than twice its standard error) and "
             f"{plain['speedup_vs_colocated']:.2f}x with an eager, unmerged one; `full` (TCSS: some samples one "
             f"version stale) **{by['full_fast']['speedup_vs_colocated']:.2f}x** with the fast generator. Fastest "
-            f"first, measured: {meas}; simulated from each run's calibration: {sim}.")
+            f"first, measured: {meas}; simulated from each run's calibration: {sim}." + (peer or ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,8 @@ def test_a_stale_block_is_rewritten(tmp_path):
 
 def _pool_report(steps: dict[str, list[float]]) -> dict:
     """A ``fast_pool_cpu.json`` of the given per-round step times (simulated = measured + 1%)."""
-    names = ("colocated", "gap_tsp_tag", "gap_tsp_tag_fast", "full_fast")
+    names = [n for n in ("colocated", "colocated_flow_grpo", "gap_tsp_tag", "gap_tsp_tag_fast", "full_fast")
+             if n in steps]
     rows = []
     for name in names:
         mean = sum(steps[name]) / len(steps[name])
@@ -64,4 +65,11 @@ def test_the_generator_pool_headline_says_what_the_results_say():
     assert "**0.99x** with a merged, compiled generator (0.94-1.04x per round; the difference is not more than " \
            "twice" in loses and "**1.01x** with the fast generator" in loses
     assert "measured: full_fast < colocated < gap_tsp_tag_fast < gap_tsp_tag" in loses
+    assert "flow_grpo" not in loses  # a results file without the peer-batched row (written before it existed)
+    peer = pool.headline(_pool_report({"colocated": [10.0, 10.4], "colocated_flow_grpo": [11.0, 11.4],
+                                       "gap_tsp_tag": [11.0, 11.2], "gap_tsp_tag_fast": [10.6, 10.0],
+                                       "full_fast": [10.0, 10.2]}))
+    assert ("Against colocated batched as flow_grpo's FLUX recipe (sampling 3 at a time, one timestep per "
+            "forward/backward; 0.91x of the colocated row's speed): `gap_tsp_tag` with the fast generator **1.09x**, "
+            "`full` **1.11x**.") in peer
     assert "| `colocated` | 2 workers" in pool.table(_pool_report({n: [1.0, 1.1] for n in pool.VARIANTS}))
