@@ -160,13 +160,7 @@ def headline(report: dict) -> str:
     g, t = setting(report, "train.generations"), setting(report, "sampler.num_steps")
     trained = int(t * setting(report, "train.timestep_fraction", float))  # Flow-GRPO's int(T x fraction)
     flag = ("" if p == 2 else f" --prompts {p}") + ("" if f == 2 else f" --fragment {f}")
-    peer = by.get("colocated_flow_grpo")
-    if peer:  # (results files before this variant have no such row)
-        fg = peer["step_time_s"]
-        peer = (f" Against colocated batched as flow_grpo's FLUX recipe (sampling 3 at a time, one timestep per "
-                f"forward/backward; {peer['speedup_vs_colocated']:.2f}x of the colocated row's speed): `gap_tsp_tag` "
-                f"with the fast generator **{fg / fast['step_time_s']:.2f}x**, `full` "
-                f"**{fg / by['full_fast']['step_time_s']:.2f}x**.")
+    peer = peer_sentence(report)
     return (f"Measured on this CPU (`python benchmarks/fast_pool_cpu.py{flag}`, {report['rounds']} interleaved "
             f"rounds of {report['steps']} steps, 1-min load {min(loads):.1f}-{max(loads):.1f} before the runs), a "
             f"generation-heavy LoRA step (FLUX architecture with random weights, {p} prompts x {g} generations, T = "
@@ -178,7 +172,28 @@ def headline(report: dict) -> str:
             f"generator ({lo:.2f}-{hi:.2f}x per round; the difference is {apart} than twice its standard error) and "
             f"{plain['speedup_vs_colocated']:.2f}x with an eager, unmerged one; `full` (TCSS: some samples one "
             f"version stale) **{by['full_fast']['speedup_vs_colocated']:.2f}x** with the fast generator. Fastest "
-            f"first, measured: {meas}; simulated from each run's calibration: {sim}." + (peer or ""))
+            f"first, measured: {meas}; simulated from each run's calibration: {sim}." + (" " + peer if peer else ""))
+
+
+def peer_sentence(report: dict, workload: bool = False) -> str:
+    """The sentence on the ``colocated_flow_grpo`` row ('' where a results file has none: written before it), with
+    the workload named first where ``workload`` (the README's line on a workload other than the default)."""
+    by = {r["variant"]: r for r in report["rows"]}
+    peer, fast = by.get("colocated_flow_grpo"), by["gap_tsp_tag_fast"]
+    if peer is None:
+        return ""
+    fg = peer["step_time_s"]
+    per = [p / f for p, f in zip(peer["round_step_times_s"], fast["round_step_times_s"])]
+    lead = "Against"
+    if workload:
+        p, f = setting(report, "train.prompts_per_step"), setting(report, "runtime.fragment_size")
+        lead = (f"On this CPU with {p} prompts per step and fragments of {f} (`python benchmarks/fast_pool_cpu.py "
+                f"--prompts {p} --fragment {f}`, {report['rounds']} interleaved rounds of {report['steps']} steps), "
+                "against")
+    return (f"{lead} colocated batched as flow_grpo's FLUX recipe (sampling 3 at a time, one timestep per "
+            f"forward/backward; {peer['speedup_vs_colocated']:.2f}x the speed of colocation as DigenRL runs it): "
+            f"`gap_tsp_tag` (the same math) with the fast generator **{fg / fast['step_time_s']:.2f}x** "
+            f"({min(per):.2f}-{max(per):.2f}x per round), `full` **{fg / by['full_fast']['step_time_s']:.2f}x**.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,6 +54,8 @@ def block(name: str) -> str:
         return _load("benchmarks/fast_generator.py").headline(_json("fast_generator.json"))
     if name == "fast_pool_cpu_headline":  # the README's: the default workload's sentence
         return _load("benchmarks/fast_pool_cpu.py").headline(_json("fast_pool_cpu.json"))
+    if name == "fast_pool_cpu_p8_f4_peer":  # the README's: 8 prompts against flow_grpo's batches
+        return _load("benchmarks/fast_pool_cpu.py").peer_sentence(_json("fast_pool_cpu_p8_f4.json"), workload=True)
     if name.startswith("fast_pool_cpu"):  # fast_pool_cpu[_p<N>][_f<F>]: --prompts N --fragment F
         return _load("benchmarks/fast_pool_cpu.py").table(_json(f"{name}.json"))
     if name == "where_wins":
