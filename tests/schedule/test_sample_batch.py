@@ -43,7 +43,11 @@ def test_the_config_reaches_the_runtime_plan_and_the_simulator():
     from digenrl.sim.presets import TESTBEDS
 
     assert plan_run(load_config(None, ["sampler.batch_size=3"])).plan.sample_batch == 3
-    runs = {b: run_config_modes("configs/flux1_dev.yaml", [f"sampler.batch_size={b}"] if b else [], ["colocated"],
-                                testbed=TESTBEDS["B"])["colocated"] for b in (None, 3)}
+
+    def colocated(*sets):
+        return run_config_modes("configs/flux1_dev.yaml", ["steps=3", *sets], ["colocated"],
+                                testbed=TESTBEDS["B"])["colocated"]
+
+    runs = {None: colocated(), 3: colocated("sampler.batch_size=3")}
     assert runs[3].plan.sample_batch == 3 and runs[None].plan.sample_batch is None
-    assert runs[3].result.step_time > runs[None].result.step_time  # 144 samples a worker in batches of 3: more fixed costs
+    assert runs[3].result.step_time > runs[None].result.step_time  # 144 a worker in batches of 3: more fixed costs
