@@ -50,3 +50,16 @@ def test_every_dispatched_generation_size_is_calibrated(prompts, gens, frag, mod
         assert max(plain) > frag  # the shares are batches of several fragments (the case tests something)
     if tag:
         assert max(gangs) > frag  # gangs of several fragments were dispatched
+
+
+def test_the_batches_of_sampler_batch_size_are_calibrated():
+    """With ``sampler.batch_size`` b the simulator prices an action of n as batches of b and n mod b: those sizes
+    are timed (a packed share of 16 in batches of 3: 3 and 1), beside the action sizes themselves."""
+    from digenrl.config import load_config
+    from digenrl.control.run_plan import plan_run
+    from digenrl.runtime.calibrate import plan_sizes
+
+    over = ["train.prompts_per_step=8", "train.generations=4", "runtime.fragment_size=4", "runtime.mode=colocated",
+            "runtime.trainers=2"]
+    assert plan_sizes(plan_run(load_config(None, over)).plan)[0] == [4, 16]
+    assert plan_sizes(plan_run(load_config(None, [*over, "sampler.batch_size=3"])).plan)[0] == [1, 3, 4, 16]

@@ -61,7 +61,8 @@ def plan_sizes(plan) -> tuple[list[int], list[int]]:
     other: +15-21% on colocated in ``benchmarks/pipeline_cpu.py`` (a batch of 32 runs faster than 8 of 4). A TAG
     gang on a shard group of R lanes takes up to R fragments (``layout.gang_size``): sizes m f for m = 1, 2, 4, ...,
     R, so that every gang lies between two timed sizes (a profile curve of one point is proportional through 0:
-    a gang of R fragments was priced R times a fragment, though each lane samples only its share)."""
+    a gang of R fragments was priced R times a fragment, though each lane samples only its share). With
+    ``plan.sample_batch`` b, also the batches such an action is priced as: b and n mod b."""
     order = step_fragments(plan, 0)
     frags = {f.size for f in order}
     if plan.packed:
@@ -69,6 +70,9 @@ def plan_sizes(plan) -> tuple[list[int], list[int]]:
         frags |= {sum(f.size for f in order[i:i + n]) for i in range(0, len(order), n)}
     if plan.mode.tag and plan.shard_ranks > 1:
         frags |= {m * plan.fragment_size for m in sizes_upto(plan.shard_ranks)}
+    if plan.sample_batch:  # an action of n is priced as its batches of at most b (``cost.fragment_seconds``)
+        b = plan.sample_batch
+        frags |= {k for n in frags for k in (min(n, b), n % b if n > b else 0) if k}
     chunks = {c.size for c in tsp_chunks(plan, 0, 0)} if plan.mode.tsp else {
         c.size for g in range(plan.prompts) for cs in classic_chunks(plan, 0, g).values() for c in cs}
     return sorted(frags), sorted(chunks)
