@@ -102,9 +102,11 @@ def save_model(root: Path) -> list[str]:
     return save_pipeline(root, tr, vae, PROMPTS, TEXT_TOKENS)
 
 
-def setting(report: dict, key: str, kind=int):
-    """A setting of a results file's workload (its overrides), e.g. ``train.prompts_per_step``."""
-    return kind(next(o for o in report["workload"] if o.startswith(f"{key}=")).split("=")[1])
+def setting(report: dict, key: str, kind=int, overrides: list[str] | None = None):
+    """A setting of a results file's workload (its overrides; or of a row's ``overrides``), e.g.
+    ``train.prompts_per_step``."""
+    found = report["workload"] if overrides is None else overrides
+    return kind(next(o for o in found if o.startswith(f"{key}=")).split("=")[1])
 
 
 def measure(base: list[str], steps: int, rounds: int, repeats: int, work: Path, log) -> list[dict]:
@@ -190,7 +192,8 @@ def peer_sentence(report: dict, workload: bool = False) -> str:
         lead = (f"On this CPU with {p} prompts per step and fragments of {f} (`python benchmarks/fast_pool_cpu.py "
                 f"--prompts {p} --fragment {f}`, {report['rounds']} interleaved rounds of {report['steps']} steps), "
                 "against")
-    return (f"{lead} colocated batched as flow_grpo's FLUX recipe (sampling 3 at a time, one timestep per "
+    batch = setting(report, "sampler.batch_size", overrides=peer["overrides"])
+    return (f"{lead} colocated batched as flow_grpo's FLUX recipe (sampling {batch} at a time, one timestep per "
             f"forward/backward; {peer['speedup_vs_colocated']:.2f}x the speed of colocation as DigenRL runs it): "
             f"`gap_tsp_tag` (the same math) with the fast generator **{fg / fast['step_time_s']:.2f}x** "
             f"({min(per):.2f}-{max(per):.2f}x per round), `full` **{fg / by['full_fast']['step_time_s']:.2f}x**.")

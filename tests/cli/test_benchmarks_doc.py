@@ -36,7 +36,8 @@ def _pool_report(steps: dict[str, list[float]]) -> dict:
     rows = []
     for name in names:
         mean = sum(steps[name]) / len(steps[name])
-        rows.append({"variant": name, "step_time_s": mean, "round_step_times_s": steps[name], "efficiency": 0.9,
+        rows.append({"variant": name, "overrides": ["sampler.batch_size=3"] if name == "colocated_flow_grpo" else [],
+                     "step_time_s": mean, "round_step_times_s": steps[name], "efficiency": 0.9,
                      "tag_fragments_per_step": 1.0, "stale_fraction": 0.0, "sim_step_time_s": mean * 1.01,
                      "sim_error": 0.01,
                      "round_load_avg_1m_before": [0.5, 1.5],
