@@ -188,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     path = out_dir / "step.json"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        shared = base(a.tiny, device, save_model(work, a.tiny, a.units))
-        report["workloads"] = {"base": shared[3:], **WORKLOADS}  # (not the temporary model paths)
+        model = save_model(work, a.tiny, a.units)
+        shared = base(a.tiny, device, model)
+        report["workloads"] = {"base": shared[len(model):], **WORKLOADS}  # (not the temporary model paths)
         for name in stages:
             s0 = time.perf_counter()
             try:
