@@ -12,7 +12,7 @@ launch + its duration)::
 Starting the fragment makes every trainer rank and every other generator wait out ``overrun`` in the
 publish; holding costs this generator the ``C - t`` seconds until the commit, and the next step's rollout the
 work it would have done. Which weighs more depends on how much slack the generator pool has, so ``h`` is a
-plan knob the planner searches (``sim.planner.STALE_HOLDS``) and 0 turns the rule off. The fragment stays
+plan knob the planner searches (``sim.run_pick.STALE_HOLDS``) and 0 turns the rule off. The fragment stays
 pending and is generated after the publish with the new version (on-policy), so holding changes when work
 runs, never what is computed. Not applied with several minibatch rounds per step (the prediction is of
 round 0's commit) nor outside TCSS with a joined publish.
