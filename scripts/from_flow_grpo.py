@@ -52,6 +52,7 @@ ROWS: list[tuple[str, str, str, str, object, str]] = [
     ("sample.eval_guidance_scale", "4.5", BASE, "sampler.eval_cfg_scale", 4.5, "null here = `sampler.cfg_scale`"),
     ("sample.num_image_per_prompt", "1", BASE, "train.generations", 1, "G; Flow-GRPO's recipes use 24 (`config/grpo.py`); G >= 2 here"),
     ("sample.train_batch_size x GPUs x num_batches_per_epoch / num_image_per_prompt", "1 x GPUs x 2 / 1", BASE, "train.prompts_per_step", None, "P"),
+    ("sample.train_batch_size", "1", BASE, "sampler.batch_size", 1, "the images a GPU samples at once (the recipes: 3 for FLUX to 9 for SD3); null here: a worker samples each fragment (a colocated worker: its share) in one batch, at most what its memory fits and 64"),
     ("sample.global_std", "True", BASE, "train.std_mode", "global", "True = global, False = group"),
     ("sample.noise_level", "0.7", BASE, "sampler.noise_level", 0.7, ""),
     ("sample.same_latent", "False", BASE, "sampler.same_latent", False, ""),

@@ -43,11 +43,14 @@ def _flow_grpo_common(cfg: str, script: str) -> list[PeerValue]:
 def _micro_batch_quirks(script: str, cfg: str, *, per_gpu: int, gpus: int, ema_k: int | None, refill: bool,
                         permuted: bool, gpu_note: str = "") -> list[PeerValue]:
     """The named options of Flow-GRPO's micro-batch habits (``train.micro_batch``, ``ema_update``,
-    ``zero_adv_refill``, ``minibatch_split``; train/ema.py and train/step_math.py quote the code). ``ema_k``:
-    its micro-batches per optimizer step (None: no EMA in the recipe)."""
+    ``zero_adv_refill``, ``minibatch_split``; train/ema.py and train/step_math.py quote the code), and its
+    per-GPU sampling batch (``sampler.batch_size``). ``ema_k``: its micro-batches per optimizer step (None: no
+    EMA in the recipe)."""
     g = f"{GRPO}::{cfg}"
     out = [_v("train.micro_batch", per_gpu * gpus, f"sample.train_batch_size {per_gpu} x {gpus} GPUs{gpu_note} "
-                                                   f"(samples_batched[i] on every GPU)", g)]
+                                                   f"(samples_batched[i] on every GPU)", g),
+           _v("sampler.batch_size", per_gpu, f"sample.train_batch_size = {per_gpu}: the images a GPU samples at once",
+              g)]
     if ema_k is not None:
         out.append(_v("train.ema_update", "per_micro_batch",
                       f"ema.step(params, global_step) once per micro-batch: k = {ema_k} per optimizer step", script))

@@ -25,6 +25,14 @@ def _names(cell: str) -> set[str]:
     return set(re.findall(r"`([^`]+)`", cell))
 
 
+def _expressions(cell: str) -> set[str]:
+    """The Flow-GRPO expressions a recipes.md row translates: its first cell without backticks, before any ':'
+    (``sample.sde_type``: ``sde`` / ``cps``), split at ' / ', ', ' and ' + '. A compound row (``x GPUs x ...``) is
+    its own expression, not the first key it names (``sample.train_batch_size`` has a row of its own)."""
+    head = cell.replace("`", "").split(":")[0]
+    return {p.strip() for p in re.split(r" / |, | \+ ", head)}
+
+
 def test_same_digenrl_key_for_every_shared_flow_grpo_key():
     ours = _recipes_rows()
     assert len(ours) > 30
@@ -34,8 +42,7 @@ def test_same_digenrl_key_for_every_shared_flow_grpo_key():
         if not re.fullmatch(r"[a-z_.]+", key):  # "run_dir + `--resume`", "(none)": not one key
             continue
         first = re.split(r" / |, ", fg)[0].strip()
-        match = [r for r in ours if fg in _names(r[0])
-                 or r[0].startswith("`") and re.findall(r"`([^`]+)`", r[0])[:1] == [first]]
+        match = [r for r in ours if fg in _expressions(r[0]) or first in _expressions(r[0])]
         for flow_grpo, digenrl, _ in match:
             names = _names(digenrl)
             assert key in names or any(n.startswith(key + ":") or n == key.split(".")[-1] for n in names), \
