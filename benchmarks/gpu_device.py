@@ -144,7 +144,7 @@ def stage_forward(a, device, dtype) -> dict:
                 with torch.no_grad():
                     pts.append([b, _time(lambda: model(**x), device, a.repeats)])
             out[fam][str(u)] = pts
-            del model
+            model = None  # (frees it; a rebinding, not a del, as the timed closures above refer to it)
             _free(device)
     return out
 
@@ -172,7 +172,7 @@ def stage_train(a, device, dtype) -> dict:
                     _free(device)
                 model.zero_grad(set_to_none=True)
             out[fam][str(u)] = pts
-            del model
+            model = None  # (frees it; a rebinding, not a del, as the timed closures above refer to it)
             _free(device)
     return out
 
