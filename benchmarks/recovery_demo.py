@@ -4,8 +4,7 @@ rank killed mid-step (the test hook ``DIGENRL_TEST_HOOKS=inject_failure=<worker>
     python benchmarks/recovery_demo.py [--steps 30] [--fail-step 13] [--out benchmarks/results/recovery_demo.json]
     python benchmarks/recovery_demo.py --part full [--steps 16 --fail-step 9 --checkpoint-every 4]
 
-``--fail-step`` is numbered from 1, as the progress line and the hook (results written before the numbers were
-unified hold the 0-based index, one less, with the same failure: 12 there is 13 here).
+``--fail-step`` is numbered from 1, as the progress line and the hook.
 
 Per run: wall time, restarts, and per recovery the restart time (failure detected -> fresh pools restored and
 publishing) and the lost time (the publish of the replayed-from step -> restart done: the work that had to be
