@@ -80,7 +80,7 @@ def tile_grid(gens: Sequence[int], num_trained: int, chunk_generations: int,
     return out
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def _grid(gens: tuple[int, ...], num_trained: int, chunk_generations: int,
           chunk_timesteps: int) -> tuple[tuple[Cell, ...], ...]:
     """``tile_grid`` as a tuple, cached: the scheduler cuts the same grid at every group's release."""
@@ -222,16 +222,23 @@ def _shards(n: int, g: int, b: int, pipelined: bool, group: int) -> tuple[tuple[
 
 def classic_chunks(plan: StepPlan, step: int, group: int, round: int = 0) -> dict[int, list[Chunk]]:
     """rank index -> that rank's chunks of the group: one per trained timestep over its shard, or (a ``packed``
-    plan) ``tile_grid`` of its shard's grid by the chunk shape."""
-    out: dict[int, list[Chunk]] = {}
+    plan) ``tile_grid`` of its shard's grid by the chunk shape (``classic_cells``)."""
+    return {r: [Chunk(step, group, c, round) for c in cells] for r, cells in classic_cells(plan, group).items()}
+
+
+def classic_cells(plan: StepPlan, group: int) -> dict[int, tuple[tuple[Cell, ...], ...]]:
+    """rank index -> the cells of each of that rank's ``classic_chunks`` of ``group`` (ranks with an empty shard
+    left out). Cached by shape: the scheduler counts a round's chunks and cuts them at every group's release."""
     s = plan.trained_timesteps
-    for r, shard in enumerate(classic_shards(plan, group)):
-        if shard and plan.packed:
-            out[r] = [Chunk(step, group, cells, round) for cells in
-                      _grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))]
-        elif shard:
-            out[r] = [Chunk(step, group, tuple((i, j) for i in shard), round) for j in range(s)]
-    return out
+    return {r: _grid(shard, s, min(plan.chunk_generations, len(shard)), min(plan.chunk_timesteps, s))
+            if plan.packed else _per_timestep(shard, s)
+            for r, shard in enumerate(classic_shards(plan, group)) if shard}
+
+
+@lru_cache(maxsize=4096)
+def _per_timestep(shard: tuple[int, ...], num_trained: int) -> tuple[tuple[Cell, ...], ...]:
+    """The unpacked layout's chunks of ``shard``: one per trained timestep j, every generation of the shard at j."""
+    return tuple(tuple((i, j) for i in shard) for j in range(num_trained))
 
 
 def grid_cells(groups: Sequence[Hashable], generations: int, trained: int) -> set[tuple[Hashable, int, int]]:

@@ -13,7 +13,7 @@ from .bts import BTS, BTSConfig, BTSStats
 from . import stale_hold
 from .bts_model import Snapshot, StepModel, tag_targets
 from .cost import CostModel, Durations
-from .layout import Chunk, Fragment, classic_chunks, gang_parts, gang_size, tsp_chunks
+from .layout import Chunk, Fragment, classic_cells, classic_chunks, gang_parts, gang_size, tsp_chunks
 from .online_cost import OnlineCosts
 from .plan import StepPlan
 from .snapshot import take_snapshot
@@ -234,7 +234,7 @@ class Scheduler:
         if p.mode.tsp:
             work.chunks_left = len(tsp_chunks(p, s, 0)) * len(groups)
         else:
-            work.chunks_left = sum(len(v) for g in groups for v in classic_chunks(p, s, g).values())
+            work.chunks_left = sum(len(v) for g in groups for v in classic_cells(p, g).values())
         for g in groups:  # those whose rewards are in (barrier modes: every group's)
             if g in work.done if p.mode.pipelined else work.groups_left == 0:
                 self._release(s, g)
