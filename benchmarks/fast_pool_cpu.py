@@ -154,7 +154,6 @@ def headline(report: dict) -> str:
     pairs = pipeline_cpu.distinguishable_pairs(rows) or []
     clear = {frozenset((a["mode"], b["mode"])) for a, b in pairs}
     apart = "more" if frozenset(("colocated", "gap_tsp_tag_fast")) in clear else "not more"
-    lo, hi = min(fast["round_speedups_vs_colocated"]), max(fast["round_speedups_vs_colocated"])
     sim = " < ".join(r["variant"] for r in sorted(report["rows"], key=lambda r: r["sim_step_time_s"]))
     meas = " < ".join(r["variant"] for r in sorted(report["rows"], key=lambda r: r["step_time_s"]))
     loads = [x for r in report["rows"] for x in r["round_load_avg_1m_before"]]
@@ -171,10 +170,19 @@ def headline(report: dict) -> str:
             f"trajectories, in one "
             f"batch with its training model, LoRA unmerged, then training it): "
             f"`gap_tsp_tag` (the same math) **{fast['speedup_vs_colocated']:.2f}x** with a merged, compiled "
-            f"generator ({lo:.2f}-{hi:.2f}x per round; the difference is {apart} than twice its standard error) and "
+            f"generator ({round_range(fast)} per round; the difference is {apart} than twice its standard error) and "
             f"{plain['speedup_vs_colocated']:.2f}x with an eager, unmerged one; `full` (TCSS: some samples one "
-            f"version stale) **{by['full_fast']['speedup_vs_colocated']:.2f}x** with the fast generator. Fastest "
+            f"version stale) **{by['full_fast']['speedup_vs_colocated']:.2f}x** ({round_range(by['full_fast'])} per "
+            f"round) with the fast generator. Fastest "
             f"first, measured: {meas}; simulated from each run's calibration: {sim}." + (" " + peer if peer else ""))
+
+
+def round_range(row: dict, over: list[float] | None = None) -> str:
+    """'lo-hi x' of a row's per-round ratios: its speedups over colocation, or ``over`` (a baseline's round step
+    times) divided by its round step times. Shown beside a mean so that one slow round is seen as one."""
+    per = (row["round_speedups_vs_colocated"] if over is None
+           else [b / s for b, s in zip(over, row["round_step_times_s"])])
+    return f"{min(per):.2f}-{max(per):.2f}x"
 
 
 def peer_sentence(report: dict, workload: bool = False) -> str:
@@ -185,7 +193,6 @@ def peer_sentence(report: dict, workload: bool = False) -> str:
     if peer is None:
         return ""
     fg = peer["step_time_s"]
-    per = [p / f for p, f in zip(peer["round_step_times_s"], fast["round_step_times_s"])]
     lead = "Against"
     if workload:
         p, f = setting(report, "train.prompts_per_step"), setting(report, "runtime.fragment_size")
@@ -196,7 +203,8 @@ def peer_sentence(report: dict, workload: bool = False) -> str:
     return (f"{lead} colocated batched as flow_grpo's FLUX recipe (sampling {batch} at a time, one timestep per "
             f"forward/backward; {peer['speedup_vs_colocated']:.2f}x the speed of colocation as DigenRL runs it): "
             f"`gap_tsp_tag` (the same math) with the fast generator **{fg / fast['step_time_s']:.2f}x** "
-            f"({min(per):.2f}-{max(per):.2f}x per round), `full` **{fg / by['full_fast']['step_time_s']:.2f}x**.")
+            f"({round_range(fast, peer['round_step_times_s'])} per round), `full` **{fg / by['full_fast']['step_time_s']:.2f}x** "
+            f"({round_range(by['full_fast'], peer['round_step_times_s'])} per round).")
 
 
 def main(argv: list[str] | None = None) -> int:
