@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from enum import Enum
 
 
@@ -191,10 +192,15 @@ class StepPlan:
     def round_groups(self, r: int) -> tuple[int, ...]:
         """The prompt groups trained in round ``r`` of a step (those of minibatch ``r mod M``; all of them with
         ``sample_split``)."""
+        return self._round_groups[0 if self.sample_split else r % self.minibatches]
+
+    @cached_property
+    def _round_groups(self) -> tuple[tuple[int, ...], ...]:
+        """``round_groups`` by minibatch, cut once (the scheduler asks at every round start and group release)."""
         if self.sample_split:
-            return tuple(range(self.prompts))
-        m = r % self.minibatches
-        return tuple(g for g in range(self.prompts) if minibatch_of(g, self.prompts, self.minibatches) == m)
+            return (tuple(range(self.prompts)),)
+        members = [minibatch_of(g, self.prompts, self.minibatches) for g in range(self.prompts)]
+        return tuple(tuple(g for g in range(self.prompts) if members[g] == m) for m in range(self.minibatches))
 
     @property
     def fragments_per_group(self) -> int:
