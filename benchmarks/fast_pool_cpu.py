@@ -203,7 +203,8 @@ def peer_sentence(report: dict, workload: bool = False) -> str:
     return (f"{lead} colocated batched as flow_grpo's FLUX recipe (sampling {batch} at a time, one timestep per "
             f"forward/backward; {peer['speedup_vs_colocated']:.2f}x the speed of colocation as DigenRL runs it): "
             f"`gap_tsp_tag` (the same math) with the fast generator **{fg / fast['step_time_s']:.2f}x** "
-            f"({round_range(fast, peer['round_step_times_s'])} per round), `full` **{fg / by['full_fast']['step_time_s']:.2f}x** "
+            f"({round_range(fast, peer['round_step_times_s'])} per round), "
+            f"`full` **{fg / by['full_fast']['step_time_s']:.2f}x** "
             f"({round_range(by['full_fast'], peer['round_step_times_s'])} per round).")
 
 
