@@ -123,6 +123,16 @@ def test_full_finetune_exports_without_prefix(base, tmp_path, capsys):
     torch.testing.assert_close(got, ours, atol=2e-4, rtol=1e-4)
     assert main(["export", str(run), "--out", str(tmp_path / "x"), "--format", "lora"]) == 2
     assert not (tmp_path / "x").exists()
+    capsys.readouterr()
+
+    def eval_reward(*extra):  # `eval --checkpoint` takes the exported transformer directory as the run's weights
+        assert main(["eval", "--config", str(run / "config.yaml"), *extra]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    from_run, from_export = eval_reward("--checkpoint", str(run)), eval_reward("--checkpoint", str(tmp_path / "full"))
+    assert from_export["checkpoint"].startswith("transformer ")
+    assert from_export["eval_reward"] == pytest.approx(from_run["eval_reward"], abs=1e-4)
+    assert abs(from_run["eval_reward"] - eval_reward()["eval_reward"]) > 1e-3  # ... and not the base's
 
 
 def test_eval_scores_the_checkpoint_not_the_base(base, tmp_path, capsys):
@@ -179,3 +189,9 @@ def test_tiny_dit_eval_and_sample_load_a_run_checkpoint(tmp_path, capsys):
     assert main(["sample", "--config", str(run / "config.yaml"), "--checkpoint", str(run), "--num", "2",
                  "--out", str(tmp_path / "s.png")]) == 0  # fmt: skip
     assert (tmp_path / "s.png").is_file()
+    capsys.readouterr()
+    assert main(["export", str(run), "--out", str(tmp_path / "out")]) == 0  # the whole tiny model, as is
+    exported = tmp_path / "out" / "model.safetensors"
+    assert eval_reward(f"model.path={exported}") == pytest.approx(trained_r, abs=1e-6)
+    assert main(["export", str(run), "--out", str(tmp_path / "lora"), "--format", "lora"]) == 2  # no LoRA to export
+    assert "no LoRA" in capsys.readouterr().err and not (tmp_path / "lora").exists()
