@@ -62,3 +62,25 @@ def test_billion_leaf_bomb_exits_2_fast(tmp_path):
     assert "alias" in r.stderr and "bomb.yaml" in r.stderr
     assert not (tmp_path / "run").exists()
     assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.parametrize("text, overrides, message", [
+    (None, ["train.lr"], r"override 'train.lr' must look like key=value"),
+    (None, ["=1"], r"override '=1' has an empty key"),
+    (None, ["train..lr=1"], r"override 'train..lr=1' has an empty key"),
+    (None, ["steps=3", "steps.more=1"], r"steps.more: 'steps' is not a table"),
+    (None, ["seed=" + "1" * (2 ** 20 + 1)], r"override 'seed': its value is \d+ characters \(at most \d+\)"),
+    ("- a\n- b\n", [], r"config file '.*c.yaml' must contain a mapping at top level"),
+    ("steps: [1\n", [], r"config file '.*c.yaml' is not valid YAML"),
+    ("seed: 1\n" + "#" * (2 ** 20), [], r"config file '.*c.yaml' is \d+ bytes \(at most \d+\)"),
+])  # fmt: skip
+def test_malformed_config_files_and_overrides_are_refused_naming_them(tmp_path, text, overrides, message):
+    from digenrl.config.load import MAX_CONFIG_BYTES
+
+    assert MAX_CONFIG_BYTES < 2 ** 20 + 1  # the long cases above are over the bound
+    path = None
+    if text is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path, overrides)
