@@ -63,6 +63,15 @@ def _bad_diffusers(files: Path, tmp: Path, edit) -> Path:
     return model
 
 
+def _plain_safetensors(tmp: Path) -> Path:
+    """Weights, but not a tiny_dit checkpoint (no ``tiny_dit_config`` metadata)."""
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp / "plain.safetensors"))
+    return tmp / "plain.safetensors"
+
+
 def _set_json(path: Path, **values) -> None:
     import json
 
@@ -95,6 +104,12 @@ CASES = {
     "more prompts per step than prompts": lambda f, t: (sd3(f, **{"train.prompts_per_step": 3}), ["train.prompts_per_step=3"]),
     "prompt missing from the cache": lambda f, t: (sd3(f, **{"task.prompts_file": (t / "p.txt").write_text("a red cat\na blue dog\n") and t / "p.txt"}),
                                                    ["model.prompt_cache_dir", "not in the cache", "a blue dog"]),
+    "unknown model kind": lambda f, t: (["model.kind=sd35"], ["model.kind", "unknown policy kind 'sd35'"]),
+    "safetensors without tiny_dit metadata": lambda f, t: ([f"model.path={_plain_safetensors(t)}"],
+                                                           ["model.path", "not a tiny_dit checkpoint"]),
+    "unknown task": lambda f, t: (["task.name=digitz"], ["task.name", "unknown task 'digitz'"]),
+    "text task without a prompt file": lambda f, t: (sd3(f, **{"task.prompts_file": "null"}),
+                                                     ["task.prompts_file", "required"]),
     "no prompt cache without text encoders": lambda f, t: (sd3(f, **{"model.prompt_cache_dir": "null"}), ["model.prompt_cache_dir", "required"]),
 }
 
