@@ -66,6 +66,9 @@ def test_trace_and_gantt_files(tmp_path, capsys):
     (["--model", "flux", "--testbed", "A", "--profile", "/nonexistent/profile.json"], "--profile"),
     (["--model", "qwen-image", "--testbed", "A", "--gpus", "8", "--gen-gpus", "4", "--modes", "gap"],
      "--gen-gpus"),
+    (["--model", "flux", "--testbed", "A", "--modes", "naive", "--trace-mode", "gap"], "--trace-mode"),
+    (["--model", "flux", "--testbed", "A", "--nft-old-policy", "current"], "--nft-old-policy"),
+    (["--model", "flux", "--testbed", "A", "--max-stale-fraction", "1.5"], "--max-stale-fraction"),
 ])
 def test_bad_input_exits_2_naming_the_option_and_writes_nothing(tmp_path, capsys, args, option):
     trace, gantt = tmp_path / "t.json", tmp_path / "g.png"
@@ -148,6 +151,25 @@ def test_tag_policy_flags(capsys):
     for bad in (["--tag-policy", "always"], ["--bts-depth", "-1"], ["--bts-budget-nodes", "0"]):
         assert main(SMALL + bad) == 2
         assert bad[0] in capsys.readouterr().err
+
+
+def test_workload_flags_reach_the_plan(capsys):
+    """--timestep-fraction trains fewer timesteps, --lora-rank trains LoRA (and prices the baselines so),
+    --bts-depth reaches the scheduler's BTS: each against the same run without the flag."""
+    from digenrl.sim.cli import bts_of, build_parser
+
+    def naive(*extra):
+        (row,) = run_json(capsys, "--gen-gpus", "3", "--modes", "naive", *extra)
+        return row
+
+    full = naive()
+    assert naive("--timestep-fraction", "0.5")["step_time_s"] < full["step_time_s"]
+    lora = naive("--lora-rank", "64")
+    assert lora["step_time_s"] < full["step_time_s"]
+    assert lora["baselines"]["idealised"]["training"].startswith("LoRA r64")
+    assert full["baselines"]["idealised"]["training"].startswith("full fine-tuning")
+    assert bts_of(build_parser().parse_args(SMALL + ["--bts-depth", "0"])).depth == 0
+    assert bts_of(build_parser().parse_args(SMALL + ["--bts-budget-nodes", "7"])).budget_nodes == 7
 
 
 def test_the_table_names_the_runtime_settings_of_each_plan():
