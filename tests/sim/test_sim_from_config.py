@@ -53,6 +53,9 @@ def test_costlier_training_lengthens_the_naive_step(tmp_path, capsys):
     (["--config", "default", "--profile", "PROFILE", "--set", "train.lrr=1"], "train.lrr"),
     (["--config", "/no/such.yaml", "--profile", "PROFILE"], "such.yaml"),
     (["--config", "default", "--profile", "PROFILE", "--model", "flux"], "--config"),
+    (["--config", "default", "--profile", "PROFILE", "--algorithm", "nft"], "--algorithm: with --config"),
+    (["--config", "default", "--profile", "PROFILE", "--window", "2"], "--algorithm: with --config"),
+    (["--config", "default", "--profile", "PROFILE", "--gpus", "4"], "--gpus: with --profile"),
     ([], "--model"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, needle):
