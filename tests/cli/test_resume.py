@@ -132,6 +132,20 @@ def test_resume_refuses_a_math_change_and_an_empty_dir(tmp_path, capsys):
     assert main(["train", "--resume", str(run), "steps=1"]) == 2
     assert "steps: 1 is below the 2 steps" in capsys.readouterr().err
     assert not (tmp_path / "nothing").exists()
+    assert main(["train", "--resume", str(run), "--overwrite"]) == 2
+    assert "--resume and --overwrite exclude each other" in capsys.readouterr().err
+    import shutil
+
+    from safetensors.torch import save_file
+
+    other = tmp_path / "other"  # a copy whose latest checkpoint is weights without the resume metadata
+    shutil.copytree(run, other)
+    save_file({"w": __import__("torch").zeros(1)}, str(other / "checkpoints" / "step_00000002.safetensors"))
+    assert main(["train", "--resume", str(other)]) == 2
+    err = capsys.readouterr().err  # the one line says why the checkpoint there does not count
+    assert "holds no resumable checkpoint (checkpoints/step_*.safetensors); the newest, step_00000002.safetensors, " \
+           "does not verify: " in err
+    assert "is not a resumable checkpoint (no digenrl_train_state metadata)" in err
     # steps and logging may change: the run goes on from its last checkpoint
     assert main(["train", "--resume", str(run), "steps=3", "log.progress=false"]) == 0
     assert [r["step"] for r in step_rows(run) if "reward_mean" in r] == [1, 2, 3]
@@ -151,4 +165,7 @@ def test_resume_auto_never_replaces_a_finished_run_without_checkpoints(tmp_path,
     assert main(args) == 0
     summary = (run / "summary.json").read_text()
     assert main(args) == 2 and "finished run" in capsys.readouterr().err
+    assert (run / "summary.json").read_text() == summary
+    assert main(["train", "--resume", str(run)]) == 2  # --resume itself: the same run, but nothing to resume from
+    assert "holds no resumable checkpoint" in capsys.readouterr().err
     assert (run / "summary.json").read_text() == summary

@@ -64,7 +64,7 @@ def _check_ours(d: Path) -> None:
 
 def run_start(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunStart:
     """Decide (without writing) how this run uses ``cfg.run_dir``; ``ConfigError`` if it may not."""
-    from digenrl.train.checkpoint import latest_checkpoint
+    from digenrl.train.checkpoint import latest_checkpoint, list_checkpoints, verify_checkpoint
     from digenrl.train.resume_config import check_resume_config
 
     d = Path(cfg.run_dir)
@@ -83,8 +83,10 @@ def run_start(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> 
                 raise ConfigError(f"steps: {cfg.steps} is below the {step} steps of the checkpoint {str(ckpt)!r}")
             return RunStart(d, "resume", ckpt, step)
         if resume:
+            found = [p for _, p in list_checkpoints(d)]  # each damaged one was skipped with a warning; the newest
+            why = f"; the newest, {found[-1].name}, does not verify: {verify_checkpoint(found[-1])}" if found else ""
             raise ConfigError(f"--resume: {str(d)!r} holds no resumable checkpoint (checkpoints/step_*.safetensors)"
-                              + ("" if prev else "; it holds no run at all"))
+                              + (why or ("" if prev else "; it holds no run at all")))
         if prev:  # resume=auto, killed before its first checkpoint: start over only the same, unfinished run
             if (d / "summary.json").is_file():
                 raise ConfigError(f"resume=auto: {str(d)!r} holds a finished run without a resumable checkpoint; "
