@@ -32,7 +32,8 @@ def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("mistakes")
     prompts = root / "prompts.txt"
     prompts.write_text("a photo of a cat\na red dog\nthe small blue cat\n")
-    return {"sd3": td.save_sd3(root / "sd3"), "flux": td.save_flux(root / "flux"), "prompts": prompts}
+    return {"sd3": td.save_sd3(root / "sd3"), "flux": td.save_flux(root / "flux"), "wan": td.save_wan(root / "wan"),
+            "prompts": prompts}
 
 
 @pytest.fixture
@@ -83,6 +84,15 @@ def test_resolution_over_the_position_table(dirs, tmp_path, capsys, no_ray):
     assert err.startswith("model.options.height: 128 px") and "pos_embed_max_size 16" in err and "at most 64 px" in err
     err = _refused(capsys, tmp_path, [*_text(dirs, "sd3"), "model.options={height: 16, width: 18}"])
     assert err.startswith("model.options.width: 18 is not a multiple of 4")
+
+
+def test_video_size_off_the_latent_grid(dirs, tmp_path, capsys, no_ray):
+    # tiny Wan: VAE factors 2 (space) and 2 (time), patch 1 x 2 x 2; it failed in the workers' start before
+    err = _refused(capsys, tmp_path, [*_text(dirs, "wan"), "model.options={height: 16, width: 16, frames: 4}"],
+                   [dirs["wan"]])
+    assert err == "model.options.frames: 4 - 1 is not a multiple of 2 for wan (the VAE's time factor); use e.g. 3"
+    err = _refused(capsys, tmp_path, [*_text(dirs, "flux"), "model.options={height: 16, width: 18}"])
+    assert err.startswith("model.options.width: 18 is not a multiple of 4 for flux (VAE factor 2 x patch 2)")
 
 
 def test_prompt_cache_of_another_sequence_length(dirs, tmp_path, capsys, no_ray):

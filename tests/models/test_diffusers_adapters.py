@@ -18,6 +18,7 @@ from digenrl.algo.sde import sde_step_with_logprob
 from digenrl.algo.timesteps import select_timesteps
 from digenrl.config import LoraConfig, ModelConfig
 from digenrl.models.base import guided_velocity
+from digenrl.models.dir_checks import latent_grid
 from digenrl.models.registry import build_policy
 from digenrl.rollout.noise import trajectory_noise, trajectory_seed
 from digenrl.rollout.records import Prompt
@@ -110,6 +111,29 @@ def load_pipeline(policy, path):
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
+def test_sizes_off_the_latent_grid_are_refused_from_the_configs(model_dirs, name):
+    """``dir_checks.check_resolution`` (what ``digenrl check`` / ``train`` run before anything loads): the tiny
+    family's working size passes; a height or width one pixel off the grid and, for video, a frame count off the
+    VAE's time factor are refused naming the option and a size that fits."""
+    from digenrl.models.dir_checks import check_resolution
+
+    fam, path = FAMILIES[name], str(model_dirs[name][0])
+    check_resolution(path, fam.kind, fam.options)
+    grid = latent_grid(path, fam.kind)
+    for key in ("height", "width"):
+        with pytest.raises(ValueError, match=rf"^model.options.{key}: 17 is not a multiple of \d+ for {fam.kind} "
+                                             rf".*use e.g. 16$"):
+            check_resolution(path, fam.kind, {**fam.options, key: 17})
+    if "frames" in fam.options:
+        frames = fam.options["frames"] + 1
+        with pytest.raises(ValueError, match=rf"^model.options.frames: {frames} - 1 is not a multiple of "
+                                             rf"{grid.temporal} for {fam.kind}"):
+            check_resolution(path, fam.kind, {**fam.options, "frames": frames})
+    else:
+        assert grid.temporal is None
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
 def test_ode_path_matches_diffusers_pipeline(model_dirs, name):
     fam = FAMILIES[name]
     policy = make_policy(model_dirs, name)
@@ -133,6 +157,9 @@ def test_ode_path_matches_diffusers_pipeline(model_dirs, name):
 
     # the scheduler's sigmas equal the policy's
     torch.testing.assert_close(policy.sigmas(STEPS), pipe.scheduler.sigmas.float().cpu(), atol=1e-6, rtol=0)
+    # the latent grid `digenrl check` reads from the directory's configs is the loaded modules' (the pipeline's own
+    # scale factors), so the size rule refuses up front exactly what the build would
+    assert latent_grid(str(model_dirs[name][0]), fam.kind) == policy.latent_grid()
     # decode equals the pipeline's pixel output on the same final latents
     img = pipe(latents=x_t.clone(), num_inference_steps=STEPS, output_type="pt", **kwargs)
     img = img[0] if isinstance(img, tuple) else (img.images if hasattr(img, "images") else img.frames)

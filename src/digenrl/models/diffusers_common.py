@@ -10,8 +10,8 @@ diffusers flow-matching Euler step is x' = x + (sigma' - sigma) v), so ``forward
 output as it is. The timestep a transformer receives is t = 1000 * sigma (SD3, Wan, HunyuanVideo) or
 t / 1000 (FLUX, Qwen-Image, whose models rescale internally), exactly as the family pipelines pass it.
 
-Family subclasses define ``spec`` and implement ``_encode_texts``, ``_transformer_call``, ``decode`` and
-``_latent_layout``; options come from ``model.options`` (pixel ``height`` / ``width`` / ``frames``,
+Family subclasses define ``spec`` and implement ``_encode_texts``, ``_transformer_call``, ``decode``,
+``latent_grid`` and ``_latent_layout``; options come from ``model.options`` (pixel ``height`` / ``width`` / ``frames``,
 ``max_sequence_length``, ``negative_prompt``, ``load_text_encoders``, ``reference_copy``, ``prompt_cache_rows``: rows
 kept in memory by the prompt cache's LRU layer, default 4096).
 """
@@ -292,33 +292,37 @@ class DiffusersPolicy(Policy):
         std = torch.tensor(cfg.latents_std, device=z.device).view(shape)
         return self._vae_decode(z * std + mean)
 
-    def _video_layout(self, ph: int, pw: int) -> tuple[int, ...]:
-        """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family whose transformer patches ``ph x pw`` tokens."""
-        h, w, frames = self._opt_int("height"), self._opt_int("width"), self._opt_int("frames")
-        fs, ft = self._pipe.vae_scale_factor_spatial, self._pipe.vae_scale_factor_temporal
-        if h % (fs * ph) or w % (fs * pw):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {fs * ph}x{fs * pw} for "
-                             f"{self.spec.name}")
-        if (frames - 1) % ft:
-            raise ValueError(f"model.options.frames: {frames} - 1 must be a multiple of {ft} for {self.spec.name}")
-        return (self.transformer.config.in_channels, (frames - 1) // ft + 1, h // fs, w // fs)
+    def latent_grid(self):  # pragma: no cover - interface
+        """The ``models.dir_checks.LatentGrid`` of the loaded modules, from the factors the family's diffusers
+        pipeline derives (``vae_scale_factor``...) and the transformer's patch size."""
+        raise NotImplementedError
 
-    def _opt_int(self, key: str) -> int:
-        value = self.options.get(key)
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"model.options.{key}: expected a positive integer, got {value!r}")
-        return value
+    def _sample_size(self) -> tuple[int, int, int]:
+        """(height, width, frames) of ``model.options``, checked against ``latent_grid()`` by the rule ``digenrl
+        check`` applies to the directory's configs before anything loads (``dir_checks.check_sample_size``)."""
+        from digenrl.models.dir_checks import check_sample_size
+
+        return check_sample_size(self.spec.name, self.options, self.latent_grid())
+
+    def _video_layout(self) -> tuple[int, ...]:
+        """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family (fs, ft: ``latent_grid``'s factors)."""
+        g = self.latent_grid()
+        h, w, frames = self._sample_size()
+        return (self.transformer.config.in_channels, (frames - 1) // g.temporal + 1, h // g.spatial, w // g.spatial)
 
 
 class PackedPolicy(DiffusersPolicy):
     """A family that packs 2 x 2 latent pixels into a token (FLUX, Qwen-Image): latents [tokens, C] on the packed
     token grid ``grid_hw``, sigmas on the pipeline's ``linspace(1, 1/N, N)`` shifted by the token count."""
 
+    def latent_grid(self):
+        from digenrl.models.dir_checks import LatentGrid
+
+        return LatentGrid(self._pipe.vae_scale_factor, 2, 2)
+
     def _latent_layout(self) -> tuple[int, ...]:
-        h, w = self._opt_int("height"), self._opt_int("width")
         f = self._pipe.vae_scale_factor
-        if h % (2 * f) or w % (2 * f):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {2 * f} for {self.spec.name}")
+        h, w, _ = self._sample_size()
         self.grid_hw = (h // (2 * f), w // (2 * f))
         return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
 

@@ -27,9 +27,14 @@ class HunyuanVideoPolicy(DiffusersPolicy):
     spec = FamilySpec.of("hunyuan_video")
     uses_guidance_embedding = True
 
-    def _latent_layout(self) -> tuple[int, ...]:
+    def latent_grid(self):
+        from digenrl.models.dir_checks import LatentGrid
+
         p = self.transformer.config.patch_size
-        return self._video_layout(p, p)
+        return LatentGrid(self._pipe.vae_scale_factor_spatial, p, p, self._pipe.vae_scale_factor_temporal)
+
+    def _latent_layout(self) -> tuple[int, ...]:
+        return self._video_layout()
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         return family_sigmas(self.scheduler_config, num_steps, grid="linear")

@@ -25,11 +25,15 @@ from digenrl.models.diffusers_files import family_sigmas
 class SD3Policy(DiffusersPolicy):
     spec = FamilySpec.of("sd3")
 
+    def latent_grid(self):
+        from digenrl.models.dir_checks import LatentGrid
+
+        p = self.transformer.config.patch_size
+        return LatentGrid(self._pipe.vae_scale_factor, p, p)
+
     def _latent_layout(self) -> tuple[int, ...]:
-        h, w = self._opt_int("height"), self._opt_int("width")
-        f, p = self._pipe.vae_scale_factor, self.transformer.config.patch_size
-        if h % (f * p) or w % (f * p):
-            raise ValueError(f"model.options.height/width: {h}x{w} must be multiples of {f * p} for {self.spec.name}")
+        f = self._pipe.vae_scale_factor
+        h, w, _ = self._sample_size()
         return (self.transformer.config.in_channels, h // f, w // f)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:

@@ -28,9 +28,14 @@ from digenrl.models.diffusers_files import family_sigmas
 class WanPolicy(DiffusersPolicy):
     spec = FamilySpec.of("wan")
 
-    def _latent_layout(self) -> tuple[int, ...]:
+    def latent_grid(self):
+        from digenrl.models.dir_checks import LatentGrid
+
         _, ph, pw = self.transformer.config.patch_size
-        return self._video_layout(ph, pw)
+        return LatentGrid(self._pipe.vae_scale_factor_spatial, ph, pw, self._pipe.vae_scale_factor_temporal)
+
+    def _latent_layout(self) -> tuple[int, ...]:
+        return self._video_layout()
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         return family_sigmas(self.scheduler_config, num_steps, grid="scheduler")
