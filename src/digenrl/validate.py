@@ -210,6 +210,12 @@ def check_model(cfg: Config) -> None:
     for comp in ("transformer", "vae", "scheduler"):  # values of the type their diffusers class declares
         with refused(ModelFilesError, key="model.path", n=400):
             check_config_types(m.path, comp)
+    if m.lora.enabled and m.lora.target_modules:  # (the family's default targets are known to match)
+        from digenrl.models.diffusers_files import transformer_module_names
+        from digenrl.models.lora import check_targets
+
+        with refused(ValueError):
+            check_targets(transformer_module_names(m.path), list(m.lora.target_modules), m.kind)
 
 
 # ---- task / prompts ----------------------------------------------------------------------------------------

@@ -95,6 +95,18 @@ def test_video_size_off_the_latent_grid(dirs, tmp_path, capsys, no_ray):
     assert err.startswith("model.options.width: 18 is not a multiple of 4 for flux (VAE factor 2 x patch 2)")
 
 
+def test_lora_targets_that_match_no_module(dirs, tmp_path, capsys, no_ray):
+    # the tiny FLUX transformer built on the meta device from its config.json; this failed in the workers' start
+    args = [*_text(dirs, "flux"), "model.options={height: 16, width: 16}", "model.lora.enabled=true"]
+    err = _refused(capsys, tmp_path, [*args, "model.lora.target_modules=[attn.to_qq, ff.net.9]"], [dirs["flux"]])
+    assert err == ("model.lora.target_modules: none of ['attn.to_qq', 'ff.net.9'] matches a module of the flux "
+                   "transformer")
+    from digenrl.config import load_config
+    from digenrl.validate import check_model
+
+    check_model(load_config(None, [f"run_dir={tmp_path}/run", *args, "model.lora.target_modules=[attn.to_q]"]))
+
+
 def test_prompt_cache_of_another_sequence_length(dirs, tmp_path, capsys, no_ray):
     from digenrl.config import ModelConfig
     from digenrl.models.prompt_cache import PromptCache

@@ -18,8 +18,9 @@ class LoraConfig(_Strict):
     """LoRA alpha (the adapters are scaled by alpha / r)."""
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     """LoRA dropout."""
-    target_modules: list[str] | None = None  # None: the family's default (Flow-GRPO recipes)
-    """Module names the adapters wrap; null: the family's default (the Flow-GRPO recipes' targets)."""
+    target_modules: list[str] | None = None
+    """Module names the adapters wrap; null: the family's default (the Flow-GRPO recipes' targets). A list none of
+    which names a module of the transformer is refused before anything loads."""
 
 
 class ModelConfig(_Strict):

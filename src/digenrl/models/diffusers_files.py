@@ -108,6 +108,18 @@ def _fits(value: Any, hint: Any, default: Any) -> bool:
     return True
 
 
+def transformer_module_names(path: str | Path) -> list[str]:
+    """The module names of the directory's transformer: its diffusers class built from ``transformer/config.json``
+    on the meta device (no weight is read or allocated)."""
+    import diffusers
+
+    sub = Path(path).expanduser() / "transformer"
+    cls = getattr(diffusers, str(json.loads((sub / "config.json").read_text()).get("_class_name", "")))
+    with torch.device("meta"):
+        model = cls.from_config(cls.load_config(str(sub)))
+    return [n for n, _ in model.named_modules()]
+
+
 def check_config_types(path: str | Path, component: str) -> None:
     """``ModelFilesError`` naming the file and the key where a value of ``component``'s config (``config.json``,
     a scheduler's ``scheduler_config.json``) does not fit the scalar type its diffusers class declares for that

@@ -46,9 +46,7 @@ def apply_lora(transformer: torch.nn.Module, lora_cfg, family: str) -> None:
     from peft import LoraConfig
 
     targets = list(lora_cfg.target_modules or FAMILY_TARGETS[family])
-    names = [n for n, _ in transformer.named_modules()]
-    if not any(n == t or n.endswith("." + t) for t in targets for n in names):
-        raise ValueError(f"model.lora.target_modules: none of {targets} matches a module of the {family} transformer")
+    check_targets([n for n, _ in transformer.named_modules()], targets, family)
     transformer.requires_grad_(False)
     cfg = LoraConfig(
         r=lora_cfg.rank,
@@ -62,6 +60,14 @@ def apply_lora(transformer: torch.nn.Module, lora_cfg, family: str) -> None:
         if "lora_" in n:
             p.requires_grad_(True)
             p.data = p.data.float()
+
+
+def check_targets(names: list[str], targets: list[str], family: str) -> None:
+    """``ValueError`` naming ``model.lora.target_modules`` unless one target names a module of ``names`` (peft's
+    match: the module's name, or its suffix after a dot). ``digenrl check`` / ``train`` run it on the module names
+    of the directory's transformer built on the meta device (``diffusers_files.transformer_module_names``)."""
+    if not any(n == t or n.endswith("." + t) for t in targets for n in names):
+        raise ValueError(f"model.lora.target_modules: none of {targets} matches a module of the {family} transformer")
 
 
 def has_lora(transformer: torch.nn.Module) -> bool:
