@@ -181,3 +181,38 @@ def test_the_table_names_the_runtime_settings_of_each_plan():
     assert plan_words(row) == "frag 4, chunk 16x6, stream, k=2, tag copy, hold 0.5"
     assert plan_words({"fragment_size": 8, "chunk": None, "publish": "", "shard_groups": 1, "tag_copy": False,
                        "stale_hold": 0.0}) == "frag 8"
+
+
+def test_a_heterogeneous_testbed_puts_each_pool_on_one_kind():
+    """Testbed A+C (32 L40S + 16 H20): every split of n GPUs puts the generators on one kind and the trainers on
+    the other, within each kind's count (both ways round); colocation runs on either kind alone or on all of
+    them in lock-step at the weaker kind's pace, field by field."""
+    from digenrl.sim.cli import _setup, build_parser
+    from digenrl.sim.presets import H20, L40S
+    from digenrl.sim.scenario import colocated_options, split_options
+
+    def setup(gpus):
+        return _setup(build_parser().parse_args(["--model", "flux", "--testbed", "A+C", "--gpus", str(gpus)]))
+
+    def splits(gpus):
+        return sorted((s.gen_gpu.name, s.n_gen, s.train_gpu.name, s.n_train) for s in split_options(setup(gpus)))
+
+    l, h = L40S.name, H20.name
+    assert splits(48) == sorted([(l, 32, h, 16), (h, 16, l, 32)])  # all 48: each kind whole, both ways round
+    # 40: L40S generators 24..32 (the other 8..16 on the 16 H20), or H20 generators 8..16 (32..24 on the L40S)
+    assert splits(40) == sorted([(l, g, h, 40 - g) for g in range(24, 33)] + [(h, g, l, 40 - g) for g in range(8, 17)])
+    coloc = colocated_options(setup(40))
+    assert [(s.train_gpu.name, s.n_train) for s in coloc[:2]] == [(l, 32), (h, 16)]
+    weak = coloc[2].train_gpu
+    assert coloc[2].n_train == 40 and weak.name == f"min({l},{h})"
+    for field in ("bf16_tflops", "hbm_gbs", "memory_gb", "pcie_gbs", "nvlink_gbs"):
+        assert getattr(weak, field) == min(getattr(L40S, field), getattr(H20, field)), field
+
+
+def test_simulate_on_a_heterogeneous_testbed(capsys):
+    assert main(["--model", "flux", "--testbed", "A+C", "--gpus", "24", "--steps", "1", "--prompts", "4",
+                 "--generations", "8", "--sampling-steps", "10", "--json", "--modes", "colocated", "gap_tsp"]) == 0
+    rows = {r["mode"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["gap_tsp"]["gen_gpus"] + rows["gap_tsp"]["trainer_gpus"] == 24
+    assert rows["gap_tsp"]["note"] in ("gen L40S-48GB, trn H20-96GB", "gen H20-96GB, trn L40S-48GB")
+    assert rows["colocated"]["note"].startswith("colocated on ")
