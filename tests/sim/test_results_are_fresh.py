@@ -91,3 +91,27 @@ def test_bts_agreement_is_this_simulators():
     s = Scenario(model_preset("flux"), TESTBEDS["B"], workload_preset("flux"), TESTBEDS["B"].total, steps=res["steps"])
     run = run_mode(s, "gap_tsp_tag", gen_gpus=row["gen_gpus"], bts=BTSConfig())  # (the split pinned: seconds)
     _fresh(row["step_time_s"], run.result.step_time, "benchmarks/bts_agreement.py")
+
+
+@pytest.mark.parametrize("model, tb", [("hunyuan", "A"), ("flux", "B")])
+def test_simulation_page_costs_are_this_roofline(model, tb):
+    """The page's cost table (``RooflineCost.describe`` at the split, publish path and TAG copy ``full`` chose, as
+    ``scripts/simdoc_runs.py`` writes it): every figure recomputed from the committed rows equals the committed one."""
+    import math
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from simdoc_runs import _split_costs
+
+    res = json.loads((ROOT / "docs" / "figures" / "simulation_results.json").read_text())
+    committed = next(c for c in res["costs"] if (c["model"], c["testbed"]) == (model, tb))
+    run = next(r for r in res["runs"] if (r["model"], r["testbed"], r["T"]) == (model, tb, 20))
+    now = _split_costs(model, tb, run["rows"])
+    assert now.keys() == committed.keys()
+    for k, v in committed.items():
+        if isinstance(v, float) and math.isnan(v):
+            assert math.isnan(now[k]), k
+        elif isinstance(v, float):
+            _fresh(v, now[k], f"scripts/make_simulation_doc.py ({k})")
+        else:
+            assert now[k] == v, k
