@@ -229,6 +229,13 @@ def test_profile_interpolation_and_extrapolation():
     assert p.time("reward", 4, "generator") == pytest.approx(0.4)
     flat = ProfileCost.from_dict(_profile({**ALL, "denoise": [[1, 1.0], [2, 0.1]]}))
     assert flat.time("denoise", 10, "generator") == 0.0              # clamped at zero
+    assert p.time("denoise", 0.5, "generator") == pytest.approx(0.75)  # extrapolated from the first two
+    only_trainer = {k: v for k, v in ALL.items() if k != "tag_switch"}
+    q = ProfileCost.from_dict(_profile({**only_trainer, "trainer/tag_switch": [[1, 0.2]],
+                                        "generator/tag_switch": [[1, 0.3]]}))  # an op given per pool only
+    assert (q.time("tag_switch", 1, "trainer"), q.time("tag_switch", 1, "generator")) == (0.2, 0.3)
+    with pytest.raises(ProfileError, match="missing tag_switch"):  # ... it must be given for both pools
+        ProfileCost.from_dict(_profile({**only_trainer, "trainer/tag_switch": [[1, 0.2]]}))
 
 
 @pytest.mark.parametrize("data, msg", [
@@ -238,6 +245,13 @@ def test_profile_interpolation_and_extrapolation():
     (_profile({**ALL, "denoise": [[1, 1], [1, 2]]}), "duplicate"),
     (_profile({**ALL, "denoise": [[0, 1]]}), "batch > 0"),
     (_profile({**ALL, "denoise": "fast"}), "non-empty list"),
+    ([ALL], "top level must be an object"),
+    ({"format": "digenrl-profile", "version": 2, "ops": ALL}, r"unsupported 'version' 2 \(expected 1\)"),
+    (_profile({}), "'ops' must be a non-empty object"),
+    (_profile({**ALL, "gpu/denoise": [[1, 1]]}), r"ops.gpu/denoise: unknown op .*pool prefixes"),
+    (_profile({**ALL, "denoise": [[1, "1s"]]}), r"bad point \[1, '1s'\]"),
+    (_profile({**ALL, "denoise": [[1, True]]}), r"bad point \[1, True\]"),
+    (_profile({**ALL, "denoise": [[1, -0.5]]}), "needs batch > 0 and seconds >= 0"),
 ])
 def test_profile_errors(data, msg):
     with pytest.raises(ProfileError, match=msg):
