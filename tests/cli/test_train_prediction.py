@@ -70,6 +70,11 @@ def test_a_profile_that_cannot_price_colocated_says_so(tmp_path):
     cfg = load_config(None, TINY + [f"runtime.profile={_profile(tmp_path, trainers=1)}"])
     line, warn = report(cfg, predict(cfg))
     assert "not priced" in line and "1 trainer rank" in line and warn is None
+    # the plan itself at 2 trainer ranks, from a profile measured at 1 (no all-reduce in it): not priced either
+    two = load_config(None, TINY + [f"runtime.profile={_profile(tmp_path, trainers=1)}", "runtime.trainers=2"])
+    line, warn = report(two, predict(two))
+    assert line.endswith("not priced at 2 trainer ranks (the profile was measured at 1 trainer rank (no "
+                         "all-reduce): its all-reduce at 2 trainer ranks is unknown)") and warn is None
 
 
 def test_train_prints_it_before_anything_starts(tmp_path, capsys):
