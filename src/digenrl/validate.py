@@ -214,8 +214,10 @@ def check_model(cfg: Config) -> None:
         from digenrl.models.diffusers_files import transformer_module_names
         from digenrl.models.lora import check_targets
 
+        names = transformer_module_names(m.path)
         with refused(ValueError):
-            check_targets(transformer_module_names(m.path), list(m.lora.target_modules), m.kind)
+            if names is not None:
+                check_targets(names, list(m.lora.target_modules), m.kind)
 
 
 # ---- task / prompts ----------------------------------------------------------------------------------------

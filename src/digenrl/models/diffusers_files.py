@@ -108,15 +108,19 @@ def _fits(value: Any, hint: Any, default: Any) -> bool:
     return True
 
 
-def transformer_module_names(path: str | Path) -> list[str]:
+def transformer_module_names(path: str | Path) -> list[str] | None:
     """The module names of the directory's transformer: its diffusers class built from ``transformer/config.json``
-    on the meta device (no weight is read or allocated)."""
-    import diffusers
+    on the meta device (no weight is read or allocated); None where it cannot be built so (the policy's build
+    then reports what is wrong)."""
+    try:
+        import diffusers
 
-    sub = Path(path).expanduser() / "transformer"
-    cls = getattr(diffusers, str(json.loads((sub / "config.json").read_text()).get("_class_name", "")))
-    with torch.device("meta"):
-        model = cls.from_config(cls.load_config(str(sub)))
+        sub = Path(path).expanduser() / "transformer"
+        cls = getattr(diffusers, str(json.loads((sub / "config.json").read_text()).get("_class_name", "")))
+        with torch.device("meta"):
+            model = cls.from_config(cls.load_config(str(sub)))
+    except Exception:  # noqa: BLE001 -- an up-front check only: the same rule runs when the policy builds
+        return None
     return [n for n, _ in model.named_modules()]
 
 
