@@ -154,8 +154,9 @@ def test_tag_policy_flags(capsys):
 
 
 def test_workload_flags_reach_the_plan(capsys):
-    """--timestep-fraction trains fewer timesteps, --lora-rank trains LoRA (and prices the baselines so),
-    --bts-depth reaches the scheduler's BTS: each against the same run without the flag."""
+    """--timestep-fraction trains fewer timesteps and --lora-rank trains LoRA (and prices the baselines so), each
+    against the same run without the flag; --bts-depth / --bts-budget-nodes become the BTS config the scheduler
+    is given."""
     from digenrl.sim.cli import bts_of, build_parser
 
     def naive(*extra):
