@@ -190,13 +190,17 @@ def check_model(cfg: Config) -> None:
 
     with refused(ModelFilesError):
         check_model_dir(m.path, m.kind, ("transformer", "vae", "scheduler"))
-    from digenrl.models.dir_checks import check_family, check_resolution
+    from digenrl.models.dir_checks import check_family, check_resolution, check_sequence_split
     from digenrl.models.registry import family_policy_class
 
     spec = family_policy_class(m.kind).spec
+    options = {**dict(spec.default_options), **m.options}
     with refused(ValueError):
         check_family(m.path, m.kind)  # model_index.json's classes are model.kind's
-        check_resolution(m.path, m.kind, {**dict(spec.default_options), **m.options})
+        check_resolution(m.path, m.kind, options)
+        check_sequence_split(m.path, m.kind, options, {
+            "train.sequence_parallel": cfg.train.sequence_parallel.degree,
+            "runtime.generator_sequence_parallel": cfg.runtime.generator_sequence_parallel.degree})
     root = Path(m.path).expanduser()
     comps = ["transformer", "vae", "scheduler"] + present_components(m.path, spec.text_components)
     for comp in comps:

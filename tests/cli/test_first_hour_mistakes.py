@@ -95,6 +95,17 @@ def test_video_size_off_the_latent_grid(dirs, tmp_path, capsys, no_ray):
     assert err.startswith("model.options.width: 18 is not a multiple of 4 for flux (VAE factor 2 x patch 2)")
 
 
+def test_a_sequence_parallel_degree_that_does_not_divide(dirs, tmp_path, capsys, no_ray):
+    # tiny Wan: 2 attention heads; 12 x 12 px x 1 frame is 3 x 3 patches of 2 x 2 latent pixels (VAE factor 2)
+    args = [*_text(dirs, "wan"), "runtime.trainers=6"]
+    err = _refused(capsys, tmp_path, [*args, "train.sequence_parallel=2",
+                                      "model.options={height: 12, width: 12, frames: 1}"], [dirs["wan"]])
+    assert err.startswith("train.sequence_parallel: degree 2 does not divide the 9 latent tokens of a sample")
+    err = _refused(capsys, tmp_path, [*args, "runtime.generator_sequence_parallel=3", "runtime.generators=3",
+                                      "model.options={height: 16, width: 16, frames: 3}"])
+    assert err.startswith("runtime.generator_sequence_parallel: degree 3 does not divide the 2 attention heads")
+
+
 def test_lora_targets_that_match_no_module(dirs, tmp_path, capsys, no_ray):
     # the tiny FLUX transformer built on the meta device from its config.json; this failed in the workers' start
     args = [*_text(dirs, "flux"), "model.options={height: 16, width: 16}", "model.lora.enabled=true"]

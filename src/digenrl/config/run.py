@@ -177,7 +177,8 @@ class Config(_Strict):
 
     def _check_sequence_parallel(self) -> None:
         """train.sequence_parallel, runtime.generator_sequence_parallel: a family with a plan, Ulysses only, and a
-        degree that divides the ranks it groups (the heads and the tokens are checked when the model is built)."""
+        degree that divides the ranks it groups (the heads and the tokens: ``validate.check_model``, from the model
+        directory's configs)."""
         t, rt = self.train, self.runtime
         for key, sp in (("train.sequence_parallel", t.sequence_parallel),
                         ("runtime.generator_sequence_parallel", rt.generator_sequence_parallel)):

@@ -30,8 +30,9 @@ class HunyuanVideoPolicy(DiffusersPolicy):
     def latent_grid(self):
         from digenrl.models.dir_checks import LatentGrid
 
-        p = self.transformer.config.patch_size
-        return LatentGrid(self._pipe.vae_scale_factor_spatial, p, p, self._pipe.vae_scale_factor_temporal)
+        c = self.transformer.config
+        return LatentGrid(self._pipe.vae_scale_factor_spatial, c.patch_size, c.patch_size,
+                          self._pipe.vae_scale_factor_temporal, c.patch_size_t)
 
     def _latent_layout(self) -> tuple[int, ...]:
         return self._video_layout()

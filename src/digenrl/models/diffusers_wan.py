@@ -31,8 +31,8 @@ class WanPolicy(DiffusersPolicy):
     def latent_grid(self):
         from digenrl.models.dir_checks import LatentGrid
 
-        _, ph, pw = self.transformer.config.patch_size
-        return LatentGrid(self._pipe.vae_scale_factor_spatial, ph, pw, self._pipe.vae_scale_factor_temporal)
+        pt, ph, pw = self.transformer.config.patch_size
+        return LatentGrid(self._pipe.vae_scale_factor_spatial, ph, pw, self._pipe.vae_scale_factor_temporal, pt)
 
     def _latent_layout(self) -> tuple[int, ...]:
         return self._video_layout()

@@ -9,6 +9,8 @@
   position table covers ``pos_embed_max_size`` patches per side, so a sample of H pixels needs
   ``H / (f p) <= pos_embed_max_size``. (FLUX, Qwen-Image and HunyuanVideo compute their rotary positions for any
   size; Wan2.1's rotary table has ``rope_max_seq_len`` (1024) positions per axis, far above any trainable video.)
+* ``check_sequence_split``: a sequence-parallel degree must divide the transformer's heads and a sample's latent
+  tokens (``LatentGrid.tokens``), the rule ``models.sequence_parallel.check_degree`` applies to a built policy.
 
 JSON files only: nothing is imported from diffusers or loaded.
 """
@@ -59,6 +61,14 @@ class LatentGrid:
     patch_h: int
     patch_w: int
     temporal: int | None = None  # a video family's VAE time factor
+    patch_t: int = 1  # latent frames per token (a video transformer's temporal patch)
+
+    def tokens(self, height: int, width: int, frames: int = 1) -> int:
+        """Latent tokens of one sample after the patch embedding: ((F - 1) / f_t + 1) / p_t x H / (f p_h) x
+        W / (f p_w) (one latent frame for an image)."""
+        latent_frames = 1 if self.temporal is None else (frames - 1) // self.temporal + 1
+        return (latent_frames // self.patch_t) * (height // (self.spatial * self.patch_h)) * (
+            width // (self.spatial * self.patch_w))
 
 
 def check_sample_size(kind: str, options: dict, grid: LatentGrid) -> tuple[int, int, int]:
@@ -81,10 +91,10 @@ def check_sample_size(kind: str, options: dict, grid: LatentGrid) -> tuple[int, 
     return size["height"], size["width"], f
 
 
-def _grid(spatial, patch_h, patch_w, temporal="image") -> LatentGrid | None:
-    values = (spatial, patch_h, patch_w) + (() if temporal == "image" else (temporal,))
+def _grid(spatial, patch_h, patch_w, temporal="image", patch_t=1) -> LatentGrid | None:
+    values = (spatial, patch_h, patch_w, patch_t) + (() if temporal == "image" else (temporal,))
     ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
-    return LatentGrid(spatial, patch_h, patch_w, None if temporal == "image" else temporal) if ok else None
+    return LatentGrid(spatial, patch_h, patch_w, None if temporal == "image" else temporal, patch_t) if ok else None
 
 
 def latent_grid(path: str, kind: str) -> LatentGrid | None:
@@ -102,10 +112,11 @@ def latent_grid(path: str, kind: str) -> LatentGrid | None:
     if kind == "qwen_image":
         return _grid(2 ** len(down) if isinstance(down, list) else None, 2, 2)
     if kind == "wan":
-        ph, pw = p[1:] if isinstance(p, list) and len(p) == 3 else (None, None)
-        return _grid(vae.get("scale_factor_spatial"), ph, pw, vae.get("scale_factor_temporal"))
+        pt, ph, pw = p if isinstance(p, list) and len(p) == 3 else (None, None, None)
+        return _grid(vae.get("scale_factor_spatial"), ph, pw, vae.get("scale_factor_temporal"), pt)
     if kind == "hunyuan_video":
-        return _grid(vae.get("spatial_compression_ratio"), p, p, vae.get("temporal_compression_ratio"))
+        return _grid(vae.get("spatial_compression_ratio"), p, p, vae.get("temporal_compression_ratio"),
+                     tr.get("patch_size_t"))
     return None
 
 
@@ -126,3 +137,18 @@ def check_resolution(path: str, kind: str, options: dict) -> None:
             raise ValueError(f"model.options.{key}: {size} px is {size // (f * p)} patches, over this SD3 "
                              f"transformer's pos_embed_max_size {limit} ({str(root)!r}); use at most "
                              f"{limit * f * p} px")
+
+
+def check_sequence_split(path: str, kind: str, options: dict, degrees: dict[str, int]) -> None:
+    """``models.sequence_parallel.check_degree`` of each sequence-parallel degree (key -> degree) on the
+    directory's configs: the transformer's ``num_attention_heads`` and the latent tokens of ``options``' size."""
+    grid = latent_grid(path, kind)
+    heads = _json(Path(path).expanduser() / "transformer" / "config.json").get("num_attention_heads")
+    if grid is None or not isinstance(heads, int) or all(d == 1 for d in degrees.values()):
+        return
+    from digenrl.models.sequence_parallel import check_degree
+
+    tokens = grid.tokens(*check_sample_size(kind, options, grid))
+    for key, degree in degrees.items():
+        if degree > 1:
+            check_degree(kind, heads, tokens, degree, key)

@@ -56,28 +56,26 @@ def sequence_group(group) -> SequenceGroup:
 
 
 def sequence_length(policy) -> int:
-    """Latent tokens of one sample after the patch embedding (``policy.latent_shape`` = (C, F, H, W))."""
-    c = policy.transformer.config
-    _, f, h, w = policy.latent_shape
-    if policy.spec.name == "wan":
-        pt, ph, pw = c.patch_size
-    else:
-        pt, ph, pw = c.patch_size_t, c.patch_size, c.patch_size
-    return (f // pt) * (h // ph) * (w // pw)
+    """Latent tokens of one sample after the patch embedding (``LatentGrid.tokens`` of the policy's grid)."""
+    return policy.latent_grid().tokens(*policy._sample_size())
 
 
 def check_divisible(policy, degree: int, key: str = "train.sequence_parallel") -> None:
-    """The degree must divide the heads (Ulysses gives each rank H / d of them) and the latent tokens (each rank
-    holds S / d): a ``ValueError`` naming the keys otherwise."""
+    """``check_degree`` of the built policy."""
     name = getattr(getattr(policy, "spec", None), "name", type(policy).__name__)
     if name not in SEQUENCE_PARALLEL_FAMILIES:
         raise ValueError(f"{key}: model.kind {name!r} has no sequence-parallel plan (supported: "
                          f"{', '.join(sorted(SEQUENCE_PARALLEL_FAMILIES))})")
-    heads = policy.transformer.config.num_attention_heads
+    check_degree(name, policy.transformer.config.num_attention_heads, sequence_length(policy), degree, key)
+
+
+def check_degree(name: str, heads: int, tokens: int, degree: int, key: str) -> None:
+    """The degree must divide the heads (Ulysses gives each rank H / d of them) and the latent tokens (each rank
+    holds S / d): a ``ValueError`` naming the keys otherwise. ``digenrl check`` / ``train`` run it on the
+    directory's configs before anything loads; the policy's build on its modules."""
     if heads % degree:
         raise ValueError(f"{key}: degree {degree} does not divide the {heads} attention heads of the {name} "
                          "transformer (Ulysses gives each rank heads / degree of them)")
-    tokens = sequence_length(policy)
     if tokens % degree:
         raise ValueError(f"{key}: degree {degree} does not divide the {tokens} latent tokens of a sample "
                          f"(model.options height / width / frames; each rank holds tokens / degree of them)")
