@@ -297,7 +297,7 @@ class DiffusersPolicy(Policy):
         pipeline derives (``vae_scale_factor``...) and the transformer's patch size."""
         raise NotImplementedError
 
-    def _sample_size(self) -> tuple[int, int, int]:
+    def sample_size(self) -> tuple[int, int, int]:
         """(height, width, frames) of ``model.options``, checked against ``latent_grid()`` by the rule ``digenrl
         check`` applies to the directory's configs before anything loads (``dir_checks.check_sample_size``)."""
         from digenrl.models.dir_checks import check_sample_size
@@ -307,7 +307,7 @@ class DiffusersPolicy(Policy):
     def _video_layout(self) -> tuple[int, ...]:
         """[C, 1 + (F - 1) / ft, H / fs, W / fs] of a video family (fs, ft: ``latent_grid``'s factors)."""
         g = self.latent_grid()
-        h, w, frames = self._sample_size()
+        h, w, frames = self.sample_size()
         return (self.transformer.config.in_channels, (frames - 1) // g.temporal + 1, h // g.spatial, w // g.spatial)
 
 
@@ -322,7 +322,7 @@ class PackedPolicy(DiffusersPolicy):
 
     def _latent_layout(self) -> tuple[int, ...]:
         f = self._pipe.vae_scale_factor
-        h, w, _ = self._sample_size()
+        h, w, _ = self.sample_size()
         self.grid_hw = (h // (2 * f), w // (2 * f))
         return (self.grid_hw[0] * self.grid_hw[1], self.transformer.config.in_channels)
 

@@ -33,7 +33,7 @@ class SD3Policy(DiffusersPolicy):
 
     def _latent_layout(self) -> tuple[int, ...]:
         f = self._pipe.vae_scale_factor
-        h, w, _ = self._sample_size()
+        h, w, _ = self.sample_size()
         return (self.transformer.config.in_channels, h // f, w // f)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:

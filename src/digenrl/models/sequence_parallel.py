@@ -57,7 +57,7 @@ def sequence_group(group) -> SequenceGroup:
 
 def sequence_length(policy) -> int:
     """Latent tokens of one sample after the patch embedding (``LatentGrid.tokens`` of the policy's grid)."""
-    return policy.latent_grid().tokens(*policy._sample_size())
+    return policy.latent_grid().tokens(*policy.sample_size())
 
 
 def check_divisible(policy, degree: int, key: str = "train.sequence_parallel") -> None:
