@@ -142,9 +142,11 @@ def check_resolution(path: str, kind: str, options: dict) -> None:
 def check_sequence_split(path: str, kind: str, options: dict, degrees: dict[str, int]) -> None:
     """``models.sequence_parallel.check_degree`` of each sequence-parallel degree (key -> degree) on the
     directory's configs: the transformer's ``num_attention_heads`` and the latent tokens of ``options``' size."""
+    if all(d == 1 for d in degrees.values()):  # (no sequence parallelism: nothing read)
+        return
     grid = latent_grid(path, kind)
     heads = _json(Path(path).expanduser() / "transformer" / "config.json").get("num_attention_heads")
-    if grid is None or not isinstance(heads, int) or all(d == 1 for d in degrees.values()):
+    if grid is None or not isinstance(heads, int):
         return
     from digenrl.models.sequence_parallel import check_degree
 
