@@ -7,8 +7,6 @@ import json
 import random
 from dataclasses import replace
 
-import pytest
-
 from digenrl.config import load_config
 from digenrl.control.profile import load_profile
 from digenrl.schedule import Mode, StepPlan
