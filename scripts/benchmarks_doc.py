@@ -64,6 +64,8 @@ def block(name: str) -> str:
         return _load("benchmarks/sp_native.py").table(_json("sp_native.json")["rows"])
     if name == "demo_wall":
         return _load("benchmarks/demo_wall.py").markdown(_json("demo_wall.json"))
+    if name == "suite_time":
+        return _load("benchmarks/suite_time.py").markdown(_json("suite_time.json"))
     raise ValueError(f"unknown block bench:{name}")
 
 

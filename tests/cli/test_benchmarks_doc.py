@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from script_loader import ROOT, load_script
 
 
@@ -80,3 +82,40 @@ def test_the_generator_pool_headline_says_what_the_results_say():
     del report["rows"][1]
     assert pool.peer_sentence(report, workload=True) == ""
     assert "| `colocated` | 2 workers" in pool.table(_pool_report({n: [1.0, 1.1] for n in pool.VARIANTS}))
+
+
+def _junit(path, cases: dict[tuple[str, str], float], failures: int = 0):
+    """A pytest-style JUnit report of ``{(module, name): seconds}``."""
+    body = "".join(f'<testcase classname="{m}" name="{n}" time="{t}"/>' for (m, n), t in cases.items())
+    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="{len(cases)}" '
+                    f'failures="{failures}" errors="0" skipped="0">{body}</testsuite></testsuites>')
+    return path
+
+
+def test_suite_time_compares_the_tests_both_versions_have(tmp_path):
+    """benchmarks/suite_time.py: the ratio is over the tests both versions have (by module and name); a test one
+    version lacks is counted apart, whatever its time, so a suite that grew by tests does not read as slower code."""
+    bench = load_script("benchmarks/suite_time.py")
+    old, counts = bench.read_junit(_junit(tmp_path / "old.xml", {("tests.a", "t1"): 10.0, ("tests.a", "t2"): 4.0,
+                                                                 ("tests.b", "gone"): 7.0}, failures=1))
+    new, _ = bench.read_junit(_junit(tmp_path / "new.xml", {("tests.a", "t1"): 8.0, ("tests.a", "t2"): 5.0,
+                                                            ("tests.c", "added"): 30.0}))
+    assert counts == {"tests": 3, "failures": 1, "errors": 0, "skipped": 0}
+    c = bench.compare(old, new)
+    assert (c["common_tests"], c["common_old_s"], c["common_new_s"]) == (2, 14.0, 13.0)
+    assert c["common_new_over_old"] == 13.0 / 14.0
+    assert (c["only_old_tests"], c["only_old_s"], c["only_new_tests"], c["only_new_s"]) == (1, 7.0, 1, 30.0)
+    assert c["only_new_by_module"] == [{"module": "tests.c", "s": 30.0}]
+    pair = {"old_commit": "aaa", "new_commit": "bbb", "order": "old-new", "cpus": 2, "comparison": c,
+            "runs": {k: {"tests": 3, "failures": f, "errors": 0, "wall_s": 600.0, "sum_s": s, "loadavg_1min_before": 0.5}
+                     for k, f, s in (("old", 1, 21.0), ("new", 0, 43.0))}}
+    text = bench.markdown({"pairs": [pair], "summary": bench.summary([pair])})
+    assert "| old | `aaa` | 3 (1) | 10.0 min | 21 s | 0.50 |" in text
+    assert "the 2 tests both have took 14 s (old) and 13 s (new): new / old = **0.929**." in text
+    assert "Common tests that got slower, by module: none." in text  # tests.a: 14 -> 13 s in all (t2 alone: 4 -> 5)
+    assert "geometric mean" not in text  # (one pair)
+    # a second pair the other way round, whose common tests took 1.2x: the geometric mean of 13/14 and 1.2
+    other = {**pair, "order": "new-old", "comparison": {**c, "common_new_over_old": 1.2}}
+    two = bench.summary([pair, other])
+    assert two["geometric_mean"] == pytest.approx((13 / 14 * 1.2) ** 0.5) and two["orders"] == ["old-new", "new-old"]
+    assert "(0.929, 1.200): geometric mean **1.056**" in bench.markdown({"pairs": [pair, other], "summary": two})
