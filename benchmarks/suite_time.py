@@ -81,6 +81,7 @@ def compare(old: dict[tuple[str, str], float], new: dict[tuple[str, str], float]
     for k in common:
         by_mod_old[k[0]] += old[k]
         by_mod_new[k[0]] += new[k]
+    only_old = old.keys() - new.keys()
     for k in new.keys() - old.keys():
         only_new[k[0]] += new[k]
     moved = sorted(by_mod_old, key=lambda m: by_mod_new[m] - by_mod_old[m])
@@ -91,14 +92,14 @@ def compare(old: dict[tuple[str, str], float], new: dict[tuple[str, str], float]
     c_old, c_new = sum(old[k] for k in common), sum(new[k] for k in common)
     return {"common_tests": len(common), "common_old_s": c_old, "common_new_s": c_new,
             "common_new_over_old": c_new / c_old if c_old else float("nan"),
-            "only_old_tests": len(old.keys() - new.keys()), "only_old_s": sum(old[k] for k in old.keys() - new.keys()),
-            "only_new_tests": len(new.keys() - old.keys()), "only_new_s": sum(only_new.values()),
+            "only_old_tests": len(only_old), "only_old_s": sum(old[k] for k in only_old),
+            "only_new_tests": len(new) - len(common), "only_new_s": sum(only_new.values()),
             "faster": [row(m) for m in moved[:top] if by_mod_new[m] < by_mod_old[m]],
             "slower": [row(m) for m in reversed(moved[-top:]) if by_mod_new[m] > by_mod_old[m]],
             "only_new_by_module": [{"module": m, "s": round(s, 1)} for m, s in only_new.most_common(top)]}
 
 
-def pair_text(res: dict) -> str:
+def pair_text(res: dict) -> tuple[str, str]:
     """One pair's table rows and sentence."""
     c = res["comparison"]
     rows = []
@@ -155,15 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     if not (venv / "bin" / "python").exists():
         ap.error(f"--venv: {venv} has no bin/python (run make setup)")
     pairs = []
+    commits = {name: _commit(tree) for name, tree in trees.items()}
     if args.append:
         try:
             pairs = json.loads(out_path.read_text())["pairs"]
         except (OSError, ValueError, KeyError) as e:
             ap.error(f"--append: {out_path} holds no pairs to add to ({e})")
+        theirs = {(p["old_commit"], p["new_commit"]) for p in pairs}
+        if theirs != {(commits["old"], commits["new"])}:  # (a mean over pairs of other commits measures nothing)
+            ap.error(f"--append: {out_path} holds pairs of {sorted(theirs)} (old, new), not of "
+                     f"{(commits['old'], commits['new'])}; give those trees, or another --out")
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.order.split("-"):
-            print(f"{name} ({_commit(trees[name])}): make test ...", flush=True)
+            print(f"{name} ({commits[name]}): make test ...", flush=True)
             runs[name] = run_suite(trees[name], venv, Path(tmp) / f"{name}.xml", Path(tmp) / f"{name}.log")
             r = runs[name]
             print(f"{name}: {r['tests']} tests, {r['failures'] + r['errors']} failed, {r['wall_s'] / 60:.1f} min "
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     times = {k: runs[k].pop("times") for k in runs}
     for k in runs:
         runs[k]["sum_s"] = sum(times[k].values())
-    pairs.append({"old_commit": _commit(trees["old"]), "new_commit": _commit(trees["new"]), "order": args.order,
+    pairs.append({"old_commit": commits["old"], "new_commit": commits["new"], "order": args.order,
                   "cpus": os.cpu_count(), "runs": runs, "comparison": compare(times["old"], times["new"])})
     out = {"pairs": pairs, "summary": summary(pairs)}
     out_path.parent.mkdir(parents=True, exist_ok=True)

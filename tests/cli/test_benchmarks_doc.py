@@ -119,3 +119,25 @@ def test_suite_time_compares_the_tests_both_versions_have(tmp_path):
     two = bench.summary([pair, other])
     assert two["geometric_mean"] == pytest.approx((13 / 14 * 1.2) ** 0.5) and two["orders"] == ["old-new", "new-old"]
     assert "(0.929, 1.200): geometric mean **1.056**" in bench.markdown({"pairs": [pair, other], "summary": two})
+
+
+def test_suite_time_appends_only_a_pair_of_the_same_commits(tmp_path, capsys):
+    """--append onto a results file of other commits is refused before any suite runs (the geometric mean of pairs
+    of different code would measure nothing), naming the file and both commit pairs; the file is left as it was."""
+    bench = load_script("benchmarks/suite_time.py")
+    trees = []
+    for name in ("old", "new"):  # source trees outside git: their commit reads "?"
+        (tmp_path / name / "src" / "digenrl").mkdir(parents=True)
+        (tmp_path / name / "Makefile").write_text("test:\n\tfalse\n")
+        trees += [f"--{name}", str(tmp_path / name)]
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    out = tmp_path / "suite_time.json"
+    saved = json.dumps({"pairs": [{"old_commit": "aaa", "new_commit": "bbb"}]})
+    out.write_text(saved)
+    with pytest.raises(SystemExit) as e:
+        bench.main([*trees, "--append", "--venv", str(tmp_path / "venv"), "--out", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--append: {out} holds pairs of [('aaa', 'bbb')] (old, new), not of ('?', '?')" in err
+    assert out.read_text() == saved
